@@ -1,0 +1,79 @@
+/* The three YAML files users write: cluster, node (pipeld) and job. Each is checked against a
+ * schema in code: an unknown key, a wrong type, a value out of range or a missing required key
+ * is an error "FILE:LINE:COLUMN: key 'NAME': what is wrong", and nothing is half-filled. */
+#ifndef PL_COMMON_CONFIG_H
+#define PL_COMMON_CONFIG_H
+
+#include "common/status.h"
+
+#include <limits.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define PL_CFG_MAX_NODES 64
+#define PL_CFG_MAX_LABELS 8
+#define PL_CFG_NAME_MAX 63
+#define PL_CFG_MAX_BYTES (1u << 20)
+
+typedef struct {
+    char name[PL_CFG_NAME_MAX + 1];
+    char address[PL_CFG_NAME_MAX + 1]; /* host or IP the node runs on */
+    int threads;                      /* CPU threads for this node's CPU device; 0: all */
+    int max_devices;                  /* 0: no limit */
+    int n_labels;
+    char labels[PL_CFG_MAX_LABELS][PL_CFG_NAME_MAX + 1];
+} pl_cfg_node_entry_t;
+
+typedef struct {
+    char endpoint[256];  /* coordinator.endpoint, e.g. tcp://127.0.0.1:5555 (required) */
+    int heartbeat_ms;    /* coordinator.heartbeat_ms, default 500 */
+    int dead_after_ms;   /* coordinator.dead_after_ms, default 3000 */
+    char public_key[64]; /* security.coordinator_public_key (Z85, 40 chars), "" = none */
+    char secret_key[64]; /* security.coordinator_secret_key */
+    int n_nodes;
+    pl_cfg_node_entry_t nodes[PL_CFG_MAX_NODES];
+} pl_cfg_cluster_t;
+
+typedef struct {
+    char name[PL_CFG_NAME_MAX + 1]; /* required */
+    char coordinator[256];          /* required endpoint */
+    int n_devices;                  /* backends to use; 0: every one found */
+    char devices[4][16];            /* "cpu", "cuda", "hip" */
+    int threads;                    /* CPU threads; 0: all cores */
+    int memory_reserve_mb;          /* default 512 */
+    int heartbeat_ms;               /* default 500 */
+    char log_level[16];             /* default "info" */
+} pl_cfg_node_t;
+
+typedef struct {
+    char model[PATH_MAX];   /* resolved against the job file's directory */
+    char prompts[PATH_MAX]; /* JSONL of token-id arrays, resolved likewise */
+    int max_new_tokens;     /* default 16, 1..65536 */
+    float temperature;      /* sampling.temperature, default 0 (greedy) */
+    int top_k;              /* sampling.top_k, default 0 (off) */
+    float top_p;            /* sampling.top_p, default 1 (off) */
+    uint64_t seed;          /* sampling.seed, default 0 */
+    int microbatches;       /* default 0: as many as stages */
+    int stages;             /* default 0: every live node */
+    bool stop_at_eos;       /* default true */
+    int n_nodes;            /* placement.nodes: allowed node names; 0: any */
+    char nodes[PL_CFG_MAX_NODES][PL_CFG_NAME_MAX + 1];
+} pl_cfg_job_t;
+
+/* Load from a path (errors carry path:line:col) or from text (errors carry `origin`). */
+pl_status_t pl_cfg_cluster_load(const char *path, pl_cfg_cluster_t *out);
+pl_status_t pl_cfg_cluster_parse(const char *text, size_t len, const char *origin,
+                                 pl_cfg_cluster_t *out);
+pl_status_t pl_cfg_node_load(const char *path, pl_cfg_node_t *out);
+pl_status_t pl_cfg_node_parse(const char *text, size_t len, const char *origin,
+                              pl_cfg_node_t *out);
+/* Relative model / prompts paths are resolved against `base_dir` (the job file's directory). */
+pl_status_t pl_cfg_job_load(const char *path, pl_cfg_job_t *out);
+pl_status_t pl_cfg_job_parse(const char *text, size_t len, const char *origin,
+                             const char *base_dir, pl_cfg_job_t *out);
+
+/* The embedded default cluster: a coordinator on loopback and local nodes. */
+extern const char pl_cfg_default_cluster_yaml[];
+
+#endif

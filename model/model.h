@@ -1,0 +1,82 @@
+/* A Llama-family model read from a Hugging Face directory: config.json plus model.safetensors or
+ * the shards named in model.safetensors.index.json. Shards are mmapped on first use, so a stage
+ * touches only the pages of its own layers. Every header field is checked before use. */
+#ifndef PL_MODEL_MODEL_H
+#define PL_MODEL_MODEL_H
+
+#include "common/status.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define PL_MODEL_MAX_EOS 8
+#define PL_MODEL_CONFIG_MAX_BYTES (1u << 20)
+
+typedef enum { PL_ROPE_NONE = 0, PL_ROPE_LLAMA3 = 1 } pl_rope_scaling_t;
+
+typedef struct {
+    int hidden;        /* hidden_size */
+    int intermediate;  /* intermediate_size */
+    int n_layers;      /* num_hidden_layers */
+    int n_heads;       /* num_attention_heads */
+    int n_kv_heads;    /* num_key_value_heads (defaults to n_heads) */
+    int head_dim;      /* head_dim when given, else hidden / n_heads */
+    int vocab;         /* vocab_size */
+    int max_pos;       /* max_position_embeddings */
+    float rms_eps;     /* rms_norm_eps */
+    float rope_theta;  /* rope_theta (default 10000) */
+    pl_rope_scaling_t rope_scaling;
+    float rope_factor, rope_low_freq_factor, rope_high_freq_factor;
+    int rope_orig_max_pos;
+    bool tie_embeddings; /* tie_word_embeddings */
+    int n_eos;
+    int eos_ids[PL_MODEL_MAX_EOS]; /* eos_token_id: int or list */
+    int bos_id;                    /* -1 when absent */
+} pl_model_config_t;
+
+/* Parse and validate config.json text. Rejects models that are not Llama-family
+ * (model_type "llama" or architectures containing "LlamaForCausalLM") with the reason. */
+pl_status_t pl_model_config_parse(const char *text, size_t len, pl_model_config_t *cfg);
+/* Read dir/config.json and parse it. */
+pl_status_t pl_model_config_load(const char *dir, pl_model_config_t *cfg);
+
+typedef enum { PL_DT_F32 = 0, PL_DT_F16 = 1, PL_DT_BF16 = 2 } pl_dtype_t;
+size_t pl_dtype_size(pl_dtype_t dt);
+const char *pl_dtype_name(pl_dtype_t dt);
+
+/* A tensor in a mapped shard: data points into the mapping (borrowed, valid until the model is
+ * destroyed). */
+typedef struct {
+    pl_dtype_t dtype;
+    int ndim;
+    int64_t shape[4];
+    int64_t numel;
+    const void *data;
+    size_t nbytes;
+} pl_tensor_view_t;
+
+typedef struct pl_model pl_model_t;
+
+/* Open a model directory: parse config.json and every shard header (not the weights).
+ * Fails with a clear message on a missing file, a truncated or malformed header, offsets outside
+ * the file, overlapping tensors, unknown dtypes, or shapes that disagree with the config. */
+pl_status_t pl_model_open(const char *dir, pl_model_t **model_p);
+/* Unmap everything and free; sets *model_p to NULL; safe on NULL. */
+void pl_model_destroy(pl_model_t **model_p);
+const pl_model_config_t *pl_model_config(const pl_model_t *model);
+const char *pl_model_dir(const pl_model_t *model);
+/* Total bytes of all tensors as stored. */
+uint64_t pl_model_weight_bytes(const pl_model_t *model);
+
+/* Look a tensor up by its Hugging Face name ("model.layers.3.mlp.up_proj.weight"). */
+pl_status_t pl_model_tensor(pl_model_t *model, const char *name, pl_tensor_view_t *view);
+/* Same, also checking the shape equals `shape[0..ndim)` exactly. */
+pl_status_t pl_model_tensor_shaped(pl_model_t *model, const char *name, int ndim,
+                                   const int64_t *shape, pl_tensor_view_t *view);
+/* Tensor as f32: for f32 tensors returns the mapped data (*owned_p false, no copy); f16 and bf16
+ * are converted into a new buffer (*owned_p true, caller frees). Shape is checked as above. */
+pl_status_t pl_model_tensor_f32(pl_model_t *model, const char *name, int ndim,
+                                const int64_t *shape, float **data_p, bool *owned_p);
+
+#endif

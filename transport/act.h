@@ -1,0 +1,64 @@
+/* The data-plane message between stages: a fixed little-endian header, one entry per sequence,
+ * then the payload (f32 activations, or int32 token ids for the ring back to stage 0).
+ * Decoding checks every count and size against the received length and the job's limits. */
+#ifndef PL_TRANSPORT_ACT_H
+#define PL_TRANSPORT_ACT_H
+
+#include "common/status.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define PL_ACT_MAGIC 0x504c4131u /* "PLA1" */
+
+typedef enum {
+    PL_ACT_HIDDEN = 1, /* stage i -> i+1: hidden states f32 [n_tokens][dim] */
+    PL_ACT_TOKENS = 2, /* last stage -> stage 0: one sampled token per sequence */
+    PL_ACT_STOP = 3,   /* stage 0 -> ... -> last: the job is over */
+} pl_act_kind_t;
+
+/* Per-sequence entry. For PL_ACT_TOKENS, `token` is the sampled id and `flags` has
+ * PL_ACT_FINISHED set when the sequence ended (EOS or max tokens). */
+#define PL_ACT_FINISHED 1u
+typedef struct {
+    uint32_t seq;   /* index of the sequence in the job */
+    uint32_t pos0;  /* position of its first token in this message */
+    uint32_t n_tok; /* tokens of this sequence in the payload */
+    uint32_t flags;
+    int32_t token;
+} pl_act_seq_t;
+
+typedef struct {
+    uint32_t kind;
+    uint32_t job;
+    uint32_t mb;    /* microbatch index */
+    uint32_t step;  /* 0: prefill, k: k-th decode step */
+    uint32_t n_seq;
+    uint32_t n_tokens; /* sum of n_tok */
+    uint32_t dim;      /* hidden size for PL_ACT_HIDDEN, else 0 */
+} pl_act_hdr_t;
+
+typedef struct {
+    uint32_t max_seq;    /* sequences in the job */
+    uint32_t max_tokens; /* tokens in one message */
+    uint32_t dim;        /* expected hidden size */
+    uint32_t max_pos;    /* positions are below this */
+} pl_act_limits_t;
+
+/* Encoded size of a message. */
+size_t pl_act_size(const pl_act_hdr_t *hdr);
+/* Encode into a new malloc'd buffer; payload holds pl_act_size - header bytes (may be NULL when
+ * there is no payload). */
+pl_status_t pl_act_encode(const pl_act_hdr_t *hdr, const pl_act_seq_t *seqs, const void *payload,
+                          void **buf_p, size_t *len_p);
+/* Decode and validate. seqs must have room for limits->max_seq entries; *payload_p points into
+ * buf. */
+pl_status_t pl_act_decode(const void *buf, size_t len, const pl_act_limits_t *limits,
+                          pl_act_hdr_t *hdr, pl_act_seq_t *seqs, const void **payload_p);
+
+/* Tag layout: [job:20][kind:4][mb:16][step:24]. */
+uint64_t pl_act_tag(uint32_t job, pl_act_kind_t kind, uint32_t mb, uint32_t step);
+#define PL_ACT_TAG_JOB_MASK 0xfffff00000000000ULL
+uint64_t pl_act_tag_job(uint32_t job);
+
+#endif

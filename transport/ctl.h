@@ -1,0 +1,64 @@
+/* The ZeroMQ control plane: each message is multipart [identity (ROUTER side)][type][JSON body].
+ * The type is an ASCII name; the body is a JSON object of at most PL_CTL_MAX_BODY bytes.
+ * Receiving validates framing, size, type and that the body is an object; the per-type fields
+ * are validated by whoever handles the message, with the json getters. */
+#ifndef PL_TRANSPORT_CTL_H
+#define PL_TRANSPORT_CTL_H
+
+#include "common/status.h"
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#define PL_PROTO_VERSION 1
+#define PL_CTL_MAX_BODY (8u << 20)
+#define PL_CTL_MAX_IDENTITY 255
+
+typedef enum {
+    PL_MSG_HELLO = 1,  /* daemon -> coord: register node and devices */
+    PL_MSG_WELCOME,    /* coord -> daemon */
+    PL_MSG_HEARTBEAT,  /* daemon -> coord */
+    PL_MSG_ASSIGN,     /* coord -> daemon: load a stage */
+    PL_MSG_READY,      /* daemon -> coord: stage loaded, here is its UCX address */
+    PL_MSG_START,      /* coord -> daemon: peers' addresses, prompts; run */
+    PL_MSG_RESULT,     /* daemon -> coord: finished sequences of a job */
+    PL_MSG_DONE,       /* daemon -> coord: stage finished with statistics */
+    PL_MSG_FAIL,       /* daemon -> coord: stage failed */
+    PL_MSG_CANCEL,     /* coord -> daemon: stop and release a job's stage */
+    PL_MSG_SUBMIT,     /* pipectl -> coord */
+    PL_MSG_STATUS,     /* pipectl -> coord */
+    PL_MSG_RESULTS,    /* pipectl -> coord */
+    PL_MSG_KILL,       /* pipectl -> coord: cancel a job */
+    PL_MSG_NODES,      /* pipectl -> coord */
+    PL_MSG_HEALTH,     /* pipectl -> coord */
+    PL_MSG_REPLY,      /* coord -> pipectl: success */
+    PL_MSG_ERROR,      /* coord -> pipectl / daemon: failure, body {"error": "..."} */
+    PL_MSG_SHUTDOWN,   /* pipectl -> coord, coord -> daemons: stop the cluster */
+    PL_MSG_COUNT_
+} pl_msg_type_t;
+
+const char *pl_msg_name(pl_msg_type_t type);
+/* PL_ERR_PROTOCOL for a name that is not a known type. */
+pl_status_t pl_msg_parse_name(const char *name, size_t len, pl_msg_type_t *type_p);
+
+/* Send one message. identity (ROUTER sockets) may be NULL for DEALER sockets. The body is
+ * borrowed; NULL sends "{}". Never blocks: a full queue is PL_ERR_BUSY. */
+pl_status_t pl_ctl_send(void *sock, const void *identity, size_t identity_len, pl_msg_type_t type,
+                        const json_t *body);
+
+typedef struct {
+    char identity[PL_CTL_MAX_IDENTITY + 1]; /* ROUTER side: sender's identity */
+    size_t identity_len;
+    pl_msg_type_t type;
+    json_t *body; /* owned by the message; released by pl_ctl_msg_clear */
+} pl_ctl_msg_t;
+
+/* Receive one whole message (all parts are always drained, also on error). With_identity says
+ * whether the socket is a ROUTER. Errors: PL_ERR_PROTOCOL (wrong part count, oversized, unknown
+ * type, body not a JSON object), PL_ERR_BUSY (nothing waiting, when flags has ZMQ_DONTWAIT),
+ * PL_ERR_TRANSPORT. On a protocol error msg->identity is still filled so the sender can be told. */
+pl_status_t pl_ctl_recv(void *sock, bool with_identity, int flags, pl_ctl_msg_t *msg);
+void pl_ctl_msg_clear(pl_ctl_msg_t *msg);
+
+#endif

@@ -1,0 +1,40 @@
+/* The UCX data plane: one context and worker per executor thread (single-threaded), endpoints
+ * made from worker addresses exchanged through the coordinator (so UCX picks shared memory on
+ * one host and TCP or RDMA between hosts), tagged messages. Sends are non-blocking and own their
+ * buffer until completion, so a ring of stages never deadlocks on rendezvous. */
+#ifndef PL_TRANSPORT_UCX_H
+#define PL_TRANSPORT_UCX_H
+
+#include "common/status.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct pl_ucx pl_ucx_t;
+typedef struct pl_ucx_ep pl_ucx_ep_t;
+
+pl_status_t pl_ucx_create(pl_ucx_t **ucx_p);
+/* Cancels outstanding operations, closes endpoints, frees; *ucx_p NULL; safe on NULL. */
+void pl_ucx_destroy(pl_ucx_t **ucx_p);
+/* This worker's address as base64 text (caller frees). */
+pl_status_t pl_ucx_address(pl_ucx_t *ucx, char **b64_p);
+/* Endpoint to the worker whose base64 address is given. Peer failures are reported by later
+ * sends / receives as PL_ERR_TRANSPORT, never by aborting. */
+pl_status_t pl_ucx_connect(pl_ucx_t *ucx, const char *b64_addr, pl_ucx_ep_t **ep_p);
+/* Name of the transports UCX chose for the endpoint ("posix/sysv/cma", "tcp", ...). */
+const char *pl_ucx_ep_transport(pl_ucx_ep_t *ep);
+/* Non-blocking tagged send; takes ownership of the malloc'd `buf` (freed when sent). */
+pl_status_t pl_ucx_send(pl_ucx_t *ucx, pl_ucx_ep_t *ep, uint64_t tag, void *buf, size_t len);
+/* Wait for the next message whose tag matches (tag & mask) == (want & mask), at most max_len
+ * bytes. Returns a malloc'd buffer (*buf_p, caller frees). Gives up after timeout_ms
+ * (PL_ERR_TIMEOUT; < 0 waits forever) or when *cancel becomes non-zero (PL_ERR_CANCELED).
+ * Sleeps on the worker's event fd rather than spinning. */
+pl_status_t pl_ucx_recv(pl_ucx_t *ucx, uint64_t want, uint64_t mask, size_t max_len,
+                        void **buf_p, size_t *len_p, uint64_t *tag_p, int timeout_ms,
+                        const volatile int *cancel);
+/* Wait until every send has completed (or failed). */
+pl_status_t pl_ucx_flush(pl_ucx_t *ucx, int timeout_ms);
+/* Number of sends not yet completed. */
+int pl_ucx_pending(const pl_ucx_t *ucx);
+
+#endif
