@@ -49,7 +49,12 @@ pl_status_t pl_error_prefix(pl_status_t status, const char *fmt, ...)
     vsnprintf(prefix, sizeof(prefix), fmt, ap);
     va_end(ap);
     memcpy(old, s_msg, sizeof(old));
-    snprintf(s_msg, sizeof(s_msg), "%s%s", prefix, old[0] ? old : pl_status_str(status));
+    size_t n = strnlen(prefix, sizeof(s_msg) - 1);
+    memcpy(s_msg, prefix, n);
+    const char *rest = old[0] ? old : pl_status_str(status);
+    size_t m = strnlen(rest, sizeof(s_msg) - 1 - n);
+    memcpy(s_msg + n, rest, m);
+    s_msg[n + m] = '\0';
     return status;
 }
 

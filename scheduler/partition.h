@@ -5,6 +5,7 @@
 
 #include "common/status.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 
 typedef struct {

@@ -1,0 +1,106 @@
+/* The coordinator's state, shared by its files (registry, jobs, queries). One thread owns it. */
+#ifndef PL_DAEMON_COORD_INT_H
+#define PL_DAEMON_COORD_INT_H
+
+#include "common/config.h"
+#include "transport/ctl.h"
+
+#include <jansson.h>
+#include <limits.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#define PL_COORD_MAX_NODES 64
+#define PL_COORD_MAX_DEVS 8
+#define PL_COORD_MAX_STAGES 64
+
+typedef struct {
+    char id[32];
+    char backend[16];
+    char name[128];
+    int cores;
+    uint64_t mem_bytes;
+    double gflops, mem_gbps;
+} pl_coord_dev_t;
+
+typedef struct {
+    char name[PL_CFG_NAME_MAX + 1];
+    char host[256];
+    bool alive;
+    double last_seen, registered_at;
+    int n_dev;
+    pl_coord_dev_t dev[PL_COORD_MAX_DEVS];
+    json_t *hello;    /* registration body, for `pipectl health` */
+    json_t *health;   /* last heartbeat body */
+    uint32_t busy_job; /* 0: idle */
+} pl_coord_node_t;
+
+typedef enum {
+    PL_JOB_QUEUED,
+    PL_JOB_LOADING,
+    PL_JOB_RUNNING,
+    PL_JOB_DONE,
+    PL_JOB_FAILED,
+    PL_JOB_CANCELED
+} pl_job_state_t;
+
+typedef struct {
+    int node, dev;
+    int first, last;
+    bool ready, done;
+    char *ucx_addr;
+    json_t *stats;
+} pl_coord_stage_t;
+
+typedef struct {
+    uint32_t id;
+    pl_job_state_t state;
+    char model[PATH_MAX];
+    json_t *gen; /* the generation settings and prompts every stage gets */
+    int want_stages;
+    int n_allowed;
+    char allowed[PL_CFG_MAX_NODES][PL_CFG_NAME_MAX + 1];
+    int n_layers, max_ctx, max_tokens, n_seqs;
+    uint64_t prompt_tokens;
+    int n_stages;
+    pl_coord_stage_t stages[PL_COORD_MAX_STAGES];
+    json_t *plan;    /* printable plan */
+    json_t *results; /* from the last stage */
+    char error[1024];
+    double t_submit, t_start, t_run, t_end;
+} pl_coord_job_t;
+
+typedef struct {
+    const pl_cfg_cluster_t *cfg;
+    void *router;
+    pl_coord_node_t nodes[PL_COORD_MAX_NODES];
+    int n_nodes;
+    pl_coord_job_t **jobs;
+    int n_jobs, cap_jobs;
+    uint32_t next_job;
+    bool shutdown;
+} pl_coord_t;
+
+const char *pl_job_state_name(pl_job_state_t s);
+void pl_coord_reply(pl_coord_t *c, const pl_ctl_msg_t *to, pl_msg_type_t type, json_t *body);
+void pl_coord_reply_error(pl_coord_t *c, const pl_ctl_msg_t *to, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void pl_coord_send_node(pl_coord_t *c, int node, pl_msg_type_t type, json_t *body);
+int pl_coord_find_node(const pl_coord_t *c, const char *name);
+pl_coord_job_t *pl_coord_find_job(pl_coord_t *c, int64_t id);
+
+/* coord_job.c */
+void pl_coord_on_submit(pl_coord_t *c, const pl_ctl_msg_t *m);
+void pl_coord_on_stage_msg(pl_coord_t *c, const pl_ctl_msg_t *m); /* READY, DONE, FAIL */
+void pl_coord_on_kill(pl_coord_t *c, const pl_ctl_msg_t *m);
+void pl_coord_schedule(pl_coord_t *c);
+void pl_coord_node_lost(pl_coord_t *c, int node, const char *why);
+void pl_coord_job_free(pl_coord_job_t *j);
+
+/* coord_query.c */
+void pl_coord_on_status(pl_coord_t *c, const pl_ctl_msg_t *m);
+void pl_coord_on_results(pl_coord_t *c, const pl_ctl_msg_t *m);
+void pl_coord_on_nodes(pl_coord_t *c, const pl_ctl_msg_t *m);
+void pl_coord_on_health(pl_coord_t *c, const pl_ctl_msg_t *m);
+
+#endif

@@ -1,0 +1,125 @@
+/* The coordinator's answers to pipectl: job status with its plan and throughput, results,
+ * the node table, and one node's health. */
+#include "common/json.h"
+#include "common/util.h"
+#include "daemon/coord_int.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static pl_coord_job_t *s_job_arg(pl_coord_t *c, const pl_ctl_msg_t *m)
+{
+    int64_t id;
+    if (pl_json_int(m->body, "job", 1, UINT32_MAX, &id)) {
+        pl_coord_reply_error(c, m, "%s", pl_error_msg());
+        return NULL;
+    }
+    pl_coord_job_t *j = pl_coord_find_job(c, id);
+    if (!j)
+        pl_coord_reply_error(c, m, "no job %lld", (long long)id);
+    return j;
+}
+
+/* Throughput from the last stage's clock: prefill ends when every sequence has its first token. */
+static json_t *s_throughput(const pl_coord_job_t *j)
+{
+    const json_t *ls = j->n_stages ? j->stages[j->n_stages - 1].stats : NULL;
+    double wall = 0, prefill = 0;
+    int64_t gen = 0;
+    if (!ls)
+        return json_null();
+    pl_json_num_opt(ls, "wall_s", 0, 1e12, &wall);
+    pl_json_num_opt(ls, "prefill_s", 0, 1e12, &prefill);
+    pl_json_int_opt(ls, "generated", 0, INT64_MAX, &gen);
+    double decode_s = wall - prefill;
+    int64_t decoded = gen - j->n_seqs;
+    return json_pack("{s:f, s:f, s:I, s:I, s:f, s:f, s:f}", "wall_s", wall, "prefill_s", prefill,
+                     "prompt_tokens", (json_int_t)j->prompt_tokens, "generated_tokens",
+                     (json_int_t)gen, "prefill_tok_s",
+                     prefill > 0 ? (double)j->prompt_tokens / prefill : 0.0, "decode_tok_s",
+                     decode_s > 0 && decoded > 0 ? (double)decoded / decode_s : 0.0, "tok_s",
+                     wall > 0 ? (double)gen / wall : 0.0);
+}
+
+void pl_coord_on_status(pl_coord_t *c, const pl_ctl_msg_t *m)
+{
+    pl_coord_job_t *j = s_job_arg(c, m);
+    if (!j)
+        return;
+    json_t *stages = json_array();
+    for (int i = 0; i < j->n_stages; i++)
+        json_array_append_new(stages, json_pack("{s:i, s:b, s:b, s:O?}", "stage", i, "ready",
+                                                j->stages[i].ready, "done", j->stages[i].done,
+                                                "stats", j->stages[i].stats));
+    double now = pl_now(), end = j->t_end > 0 ? j->t_end : now;
+    pl_coord_reply(c, m, PL_MSG_REPLY,
+                   json_pack("{s:i, s:s, s:s, s:s, s:i, s:O?, s:o, s:o, s:f}", "job", j->id,
+                             "state", pl_job_state_name(j->state), "model", j->model, "note",
+                             j->error, "sequences", j->n_seqs, "plan", j->plan, "stages", stages,
+                             "throughput", s_throughput(j), "elapsed_s", end - j->t_submit));
+}
+
+void pl_coord_on_results(pl_coord_t *c, const pl_ctl_msg_t *m)
+{
+    pl_coord_job_t *j = s_job_arg(c, m);
+    if (!j)
+        return;
+    if (j->state != PL_JOB_DONE) {
+        pl_coord_reply_error(c, m, "job %u is %s%s%s", j->id, pl_job_state_name(j->state),
+                             j->error[0] ? ": " : "", j->error);
+        return;
+    }
+    pl_coord_reply(c, m, PL_MSG_REPLY,
+                   json_pack("{s:i, s:s, s:O, s:o}", "job", j->id, "state", "done", "results",
+                             j->results, "throughput", s_throughput(j)));
+}
+
+static json_t *s_node_json(const pl_coord_node_t *n)
+{
+    json_t *devs = json_array();
+    for (int d = 0; d < n->n_dev; d++)
+        json_array_append_new(
+            devs, json_pack("{s:s, s:s, s:s, s:i, s:I, s:f, s:f}", "id", n->dev[d].id, "backend",
+                            n->dev[d].backend, "name", n->dev[d].name, "cores", n->dev[d].cores,
+                            "mem_bytes", (json_int_t)n->dev[d].mem_bytes, "gflops",
+                            n->dev[d].gflops, "mem_gbps", n->dev[d].mem_gbps));
+    return json_pack("{s:s, s:s, s:s, s:f, s:i, s:o}", "name", n->name, "host", n->host, "state",
+                     n->alive ? (n->busy_job ? "busy" : "idle") : "lost", "last_seen_s",
+                     pl_now() - n->last_seen, "job", n->busy_job, "devices", devs);
+}
+
+void pl_coord_on_nodes(pl_coord_t *c, const pl_ctl_msg_t *m)
+{
+    json_t *arr = json_array();
+    for (int i = 0; i < c->n_nodes; i++)
+        json_array_append_new(arr, s_node_json(&c->nodes[i]));
+    /* nodes the cluster file expects that never registered */
+    for (int i = 0; i < c->cfg->n_nodes; i++)
+        if (pl_coord_find_node(c, c->cfg->nodes[i].name) < 0)
+            json_array_append_new(arr, json_pack("{s:s, s:s, s:s, s:n, s:i, s:[]}", "name",
+                                                 c->cfg->nodes[i].name, "host",
+                                                 c->cfg->nodes[i].address, "state", "missing",
+                                                 "last_seen_s", "job", 0, "devices"));
+    pl_coord_reply(c, m, PL_MSG_REPLY, json_pack("{s:o}", "nodes", arr));
+}
+
+void pl_coord_on_health(pl_coord_t *c, const pl_ctl_msg_t *m)
+{
+    char name[PL_CFG_NAME_MAX + 1];
+    if (pl_json_str(m->body, "node", name, PL_CFG_NAME_MAX)) {
+        pl_coord_reply_error(c, m, "%s", pl_error_msg());
+        return;
+    }
+    int i = pl_coord_find_node(c, name);
+    if (i < 0) {
+        pl_coord_reply_error(c, m, "no node '%s'", name);
+        return;
+    }
+    const pl_coord_node_t *n = &c->nodes[i];
+    json_t *body = s_node_json(n);
+    json_t *unav = n->hello ? json_object_get(n->hello, "unavailable") : NULL;
+    json_object_set_new(body, "unavailable", unav ? json_incref(unav) : json_array());
+    json_object_set_new(body, "heartbeat", n->health ? json_incref(n->health) : json_null());
+    json_object_set_new(body, "uptime_s", json_real(pl_now() - n->registered_at));
+    pl_coord_reply(c, m, PL_MSG_REPLY, body);
+}

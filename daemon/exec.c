@@ -1,0 +1,446 @@
+/* Stage executor thread: load, announce the UCX address, wait for START, then run the stage's
+ * role (first, middle, last or all-in-one) until the job's STOP arrives. */
+#include "daemon/exec.h"
+
+#include "common/log.h"
+#include "common/util.h"
+#include "common/json.h"
+#include "daemon/gen.h"
+#include "transport/ctl.h"
+#include "transport/ucx.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zmq.h>
+
+struct pl_exec {
+    pl_exec_params_t p;
+    void *zctx;
+    void *main_sock; /* PAIR, caller's side */
+    char endpoint[64];
+    pthread_t thread;
+    atomic_int cancel;
+    /* executor-thread state */
+    void *sock;
+    pl_model_t *model;
+    void *stage;
+    pl_gen_job_t job;
+    pl_ucx_t *ucx;
+    pl_ucx_ep_t *next;
+    pl_act_limits_t limits;
+    int hidden, vocab;
+    int32_t *tokens;
+    float *out;
+    int *ints;
+    pl_act_seq_t *seqs_in, *seqs_out;
+    double compute_s, wait_s, t_start;
+    uint64_t n_msgs, n_tokens;
+};
+
+static pl_status_t s_send_main(pl_exec_t *x, pl_msg_type_t type, json_t *body)
+{
+    json_object_set_new(body, "job", json_integer(x->p.job_id));
+    json_object_set_new(body, "stage", json_integer(x->p.stage));
+    pl_status_t st = pl_ctl_send(x->sock, NULL, 0, type, body);
+    json_decref(body);
+    return st;
+}
+
+static pl_status_t s_load(pl_exec_t *x)
+{
+    pl_status_t st;
+    const pl_model_config_t *cfg;
+    pl_be_stage_params_t sp;
+
+    if ((st = pl_model_open(x->p.model_dir, &x->model)))
+        return st;
+    cfg = pl_model_config(x->model);
+    if ((st = pl_gen_job_from_json(x->p.job, cfg, &x->job)))
+        return st;
+    x->hidden = cfg->hidden;
+    x->vocab = cfg->vocab;
+    sp = (pl_be_stage_params_t){.first_layer = x->p.first_layer, .last_layer = x->p.last_layer,
+                                .has_embed = x->p.stage == 0,
+                                .has_head = x->p.stage == x->p.n_stages - 1,
+                                .max_seqs = x->job.n_seqs, .max_ctx = x->p.max_ctx,
+                                .max_tokens = x->p.max_tokens};
+    if (sp.max_ctx < pl_gen_job_max_ctx(&x->job) || sp.max_tokens < pl_gen_job_max_tokens(&x->job))
+        return pl_error(PL_ERR_INVALID, "assignment: max_ctx %d / max_tokens %d smaller than the "
+                        "job needs", sp.max_ctx, sp.max_tokens);
+    if ((st = x->p.ops->stage_load(x->p.dev, x->model, &sp, &x->stage)))
+        return st;
+    x->limits = (pl_act_limits_t){.max_seq = (uint32_t)x->job.n_seqs,
+                                  .max_tokens = (uint32_t)x->p.max_tokens,
+                                  .dim = (uint32_t)x->hidden, .max_pos = (uint32_t)x->p.max_ctx};
+    size_t nt = (size_t)x->p.max_tokens, ns = (size_t)x->job.n_seqs;
+    x->tokens = malloc(nt * sizeof(int32_t));
+    x->out = malloc(PL_MAX(nt * (size_t)x->hidden, ns * (size_t)x->vocab) * sizeof(float));
+    x->ints = malloc(3 * ns * sizeof(int));
+    x->seqs_in = malloc(ns * sizeof(pl_act_seq_t));
+    x->seqs_out = malloc(ns * sizeof(pl_act_seq_t));
+    if (!x->tokens || !x->out || !x->ints || !x->seqs_in || !x->seqs_out)
+        return pl_error(PL_ERR_NOMEM, "stage buffers: out of memory");
+    return PL_OK;
+}
+
+/* Wait for START from the main thread; returns the next stage's address (caller frees). */
+static pl_status_t s_wait_start(pl_exec_t *x, char **next_p)
+{
+    while (!atomic_load(&x->cancel)) {
+        zmq_pollitem_t it = {.socket = x->sock, .events = ZMQ_POLLIN};
+        if (zmq_poll(&it, 1, 100) <= 0)
+            continue;
+        pl_ctl_msg_t msg;
+        pl_status_t st = pl_ctl_recv(x->sock, false, 0, &msg);
+        if (st)
+            return st;
+        if (msg.type != PL_MSG_START) {
+            pl_ctl_msg_clear(&msg);
+            continue;
+        }
+        const char *next = NULL;
+        st = pl_json_str_opt(msg.body, "next", 1 << 16, &next);
+        *next_p = next ? strdup(next) : NULL;
+        pl_ctl_msg_clear(&msg);
+        return st;
+    }
+    return pl_error(PL_ERR_CANCELED, "canceled before start");
+}
+
+static pl_status_t s_forward(pl_exec_t *x, const pl_act_hdr_t *hdr, const pl_act_seq_t *seqs,
+                             const void *in)
+{
+    pl_be_batch_t batch;
+    double t0 = pl_now();
+    pl_gen_batch(hdr, seqs, x->ints, &batch);
+    pl_status_t st = x->p.ops->stage_forward(x->stage, &batch, in, x->out);
+    x->compute_s += pl_now() - t0;
+    x->n_tokens += hdr->n_tokens;
+    return st;
+}
+
+static pl_status_t s_send(pl_exec_t *x, const pl_act_hdr_t *hdr, const pl_act_seq_t *seqs,
+                          const void *payload)
+{
+    void *buf;
+    size_t len;
+    pl_act_hdr_t h = *hdr;
+    if (h.kind == PL_ACT_HIDDEN)
+        h.dim = (uint32_t)x->hidden;
+    pl_status_t st = pl_act_encode(&h, seqs, payload, &buf, &len);
+    if (st)
+        return st;
+    x->n_msgs++;
+    return pl_ucx_send(x->ucx, x->next,
+                       pl_act_tag(hdr->job, (pl_act_kind_t)hdr->kind, hdr->mb, hdr->step), buf,
+                       len);
+}
+
+/* Receive and validate the next data message of this job. *buf_p is the caller's to free. */
+static pl_status_t s_recv(pl_exec_t *x, pl_act_hdr_t *hdr, const void **payload, void **buf_p)
+{
+    size_t len, max = pl_act_size(&(pl_act_hdr_t){.kind = PL_ACT_HIDDEN,
+                                                  .n_seq = x->limits.max_seq,
+                                                  .n_tokens = x->limits.max_tokens,
+                                                  .dim = x->limits.dim});
+    double t0 = pl_now();
+    pl_status_t st = pl_ucx_recv(x->ucx, pl_act_tag_job(x->p.job_id), PL_ACT_TAG_JOB_MASK, max,
+                                 buf_p, &len, NULL, -1, (const volatile int *)&x->cancel);
+    x->wait_s += pl_now() - t0;
+    if (st)
+        return st;
+    st = pl_act_decode(*buf_p, len, &x->limits, hdr, x->seqs_in, payload);
+    if (!st && hdr->job != x->p.job_id)
+        st = pl_error(PL_ERR_PROTOCOL, "data message for job %u on job %u's stage", hdr->job,
+                      x->p.job_id);
+    if (st) {
+        free(*buf_p);
+        *buf_p = NULL;
+    }
+    return st;
+}
+
+/* Sampled microbatches of an all-in-one stage wait here instead of on the network. */
+typedef struct {
+    pl_act_hdr_t *hdr;
+    pl_act_seq_t *seqs; /* [cap][n_seqs] */
+    int cap, head, count, stride;
+} s_fifo_t;
+
+static pl_status_t s_emit(pl_exec_t *x, pl_gen_sink_t *sink, s_fifo_t *fifo, pl_act_hdr_t *hdr,
+                          const pl_act_seq_t *seqs)
+{
+    pl_status_t st = s_forward(x, hdr, seqs, x->tokens);
+    if (st)
+        return st;
+    if (!fifo)
+        return s_send(x, hdr, seqs, x->out);
+    int at = (fifo->head + fifo->count) % fifo->cap;
+    st = pl_gen_sink_sample(sink, hdr, seqs, x->out, &fifo->hdr[at], x->seqs_out);
+    if (st)
+        return st;
+    memcpy(fifo->seqs + (size_t)at * fifo->stride, x->seqs_out, hdr->n_seq * sizeof(pl_act_seq_t));
+    fifo->count++;
+    return PL_OK;
+}
+
+static pl_status_t s_run_first(pl_exec_t *x, pl_gen_sink_t *sink)
+{
+    pl_gen_feed_t *feed = NULL;
+    pl_act_hdr_t hdr, tok;
+    pl_act_seq_t *dec = NULL;
+    s_fifo_t fifo = {0}, *fq = NULL;
+    pl_status_t st;
+
+    if ((st = pl_gen_feed_create(&x->job, &feed)))
+        return st;
+    dec = malloc((size_t)x->job.n_seqs * sizeof(*dec));
+    if (x->p.n_stages == 1) {
+        fifo.cap = x->job.microbatches;
+        fifo.stride = x->job.n_seqs;
+        fifo.hdr = calloc((size_t)fifo.cap, sizeof(*fifo.hdr));
+        fifo.seqs = calloc((size_t)fifo.cap * (size_t)fifo.stride, sizeof(*fifo.seqs));
+        fq = &fifo;
+    }
+    if (!dec || (fq && (!fifo.hdr || !fifo.seqs))) {
+        st = pl_error(PL_ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    for (int mb = 0; mb < x->job.microbatches && !st; mb++) {
+        pl_gen_feed_prefill(feed, x->p.job_id, mb, &hdr, x->seqs_in, x->tokens);
+        st = s_emit(x, sink, fq, &hdr, x->seqs_in);
+    }
+    while (!st && pl_gen_feed_active(feed) > 0) {
+        void *buf = NULL;
+        const void *payload;
+        const pl_act_seq_t *in = x->seqs_in;
+        if (atomic_load(&x->cancel)) {
+            st = pl_error(PL_ERR_CANCELED, "canceled");
+            break;
+        }
+        if (fq) {
+            tok = fifo.hdr[fifo.head];
+            in = fifo.seqs + (size_t)fifo.head * fifo.stride;
+            fifo.head = (fifo.head + 1) % fifo.cap;
+            fifo.count--;
+        } else if ((st = s_recv(x, &tok, &payload, &buf))) {
+            break;
+        }
+        if (tok.kind != PL_ACT_TOKENS)
+            st = pl_error(PL_ERR_PROTOCOL, "stage 0 expected tokens, got kind %u", tok.kind);
+        else
+            st = pl_gen_feed_decode(feed, &tok, in, &hdr, dec, x->tokens);
+        free(buf);
+        if (!st && hdr.n_seq > 0)
+            st = s_emit(x, sink, fq, &hdr, dec);
+    }
+    if (!st && !fq) {
+        hdr = (pl_act_hdr_t){.kind = PL_ACT_STOP, .job = x->p.job_id};
+        st = s_send(x, &hdr, NULL, NULL);
+    }
+out:
+    free(fifo.hdr);
+    free(fifo.seqs);
+    free(dec);
+    pl_gen_feed_destroy(&feed);
+    return st;
+}
+
+static pl_status_t s_run_rest(pl_exec_t *x, pl_gen_sink_t *sink)
+{
+    bool last = x->p.stage == x->p.n_stages - 1;
+    pl_status_t st = PL_OK;
+    while (!st) {
+        pl_act_hdr_t hdr, out;
+        const void *payload;
+        void *buf;
+        if ((st = s_recv(x, &hdr, &payload, &buf)))
+            break;
+        if (hdr.kind == PL_ACT_STOP) {
+            free(buf);
+            if (!last)
+                st = s_send(x, &hdr, NULL, NULL);
+            break;
+        }
+        if (hdr.kind != PL_ACT_HIDDEN) {
+            free(buf);
+            st = pl_error(PL_ERR_PROTOCOL, "stage %d expected activations, got kind %u",
+                          x->p.stage, hdr.kind);
+            break;
+        }
+        st = s_forward(x, &hdr, x->seqs_in, payload);
+        free(buf);
+        if (st)
+            break;
+        if (last) {
+            if (!(st = pl_gen_sink_sample(sink, &hdr, x->seqs_in, x->out, &out, x->seqs_out)))
+                st = s_send(x, &out, x->seqs_out, NULL);
+        } else {
+            st = s_send(x, &hdr, x->seqs_in, x->out);
+        }
+    }
+    return st;
+}
+
+static json_t *s_stats(pl_exec_t *x, pl_gen_sink_t *sink)
+{
+    double wall = pl_now() - x->t_start;
+    json_t *s = json_pack("{s:f, s:f, s:f, s:I, s:I}", "wall_s", wall, "compute_s", x->compute_s,
+                          "wait_s", x->wait_s, "messages", (json_int_t)x->n_msgs, "tokens",
+                          (json_int_t)x->n_tokens);
+    if (sink) {
+        double pf = pl_gen_sink_prefill_done_at(sink);
+        json_object_set_new(s, "generated", json_integer((json_int_t)pl_gen_sink_generated(sink)));
+        json_object_set_new(s, "prefill_s", json_real(pf > 0 ? pf - x->t_start : wall));
+    }
+    if (x->next)
+        json_object_set_new(s, "link", json_string(pl_ucx_ep_transport(x->next)));
+    return s;
+}
+
+static void *s_thread(void *arg)
+{
+    pl_exec_t *x = arg;
+    pl_gen_sink_t *sink = NULL;
+    char *addr = NULL, *next = NULL;
+    pl_status_t st;
+    bool last = x->p.stage == x->p.n_stages - 1;
+
+    x->sock = zmq_socket(x->zctx, ZMQ_PAIR);
+    if (!x->sock || zmq_connect(x->sock, x->endpoint) != 0) {
+        pl_log_error("job %u stage %d: inproc socket: %s", x->p.job_id, x->p.stage,
+                     zmq_strerror(zmq_errno()));
+        return NULL;
+    }
+    if ((st = s_load(x)))
+        goto fail;
+    if (x->p.n_stages > 1) {
+        if ((st = pl_ucx_create(&x->ucx)) || (st = pl_ucx_address(x->ucx, &addr)))
+            goto fail;
+    }
+    s_send_main(x, PL_MSG_READY, json_pack("{s:s?}", "ucx_addr", addr));
+    if ((st = s_wait_start(x, &next)))
+        goto fail;
+    if (x->p.n_stages > 1) {
+        if (!next) {
+            st = pl_error(PL_ERR_PROTOCOL, "START without the next stage's address");
+            goto fail;
+        }
+        if ((st = pl_ucx_connect(x->ucx, next, &x->next)))
+            goto fail;
+    }
+    if (last && (st = pl_gen_sink_create(&x->job, x->vocab, &sink)))
+        goto fail;
+    x->t_start = pl_now();
+    pl_log_info("job %u stage %d: running layers %d-%d%s", x->p.job_id, x->p.stage,
+                x->p.first_layer, x->p.last_layer,
+                x->next ? "" : " (single stage)");
+    st = x->p.stage == 0 ? s_run_first(x, sink) : s_run_rest(x, sink);
+    if (!st && x->ucx)
+        st = pl_ucx_flush(x->ucx, 10000);
+    if (st)
+        goto fail;
+    {
+        json_t *body = json_pack("{s:o}", "stats", s_stats(x, sink));
+        if (sink)
+            json_object_set_new(body, "results", pl_gen_sink_results(sink));
+        s_send_main(x, PL_MSG_DONE, body);
+    }
+    goto out;
+fail:
+    if (st != PL_ERR_CANCELED)
+        pl_log_error("job %u stage %d: %s", x->p.job_id, x->p.stage,
+                     pl_error_msg()[0] ? pl_error_msg() : pl_status_str(st));
+    s_send_main(x, PL_MSG_FAIL,
+                json_pack("{s:s, s:s}", "error",
+                          pl_error_msg()[0] ? pl_error_msg() : pl_status_str(st), "status",
+                          pl_status_str(st)));
+out:
+    free(addr);
+    free(next);
+    pl_gen_sink_destroy(&sink);
+    if (x->ucx && x->next)
+        pl_ucx_flush(x->ucx, 1000);
+    x->next = NULL; /* closed with the worker */
+    pl_ucx_destroy(&x->ucx);
+    if (x->stage)
+        x->p.ops->stage_unload(x->stage);
+    x->stage = NULL;
+    pl_model_destroy(&x->model);
+    pl_gen_job_clear(&x->job);
+    free(x->tokens);
+    free(x->out);
+    free(x->ints);
+    free(x->seqs_in);
+    free(x->seqs_out);
+    zmq_close(x->sock);
+    return NULL;
+}
+
+pl_status_t pl_exec_start(void *zctx, pl_exec_params_t *params, pl_exec_t **exec_p)
+{
+    static atomic_uint s_counter;
+    pl_exec_t *x = calloc(1, sizeof(*x));
+    if (!x)
+        return pl_error(PL_ERR_NOMEM, "executor: out of memory");
+    x->p = *params;
+    params->job = NULL;
+    x->zctx = zctx;
+    snprintf(x->endpoint, sizeof(x->endpoint), "inproc://exec-%u-%u", x->p.job_id,
+             atomic_fetch_add(&s_counter, 1));
+    x->main_sock = zmq_socket(zctx, ZMQ_PAIR);
+    if (!x->main_sock || zmq_bind(x->main_sock, x->endpoint) != 0) {
+        pl_status_t st = pl_error(PL_ERR_TRANSPORT, "inproc bind: %s", zmq_strerror(zmq_errno()));
+        if (x->main_sock)
+            zmq_close(x->main_sock);
+        json_decref(x->p.job);
+        free(x);
+        return st;
+    }
+    int linger = 0;
+    zmq_setsockopt(x->main_sock, ZMQ_LINGER, &linger, sizeof(linger));
+    if (pthread_create(&x->thread, NULL, s_thread, x) != 0) {
+        zmq_close(x->main_sock);
+        json_decref(x->p.job);
+        free(x);
+        return pl_error(PL_ERR_NOMEM, "cannot start executor thread");
+    }
+    *exec_p = x;
+    return PL_OK;
+}
+
+void *pl_exec_socket(pl_exec_t *x)
+{
+    return x->main_sock;
+}
+
+uint32_t pl_exec_job(const pl_exec_t *x)
+{
+    return x->p.job_id;
+}
+
+int pl_exec_stage(const pl_exec_t *x)
+{
+    return x->p.stage;
+}
+
+void pl_exec_cancel(pl_exec_t *x)
+{
+    atomic_store(&x->cancel, 1);
+}
+
+void pl_exec_destroy(pl_exec_t **exec_p)
+{
+    pl_exec_t *x = *exec_p;
+    if (!x)
+        return;
+    pl_exec_cancel(x);
+    pthread_join(x->thread, NULL);
+    zmq_close(x->main_sock);
+    json_decref(x->p.job);
+    free(x);
+    *exec_p = NULL;
+}

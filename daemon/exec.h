@@ -1,0 +1,38 @@
+/* A stage executor: one thread that loads a stage's layers, talks UCX to its neighbours and runs
+ * microbatches until the job ends. It reports to the node's main thread over an inproc ZeroMQ
+ * PAIR socket with control messages (READY, DONE, FAIL) and receives START on the same socket. */
+#ifndef PL_DAEMON_EXEC_H
+#define PL_DAEMON_EXEC_H
+
+#include "backends/backend.h"
+
+#include <jansson.h>
+#include <limits.h>
+#include <stdint.h>
+
+typedef struct {
+    uint32_t job_id;
+    int stage, n_stages;
+    int first_layer, last_layer;
+    char model_dir[PATH_MAX];
+    json_t *job;  /* generation settings and prompts (pl_gen_job_from_json); owned by the exec */
+    int max_ctx, max_tokens;
+    const pl_be_ops_t *ops;
+    void *dev;    /* opened device; borrowed, outlives the exec */
+    int threads;
+} pl_exec_params_t;
+
+typedef struct pl_exec pl_exec_t;
+
+/* Start the executor thread; params->job is taken (set to NULL). The returned exec's PAIR socket
+ * (pl_exec_socket) is for the caller's poll loop. */
+pl_status_t pl_exec_start(void *zctx, pl_exec_params_t *params, pl_exec_t **exec_p);
+void *pl_exec_socket(pl_exec_t *exec);
+uint32_t pl_exec_job(const pl_exec_t *exec);
+int pl_exec_stage(const pl_exec_t *exec);
+/* Ask the thread to stop soon (the job was canceled). Never blocks. */
+void pl_exec_cancel(pl_exec_t *exec);
+/* Cancel, join the thread, close the socket, free; *exec_p NULL; safe on NULL. */
+void pl_exec_destroy(pl_exec_t **exec_p);
+
+#endif

@@ -1,0 +1,79 @@
+/* Generation bookkeeping shared by the pipeline executor and the in-process reference runner:
+ * the feeder (stage 0: which tokens go in next) and the sink (last stage: sampling, stop rules,
+ * collected outputs). Both speak in data-plane messages (transport/act.h). */
+#ifndef PL_DAEMON_GEN_H
+#define PL_DAEMON_GEN_H
+
+#include "backends/backend.h"
+#include "model/sample.h"
+#include "transport/act.h"
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#define PL_GEN_MAX_SEQS 4096
+
+typedef struct {
+    int n_seqs;
+    int32_t **prompts; /* [n_seqs][prompt_len[i]] */
+    int *prompt_len;
+    int max_new_tokens;
+    bool stop_at_eos;
+    pl_sample_params_t sampling;
+    int n_eos;
+    int eos[PL_MODEL_MAX_EOS];
+    int microbatches; /* sequence s belongs to microbatch s % microbatches */
+} pl_gen_job_t;
+
+/* Fill a job from the JSON form the coordinator sends ("prompts", "max_new_tokens", "sampling",
+ * "stop_at_eos", "microbatches"); the EOS ids come from the model config. Token ids are checked
+ * against vocab. Free with pl_gen_job_clear. */
+pl_status_t pl_gen_job_from_json(const json_t *obj, const pl_model_config_t *cfg, pl_gen_job_t *job);
+/* Parse prompts JSONL text: one JSON array of token ids per non-empty line. */
+pl_status_t pl_gen_prompts_parse(const char *text, size_t len, const char *origin, json_t **prompts_p);
+void pl_gen_job_clear(pl_gen_job_t *job);
+/* Largest context any sequence reaches, and largest token count of one microbatch message. */
+int pl_gen_job_max_ctx(const pl_gen_job_t *job);
+int pl_gen_job_max_tokens(const pl_gen_job_t *job);
+/* Sequences in microbatch mb. */
+int pl_gen_job_mb_size(const pl_gen_job_t *job, int mb);
+
+/* Convert the sequence entries of a message to a backend batch (arrays of n_seq ints each, held
+ * in `ints`, which needs room for 3 * n_seq). */
+void pl_gen_batch(const pl_act_hdr_t *hdr, const pl_act_seq_t *seqs, int *ints,
+                  pl_be_batch_t *batch);
+
+typedef struct pl_gen_feed pl_gen_feed_t;
+pl_status_t pl_gen_feed_create(const pl_gen_job_t *job, pl_gen_feed_t **feed_p);
+void pl_gen_feed_destroy(pl_gen_feed_t **feed_p);
+/* The prefill message of microbatch mb: header, entries and the prompt tokens (n_tokens). */
+void pl_gen_feed_prefill(pl_gen_feed_t *feed, uint32_t job_id, int mb, pl_act_hdr_t *hdr,
+                         pl_act_seq_t *seqs, int32_t *tokens);
+/* Given the sampled tokens of a microbatch (a PL_ACT_TOKENS message), the next decode message:
+ * unfinished sequences with their new token at their next position. hdr->n_seq == 0 means the
+ * microbatch is finished. PL_ERR_PROTOCOL if the message does not fit what was sent. */
+pl_status_t pl_gen_feed_decode(pl_gen_feed_t *feed, const pl_act_hdr_t *in,
+                               const pl_act_seq_t *in_seqs, pl_act_hdr_t *hdr, pl_act_seq_t *seqs,
+                               int32_t *tokens);
+/* Microbatches not yet finished. */
+int pl_gen_feed_active(const pl_gen_feed_t *feed);
+
+typedef struct pl_gen_sink pl_gen_sink_t;
+pl_status_t pl_gen_sink_create(const pl_gen_job_t *job, int vocab, pl_gen_sink_t **sink_p);
+void pl_gen_sink_destroy(pl_gen_sink_t **sink_p);
+/* Sample one token per sequence of the message `hdr`/`seqs` from logits [n_seq][vocab], record
+ * them, and fill the PL_ACT_TOKENS message for stage 0. */
+pl_status_t pl_gen_sink_sample(pl_gen_sink_t *sink, const pl_act_hdr_t *hdr,
+                               const pl_act_seq_t *seqs, const float *logits, pl_act_hdr_t *out,
+                               pl_act_seq_t *out_seqs);
+/* True when every sequence has finished. */
+bool pl_gen_sink_done(const pl_gen_sink_t *sink);
+/* Results in prompt order: [{"seq": i, "tokens": [...], "finish": "eos"|"length"}]. New ref. */
+json_t *pl_gen_sink_results(const pl_gen_sink_t *sink);
+/* Tokens generated so far, and how many of them came from prefill (first tokens). */
+uint64_t pl_gen_sink_generated(const pl_gen_sink_t *sink);
+/* Time (pl_now) at which the last sequence got its first token; 0 before. */
+double pl_gen_sink_prefill_done_at(const pl_gen_sink_t *sink);
+
+#endif

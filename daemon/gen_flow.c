@@ -1,0 +1,216 @@
+/* The feeder (stage 0) and the sink (last stage) of a generation: what goes into the pipeline
+ * next, and what comes out of it. */
+#include "daemon/gen.h"
+
+#include "common/util.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct pl_gen_feed {
+    const pl_gen_job_t *job;
+    int *pos;        /* next position of each sequence */
+    bool *finished;
+    int active;      /* microbatches with unfinished sequences */
+};
+
+pl_status_t pl_gen_feed_create(const pl_gen_job_t *job, pl_gen_feed_t **feed_p)
+{
+    pl_gen_feed_t *f = calloc(1, sizeof(*f));
+    if (!f)
+        return pl_error(PL_ERR_NOMEM, "feed: out of memory");
+    f->job = job;
+    f->pos = calloc((size_t)job->n_seqs, sizeof(int));
+    f->finished = calloc((size_t)job->n_seqs, sizeof(bool));
+    if (!f->pos || !f->finished) {
+        pl_gen_feed_destroy(&f);
+        return pl_error(PL_ERR_NOMEM, "feed: out of memory");
+    }
+    f->active = job->microbatches;
+    *feed_p = f;
+    return PL_OK;
+}
+
+void pl_gen_feed_destroy(pl_gen_feed_t **feed_p)
+{
+    if (!*feed_p)
+        return;
+    free((*feed_p)->pos);
+    free((*feed_p)->finished);
+    free(*feed_p);
+    *feed_p = NULL;
+}
+
+void pl_gen_feed_prefill(pl_gen_feed_t *f, uint32_t job_id, int mb, pl_act_hdr_t *hdr,
+                         pl_act_seq_t *seqs, int32_t *tokens)
+{
+    const pl_gen_job_t *job = f->job;
+    uint32_t n = 0, t = 0;
+    for (int s = mb; s < job->n_seqs; s += job->microbatches) {
+        int len = job->prompt_len[s];
+        seqs[n] = (pl_act_seq_t){.seq = (uint32_t)s, .pos0 = 0, .n_tok = (uint32_t)len};
+        memcpy(tokens + t, job->prompts[s], (size_t)len * sizeof(int32_t));
+        f->pos[s] = len;
+        t += (uint32_t)len;
+        n++;
+    }
+    *hdr = (pl_act_hdr_t){.kind = PL_ACT_HIDDEN, .job = job_id, .mb = (uint32_t)mb, .step = 0,
+                          .n_seq = n, .n_tokens = t};
+}
+
+pl_status_t pl_gen_feed_decode(pl_gen_feed_t *f, const pl_act_hdr_t *in,
+                               const pl_act_seq_t *in_seqs, pl_act_hdr_t *hdr, pl_act_seq_t *seqs,
+                               int32_t *tokens)
+{
+    const pl_gen_job_t *job = f->job;
+    uint32_t n = 0;
+    if (in->kind != PL_ACT_TOKENS || in->mb >= (uint32_t)job->microbatches)
+        return pl_error(PL_ERR_PROTOCOL, "tokens message: bad kind %u or microbatch %u", in->kind,
+                        in->mb);
+    for (uint32_t i = 0; i < in->n_seq; i++) {
+        uint32_t s = in_seqs[i].seq;
+        if (s % (uint32_t)job->microbatches != in->mb || f->finished[s])
+            return pl_error(PL_ERR_PROTOCOL, "tokens message: sequence %u is not live in "
+                            "microbatch %u", s, in->mb);
+        if (in_seqs[i].flags & PL_ACT_FINISHED) {
+            f->finished[s] = true;
+            continue;
+        }
+        seqs[n] = (pl_act_seq_t){.seq = s, .pos0 = (uint32_t)f->pos[s], .n_tok = 1};
+        tokens[n] = in_seqs[i].token;
+        f->pos[s]++;
+        n++;
+    }
+    *hdr = (pl_act_hdr_t){.kind = PL_ACT_HIDDEN, .job = in->job, .mb = in->mb,
+                          .step = in->step + 1, .n_seq = n, .n_tokens = n};
+    if (n == 0)
+        f->active--;
+    return PL_OK;
+}
+
+int pl_gen_feed_active(const pl_gen_feed_t *f)
+{
+    return f->active;
+}
+
+struct pl_gen_sink {
+    const pl_gen_job_t *job;
+    int vocab;
+    int32_t **out;     /* generated tokens per sequence */
+    int *n_out;
+    int *finish;       /* 0 running, 1 eos, 2 length */
+    int n_done;
+    int n_first;       /* sequences that have their first token */
+    uint64_t generated;
+    double prefill_done_at;
+    float *scratch;
+};
+
+pl_status_t pl_gen_sink_create(const pl_gen_job_t *job, int vocab, pl_gen_sink_t **sink_p)
+{
+    pl_gen_sink_t *k = calloc(1, sizeof(*k));
+    if (!k)
+        return pl_error(PL_ERR_NOMEM, "sink: out of memory");
+    k->job = job;
+    k->vocab = vocab;
+    k->out = calloc((size_t)job->n_seqs, sizeof(*k->out));
+    k->n_out = calloc((size_t)job->n_seqs, sizeof(int));
+    k->finish = calloc((size_t)job->n_seqs, sizeof(int));
+    k->scratch = malloc(2 * (size_t)vocab * sizeof(float));
+    if (!k->out || !k->n_out || !k->finish || !k->scratch)
+        goto err;
+    for (int s = 0; s < job->n_seqs; s++)
+        if (!(k->out[s] = malloc((size_t)job->max_new_tokens * sizeof(int32_t))))
+            goto err;
+    *sink_p = k;
+    return PL_OK;
+err:
+    pl_gen_sink_destroy(&k);
+    return pl_error(PL_ERR_NOMEM, "sink: out of memory");
+}
+
+void pl_gen_sink_destroy(pl_gen_sink_t **sink_p)
+{
+    pl_gen_sink_t *k = *sink_p;
+    if (!k)
+        return;
+    if (k->out)
+        for (int s = 0; s < k->job->n_seqs; s++)
+            free(k->out[s]);
+    free(k->out);
+    free(k->n_out);
+    free(k->finish);
+    free(k->scratch);
+    free(k);
+    *sink_p = NULL;
+}
+
+static bool s_is_eos(const pl_gen_job_t *job, int token)
+{
+    for (int i = 0; i < job->n_eos; i++)
+        if (job->eos[i] == token)
+            return true;
+    return false;
+}
+
+pl_status_t pl_gen_sink_sample(pl_gen_sink_t *k, const pl_act_hdr_t *hdr,
+                               const pl_act_seq_t *seqs, const float *logits, pl_act_hdr_t *out,
+                               pl_act_seq_t *out_seqs)
+{
+    const pl_gen_job_t *job = k->job;
+    for (uint32_t i = 0; i < hdr->n_seq; i++) {
+        uint32_t s = seqs[i].seq;
+        if (s >= (uint32_t)job->n_seqs || k->finish[s])
+            return pl_error(PL_ERR_PROTOCOL, "sequence %u is not running", s);
+        int step = k->n_out[s];
+        int tok = pl_sample(logits + (size_t)i * (size_t)k->vocab, k->vocab, &job->sampling, s,
+                            (uint64_t)step, k->scratch);
+        k->out[s][k->n_out[s]++] = tok;
+        k->generated++;
+        if (step == 0 && ++k->n_first == job->n_seqs)
+            k->prefill_done_at = pl_now();
+        uint32_t flags = 0;
+        if (job->stop_at_eos && s_is_eos(job, tok))
+            k->finish[s] = 1;
+        else if (k->n_out[s] >= job->max_new_tokens)
+            k->finish[s] = 2;
+        if (k->finish[s]) {
+            flags = PL_ACT_FINISHED;
+            k->n_done++;
+        }
+        out_seqs[i] = (pl_act_seq_t){.seq = s, .pos0 = seqs[i].pos0 + seqs[i].n_tok - 1,
+                                     .n_tok = 1, .flags = flags, .token = tok};
+    }
+    *out = (pl_act_hdr_t){.kind = PL_ACT_TOKENS, .job = hdr->job, .mb = hdr->mb,
+                          .step = hdr->step, .n_seq = hdr->n_seq, .n_tokens = hdr->n_seq};
+    return PL_OK;
+}
+
+bool pl_gen_sink_done(const pl_gen_sink_t *k)
+{
+    return k->n_done == k->job->n_seqs;
+}
+
+json_t *pl_gen_sink_results(const pl_gen_sink_t *k)
+{
+    json_t *arr = json_array();
+    for (int s = 0; s < k->job->n_seqs; s++) {
+        json_t *toks = json_array();
+        for (int t = 0; t < k->n_out[s]; t++)
+            json_array_append_new(toks, json_integer(k->out[s][t]));
+        const char *fin = k->finish[s] == 1 ? "eos" : k->finish[s] == 2 ? "length" : "none";
+        json_array_append_new(arr, json_pack("{s:i, s:o, s:s}", "seq", s, "tokens", toks,
+                                             "finish", fin));
+    }
+    return arr;
+}
+
+uint64_t pl_gen_sink_generated(const pl_gen_sink_t *k)
+{
+    return k->generated;
+}
+
+double pl_gen_sink_prefill_done_at(const pl_gen_sink_t *k)
+{
+    return k->prefill_done_at;
+}

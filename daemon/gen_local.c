@@ -1,0 +1,155 @@
+/* In-process generation: stages run back to back in one thread over the same microbatch plan
+ * the pipeline uses, so its tokens are the reference for every partition. */
+#include "daemon/gen_local.h"
+
+#include "common/util.h"
+#include "daemon/gen.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define S_MAX_STAGES 64
+
+typedef struct {
+    const pl_be_ops_t *ops;
+    void *stage[S_MAX_STAGES];
+    int n_stages;
+    float *a, *b; /* ping-pong activations */
+    int *ints;
+    double compute_s;
+} s_chain_t;
+
+/* Run one message through every stage; logits end in *out_p. */
+static pl_status_t s_chain(s_chain_t *c, const pl_act_hdr_t *hdr, const pl_act_seq_t *seqs,
+                           const int32_t *tokens, float **out_p)
+{
+    pl_be_batch_t batch;
+    const void *in = tokens;
+    float *out = c->a;
+    double t0 = pl_now();
+    pl_gen_batch(hdr, seqs, c->ints, &batch);
+    for (int i = 0; i < c->n_stages; i++) {
+        pl_status_t st = c->ops->stage_forward(c->stage[i], &batch, in, out);
+        if (st)
+            return pl_error_prefix(st, "stage %d: ", i);
+        in = out;
+        out = out == c->a ? c->b : c->a;
+    }
+    c->compute_s += pl_now() - t0;
+    *out_p = (float *)in;
+    return PL_OK;
+}
+
+pl_status_t pl_gen_local_run(const char *model_dir, const json_t *job_json, const pl_be_ops_t *ops,
+                             void *dev, const int *counts, int n_stages, json_t **results_p,
+                             pl_gen_local_stats_t *stats)
+{
+    pl_model_t *model = NULL;
+    pl_gen_job_t job = {0};
+    pl_gen_feed_t *feed = NULL;
+    pl_gen_sink_t *sink = NULL;
+    s_chain_t c = {.ops = ops, .n_stages = counts ? n_stages : 1};
+    pl_act_hdr_t *q_hdr = NULL, hdr;
+    pl_act_seq_t *q_seqs = NULL, *seqs = NULL;
+    int32_t *tokens = NULL;
+    int q_head = 0, q_count = 0;
+    double t0 = pl_now();
+    pl_status_t st;
+
+    memset(stats, 0, sizeof(*stats));
+    if (c.n_stages < 1 || c.n_stages > S_MAX_STAGES)
+        return pl_error(PL_ERR_RANGE, "%d stages: between 1 and %d allowed", c.n_stages,
+                        S_MAX_STAGES);
+    if ((st = pl_model_open(model_dir, &model)))
+        return st;
+    const pl_model_config_t *cfg = pl_model_config(model);
+    if ((st = pl_gen_job_from_json(job_json, cfg, &job)))
+        goto out;
+    int max_tokens = pl_gen_job_max_tokens(&job), first = 0, total = 0;
+    for (int i = 0; counts && i < n_stages; i++)
+        total += counts[i];
+    if (counts && total != cfg->n_layers) {
+        st = pl_error(PL_ERR_INVALID, "partition covers %d layers, the model has %d", total,
+                      cfg->n_layers);
+        goto out;
+    }
+    for (int i = 0; i < c.n_stages; i++) {
+        int n = counts ? counts[i] : cfg->n_layers;
+        pl_be_stage_params_t sp = {.first_layer = first, .last_layer = first + n - 1,
+                                   .has_embed = i == 0, .has_head = i == c.n_stages - 1,
+                                   .max_seqs = job.n_seqs, .max_ctx = pl_gen_job_max_ctx(&job),
+                                   .max_tokens = max_tokens};
+        first += n;
+        if ((st = ops->stage_load(dev, model, &sp, &c.stage[i]))) {
+            pl_error_prefix(st, "stage %d: ", i);
+            goto out;
+        }
+    }
+    size_t act = PL_MAX((size_t)max_tokens * cfg->hidden, (size_t)job.n_seqs * cfg->vocab);
+    c.a = malloc(act * sizeof(float));
+    c.b = malloc(act * sizeof(float));
+    c.ints = malloc(3 * (size_t)job.n_seqs * sizeof(int));
+    tokens = malloc((size_t)max_tokens * sizeof(int32_t));
+    seqs = malloc((size_t)job.n_seqs * sizeof(*seqs));
+    q_hdr = calloc((size_t)job.microbatches, sizeof(*q_hdr));
+    q_seqs = calloc((size_t)job.microbatches * job.n_seqs, sizeof(*q_seqs));
+    if (!c.a || !c.b || !c.ints || !tokens || !seqs || !q_hdr || !q_seqs) {
+        st = pl_error(PL_ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    if ((st = pl_gen_feed_create(&job, &feed)) ||
+        (st = pl_gen_sink_create(&job, cfg->vocab, &sink)))
+        goto out;
+    stats->load_s = pl_now() - t0;
+    t0 = pl_now();
+    for (int mb = 0; mb < job.microbatches && !st; mb++) {
+        float *logits;
+        pl_gen_feed_prefill(feed, 0, mb, &hdr, seqs, tokens);
+        stats->prompt_tokens += hdr.n_tokens;
+        if ((st = s_chain(&c, &hdr, seqs, tokens, &logits)))
+            break;
+        int at = (q_head + q_count) % job.microbatches;
+        st = pl_gen_sink_sample(sink, &hdr, seqs, logits, &q_hdr[at],
+                                q_seqs + (size_t)at * job.n_seqs);
+        q_count++;
+    }
+    while (!st && q_count > 0) {
+        float *logits;
+        pl_act_hdr_t tok = q_hdr[q_head];
+        pl_act_seq_t *in = q_seqs + (size_t)q_head * job.n_seqs;
+        q_head = (q_head + 1) % job.microbatches;
+        q_count--;
+        if ((st = pl_gen_feed_decode(feed, &tok, in, &hdr, seqs, tokens)) || hdr.n_seq == 0)
+            continue;
+        if ((st = s_chain(&c, &hdr, seqs, tokens, &logits)))
+            break;
+        int at = (q_head + q_count) % job.microbatches;
+        st = pl_gen_sink_sample(sink, &hdr, seqs, logits, &q_hdr[at],
+                                q_seqs + (size_t)at * job.n_seqs);
+        q_count++;
+    }
+    if (!st) {
+        double pf = pl_gen_sink_prefill_done_at(sink);
+        stats->total_s = pl_now() - t0;
+        stats->prefill_s = pf > 0 ? pf - t0 : stats->total_s;
+        stats->compute_s = c.compute_s;
+        stats->generated = pl_gen_sink_generated(sink);
+        *results_p = pl_gen_sink_results(sink);
+    }
+out:
+    for (int i = 0; i < c.n_stages; i++)
+        if (c.stage[i])
+            ops->stage_unload(c.stage[i]);
+    free(c.a);
+    free(c.b);
+    free(c.ints);
+    free(tokens);
+    free(seqs);
+    free(q_hdr);
+    free(q_seqs);
+    pl_gen_feed_destroy(&feed);
+    pl_gen_sink_destroy(&sink);
+    pl_gen_job_clear(&job);
+    pl_model_destroy(&model);
+    return st;
+}

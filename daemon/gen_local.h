@@ -1,0 +1,22 @@
+/* The in-process runner: a whole job in one thread, the model split into stages run one after
+ * another on one device. The reference the pipelines are compared with, and the tool behind
+ * pl-generate and the single-stage benchmarks. */
+#ifndef PL_DAEMON_GEN_LOCAL_H
+#define PL_DAEMON_GEN_LOCAL_H
+
+#include "backends/backend.h"
+
+#include <jansson.h>
+
+typedef struct {
+    double load_s, prefill_s, total_s, compute_s;
+    uint64_t prompt_tokens, generated;
+} pl_gen_local_stats_t;
+
+/* Run `job` (the coordinator's JSON form) over the model in model_dir with n_stages stages of
+ * counts[i] layers each (counts NULL: one stage). *results_p gets the sink's results array. */
+pl_status_t pl_gen_local_run(const char *model_dir, const json_t *job, const pl_be_ops_t *ops,
+                             void *dev, const int *counts, int n_stages, json_t **results_p,
+                             pl_gen_local_stats_t *stats);
+
+#endif

@@ -1,0 +1,153 @@
+/* pipeld: the node daemon. Settings from a node file, flags, or a node entry of a cluster file. */
+#include "common/config.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "daemon/node.h"
+
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static volatile sig_atomic_t s_stop;
+
+static void s_on_signal(int sig)
+{
+    (void)sig;
+    s_stop = 1;
+}
+
+static void s_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: pipeld [--config NODE.yaml] [--name NAME] [--coordinator ENDPOINT]\n"
+            "              [--threads N] [--devices cpu,cuda,hip] [--log-level LEVEL]\n"
+            "  --config FILE        node YAML (etc/pipeld.yaml); flags override its values\n"
+            "  --cluster FILE       take the coordinator and this node's threads from a cluster\n"
+            "                       file (with --name; the embedded default when FILE is '-')\n"
+            "  --name NAME          node name (default: the host name)\n"
+            "  --coordinator EP     coordinator endpoint (default tcp://127.0.0.1:5555)\n"
+            "  --threads N          CPU threads for the CPU device (0: all cores)\n"
+            "  --devices LIST       backends to use (default: every one found)\n");
+}
+
+static int s_devices(pl_cfg_node_t *cfg, const char *list)
+{
+    char buf[128];
+    snprintf(buf, sizeof(buf), "%s", list);
+    cfg->n_devices = 0;
+    for (char *save, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        if (cfg->n_devices == 4 ||
+            (strcmp(t, "cpu") && strcmp(t, "cuda") && strcmp(t, "hip"))) {
+            fprintf(stderr, "pipeld: --devices: '%s' is not cpu, cuda or hip\n", t);
+            return -1;
+        }
+        snprintf(cfg->devices[cfg->n_devices++], sizeof(cfg->devices[0]), "%s", t);
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option opts[] = {{"config", required_argument, NULL, 'f'},
+                                         {"cluster", required_argument, NULL, 'C'},
+                                         {"name", required_argument, NULL, 'n'},
+                                         {"coordinator", required_argument, NULL, 'c'},
+                                         {"threads", required_argument, NULL, 't'},
+                                         {"devices", required_argument, NULL, 'd'},
+                                         {"log-level", required_argument, NULL, 'l'},
+                                         {"help", no_argument, NULL, 'h'},
+                                         {NULL, 0, NULL, 0}};
+    static pl_cfg_node_t cfg;
+    static pl_cfg_cluster_t cluster;
+    const char *config = NULL, *cluster_file = NULL, *name = NULL, *coord = NULL, *devices = NULL,
+               *level = NULL;
+    int threads = -1, o;
+
+    while ((o = getopt_long(argc, argv, "f:C:n:c:t:d:l:h", opts, NULL)) != -1) {
+        switch (o) {
+        case 'f': config = optarg; break;
+        case 'C': cluster_file = optarg; break;
+        case 'n': name = optarg; break;
+        case 'c': coord = optarg; break;
+        case 't': {
+            char *end;
+            long v = strtol(optarg, &end, 10);
+            if (*end || v < 0 || v > 4096) {
+                fprintf(stderr, "pipeld: --threads: '%s' is not a count\n", optarg);
+                return 2;
+            }
+            threads = (int)v;
+            break;
+        }
+        case 'd': devices = optarg; break;
+        case 'l': level = optarg; break;
+        case 'h': s_usage(stdout); return 0;
+        default: s_usage(stderr); return 2;
+        }
+    }
+    if (optind != argc) {
+        s_usage(stderr);
+        return 2;
+    }
+    if (config) {
+        if (pl_cfg_node_load(config, &cfg)) {
+            fprintf(stderr, "pipeld: %s\n", pl_error_msg());
+            return 1;
+        }
+    } else {
+        char host[64] = "node";
+        gethostname(host, sizeof(host) - 1);
+        snprintf(cfg.name, sizeof(cfg.name), "%s", host);
+        snprintf(cfg.coordinator, sizeof(cfg.coordinator), "tcp://127.0.0.1:5555");
+        cfg.memory_reserve_mb = 512;
+        cfg.heartbeat_ms = 500;
+        snprintf(cfg.log_level, sizeof(cfg.log_level), "info");
+    }
+    if (name)
+        snprintf(cfg.name, sizeof(cfg.name), "%s", name);
+    if (cluster_file) {
+        pl_status_t st = strcmp(cluster_file, "-") == 0
+                             ? pl_cfg_cluster_parse(pl_cfg_default_cluster_yaml,
+                                                    strlen(pl_cfg_default_cluster_yaml),
+                                                    "<default cluster>", &cluster)
+                             : pl_cfg_cluster_load(cluster_file, &cluster);
+        if (st) {
+            fprintf(stderr, "pipeld: %s\n", pl_error_msg());
+            return 1;
+        }
+        snprintf(cfg.coordinator, sizeof(cfg.coordinator), "%s", cluster.endpoint);
+        cfg.heartbeat_ms = cluster.heartbeat_ms;
+        for (int i = 0; i < cluster.n_nodes; i++)
+            if (strcmp(cluster.nodes[i].name, cfg.name) == 0)
+                cfg.threads = cluster.nodes[i].threads;
+    }
+    if (coord)
+        snprintf(cfg.coordinator, sizeof(cfg.coordinator), "%s", coord);
+    if (threads >= 0)
+        cfg.threads = threads;
+    if (devices && s_devices(&cfg, devices))
+        return 2;
+    if (level)
+        snprintf(cfg.log_level, sizeof(cfg.log_level), "%s", level);
+    int lvl = pl_log_level_parse(cfg.log_level);
+    if (lvl < 0) {
+        fprintf(stderr, "pipeld: unknown log level '%s'\n", cfg.log_level);
+        return 2;
+    }
+    pl_log_set_level((pl_log_level_t)lvl);
+    char ident[96];
+    snprintf(ident, sizeof(ident), "pipeld[%s]", cfg.name);
+    pl_log_set_ident(ident);
+    signal(SIGINT, s_on_signal);
+    signal(SIGTERM, s_on_signal);
+    signal(SIGPIPE, SIG_IGN);
+    if (pl_node_run(&cfg, &s_stop)) {
+        pl_log_error("%s", pl_error_msg());
+        return 1;
+    }
+    pl_log_info("stopped");
+    return 0;
+}

@@ -1,0 +1,375 @@
+/* pipectl: submit and watch jobs, list nodes, ask a node's health. Tables by default, -o json
+ * for scripts; exit 0 on success, non-zero with a one-line error otherwise. */
+#include "common/config.h"
+#include "common/json.h"
+#include "common/util.h"
+#include "daemon/gen.h"
+#include "transport/ctl.h"
+
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zmq.h>
+
+typedef struct {
+    const char *endpoint;
+    bool json;
+    double timeout_s;
+    void *zctx, *sock;
+} s_ctl_t;
+
+static int s_die(const char *fmt, const char *a)
+{
+    fprintf(stderr, "pipectl: ");
+    fprintf(stderr, fmt, a);
+    fputc('\n', stderr);
+    return 1;
+}
+
+/* One request, one answer. *reply_p is the REPLY body; an ERROR answer is printed and fails. */
+static int s_call(s_ctl_t *c, pl_msg_type_t type, json_t *body, json_t **reply_p)
+{
+    pl_ctl_msg_t m;
+    pl_status_t st = pl_ctl_send(c->sock, NULL, 0, type, body);
+    json_decref(body);
+    if (st)
+        return s_die("cannot send to the coordinator: %s", pl_error_msg());
+    zmq_pollitem_t it = {.socket = c->sock, .events = ZMQ_POLLIN};
+    if (zmq_poll(&it, 1, (long)(c->timeout_s * 1000)) <= 0) {
+        fprintf(stderr, "pipectl: no answer from the coordinator at %s within %.0f s\n",
+                c->endpoint, c->timeout_s);
+        return 1;
+    }
+    if ((st = pl_ctl_recv(c->sock, false, 0, &m)))
+        return s_die("bad answer from the coordinator: %s", pl_error_msg());
+    if (m.type == PL_MSG_ERROR) {
+        const char *e = NULL;
+        pl_json_str_opt(m.body, "error", 1 << 16, &e);
+        fprintf(stderr, "pipectl: %s\n", e ? e : "the coordinator refused");
+        pl_ctl_msg_clear(&m);
+        return 1;
+    }
+    if (m.type != PL_MSG_REPLY) {
+        pl_ctl_msg_clear(&m);
+        return s_die("unexpected answer %s", pl_msg_name(m.type));
+    }
+    *reply_p = json_incref(m.body);
+    pl_ctl_msg_clear(&m);
+    return 0;
+}
+
+static void s_print_json(const json_t *v)
+{
+    char *s = json_dumps(v, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    if (s)
+        puts(s);
+    free(s);
+}
+
+static int64_t s_job_id(const char *arg)
+{
+    char *end;
+    long long v = strtoll(arg, &end, 10);
+    return (*arg && !*end && v > 0 && v <= UINT32_MAX) ? v : -1;
+}
+
+static const char *s_str(const json_t *o, const char *k)
+{
+    const char *s = json_string_value(json_object_get(o, k));
+    return s ? s : "-";
+}
+
+static double s_num(const json_t *o, const char *k)
+{
+    return json_number_value(json_object_get(o, k));
+}
+
+static void s_print_plan(const json_t *plan)
+{
+    size_t i;
+    json_t *s;
+    if (!json_is_object(plan))
+        return;
+    printf("%-5s %-12s %-8s %-9s %6s %10s %12s %12s\n", "STAGE", "NODE", "DEVICE", "LAYERS",
+           "COUNT", "GFLOP/S", "MEM(MiB)", "AVAIL(MiB)");
+    json_array_foreach(json_object_get(plan, "stages"), i, s)
+    {
+        char layers[32];
+        snprintf(layers, sizeof(layers), "%d-%d", (int)s_num(s, "first"), (int)s_num(s, "last"));
+        printf("%-5zu %-12s %-8s %-9s %6d %10.1f %12.1f %12.1f\n", i, s_str(s, "node"),
+               s_str(s, "device"), layers, (int)s_num(s, "layers"), s_num(s, "gflops"),
+               s_num(s, "mem_bytes") / 1048576.0, s_num(s, "mem_available") / 1048576.0);
+    }
+    printf("microbatches: %d   planner: %s\n", (int)s_num(plan, "microbatches"),
+           s_str(plan, "planner"));
+}
+
+static void s_print_throughput(FILE *f, const json_t *t)
+{
+    if (!json_is_object(t))
+        return;
+    fprintf(f,
+            "throughput: %d prompt tokens, %d generated in %.3f s | prefill %.1f tok/s | "
+            "decode %.1f tok/s | overall %.1f tok/s\n",
+            (int)s_num(t, "prompt_tokens"), (int)s_num(t, "generated_tokens"), s_num(t, "wall_s"),
+            s_num(t, "prefill_tok_s"), s_num(t, "decode_tok_s"), s_num(t, "tok_s"));
+}
+
+static int s_status(s_ctl_t *c, int64_t id)
+{
+    json_t *r;
+    if (s_call(c, PL_MSG_STATUS, json_pack("{s:I}", "job", (json_int_t)id), &r))
+        return 1;
+    if (c->json) {
+        s_print_json(r);
+    } else {
+        printf("job %lld: %s  (%d sequences, %.2f s)\n", (long long)id, s_str(r, "state"),
+               (int)s_num(r, "sequences"), s_num(r, "elapsed_s"));
+        printf("model: %s\n", s_str(r, "model"));
+        if (*s_str(r, "note") && strcmp(s_str(r, "note"), "-"))
+            printf("note: %s\n", s_str(r, "note"));
+        s_print_plan(json_object_get(r, "plan"));
+        s_print_throughput(stdout, json_object_get(r, "throughput"));
+    }
+    json_decref(r);
+    return 0;
+}
+
+static int s_results(s_ctl_t *c, int64_t id)
+{
+    json_t *r, *res;
+    size_t i;
+    if (s_call(c, PL_MSG_RESULTS, json_pack("{s:I}", "job", (json_int_t)id), &r))
+        return 1;
+    if (c->json) {
+        s_print_json(r);
+    } else { /* the job's output: JSONL in prompt order */
+        json_array_foreach(json_object_get(r, "results"), i, res)
+        {
+            char *line = json_dumps(res, JSON_COMPACT | JSON_PRESERVE_ORDER);
+            puts(line ? line : "{}");
+            free(line);
+        }
+        s_print_throughput(stderr, json_object_get(r, "throughput"));
+    }
+    json_decref(r);
+    return 0;
+}
+
+static int s_wait(s_ctl_t *c, int64_t id)
+{
+    char last[32] = "";
+    double t0 = pl_now();
+    for (;;) {
+        json_t *r;
+        if (s_call(c, PL_MSG_STATUS, json_pack("{s:I}", "job", (json_int_t)id), &r))
+            return 1;
+        char state[32];
+        snprintf(state, sizeof(state), "%s", s_str(r, "state"));
+        if (strcmp(state, last)) {
+            const char *note = s_str(r, "note");
+            fprintf(stderr, "pipectl: job %lld %s after %.1f s%s%s\n", (long long)id, state,
+                    pl_now() - t0, strcmp(note, "-") && *note ? ": " : "",
+                    strcmp(note, "-") ? note : "");
+            snprintf(last, sizeof(last), "%s", state);
+        }
+        json_decref(r);
+        if (!strcmp(state, "done"))
+            return s_results(c, id);
+        if (!strcmp(state, "failed") || !strcmp(state, "canceled"))
+            return 1;
+        usleep(100 * 1000);
+    }
+}
+
+static int s_submit(s_ctl_t *c, const char *path, bool wait, int stages)
+{
+    static pl_cfg_job_t job;
+    char *text = NULL, model[PATH_MAX];
+    size_t len;
+    json_t *prompts, *r;
+
+    if (pl_cfg_job_load(path, &job))
+        return s_die("%s", pl_error_msg());
+    if (pl_file_read(job.prompts, 64u << 20, &text, &len))
+        return s_die("%s", pl_error_msg());
+    if (pl_gen_prompts_parse(text, len, job.prompts, &prompts)) {
+        free(text);
+        return s_die("%s", pl_error_msg());
+    }
+    free(text);
+    if (!realpath(job.model, model)) {
+        json_decref(prompts);
+        return s_die("model directory %s does not exist", job.model);
+    }
+    char seed[24];
+    snprintf(seed, sizeof(seed), "%llu", (unsigned long long)job.seed);
+    json_t *gen = json_pack("{s:o, s:i, s:b, s:i, s:{s:f, s:i, s:f, s:s}}", "prompts", prompts,
+                            "max_new_tokens", job.max_new_tokens, "stop_at_eos", job.stop_at_eos,
+                            "microbatches", job.microbatches, "sampling", "temperature",
+                            (double)job.temperature, "top_k", job.top_k, "top_p",
+                            (double)job.top_p, "seed", seed);
+    json_t *nodes = json_array();
+    for (int i = 0; i < job.n_nodes; i++)
+        json_array_append_new(nodes, json_string(job.nodes[i]));
+    if (s_call(c, PL_MSG_SUBMIT,
+               json_pack("{s:s, s:o, s:i, s:o}", "model", model, "gen", gen, "stages",
+                         stages >= 0 ? stages : job.stages, "nodes", nodes),
+               &r))
+        return 1;
+    int64_t id = (int64_t)s_num(r, "job");
+    if (c->json && !wait)
+        s_print_json(r);
+    else
+        fprintf(wait ? stderr : stdout, "job %lld submitted\n", (long long)id);
+    json_decref(r);
+    return wait ? s_wait(c, id) : 0;
+}
+
+static int s_nodes(s_ctl_t *c)
+{
+    json_t *r, *n;
+    size_t i;
+    if (s_call(c, PL_MSG_NODES, json_object(), &r))
+        return 1;
+    if (c->json) {
+        s_print_json(r);
+        json_decref(r);
+        return 0;
+    }
+    printf("%-12s %-16s %-8s %-5s %-8s %6s %10s %10s %10s\n", "NODE", "HOST", "STATE", "JOB",
+           "DEVICE", "CORES", "GFLOP/S", "GB/S", "MEM(GiB)");
+    json_array_foreach(json_object_get(r, "nodes"), i, n)
+    {
+        json_t *d = json_array_get(json_object_get(n, "devices"), 0);
+        printf("%-12s %-16s %-8s %-5d %-8s %6d %10.1f %10.1f %10.2f\n", s_str(n, "name"),
+               s_str(n, "host"), s_str(n, "state"), (int)s_num(n, "job"),
+               d ? s_str(d, "id") : "-", d ? (int)s_num(d, "cores") : 0,
+               d ? s_num(d, "gflops") : 0, d ? s_num(d, "mem_gbps") : 0,
+               d ? s_num(d, "mem_bytes") / 1073741824.0 : 0);
+    }
+    json_decref(r);
+    return 0;
+}
+
+static int s_health(s_ctl_t *c, const char *node)
+{
+    json_t *r, *d;
+    size_t i;
+    if (s_call(c, PL_MSG_HEALTH, json_pack("{s:s}", "node", node), &r))
+        return 1;
+    if (c->json) {
+        s_print_json(r);
+        json_decref(r);
+        return 0;
+    }
+    json_t *hb = json_object_get(r, "heartbeat");
+    printf("node:       %s (%s)\n", s_str(r, "name"), s_str(r, "host"));
+    printf("state:      %s, last heartbeat %.2f s ago, up %.0f s\n", s_str(r, "state"),
+           s_num(r, "last_seen_s"), s_num(r, "uptime_s"));
+    printf("load:       %.2f   rss: %.1f MiB   stages: %zu\n", s_num(hb, "load1"),
+           s_num(hb, "rss_kb") / 1024.0, json_array_size(json_object_get(hb, "stages")));
+    json_array_foreach(json_object_get(r, "devices"), i, d)
+        printf("device:     %s  %s, %d cores, %.2f GiB, %.1f GFLOP/s, %.1f GB/s\n",
+               s_str(d, "id"), s_str(d, "name"), (int)s_num(d, "cores"),
+               s_num(d, "mem_bytes") / 1073741824.0, s_num(d, "gflops"), s_num(d, "mem_gbps"));
+    json_array_foreach(json_object_get(r, "unavailable"), i, d)
+        printf("no %-8s %s\n", s_str(d, "backend"), s_str(d, "why"));
+    json_decref(r);
+    return 0;
+}
+
+static void s_usage(FILE *f)
+{
+    fprintf(f, "usage: pipectl [-c ENDPOINT] [-o table|json] [--timeout S] COMMAND ...\n"
+               "  submit JOB.yaml [--wait] [--stages N]   queue a job (--wait: follow it, print results)\n"
+               "  status JOB                             state, plan and throughput of a job\n"
+               "  results JOB                            the job's output, JSONL in prompt order\n"
+               "  cancel JOB                             stop a job\n"
+               "  nodes                                  the cluster's nodes and devices\n"
+               "  health NODE                            one node's devices and heartbeat\n"
+               "  shutdown                               stop the coordinator and its daemons\n"
+               "The endpoint defaults to $PIPELD_COORDINATOR, else tcp://127.0.0.1:5555.\n");
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option opts[] = {{"coordinator", required_argument, NULL, 'c'},
+                                         {"output", required_argument, NULL, 'o'},
+                                         {"timeout", required_argument, NULL, 'T'},
+                                         {"wait", no_argument, NULL, 'w'},
+                                         {"stages", required_argument, NULL, 's'},
+                                         {"help", no_argument, NULL, 'h'},
+                                         {NULL, 0, NULL, 0}};
+    s_ctl_t c = {.endpoint = getenv("PIPELD_COORDINATOR"), .timeout_s = 10};
+    bool wait = false;
+    int stages = -1, o, rc;
+
+    if (!c.endpoint || !*c.endpoint)
+        c.endpoint = "tcp://127.0.0.1:5555";
+    /* GNU getopt moves the command words after the options, wherever the user put them */
+    while ((o = getopt_long(argc, argv, "c:o:T:ws:h", opts, NULL)) != -1) {
+        switch (o) {
+        case 'c': c.endpoint = optarg; break;
+        case 'o':
+            if (strcmp(optarg, "json") && strcmp(optarg, "table"))
+                return s_die("-o takes table or json, not '%s'", optarg);
+            c.json = !strcmp(optarg, "json");
+            break;
+        case 'T': c.timeout_s = atof(optarg) > 0 ? atof(optarg) : 10; break;
+        case 'w': wait = true; break;
+        case 's': stages = atoi(optarg); break;
+        case 'h': s_usage(stdout); return 0;
+        default: s_usage(stderr); return 2;
+        }
+    }
+    if (optind >= argc) {
+        s_usage(stderr);
+        return 2;
+    }
+    const char *cmd = argv[optind], *arg = optind + 1 < argc ? argv[optind + 1] : NULL;
+    int nargs = argc - optind - 1;
+    c.zctx = zmq_ctx_new();
+    c.sock = zmq_socket(c.zctx, ZMQ_DEALER);
+    pl_ctl_socket_setup(c.sock);
+    if (zmq_connect(c.sock, c.endpoint) != 0) {
+        rc = s_die("bad coordinator endpoint '%s'", c.endpoint);
+    } else if (!strcmp(cmd, "submit") && nargs == 1) {
+        rc = s_submit(&c, arg, wait, stages);
+    } else if ((!strcmp(cmd, "status") || !strcmp(cmd, "results") || !strcmp(cmd, "cancel")) &&
+               nargs == 1) {
+        int64_t id = s_job_id(arg);
+        if (id < 0)
+            rc = s_die("'%s' is not a job id", arg);
+        else if (!strcmp(cmd, "status"))
+            rc = s_status(&c, id);
+        else if (!strcmp(cmd, "results"))
+            rc = s_results(&c, id);
+        else {
+            json_t *r;
+            rc = s_call(&c, PL_MSG_KILL, json_pack("{s:I}", "job", (json_int_t)id), &r);
+            if (!rc) {
+                printf("job %lld %s\n", (long long)id, s_str(r, "state"));
+                json_decref(r);
+            }
+        }
+    } else if (!strcmp(cmd, "nodes") && nargs == 0) {
+        rc = s_nodes(&c);
+    } else if (!strcmp(cmd, "health") && nargs == 1) {
+        rc = s_health(&c, arg);
+    } else if (!strcmp(cmd, "shutdown") && nargs == 0) {
+        json_t *r;
+        rc = s_call(&c, PL_MSG_SHUTDOWN, json_object(), &r);
+        if (!rc)
+            json_decref(r);
+    } else {
+        fprintf(stderr, "pipectl: unknown command or wrong arguments: %s\n", cmd);
+        s_usage(stderr);
+        rc = 2;
+    }
+    zmq_close(c.sock);
+    zmq_ctx_term(c.zctx);
+    return rc;
+}
