@@ -1,0 +1,200 @@
+/* Helpers for integration tests that run real processes: spawn pipecoord / pipeld with logs,
+ * run a command and capture its output, make a test model, stop everything. Children die with
+ * the test process (PR_SET_PDEATHSIG), so a failed assertion leaves nothing behind. */
+#ifndef PL_TESTS_CLUSTER_UTIL_H
+#define PL_TESTS_CLUSTER_UTIL_H
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define TC_MAX_PROCS 16
+
+typedef struct {
+    char dir[256]; /* scratch directory: logs, model, job files */
+    char ep[96];   /* coordinator endpoint */
+    pid_t coord;
+    pid_t node[TC_MAX_PROCS];
+    int n_nodes;
+} tc_cluster_t;
+
+static inline const char *tc_bin(void)
+{
+    const char *b = getenv("PL_BIN_DIR");
+    return b && *b ? b : PL_BIN_DIR;
+}
+
+static inline int tc_free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0), port = 0;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(a);
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+        port = ntohs(a.sin_port);
+    if (fd >= 0)
+        close(fd);
+    return port;
+}
+
+static inline void tc_mkdtemp(char *out, size_t len)
+{
+    snprintf(out, len, "/tmp/pl-test-XXXXXX");
+    if (!mkdtemp(out))
+        abort();
+}
+
+/* Run argv (NULL-terminated) in the background with stdout+stderr appended to `log`. */
+static inline pid_t tc_spawn(char *const argv[], const char *log)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+            close(fd);
+        }
+        execvp(argv[0], argv);
+        _exit(127);
+    }
+    return pid;
+}
+
+/* Run a shell command; stdout into a malloc'd *out (may be NULL); returns the exit status. */
+static inline int tc_sh(char **out, const char *fmt, ...)
+{
+    char cmd[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof(cmd), fmt, ap);
+    va_end(ap);
+    FILE *p = popen(cmd, "r");
+    size_t cap = 4096, len = 0;
+    char *buf = malloc(cap);
+    if (!p || !buf)
+        abort();
+    for (size_t n; (n = fread(buf + len, 1, cap - len - 1, p)) > 0;) {
+        len += n;
+        if (cap - len < 1024)
+            buf = realloc(buf, cap *= 2);
+    }
+    buf[len] = '\0';
+    int st = pclose(p);
+    if (out)
+        *out = buf;
+    else
+        free(buf);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+static inline void tc_write(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    if (!f)
+        abort();
+    fputs(text, f);
+    fclose(f);
+}
+
+static inline void tc_start_coord(tc_cluster_t *c, const char *bind_ep)
+{
+    char bin[512], log[512];
+    snprintf(bin, sizeof(bin), "%s/pipecoord", tc_bin());
+    snprintf(log, sizeof(log), "%s/pipecoord.log", c->dir);
+    char *argv[] = {bin, "--endpoint", (char *)bind_ep, "--log-level", "debug", NULL};
+    c->coord = tc_spawn(argv, log);
+}
+
+/* Start a daemon; `wrap` (may be NULL) is a prefix command line such as
+ * "ip netns exec ns0 unshare --uts --ipc --". */
+static inline void tc_start_node(tc_cluster_t *c, const char *name, int threads, const char *wrap)
+{
+    char cmd[1024], log[512];
+    snprintf(log, sizeof(log), "%s/%s.log", c->dir, name);
+    snprintf(cmd, sizeof(cmd), "exec %s %s/pipeld --name %s --coordinator %s --threads %d",
+             wrap ? wrap : "", tc_bin(), name, c->ep, threads);
+    char *argv[] = {"/bin/sh", "-c", cmd, NULL};
+    c->node[c->n_nodes++] = tc_spawn(argv, log);
+}
+
+/* Wait until `n` nodes are registered and idle; returns 0 when they are. */
+static inline int tc_wait_idle(tc_cluster_t *c, int n, double timeout_s)
+{
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        char *out = NULL;
+        tc_sh(&out, "%s/pipectl -c %s --timeout 2 -o json nodes 2>/dev/null", tc_bin(), c->ep);
+        int idle = 0;
+        for (char *p = out; (p = strstr(p, "\"state\": \"idle\"")); p++)
+            idle++;
+        free(out);
+        if (idle >= n)
+            return 0;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        if ((t.tv_sec - t0.tv_sec) + (t.tv_nsec - t0.tv_nsec) * 1e-9 > timeout_s)
+            return -1;
+        usleep(100 * 1000);
+    }
+}
+
+/* Start a coordinator and n local daemons with the given thread counts on loopback. */
+static inline int tc_cluster_start(tc_cluster_t *c, int n, const int *threads)
+{
+    memset(c, 0, sizeof(*c));
+    tc_mkdtemp(c->dir, sizeof(c->dir));
+    snprintf(c->ep, sizeof(c->ep), "tcp://127.0.0.1:%d", tc_free_port());
+    tc_start_coord(c, c->ep);
+    for (int i = 0; i < n; i++) {
+        char name[16];
+        snprintf(name, sizeof(name), "node%d", i);
+        tc_start_node(c, name, threads ? threads[i] : 1, NULL);
+    }
+    return tc_wait_idle(c, n, 60);
+}
+
+static inline void tc_cluster_stop(tc_cluster_t *c)
+{
+    if (c->coord > 0)
+        tc_sh(NULL, "%s/pipectl -c %s --timeout 2 shutdown >/dev/null 2>&1", tc_bin(), c->ep);
+    for (int i = 0; i < c->n_nodes; i++)
+        if (c->node[i] > 0)
+            kill(c->node[i], SIGTERM);
+    if (c->coord > 0)
+        kill(c->coord, SIGTERM);
+    for (int i = 0; i < c->n_nodes; i++)
+        if (c->node[i] > 0)
+            waitpid(c->node[i], NULL, 0);
+    if (c->coord > 0)
+        waitpid(c->coord, NULL, 0);
+    c->coord = 0;
+    c->n_nodes = 0;
+}
+
+/* Print every log of the cluster (on failure, to see why). */
+static inline void tc_dump_logs(const tc_cluster_t *c)
+{
+    tc_sh(NULL, "for f in %s/*.log; do echo \"== $f\" >&2; tail -n 30 \"$f\" >&2; done", c->dir);
+}
+
+/* Make a small random Llama model in dir/name with extra pl-mkmodel arguments. */
+static inline int tc_make_model(const char *dir, const char *name, const char *args)
+{
+    return tc_sh(NULL, "%s/pl-mkmodel --out %s/%s %s >/dev/null", tc_bin(), dir, name, args);
+}
+
+#endif

@@ -1,0 +1,312 @@
+/* Integration: pipecoord and pipeld as separate processes on loopback, jobs submitted with
+ * pipectl, results compared with the single-process reference (pl-generate); bad input and a
+ * daemon lost mid-job leave the coordinator and the other daemons running. */
+#include "cluster_util.h"
+#include "transport/ctl.h"
+
+#include <criterion/criterion.h>
+#include <zmq.h>
+
+static tc_cluster_t s_c;
+static int s_passed; /* set at the end of a test body: logs are shown only when it is not */
+
+static const char *s_prompts = "[1, 15, 27, 99]\n"
+                               "[1, 7]\n"
+                               "[1, 100, 101, 102, 103, 104, 105, 106, 107]\n"
+                               "[1, 42, 42]\n"
+                               "[3, 200, 5, 17, 9]\n";
+
+static void s_teardown(void)
+{
+    if (s_c.coord > 0 && !s_passed)
+        tc_dump_logs(&s_c);
+    tc_cluster_stop(&s_c);
+}
+
+/* Write dir/NAME.yaml for model dir/MODEL with extra YAML lines. */
+static void s_job(const char *name, const char *model, const char *extra)
+{
+    char path[512], text[2048];
+    snprintf(path, sizeof(path), "%s/%s.yaml", s_c.dir, name);
+    snprintf(text, sizeof(text), "model: %s\nprompts: prompts.jsonl\n%s", model, extra);
+    tc_write(path, text);
+}
+
+static void s_start(int n, const int *threads)
+{
+    cr_assert_eq(tc_cluster_start(&s_c, n, threads), 0, "nodes did not register");
+    char path[512];
+    snprintf(path, sizeof(path), "%s/prompts.jsonl", s_c.dir);
+    tc_write(path, s_prompts);
+    cr_assert_eq(tc_make_model(s_c.dir, "m", "--layers 6 --hidden 128 --intermediate 344 "
+                                             "--heads 4 --kv-heads 2 --vocab 256 --seed 7 "
+                                             "--max-pos 4096"),
+                 0);
+}
+
+/* Reference tokens from one process, one stage, all sequences in one microbatch. */
+static char *s_reference(const char *job)
+{
+    char *out;
+    int rc = tc_sh(&out, "%s/pl-generate --microbatches 1 %s/%s.yaml 2>/dev/null", tc_bin(),
+                   s_c.dir, job);
+    cr_assert_eq(rc, 0, "pl-generate failed");
+    cr_assert(strstr(out, "\"tokens\""), "reference has no tokens: %s", out);
+    return out;
+}
+
+static char *s_submit(const char *job, int *rc_p)
+{
+    char *out;
+    *rc_p = tc_sh(&out, "%s/pipectl -c %s --timeout 5 submit %s/%s.yaml --wait 2>%s/%s.err",
+                  tc_bin(), s_c.ep, s_c.dir, job, s_c.dir, job);
+    return out;
+}
+
+static char *s_err(const char *job)
+{
+    char *out;
+    tc_sh(&out, "cat %s/%s.err", s_c.dir, job);
+    return out;
+}
+
+TestSuite(cluster, .fini = s_teardown, .timeout = 120);
+
+Test(cluster, three_daemons_greedy_equal_single_process)
+{
+    int rc;
+    s_start(3, NULL);
+    s_job("greedy", "m", "max_new_tokens: 12\n");
+    char *ref = s_reference("greedy"), *got = s_submit("greedy", &rc);
+    cr_assert_eq(rc, 0, "pipectl failed: %s", s_err("greedy"));
+    cr_assert_str_eq(got, ref);
+    /* every stage ran on its own daemon, and the job reported throughput */
+    char *st;
+    tc_sh(&st, "%s/pipectl -c %s -o json status 1", tc_bin(), s_c.ep);
+    cr_assert(strstr(st, "\"node0\"") && strstr(st, "\"node1\"") && strstr(st, "\"node2\""),
+              "%s", st);
+    cr_assert(strstr(st, "\"decode_tok_s\""), "%s", st);
+    char *err = s_err("greedy");
+    cr_assert(strstr(err, "decode"), "no throughput line: %s", err);
+    free(ref), free(got), free(st), free(err);
+    s_passed = 1;
+}
+
+Test(cluster, seeded_sampling_two_and_three_stages_equal_single_process)
+{
+    int rc;
+    s_start(3, (int[]){1, 2, 1});
+    s_job("samp3", "m",
+          "max_new_tokens: 10\nsampling:\n  temperature: 0.9\n  top_k: 40\n  top_p: 0.95\n"
+          "  seed: 1234\n");
+    s_job("samp2", "m",
+          "max_new_tokens: 10\nstages: 2\nmicrobatches: 4\nsampling:\n  temperature: 0.9\n"
+          "  top_k: 40\n  top_p: 0.95\n  seed: 1234\n");
+    char *ref = s_reference("samp3");
+    char *got3 = s_submit("samp3", &rc);
+    cr_assert_eq(rc, 0, "%s", s_err("samp3"));
+    cr_assert_str_eq(got3, ref);
+    char *got2 = s_submit("samp2", &rc);
+    cr_assert_eq(rc, 0, "%s", s_err("samp2"));
+    cr_assert_str_eq(got2, ref);
+    /* a different seed gives different tokens: the seed is really used */
+    s_job("samp_other", "m",
+          "max_new_tokens: 10\nsampling:\n  temperature: 0.9\n  top_k: 40\n  top_p: 0.95\n"
+          "  seed: 99\n");
+    char *other = s_submit("samp_other", &rc);
+    cr_assert_eq(rc, 0);
+    cr_assert_str_neq(other, ref);
+    free(ref), free(got3), free(got2), free(other);
+    s_passed = 1;
+}
+
+static void s_expect_rejected(const char *job, const char *needle)
+{
+    int rc;
+    char *out = s_submit(job, &rc), *err = s_err(job);
+    cr_expect_neq(rc, 0, "job %s was accepted", job);
+    cr_expect(strstr(err, needle) || (!strcmp(needle, "truncated") && strstr(err, "beyond the")), "job %s: expected '%s' in: %s", job, needle, err);
+    cr_expect(!strchr(err, '\n') || strchr(err, '\n') == err + strlen(err) - 1,
+              "not a one-line error: %s", err);
+    free(out), free(err);
+}
+
+Test(cluster, bad_jobs_get_clear_errors_and_the_cluster_keeps_running)
+{
+    int rc;
+    s_start(2, NULL);
+    s_job("nomodel", "does-not-exist", "");
+    s_expect_rejected("nomodel", "does-not-exist");
+
+    tc_sh(NULL, "mkdir -p %s/gpt2 && cp %s/m/model.safetensors %s/gpt2/ && "
+                "sed 's/\"llama\"/\"gpt2\"/; s/LlamaForCausalLM/GPT2LMHeadModel/' %s/m/config.json "
+                "> %s/gpt2/config.json", s_c.dir, s_c.dir, s_c.dir, s_c.dir, s_c.dir);
+    s_job("gpt2", "gpt2", "");
+    s_expect_rejected("gpt2", "Llama");
+
+    tc_sh(NULL, "mkdir -p %s/trunc && cp %s/m/config.json %s/trunc/ && "
+                "head -c 100000 %s/m/model.safetensors > %s/trunc/model.safetensors",
+          s_c.dir, s_c.dir, s_c.dir, s_c.dir, s_c.dir);
+    s_job("trunc", "trunc", "");
+    s_expect_rejected("trunc", "truncated");
+
+    char path[512];
+    snprintf(path, sizeof(path), "%s/vocab.jsonl", s_c.dir);
+    tc_write(path, "[1, 2, 3]\n[1, 256]\n");
+    snprintf(path, sizeof(path), "%s/vocab.yaml", s_c.dir);
+    tc_write(path, "model: m\nprompts: vocab.jsonl\n");
+    s_expect_rejected("vocab", "vocabulary");
+
+    s_job("badkey", "m", "max_new_tokns: 3\n");
+    s_expect_rejected("badkey", "badkey.yaml:3:1");
+
+    /* after all that, a good job still runs */
+    s_job("good", "m", "max_new_tokens: 4\n");
+    char *ref = s_reference("good"), *got = s_submit("good", &rc);
+    cr_assert_eq(rc, 0, "%s", s_err("good"));
+    cr_assert_str_eq(got, ref);
+    free(ref), free(got);
+    s_passed = 1;
+}
+
+static void s_raw(void *sock, int parts, const char *type, const void *body, size_t len)
+{
+    if (parts == 1) {
+        zmq_send(sock, type, strlen(type), 0);
+        return;
+    }
+    zmq_send(sock, type, strlen(type), ZMQ_SNDMORE);
+    zmq_send(sock, body, len, parts > 2 ? ZMQ_SNDMORE : 0);
+    if (parts > 2)
+        zmq_send(sock, "x", 1, 0);
+}
+
+Test(cluster, malformed_control_messages_are_answered_not_fatal)
+{
+    s_start(2, NULL);
+    void *ctx = zmq_ctx_new(), *sock = zmq_socket(ctx, ZMQ_DEALER);
+    int linger = 0, rcv = 2000;
+    zmq_setsockopt(sock, ZMQ_LINGER, &linger, sizeof(linger));
+    zmq_setsockopt(sock, ZMQ_RCVTIMEO, &rcv, sizeof(rcv));
+    cr_assert_eq(zmq_connect(sock, s_c.ep), 0);
+    s_raw(sock, 1, "HELLO", NULL, 0);
+    s_raw(sock, 2, "NOSUCHTYPE", "{}", 2);
+    s_raw(sock, 2, "STATUS", "not json", 8);
+    s_raw(sock, 2, "STATUS", "[1,2]", 5);
+    s_raw(sock, 3, "NODES", "{}", 2);
+    s_raw(sock, 2, "STATUS", "{\"job\": \"abc\"}", 14);
+    s_raw(sock, 2, "HELLO", "{\"proto\": 1}", 12);
+    s_raw(sock, 2, "READY", "{\"job\": 99999, \"stage\": 0}", 26);
+    s_raw(sock, 2, "SUBMIT", "{\"model\": 5}", 12);
+    size_t big = PL_CTL_MAX_BODY + 1024;
+    char *huge = malloc(big);
+    memset(huge, ' ', big);
+    huge[0] = '{';
+    huge[big - 1] = '}';
+    s_raw(sock, 2, "STATUS", huge, big);
+    free(huge);
+    /* each bad message the coordinator could attribute got an ERROR answer */
+    int errors = 0;
+    char buf[4096];
+    for (int i = 0; i < 40; i++) {
+        int n = zmq_recv(sock, buf, sizeof(buf) - 1, 0);
+        if (n < 0)
+            break;
+        buf[n < (int)sizeof(buf) - 1 ? n : (int)sizeof(buf) - 1] = '\0';
+        if (strcmp(buf, "ERROR") == 0)
+            errors++;
+    }
+    cr_expect_geq(errors, 6, "only %d ERROR answers", errors);
+    zmq_close(sock);
+    zmq_ctx_term(ctx);
+    /* coordinator and daemons are still there */
+    cr_assert_eq(tc_wait_idle(&s_c, 2, 10), 0);
+    cr_assert_eq(kill(s_c.coord, 0), 0);
+    s_passed = 1;
+}
+
+/* Poll a job's state until it is `want` (or a terminal state); returns the JSON status. */
+static char *s_wait_state(int job, const char *want, double timeout_s)
+{
+    char *st = NULL, needle[64];
+    snprintf(needle, sizeof(needle), "\"state\": \"%s\"", want);
+    for (int i = 0; i < timeout_s * 20; i++) {
+        free(st);
+        tc_sh(&st, "%s/pipectl -c %s -o json status %d", tc_bin(), s_c.ep, job);
+        if (strstr(st, needle) || strstr(st, "\"state\": \"failed\"") ||
+            strstr(st, "\"state\": \"done\""))
+            break;
+        usleep(50 * 1000);
+    }
+    return st;
+}
+
+Test(cluster, daemon_lost_mid_job_fails_that_job_only)
+{
+    int rc;
+    s_start(3, NULL);
+    s_job("long", "m", "max_new_tokens: 3000\nstop_at_eos: false\n");
+    tc_sh(NULL, "%s/pipectl -c %s submit %s/long.yaml >/dev/null", tc_bin(), s_c.ep, s_c.dir);
+    char *st = s_wait_state(1, "running", 30);
+    cr_assert(strstr(st, "\"state\": \"running\""), "job never ran: %s", st);
+    free(st);
+    usleep(300 * 1000);
+    kill(s_c.node[1], SIGKILL);
+    waitpid(s_c.node[1], NULL, 0);
+    s_c.node[1] = -1;
+    st = s_wait_state(1, "failed", 20);
+    cr_assert(strstr(st, "\"state\": \"failed\""), "job did not fail: %s", st);
+    cr_assert(strstr(st, "node1"), "the error does not name the lost node: %s", st);
+    free(st);
+    /* the results of a failed job are an error, not empty output */
+    cr_assert_neq(tc_sh(NULL, "%s/pipectl -c %s results 1 2>/dev/null", tc_bin(), s_c.ep), 0);
+    /* the other two daemons take the next job */
+    cr_assert_eq(tc_wait_idle(&s_c, 2, 15), 0, "survivors did not become idle");
+    s_job("after", "m", "max_new_tokens: 6\nstages: 2\n");
+    char *ref = s_reference("after"), *got = s_submit("after", &rc);
+    cr_assert_eq(rc, 0, "%s", s_err("after"));
+    cr_assert_str_eq(got, ref);
+    free(ref), free(got);
+    s_passed = 1;
+}
+
+Test(cluster, cancel_frees_the_nodes)
+{
+    int rc;
+    s_start(2, NULL);
+    s_job("long", "m", "max_new_tokens: 3000\nstop_at_eos: false\n");
+    tc_sh(NULL, "%s/pipectl -c %s submit %s/long.yaml >/dev/null", tc_bin(), s_c.ep, s_c.dir);
+    char *st = s_wait_state(1, "running", 30);
+    free(st);
+    cr_assert_eq(tc_sh(NULL, "%s/pipectl -c %s cancel 1 >/dev/null", tc_bin(), s_c.ep), 0);
+    st = s_wait_state(1, "canceled", 5);
+    cr_assert(strstr(st, "\"state\": \"canceled\""), "%s", st);
+    free(st);
+    cr_assert_eq(tc_wait_idle(&s_c, 2, 10), 0);
+    s_job("next", "m", "max_new_tokens: 5\n");
+    char *ref = s_reference("next"), *got = s_submit("next", &rc);
+    cr_assert_eq(rc, 0, "%s", s_err("next"));
+    cr_assert_str_eq(got, ref);
+    free(ref), free(got);
+    s_passed = 1;
+}
+
+Test(cluster, pipectl_errors_are_one_line_and_nonzero)
+{
+    s_start(1, NULL);
+    char *err;
+    cr_expect_neq(tc_sh(&err, "%s/pipectl -c %s status 42 2>&1", tc_bin(), s_c.ep), 0);
+    cr_expect(strstr(err, "no job 42"), "%s", err);
+    free(err);
+    cr_expect_neq(tc_sh(&err, "%s/pipectl -c %s health nosuchnode 2>&1", tc_bin(), s_c.ep), 0);
+    cr_expect(strstr(err, "no node"), "%s", err);
+    free(err);
+    cr_expect_neq(tc_sh(&err, "%s/pipectl -c tcp://127.0.0.1:%d --timeout 1 nodes 2>&1",
+                        tc_bin(), tc_free_port()), 0);
+    cr_expect(strstr(err, "no answer"), "%s", err);
+    free(err);
+    cr_expect_eq(tc_sh(&err, "%s/pipectl -c %s health node0", tc_bin(), s_c.ep), 0);
+    cr_expect(strstr(err, "cpu:0"), "%s", err);
+    free(err);
+    s_passed = 1;
+}

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Install what the build needs (Debian packages, when root and missing), then configure and
+# build into build/ (or $PL_BUILD_DIR). Extra CMake arguments come from $PL_CMAKE_ARGS.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PKGS=(build-essential cmake pkg-config libzmq3-dev libucx-dev libyaml-dev libcriterion-dev
+      libjansson-dev libopenblas-dev iproute2 util-linux procps)
+missing=()
+for p in "${PKGS[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    if [ "$(id -u)" = 0 ]; then
+        echo "setup: installing ${missing[*]}"
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    else
+        echo "setup: missing packages: ${missing[*]}" >&2
+        echo "setup: run as root, or: sudo apt-get install ${missing[*]}" >&2
+        exit 1
+    fi
+fi
+
+BUILD=${PL_BUILD_DIR:-build}
+# shellcheck disable=SC2086
+cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=${PL_BUILD_TYPE:-RelWithDebInfo} ${PL_CMAKE_ARGS:-} >/dev/null
+cmake --build "$BUILD" -j"$(nproc)" 2>&1 | grep -v -E '^\[ *[0-9]+%\]' || true
+test -x "$BUILD/bin/pipeld" -a -x "$BUILD/bin/pipecoord" -a -x "$BUILD/bin/pipectl"
+echo "setup: built into $BUILD/"
