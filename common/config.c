@@ -1,0 +1,365 @@
+/* The cluster, node and job YAML schemas, and the loaders that check a file against them into
+ * a scratch copy, so that the caller's struct is written only when the whole file is valid. */
+#include "common/config.h"
+
+#include "common/util.h"
+#include "common/yaml_schema.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- value checks ---- */
+
+static bool s_check_name(char *value, size_t size, void *user, char *err, size_t err_len)
+{
+    for (const char *p = value; *p; p++) {
+        if (!strchr("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-", *p)) {
+            snprintf(err, err_len, "'%s' must match [A-Za-z0-9_.-]+", value);
+            return false;
+        }
+    }
+    return true;
+}
+
+static bool s_check_host(char *value, size_t size, void *user, char *err, size_t err_len)
+{
+    static const char ok[] =
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-:%[]";
+    for (const char *p = value; *p; p++) {
+        if (!strchr(ok, *p)) {
+            snprintf(err, err_len, "'%s' is not a host name or IP address", value);
+            return false;
+        }
+    }
+    return true;
+}
+
+/* A ZeroMQ endpoint we can use: tcp://, ipc:// or inproc:// with something after it. */
+static bool s_check_endpoint(char *value, size_t size, void *user, char *err, size_t err_len)
+{
+    static const char *const schemes[] = {"tcp://", "ipc://", "inproc://"};
+    for (size_t i = 0; i < PL_ARRAY_SIZE(schemes); i++) {
+        size_t n = strlen(schemes[i]);
+        if (strncmp(value, schemes[i], n) == 0 && value[n]) {
+            for (const char *p = value; *p; p++) {
+                if ((unsigned char)*p <= ' ' || *p == 0x7f) {
+                    snprintf(err, err_len, "endpoint '%s' contains a space or control character",
+                             value);
+                    return false;
+                }
+            }
+            return true;
+        }
+    }
+    snprintf(err, err_len,
+             "'%s' is not an endpoint like tcp://HOST:PORT, ipc://PATH or inproc://NAME", value);
+    return false;
+}
+
+/* A CURVE key in Z85: 40 characters of the Z85 alphabet. */
+static bool s_check_z85_key(char *value, size_t size, void *user, char *err, size_t err_len)
+{
+    static const char z85[] = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                              ".-:+=^!/*?&<>()[]{}@%$#";
+    if (strlen(value) != 40) {
+        snprintf(err, err_len, "expected a Z85 key of 40 characters, got %zu", strlen(value));
+        return false;
+    }
+    for (const char *p = value; *p; p++) {
+        if (!strchr(z85, *p)) {
+            snprintf(err, err_len, "character '%c' is not in the Z85 alphabet", *p);
+            return false;
+        }
+    }
+    return true;
+}
+
+/* Job paths: relative ones are taken from the job file's directory (`user`, may be NULL). */
+static bool s_resolve_path(char *value, size_t size, void *user, char *err, size_t err_len)
+{
+    const char *base_dir = user;
+    char *joined;
+    int n;
+
+    if (!base_dir || !base_dir[0] || value[0] == '/')
+        return true;
+    joined = malloc(size);
+    if (!joined) {
+        snprintf(err, err_len, "out of memory");
+        return false;
+    }
+    n = snprintf(joined, size, "%s/%s", base_dir, value);
+    if (n < 0 || (size_t)n >= size) {
+        snprintf(err, err_len, "path is longer than %zu bytes once joined to '%.200s'", size - 1,
+                 base_dir);
+        free(joined);
+        return false;
+    }
+    memcpy(value, joined, (size_t)n + 1);
+    free(joined);
+    return true;
+}
+
+/* ---- cross-field checks ---- */
+
+static bool s_post_coordinator(void *base, void *user, char *err, size_t err_len)
+{
+    const pl_cfg_cluster_t *c = base;
+    if (c->dead_after_ms <= c->heartbeat_ms) {
+        snprintf(err, err_len, "dead_after_ms (%d) must be greater than heartbeat_ms (%d)",
+                 c->dead_after_ms, c->heartbeat_ms);
+        return false;
+    }
+    return true;
+}
+
+static bool s_post_security(void *base, void *user, char *err, size_t err_len)
+{
+    const pl_cfg_cluster_t *c = base;
+    if (c->secret_key[0] && !c->public_key[0]) {
+        snprintf(err, err_len, "coordinator_secret_key given without coordinator_public_key");
+        return false;
+    }
+    return true;
+}
+
+/* ---- schemas ---- */
+
+#define S_STR(k, flg, T, member, chk)                                                              \
+    {                                                                                              \
+        .key = k, .type = PL_YS_STR, .flags = flg, .offset = offsetof(T, member),                  \
+        .size = sizeof(((T *)0)->member), .check = chk                                             \
+    }
+#define S_INT(k, T, member, lo, hi, dflt)                                                          \
+    {                                                                                              \
+        .key = k, .type = PL_YS_INT, .offset = offsetof(T, member), .min = lo, .max = hi,          \
+        .def = dflt                                                                                \
+    }
+
+static const pl_ys_field_t s_name_elem = {
+    .type = PL_YS_STR, .size = PL_CFG_NAME_MAX + 1, .check = s_check_name};
+
+static const pl_ys_field_t s_cluster_coordinator[] = {
+    S_STR("endpoint", PL_YS_REQUIRED, pl_cfg_cluster_t, endpoint, s_check_endpoint),
+    S_INT("heartbeat_ms", pl_cfg_cluster_t, heartbeat_ms, 10, 60000, 500),
+    S_INT("dead_after_ms", pl_cfg_cluster_t, dead_after_ms, 20, 3600000, 3000),
+    {.type = PL_YS_END},
+};
+
+static const pl_ys_field_t s_cluster_security[] = {
+    S_STR("coordinator_public_key", 0, pl_cfg_cluster_t, public_key, s_check_z85_key),
+    S_STR("coordinator_secret_key", 0, pl_cfg_cluster_t, secret_key, s_check_z85_key),
+    {.type = PL_YS_END},
+};
+
+static const pl_ys_field_t s_cluster_node[] = {
+    S_STR("name", PL_YS_REQUIRED, pl_cfg_node_entry_t, name, s_check_name),
+    {.key = "address",
+     .type = PL_YS_STR,
+     .offset = offsetof(pl_cfg_node_entry_t, address),
+     .size = PL_CFG_NAME_MAX + 1,
+     .def_str = "127.0.0.1",
+     .check = s_check_host},
+    S_INT("threads", pl_cfg_node_entry_t, threads, 0, 4096, 0),
+    S_INT("max_devices", pl_cfg_node_entry_t, max_devices, 0, 1024, 0),
+    {.key = "labels",
+     .type = PL_YS_SEQ,
+     .flags = PL_YS_UNIQUE,
+     .offset = offsetof(pl_cfg_node_entry_t, labels),
+     .size = PL_CFG_NAME_MAX + 1,
+     .elem = &s_name_elem,
+     .count_offset = offsetof(pl_cfg_node_entry_t, n_labels),
+     .max_count = PL_CFG_MAX_LABELS},
+    {.type = PL_YS_END},
+};
+
+static const pl_ys_field_t s_cluster_node_elem = {.type = PL_YS_MAP, .fields = s_cluster_node};
+
+static const pl_ys_field_t s_cluster_fields[] = {
+    {.key = "coordinator",
+     .type = PL_YS_MAP,
+     .flags = PL_YS_REQUIRED,
+     .fields = s_cluster_coordinator,
+     .post = s_post_coordinator},
+    {.key = "security", .type = PL_YS_MAP, .fields = s_cluster_security, .post = s_post_security},
+    {.key = "nodes",
+     .type = PL_YS_SEQ,
+     .offset = offsetof(pl_cfg_cluster_t, nodes),
+     .size = sizeof(pl_cfg_node_entry_t),
+     .elem = &s_cluster_node_elem,
+     .count_offset = offsetof(pl_cfg_cluster_t, n_nodes),
+     .max_count = PL_CFG_MAX_NODES,
+     .unique_key = "name"},
+    {.type = PL_YS_END},
+};
+
+static const pl_ys_field_t s_cluster_root = {.type = PL_YS_MAP, .fields = s_cluster_fields};
+
+static const char *const s_device_kinds[] = {"cpu", "cuda", "hip", NULL};
+static const char *const s_log_levels[] = {"error", "warn", "info", "debug", NULL};
+
+static const pl_ys_field_t s_device_elem = {
+    .type = PL_YS_STR, .size = 16, .choices = s_device_kinds};
+
+static const pl_ys_field_t s_node_fields[] = {
+    S_STR("name", PL_YS_REQUIRED, pl_cfg_node_t, name, s_check_name),
+    S_STR("coordinator", PL_YS_REQUIRED, pl_cfg_node_t, coordinator, s_check_endpoint),
+    {.key = "devices",
+     .type = PL_YS_SEQ,
+     .flags = PL_YS_UNIQUE,
+     .offset = offsetof(pl_cfg_node_t, devices),
+     .size = sizeof(((pl_cfg_node_t *)0)->devices[0]),
+     .elem = &s_device_elem,
+     .count_offset = offsetof(pl_cfg_node_t, n_devices),
+     .max_count = (int)PL_ARRAY_SIZE(((pl_cfg_node_t *)0)->devices)},
+    S_INT("threads", pl_cfg_node_t, threads, 0, 4096, 0),
+    S_INT("memory_reserve_mb", pl_cfg_node_t, memory_reserve_mb, 0, 1 << 20, 512),
+    S_INT("heartbeat_ms", pl_cfg_node_t, heartbeat_ms, 10, 60000, 500),
+    {.key = "log_level",
+     .type = PL_YS_STR,
+     .offset = offsetof(pl_cfg_node_t, log_level),
+     .size = sizeof(((pl_cfg_node_t *)0)->log_level),
+     .def_str = "info",
+     .choices = s_log_levels},
+    {.type = PL_YS_END},
+};
+
+static const pl_ys_field_t s_node_root = {.type = PL_YS_MAP, .fields = s_node_fields};
+
+static const pl_ys_field_t s_job_sampling[] = {
+    {.key = "temperature",
+     .type = PL_YS_FLOAT,
+     .offset = offsetof(pl_cfg_job_t, temperature),
+     .min = 0,
+     .max = 100,
+     .def = 0},
+    S_INT("top_k", pl_cfg_job_t, top_k, 0, 1000000, 0),
+    {.key = "top_p",
+     .type = PL_YS_FLOAT,
+     .flags = PL_YS_MIN_EXCL,
+     .offset = offsetof(pl_cfg_job_t, top_p),
+     .min = 0,
+     .max = 1,
+     .def = 1},
+    {.key = "seed", .type = PL_YS_U64, .offset = offsetof(pl_cfg_job_t, seed), .def = 0},
+    {.type = PL_YS_END},
+};
+
+static const pl_ys_field_t s_job_placement[] = {
+    {.key = "nodes",
+     .type = PL_YS_SEQ,
+     .flags = PL_YS_UNIQUE,
+     .offset = offsetof(pl_cfg_job_t, nodes),
+     .size = PL_CFG_NAME_MAX + 1,
+     .elem = &s_name_elem,
+     .count_offset = offsetof(pl_cfg_job_t, n_nodes),
+     .max_count = PL_CFG_MAX_NODES},
+    {.type = PL_YS_END},
+};
+
+static const pl_ys_field_t s_job_fields[] = {
+    S_STR("model", PL_YS_REQUIRED, pl_cfg_job_t, model, s_resolve_path),
+    S_STR("prompts", PL_YS_REQUIRED, pl_cfg_job_t, prompts, s_resolve_path),
+    S_INT("max_new_tokens", pl_cfg_job_t, max_new_tokens, 1, 65536, 16),
+    {.key = "sampling", .type = PL_YS_MAP, .fields = s_job_sampling},
+    S_INT("microbatches", pl_cfg_job_t, microbatches, 0, 1024, 0),
+    S_INT("stages", pl_cfg_job_t, stages, 0, 64, 0),
+    {.key = "stop_at_eos",
+     .type = PL_YS_BOOL,
+     .offset = offsetof(pl_cfg_job_t, stop_at_eos),
+     .def = 1},
+    {.key = "placement", .type = PL_YS_MAP, .fields = s_job_placement},
+    {.type = PL_YS_END},
+};
+
+static const pl_ys_field_t s_job_root = {.type = PL_YS_MAP, .fields = s_job_fields};
+
+/* ---- loaders ---- */
+
+/* Parse into a zeroed scratch copy of `size` bytes; copy to `out` only on success. */
+static pl_status_t s_parse(const char *text, size_t len, const char *origin,
+                           const pl_ys_field_t *root, void *user, void *out, size_t size)
+{
+    void *tmp;
+    pl_status_t st;
+
+    if (!origin)
+        origin = "<config>";
+    if (len > PL_CFG_MAX_BYTES)
+        return pl_error(PL_ERR_RANGE, "%s: %zu bytes, more than the limit of %u", origin, len,
+                        PL_CFG_MAX_BYTES);
+    if (!text && len)
+        return pl_error(PL_ERR_INVALID, "%s: no text", origin);
+    tmp = calloc(1, size);
+    if (!tmp)
+        return pl_error(PL_ERR_NOMEM, "%s: out of memory", origin);
+    st = pl_ys_parse(text ? text : "", len, origin, root, tmp, user);
+    if (st == PL_OK)
+        memcpy(out, tmp, size);
+    free(tmp);
+    return st;
+}
+
+static pl_status_t s_load(const char *path,
+                          pl_status_t (*parse)(const char *, size_t, const char *, void *),
+                          void *out)
+{
+    char *text = NULL;
+    size_t len = 0;
+    pl_status_t st = pl_file_read(path, PL_CFG_MAX_BYTES, &text, &len);
+    if (st != PL_OK)
+        return st;
+    st = parse(text, len, path, out);
+    free(text);
+    return st;
+}
+
+pl_status_t pl_cfg_cluster_parse(const char *text, size_t len, const char *origin,
+                                 pl_cfg_cluster_t *out)
+{
+    return s_parse(text, len, origin, &s_cluster_root, NULL, out, sizeof(*out));
+}
+
+pl_status_t pl_cfg_node_parse(const char *text, size_t len, const char *origin, pl_cfg_node_t *out)
+{
+    return s_parse(text, len, origin, &s_node_root, NULL, out, sizeof(*out));
+}
+
+pl_status_t pl_cfg_job_parse(const char *text, size_t len, const char *origin, const char *base_dir,
+                             pl_cfg_job_t *out)
+{
+    return s_parse(text, len, origin, &s_job_root, (void *)base_dir, out, sizeof(*out));
+}
+
+static pl_status_t s_cluster_parse_cb(const char *text, size_t len, const char *origin, void *out)
+{
+    return pl_cfg_cluster_parse(text, len, origin, out);
+}
+
+static pl_status_t s_node_parse_cb(const char *text, size_t len, const char *origin, void *out)
+{
+    return pl_cfg_node_parse(text, len, origin, out);
+}
+
+static pl_status_t s_job_parse_cb(const char *text, size_t len, const char *origin, void *out)
+{
+    char base_dir[PATH_MAX];
+    pl_path_dirname(origin, base_dir, sizeof(base_dir));
+    return pl_cfg_job_parse(text, len, origin, base_dir, out);
+}
+
+pl_status_t pl_cfg_cluster_load(const char *path, pl_cfg_cluster_t *out)
+{
+    return s_load(path, s_cluster_parse_cb, out);
+}
+
+pl_status_t pl_cfg_node_load(const char *path, pl_cfg_node_t *out)
+{
+    return s_load(path, s_node_parse_cb, out);
+}
+
+pl_status_t pl_cfg_job_load(const char *path, pl_cfg_job_t *out)
+{
+    return s_load(path, s_job_parse_cb, out);
+}

@@ -1,0 +1,78 @@
+/* libFuzzer harness for the YAML config loaders (not part of the CMake build). Build one binary
+ * per parser, PL_FUZZ_WHICH = 0 cluster, 1 node, 2 job, from the repository root:
+ *
+ *   for w in 0 1 2; do
+ *     clang -g -O1 -fsanitize=fuzzer,address,undefined -D_GNU_SOURCE -DPL_FUZZ_WHICH=$w -I. \
+ *       tests/fuzz/fuzz_config.c common/config.c common/config_default.c common/yaml_schema.c \
+ *       common/yaml_tree.c common/status.c common/util.c -lyaml -lm -o /tmp/fuzz_config_$w
+ *   done
+ *   mkdir -p /tmp/corpus && cp etc/cluster.yaml etc/pipeld.yaml etc/job.yaml /tmp/corpus/
+ *   /tmp/fuzz_config_2 -max_total_time=60 -max_len=4096 /tmp/corpus
+ */
+#include "common/config.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifndef PL_FUZZ_WHICH
+#define PL_FUZZ_WHICH 0
+#endif
+
+static void s_check_str(const char *s, size_t size)
+{
+    if (!memchr(s, '\0', size))
+        abort(); /* a string field must always be terminated inside its buffer */
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    /* An exact-size copy, so that any read past `size` is an ASan report. */
+    char *text = malloc(size ? size : 1);
+    pl_status_t st;
+
+    if (!text)
+        return 0;
+    memcpy(text, data, size);
+#if PL_FUZZ_WHICH == 0
+    static pl_cfg_cluster_t c;
+    st = pl_cfg_cluster_parse(text, size, "f", &c);
+    if (st == PL_OK) {
+        if (c.n_nodes < 0 || c.n_nodes > PL_CFG_MAX_NODES || c.heartbeat_ms >= c.dead_after_ms)
+            abort();
+        s_check_str(c.endpoint, sizeof(c.endpoint));
+        for (int i = 0; i < c.n_nodes; i++) {
+            if (c.nodes[i].n_labels < 0 || c.nodes[i].n_labels > PL_CFG_MAX_LABELS ||
+                !c.nodes[i].name[0])
+                abort();
+            s_check_str(c.nodes[i].name, sizeof(c.nodes[i].name));
+            s_check_str(c.nodes[i].address, sizeof(c.nodes[i].address));
+            for (int k = 0; k < i; k++)
+                if (strcmp(c.nodes[i].name, c.nodes[k].name) == 0)
+                    abort();
+        }
+    }
+#elif PL_FUZZ_WHICH == 1
+    pl_cfg_node_t n;
+    st = pl_cfg_node_parse(text, size, "f", &n);
+    if (st == PL_OK) {
+        if (n.n_devices < 0 || n.n_devices > 4 || !n.name[0] || !n.coordinator[0])
+            abort();
+        s_check_str(n.log_level, sizeof(n.log_level));
+    }
+#else
+    static pl_cfg_job_t j;
+    st = pl_cfg_job_parse(text, size, "f", "/base", &j);
+    if (st == PL_OK) {
+        if (j.max_new_tokens < 1 || j.max_new_tokens > 65536 || !(j.top_p > 0 && j.top_p <= 1) ||
+            j.n_nodes < 0 || j.n_nodes > PL_CFG_MAX_NODES || j.model[0] != '/')
+            abort();
+        s_check_str(j.model, sizeof(j.model));
+        s_check_str(j.prompts, sizeof(j.prompts));
+    }
+#endif
+    if (st != PL_OK && strncmp(pl_error_msg(), "f:", 2) != 0)
+        abort(); /* every error names its origin */
+    free(text);
+    return 0;
+}

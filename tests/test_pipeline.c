@@ -1,0 +1,140 @@
+/* The split does not change the answer: a job run as 1, 2 and 3 stages (in one process) gives the
+ * same token ids, greedy and seeded sampling, whatever the microbatching; errors are reported. */
+#include "cluster_util.h"
+#include "daemon/gen_local.h"
+
+#include <criterion/criterion.h>
+
+static char s_dir[256];
+static char s_model[300];
+
+static void s_setup(void)
+{
+    tc_mkdtemp(s_dir, sizeof(s_dir));
+    snprintf(s_model, sizeof(s_model), "%s/m", s_dir);
+    cr_assert_eq(tc_make_model(s_dir, "m", "--layers 5 --hidden 96 --intermediate 200 "
+                                           "--heads 6 --kv-heads 2 --vocab 300 --seed 3 --eos 2"),
+                 0);
+}
+
+static void s_teardown(void)
+{
+    tc_sh(NULL, "rm -rf %s", s_dir);
+}
+
+static json_t *s_job(double temperature, int mb, int max_new)
+{
+    return json_pack("{s:[[i,i,i,i],[i,i],[i,i,i,i,i,i,i,i,i],[i],[i,i,i]], s:i, s:i, s:b, "
+                     "s:{s:f, s:i, s:f, s:s}}",
+                     "prompts", 1, 15, 27, 99, 1, 7, 1, 100, 101, 102, 103, 104, 105, 106, 107,
+                     250, 3, 200, 5, "max_new_tokens", max_new, "microbatches", mb,
+                     "stop_at_eos", 0, "sampling", "temperature", temperature, "top_k", 20,
+                     "top_p", 0.9, "seed", "77");
+}
+
+static json_t *s_run(const json_t *job, const int *counts, int n)
+{
+    const pl_be_ops_t *ops = pl_be_cpu_ops();
+    void *dev;
+    json_t *res = NULL;
+    pl_gen_local_stats_t stats;
+    cr_assert_eq(ops->open(0, 1, &dev), PL_OK);
+    pl_status_t st = pl_gen_local_run(s_model, job, ops, dev, counts, n, &res, &stats);
+    cr_assert_eq(st, PL_OK, "run failed: %s", pl_error_msg());
+    cr_assert_eq(stats.generated, 5 * 12);
+    ops->close(dev);
+    return res;
+}
+
+static void s_assert_same(const json_t *a, const json_t *b, const char *what)
+{
+    char *sa = json_dumps(a, JSON_COMPACT), *sb = json_dumps(b, JSON_COMPACT);
+    cr_assert_str_eq(sa, sb, "%s", what);
+    free(sa);
+    free(sb);
+}
+
+TestSuite(pipeline, .init = s_setup, .fini = s_teardown, .timeout = 60);
+
+Test(pipeline, greedy_tokens_do_not_depend_on_the_split_or_microbatches)
+{
+    json_t *j1 = s_job(0, 1, 12), *j3 = s_job(0, 3, 12), *j5 = s_job(0, 5, 12);
+    json_t *ref = s_run(j1, NULL, 1);
+    json_t *two = s_run(j3, (int[]){2, 3}, 2);
+    json_t *three = s_run(j3, (int[]){1, 1, 3}, 3);
+    json_t *five = s_run(j5, (int[]){1, 1, 1, 1, 1}, 5);
+    s_assert_same(ref, two, "2 stages");
+    s_assert_same(ref, three, "3 stages");
+    s_assert_same(ref, five, "5 stages, one sequence per microbatch");
+    /* the tokens are not degenerate: sequences differ */
+    char *s0 = json_dumps(json_object_get(json_array_get(ref, 0), "tokens"), 0);
+    char *s1 = json_dumps(json_object_get(json_array_get(ref, 1), "tokens"), 0);
+    cr_assert_str_neq(s0, s1);
+    free(s0), free(s1);
+    json_decref(j1), json_decref(j3), json_decref(j5);
+    json_decref(ref), json_decref(two), json_decref(three), json_decref(five);
+}
+
+Test(pipeline, seeded_sampling_does_not_depend_on_the_split)
+{
+    json_t *j1 = s_job(0.8, 1, 12), *j4 = s_job(0.8, 4, 12), *g = s_job(0, 1, 12);
+    json_t *ref = s_run(j1, NULL, 1);
+    json_t *three = s_run(j4, (int[]){2, 2, 1}, 3);
+    json_t *greedy = s_run(g, NULL, 1);
+    s_assert_same(ref, three, "3 stages, sampled");
+    char *a = json_dumps(ref, JSON_COMPACT), *b = json_dumps(greedy, JSON_COMPACT);
+    cr_assert_str_neq(a, b, "sampling gave the greedy tokens: temperature unused?");
+    free(a), free(b);
+    json_decref(j1), json_decref(j4), json_decref(g);
+    json_decref(ref), json_decref(three), json_decref(greedy);
+}
+
+Test(pipeline, eos_stops_a_sequence)
+{
+    /* find a token greedy decoding produces, then declare it EOS via a second model config */
+    json_t *job = s_job(0, 1, 12);
+    json_t *ref = s_run(job, NULL, 1);
+    json_int_t second = json_integer_value(
+        json_array_get(json_object_get(json_array_get(ref, 0), "tokens"), 1));
+    tc_sh(NULL, "mkdir -p %s/e && ln -sf %s/m/model.safetensors %s/e/ && "
+                "sed 's/\"eos_token_id\": *[0-9]*/\"eos_token_id\": %lld/' %s/m/config.json > "
+                "%s/e/config.json",
+          s_dir, s_dir, s_dir, (long long)second, s_dir, s_dir);
+    json_object_set_new(job, "stop_at_eos", json_true());
+    const pl_be_ops_t *ops = pl_be_cpu_ops();
+    void *dev;
+    json_t *res = NULL;
+    pl_gen_local_stats_t stats;
+    char edir[300];
+    snprintf(edir, sizeof(edir), "%s/e", s_dir);
+    cr_assert_eq(ops->open(0, 1, &dev), PL_OK);
+    cr_assert_eq(pl_gen_local_run(edir, job, ops, dev, NULL, 1, &res, &stats), PL_OK, "%s",
+                 pl_error_msg());
+    json_t *r0 = json_array_get(res, 0);
+    cr_assert_str_eq(json_string_value(json_object_get(r0, "finish")), "eos");
+    json_t *toks = json_object_get(r0, "tokens");
+    cr_assert_leq(json_array_size(toks), 2);
+    cr_assert_eq(json_integer_value(json_array_get(toks, json_array_size(toks) - 1)), second);
+    ops->close(dev);
+    json_decref(res), json_decref(ref), json_decref(job);
+}
+
+Test(pipeline, bad_partition_and_bad_tokens_are_errors)
+{
+    const pl_be_ops_t *ops = pl_be_cpu_ops();
+    void *dev;
+    json_t *res = NULL;
+    pl_gen_local_stats_t stats;
+    json_t *job = s_job(0, 1, 4);
+    cr_assert_eq(ops->open(0, 1, &dev), PL_OK);
+    cr_assert_neq(pl_gen_local_run(s_model, job, ops, dev, (int[]){2, 2}, 2, &res, &stats),
+                  PL_OK);
+    cr_assert(strstr(pl_error_msg(), "layers"), "%s", pl_error_msg());
+    json_array_append_new(json_object_get(job, "prompts"), json_pack("[i]", 300));
+    cr_assert_neq(pl_gen_local_run(s_model, job, ops, dev, NULL, 1, &res, &stats), PL_OK);
+    cr_assert(strstr(pl_error_msg(), "vocabulary"), "%s", pl_error_msg());
+    cr_assert_neq(pl_gen_local_run("/nonexistent", job, ops, dev, NULL, 1, &res, &stats), PL_OK);
+    cr_assert_null(res);
+    ops->close(dev);
+    json_decref(job);
+}
