@@ -67,11 +67,16 @@ pl_status_t pl_gen_feed_decode(pl_gen_feed_t *f, const pl_act_hdr_t *in,
     if (in->kind != PL_ACT_TOKENS || in->mb >= (uint32_t)job->microbatches)
         return pl_error(PL_ERR_PROTOCOL, "tokens message: bad kind %u or microbatch %u", in->kind,
                         in->mb);
-    for (uint32_t i = 0; i < in->n_seq; i++) {
+    for (uint32_t i = 0; i < in->n_seq; i++) { /* all or nothing */
         uint32_t s = in_seqs[i].seq;
-        if (s % (uint32_t)job->microbatches != in->mb || f->finished[s])
+        if (s >= (uint32_t)job->n_seqs || s % (uint32_t)job->microbatches != in->mb ||
+            f->finished[s] || in_seqs[i].token < 0 ||
+            (!(in_seqs[i].flags & PL_ACT_FINISHED) && f->pos[s] >= pl_gen_job_max_ctx(job)))
             return pl_error(PL_ERR_PROTOCOL, "tokens message: sequence %u is not live in "
                             "microbatch %u", s, in->mb);
+    }
+    for (uint32_t i = 0; i < in->n_seq; i++) {
+        uint32_t s = in_seqs[i].seq;
         if (in_seqs[i].flags & PL_ACT_FINISHED) {
             f->finished[s] = true;
             continue;
@@ -158,10 +163,11 @@ pl_status_t pl_gen_sink_sample(pl_gen_sink_t *k, const pl_act_hdr_t *hdr,
                                pl_act_seq_t *out_seqs)
 {
     const pl_gen_job_t *job = k->job;
+    for (uint32_t i = 0; i < hdr->n_seq; i++) /* all or nothing */
+        if (seqs[i].seq >= (uint32_t)job->n_seqs || k->finish[seqs[i].seq])
+            return pl_error(PL_ERR_PROTOCOL, "sequence %u is not running", seqs[i].seq);
     for (uint32_t i = 0; i < hdr->n_seq; i++) {
         uint32_t s = seqs[i].seq;
-        if (s >= (uint32_t)job->n_seqs || k->finish[s])
-            return pl_error(PL_ERR_PROTOCOL, "sequence %u is not running", s);
         int step = k->n_out[s];
         int tok = pl_sample(logits + (size_t)i * (size_t)k->vocab, k->vocab, &job->sampling, s,
                             (uint64_t)step, k->scratch);

@@ -1,0 +1,165 @@
+/* Generation bookkeeping: job parsing and validation, prompts JSONL, the feeder's microbatch
+ * plan and positions, the sink's stop rules and results. */
+#include "daemon/gen.h"
+
+#include <criterion/criterion.h>
+#include <string.h>
+
+static pl_model_config_t s_cfg(void)
+{
+    pl_model_config_t c = {.hidden = 8, .vocab = 50, .max_pos = 64, .n_eos = 1, .eos_ids = {2}};
+    return c;
+}
+
+static json_t *s_job(void)
+{
+    return json_pack("{s:[[i,i,i],[i],[i,i],[i,i,i,i],[i]], s:i, s:i}", "prompts", 1, 2, 3, 4, 5,
+                     6, 7, 8, 9, 10, 11, "max_new_tokens", 3, "microbatches", 2);
+}
+
+Test(gen, job_from_json_defaults_and_plan)
+{
+    pl_model_config_t cfg = s_cfg();
+    pl_gen_job_t j;
+    json_t *o = s_job();
+    cr_assert_eq(pl_gen_job_from_json(o, &cfg, &j), PL_OK, "%s", pl_error_msg());
+    cr_assert_eq(j.n_seqs, 5);
+    cr_assert_eq(j.microbatches, 2);
+    cr_assert(j.stop_at_eos);
+    cr_assert_float_eq(j.sampling.temperature, 0.0f, 0);
+    cr_assert_eq(pl_gen_job_max_ctx(&j), 4 + 3);
+    /* microbatch 0: seqs 0, 2, 4 (3 + 2 + 1 tokens); microbatch 1: seqs 1, 3 (1 + 4) */
+    cr_assert_eq(pl_gen_job_max_tokens(&j), 6);
+    cr_assert_eq(pl_gen_job_mb_size(&j, 0), 3);
+    cr_assert_eq(pl_gen_job_mb_size(&j, 1), 2);
+    pl_gen_job_clear(&j);
+    json_decref(o);
+}
+
+Test(gen, job_from_json_rejects_bad_fields)
+{
+    pl_model_config_t cfg = s_cfg();
+    pl_gen_job_t j;
+    struct {
+        const char *json, *needle;
+    } cases[] = {
+        {"{}", "prompts"},
+        {"{\"prompts\": []}", "no prompts"},
+        {"{\"prompts\": [[1], []]}", "prompt 1"},
+        {"{\"prompts\": [[1, \"x\"]]}", "integer"},
+        {"{\"prompts\": [[1, 50]]}", "vocabulary"},
+        {"{\"prompts\": [[-1]]}", "vocabulary"},
+        {"{\"prompts\": [[1]], \"max_new_tokens\": 0}", "max_new_tokens"},
+        {"{\"prompts\": [[1]], \"max_new_tokens\": 64}", "positions"},
+        {"{\"prompts\": [[1]], \"sampling\": {\"top_p\": 2}}", "top_p"},
+        {"{\"prompts\": [[1]], \"sampling\": {\"seed\": \"12x\"}}", "seed"},
+        {"{\"prompts\": [[1]], \"sampling\": 3}", "sampling"},
+        {"{\"prompts\": [[1]], \"stop_at_eos\": 1}", "stop_at_eos"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        json_t *o = json_loads(cases[i].json, 0, NULL);
+        cr_assert_not_null(o);
+        cr_expect_neq(pl_gen_job_from_json(o, &cfg, &j), PL_OK, "%s accepted", cases[i].json);
+        cr_expect(strstr(pl_error_msg(), cases[i].needle), "%s: '%s' not in '%s'",
+                  cases[i].json, cases[i].needle, pl_error_msg());
+        json_decref(o);
+    }
+}
+
+Test(gen, prompts_jsonl)
+{
+    json_t *p;
+    const char *ok = "[1, 2]\n\n  [3]\r\n[4,5,6]";
+    cr_assert_eq(pl_gen_prompts_parse(ok, strlen(ok), "p.jsonl", &p), PL_OK, "%s", pl_error_msg());
+    cr_assert_eq(json_array_size(p), 3);
+    cr_assert_eq(json_array_size(json_array_get(p, 2)), 3);
+    json_decref(p);
+    const char *bad = "[1, 2]\n{\"a\": 1}\n";
+    cr_assert_neq(pl_gen_prompts_parse(bad, strlen(bad), "p.jsonl", &p), PL_OK);
+    cr_assert(strstr(pl_error_msg(), "p.jsonl:2"), "%s", pl_error_msg());
+    cr_assert_neq(pl_gen_prompts_parse("\n\n", 2, "e.jsonl", &p), PL_OK);
+    cr_assert_neq(pl_gen_prompts_parse("[1,", 3, "t.jsonl", &p), PL_OK);
+}
+
+Test(gen, feeder_positions_and_retirement)
+{
+    pl_model_config_t cfg = s_cfg();
+    pl_gen_job_t j;
+    pl_gen_feed_t *f;
+    pl_act_hdr_t h, tok;
+    pl_act_seq_t seqs[5], in[5];
+    int32_t tokens[16];
+    json_t *o = s_job();
+    cr_assert_eq(pl_gen_job_from_json(o, &cfg, &j), PL_OK);
+    cr_assert_eq(pl_gen_feed_create(&j, &f), PL_OK);
+    pl_gen_feed_prefill(f, 7, 1, &h, seqs, tokens);
+    cr_assert_eq(h.n_seq, 2);
+    cr_assert_eq(h.n_tokens, 5);
+    cr_assert_eq(seqs[0].seq, 1);
+    cr_assert_eq(seqs[1].seq, 3);
+    cr_assert_eq(tokens[0], 4);
+    cr_assert_eq(tokens[4], 10);
+    /* sampled tokens for microbatch 1: seq 1 continues, seq 3 finished */
+    tok = (pl_act_hdr_t){.kind = PL_ACT_TOKENS, .job = 7, .mb = 1, .n_seq = 2, .n_tokens = 2};
+    in[0] = (pl_act_seq_t){.seq = 1, .n_tok = 1, .token = 33};
+    in[1] = (pl_act_seq_t){.seq = 3, .n_tok = 1, .token = 2, .flags = PL_ACT_FINISHED};
+    cr_assert_eq(pl_gen_feed_decode(f, &tok, in, &h, seqs, tokens), PL_OK);
+    cr_assert_eq(h.n_seq, 1);
+    cr_assert_eq(seqs[0].seq, 1);
+    cr_assert_eq(seqs[0].pos0, 1); /* prompt of one token: next position is 1 */
+    cr_assert_eq(tokens[0], 33);
+    cr_assert_eq(h.step, 1);
+    /* a finished or foreign sequence is a protocol error */
+    cr_assert_eq(pl_gen_feed_decode(f, &tok, in + 1, &h, seqs, tokens), PL_ERR_PROTOCOL);
+    in[2] = (pl_act_seq_t){.seq = 0, .n_tok = 1, .token = 5};
+    tok.n_seq = 1;
+    cr_assert_eq(pl_gen_feed_decode(f, &tok, in + 2, &h, seqs, tokens), PL_ERR_PROTOCOL);
+    /* last live sequence of microbatch 1 finishes: it retires */
+    int before = pl_gen_feed_active(f);
+    in[0].flags = PL_ACT_FINISHED;
+    cr_assert_eq(pl_gen_feed_decode(f, &tok, in, &h, seqs, tokens), PL_OK);
+    cr_assert_eq(h.n_seq, 0);
+    cr_assert_eq(pl_gen_feed_active(f), before - 1);
+    pl_gen_feed_destroy(&f);
+    cr_assert_null(f);
+    pl_gen_job_clear(&j);
+    json_decref(o);
+}
+
+Test(gen, sink_stops_at_eos_and_length)
+{
+    pl_model_config_t cfg = s_cfg();
+    pl_gen_job_t j;
+    pl_gen_sink_t *k;
+    json_t *o = s_job();
+    float logits[2 * 50] = {0};
+    pl_act_hdr_t h = {.kind = PL_ACT_HIDDEN, .mb = 1, .n_seq = 2, .n_tokens = 2}, out;
+    pl_act_seq_t seqs[2] = {{.seq = 1, .pos0 = 1, .n_tok = 1}, {.seq = 3, .pos0 = 4, .n_tok = 1}};
+    pl_act_seq_t res[2];
+    cr_assert_eq(pl_gen_job_from_json(o, &cfg, &j), PL_OK);
+    cr_assert_eq(pl_gen_sink_create(&j, 50, &k), PL_OK);
+    logits[10] = 5;      /* seq 1 -> token 10 */
+    logits[50 + 2] = 5;  /* seq 3 -> EOS */
+    cr_assert_eq(pl_gen_sink_sample(k, &h, seqs, logits, &out, res), PL_OK);
+    cr_assert_eq(out.kind, PL_ACT_TOKENS);
+    cr_assert_eq(res[0].token, 10);
+    cr_assert_eq(res[0].flags, 0);
+    cr_assert_eq(res[1].token, 2);
+    cr_assert_eq(res[1].flags, PL_ACT_FINISHED);
+    /* seq 3 is finished: sampling it again is an error */
+    cr_assert_eq(pl_gen_sink_sample(k, &h, seqs, logits, &out, res), PL_ERR_PROTOCOL);
+    h.n_seq = 1;
+    cr_assert_eq(pl_gen_sink_sample(k, &h, seqs, logits, &out, res), PL_OK);
+    cr_assert_eq(pl_gen_sink_sample(k, &h, seqs, logits, &out, res), PL_OK);
+    cr_assert_eq(res[0].flags, PL_ACT_FINISHED, "max_new_tokens 3 reached");
+    cr_assert_not(pl_gen_sink_done(k));
+    json_t *r = pl_gen_sink_results(k);
+    cr_assert_str_eq(json_string_value(json_object_get(json_array_get(r, 1), "finish")), "length");
+    cr_assert_str_eq(json_string_value(json_object_get(json_array_get(r, 3), "finish")), "eos");
+    cr_assert_eq(json_array_size(json_object_get(json_array_get(r, 1), "tokens")), 3);
+    cr_assert_eq(pl_gen_sink_generated(k), 4);
+    json_decref(r);
+    pl_gen_sink_destroy(&k);
+    pl_gen_job_clear(&j);
+    json_decref(o);
+}
