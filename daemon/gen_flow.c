@@ -67,11 +67,12 @@ pl_status_t pl_gen_feed_decode(pl_gen_feed_t *f, const pl_act_hdr_t *in,
     if (in->kind != PL_ACT_TOKENS || in->mb >= (uint32_t)job->microbatches)
         return pl_error(PL_ERR_PROTOCOL, "tokens message: bad kind %u or microbatch %u", in->kind,
                         in->mb);
+    int max_ctx = pl_gen_job_max_ctx(job);
     for (uint32_t i = 0; i < in->n_seq; i++) { /* all or nothing */
         uint32_t s = in_seqs[i].seq;
         if (s >= (uint32_t)job->n_seqs || s % (uint32_t)job->microbatches != in->mb ||
             f->finished[s] || in_seqs[i].token < 0 ||
-            (!(in_seqs[i].flags & PL_ACT_FINISHED) && f->pos[s] >= pl_gen_job_max_ctx(job)))
+            (!(in_seqs[i].flags & PL_ACT_FINISHED) && f->pos[s] >= max_ctx))
             return pl_error(PL_ERR_PROTOCOL, "tokens message: sequence %u is not live in "
                             "microbatch %u", s, in->mb);
     }

@@ -74,8 +74,10 @@ pl_status_t pl_model_tensor(pl_model_t *model, const char *name, pl_tensor_view_
 /* Same, also checking the shape equals `shape[0..ndim)` exactly. */
 pl_status_t pl_model_tensor_shaped(pl_model_t *model, const char *name, int ndim,
                                    const int64_t *shape, pl_tensor_view_t *view);
-/* Tensor as f32: for f32 tensors returns the mapped data (*owned_p false, no copy); f16 and bf16
- * are converted into a new buffer (*owned_p true, caller frees). Shape is checked as above. */
+/* Tensor as f32: for f32 tensors returns the mapped data (*owned_p false, no copy; the mapping is
+ * read-only, never write through it); f16, bf16 and misaligned f32 are converted into a new buffer
+ * (*owned_p true, caller frees). Shape is checked as above; a NULL shape skips the check.
+ * Thread-safe: several executor threads may load from one model at once. */
 pl_status_t pl_model_tensor_f32(pl_model_t *model, const char *name, int ndim,
                                 const int64_t *shape, float **data_p, bool *owned_p);
 

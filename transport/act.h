@@ -45,18 +45,31 @@ typedef struct {
     uint32_t max_pos;    /* positions are below this */
 } pl_act_limits_t;
 
-/* Encoded size of a message. */
+/* Wire layout: a 32-byte header (magic u32, version u16 = 1, kind u16, job, mb, step, n_seq,
+ * n_tokens, dim: u32 each), n_seq entries of 20 bytes (seq, pos0, n_tok, flags: u32, token: i32),
+ * then for PL_ACT_HIDDEN the f32 payload [n_tokens][dim]; all little-endian. PL_ACT_TOKENS has
+ * n_tokens == n_seq, every n_tok 1, dim 0 and no payload (the token is in the entry);
+ * PL_ACT_STOP has no entries and no payload. */
+#define PL_ACT_HDR_BYTES 32u
+#define PL_ACT_SEQ_BYTES 20u
+
+/* Encoded size of a message (SIZE_MAX when it overflows). */
 size_t pl_act_size(const pl_act_hdr_t *hdr);
 /* Encode into a new malloc'd buffer; payload holds pl_act_size - header bytes (may be NULL when
- * there is no payload). */
+ * there is no payload). The header and entries must follow the rules above (PL_ERR_INVALID). */
 pl_status_t pl_act_encode(const pl_act_hdr_t *hdr, const pl_act_seq_t *seqs, const void *payload,
                           void **buf_p, size_t *len_p);
 /* Decode and validate. seqs must have room for limits->max_seq entries; *payload_p points into
- * buf. */
+ * buf (NULL for kinds without payload; payload_p may be NULL). The payload starts at a multiple
+ * of 4 bytes into buf, so it is float-aligned when buf is malloc'd. Checks: magic, version, kind,
+ * the per-kind shape, 1 <= n_seq <= max_seq, n_tokens <= max_tokens, dim == limits->dim, the
+ * exact length, and per entry seq < max_seq (no duplicates), n_tok >= 1, sum(n_tok) == n_tokens,
+ * pos0 + n_tok <= max_pos, only known flags, token >= 0 in PL_ACT_TOKENS. PL_ERR_PROTOCOL with the
+ * field named; *hdr and *payload_p are set only on success (seqs may be partly written). */
 pl_status_t pl_act_decode(const void *buf, size_t len, const pl_act_limits_t *limits,
                           pl_act_hdr_t *hdr, pl_act_seq_t *seqs, const void **payload_p);
 
-/* Tag layout: [job:20][kind:4][mb:16][step:24]. */
+/* Tag layout: [job:20][kind:4][mb:16][step:24]; each value is truncated to its field width. */
 uint64_t pl_act_tag(uint32_t job, pl_act_kind_t kind, uint32_t mb, uint32_t step);
 #define PL_ACT_TAG_JOB_MASK 0xfffff00000000000ULL
 uint64_t pl_act_tag_job(uint32_t job);

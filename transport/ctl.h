@@ -57,8 +57,27 @@ typedef struct {
 /* Receive one whole message (all parts are always drained, also on error). With_identity says
  * whether the socket is a ROUTER. Errors: PL_ERR_PROTOCOL (wrong part count, oversized, unknown
  * type, body not a JSON object), PL_ERR_BUSY (nothing waiting, when flags has ZMQ_DONTWAIT),
- * PL_ERR_TRANSPORT. On a protocol error msg->identity is still filled so the sender can be told. */
+ * PL_ERR_TRANSPORT. On a protocol error msg->identity is still filled so the sender can be told.
+ * The error message reads "control message from 'IDENTITY': ..." (identity escaped). A signal
+ * interrupting the wait before anything arrived is also PL_ERR_BUSY. */
 pl_status_t pl_ctl_recv(void *sock, bool with_identity, int flags, pl_ctl_msg_t *msg);
 void pl_ctl_msg_clear(pl_ctl_msg_t *msg);
+
+/* Validate a type part and a body part (the socket-free half of pl_ctl_recv): the type must be a
+ * known name, the body at most PL_CTL_MAX_BODY bytes of JSON holding one object without
+ * duplicate keys. Sets msg->type and msg->body only on success; PL_ERR_PROTOCOL otherwise. */
+pl_status_t pl_ctl_decode(const void *type, size_t type_len, const void *body, size_t body_len,
+                          pl_ctl_msg_t *msg);
+
+/* Options every control socket should get before bind/connect: ZMQ_MAXMSGSIZE (peers sending
+ * more are disconnected by ZeroMQ), ZMQ_LINGER 0, send/receive high-water marks, and
+ * ZMQ_ROUTER_MANDATORY on ROUTER sockets so that pl_ctl_send to an unknown or departed identity
+ * is PL_ERR_TRANSPORT ("peer not connected") instead of a silent drop. */
+pl_status_t pl_ctl_socket_setup(void *sock);
+
+/* Copy `len` bytes into out (NUL-terminated, out_len > 0) with printable ASCII kept and every
+ * other byte (and \ and ') written as \xNN; stops early rather than overflow. Returns the length
+ * written. For showing identities and type names from the wire in messages. */
+size_t pl_ctl_escape(const void *data, size_t len, char *out, size_t out_len);
 
 #endif

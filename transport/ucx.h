@@ -21,20 +21,33 @@ pl_status_t pl_ucx_address(pl_ucx_t *ucx, char **b64_p);
 /* Endpoint to the worker whose base64 address is given. Peer failures are reported by later
  * sends / receives as PL_ERR_TRANSPORT, never by aborting. */
 pl_status_t pl_ucx_connect(pl_ucx_t *ucx, const char *b64_addr, pl_ucx_ep_t **ep_p);
-/* Name of the transports UCX chose for the endpoint ("posix/sysv/cma", "tcp", ...). */
+/* Name of the transports UCX chose for the endpoint ("posix/sysv/cma", "tcp", ...), from the
+ * endpoint's lanes; "ucx" until the connection is wired up (ask after a message went through).
+ * Borrowed, valid while the endpoint lives. */
 const char *pl_ucx_ep_transport(pl_ucx_ep_t *ep);
 /* Non-blocking tagged send; takes ownership of the malloc'd `buf` (freed when sent). */
 pl_status_t pl_ucx_send(pl_ucx_t *ucx, pl_ucx_ep_t *ep, uint64_t tag, void *buf, size_t len);
 /* Wait for the next message whose tag matches (tag & mask) == (want & mask), at most max_len
- * bytes. Returns a malloc'd buffer (*buf_p, caller frees). Gives up after timeout_ms
- * (PL_ERR_TIMEOUT; < 0 waits forever) or when *cancel becomes non-zero (PL_ERR_CANCELED).
- * Sleeps on the worker's event fd rather than spinning. */
+ * bytes (a longer one is taken off the wire, dropped, and is PL_ERR_PROTOCOL). When nothing
+ * matching is waiting and an endpoint of this worker has failed, PL_ERR_TRANSPORT. Returns a
+ * malloc'd buffer (*buf_p, caller frees; tag_p may be NULL). Gives up after timeout_ms
+ * (PL_ERR_TIMEOUT; < 0 waits forever) or when *cancel becomes non-zero (PL_ERR_CANCELED), also in
+ * the middle of a long message. Sleeps on the worker's event fd (at most 50 ms at a time) rather
+ * than spinning. */
 pl_status_t pl_ucx_recv(pl_ucx_t *ucx, uint64_t want, uint64_t mask, size_t max_len,
                         void **buf_p, size_t *len_p, uint64_t *tag_p, int timeout_ms,
                         const volatile int *cancel);
-/* Wait until every send has completed (or failed). */
+/* Wait until every send has completed (or failed): PL_ERR_TIMEOUT with sends still pending,
+ * PL_ERR_TRANSPORT when any queued send of this worker has failed (sticky). An endpoint whose
+ * peer left after all sends completed is not a flush failure (see pl_ucx_ep_status). */
 pl_status_t pl_ucx_flush(pl_ucx_t *ucx, int timeout_ms);
 /* Number of sends not yet completed. */
 int pl_ucx_pending(const pl_ucx_t *ucx);
+
+/* PL_OK, or PL_ERR_TRANSPORT when UCX reported this endpoint's peer failed (or a send on it
+ * failed). pl_ucx_recv and pl_ucx_flush report a failure of any endpoint of the worker. */
+pl_status_t pl_ucx_ep_status(const pl_ucx_ep_t *ep);
+/* One round of worker progress without waiting (completes sends); returns the events handled. */
+int pl_ucx_progress(pl_ucx_t *ucx);
 
 #endif
