@@ -278,6 +278,16 @@ Test(cluster, cancel_frees_the_nodes)
     tc_sh(NULL, "%s/pipectl -c %s submit %s/long.yaml >/dev/null", tc_bin(), s_c.ep, s_c.dir);
     char *st = s_wait_state(1, "running", 30);
     free(st);
+    /* heartbeats keep flowing while the stages compute: no node looks stale */
+    for (int i = 0; i < 10; i++) {
+        char *nodes;
+        tc_sh(&nodes, "%s/pipectl -c %s -o json nodes", tc_bin(), s_c.ep);
+        cr_assert(strstr(nodes, "\"busy\""), "job not running: %s", nodes);
+        for (char *p = nodes; (p = strstr(p, "\"last_seen_s\": ")); p++)
+            cr_assert_lt(atof(p + 15), 1.5, "stale heartbeat during compute: %s", nodes);
+        free(nodes);
+        usleep(200 * 1000);
+    }
     cr_assert_eq(tc_sh(NULL, "%s/pipectl -c %s cancel 1 >/dev/null", tc_bin(), s_c.ep), 0);
     st = s_wait_state(1, "canceled", 5);
     cr_assert(strstr(st, "\"state\": \"canceled\""), "%s", st);
