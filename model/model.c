@@ -1,0 +1,358 @@
+/* A model directory: config.json plus one or more safetensors shards, a sorted name table over
+ * all their tensors, the Llama tensor-shape check, and f32 access to any tensor. */
+#include "model/model.h"
+#include "model/safetensors.h"
+
+#include "common/json.h"
+#include "common/log.h"
+#include "common/util.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define S_INDEX_NAME "model.safetensors.index.json"
+#define S_SINGLE_NAME "model.safetensors"
+#define S_MAX_INDEX_BYTES (64u << 20)
+#define S_MAX_SHARDS 4096
+#define S_MAX_SHARD_NAME 255
+
+typedef struct {
+    const pl_st_entry_t *entry; /* owned by the shard */
+    pl_st_file_t *shard;
+} s_tensor_t;
+
+struct pl_model {
+    char *dir;
+    pl_model_config_t cfg;
+    pl_st_file_t **shards;
+    size_t n_shards;
+    s_tensor_t *tensors; /* sorted by name */
+    size_t n_tensors;
+    uint64_t weight_bytes;
+};
+
+static pl_status_t s_shard_add(pl_model_t *m, const char *name)
+{
+    char path[4096];
+    pl_st_file_t **grown;
+    pl_status_t st;
+
+    if (m->n_shards >= S_MAX_SHARDS)
+        return pl_error(PL_ERR_RANGE, "more than %d shards", S_MAX_SHARDS);
+    if ((st = pl_path_join(m->dir, name, path, sizeof(path))))
+        return st;
+    grown = realloc(m->shards, (m->n_shards + 1) * sizeof(*grown));
+    if (!grown)
+        return pl_error(PL_ERR_NOMEM, "out of memory");
+    m->shards = grown;
+    if ((st = pl_st_open(path, &m->shards[m->n_shards])))
+        return st;
+    m->n_shards++;
+    return PL_OK;
+}
+
+static pl_status_t s_check_shard_name(const char *name)
+{
+    size_t n = strlen(name);
+    if (n == 0 || n > S_MAX_SHARD_NAME || strchr(name, '/') || strstr(name, "..") ||
+        name[0] == '.')
+        return pl_error(PL_ERR_INVALID, "weight_map: shard name '%.64s' is not a plain file name",
+                        name);
+    return PL_OK;
+}
+
+static pl_st_file_t *s_shard_find(pl_model_t *m, const char *path)
+{
+    for (size_t i = 0; i < m->n_shards; i++)
+        if (strcmp(m->shards[i]->path, path) == 0)
+            return m->shards[i];
+    return NULL;
+}
+
+static int s_by_name(const void *a, const void *b)
+{
+    return strcmp(((const s_tensor_t *)a)->entry->name, ((const s_tensor_t *)b)->entry->name);
+}
+
+static s_tensor_t *s_lookup(const pl_model_t *m, const char *name)
+{
+    pl_st_entry_t key = {.name = (char *)name};
+    s_tensor_t k = {.entry = &key};
+    return bsearch(&k, m->tensors, m->n_tensors, sizeof(k), s_by_name);
+}
+
+/* Collect every shard's tensors into one sorted table; a name may appear only once. */
+static pl_status_t s_build_table(pl_model_t *m)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < m->n_shards; i++)
+        n += m->shards[i]->hdr.n_entries;
+    m->tensors = calloc(n ? n : 1, sizeof(*m->tensors));
+    if (!m->tensors)
+        return pl_error(PL_ERR_NOMEM, "out of memory for %zu tensors", n);
+    for (size_t i = 0; i < m->n_shards; i++) {
+        for (size_t j = 0; j < m->shards[i]->hdr.n_entries; j++) {
+            const pl_st_entry_t *e = &m->shards[i]->hdr.entries[j];
+            m->tensors[m->n_tensors++] = (s_tensor_t){.entry = e, .shard = m->shards[i]};
+            m->weight_bytes += e->end - e->begin;
+        }
+    }
+    qsort(m->tensors, m->n_tensors, sizeof(*m->tensors), s_by_name);
+    for (size_t i = 1; i < m->n_tensors; i++)
+        if (strcmp(m->tensors[i - 1].entry->name, m->tensors[i].entry->name) == 0)
+            return pl_error(PL_ERR_INVALID, "tensor '%s' appears in both %s and %s",
+                            m->tensors[i].entry->name, m->tensors[i - 1].shard->path,
+                            m->tensors[i].shard->path);
+    return PL_OK;
+}
+
+/* Open the shards named by the index and check each listed tensor is where the index says. */
+static pl_status_t s_open_index(pl_model_t *m, const char *index_path)
+{
+    json_error_t jerr;
+    json_t *root, *map, *v;
+    const char *key;
+    char *text;
+    size_t len;
+    pl_status_t st;
+
+    if ((st = pl_file_read(index_path, S_MAX_INDEX_BYTES, &text, &len)))
+        return st;
+    root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
+    free(text);
+    if (!root)
+        return pl_error(PL_ERR_INVALID, "%s: line %d column %d: %s", index_path, jerr.line,
+                        jerr.column, jerr.text);
+    map = json_is_object(root) ? json_object_get(root, "weight_map") : NULL;
+    if (!json_is_object(map)) {
+        st = pl_error(PL_ERR_INVALID, "%s: field 'weight_map' missing or not an object",
+                      index_path);
+        goto out;
+    }
+    json_object_foreach(map, key, v) {
+        char path[4096];
+        if (!json_is_string(v)) {
+            st = pl_error(PL_ERR_INVALID, "%s: weight_map['%.128s'] is not a string",
+                          index_path, key);
+            goto out;
+        }
+        if ((st = s_check_shard_name(json_string_value(v))) ||
+            (st = pl_path_join(m->dir, json_string_value(v), path, sizeof(path))))
+            goto err_prefix;
+        if (!s_shard_find(m, path) && (st = s_shard_add(m, json_string_value(v))))
+            goto err_prefix;
+    }
+    if (m->n_shards == 0) {
+        st = pl_error(PL_ERR_INVALID, "%s: weight_map is empty", index_path);
+        goto out;
+    }
+    if ((st = s_build_table(m)))
+        goto out;
+    json_object_foreach(map, key, v) {
+        char path[4096];
+        s_tensor_t *t = s_lookup(m, key);
+        pl_path_join(m->dir, json_string_value(v), path, sizeof(path)); /* checked above */
+        if (!t || strcmp(t->shard->path, path) != 0) {
+            st = pl_error(PL_ERR_INVALID, "%s: tensor '%.128s' is listed in %s but not found "
+                          "there", index_path, key, json_string_value(v));
+            goto out;
+        }
+    }
+    st = PL_OK;
+    goto out;
+err_prefix:
+    pl_error_prefix(st, "%s: ", index_path);
+out:
+    json_decref(root);
+    return st;
+}
+
+static pl_status_t s_expect(pl_model_t *m, const char *name, int ndim, int64_t d0, int64_t d1)
+{
+    int64_t shape[2] = {d0, d1};
+    if (!s_lookup(m, name))
+        return pl_error(PL_ERR_INVALID, "%s: tensor '%s' is missing", m->dir, name);
+    return pl_model_tensor_shaped(m, name, ndim, shape, NULL);
+}
+
+/* Every tensor a Llama decoder needs must exist with the shape the config implies. */
+static pl_status_t s_check_llama(pl_model_t *m)
+{
+    const pl_model_config_t *c = &m->cfg;
+    int64_t h = c->hidden, q = (int64_t)c->n_heads * c->head_dim;
+    int64_t kv = (int64_t)c->n_kv_heads * c->head_dim, f = c->intermediate;
+    static const char *const s_sq[] = {"input_layernorm", "post_attention_layernorm"};
+    struct {
+        const char *name;
+        int64_t d0, d1;
+    } mats[] = {{"self_attn.q_proj", q, h}, {"self_attn.k_proj", kv, h},
+                {"self_attn.v_proj", kv, h}, {"self_attn.o_proj", h, q},
+                {"mlp.gate_proj", f, h},     {"mlp.up_proj", f, h},
+                {"mlp.down_proj", h, f}};
+    char name[128];
+    pl_status_t st;
+
+    if ((st = s_expect(m, "model.embed_tokens.weight", 2, c->vocab, h)) ||
+        (st = s_expect(m, "model.norm.weight", 1, h, 0)))
+        return st;
+    if (!c->tie_embeddings || s_lookup(m, "lm_head.weight"))
+        if ((st = s_expect(m, "lm_head.weight", 2, c->vocab, h)))
+            return st;
+    for (int l = 0; l < c->n_layers; l++) {
+        for (size_t i = 0; i < PL_ARRAY_SIZE(s_sq); i++) {
+            snprintf(name, sizeof(name), "model.layers.%d.%s.weight", l, s_sq[i]);
+            if ((st = s_expect(m, name, 1, h, 0)))
+                return st;
+        }
+        for (size_t i = 0; i < PL_ARRAY_SIZE(mats); i++) {
+            snprintf(name, sizeof(name), "model.layers.%d.%s.weight", l, mats[i].name);
+            if ((st = s_expect(m, name, 2, mats[i].d0, mats[i].d1)))
+                return st;
+        }
+    }
+    return PL_OK;
+}
+
+pl_status_t pl_model_open(const char *dir, pl_model_t **model_p)
+{
+    char path[4096];
+    struct stat sb;
+    pl_model_t *m = calloc(1, sizeof(*m));
+    pl_status_t st;
+
+    if (!m)
+        return pl_error(PL_ERR_NOMEM, "out of memory");
+    m->dir = strdup(dir);
+    if (!m->dir) {
+        st = pl_error(PL_ERR_NOMEM, "out of memory");
+        goto err;
+    }
+    if ((st = pl_model_config_load(dir, &m->cfg)))
+        goto err;
+    if ((st = pl_path_join(dir, S_INDEX_NAME, path, sizeof(path))))
+        goto err;
+    if (stat(path, &sb) == 0) {
+        st = s_open_index(m, path);
+    } else if (errno == ENOENT) {
+        st = s_shard_add(m, S_SINGLE_NAME);
+        if (!st)
+            st = s_build_table(m);
+    } else {
+        st = pl_error(PL_ERR_IO, "%s: %s", path, strerror(errno));
+    }
+    if (st || (st = s_check_llama(m)))
+        goto err;
+    pl_log_debug("model %s: %d layers, %zu tensors in %zu shards, %llu bytes", dir,
+                 m->cfg.n_layers, m->n_tensors, m->n_shards,
+                 (unsigned long long)m->weight_bytes);
+    *model_p = m;
+    return PL_OK;
+err:
+    pl_model_destroy(&m);
+    return st;
+}
+
+void pl_model_destroy(pl_model_t **model_p)
+{
+    pl_model_t *m = model_p ? *model_p : NULL;
+    if (!m)
+        return;
+    for (size_t i = 0; i < m->n_shards; i++)
+        pl_st_close(&m->shards[i]);
+    free(m->shards);
+    free(m->tensors);
+    free(m->dir);
+    free(m);
+    *model_p = NULL;
+}
+
+const pl_model_config_t *pl_model_config(const pl_model_t *model)
+{
+    return &model->cfg;
+}
+
+const char *pl_model_dir(const pl_model_t *model)
+{
+    return model->dir;
+}
+
+uint64_t pl_model_weight_bytes(const pl_model_t *model)
+{
+    return model->weight_bytes;
+}
+
+pl_status_t pl_model_tensor(pl_model_t *model, const char *name, pl_tensor_view_t *view)
+{
+    s_tensor_t *t = s_lookup(model, name);
+    const unsigned char *data;
+    pl_status_t st;
+
+    if (!t)
+        return pl_error(PL_ERR_NOT_FOUND, "%s: no tensor '%s'", model->dir, name);
+    if ((st = pl_st_data(t->shard, &data)))
+        return st;
+    view->dtype = t->entry->dtype;
+    view->ndim = t->entry->ndim;
+    memcpy(view->shape, t->entry->shape, sizeof(view->shape));
+    view->numel = t->entry->numel;
+    view->data = data + t->entry->begin;
+    view->nbytes = (size_t)(t->entry->end - t->entry->begin);
+    return PL_OK;
+}
+
+static void s_shape_str(char *out, size_t len, int ndim, const int64_t *shape)
+{
+    size_t o = (size_t)snprintf(out, len, "[");
+    for (int d = 0; d < ndim && o < len; d++)
+        o += (size_t)snprintf(out + o, len - o, "%s%lld", d ? ", " : "", (long long)shape[d]);
+    if (o < len)
+        snprintf(out + o, len - o, "]");
+}
+
+pl_status_t pl_model_tensor_shaped(pl_model_t *model, const char *name, int ndim,
+                                   const int64_t *shape, pl_tensor_view_t *view)
+{
+    s_tensor_t *t = s_lookup(model, name);
+    bool same;
+
+    if (!t)
+        return pl_error(PL_ERR_NOT_FOUND, "%s: no tensor '%s'", model->dir, name);
+    same = shape == NULL || t->entry->ndim == ndim;
+    for (int d = 0; same && shape && d < ndim; d++)
+        same = t->entry->shape[d] == shape[d];
+    if (!same) {
+        char have[96], want[96];
+        s_shape_str(have, sizeof(have), t->entry->ndim, t->entry->shape);
+        s_shape_str(want, sizeof(want), ndim, shape);
+        return pl_error(PL_ERR_INVALID, "%s: tensor '%s' has shape %s, expected %s", model->dir,
+                        name, have, want);
+    }
+    return view ? pl_model_tensor(model, name, view) : PL_OK;
+}
+
+pl_status_t pl_model_tensor_f32(pl_model_t *model, const char *name, int ndim,
+                                const int64_t *shape, float **data_p, bool *owned_p)
+{
+    pl_tensor_view_t v;
+    float *out;
+    pl_status_t st = pl_model_tensor_shaped(model, name, ndim, shape, &v);
+
+    if (st)
+        return st;
+    if (v.dtype == PL_DT_F32 && ((uintptr_t)v.data & 3) == 0) {
+        *data_p = (float *)v.data; /* read-only mapping: callers must not write */
+        *owned_p = false;
+        return PL_OK;
+    }
+    out = malloc(v.numel ? (size_t)v.numel * sizeof(float) : 1);
+    if (!out)
+        return pl_error(PL_ERR_NOMEM, "tensor '%s': out of memory for %lld floats", name,
+                        (long long)v.numel);
+    pl_dtype_to_f32(v.dtype, v.data, (size_t)v.numel, out);
+    *data_p = out;
+    *owned_p = true;
+    return PL_OK;
+}

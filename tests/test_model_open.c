@@ -1,0 +1,585 @@
+/* Tests of model directories: a tiny Llama written by hand (single file and sharded, three
+ * dtypes, every missing or misshapen tensor), and pl-mkmodel output compared across dtypes. */
+#include "common/status.h"
+#include "model/model.h"
+
+#include <criterion/criterion.h>
+#include <math.h>
+#include <pthread.h>
+#include <sys/wait.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define S_MAX_T 64
+
+typedef struct {
+    char name[96];
+    int ndim;
+    int64_t d[2];
+} s_t;
+
+typedef struct {
+    const char *dtype; /* "F32", "F16", "BF16" */
+    int shards;
+    bool tie, lm_head, no_index;
+    int pad;                /* extra header spaces; odd values misalign the data */
+    const char *skip;       /* tensor left out */
+    const char *misshape;   /* tensor written with its first dimension + 1 */
+    const char *dup;        /* tensor written into every shard */
+} s_opts_t;
+
+/* Tiny config: hidden 4, intermediate 6, 2 layers, 2 heads of 2, 1 KV head, vocab 5. */
+static const char s_config[] =
+    "{\"model_type\": \"llama\", \"hidden_size\": 4, \"intermediate_size\": 6,"
+    " \"num_hidden_layers\": 2, \"num_attention_heads\": 2, \"num_key_value_heads\": 1,"
+    " \"head_dim\": 2, \"vocab_size\": 5, \"rms_norm_eps\": 1e-6, \"tie_word_embeddings\": %s,"
+    " \"eos_token_id\": [3, 4]}";
+
+static char s_dir[64];
+
+static void s_mkdir(void)
+{
+    snprintf(s_dir, sizeof(s_dir), "/tmp/pl_mo_XXXXXX");
+    cr_assert_not_null(mkdtemp(s_dir));
+}
+
+static void s_rmdir(void)
+{
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", s_dir);
+    cr_assert_eq(system(cmd), 0);
+}
+
+static const char *s_path(const char *name)
+{
+    static char p[4][160];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(p[k], sizeof(p[k]), "%s/%s", s_dir, name);
+    return p[k];
+}
+
+static void s_write_text(const char *name, const char *text)
+{
+    FILE *f = fopen(s_path(name), "w");
+    cr_assert_not_null(f);
+    fputs(text, f);
+    cr_assert_eq(fclose(f), 0);
+}
+
+static size_t s_list(bool lm_head, s_t *t)
+{
+    static const char *const sfx[] = {"input_layernorm", "self_attn.q_proj", "self_attn.k_proj",
+                                      "self_attn.v_proj", "self_attn.o_proj",
+                                      "post_attention_layernorm", "mlp.gate_proj",
+                                      "mlp.up_proj", "mlp.down_proj"};
+    static const int64_t dims[][3] = {{1, 4, 0}, {2, 4, 4}, {2, 2, 4}, {2, 2, 4}, {2, 4, 4},
+                                      {1, 4, 0}, {2, 6, 4}, {2, 6, 4}, {2, 4, 6}};
+    size_t n = 0;
+    t[n++] = (s_t){"model.embed_tokens.weight", 2, {5, 4}};
+    for (int l = 0; l < 2; l++) {
+        for (int i = 0; i < 9; i++) {
+            snprintf(t[n].name, sizeof(t[n].name), "model.layers.%d.%s.weight", l, sfx[i]);
+            t[n].ndim = (int)dims[i][0];
+            t[n].d[0] = dims[i][1];
+            t[n].d[1] = dims[i][2];
+            n++;
+        }
+    }
+    t[n++] = (s_t){"model.norm.weight", 1, {4, 0}};
+    if (lm_head)
+        t[n++] = (s_t){"lm_head.weight", 2, {5, 4}};
+    return n;
+}
+
+/* Value i of tensor t: a multiple of 1/16 in [-1, 1], exact in every dtype. */
+static float s_val(size_t t, int64_t i)
+{
+    return (float)((int64_t)(t * 7 + (size_t)i * 3) % 33 - 16) / 16.0f;
+}
+
+/* Encode an exactly representable value as f16 / bf16 bits, independently of the library. */
+static uint16_t s_enc(const char *dtype, float v)
+{
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    if (strcmp(dtype, "BF16") == 0)
+        return (uint16_t)(u >> 16);
+    if (v == 0.0f)
+        return 0;
+    int e;
+    float m = frexpf(fabsf(v), &e); /* |v| = m * 2^e, m in [0.5, 1) */
+    uint16_t mant = (uint16_t)((m * 2.0f - 1.0f) * 1024.0f);
+    return (uint16_t)((v < 0 ? 0x8000 : 0) | (e - 1 + 15) << 10 | mant);
+}
+
+static int s_shard_of(const s_opts_t *o, const s_t *t, size_t n, size_t i)
+{
+    int l;
+    if (sscanf(t[i].name, "model.layers.%d.", &l) == 1)
+        return l * o->shards / 2;
+    return i == 0 ? 0 : o->shards - 1;
+}
+
+static void s_shard_name(const s_opts_t *o, int k, char *out, size_t len)
+{
+    if (o->shards == 1)
+        snprintf(out, len, "model.safetensors");
+    else
+        snprintf(out, len, "part-%d.safetensors", k);
+}
+
+static void s_write_model(const s_opts_t *o)
+{
+    s_t t[S_MAX_T];
+    size_t n = s_list(o->lm_head, t);
+    char cfg[1024], name[64], index[16384];
+    size_t il = (size_t)snprintf(index, sizeof(index), "{\"weight_map\": {");
+
+    snprintf(cfg, sizeof(cfg), s_config, o->tie ? "true" : "false");
+    s_write_text("config.json", cfg);
+    for (int k = 0; k < o->shards; k++) {
+        char hdr[16384];
+        static unsigned char data[65536];
+        size_t hl = (size_t)snprintf(hdr, sizeof(hdr), "{"), dl = 0;
+        size_t es = strcmp(o->dtype, "F32") == 0 ? 4 : 2;
+        for (size_t i = 0; i < n; i++) {
+            bool dup = o->dup && strcmp(t[i].name, o->dup) == 0;
+            if ((s_shard_of(o, t, n, i) != k && !dup) || (o->skip && !strcmp(t[i].name, o->skip)))
+                continue;
+            int64_t d0 = t[i].d[0] + (o->misshape && !strcmp(t[i].name, o->misshape));
+            int64_t numel = t[i].ndim == 1 ? d0 : d0 * t[i].d[1];
+            char shape[64];
+            if (t[i].ndim == 1)
+                snprintf(shape, sizeof(shape), "[%lld]", (long long)d0);
+            else
+                snprintf(shape, sizeof(shape), "[%lld,%lld]", (long long)d0,
+                         (long long)t[i].d[1]);
+            hl += (size_t)snprintf(hdr + hl, sizeof(hdr) - hl,
+                                   "%s\"%s\":{\"dtype\":\"%s\",\"shape\":%s,"
+                                   "\"data_offsets\":[%zu,%zu]}",
+                                   hl > 1 ? "," : "", t[i].name, o->dtype, shape, dl,
+                                   dl + (size_t)numel * es);
+            for (int64_t j = 0; j < numel; j++, dl += es) {
+                float v = s_val(i, j);
+                uint16_t h = s_enc(o->dtype, v);
+                memcpy(data + dl, es == 4 ? (void *)&v : (void *)&h, es);
+            }
+            if (!dup || s_shard_of(o, t, n, i) == k)
+                il += (size_t)snprintf(index + il, sizeof(index) - il, "%s\"%s\": \"part-%d"
+                                       ".safetensors\"", il > 16 ? ", " : "", t[i].name, k);
+        }
+        hl += (size_t)snprintf(hdr + hl, sizeof(hdr) - hl, "}");
+        hl += (size_t)snprintf(hdr + hl, sizeof(hdr) - hl, "%*s", (int)((8 - hl % 8) % 8) + o->pad,
+                               ""); /* 8-byte aligned data unless pad says otherwise */
+        s_shard_name(o, k, name, sizeof(name));
+        FILE *f = fopen(s_path(name), "wb");
+        cr_assert_not_null(f);
+        for (int b = 0; b < 8; b++)
+            fputc((int)((uint64_t)hl >> (8 * b)) & 0xff, f);
+        cr_assert_eq(fwrite(hdr, 1, hl, f), hl);
+        cr_assert_eq(fwrite(data, 1, dl, f), dl);
+        cr_assert_eq(fclose(f), 0);
+    }
+    snprintf(index + il, sizeof(index) - il, "}}");
+    if (o->shards > 1 && !o->no_index)
+        s_write_text("model.safetensors.index.json", index);
+}
+
+static void s_open_fails(pl_status_t want, const char *part)
+{
+    pl_model_t *m = NULL;
+    pl_status_t st = pl_model_open(s_dir, &m);
+    cr_assert_eq(st, want, "status %d, want %d: %s", st, want, pl_error_msg());
+    cr_assert_null(m);
+    cr_assert_not_null(strstr(pl_error_msg(), part), "message '%s' lacks '%s'", pl_error_msg(),
+                       part);
+}
+
+/* Open the hand-written model and compare every tensor with s_val. */
+static void s_check_values(const s_opts_t *o, bool want_owned)
+{
+    pl_model_t *m = NULL;
+    s_t t[S_MAX_T];
+    size_t n = s_list(o->lm_head, t);
+    uint64_t bytes = 0;
+
+    cr_assert_eq(pl_model_open(s_dir, &m), PL_OK, "%s", pl_error_msg());
+    cr_assert_str_eq(pl_model_dir(m), s_dir);
+    const pl_model_config_t *c = pl_model_config(m);
+    cr_assert_eq(c->n_layers, 2);
+    cr_assert_eq(c->n_eos, 2);
+    for (size_t i = 0; i < n; i++) {
+        float *data;
+        bool owned;
+        pl_tensor_view_t v;
+        cr_assert_eq(pl_model_tensor_f32(m, t[i].name, t[i].ndim, t[i].d, &data, &owned), PL_OK,
+                     "%s", pl_error_msg());
+        cr_assert_eq(owned, want_owned, "%s", t[i].name);
+        cr_assert_eq(pl_model_tensor(m, t[i].name, &v), PL_OK);
+        for (int64_t j = 0; j < v.numel; j++)
+            cr_assert_eq(data[j], s_val(i, j), "%s[%lld]: %g != %g", t[i].name, (long long)j,
+                         data[j], s_val(i, j));
+        bytes += v.nbytes;
+        if (owned)
+            free(data);
+    }
+    cr_assert_eq(pl_model_weight_bytes(m), bytes);
+    pl_model_destroy(&m);
+    cr_assert_null(m);
+    pl_model_destroy(&m);
+}
+
+TestSuite(model_open, .init = s_mkdir, .fini = s_rmdir);
+
+Test(model_open, tiny_each_dtype)
+{
+    static const char *const dts[] = {"F32", "F16", "BF16"};
+    for (int i = 0; i < 3; i++) {
+        s_opts_t o = {.dtype = dts[i], .shards = 1, .lm_head = true};
+        s_write_model(&o);
+        s_check_values(&o, i != 0);
+    }
+}
+
+Test(model_open, misaligned_f32_is_copied)
+{
+    s_opts_t o = {.dtype = "F32", .shards = 1, .lm_head = true, .pad = 1};
+    s_write_model(&o);
+    s_check_values(&o, true);
+}
+
+Test(model_open, sharded)
+{
+    s_opts_t o = {.dtype = "BF16", .shards = 3, .lm_head = true};
+    s_write_model(&o);
+    s_check_values(&o, true);
+}
+
+Test(model_open, tensor_lookup_errors)
+{
+    s_opts_t o = {.dtype = "F32", .shards = 1, .lm_head = true};
+    pl_model_t *m = NULL;
+    pl_tensor_view_t v;
+    float *data = NULL;
+    bool owned;
+    int64_t wrong[2] = {4, 5};
+
+    s_write_model(&o);
+    cr_assert_eq(pl_model_open(s_dir, &m), PL_OK, "%s", pl_error_msg());
+    cr_assert_eq(pl_model_tensor(m, "model.layers.2.mlp.up_proj.weight", &v), PL_ERR_NOT_FOUND);
+    cr_assert_not_null(strstr(pl_error_msg(), "model.layers.2.mlp.up_proj.weight"));
+    cr_assert_eq(pl_model_tensor_shaped(m, "lm_head.weight", 2, wrong, &v), PL_ERR_INVALID);
+    cr_assert_not_null(strstr(pl_error_msg(), "[5, 4], expected [4, 5]"), "%s", pl_error_msg());
+    cr_assert_eq(pl_model_tensor_f32(m, "model.norm.weight", 2, wrong, &data, &owned),
+                 PL_ERR_INVALID);
+    cr_assert_null(data);
+    cr_assert_eq(pl_model_tensor_shaped(m, "model.norm.weight", 1, wrong, &v), PL_OK);
+    cr_assert_eq(v.ndim, 1);
+    cr_assert_eq(v.numel, 4);
+    cr_assert_eq(v.nbytes, 16);
+    cr_assert_eq(v.dtype, PL_DT_F32);
+    pl_model_destroy(&m);
+}
+
+Test(model_open, missing_and_misshapen_tensors)
+{
+    s_opts_t o = {.dtype = "F32", .shards = 1, .lm_head = true,
+                  .skip = "model.layers.1.mlp.up_proj.weight"};
+    s_write_model(&o);
+    s_open_fails(PL_ERR_INVALID, "'model.layers.1.mlp.up_proj.weight' is missing");
+
+    o.skip = NULL;
+    o.misshape = "model.layers.0.self_attn.k_proj.weight";
+    s_write_model(&o);
+    s_open_fails(PL_ERR_INVALID, "'model.layers.0.self_attn.k_proj.weight' has shape [3, 4], "
+                                 "expected [2, 4]");
+
+    o.misshape = "model.embed_tokens.weight";
+    s_write_model(&o);
+    s_open_fails(PL_ERR_INVALID, "model.embed_tokens.weight");
+}
+
+Test(model_open, tied_embeddings)
+{
+    s_opts_t o = {.dtype = "F16", .shards = 1, .tie = true};
+    s_write_model(&o);
+    s_check_values(&o, true);
+    o.tie = false;
+    s_write_model(&o);
+    s_open_fails(PL_ERR_INVALID, "'lm_head.weight' is missing");
+}
+
+Test(model_open, missing_files)
+{
+    s_open_fails(PL_ERR_NOT_FOUND, "config.json");
+    s_opts_t o = {.dtype = "F32", .shards = 1, .lm_head = true};
+    s_write_model(&o);
+    unlink(s_path("model.safetensors"));
+    s_open_fails(PL_ERR_NOT_FOUND, "model.safetensors");
+    s_write_text("config.json", "{\"model_type\": \"gpt2\", \"n_embd\": 768}");
+    s_open_fails(PL_ERR_UNSUPPORTED, "not a Llama-family model (model_type 'gpt2')");
+}
+
+Test(model_open, index_errors)
+{
+    s_opts_t o = {.dtype = "F32", .shards = 2, .lm_head = true};
+    s_write_model(&o);
+    unlink(s_path("part-1.safetensors"));
+    s_open_fails(PL_ERR_NOT_FOUND, "part-1.safetensors");
+
+    s_write_model(&o);
+    s_write_text("model.safetensors.index.json",
+                 "{\"weight_map\": {\"model.norm.weight\": \"../part-0.safetensors\"}}");
+    s_open_fails(PL_ERR_INVALID, "../part-0.safetensors");
+    s_write_text("model.safetensors.index.json",
+                 "{\"weight_map\": {\"model.norm.weight\": \"sub/part-0.safetensors\"}}");
+    s_open_fails(PL_ERR_INVALID, "not a plain file name");
+    s_write_text("model.safetensors.index.json", "{\"weight_map\": {}}");
+    s_open_fails(PL_ERR_INVALID, "empty");
+    s_write_text("model.safetensors.index.json", "{\"weight_map\": [1]}");
+    s_open_fails(PL_ERR_INVALID, "weight_map");
+    s_write_text("model.safetensors.index.json", "{\"weight_map\": {\"x\": 5}}");
+    s_open_fails(PL_ERR_INVALID, "weight_map");
+    s_write_text("model.safetensors.index.json", "{\"weight_map\": ");
+    s_open_fails(PL_ERR_INVALID, "model.safetensors.index.json");
+    /* the index names a tensor in a shard that does not hold it */
+    s_write_text("model.safetensors.index.json",
+                 "{\"weight_map\": {\"model.norm.weight\": \"part-0.safetensors\", "
+                 "\"model.embed_tokens.weight\": \"part-1.safetensors\"}}");
+    s_open_fails(PL_ERR_INVALID, "'model.norm.weight' is listed in part-0.safetensors");
+}
+
+Test(model_open, duplicate_across_shards)
+{
+    s_opts_t o = {.dtype = "F32", .shards = 2, .lm_head = true, .dup = "model.norm.weight"};
+    s_write_model(&o);
+    s_open_fails(PL_ERR_INVALID, "'model.norm.weight' appears in both");
+}
+
+static void *s_thread_get(void *arg)
+{
+    float *data = NULL;
+    bool owned;
+    int64_t shape[2] = {5, 4};
+    if (pl_model_tensor_f32(arg, "lm_head.weight", 2, shape, &data, &owned) != PL_OK || owned)
+        return NULL;
+    return data;
+}
+
+Test(model_open, concurrent_first_access)
+{
+    s_opts_t o = {.dtype = "F32", .shards = 1, .lm_head = true};
+    pl_model_t *m = NULL;
+    pthread_t th[4];
+    void *got[4];
+    s_write_model(&o);
+    cr_assert_eq(pl_model_open(s_dir, &m), PL_OK, "%s", pl_error_msg());
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(pthread_create(&th[i], NULL, s_thread_get, m), 0);
+    for (int i = 0; i < 4; i++) {
+        pthread_join(th[i], &got[i]);
+        cr_assert_not_null(got[i]);
+        cr_assert_eq(got[i], got[0], "every thread sees the one mapping");
+    }
+    pl_model_destroy(&m);
+}
+
+/* ---- pl-mkmodel output ---- */
+
+/* Run pl-mkmodel writing into s_dir/sub; returns its exit status. */
+static int s_mk(const char *sub, const char *args)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof(cmd), "'%s/pl-mkmodel' --out '%s/%s' %s >'%s/out.txt' 2>'%s/err.txt'",
+             PL_BIN_DIR, s_dir, sub, args, s_dir, s_dir);
+    int rc = system(cmd);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+static pl_model_t *s_open_sub(const char *sub)
+{
+    pl_model_t *m = NULL;
+    cr_assert_eq(pl_model_open(s_path(sub), &m), PL_OK, "%s: %s", sub, pl_error_msg());
+    return m;
+}
+
+/* Every Llama tensor name and shape a config implies. */
+static size_t s_names(const pl_model_config_t *c, s_t *t, size_t max)
+{
+    static const char *const sfx[] = {"input_layernorm", "self_attn.q_proj", "self_attn.k_proj",
+                                      "self_attn.v_proj", "self_attn.o_proj",
+                                      "post_attention_layernorm", "mlp.gate_proj",
+                                      "mlp.up_proj", "mlp.down_proj"};
+    int64_t h = c->hidden, q = (int64_t)c->n_heads * c->head_dim;
+    int64_t kv = (int64_t)c->n_kv_heads * c->head_dim, f = c->intermediate;
+    const int64_t dims[][3] = {{1, h, 0}, {2, q, h}, {2, kv, h}, {2, kv, h}, {2, h, q},
+                               {1, h, 0}, {2, f, h}, {2, f, h}, {2, h, f}};
+    size_t n = 0;
+    t[n++] = (s_t){"model.embed_tokens.weight", 2, {c->vocab, h}};
+    t[n++] = (s_t){"model.norm.weight", 1, {h, 0}};
+    if (!c->tie_embeddings)
+        t[n++] = (s_t){"lm_head.weight", 2, {c->vocab, h}};
+    for (int l = 0; l < c->n_layers; l++) {
+        for (int i = 0; i < 9; i++) {
+            cr_assert_lt(n, max);
+            snprintf(t[n].name, sizeof(t[n].name), "model.layers.%d.%s.weight", l, sfx[i]);
+            t[n].ndim = (int)dims[i][0];
+            t[n].d[0] = dims[i][1];
+            t[n].d[1] = dims[i][2];
+            n++;
+        }
+    }
+    return n;
+}
+
+static float s_ref_bf16_round(float x)
+{
+    /* nearest bf16 by comparing both neighbours in double; ties to even */
+    uint32_t u, lo, hi;
+    float fl, fh;
+    memcpy(&u, &x, 4);
+    lo = u & 0xffff0000u;
+    hi = lo + 0x10000u;
+    memcpy(&fl, &lo, 4);
+    memcpy(&fh, &hi, 4);
+    double dl = fabs((double)fl - x), dh = fabs((double)fh - x);
+    return (dl < dh || (dl == dh && !(lo & 0x10000u))) ? fl : fh;
+}
+
+#define S_MK_ARGS "--layers 3 --hidden 64 --intermediate 160 --heads 4 --kv-heads 2 --vocab 300 "
+
+Test(model_open, mkmodel_dtypes_agree)
+{
+    cr_assert_eq(s_mk("f32", S_MK_ARGS "--seed 7"), 0);
+    cr_assert_eq(s_mk("f16", S_MK_ARGS "--seed 7 --dtype f16"), 0);
+    cr_assert_eq(s_mk("bf16", S_MK_ARGS "--seed 7 --dtype bf16 --shards 3"), 0);
+    cr_assert_eq(s_mk("f32s", S_MK_ARGS "--seed 7 --shards 2"), 0);
+    pl_model_t *m32 = s_open_sub("f32"), *m16 = s_open_sub("f16"), *mbf = s_open_sub("bf16");
+    pl_model_t *m32s = s_open_sub("f32s");
+    const pl_model_config_t *c = pl_model_config(m32);
+    s_t t[64];
+    size_t n = s_names(c, t, 64);
+
+    cr_assert_eq(c->n_layers, 3);
+    cr_assert_eq(c->head_dim, 16);
+    cr_assert_eq(c->n_kv_heads, 2);
+    cr_assert_eq(pl_model_weight_bytes(m16) * 2, pl_model_weight_bytes(m32));
+    cr_assert_eq(pl_model_weight_bytes(mbf), pl_model_weight_bytes(m16));
+    for (size_t i = 0; i < n; i++) {
+        float *a, *b, *h, *s;
+        bool oa, ob, oh, os;
+        pl_tensor_view_t v;
+        cr_assert_eq(pl_model_tensor_f32(m32, t[i].name, t[i].ndim, t[i].d, &a, &oa), PL_OK);
+        cr_assert_eq(pl_model_tensor_f32(mbf, t[i].name, t[i].ndim, t[i].d, &b, &ob), PL_OK);
+        cr_assert_eq(pl_model_tensor_f32(m16, t[i].name, t[i].ndim, t[i].d, &h, &oh), PL_OK);
+        cr_assert_eq(pl_model_tensor_f32(m32s, t[i].name, t[i].ndim, t[i].d, &s, &os), PL_OK);
+        cr_assert(!oa && ob && oh && !os);
+        cr_assert_eq(pl_model_tensor(mbf, t[i].name, &v), PL_OK);
+        cr_assert_eq(v.dtype, PL_DT_BF16);
+        for (int64_t j = 0; j < v.numel; j++) {
+            cr_assert_eq(b[j], s_ref_bf16_round(a[j]), "%s[%lld]", t[i].name, (long long)j);
+            cr_assert_leq(fabsf(h[j] - a[j]), fabsf(a[j]) / 2048.0f + 1e-7f, "%s[%lld]",
+                          t[i].name, (long long)j);
+            cr_assert_eq(s[j], a[j]);
+        }
+        free(b);
+        free(h);
+    }
+    pl_model_destroy(&m32);
+    pl_model_destroy(&m16);
+    pl_model_destroy(&mbf);
+    pl_model_destroy(&m32s);
+}
+
+/* Sample statistics of a tensor: mean, standard deviation, min, max. */
+static void s_stats(pl_model_t *m, const char *name, double st[4])
+{
+    pl_tensor_view_t v;
+    cr_assert_eq(pl_model_tensor(m, name, &v), PL_OK, "%s", pl_error_msg());
+    const float *x = v.data;
+    double s = 0, s2 = 0, lo = INFINITY, hi = -INFINITY;
+    for (int64_t j = 0; j < v.numel; j++) {
+        s += x[j];
+        s2 += (double)x[j] * x[j];
+        lo = fmin(lo, x[j]);
+        hi = fmax(hi, x[j]);
+    }
+    st[0] = s / (double)v.numel;
+    st[1] = sqrt(s2 / (double)v.numel - st[0] * st[0]);
+    st[2] = lo;
+    st[3] = hi;
+}
+
+Test(model_open, mkmodel_weights_are_usable)
+{
+    double st[4];
+    cr_assert_eq(s_mk("a", S_MK_ARGS "--seed 1 --tie --rope-llama3 --eos 2,7 --max-pos 512"), 0);
+    cr_assert_eq(s_mk("b", S_MK_ARGS "--seed 2 --tie"), 0);
+    pl_model_t *a = s_open_sub("a"), *b = s_open_sub("b");
+    const pl_model_config_t *c = pl_model_config(a);
+    pl_tensor_view_t v;
+
+    cr_assert(c->tie_embeddings);
+    cr_assert_eq(c->rope_scaling, PL_ROPE_LLAMA3);
+    cr_assert_eq(c->n_eos, 2);
+    cr_assert_eq(c->eos_ids[1], 7);
+    cr_assert_eq(c->max_pos, 512);
+    cr_assert_eq(pl_model_tensor(a, "lm_head.weight", &v), PL_ERR_NOT_FOUND);
+    /* projections: uniform(-1/sqrt(fan_in), 1/sqrt(fan_in)), std 1/sqrt(3 fan_in) */
+    s_stats(a, "model.layers.1.mlp.down_proj.weight", st);
+    cr_assert_float_eq(st[1], 1.0 / sqrt(3.0 * 160), 0.1 / sqrt(3.0 * 160));
+    cr_assert_lt(fabs(st[0]), 0.1 * st[1]);
+    cr_assert_leq(st[3], 1.0 / sqrt(160.0));
+    s_stats(a, "model.layers.0.input_layernorm.weight", st);
+    cr_assert(st[2] >= 0.9 && st[3] <= 1.1 && st[1] > 0.01);
+    s_stats(a, "model.embed_tokens.weight", st);
+    cr_assert(st[2] >= -0.5 && st[3] <= 0.5 && st[1] > 0.2);
+    /* different tensors and different seeds give different streams */
+    pl_tensor_view_t q0, q1, qb;
+    cr_assert_eq(pl_model_tensor(a, "model.layers.0.self_attn.q_proj.weight", &q0), PL_OK);
+    cr_assert_eq(pl_model_tensor(a, "model.layers.1.self_attn.q_proj.weight", &q1), PL_OK);
+    cr_assert_eq(pl_model_tensor(b, "model.layers.0.self_attn.q_proj.weight", &qb), PL_OK);
+    cr_assert_neq(memcmp(q0.data, q1.data, q0.nbytes), 0);
+    cr_assert_neq(memcmp(q0.data, qb.data, q0.nbytes), 0);
+    pl_model_destroy(&a);
+    pl_model_destroy(&b);
+
+    /* rewriting a sharded directory as one file must not leave the old index in charge */
+    cr_assert_eq(s_mk("c", S_MK_ARGS "--shards 2 --seed 3"), 0);
+    cr_assert_eq(access(s_path("c/model.safetensors.index.json"), F_OK), 0);
+    cr_assert_eq(s_mk("c", S_MK_ARGS "--seed 4"), 0);
+    cr_assert_neq(access(s_path("c/model.safetensors.index.json"), F_OK), 0);
+    pl_model_t *c4 = s_open_sub("c");
+    cr_assert_eq(s_mk("d", S_MK_ARGS "--seed 4"), 0);
+    pl_model_t *d4 = s_open_sub("d");
+    cr_assert_eq(pl_model_tensor(c4, "model.layers.2.mlp.up_proj.weight", &q0), PL_OK);
+    cr_assert_eq(pl_model_tensor(d4, "model.layers.2.mlp.up_proj.weight", &q1), PL_OK);
+    cr_assert_eq(memcmp(q0.data, q1.data, q0.nbytes), 0);
+    pl_model_destroy(&c4);
+    pl_model_destroy(&d4);
+}
+
+Test(model_open, mkmodel_rejects_bad_args)
+{
+    static const char *const bad[] = {
+        "--heads 3",  "--kv-heads 3",   "--dtype f8",    "--layers abc", "--layers 0",
+        "--shards 9", "--eos 600",      "--head-dim 7",  "--hidden 1048576", "stray",
+        "--seed -1",  "--vocab 1e3"};
+    char line[512];
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        cr_assert_neq(s_mk("x", bad[i]), 0, "%s accepted", bad[i]);
+        FILE *f = fopen(s_path("err.txt"), "r");
+        cr_assert_not_null(f);
+        cr_assert_not_null(fgets(line, sizeof(line), f), "%s: no message", bad[i]);
+        cr_assert_eq(strncmp(line, "pl-mkmodel: ", 12), 0, "%s: '%s'", bad[i], line);
+        cr_assert_null(fgets(line, sizeof(line), f), "%s: more than one line", bad[i]);
+        fclose(f);
+    }
+    cr_assert_neq(s_mk("no/such/dir", ""), 0);
+    char cmd[256];
+    snprintf(cmd, sizeof(cmd), "'%s/pl-mkmodel' --layers 2 >/dev/null 2>&1", PL_BIN_DIR);
+    cr_assert_neq(system(cmd), 0, "--out is required");
+}

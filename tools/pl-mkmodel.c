@@ -1,0 +1,467 @@
+/* pl-mkmodel: write a deterministic random-weight Llama model in the Hugging Face layout
+ * (config.json, safetensors shards, index), for tests and benchmarks without real weights. */
+#include "common/status.h"
+#include "common/util.h"
+#include "model/model.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define S_CHUNK 65536 /* elements generated and written at a time */
+
+typedef enum { S_PROJ, S_EMBED, S_NORM } s_kind_t;
+
+typedef struct {
+    char name[96];
+    int ndim;
+    int64_t shape[2];
+    s_kind_t kind;
+    uint64_t idx; /* position in the canonical order: keys the random stream */
+    int shard;
+} s_tensor_t;
+
+typedef struct {
+    const char *out;
+    int layers, hidden, inter, heads, kv_heads, head_dim, vocab, max_pos, shards;
+    pl_dtype_t dtype;
+    uint64_t seed;
+    bool tie, rope_llama3;
+    int n_eos, eos[PL_MODEL_MAX_EOS];
+} s_opts_t;
+
+static int s_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int s_fail(const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "pl-mkmodel: ");
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    return 1;
+}
+
+static bool s_parse_int(const char *s, long min, long max, int *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < min || v > max)
+        return false;
+    *out = (int)v;
+    return true;
+}
+
+static bool s_parse_eos(const char *s, s_opts_t *o)
+{
+    char buf[256], *save, *tok;
+    if (strlen(s) >= sizeof(buf))
+        return false;
+    strcpy(buf, s);
+    o->n_eos = 0;
+    for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        if (o->n_eos == PL_MODEL_MAX_EOS || !s_parse_int(tok, 0, 1 << 22, &o->eos[o->n_eos]))
+            return false;
+        o->n_eos++;
+    }
+    return o->n_eos > 0;
+}
+
+static const char *s_torch_dtype(pl_dtype_t dt)
+{
+    return dt == PL_DT_F32 ? "float32" : dt == PL_DT_F16 ? "float16" : "bfloat16";
+}
+
+static json_t *s_config_json(const s_opts_t *o)
+{
+    json_t *c = json_object(), *eos;
+    json_object_set_new(c, "architectures", json_pack("[s]", "LlamaForCausalLM"));
+    json_object_set_new(c, "model_type", json_string("llama"));
+    json_object_set_new(c, "torch_dtype", json_string(s_torch_dtype(o->dtype)));
+    json_object_set_new(c, "hidden_act", json_string("silu"));
+    json_object_set_new(c, "attention_bias", json_false());
+    json_object_set_new(c, "mlp_bias", json_false());
+    json_object_set_new(c, "hidden_size", json_integer(o->hidden));
+    json_object_set_new(c, "intermediate_size", json_integer(o->inter));
+    json_object_set_new(c, "num_hidden_layers", json_integer(o->layers));
+    json_object_set_new(c, "num_attention_heads", json_integer(o->heads));
+    json_object_set_new(c, "num_key_value_heads", json_integer(o->kv_heads));
+    json_object_set_new(c, "head_dim", json_integer(o->head_dim));
+    json_object_set_new(c, "vocab_size", json_integer(o->vocab));
+    json_object_set_new(c, "max_position_embeddings", json_integer(o->max_pos));
+    json_object_set_new(c, "rms_norm_eps", json_real(1e-5));
+    json_object_set_new(c, "rope_theta", json_real(o->rope_llama3 ? 500000.0 : 10000.0));
+    if (o->rope_llama3)
+        json_object_set_new(c, "rope_scaling",
+                            json_pack("{s:f, s:f, s:f, s:i, s:s}", "factor", 8.0,
+                                      "low_freq_factor", 1.0, "high_freq_factor", 4.0,
+                                      "original_max_position_embeddings", 8192, "rope_type",
+                                      "llama3"));
+    else
+        json_object_set_new(c, "rope_scaling", json_null());
+    json_object_set_new(c, "tie_word_embeddings", json_boolean(o->tie));
+    json_object_set_new(c, "bos_token_id", json_integer(o->vocab > 1 ? 1 : 0));
+    if (o->n_eos == 1) {
+        eos = json_integer(o->eos[0]);
+    } else {
+        eos = json_array();
+        for (int i = 0; i < o->n_eos; i++)
+            json_array_append_new(eos, json_integer(o->eos[i]));
+    }
+    json_object_set_new(c, "eos_token_id", eos);
+    return c;
+}
+
+static void s_add(s_tensor_t *t, size_t *n, const char *name, int ndim, int64_t d0, int64_t d1,
+                  s_kind_t kind, int shard)
+{
+    s_tensor_t *e = &t[*n];
+    snprintf(e->name, sizeof(e->name), "%s", name);
+    e->ndim = ndim;
+    e->shape[0] = d0;
+    e->shape[1] = d1;
+    e->kind = kind;
+    e->idx = *n;
+    e->shard = shard;
+    (*n)++;
+}
+
+/* The canonical tensor list; the order fixes each tensor's random stream. */
+static s_tensor_t *s_tensor_list(const s_opts_t *o, size_t *n_p)
+{
+    int64_t h = o->hidden, q = (int64_t)o->heads * o->head_dim;
+    int64_t kv = (int64_t)o->kv_heads * o->head_dim, f = o->inter;
+    s_tensor_t *t = calloc((size_t)o->layers * 9 + 3, sizeof(*t));
+    size_t n = 0;
+    char name[96];
+
+    if (!t)
+        return NULL;
+    s_add(t, &n, "model.embed_tokens.weight", 2, o->vocab, h, S_EMBED, 0);
+    for (int l = 0; l < o->layers; l++) {
+        int sh = (int)((int64_t)l * o->shards / o->layers);
+        const struct {
+            const char *suffix;
+            int ndim;
+            int64_t d0, d1;
+            s_kind_t kind;
+        } per[] = {{"input_layernorm", 1, h, 0, S_NORM},
+                   {"self_attn.q_proj", 2, q, h, S_PROJ},
+                   {"self_attn.k_proj", 2, kv, h, S_PROJ},
+                   {"self_attn.v_proj", 2, kv, h, S_PROJ},
+                   {"self_attn.o_proj", 2, h, q, S_PROJ},
+                   {"post_attention_layernorm", 1, h, 0, S_NORM},
+                   {"mlp.gate_proj", 2, f, h, S_PROJ},
+                   {"mlp.up_proj", 2, f, h, S_PROJ},
+                   {"mlp.down_proj", 2, h, f, S_PROJ}};
+        for (size_t i = 0; i < PL_ARRAY_SIZE(per); i++) {
+            snprintf(name, sizeof(name), "model.layers.%d.%s.weight", l, per[i].suffix);
+            s_add(t, &n, name, per[i].ndim, per[i].d0, per[i].d1, per[i].kind, sh);
+        }
+    }
+    s_add(t, &n, "model.norm.weight", 1, h, 0, S_NORM, o->shards - 1);
+    if (!o->tie)
+        s_add(t, &n, "lm_head.weight", 2, o->vocab, h, S_PROJ, o->shards - 1);
+    *n_p = n;
+    return t;
+}
+
+static int64_t s_numel(const s_tensor_t *t)
+{
+    return t->ndim == 1 ? t->shape[0] : t->shape[0] * t->shape[1];
+}
+
+/* The f32 values of tensor t from element `at` on; other dtypes store these values rounded.
+ * Each tensor's stream is keyed by (seed, canonical index), so sharding never changes a value. */
+static void s_values(const s_opts_t *o, const s_tensor_t *t, int64_t at, size_t k, float *out)
+{
+    uint64_t key = pl_rand_key(o->seed, t->idx, 0x6d6b6d6f64656cULL);
+    float scale = t->kind == S_EMBED ? 0.5f
+                  : t->kind == S_NORM ? 0.1f
+                                      : 1.0f / sqrtf((float)t->shape[1]);
+    float base = t->kind == S_NORM ? 1.0f : 0.0f;
+    for (size_t i = 0; i < k; i++) {
+        float u = 2.0f * pl_rand_uniform(key, (uint64_t)at + i) - 1.0f; /* [-1, 1) */
+        out[i] = base + scale * u;
+    }
+}
+
+static int s_write_data(FILE *f, const char *path, const s_opts_t *o, const s_tensor_t *t,
+                        float *vals, uint16_t *halves)
+{
+    int64_t n = s_numel(t);
+    for (int64_t at = 0; at < n; at += S_CHUNK) {
+        size_t k = (size_t)PL_MIN((int64_t)S_CHUNK, n - at);
+        const void *buf = vals;
+        s_values(o, t, at, k, vals);
+        if (o->dtype == PL_DT_F16)
+            for (size_t i = 0; i < k; i++)
+                halves[i] = pl_f32_to_f16(vals[i]);
+        else if (o->dtype == PL_DT_BF16)
+            for (size_t i = 0; i < k; i++)
+                halves[i] = pl_f32_to_bf16(vals[i]);
+        if (o->dtype != PL_DT_F32)
+            buf = halves;
+        if (fwrite(buf, pl_dtype_size(o->dtype), k, f) != k)
+            return s_fail("%s: write: %s", path, strerror(errno));
+    }
+    return 0;
+}
+
+static void s_shard_name(const s_opts_t *o, int shard, char *out, size_t len)
+{
+    if (o->shards == 1)
+        snprintf(out, len, "model.safetensors");
+    else
+        snprintf(out, len, "model-%05d-of-%05d.safetensors", shard + 1, o->shards);
+}
+
+static int s_write_shard(const s_opts_t *o, const s_tensor_t *t, size_t n, int shard,
+                         float *vals, uint16_t *halves, uint64_t *bytes_p)
+{
+    char name[64], path[4096];
+    json_t *hdr = json_object();
+    uint64_t off = 0, hlen;
+    unsigned char prefix[8];
+    char *text;
+    FILE *f;
+    int rc = 1;
+
+    s_shard_name(o, shard, name, sizeof(name));
+    if (pl_path_join(o->out, name, path, sizeof(path)))
+        return s_fail("%s", pl_error_msg());
+    json_object_set_new(hdr, "__metadata__", json_pack("{s:s}", "format", "pt"));
+    for (size_t i = 0; i < n; i++) {
+        if (t[i].shard != shard)
+            continue;
+        uint64_t nb = (uint64_t)s_numel(&t[i]) * pl_dtype_size(o->dtype);
+        json_t *shape = t[i].ndim == 1 ? json_pack("[I]", (json_int_t)t[i].shape[0])
+                                       : json_pack("[I, I]", (json_int_t)t[i].shape[0],
+                                                   (json_int_t)t[i].shape[1]);
+        json_object_set_new(hdr, t[i].name,
+                            json_pack("{s:s, s:o, s:[I, I]}", "dtype", pl_dtype_name(o->dtype),
+                                      "shape", shape, "data_offsets", (json_int_t)off,
+                                      (json_int_t)(off + nb)));
+        off += nb;
+    }
+    text = json_dumps(hdr, JSON_COMPACT);
+    json_decref(hdr);
+    if (!text)
+        return s_fail("out of memory");
+    hlen = (strlen(text) + 7) / 8 * 8; /* pad with spaces so the data starts 8-byte aligned */
+    for (int i = 0; i < 8; i++)
+        prefix[i] = (unsigned char)(hlen >> (8 * i));
+    f = fopen(path, "wb");
+    if (!f) {
+        free(text);
+        return s_fail("%s: %s", path, strerror(errno));
+    }
+    if (fwrite(prefix, 1, 8, f) != 8 || fputs(text, f) < 0) {
+        s_fail("%s: write: %s", path, strerror(errno));
+        goto out;
+    }
+    for (uint64_t i = strlen(text); i < hlen; i++)
+        fputc(' ', f);
+    for (size_t i = 0; i < n; i++)
+        if (t[i].shard == shard && s_write_data(f, path, o, &t[i], vals, halves))
+            goto out;
+    rc = 0;
+out:
+    free(text);
+    if (fclose(f) != 0 && rc == 0)
+        rc = s_fail("%s: close: %s", path, strerror(errno));
+    *bytes_p += off;
+    return rc;
+}
+
+static int s_write_json(const char *dir, const char *name, json_t *j)
+{
+    char path[4096];
+    if (pl_path_join(dir, name, path, sizeof(path)))
+        return s_fail("%s", pl_error_msg());
+    if (json_dump_file(j, path, JSON_INDENT(2)) != 0)
+        return s_fail("%s: cannot write: %s", path, strerror(errno));
+    return 0;
+}
+
+static int s_write_index(const s_opts_t *o, const s_tensor_t *t, size_t n, uint64_t total)
+{
+    json_t *map = json_object(), *idx;
+    char name[64];
+    int rc;
+    for (size_t i = 0; i < n; i++) {
+        s_shard_name(o, t[i].shard, name, sizeof(name));
+        json_object_set_new(map, t[i].name, json_string(name));
+    }
+    idx = json_pack("{s:{s:I}, s:o}", "metadata", "total_size", (json_int_t)total, "weight_map",
+                    map);
+    rc = s_write_json(o->out, "model.safetensors.index.json", idx);
+    json_decref(idx);
+    return rc;
+}
+
+/* A reused directory may hold an index from an earlier sharded run; it would win over
+ * model.safetensors when the model is opened. */
+static int s_remove_stale_index(const char *dir)
+{
+    char path[4096];
+    if (pl_path_join(dir, "model.safetensors.index.json", path, sizeof(path)))
+        return s_fail("%s", pl_error_msg());
+    if (unlink(path) != 0 && errno != ENOENT)
+        return s_fail("%s: %s", path, strerror(errno));
+    return 0;
+}
+
+static void s_usage(FILE *f)
+{
+    fprintf(f, "usage: pl-mkmodel --out DIR [--layers 4] [--hidden 256] [--intermediate 688]\n"
+               "       [--heads 8] [--kv-heads 4] [--head-dim N] [--vocab 512]\n"
+               "       [--dtype f32|f16|bf16] [--seed 1] [--shards 1] [--tie] [--rope-llama3]\n"
+               "       [--max-pos 2048] [--eos 2[,ID...]]\n");
+}
+
+static int s_parse_args(int argc, char **argv, s_opts_t *o)
+{
+    static const struct option s_long[] = {
+        {"out", required_argument, 0, 'o'},    {"layers", required_argument, 0, 'l'},
+        {"hidden", required_argument, 0, 'H'}, {"intermediate", required_argument, 0, 'i'},
+        {"heads", required_argument, 0, 'a'},  {"kv-heads", required_argument, 0, 'k'},
+        {"head-dim", required_argument, 0, 'd'}, {"vocab", required_argument, 0, 'v'},
+        {"dtype", required_argument, 0, 't'},  {"seed", required_argument, 0, 's'},
+        {"shards", required_argument, 0, 'n'}, {"tie", no_argument, 0, 'T'},
+        {"rope-llama3", no_argument, 0, 'r'},  {"max-pos", required_argument, 0, 'm'},
+        {"eos", required_argument, 0, 'e'},    {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0}};
+    int c, li = 0, *target;
+    char *end;
+
+    opterr = 0; /* one line of our own instead of getopt's message plus usage */
+    while ((c = getopt_long(argc, argv, "", s_long, &li)) != -1) {
+        target = NULL;
+        switch (c) {
+        case 'o': o->out = optarg; break;
+        case 'l': target = &o->layers; break;
+        case 'H': target = &o->hidden; break;
+        case 'i': target = &o->inter; break;
+        case 'a': target = &o->heads; break;
+        case 'k': target = &o->kv_heads; break;
+        case 'd': target = &o->head_dim; break;
+        case 'v': target = &o->vocab; break;
+        case 'n': target = &o->shards; break;
+        case 'm': target = &o->max_pos; break;
+        case 'T': o->tie = true; break;
+        case 'r': o->rope_llama3 = true; break;
+        case 'h': s_usage(stdout); exit(0);
+        case 't':
+            if (strcmp(optarg, "f32") == 0)
+                o->dtype = PL_DT_F32;
+            else if (strcmp(optarg, "f16") == 0)
+                o->dtype = PL_DT_F16;
+            else if (strcmp(optarg, "bf16") == 0)
+                o->dtype = PL_DT_BF16;
+            else
+                return s_fail("--dtype: '%s' is not f32, f16 or bf16", optarg);
+            break;
+        case 's':
+            errno = 0;
+            o->seed = strtoull(optarg, &end, 0);
+            if (errno || end == optarg || *end || optarg[0] == '-')
+                return s_fail("--seed: '%s' is not a non-negative integer", optarg);
+            break;
+        case 'e':
+            if (!s_parse_eos(optarg, o))
+                return s_fail("--eos: '%s' is not a comma-separated list of up to %d ids",
+                              optarg, PL_MODEL_MAX_EOS);
+            break;
+        default: return s_fail("bad option '%s' (see --help)", argv[optind - 1]);
+        }
+        if (target && !s_parse_int(optarg, 1, 1 << 24, target))
+            return s_fail("--%s: '%s' is not an integer in [1, %d]", s_long[li].name, optarg,
+                          1 << 24);
+    }
+    if (optind < argc)
+        return s_fail("unexpected argument '%s'", argv[optind]);
+    if (!o->out)
+        return s_fail("--out DIR is required");
+    if (o->head_dim == 0) {
+        if (o->hidden % o->heads != 0)
+            return s_fail("--hidden %d is not a multiple of --heads %d; give --head-dim",
+                          o->hidden, o->heads);
+        o->head_dim = o->hidden / o->heads;
+    }
+    if (o->shards > o->layers)
+        return s_fail("--shards %d is more than --layers %d", o->shards, o->layers);
+    for (int i = 0; i < o->n_eos; i++)
+        if (o->eos[i] >= o->vocab)
+            return s_fail("--eos %d is not below --vocab %d", o->eos[i], o->vocab);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    s_opts_t o = {.layers = 4, .hidden = 256, .inter = 688, .heads = 8, .kv_heads = 4,
+                  .vocab = 512, .max_pos = 2048, .shards = 1, .dtype = PL_DT_F32, .seed = 1,
+                  .n_eos = 1, .eos = {2}};
+    pl_model_config_t cfg;
+    s_tensor_t *t;
+    size_t n;
+    uint64_t bytes = 0;
+    int64_t params = 0;
+    json_t *config;
+    char *text;
+    float *vals = NULL;
+    uint16_t *halves = NULL;
+    int rc = 1;
+
+    if (s_parse_args(argc, argv, &o))
+        return 1;
+    config = s_config_json(&o);
+    text = json_dumps(config, JSON_COMPACT);
+    /* The reader's own validation is the authority on what a valid model is. */
+    if (!text || pl_model_config_parse(text, strlen(text), &cfg) != PL_OK) {
+        s_fail("invalid model shape: %s", pl_error_msg());
+        goto err_config;
+    }
+    if (mkdir(o.out, 0777) != 0 && errno != EEXIST) {
+        s_fail("%s: %s", o.out, strerror(errno));
+        goto err_config;
+    }
+    if (s_write_json(o.out, "config.json", config))
+        goto err_config;
+    t = s_tensor_list(&o, &n);
+    vals = malloc(S_CHUNK * sizeof(*vals));
+    halves = malloc(S_CHUNK * sizeof(*halves));
+    if (!t || !vals || !halves) {
+        s_fail("out of memory");
+        goto err_buf;
+    }
+    for (int s = 0; s < o.shards; s++)
+        if (s_write_shard(&o, t, n, s, vals, halves, &bytes))
+            goto err_buf;
+    if (o.shards > 1 && s_write_index(&o, t, n, bytes))
+        goto err_buf;
+    if (o.shards == 1 && s_remove_stale_index(o.out))
+        goto err_buf;
+    for (size_t i = 0; i < n; i++)
+        params += s_numel(&t[i]);
+    printf("pl-mkmodel: %s: %d layers, hidden %d, %lld params, %llu bytes %s in %d shard(s)\n",
+           o.out, o.layers, o.hidden, (long long)params, (unsigned long long)bytes,
+           pl_dtype_name(o.dtype), o.shards);
+    rc = 0;
+err_buf:
+    free(vals);
+    free(halves);
+    free(t);
+err_config:
+    free(text);
+    json_decref(config);
+    return rc;
+}
