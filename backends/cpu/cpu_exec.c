@@ -1,0 +1,453 @@
+/* The CPU executor: loads a stage's layer range as f32, keeps its KV cache, runs microbatches
+ * through the kernels of cpu_ops.c. Also the CPU backend's function table. */
+#include "backends/cpu/cpu_dev.h"
+#include "backends/cpu/cpu_ops.h"
+
+#include "common/log.h"
+#include "common/util.h"
+
+#include <cblas.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A sequence with at least this many tokens in a call gets its own OpenBLAS sgemm (its rows'
+ * rounding then depends only on itself); the rows of shorter ones, decode steps above all, are
+ * packed into one batch-invariant GEMM that reads the weights once for all of them. */
+#define S_SGEMM_MIN_TOKENS 32
+
+typedef struct {
+    const float *attn_norm, *wq, *wk, *wv, *wo, *ffn_norm, *w_gate, *w_up, *w_down;
+} s_layer_t;
+
+typedef struct {
+    pl_cpu_dev_t *dev;
+    pl_model_config_t cfg;
+    pl_be_stage_params_t p;
+    int n_layers;
+    int q_dim, kv_dim;
+    s_layer_t *layers;
+    const float *embed, *norm, *head;
+    float **owned; /* converted tensors this stage must free */
+    int n_owned, max_owned;
+    float *kv;     /* [n_layers][K, V][max_seqs][max_ctx][kv_dim] */
+    int *slot_len; /* positions 0..slot_len-1 of a slot are in the cache */
+    unsigned char *seen;
+    double *inv_freq;
+    /* scratch for max_tokens tokens */
+    float *x, *xn, *q, *k, *v, *att, *gate, *up, *scores, *cos_tab, *sin_tab;
+    int *pos;
+    int *short_rows, n_short; /* this call's rows of sequences shorter than S_SGEMM_MIN_TOKENS */
+    int *head_rows;           /* 0, 1, 2, ...: the gathered last tokens */
+} s_stage_t;
+
+/* *acc *= v, or false when it would overflow. */
+static bool s_mul(size_t *acc, size_t v)
+{
+    if (v != 0 && *acc > SIZE_MAX / v)
+        return false;
+    *acc *= v;
+    return true;
+}
+
+/* *acc += v, or false when it would overflow. */
+static bool s_add(size_t *acc, size_t v)
+{
+    if (*acc > SIZE_MAX - v)
+        return false;
+    *acc += v;
+    return true;
+}
+
+static pl_status_t s_tensor(s_stage_t *s, pl_model_t *model, const char *name, int ndim, int64_t d0,
+                            int64_t d1, const float **data_p)
+{
+    int64_t shape[2] = {d0, d1};
+    float *data;
+    bool owned;
+    pl_status_t st = pl_model_tensor_f32(model, name, ndim, shape, &data, &owned);
+
+    if (st)
+        return st;
+    if (owned) {
+        if (s->n_owned >= s->max_owned) {
+            free(data);
+            return pl_error(PL_ERR_INVALID, "cpu stage: more tensors than expected at %s", name);
+        }
+        s->owned[s->n_owned++] = data;
+    }
+    *data_p = data;
+    return PL_OK;
+}
+
+static pl_status_t s_load_layer(s_stage_t *s, pl_model_t *model, int layer, s_layer_t *L)
+{
+    const pl_model_config_t *c = &s->cfg;
+    char name[128];
+    pl_status_t st;
+#define S_T(field, suffix, ndim, d0, d1)                                                           \
+    do {                                                                                           \
+        snprintf(name, sizeof(name), "model.layers.%d.%s.weight", layer, suffix);                  \
+        if ((st = s_tensor(s, model, name, ndim, d0, d1, &L->field)) != PL_OK)                     \
+            return st;                                                                             \
+    } while (0)
+    S_T(attn_norm, "input_layernorm", 1, c->hidden, 0);
+    S_T(wq, "self_attn.q_proj", 2, s->q_dim, c->hidden);
+    S_T(wk, "self_attn.k_proj", 2, s->kv_dim, c->hidden);
+    S_T(wv, "self_attn.v_proj", 2, s->kv_dim, c->hidden);
+    S_T(wo, "self_attn.o_proj", 2, c->hidden, s->q_dim);
+    S_T(ffn_norm, "post_attention_layernorm", 1, c->hidden, 0);
+    S_T(w_gate, "mlp.gate_proj", 2, c->intermediate, c->hidden);
+    S_T(w_up, "mlp.up_proj", 2, c->intermediate, c->hidden);
+    S_T(w_down, "mlp.down_proj", 2, c->hidden, c->intermediate);
+#undef S_T
+    return PL_OK;
+}
+
+static pl_status_t s_check_params(const pl_model_config_t *c, const pl_be_stage_params_t *p)
+{
+    if (p->last_layer >= p->first_layer && (p->first_layer < 0 || p->last_layer >= c->n_layers))
+        return pl_error(PL_ERR_RANGE, "cpu stage: layers %d..%d outside the model's 0..%d",
+                        p->first_layer, p->last_layer, c->n_layers - 1);
+    if (p->max_seqs < 1 || p->max_ctx < 1 || p->max_tokens < 1)
+        return pl_error(PL_ERR_INVALID,
+                        "cpu stage: max_seqs %d, max_ctx %d, max_tokens %d must be positive",
+                        p->max_seqs, p->max_ctx, p->max_tokens);
+    if (c->n_heads < 1 || c->n_kv_heads < 1 || c->n_heads % c->n_kv_heads != 0 || c->head_dim < 2 ||
+        c->head_dim % 2 != 0 || c->hidden < 1 || c->intermediate < 1 || c->vocab < 1)
+        return pl_error(PL_ERR_UNSUPPORTED,
+                        "cpu stage: unsupported shape (heads %d, kv heads %d, head_dim %d)",
+                        c->n_heads, c->n_kv_heads, c->head_dim);
+    return PL_OK;
+}
+
+#define S_N_SCRATCH 11
+
+/* Allocate the KV cache and scratch; fails with the number of bytes they need. */
+static pl_status_t s_alloc(s_stage_t *s)
+{
+    const pl_model_config_t *c = &s->cfg;
+    size_t T = (size_t)s->p.max_tokens, half = (size_t)c->head_dim / 2;
+    float **bufs[S_N_SCRATCH] = {&s->x,    &s->xn, &s->q,      &s->k,       &s->v,      &s->att,
+                                 &s->gate, &s->up, &s->scores, &s->cos_tab, &s->sin_tab};
+    /* rows x floats per row of each buffer */
+    size_t dims[S_N_SCRATCH][2] = {{T, (size_t)c->hidden},
+                                   {T, (size_t)c->hidden},
+                                   {T, (size_t)s->q_dim},
+                                   {T, (size_t)s->kv_dim},
+                                   {T, (size_t)s->kv_dim},
+                                   {T, (size_t)s->q_dim},
+                                   {T, (size_t)c->intermediate},
+                                   {T, (size_t)c->intermediate},
+                                   {PL_CPU_ATT_ROWS, (size_t)s->p.max_ctx},
+                                   {T, half},
+                                   {T, half}};
+    size_t sizes[S_N_SCRATCH], kv = sizeof(float), scratch = 0;
+    uint64_t avail = 0;
+    bool ok = s_mul(&kv, (size_t)s->n_layers) && s_mul(&kv, 2) &&
+              s_mul(&kv, (size_t)s->p.max_seqs) && s_mul(&kv, (size_t)s->p.max_ctx) &&
+              s_mul(&kv, (size_t)s->kv_dim);
+
+    for (int i = 0; i < S_N_SCRATCH && ok; i++) {
+        sizes[i] = sizeof(float);
+        ok = s_mul(&sizes[i], dims[i][0]) && s_mul(&sizes[i], dims[i][1]) &&
+             s_add(&scratch, sizes[i]);
+    }
+    if (!ok || kv > SIZE_MAX - scratch)
+        return pl_error(PL_ERR_NOMEM,
+                        "cpu stage: kv cache and scratch size overflows (%d seqs x "
+                        "%d positions, %d tokens)",
+                        s->p.max_seqs, s->p.max_ctx, s->p.max_tokens);
+    if (pl_cpu_mem_available(&avail) == PL_OK && kv + scratch > avail)
+        return pl_error(PL_ERR_NOMEM,
+                        "cpu stage: kv cache (%zu bytes) and scratch (%zu bytes) "
+                        "need %zu bytes, only %llu available",
+                        kv, scratch, kv + scratch, (unsigned long long)avail);
+    pl_error_clear();
+    s->kv = calloc(1, kv ? kv : 1); /* pages are zeroed and committed lazily */
+    if (!s->kv)
+        return pl_error(PL_ERR_NOMEM, "cpu stage: kv cache needs %zu bytes", kv);
+    for (int i = 0; i < S_N_SCRATCH; i++) {
+        *bufs[i] = malloc(sizes[i] ? sizes[i] : 1);
+        if (!*bufs[i])
+            return pl_error(PL_ERR_NOMEM, "cpu stage: scratch needs %zu bytes", scratch);
+    }
+    s->pos = malloc(T * sizeof(int));
+    s->short_rows = malloc(T * sizeof(int));
+    s->head_rows = malloc(T * sizeof(int));
+    s->slot_len = calloc((size_t)s->p.max_seqs, sizeof(int));
+    s->seen = calloc((size_t)s->p.max_seqs, 1);
+    s->inv_freq = malloc(PL_MAX(half, 1) * sizeof(double));
+    if (!s->pos || !s->short_rows || !s->head_rows || !s->slot_len || !s->seen || !s->inv_freq)
+        return pl_error(PL_ERR_NOMEM, "cpu stage: out of memory");
+    for (size_t i = 0; i < T; i++)
+        s->head_rows[i] = (int)i;
+    return PL_OK;
+}
+
+pl_status_t pl_cpu_stage_load(void *dev, pl_model_t *model, const pl_be_stage_params_t *params,
+                              void **stage_p)
+{
+    s_stage_t *s = calloc(1, sizeof(*s));
+    pl_status_t st;
+
+    if (!s)
+        return pl_error(PL_ERR_NOMEM, "cpu stage: out of memory");
+    s->dev = dev;
+    s->cfg = *pl_model_config(model);
+    s->p = *params;
+    if ((st = s_check_params(&s->cfg, params)) != PL_OK)
+        goto err_free;
+    s->n_layers = params->last_layer >= params->first_layer
+                      ? params->last_layer - params->first_layer + 1
+                      : 0;
+    s->q_dim = s->cfg.n_heads * s->cfg.head_dim;
+    s->kv_dim = s->cfg.n_kv_heads * s->cfg.head_dim;
+    s->max_owned = 9 * s->n_layers + 3;
+    s->owned = calloc((size_t)s->max_owned, sizeof(float *));
+    s->layers = calloc((size_t)PL_MAX(s->n_layers, 1), sizeof(s_layer_t));
+    if (!s->owned || !s->layers) {
+        st = pl_error(PL_ERR_NOMEM, "cpu stage: out of memory");
+        goto err_free;
+    }
+    /* the cache first: a stage that cannot fit fails before reading any weight */
+    if ((st = s_alloc(s)) != PL_OK)
+        goto err_free;
+    for (int l = 0; l < s->n_layers; l++)
+        if ((st = s_load_layer(s, model, params->first_layer + l, &s->layers[l])) != PL_OK)
+            goto err_free;
+    bool tied_head = params->has_head && s->cfg.tie_embeddings;
+    if (params->has_embed || tied_head) {
+        st = s_tensor(s, model, "model.embed_tokens.weight", 2, s->cfg.vocab, s->cfg.hidden,
+                      &s->embed);
+        if (st)
+            goto err_free;
+    }
+    if (params->has_head) {
+        st = s_tensor(s, model, "model.norm.weight", 1, s->cfg.hidden, 0, &s->norm);
+        if (!st && tied_head)
+            s->head = s->embed;
+        else if (!st)
+            st = s_tensor(s, model, "lm_head.weight", 2, s->cfg.vocab, s->cfg.hidden, &s->head);
+        if (st)
+            goto err_free;
+    }
+    pl_cpu_rope_inv_freq(&s->cfg, s->inv_freq);
+    pl_log_debug("cpu stage: layers %d..%d loaded, %d slots x %d positions", params->first_layer,
+                 params->last_layer, params->max_seqs, params->max_ctx);
+    *stage_p = s;
+    return PL_OK;
+
+err_free:
+    pl_cpu_stage_unload(s);
+    return st;
+}
+
+/* Check the whole batch before touching any state, so a bad one changes nothing. */
+static pl_status_t s_check_batch(s_stage_t *s, const pl_be_batch_t *b, const void *in,
+                                 const void *out)
+{
+    pl_status_t st = PL_OK;
+    long sum = 0;
+    int i;
+
+    if (!b || !in || !out || !b->slot || !b->pos0 || !b->n_tok)
+        return pl_error(PL_ERR_INVALID, "cpu stage: batch, slot, pos0, n_tok, in and out must "
+                                        "not be NULL");
+    if (b->n_seq < 1 || b->n_seq > s->p.max_seqs)
+        return pl_error(PL_ERR_RANGE, "cpu stage: n_seq %d outside 1..%d", b->n_seq, s->p.max_seqs);
+    if (b->n_tokens < 1 || b->n_tokens > s->p.max_tokens)
+        return pl_error(PL_ERR_RANGE, "cpu stage: n_tokens %d outside 1..%d (max_tokens)",
+                        b->n_tokens, s->p.max_tokens);
+    for (i = 0; i < b->n_seq && !st; i++) {
+        int slot = b->slot[i], pos0 = b->pos0[i], n = b->n_tok[i];
+        if (slot < 0 || slot >= s->p.max_seqs)
+            st = pl_error(PL_ERR_RANGE, "cpu stage: seq %d: slot %d outside 0..%d", i, slot,
+                          s->p.max_seqs - 1);
+        else if (s->seen[slot])
+            st = pl_error(PL_ERR_INVALID, "cpu stage: seq %d: slot %d used twice in one batch", i,
+                          slot);
+        else if (n < 1 || n > s->p.max_tokens)
+            st = pl_error(PL_ERR_RANGE, "cpu stage: seq %d: n_tok %d outside 1..%d", i, n,
+                          s->p.max_tokens);
+        else if (pos0 < 0 || pos0 > s->p.max_ctx - n)
+            st = pl_error(PL_ERR_RANGE, "cpu stage: seq %d: positions %d..%d outside max_ctx %d", i,
+                          pos0, pos0 + n - 1, s->p.max_ctx);
+        else if (pos0 > s->slot_len[slot])
+            st = pl_error(PL_ERR_INVALID,
+                          "cpu stage: seq %d: pos0 %d but slot %d holds only "
+                          "positions 0..%d",
+                          i, pos0, slot, s->slot_len[slot] - 1);
+        else
+            s->seen[slot] = 1;
+        sum += n;
+    }
+    for (int j = 0; j < i; j++) /* every slot marked above was in range */
+        if (b->slot[j] >= 0 && b->slot[j] < s->p.max_seqs)
+            s->seen[b->slot[j]] = 0;
+    if (st)
+        return st;
+    if (sum != b->n_tokens)
+        return pl_error(PL_ERR_INVALID,
+                        "cpu stage: n_tokens %d but the sequences' n_tok sum to "
+                        "%ld",
+                        b->n_tokens, sum);
+    if (s->p.has_embed) {
+        const int32_t *ids = in;
+        for (i = 0; i < b->n_tokens; i++)
+            if (ids[i] < 0 || ids[i] >= s->cfg.vocab)
+                return pl_error(PL_ERR_RANGE, "cpu stage: token %d: id %d outside vocab 0..%d", i,
+                                (int)ids[i], s->cfg.vocab - 1);
+    }
+    return PL_OK;
+}
+
+static float *s_cache(s_stage_t *s, int layer, int which, int slot)
+{
+    size_t per_slot = (size_t)s->p.max_ctx * (size_t)s->kv_dim;
+    size_t idx = (((size_t)layer * 2 + (size_t)which) * (size_t)s->p.max_seqs + (size_t)slot);
+    return s->kv + idx * per_slot;
+}
+
+/* y = x @ w^T over the batch's rows: long sequences one sgemm each, the rest together. */
+static void s_linear(s_stage_t *s, const pl_be_batch_t *b, const float *x, int in_dim,
+                     const float *w, int out_dim, float *y)
+{
+    for (int i = 0, t0 = 0; i < b->n_seq; t0 += b->n_tok[i], i++)
+        if (b->n_tok[i] >= S_SGEMM_MIN_TOKENS)
+            pl_cpu_matmul(x + (size_t)t0 * in_dim, b->n_tok[i], in_dim, w, out_dim,
+                          y + (size_t)t0 * out_dim);
+    pl_cpu_matmul_rows(s->dev->pool, x, s->short_rows, s->n_short, in_dim, w, out_dim, y);
+}
+
+static void s_layer_forward(s_stage_t *s, int l, const pl_be_batch_t *b)
+{
+    const pl_model_config_t *c = &s->cfg;
+    const s_layer_t *L = &s->layers[l];
+    int T = b->n_tokens, hd = c->head_dim;
+
+    pl_cpu_rmsnorm(s->x, L->attn_norm, T, c->hidden, c->rms_eps, s->xn);
+    s_linear(s, b, s->xn, c->hidden, L->wq, s->q_dim, s->q);
+    s_linear(s, b, s->xn, c->hidden, L->wk, s->kv_dim, s->k);
+    s_linear(s, b, s->xn, c->hidden, L->wv, s->kv_dim, s->v);
+    pl_cpu_rope_apply(s->q, T, s->q_dim, c->n_heads, hd, s->cos_tab, s->sin_tab);
+    pl_cpu_rope_apply(s->k, T, s->kv_dim, c->n_kv_heads, hd, s->cos_tab, s->sin_tab);
+    for (int i = 0, t0 = 0; i < b->n_seq; t0 += b->n_tok[i], i++) {
+        float *kc = s_cache(s, l, 0, b->slot[i]), *vc = s_cache(s, l, 1, b->slot[i]);
+        size_t row = (size_t)s->kv_dim * sizeof(float);
+        memcpy(kc + (size_t)b->pos0[i] * s->kv_dim, s->k + (size_t)t0 * s->kv_dim,
+               row * (size_t)b->n_tok[i]);
+        memcpy(vc + (size_t)b->pos0[i] * s->kv_dim, s->v + (size_t)t0 * s->kv_dim,
+               row * (size_t)b->n_tok[i]);
+        pl_cpu_attention(s->q + (size_t)t0 * s->q_dim, b->n_tok[i], b->pos0[i], kc, vc, c->n_heads,
+                         c->n_kv_heads, hd, s->scores, s->att + (size_t)t0 * s->q_dim);
+    }
+    s_linear(s, b, s->att, s->q_dim, L->wo, c->hidden, s->xn);
+    pl_cpu_add(s->x, s->xn, (size_t)T * c->hidden);
+    pl_cpu_rmsnorm(s->x, L->ffn_norm, T, c->hidden, c->rms_eps, s->xn);
+    s_linear(s, b, s->xn, c->hidden, L->w_gate, c->intermediate, s->gate);
+    s_linear(s, b, s->xn, c->hidden, L->w_up, c->intermediate, s->up);
+    pl_cpu_swiglu(s->gate, s->up, (size_t)T * c->intermediate);
+    s_linear(s, b, s->gate, c->intermediate, L->w_down, c->hidden, s->xn);
+    pl_cpu_add(s->x, s->xn, (size_t)T * c->hidden);
+}
+
+pl_status_t pl_cpu_stage_forward(void *stage, const pl_be_batch_t *b, const void *in, void *out)
+{
+    s_stage_t *s = stage;
+    const pl_model_config_t *c = &s->cfg;
+    size_t row = (size_t)c->hidden * sizeof(float);
+    pl_status_t st = s_check_batch(s, b, in, out);
+
+    if (st)
+        return st;
+    /* OpenBLAS's thread count is process-wide: the last device to run sets it. */
+    if (openblas_get_num_threads() != s->dev->threads)
+        openblas_set_num_threads(s->dev->threads);
+    if (s->p.has_embed)
+        pl_cpu_embed(s->embed, c->hidden, in, b->n_tokens, s->x);
+    else
+        memcpy(s->x, in, row * (size_t)b->n_tokens);
+    s->n_short = 0;
+    for (int i = 0, t = 0; i < b->n_seq; i++) {
+        for (int j = 0; j < b->n_tok[i]; j++, t++) {
+            s->pos[t] = b->pos0[i] + j;
+            if (b->n_tok[i] < S_SGEMM_MIN_TOKENS)
+                s->short_rows[s->n_short++] = t;
+        }
+    }
+    if (s->n_layers > 0)
+        pl_cpu_rope_table(s->inv_freq, c->head_dim / 2, s->pos, b->n_tokens, s->cos_tab,
+                          s->sin_tab);
+    for (int l = 0; l < s->n_layers; l++)
+        s_layer_forward(s, l, b);
+    for (int i = 0; i < b->n_seq; i++)
+        s->slot_len[b->slot[i]] = b->pos0[i] + b->n_tok[i];
+    if (!s->p.has_head) {
+        memcpy(out, s->x, row * (size_t)b->n_tokens);
+        return PL_OK;
+    }
+    for (int i = 0, t = 0; i < b->n_seq; i++) {
+        t += b->n_tok[i];
+        memcpy(s->xn + (size_t)i * c->hidden, s->x + (size_t)(t - 1) * c->hidden, row);
+    }
+    pl_cpu_rmsnorm(s->xn, s->norm, b->n_seq, c->hidden, c->rms_eps, s->xn);
+    pl_cpu_matmul_rows(s->dev->pool, s->xn, s->head_rows, b->n_seq, c->hidden, s->head, c->vocab,
+                       out);
+    return PL_OK;
+}
+
+void pl_cpu_stage_free_seq(void *stage, int slot)
+{
+    s_stage_t *s = stage;
+    if (s && slot >= 0 && slot < s->p.max_seqs)
+        s->slot_len[slot] = 0;
+}
+
+void pl_cpu_stage_unload(void *stage)
+{
+    s_stage_t *s = stage;
+    if (!s)
+        return;
+    for (int i = 0; i < s->n_owned; i++)
+        free(s->owned[i]);
+    free(s->owned);
+    free(s->layers);
+    free(s->kv);
+    free(s->x);
+    free(s->xn);
+    free(s->q);
+    free(s->k);
+    free(s->v);
+    free(s->att);
+    free(s->gate);
+    free(s->up);
+    free(s->scores);
+    free(s->cos_tab);
+    free(s->sin_tab);
+    free(s->pos);
+    free(s->short_rows);
+    free(s->head_rows);
+    free(s->slot_len);
+    free(s->seen);
+    free(s->inv_freq);
+    free(s);
+}
+
+static const pl_be_ops_t s_cpu_ops = {
+    .abi_version = PL_BE_ABI_VERSION,
+    .name = "cpu",
+    .probe = pl_cpu_probe,
+    .open = pl_cpu_open,
+    .close = pl_cpu_close,
+    .calibrate = pl_cpu_calibrate,
+    .stage_load = pl_cpu_stage_load,
+    .stage_forward = pl_cpu_stage_forward,
+    .stage_free_seq = pl_cpu_stage_free_seq,
+    .stage_unload = pl_cpu_stage_unload,
+};
+
+const pl_be_ops_t *pl_be_cpu_ops(void)
+{
+    return &s_cpu_ops;
+}

@@ -1,0 +1,147 @@
+/* CPU kernels of a Llama decoder in f32: the element-wise ops, RoPE, attention over the KV cache
+ * and the OpenBLAS matrix product (the batch-invariant one is in cpu_gemm.c). */
+#include "backends/cpu/cpu_ops.h"
+
+#include "common/util.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <string.h>
+
+void pl_cpu_embed(const float *table, int hidden, const int32_t *ids, int n, float *out)
+{
+    for (int i = 0; i < n; i++)
+        memcpy(out + (size_t)i * hidden, table + (size_t)ids[i] * hidden,
+               (size_t)hidden * sizeof(float));
+}
+
+void pl_cpu_rmsnorm(const float *x, const float *w, int n_rows, int dim, float eps, float *out)
+{
+    for (int r = 0; r < n_rows; r++) {
+        const float *xr = x + (size_t)r * dim;
+        float *yr = out + (size_t)r * dim;
+        double ss = 0.0;
+        for (int i = 0; i < dim; i++)
+            ss += (double)xr[i] * xr[i];
+        float scale = (float)(1.0 / sqrt(ss / dim + (double)eps));
+        for (int i = 0; i < dim; i++)
+            yr[i] = (xr[i] * scale) * w[i];
+    }
+}
+
+void pl_cpu_matmul(const float *x, int n_rows, int in_dim, const float *w, int out_dim, float *y)
+{
+    if (n_rows <= 0 || out_dim <= 0)
+        return;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n_rows, out_dim, in_dim, 1.0f, x, in_dim,
+                w, in_dim, 0.0f, y, out_dim);
+}
+
+void pl_cpu_rope_inv_freq(const pl_model_config_t *cfg, double *inv_freq)
+{
+    int half = cfg->head_dim / 2;
+    for (int i = 0; i < half; i++) {
+        double f = pow((double)cfg->rope_theta, -2.0 * i / cfg->head_dim);
+        if (cfg->rope_scaling == PL_ROPE_LLAMA3) {
+            double factor = cfg->rope_factor, low = cfg->rope_low_freq_factor;
+            double high = cfg->rope_high_freq_factor, orig = cfg->rope_orig_max_pos;
+            double low_wavelen = orig / low, high_wavelen = orig / high;
+            double wavelen = 2.0 * M_PI / f;
+            if (wavelen > low_wavelen) {
+                f = f / factor;
+            } else if (wavelen >= high_wavelen) {
+                double smooth = (orig / wavelen - low) / (high - low);
+                f = (1.0 - smooth) * f / factor + smooth * f;
+            }
+        }
+        inv_freq[i] = f;
+    }
+}
+
+void pl_cpu_rope_table(const double *inv_freq, int half, const int *pos, int n, float *cos_tab,
+                       float *sin_tab)
+{
+    for (int r = 0; r < n; r++) {
+        for (int i = 0; i < half; i++) {
+            double a = (double)pos[r] * inv_freq[i];
+            cos_tab[(size_t)r * half + i] = (float)cos(a);
+            sin_tab[(size_t)r * half + i] = (float)sin(a);
+        }
+    }
+}
+
+void pl_cpu_rope_apply(float *x, int n_rows, int row_stride, int n_heads, int head_dim,
+                       const float *cos_tab, const float *sin_tab)
+{
+    int half = head_dim / 2;
+    for (int r = 0; r < n_rows; r++) {
+        const float *c = cos_tab + (size_t)r * half, *s = sin_tab + (size_t)r * half;
+        for (int h = 0; h < n_heads; h++) {
+            float *v = x + (size_t)r * row_stride + (size_t)h * head_dim;
+            for (int i = 0; i < half; i++) {
+                float a = v[i], b = v[i + half];
+                v[i] = a * c[i] - b * s[i];
+                v[i + half] = b * c[i] + a * s[i];
+            }
+        }
+    }
+}
+
+/* Softmax of the first n_valid of n columns in place; the rest become exact zeros so the
+ * following GEMM adds nothing for them. */
+static void s_softmax_row(float *row, int n_valid, int n)
+{
+    float mx = row[0];
+    for (int j = 1; j < n_valid; j++)
+        if (row[j] > mx)
+            mx = row[j];
+    float sum = 0.0f;
+    for (int j = 0; j < n_valid; j++) {
+        row[j] = expf(row[j] - mx);
+        sum += row[j];
+    }
+    float inv = 1.0f / sum;
+    for (int j = 0; j < n_valid; j++)
+        row[j] *= inv;
+    for (int j = n_valid; j < n; j++)
+        row[j] = 0.0f;
+}
+
+void pl_cpu_attention(const float *q, int n_tok, int pos0, const float *k_cache,
+                      const float *v_cache, int n_heads, int n_kv, int head_dim, float *scores,
+                      float *out)
+{
+    int q_stride = n_heads * head_dim, kv_stride = n_kv * head_dim, group = n_heads / n_kv;
+    float scale = 1.0f / sqrtf((float)head_dim);
+
+    for (int h = 0; h < n_heads; h++) {
+        const float *kh = k_cache + (size_t)(h / group) * head_dim;
+        const float *vh = v_cache + (size_t)(h / group) * head_dim;
+        for (int r0 = 0; r0 < n_tok; r0 += PL_CPU_ATT_ROWS) {
+            int rows = PL_MIN(PL_CPU_ATT_ROWS, n_tok - r0);
+            int cols = pos0 + r0 + rows; /* the last row's position + 1 */
+            const float *qh = q + (size_t)r0 * q_stride + (size_t)h * head_dim;
+            float *oh = out + (size_t)r0 * q_stride + (size_t)h * head_dim;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, head_dim, scale, qh,
+                        q_stride, kh, kv_stride, 0.0f, scores, cols);
+            for (int r = 0; r < rows; r++)
+                s_softmax_row(scores + (size_t)r * cols, pos0 + r0 + r + 1, cols);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, head_dim, cols, 1.0f,
+                        scores, cols, vh, kv_stride, 0.0f, oh, q_stride);
+        }
+    }
+}
+
+void pl_cpu_swiglu(float *gate, const float *up, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        float g = gate[i];
+        gate[i] = g / (1.0f + expf(-g)) * up[i];
+    }
+}
+
+void pl_cpu_add(float *x, const float *y, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] += y[i];
+}

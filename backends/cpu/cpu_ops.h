@@ -1,0 +1,73 @@
+/* CPU kernels of a Llama decoder in f32: embedding, RMSNorm, GEMM (OpenBLAS), RoPE with llama3
+ * scaling, causal grouped-query attention over a KV cache, SwiGLU and residual adds. */
+#ifndef PL_BACKENDS_CPU_CPU_OPS_H
+#define PL_BACKENDS_CPU_CPU_OPS_H
+
+#include "common/status.h"
+#include "model/model.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Query rows scored together in one attention GEMM; bounds the score scratch. */
+#define PL_CPU_ATT_ROWS 32
+
+/* out[i] = table[ids[i]] for n ids; table is [vocab][hidden]. Ids must already be in range. */
+void pl_cpu_embed(const float *table, int hidden, const int32_t *ids, int n, float *out);
+
+/* out[r] = x[r] * rsqrt(mean(x[r]^2) + eps) * w for n_rows rows of dim floats (x == out is fine).
+ */
+void pl_cpu_rmsnorm(const float *x, const float *w, int n_rows, int dim, float eps, float *out);
+
+/* y[n_rows][out_dim] = x[n_rows][in_dim] @ w^T, w row-major [out_dim][in_dim], through OpenBLAS
+ * sgemm. Fast, but a row's rounding depends on the call's shape and on the row's place in it. */
+void pl_cpu_matmul(const float *x, int n_rows, int in_dim, const float *w, int out_dim, float *y);
+
+/* A fixed set of worker threads that run one function on every thread at once. */
+typedef struct pl_cpu_pool pl_cpu_pool_t;
+
+/* Start threads-1 workers (the caller is the last thread); threads <= 1 makes a pool that runs
+ * everything on the caller. */
+pl_status_t pl_cpu_pool_create(int threads, pl_cpu_pool_t **pool_p);
+/* Stop and join the workers; sets *pool_p to NULL; safe on NULL. */
+void pl_cpu_pool_destroy(pl_cpu_pool_t **pool_p);
+/* Threads that run each job (1 for a NULL pool). */
+int pl_cpu_pool_size(const pl_cpu_pool_t *pool);
+/* Call fn(arg, i, n) for i in 0..n-1 on the n threads and return when all are done; NULL pool:
+ * fn(arg, 0, 1) on the caller. Not reentrant: one caller at a time. */
+void pl_cpu_pool_run(pl_cpu_pool_t *pool, void (*fn)(void *arg, int i, int n), void *arg);
+
+/* y[r] = x[r] @ w^T for the n_rows row indices rows[] of x [*][in_dim] into y [*][out_dim].
+ * Batch-invariant: a row's result is bitwise the same whatever the other rows, their number or
+ * order, and the pool's thread count. */
+void pl_cpu_matmul_rows(pl_cpu_pool_t *pool, const float *x, const int *rows, int n_rows,
+                        int in_dim, const float *w, int out_dim, float *y);
+
+/* The head_dim/2 rotary inverse frequencies theta^(-2i/head_dim), with llama3 scaling applied
+ * as Hugging Face's _compute_llama3_parameters when cfg->rope_scaling is PL_ROPE_LLAMA3. */
+void pl_cpu_rope_inv_freq(const pl_model_config_t *cfg, double *inv_freq);
+
+/* cos_tab / sin_tab [n][half] for positions pos[0..n), computed in double, stored as f32. */
+void pl_cpu_rope_table(const double *inv_freq, int half, const int *pos, int n, float *cos_tab,
+                       float *sin_tab);
+
+/* Rotate n_heads heads of each of n_rows rows in place, HF "rotate_half" pairing (i, i+half).
+ * Row r starts at x + r * row_stride; its tables are cos_tab + r * half. */
+void pl_cpu_rope_apply(float *x, int n_rows, int row_stride, int n_heads, int head_dim,
+                       const float *cos_tab, const float *sin_tab);
+
+/* Causal GQA attention of one sequence: n_tok queries q [n_tok][n_heads*head_dim] at positions
+ * pos0 .. pos0+n_tok-1 attend to cache rows 0..their position of k_cache / v_cache
+ * ([max_ctx][n_kv*head_dim], already holding every needed position); out like q.
+ * scores holds at least PL_CPU_ATT_ROWS * (pos0 + n_tok) floats. */
+void pl_cpu_attention(const float *q, int n_tok, int pos0, const float *k_cache,
+                      const float *v_cache, int n_heads, int n_kv, int head_dim, float *scores,
+                      float *out);
+
+/* gate[i] = silu(gate[i]) * up[i]. */
+void pl_cpu_swiglu(float *gate, const float *up, size_t n);
+
+/* x[i] += y[i]. */
+void pl_cpu_add(float *x, const float *y, size_t n);
+
+#endif

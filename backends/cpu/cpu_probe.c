@@ -1,0 +1,278 @@
+/* CPU backend discovery and calibration: one device "cpu" described from /proc, and a short
+ * sgemm rate and memory read bandwidth measurement. */
+#include "backends/cpu/cpu_dev.h"
+
+#include "common/log.h"
+#include "common/util.h"
+
+#include <cblas.h>
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define S_GEMM_N 512
+#define S_GEMM_SECONDS 0.05
+#define S_READ_BYTES ((size_t)128 << 20) /* larger than any one last-level cache */
+#define S_READ_CHUNK ((size_t)8 << 20)
+#define S_READ_MAX_THREADS 16
+
+/* Instruction-set extensions worth telling the scheduler and the user about. */
+static const char *const s_isa_flags[] = {
+    "avx2",        "fma",      "f16c",  "avx512f", "avx512bw", "avx512_vnni",
+    "avx512_bf16", "amx_bf16", "asimd", "sve",     "sve2",
+};
+
+static int s_online_cores(void)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0)
+        return CPU_COUNT(&set);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+static char *s_trim(char *s)
+{
+    while (*s == ' ' || *s == '\t')
+        s++;
+    size_t n = strlen(s);
+    while (n > 0 && (s[n - 1] == ' ' || s[n - 1] == '\t' || s[n - 1] == '\n'))
+        s[--n] = '\0';
+    return s;
+}
+
+/* Append each known flag found in the space-separated list `flags` to isa. */
+static void s_isa_from_flags(const char *flags, char *isa, size_t isa_len)
+{
+    for (size_t f = 0; f < PL_ARRAY_SIZE(s_isa_flags); f++) {
+        const char *name = s_isa_flags[f], *p = flags;
+        size_t n = strlen(name);
+        bool found = false;
+        while ((p = strstr(p, name)) != NULL) {
+            bool start = p == flags || p[-1] == ' ' || p[-1] == '\t';
+            bool end = p[n] == '\0' || p[n] == ' ' || p[n] == '\t' || p[n] == '\n';
+            if (start && end) {
+                found = true;
+                break;
+            }
+            p += n;
+        }
+        size_t used = strlen(isa);
+        if (found && used + n + 2 <= isa_len)
+            snprintf(isa + used, isa_len - used, "%s%s", used ? " " : "", name);
+    }
+}
+
+/* Model name and ISA flags from /proc/cpuinfo; leaves the defaults when a line is missing. */
+static void s_read_cpuinfo(pl_be_device_info_t *info)
+{
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    char *line = NULL;
+    size_t cap = 0;
+    bool have_name = false, have_flags = false;
+
+    if (!f)
+        return;
+    while ((!have_name || !have_flags) && getline(&line, &cap, f) > 0) {
+        char *colon = strchr(line, ':');
+        if (!colon)
+            continue;
+        *colon = '\0';
+        char *key = s_trim(line), *val = s_trim(colon + 1);
+        if (!have_name && (strcmp(key, "model name") == 0 || strcmp(key, "Hardware") == 0) &&
+            val[0]) {
+            snprintf(info->name, sizeof(info->name), "%s", val);
+            have_name = true;
+        } else if (!have_flags && (strcmp(key, "flags") == 0 || strcmp(key, "Features") == 0)) {
+            s_isa_from_flags(val, info->isa, sizeof(info->isa));
+            have_flags = true;
+        }
+    }
+    free(line);
+    fclose(f);
+}
+
+pl_status_t pl_cpu_mem_available(uint64_t *bytes_p)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    unsigned long long kb;
+
+    if (!f)
+        return pl_error(PL_ERR_IO, "/proc/meminfo: %s", strerror(errno));
+    while (fgets(line, sizeof(line), f)) {
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) {
+            fclose(f);
+            *bytes_p = (uint64_t)kb * 1024u;
+            return PL_OK;
+        }
+    }
+    fclose(f);
+    return pl_error(PL_ERR_IO, "/proc/meminfo: no MemAvailable line");
+}
+
+static void s_fill_info(int threads, pl_be_device_info_t *info)
+{
+    uint64_t mem = 0;
+    memset(info, 0, sizeof(*info));
+    snprintf(info->backend, sizeof(info->backend), "cpu");
+    snprintf(info->name, sizeof(info->name), "cpu");
+    info->index = 0;
+    info->cores = threads > 0 ? threads : s_online_cores();
+    if (pl_cpu_mem_available(&mem) != PL_OK)
+        pl_error_clear();
+    info->mem_bytes = mem;
+    s_read_cpuinfo(info);
+}
+
+pl_status_t pl_cpu_probe(pl_be_device_info_t *infos, int max, int *n_p)
+{
+    if (!infos || max < 1)
+        return pl_error(PL_ERR_INVALID, "cpu probe: room for %d devices", max);
+    s_fill_info(0, &infos[0]);
+    *n_p = 1;
+    return PL_OK;
+}
+
+pl_status_t pl_cpu_open(int index, int threads, void **dev_p)
+{
+    pl_cpu_dev_t *dev;
+
+    if (index != 0)
+        return pl_error(PL_ERR_NOT_FOUND, "cpu device %d: the cpu backend has only device 0",
+                        index);
+    if (threads < 0)
+        return pl_error(PL_ERR_INVALID, "cpu threads %d: must be 0 (all) or positive", threads);
+    dev = calloc(1, sizeof(*dev));
+    if (!dev)
+        return pl_error(PL_ERR_NOMEM, "cpu device: out of memory");
+    s_fill_info(threads, &dev->info);
+    dev->threads = dev->info.cores;
+    if (pl_cpu_pool_create(dev->threads, &dev->pool) != PL_OK) {
+        free(dev);
+        return PL_ERR_NOMEM;
+    }
+    *dev_p = dev;
+    return PL_OK;
+}
+
+void pl_cpu_close(void *dev_v)
+{
+    pl_cpu_dev_t *dev = dev_v;
+    if (!dev)
+        return;
+    pl_cpu_pool_destroy(&dev->pool);
+    free(dev);
+}
+
+static double s_gemm_gflops(void)
+{
+    size_t n = S_GEMM_N, bytes = n * n * sizeof(float);
+    float *a = malloc(bytes), *b = malloc(bytes), *c = malloc(bytes);
+    double gflops = 0.0;
+
+    if (a && b && c) {
+        for (size_t i = 0; i < n * n; i++) {
+            a[i] = (float)(i % 7) * 0.25f;
+            b[i] = (float)(i % 5) * 0.5f;
+        }
+        /* The first call pays for OpenBLAS's thread start-up and buffer allocation. */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, S_GEMM_N, S_GEMM_N, S_GEMM_N, 1.0f, a,
+                    S_GEMM_N, b, S_GEMM_N, 0.0f, c, S_GEMM_N);
+        int iters = 0;
+        double t0 = pl_now(), t;
+        do {
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, S_GEMM_N, S_GEMM_N, S_GEMM_N, 1.0f,
+                        a, S_GEMM_N, b, S_GEMM_N, 0.0f, c, S_GEMM_N);
+            iters++;
+            t = pl_now() - t0;
+        } while (t < S_GEMM_SECONDS && iters < 1000);
+        gflops = 2.0 * (double)n * n * n * iters / t / 1e9;
+    }
+    free(a);
+    free(b);
+    free(c);
+    return gflops;
+}
+
+typedef struct {
+    const float *data;
+    size_t n;
+    float sum;
+} s_read_job_t;
+
+static void *s_read_thread(void *arg)
+{
+    s_read_job_t *job = arg;
+    job->sum = cblas_sasum((int)job->n, job->data, 1);
+    return NULL;
+}
+
+/* Read bandwidth of a buffer larger than any cache, split across `threads` readers. */
+static double s_read_gbps(int threads)
+{
+    size_t n = 0, chunk = S_READ_CHUNK / sizeof(float);
+    float *buf = malloc(S_READ_BYTES);
+    s_read_job_t jobs[S_READ_MAX_THREADS];
+    pthread_t tids[S_READ_MAX_THREADS];
+    double best = 0.0, t_fill = pl_now();
+    volatile float sink = 0.0f;
+
+    if (!buf)
+        return 0.0;
+    /* Fault the pages in before timing. Not zeros: malloc + memset 0 may become calloc, whose
+     * untouched pages all map the one shared zero page and read at cache speed. Where page
+     * faults are slow (some VMs) stop early and measure a smaller buffer. */
+    while (n < S_READ_BYTES / sizeof(float) && (n < 2 * chunk || pl_now() - t_fill < 0.1)) {
+        memset(buf + n, 0x3c, chunk * sizeof(float));
+        n += chunk;
+    }
+    threads = PL_MAX(1, PL_MIN(threads, S_READ_MAX_THREADS));
+    for (int pass = 0; pass < 2; pass++) {
+        int started = 0;
+        double t0 = pl_now();
+        for (int i = 0; i < threads; i++) {
+            jobs[i].data = buf + n / threads * i;
+            jobs[i].n = i == threads - 1 ? n - n / threads * i : n / threads;
+            if (i == 0 || pthread_create(&tids[i], NULL, s_read_thread, &jobs[i]) != 0)
+                continue; /* job 0 (and any thread that failed to start) runs here below */
+            started |= 1 << i;
+        }
+        for (int i = 0; i < threads; i++)
+            if (!(started & (1 << i)))
+                s_read_thread(&jobs[i]);
+        for (int i = 0; i < threads; i++)
+            if (started & (1 << i))
+                pthread_join(tids[i], NULL);
+        double t = pl_now() - t0;
+        for (int i = 0; i < threads; i++)
+            sink += jobs[i].sum;
+        if (t > 0 && (double)n * sizeof(float) / t / 1e9 > best)
+            best = (double)n * sizeof(float) / t / 1e9;
+        if (t > 0.05) /* a slow machine gets one pass: the whole calibration stays short */
+            break;
+    }
+    (void)sink;
+    free(buf);
+    return best;
+}
+
+pl_status_t pl_cpu_calibrate(void *dev_v, pl_be_calib_t *calib)
+{
+    pl_cpu_dev_t *dev = dev_v;
+    pl_be_calib_t c;
+
+    openblas_set_num_threads(dev->threads);
+    c.gflops = s_gemm_gflops();
+    c.mem_gbps = s_read_gbps(dev->threads);
+    if (c.gflops <= 0.0 || c.mem_gbps <= 0.0)
+        return pl_error(PL_ERR_NOMEM, "cpu calibration: could not allocate its buffers");
+    pl_log_debug("cpu calibration: %.1f GFLOP/s sgemm, %.1f GB/s read, %d threads", c.gflops,
+                 c.mem_gbps, dev->threads);
+    *calib = c;
+    return PL_OK;
+}

@@ -1,0 +1,175 @@
+/* The backends this binary can use: the built-in CPU backend, and the CUDA / HIP plugins loaded
+ * with dlopen from $PIPELD_PLUGIN_DIR, the build's plugin directory, or beside the executable. */
+#include "backends/backend.h"
+
+#include "common/log.h"
+#include "common/util.h"
+
+#include <dlfcn.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define S_MAX_DIRS 4
+
+typedef struct {
+    const char *name;
+    const char *lib;
+} s_plugin_t;
+
+static const s_plugin_t s_plugins[] = {
+    {"cuda", "libpipeld_be_cuda.so"},
+    {"hip", "libpipeld_be_hip.so"},
+};
+
+static pthread_once_t s_once = PTHREAD_ONCE_INIT;
+static pl_be_entry_t s_entries[1 + PL_ARRAY_SIZE(s_plugins)];
+static int s_n_entries;
+
+/* Where plugins are looked for, in order: $PIPELD_PLUGIN_DIR, PL_PLUGIN_DIR, the executable's
+ * directory and its ../lib. */
+static int s_search_dirs(char dirs[S_MAX_DIRS][PATH_MAX])
+{
+    int n = 0;
+    const char *env = getenv("PIPELD_PLUGIN_DIR");
+    char exe[PATH_MAX], dir[PATH_MAX];
+    ssize_t len;
+
+    if (env && env[0])
+        snprintf(dirs[n++], PATH_MAX, "%s", env);
+#ifdef PL_PLUGIN_DIR
+    snprintf(dirs[n++], PATH_MAX, "%s", PL_PLUGIN_DIR);
+#endif
+    len = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (len > 0) {
+        exe[len] = '\0';
+        pl_path_dirname(exe, dir, sizeof(dir));
+        if (snprintf(dirs[n], PATH_MAX, "%s", dir) < PATH_MAX)
+            n++;
+        if (snprintf(dirs[n], PATH_MAX, "%s/../lib", dir) < PATH_MAX)
+            n++;
+    }
+    return n;
+}
+
+/* The plugin's own copy of the per-thread error message (it links its own pl_common), falling
+ * back to ours. */
+static const char *s_plugin_error_msg(void *handle)
+{
+    const char *(*msg_fn)(void) = (const char *(*)(void))dlsym(handle, "pl_error_msg");
+    const char *msg = msg_fn ? msg_fn() : pl_error_msg();
+    return msg && msg[0] ? msg : "no reason given";
+}
+
+/* Open the plugin file at path and check it has a usable device; the first file found is the
+ * one used, so a broken plugin in an override directory is reported rather than skipped. */
+static void s_open_plugin(const char *path, pl_be_entry_t *e)
+{
+    typedef const pl_be_ops_t *(*entry_fn_t)(void);
+    void *handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    entry_fn_t entry;
+    const pl_be_ops_t *ops;
+    pl_be_device_info_t infos[16];
+    int n = 0;
+
+    if (!handle) {
+        snprintf(e->why, sizeof(e->why), "plugin %s: %s", path, dlerror());
+        return;
+    }
+    entry = (entry_fn_t)dlsym(handle, PL_BE_PLUGIN_SYMBOL);
+    if (!entry) {
+        snprintf(e->why, sizeof(e->why), "plugin %s: no symbol %s", path, PL_BE_PLUGIN_SYMBOL);
+        goto err_close;
+    }
+    ops = entry();
+    if (!ops || ops->abi_version != PL_BE_ABI_VERSION) {
+        snprintf(e->why, sizeof(e->why), "plugin %s: abi version %d, this binary needs %d", path,
+                 ops ? ops->abi_version : -1, PL_BE_ABI_VERSION);
+        goto err_close;
+    }
+    if (!ops->probe || !ops->open || !ops->close || !ops->stage_load || !ops->stage_forward ||
+        !ops->stage_unload) {
+        snprintf(e->why, sizeof(e->why), "plugin %s: function table incomplete", path);
+        goto err_close;
+    }
+    /* The handle stays open from here: a GPU runtime may have started threads in probe. */
+    if (ops->probe(infos, (int)PL_ARRAY_SIZE(infos), &n) != PL_OK) {
+        snprintf(e->why, sizeof(e->why), "plugin %s: %s", path, s_plugin_error_msg(handle));
+        return;
+    }
+    if (n < 1) {
+        snprintf(e->why, sizeof(e->why), "plugin %s: no device", path);
+        return;
+    }
+    e->ops = ops;
+    pl_log_debug("backend %s: plugin %s, %d devices", e->name, path, n);
+    return;
+
+err_close:
+    dlclose(handle);
+}
+
+static void s_load_plugin(const s_plugin_t *plugin, pl_be_entry_t *e)
+{
+    char dirs[S_MAX_DIRS][PATH_MAX], path[PATH_MAX];
+    int n_dirs = s_search_dirs(dirs);
+    size_t used;
+
+    for (int i = 0; i < n_dirs; i++) {
+        if (snprintf(path, sizeof(path), "%s/%s", dirs[i], plugin->lib) >= (int)sizeof(path))
+            continue;
+        if (access(path, F_OK) == 0) {
+            s_open_plugin(path, e);
+            return;
+        }
+    }
+    used = (size_t)snprintf(e->why, sizeof(e->why), "plugin %s not found in", plugin->lib);
+    for (int i = 0; i < n_dirs && used < sizeof(e->why); i++)
+        used +=
+            (size_t)snprintf(e->why + used, sizeof(e->why) - used, "%s %s", i ? "," : "", dirs[i]);
+}
+
+static void s_init(void)
+{
+    pl_be_entry_t *e = &s_entries[s_n_entries++];
+    memset(e, 0, sizeof(*e));
+    e->ops = pl_be_cpu_ops();
+    snprintf(e->name, sizeof(e->name), "%s", e->ops->name);
+    for (size_t i = 0; i < PL_ARRAY_SIZE(s_plugins); i++) {
+        e = &s_entries[s_n_entries++];
+        memset(e, 0, sizeof(*e));
+        snprintf(e->name, sizeof(e->name), "%s", s_plugins[i].name);
+        s_load_plugin(&s_plugins[i], e);
+    }
+}
+
+int pl_be_registry_list(pl_be_entry_t *entries, int max)
+{
+    int n;
+    pthread_once(&s_once, s_init);
+    n = PL_MIN(max, s_n_entries);
+    for (int i = 0; i < n; i++)
+        entries[i] = s_entries[i];
+    return n > 0 ? n : 0;
+}
+
+const pl_be_ops_t *pl_be_registry_find(const char *name)
+{
+    pthread_once(&s_once, s_init);
+    if (!name) {
+        pl_error(PL_ERR_INVALID, "backend name missing");
+        return NULL;
+    }
+    for (int i = 0; i < s_n_entries; i++) {
+        if (strcmp(s_entries[i].name, name) != 0)
+            continue;
+        if (!s_entries[i].ops)
+            pl_error(PL_ERR_NO_DEVICE, "backend %s unavailable: %s", name, s_entries[i].why);
+        return s_entries[i].ops;
+    }
+    pl_error(PL_ERR_NOT_FOUND, "unknown backend '%s' (known: cpu, cuda, hip)", name);
+    return NULL;
+}

@@ -1,0 +1,146 @@
+/* Tests of the backend registry (CPU always present, plugins found or explained) and of the CPU
+ * device's probe, open and calibration. */
+#include "backends/backend.h"
+
+#include "common/util.h"
+
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+Test(registry, cpu_always_present)
+{
+    pl_be_entry_t e[8];
+    int n = pl_be_registry_list(e, 8);
+    cr_assert(n == 3, "cpu, cuda, hip: got %d entries", n);
+    cr_expect(strcmp(e[0].name, "cpu") == 0 && e[0].ops == pl_be_cpu_ops());
+    cr_expect(e[0].why[0] == '\0');
+    cr_expect(pl_be_registry_find("cpu") == pl_be_cpu_ops());
+    cr_expect(pl_be_cpu_ops()->abi_version == PL_BE_ABI_VERSION);
+    cr_expect(pl_be_registry_list(e, 1) == 1);
+    cr_expect(pl_be_registry_list(e, 0) == 0);
+}
+
+/* Without a GPU, the plugins are either absent or find no device; either way the entry says
+ * why. On a machine with a GPU the plugin must be complete. */
+Test(registry, plugins_loaded_or_explained)
+{
+    pl_be_entry_t e[3];
+    cr_assert(pl_be_registry_list(e, 3) == 3);
+    for (int i = 1; i < 3; i++) {
+        cr_expect(strcmp(e[i].name, i == 1 ? "cuda" : "hip") == 0, "entry %d: %s", i, e[i].name);
+        if (e[i].ops) {
+            cr_expect(e[i].ops->abi_version == PL_BE_ABI_VERSION);
+            cr_expect(strcmp(e[i].ops->name, e[i].name) == 0);
+            cr_expect(pl_be_registry_find(e[i].name) == e[i].ops);
+        } else {
+            cr_expect(e[i].why[0] != '\0', "%s unavailable without a reason", e[i].name);
+            cr_expect(strstr(e[i].why, "libpipeld_be_") != NULL, "why: %s", e[i].why);
+            cr_expect(pl_be_registry_find(e[i].name) == NULL);
+            cr_expect(strstr(pl_error_msg(), e[i].name) != NULL, "%s", pl_error_msg());
+        }
+    }
+}
+
+Test(registry, missing_plugin_names_directories)
+{
+    char dir[] = "/tmp/pl_reg_XXXXXX";
+    pl_be_entry_t e[3];
+    cr_assert(mkdtemp(dir));
+    setenv("PIPELD_PLUGIN_DIR", dir, 1);
+    cr_assert(pl_be_registry_list(e, 3) == 3);
+    /* the override directory is searched first and named in the reason when nothing is found */
+    for (int i = 1; i < 3; i++)
+        if (!e[i].ops && strstr(e[i].why, "not found"))
+            cr_expect(strstr(e[i].why, dir) != NULL, "why: %s", e[i].why);
+    rmdir(dir);
+}
+
+Test(registry, broken_plugin_reports_dlerror)
+{
+    char dir[] = "/tmp/pl_reg_XXXXXX", path[64];
+    pl_be_entry_t e[3];
+    cr_assert(mkdtemp(dir));
+    snprintf(path, sizeof(path), "%s/libpipeld_be_cuda.so", dir);
+    FILE *f = fopen(path, "w");
+    cr_assert(f);
+    fputs("not an ELF file\n", f);
+    fclose(f);
+    setenv("PIPELD_PLUGIN_DIR", dir, 1);
+    cr_assert(pl_be_registry_list(e, 3) == 3);
+    cr_expect(e[1].ops == NULL);
+    cr_expect(strstr(e[1].why, path) != NULL, "why: %s", e[1].why);
+    cr_expect(pl_be_registry_find("cuda") == NULL);
+    cr_expect(strstr(pl_error_msg(), "unavailable") != NULL, "%s", pl_error_msg());
+    unlink(path);
+    rmdir(dir);
+}
+
+Test(registry, unknown_backend)
+{
+    cr_expect(pl_be_registry_find("tpu") == NULL);
+    cr_expect(strstr(pl_error_msg(), "tpu") != NULL);
+    cr_expect(pl_be_registry_find(NULL) == NULL);
+}
+
+Test(cpu_device, probe_open_calibrate)
+{
+    const pl_be_ops_t *ops = pl_be_cpu_ops();
+    pl_be_device_info_t info[2];
+    int n = 0;
+    void *dev = NULL;
+    pl_be_calib_t c;
+
+    cr_assert(ops->probe(info, 2, &n) == PL_OK);
+    cr_expect(n == 1);
+    cr_expect(strcmp(info[0].backend, "cpu") == 0 && info[0].index == 0);
+    cr_expect(info[0].name[0] != '\0');
+    cr_expect(info[0].cores >= 1 && info[0].cores <= sysconf(_SC_NPROCESSORS_CONF));
+    cr_expect(info[0].mem_bytes > (1u << 20));
+    cr_expect(ops->probe(info, 0, &n) == PL_ERR_INVALID);
+
+    cr_expect(ops->open(1, 0, &dev) == PL_ERR_NOT_FOUND);
+    cr_expect(ops->open(0, -1, &dev) == PL_ERR_INVALID);
+    cr_assert(ops->open(0, 0, &dev) == PL_OK);
+    double t0 = pl_now();
+    cr_assert(ops->calibrate(dev, &c) == PL_OK, "%s", pl_error_msg());
+    double t = pl_now() - t0;
+    cr_expect(t < 1.0, "calibration took %.2f s", t);
+    cr_expect(c.gflops > 0.1 && c.gflops < 1e6, "gflops %g", c.gflops);
+    cr_expect(c.mem_gbps > 0.1 && c.mem_gbps < 1e5, "mem %g GB/s", c.mem_gbps);
+    ops->close(dev);
+
+    cr_assert(ops->open(0, 1, &dev) == PL_OK);
+    ops->close(dev);
+}
+
+/* Every ISA word reported is a flag of /proc/cpuinfo. */
+Test(cpu_device, isa_flags_come_from_cpuinfo)
+{
+    pl_be_device_info_t info;
+    int n;
+    char *line = NULL, flags[8192] = "";
+    size_t cap = 0;
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    cr_assert(f);
+    while (getline(&line, &cap, f) > 0)
+        if (!flags[0] && (!strncmp(line, "flags", 5) || !strncmp(line, "Features", 8)))
+            snprintf(flags, sizeof(flags), " %s ", strchr(line, ':') + 1);
+    free(line);
+    fclose(f);
+    for (char *p = flags; *p; p++)
+        if (*p == '\n' || *p == '\t')
+            *p = ' ';
+    cr_assert(pl_be_cpu_ops()->probe(&info, 1, &n) == PL_OK);
+    char isa[sizeof(info.isa)], *save = NULL;
+    snprintf(isa, sizeof(isa), "%s", info.isa);
+    for (char *w = strtok_r(isa, " ", &save); w; w = strtok_r(NULL, " ", &save)) {
+        char needle[64];
+        snprintf(needle, sizeof(needle), " %s ", w);
+        cr_expect(strstr(flags, needle) != NULL, "isa '%s' not in cpuinfo flags", w);
+    }
+    if (strstr(flags, " avx2 "))
+        cr_expect(strstr(info.isa, "avx2") != NULL, "isa '%s' misses avx2", info.isa);
+}
