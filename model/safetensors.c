@@ -42,7 +42,7 @@ static pl_status_t s_entry_parse(const char *label, const char *name, json_t *ob
     json_t *dtype = json_object_get(obj, "dtype");
     json_t *shape = json_object_get(obj, "shape");
     json_t *offs = json_object_get(obj, "data_offsets");
-    uint64_t numel = 1, nbytes, dim;
+    uint64_t numel = 1, nbytes, dim = 0;
     pl_status_t st;
 
     if (!json_is_object(obj))
