@@ -76,32 +76,33 @@ static void s_open_plugin(const char *path, pl_be_entry_t *e)
     int n = 0;
 
     if (!handle) {
-        snprintf(e->why, sizeof(e->why), "plugin %s: %s", path, dlerror());
+        snprintf(e->why, sizeof(e->why), "plugin %.120s: %.120s", path, dlerror());
         return;
     }
     entry = (entry_fn_t)dlsym(handle, PL_BE_PLUGIN_SYMBOL);
     if (!entry) {
-        snprintf(e->why, sizeof(e->why), "plugin %s: no symbol %s", path, PL_BE_PLUGIN_SYMBOL);
+        snprintf(e->why, sizeof(e->why), "plugin %.120s: no symbol %s", path, PL_BE_PLUGIN_SYMBOL);
         goto err_close;
     }
     ops = entry();
     if (!ops || ops->abi_version != PL_BE_ABI_VERSION) {
-        snprintf(e->why, sizeof(e->why), "plugin %s: abi version %d, this binary needs %d", path,
+        snprintf(e->why, sizeof(e->why), "plugin %.120s: abi version %d, this binary needs %d",
+                 path,
                  ops ? ops->abi_version : -1, PL_BE_ABI_VERSION);
         goto err_close;
     }
     if (!ops->probe || !ops->open || !ops->close || !ops->stage_load || !ops->stage_forward ||
         !ops->stage_unload) {
-        snprintf(e->why, sizeof(e->why), "plugin %s: function table incomplete", path);
+        snprintf(e->why, sizeof(e->why), "plugin %.120s: function table incomplete", path);
         goto err_close;
     }
     /* The handle stays open from here: a GPU runtime may have started threads in probe. */
     if (ops->probe(infos, (int)PL_ARRAY_SIZE(infos), &n) != PL_OK) {
-        snprintf(e->why, sizeof(e->why), "plugin %s: %s", path, s_plugin_error_msg(handle));
+        snprintf(e->why, sizeof(e->why), "plugin %.120s: %.120s", path, s_plugin_error_msg(handle));
         return;
     }
     if (n < 1) {
-        snprintf(e->why, sizeof(e->why), "plugin %s: no device", path);
+        snprintf(e->why, sizeof(e->why), "plugin %.120s: no device", path);
         return;
     }
     e->ops = ops;

@@ -136,7 +136,8 @@ static void s_end_job(pl_coord_t *c, pl_coord_job_t *j, pl_job_state_t state, bo
 {
     for (int i = 0; i < j->n_stages; i++) {
         pl_coord_node_t *n = &c->nodes[j->stages[i].node];
-        if (cancel_stages && n->alive && !j->stages[i].done)
+        /* cancels running stages, releases finished ones (they keep endpoints until then) */
+        if (cancel_stages && n->alive)
             pl_coord_send_node(c, j->stages[i].node, PL_MSG_CANCEL,
                                json_pack("{s:i, s:i}", "job", j->id, "stage", i));
         if (n->busy_job == j->id)
@@ -300,7 +301,8 @@ static void s_start(pl_coord_t *c, pl_coord_job_t *j)
 
 static void s_finish(pl_coord_t *c, pl_coord_job_t *j)
 {
-    s_end_job(c, j, PL_JOB_DONE, false);
+    /* every stage is DONE: release them all (they kept their endpoints open until now) */
+    s_end_job(c, j, PL_JOB_DONE, true);
     pl_log_info("job %u: done in %.2f s", j->id, j->t_end - j->t_run);
 }
 

@@ -14,7 +14,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <zmq.h>
+
+/* Longest wait for the coordinator's release after DONE. */
+#define S_LINGER_S 30.0
 
 struct pl_exec {
     pl_exec_params_t p;
@@ -348,6 +352,12 @@ static void *s_thread(void *arg)
         if (sink)
             json_object_set_new(body, "results", pl_gen_sink_results(sink));
         s_send_main(x, PL_MSG_DONE, body);
+    }
+    /* Keep the worker and its endpoints until the whole job is over: a peer that still waits
+     * for STOP would otherwise see this endpoint close and fail (TCP reports it at once). */
+    for (double t0 = pl_now(); x->ucx && !atomic_load(&x->cancel) && pl_now() - t0 < S_LINGER_S;) {
+        pl_ucx_progress(x->ucx);
+        usleep(10 * 1000);
     }
     goto out;
 fail:

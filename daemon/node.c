@@ -17,6 +17,7 @@
 #define S_MAX_DEVS 16
 #define S_MAX_EXECS 16
 #define S_HELLO_RETRY_S 2.0
+#define S_RELEASE_TIMEOUT_S 60.0
 
 typedef struct {
     const pl_be_ops_t *ops;
@@ -33,6 +34,7 @@ typedef struct {
     int n_devs;
     json_t *unavailable;
     pl_exec_t *execs[S_MAX_EXECS];
+    double done_at[S_MAX_EXECS]; /* when the executor reported DONE; 0 while it runs */
     int n_execs;
     bool registered;
     double next_hb, next_hello;
@@ -202,6 +204,7 @@ static void s_on_assign(s_node_t *n, json_t *b)
         s_fail(n, job, stage, pl_error_msg());
         return;
     }
+    n->done_at[n->n_execs] = 0;
     n->execs[n->n_execs++] = x;
     pl_log_info("job %lld: stage %lld/%lld, layers %lld-%lld on %s", (long long)job,
                 (long long)stage, (long long)n_stages, (long long)first, (long long)last, dev_id);
@@ -223,7 +226,9 @@ static int s_find_exec(s_node_t *n, const json_t *b)
 static void s_drop_exec(s_node_t *n, int i)
 {
     pl_exec_destroy(&n->execs[i]);
-    n->execs[i] = n->execs[--n->n_execs];
+    n->n_execs--;
+    n->execs[i] = n->execs[n->n_execs];
+    n->done_at[i] = n->done_at[n->n_execs];
 }
 
 /* Returns false when the daemon should stop. */
@@ -252,11 +257,12 @@ static bool s_on_coord(s_node_t *n)
             pl_log_warn("START for a stage this node does not run");
         break;
     }
-    case PL_MSG_CANCEL: {
+    case PL_MSG_CANCEL: { /* also the release of a finished job's stages */
         int i;
         while ((i = s_find_exec(n, m.body)) >= 0) {
-            pl_log_info("job %u stage %d: canceled by the coordinator", pl_exec_job(n->execs[i]),
-                        pl_exec_stage(n->execs[i]));
+            if (!n->done_at[i])
+                pl_log_info("job %u stage %d: canceled by the coordinator",
+                            pl_exec_job(n->execs[i]), pl_exec_stage(n->execs[i]));
             s_drop_exec(n, i);
         }
         break;
@@ -291,8 +297,10 @@ static void s_on_exec(s_node_t *n, int i)
     pl_status_t st = pl_ctl_send(n->dealer, NULL, 0, m.type, m.body);
     if (st)
         pl_log_warn("coordinator: cannot forward %s: %s", pl_msg_name(m.type), pl_error_msg());
-    if (m.type == PL_MSG_DONE || m.type == PL_MSG_FAIL)
+    if (m.type == PL_MSG_FAIL)
         s_drop_exec(n, i);
+    else if (m.type == PL_MSG_DONE) /* its endpoints stay up until the job is released */
+        n->done_at[i] = pl_now();
     pl_ctl_msg_clear(&m);
 }
 
@@ -347,6 +355,9 @@ pl_status_t pl_node_run(const pl_cfg_node_t *cfg, volatile sig_atomic_t *stop)
         }
         if (!n.registered && now >= n.next_hello)
             s_hello(&n);
+        for (int i = n.n_execs - 1; i >= 0; i--) /* no release came (coordinator gone) */
+            if (n.done_at[i] && now - n.done_at[i] > S_RELEASE_TIMEOUT_S)
+                s_drop_exec(&n, i);
     }
 out:
     while (n.n_execs > 0)
