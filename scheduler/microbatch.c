@@ -1,0 +1,123 @@
+/* Microbatches and predictions: how many sequences stay resident (KV cache), how they are cut
+ * into microbatches so the pipeline stays full, and the resulting throughput and bubble. */
+#include "scheduler/plan_impl.h"
+
+#include <assert.h>
+
+int pl_sched_mb_size(int resident, int m)
+{
+    assert(resident >= 1 && m >= 1);
+    return (resident + m - 1) / m;
+}
+
+int pl_sched_default_m(int requested, int resident, int stages)
+{
+    int m = requested > 0 ? requested : stages;
+    if (m > resident)
+        m = resident;
+    return m < 1 ? 1 : m;
+}
+
+static int s_end(const pl_sched_eval_t *ev, const pl_sched_split_t *s, int i)
+{
+    return i + 1 < s->n_stages ? s->first[i + 1] : ev->L;
+}
+
+bool pl_sched_split_fits(const pl_sched_eval_t *ev, const pl_sched_split_t *s)
+{
+    for (int i = 0; i < s->n_stages; i++) {
+        int a = s->first[i], e = s_end(ev, s, i);
+        if (pl_sched_mem(ev, a, e) > ev->cap[s->device[i]])
+            return false;
+    }
+    return true;
+}
+
+void pl_sched_predict(const pl_sched_eval_t *ev, const pl_sched_split_t *s, int M,
+                      pl_sched_pred_t *p)
+{
+    assert(s->n_stages >= 1 && M >= 1);
+    *p = (pl_sched_pred_t){.S = s->n_stages, .R = ev->R, .b = ev->b, .bottleneck = -1.0};
+    /* M microbatches of at most b sequences (sizes differ by at most one); every one is
+     * charged as a full b, which is conservative when b does not divide R */
+    p->M = M < ev->R ? M : ev->R;
+    for (int i = 0; i < s->n_stages; i++) {
+        int a = s->first[i], e = s_end(ev, s, i);
+        int next = i + 1 < s->n_stages ? s->device[i + 1] : -1;
+        double tp, td;
+        pl_sched_stage_times(ev, s->device[i], a, e - a, next, &tp, &td);
+        double c = pl_sched_stage_cost(ev, s->device[i], a, e - a, next);
+        if (c > p->bottleneck) {
+            p->bottleneck = c;
+            p->bottleneck_stage = i;
+        }
+        p->sum_pre += tp;
+        p->sum_dec += td;
+        if (tp > p->t_pre_max)
+            p->t_pre_max = tp;
+        if (td > p->t_dec_max)
+            p->t_dec_max = td;
+    }
+    if (s->n_stages > 1) {
+        /* token ids (4 bytes per sequence) from the last stage back to the first */
+        int last = s->device[s->n_stages - 1], first = s->device[0];
+        size_t li = (size_t)last * ev->n_dev + first;
+        p->ring = ev->lat[li] + 4.0 * ev->b * ev->inv_link[li];
+    }
+    double busy_dec = p->M * p->t_dec_max, cycle = p->sum_dec + p->ring;
+    p->decode_period = busy_dec > cycle ? busy_dec : cycle;
+    p->prefill_time = p->sum_pre + (p->M - 1) * p->t_pre_max;
+    p->decode_tok_s = p->decode_period > 0 ? p->R / p->decode_period : 0.0;
+    p->prefill_tok_s = p->prefill_time > 0 ? (double)p->R * ev->p_avg / p->prefill_time : 0.0;
+    p->bubble_dec = p->decode_period > 0 ? 1.0 - busy_dec / p->decode_period : 0.0;
+    p->bubble_pre = p->prefill_time > 0 ? 1.0 - p->M * p->t_pre_max / p->prefill_time : 0.0;
+    if (p->bubble_dec < 0)
+        p->bubble_dec = 0;
+    if (p->bubble_pre < 0)
+        p->bubble_pre = 0;
+    p->wave_time = p->prefill_time + (ev->n_new - 1) * p->decode_period;
+    p->waves = (ev->n_seqs + ev->R - 1) / ev->R;
+    p->job_time = p->waves * p->wave_time;
+}
+
+int pl_sched_choose_m(pl_sched_eval_t *ev, const pl_sched_split_t *s, int resident)
+{
+    int S = s->n_stages;
+    int lo = S < resident ? S : resident, hi = 2 * S < resident ? 2 * S : resident;
+    int best_m = 0, last_b = 0;
+    double best_t = 0.0;
+    for (int m = lo; m <= hi; m++) {
+        int b = pl_sched_mb_size(resident, m);
+        if (b == last_b)
+            continue; /* same cut as a smaller m */
+        last_b = b;
+        pl_sched_eval_set_batch_light(ev, resident, b);
+        if (!pl_sched_split_fits(ev, s))
+            continue;
+        pl_sched_pred_t p;
+        pl_sched_predict(ev, s, m, &p);
+        if (best_m == 0 || p.wave_time < best_t) {
+            best_m = m;
+            best_t = p.wave_time;
+        }
+    }
+    if (best_m == 0)
+        best_m = lo;
+    pl_sched_eval_set_batch(ev, resident, pl_sched_mb_size(resident, best_m));
+    return best_m;
+}
+
+int pl_sched_max_resident(pl_sched_eval_t *ev, const pl_sched_split_t *s, int requested, int r_max)
+{
+    int lo = 0, hi = r_max; /* lo fits (0: nothing known), answer in [lo, hi] */
+    while (lo < hi) {
+        int mid = lo + (hi - lo + 1) / 2;
+        int m = pl_sched_default_m(requested, mid, s->n_stages);
+        pl_sched_eval_set_batch_light(ev, mid, pl_sched_mb_size(mid, m));
+        if (pl_sched_split_fits(ev, s))
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
+}
