@@ -21,6 +21,8 @@ static void s_teardown(void)
     if (s_c.coord > 0 && !s_passed)
         tc_dump_logs(&s_c);
     tc_cluster_stop(&s_c);
+    if (s_passed && s_c.dir[0]) /* keep the logs of a failed test */
+        tc_sh(NULL, "rm -rf %s", s_c.dir);
 }
 
 /* Write dir/NAME.yaml for model dir/MODEL with extra YAML lines. */
