@@ -137,6 +137,8 @@ static void s_teardown(void)
         tc_dump_logs(&s_c);
     tc_cluster_stop(&s_c);
     s_guard_stop();
+    if (s_passed && s_c.dir[0]) /* keep the logs of a failed test */
+        tc_sh(NULL, "rm -rf %s", s_c.dir);
 }
 
 /* Coordinator in the root namespace on the bridge's address; daemon i in namespace i with the

@@ -14,13 +14,19 @@ typedef struct pl_ucx pl_ucx_t;
 typedef struct pl_ucx_ep pl_ucx_ep_t;
 
 pl_status_t pl_ucx_create(pl_ucx_t **ucx_p);
-/* Cancels outstanding operations, closes endpoints, frees; *ucx_p NULL; safe on NULL. */
+/* Cancels outstanding operations, closes endpoints, frees; *ucx_p NULL; safe on NULL. Waits up to
+ * 2 s for a message that is half-received; if it is still arriving then (its sender alive but
+ * silent), the worker is left allocated (a logged leak), because UCX 1.13 aborts otherwise. */
 void pl_ucx_destroy(pl_ucx_t **ucx_p);
 /* This worker's address as base64 text (caller frees). */
 pl_status_t pl_ucx_address(pl_ucx_t *ucx, char **b64_p);
 /* Endpoint to the worker whose base64 address is given. Peer failures are reported by later
  * sends / receives as PL_ERR_TRANSPORT, never by aborting. */
 pl_status_t pl_ucx_connect(pl_ucx_t *ucx, const char *b64_addr, pl_ucx_ep_t **ep_p);
+/* Close an endpoint without waiting for its peer (its unsent messages are dropped; flush first to
+ * deliver them) so that its failure no longer concerns this worker; *ep_p NULL; safe on NULL.
+ * A worker that outlives a job disconnects that job's peers. */
+void pl_ucx_disconnect(pl_ucx_t *ucx, pl_ucx_ep_t **ep_p);
 /* Name of the transports UCX chose for the endpoint ("posix/sysv/cma", "tcp", ...), from the
  * endpoint's lanes; "ucx" until the connection is wired up (ask after a message went through).
  * Borrowed, valid while the endpoint lives. */
@@ -32,8 +38,9 @@ pl_status_t pl_ucx_send(pl_ucx_t *ucx, pl_ucx_ep_t *ep, uint64_t tag, void *buf,
  * matching is waiting and an endpoint of this worker has failed, PL_ERR_TRANSPORT. Returns a
  * malloc'd buffer (*buf_p, caller frees; tag_p may be NULL). Gives up after timeout_ms
  * (PL_ERR_TIMEOUT; < 0 waits forever) or when *cancel becomes non-zero (PL_ERR_CANCELED), also in
- * the middle of a long message. Sleeps on the worker's event fd (at most 50 ms at a time) rather
- * than spinning. */
+ * the middle of a long message: that message is kept and completed by a later call whose tag
+ * matches, never lost. Messages matching one (want, mask) come in the order they were sent.
+ * Sleeps on the worker's event fd (at most 50 ms at a time) rather than spinning. */
 pl_status_t pl_ucx_recv(pl_ucx_t *ucx, uint64_t want, uint64_t mask, size_t max_len,
                         void **buf_p, size_t *len_p, uint64_t *tag_p, int timeout_ms,
                         const volatile int *cancel);
@@ -49,5 +56,10 @@ int pl_ucx_pending(const pl_ucx_t *ucx);
 pl_status_t pl_ucx_ep_status(const pl_ucx_ep_t *ep);
 /* One round of worker progress without waiting (completes sends); returns the events handled. */
 int pl_ucx_progress(pl_ucx_t *ucx);
+/* For callers that wait in their own poll loop (zmq_poll): the worker's event fd, readable when
+ * it has work after pl_ucx_arm returned PL_OK. pl_ucx_arm is PL_ERR_BUSY when events are already
+ * waiting (progress, then arm again), PL_ERR_TRANSPORT on failure. */
+int pl_ucx_efd(const pl_ucx_t *ucx);
+pl_status_t pl_ucx_arm(pl_ucx_t *ucx);
 
 #endif
