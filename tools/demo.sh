@@ -8,7 +8,7 @@ tools/setup.sh
 B=$PWD/${PL_BUILD_DIR:-build}/bin
 OUT=$PWD/out/demo
 export PIPELD_COORDINATOR=tcp://127.0.0.1:5555   # the embedded default cluster's endpoint
-mkdir -p "$OUT/logs"
+mkdir -p "$OUT/logs" "$OUT/models"
 
 if [ ! -f "$OUT/models/tiny/config.json" ]; then
     "$B/pl-mkmodel" --out "$OUT/models/tiny" --layers 8 --hidden 512 --intermediate 1376 \
@@ -27,16 +27,19 @@ trap cleanup EXIT
 
 "$B/pipecoord" >"$OUT/logs/pipecoord.log" 2>&1 &
 pids+=($!)
+echo "demo: starting 3 daemons (logs in $OUT/logs)"
+# one at a time: each daemon calibrates its device before registering, and three
+# calibrations at once on a small machine would measure each other
+registered() { "$B/pipectl" -o json nodes 2>/dev/null | grep -c '"state": "idle"' || true; }
+i=0
 for n in node0 node1 node2; do
     "$B/pipeld" --cluster - --name "$n" >"$OUT/logs/$n.log" 2>&1 &
     pids+=($!)
-done
-
-echo "demo: waiting for 3 nodes to register (logs in $OUT/logs)"
-for _ in $(seq 100); do
-    n=$("$B/pipectl" -o json nodes 2>/dev/null | grep -c '"state": "idle"' || true)
-    [ "$n" -ge 3 ] && break
-    sleep 0.2
+    i=$((i + 1))
+    for _ in $(seq 150); do
+        [ "$(registered)" -ge $i ] && break
+        sleep 0.2
+    done
 done
 "$B/pipectl" nodes
 echo
