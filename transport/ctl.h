@@ -35,6 +35,7 @@ typedef enum {
     PL_MSG_REPLY,      /* coord -> pipectl: success */
     PL_MSG_ERROR,      /* coord -> pipectl / daemon: failure, body {"error": "..."} */
     PL_MSG_SHUTDOWN,   /* pipectl -> coord, coord -> daemons: stop the cluster */
+    PL_MSG_PLAN,       /* pipectl -> coord: plan a job on the live cluster without submitting */
     PL_MSG_COUNT_
 } pl_msg_type_t;
 

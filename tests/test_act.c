@@ -1,0 +1,393 @@
+/* Tests of the activation message codec: byte layout against an encoder written here, round
+ * trips of every kind, and rejection of every truncation and every broken field. */
+#include "transport/act.h"
+
+#include <criterion/criterion.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const pl_act_limits_t s_limits = {.max_seq = 8, .max_tokens = 64, .dim = 3,
+                                         .max_pos = 100};
+
+/* Independent little-endian writer for the reference encoding. */
+static size_t put32(unsigned char *b, size_t o, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        b[o + i] = (unsigned char)(v >> (8 * i));
+    return o + 4;
+}
+
+static size_t put16(unsigned char *b, size_t o, uint16_t v)
+{
+    b[o] = (unsigned char)v;
+    b[o + 1] = (unsigned char)(v >> 8);
+    return o + 2;
+}
+
+static uint32_t f2u(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+/* A two-sequence hidden message: seq 5 (positions 10..12) and seq 2 (position 40). */
+static void s_hidden(pl_act_hdr_t *h, pl_act_seq_t seqs[2], float payload[12])
+{
+    *h = (pl_act_hdr_t){.kind = PL_ACT_HIDDEN, .job = 7, .mb = 1, .step = 0, .n_seq = 2,
+                        .n_tokens = 4, .dim = 3};
+    seqs[0] = (pl_act_seq_t){.seq = 5, .pos0 = 10, .n_tok = 3, .flags = 0, .token = -1};
+    seqs[1] = (pl_act_seq_t){.seq = 2, .pos0 = 40, .n_tok = 1, .flags = PL_ACT_FINISHED,
+                             .token = 9};
+    for (int i = 0; i < 12; i++)
+        payload[i] = (float)i * 0.5f - 2.0f;
+}
+
+static void *s_encode_ok(const pl_act_hdr_t *h, const pl_act_seq_t *seqs, const void *payload,
+                         size_t *len)
+{
+    void *buf = NULL;
+    cr_assert_eq(pl_act_encode(h, seqs, payload, &buf, len), PL_OK, "%s", pl_error_msg());
+    cr_assert_not_null(buf);
+    cr_assert_eq(*len, pl_act_size(h));
+    return buf;
+}
+
+static pl_status_t s_decode(const void *buf, size_t len)
+{
+    pl_act_hdr_t h;
+    pl_act_seq_t seqs[64];
+    const void *payload;
+    pl_act_limits_t lim = s_limits;
+    lim.max_seq = 64;
+    lim.max_tokens = 128;
+    return pl_act_decode(buf, len, &lim, &h, seqs, &payload);
+}
+
+Test(act, size_known_values)
+{
+    pl_act_hdr_t h = {.kind = PL_ACT_HIDDEN, .n_seq = 2, .n_tokens = 5, .dim = 3};
+    cr_assert_eq(pl_act_size(&h), 32 + 2 * 20 + 5 * 3 * 4);
+    h = (pl_act_hdr_t){.kind = PL_ACT_TOKENS, .n_seq = 3, .n_tokens = 3};
+    cr_assert_eq(pl_act_size(&h), 32 + 3 * 20);
+    h = (pl_act_hdr_t){.kind = PL_ACT_STOP};
+    cr_assert_eq(pl_act_size(&h), 32);
+    cr_assert_eq(PL_ACT_HDR_BYTES, 32);
+    cr_assert_eq(PL_ACT_SEQ_BYTES, 20);
+}
+
+Test(act, size_overflow_is_size_max)
+{
+    pl_act_hdr_t h = {.kind = PL_ACT_HIDDEN, .n_seq = 1, .n_tokens = UINT32_MAX, .dim = UINT32_MAX};
+    /* 4 * (2^32-1)^2 does not fit in 64 bits. */
+    cr_assert_eq(pl_act_size(&h), SIZE_MAX);
+    void *buf = (void *)1;
+    size_t len = 77;
+    pl_act_seq_t seq = {.seq = 0, .n_tok = UINT32_MAX};
+    cr_assert_eq(pl_act_encode(&h, &seq, "", &buf, &len), PL_ERR_RANGE);
+    cr_assert_eq(buf, (void *)1, "output untouched on error");
+    cr_assert_eq(len, 77);
+}
+
+Test(act, hidden_bytes_match_reference_layout)
+{
+    pl_act_hdr_t h;
+    pl_act_seq_t seqs[2];
+    float payload[12];
+    unsigned char ref[32 + 40 + 48];
+    size_t o = 0, len;
+
+    s_hidden(&h, seqs, payload);
+    o = put32(ref, o, 0x504c4131u);
+    o = put16(ref, o, 1);
+    o = put16(ref, o, PL_ACT_HIDDEN);
+    o = put32(ref, o, 7);
+    o = put32(ref, o, 1);
+    o = put32(ref, o, 0);
+    o = put32(ref, o, 2);
+    o = put32(ref, o, 4);
+    o = put32(ref, o, 3);
+    for (int i = 0; i < 2; i++) {
+        o = put32(ref, o, seqs[i].seq);
+        o = put32(ref, o, seqs[i].pos0);
+        o = put32(ref, o, seqs[i].n_tok);
+        o = put32(ref, o, seqs[i].flags);
+        o = put32(ref, o, (uint32_t)seqs[i].token);
+    }
+    for (int i = 0; i < 12; i++)
+        o = put32(ref, o, f2u(payload[i]));
+    cr_assert_eq(o, sizeof(ref));
+
+    unsigned char *buf = s_encode_ok(&h, seqs, payload, &len);
+    cr_assert_eq(len, sizeof(ref));
+    cr_assert_arr_eq(buf, ref, sizeof(ref));
+    free(buf);
+}
+
+Test(act, hidden_round_trip)
+{
+    pl_act_hdr_t h, got;
+    pl_act_seq_t seqs[2], out[8];
+    float payload[12];
+    const void *pl = NULL;
+    size_t len;
+
+    s_hidden(&h, seqs, payload);
+    void *buf = s_encode_ok(&h, seqs, payload, &len);
+    cr_assert_eq(pl_act_decode(buf, len, &s_limits, &got, out, &pl), PL_OK, "%s",
+                 pl_error_msg());
+    cr_assert_eq(memcmp(&got, &h, sizeof(h)), 0);
+    for (int i = 0; i < 2; i++) {
+        cr_assert_eq(out[i].seq, seqs[i].seq);
+        cr_assert_eq(out[i].pos0, seqs[i].pos0);
+        cr_assert_eq(out[i].n_tok, seqs[i].n_tok);
+        cr_assert_eq(out[i].flags, seqs[i].flags);
+        cr_assert_eq(out[i].token, seqs[i].token);
+    }
+    cr_assert_eq((const char *)pl, (const char *)buf + 32 + 40, "payload points into buf");
+    cr_assert_eq((uintptr_t)pl % _Alignof(float), 0);
+    cr_assert_arr_eq(pl, payload, sizeof(payload));
+    free(buf);
+}
+
+Test(act, tokens_round_trip)
+{
+    pl_act_hdr_t h = {.kind = PL_ACT_TOKENS, .job = 3, .mb = 2, .step = 17, .n_seq = 3,
+                      .n_tokens = 3, .dim = 0};
+    pl_act_seq_t seqs[3] = {{.seq = 0, .pos0 = 20, .n_tok = 1, .token = 31999},
+                            {.seq = 7, .pos0 = 25, .n_tok = 1, .flags = PL_ACT_FINISHED,
+                             .token = 2},
+                            {.seq = 4, .pos0 = 99, .n_tok = 1, .token = 0}};
+    pl_act_hdr_t got;
+    pl_act_seq_t out[8];
+    const void *pl = (void *)1;
+    size_t len;
+    void *buf = s_encode_ok(&h, seqs, NULL, &len);
+    cr_assert_eq(len, 32 + 60);
+    cr_assert_eq(pl_act_decode(buf, len, &s_limits, &got, out, &pl), PL_OK, "%s",
+                 pl_error_msg());
+    cr_assert_eq(memcmp(&got, &h, sizeof(h)), 0);
+    cr_assert_null(pl);
+    for (int i = 0; i < 3; i++) {
+        cr_assert_eq(out[i].seq, seqs[i].seq);
+        cr_assert_eq(out[i].token, seqs[i].token);
+        cr_assert_eq(out[i].flags, seqs[i].flags);
+        cr_assert_eq(out[i].pos0, seqs[i].pos0);
+    }
+    free(buf);
+}
+
+Test(act, stop_round_trip)
+{
+    pl_act_hdr_t h = {.kind = PL_ACT_STOP, .job = 0xfffff, .mb = 9, .step = 123};
+    pl_act_hdr_t got;
+    pl_act_seq_t out[1];
+    size_t len;
+    void *buf = s_encode_ok(&h, NULL, NULL, &len);
+    cr_assert_eq(len, 32);
+    cr_assert_eq(pl_act_decode(buf, len, &s_limits, &got, out, NULL), PL_OK, "%s",
+                 pl_error_msg());
+    cr_assert_eq(memcmp(&got, &h, sizeof(h)), 0);
+    free(buf);
+}
+
+Test(act, every_truncation_fails_cleanly)
+{
+    pl_act_hdr_t h, got = {.job = 424242};
+    pl_act_seq_t seqs[2], out[8];
+    float payload[12];
+    const void *pl = (void *)1;
+    size_t len;
+
+    s_hidden(&h, seqs, payload);
+    unsigned char *buf = s_encode_ok(&h, seqs, payload, &len);
+    for (size_t n = 0; n < len; n++) {
+        /* A fresh allocation of exactly n bytes, so ASan sees any read past the end. */
+        unsigned char *cut = malloc(n ? n : 1);
+        memcpy(cut, buf, n);
+        cr_assert_eq(pl_act_decode(cut, n, &s_limits, &got, out, &pl), PL_ERR_PROTOCOL,
+                     "length %zu", n);
+        cr_assert_neq(pl_error_msg()[0], '\0');
+        free(cut);
+    }
+    cr_assert_eq(got.job, 424242, "header untouched on error");
+    cr_assert_eq(pl, (void *)1, "payload untouched on error");
+    /* One byte too many is just as wrong. */
+    unsigned char *longer = calloc(1, len + 1);
+    memcpy(longer, buf, len);
+    cr_assert_eq(pl_act_decode(longer, len + 1, &s_limits, &got, out, &pl), PL_ERR_PROTOCOL);
+    cr_assert(strstr(pl_error_msg(), "bytes received") != NULL, "%s", pl_error_msg());
+    free(longer);
+    free(buf);
+}
+
+/* Encode the standard hidden message, patch a u32 at `off`, expect decode to fail naming `what`. */
+static void s_patched(size_t off, uint32_t value, const char *what)
+{
+    pl_act_hdr_t h, got;
+    pl_act_seq_t seqs[2], out[8];
+    float payload[12];
+    size_t len;
+    s_hidden(&h, seqs, payload);
+    unsigned char *buf = s_encode_ok(&h, seqs, payload, &len);
+    put32(buf, off, value);
+    cr_assert_eq(pl_act_decode(buf, len, &s_limits, &got, out, NULL), PL_ERR_PROTOCOL,
+                 "patch at %zu = %u should fail", off, value);
+    cr_assert(strstr(pl_error_msg(), what) != NULL, "message '%s' should name '%s'",
+              pl_error_msg(), what);
+    free(buf);
+}
+
+Test(act, broken_header_fields)
+{
+    s_patched(0, 0x504c4132u, "magic");
+    s_patched(4, 2 | (PL_ACT_HIDDEN << 16), "version");
+    s_patched(4, 1 | (0u << 16), "kind");
+    s_patched(4, 1 | (9u << 16), "kind");
+    s_patched(20, 0, "n_seq");            /* hidden with no sequences */
+    s_patched(20, 9, "n_seq");            /* above max_seq */
+    s_patched(20, 3, "bytes");            /* one more entry than present */
+    s_patched(24, 5, "bytes");            /* the length no longer matches the header */
+    s_patched(24, 65, "n_tokens");        /* above max_tokens */
+    s_patched(28, 4, "dim");              /* dim mismatch */
+    s_patched(28, 0, "dim");
+}
+
+Test(act, broken_entries)
+{
+    const size_t e0 = 32, e1 = 52;
+    s_patched(e1 + 0, 5, "seq 5");            /* duplicate seq */
+    s_patched(e1 + 0, 8, "seq 8");            /* seq >= max_seq */
+    s_patched(e1 + 4, 100, "positions");      /* pos0 + n_tok = 101 > 100 */
+    s_patched(e1 + 4, UINT32_MAX, "positions");/* pos0 + n_tok overflows 32 bits */
+    s_patched(e0 + 4, 98, "positions");       /* 98 + 3 > 100 */
+    s_patched(e0 + 8, 0, "n_tok");            /* n_tok 0 */
+    s_patched(e0 + 8, 2, "n_tokens");         /* sum 3 != n_tokens 4 */
+    s_patched(e0 + 8, UINT32_MAX, "positions");
+    s_patched(e0 + 12, 2, "flags");           /* unknown flag bit */
+}
+
+Test(act, positions_at_the_limit_are_fine)
+{
+    pl_act_hdr_t h, got;
+    pl_act_seq_t seqs[2], out[8];
+    float payload[12];
+    size_t len;
+    s_hidden(&h, seqs, payload);
+    seqs[0].pos0 = 97; /* 97 + 3 == max_pos */
+    seqs[1].pos0 = 99;
+    seqs[0].seq = 7;   /* max_seq - 1 */
+    void *buf = s_encode_ok(&h, seqs, payload, &len);
+    cr_assert_eq(pl_act_decode(buf, len, &s_limits, &got, out, NULL), PL_OK, "%s",
+                 pl_error_msg());
+    free(buf);
+}
+
+Test(act, tokens_rules)
+{
+    pl_act_hdr_t h = {.kind = PL_ACT_TOKENS, .n_seq = 2, .n_tokens = 2};
+    pl_act_seq_t seqs[2] = {{.seq = 0, .n_tok = 1, .token = 5}, {.seq = 1, .n_tok = 1, .token = 6}};
+    pl_act_hdr_t got;
+    pl_act_seq_t out[8];
+    size_t len;
+    unsigned char *buf = s_encode_ok(&h, seqs, NULL, &len);
+
+    put32(buf, 32 + 20 + 16, (uint32_t)-3); /* negative token */
+    cr_assert_eq(pl_act_decode(buf, len, &s_limits, &got, out, NULL), PL_ERR_PROTOCOL);
+    cr_assert(strstr(pl_error_msg(), "token") != NULL, "%s", pl_error_msg());
+    put32(buf, 32 + 20 + 16, 6);
+    put32(buf, 28, 3); /* dim must be 0 */
+    cr_assert_eq(pl_act_decode(buf, len, &s_limits, &got, out, NULL), PL_ERR_PROTOCOL);
+    put32(buf, 28, 0);
+    cr_assert_eq(pl_act_decode(buf, len, &s_limits, &got, out, NULL), PL_OK);
+    free(buf);
+
+    /* Two tokens for one sequence is not a tokens message. */
+    h = (pl_act_hdr_t){.kind = PL_ACT_TOKENS, .n_seq = 1, .n_tokens = 1};
+    pl_act_seq_t one = {.seq = 0, .n_tok = 1};
+    buf = s_encode_ok(&h, &one, NULL, &len);
+    put32(buf, 32 + 8, 2);
+    put32(buf, 24, 2);
+    cr_assert_eq(pl_act_decode(buf, len, &s_limits, &got, out, NULL), PL_ERR_PROTOCOL);
+    free(buf);
+}
+
+Test(act, stop_rules)
+{
+    pl_act_hdr_t h = {.kind = PL_ACT_STOP}, got;
+    pl_act_seq_t out[8];
+    size_t len;
+    unsigned char *buf = s_encode_ok(&h, NULL, NULL, &len);
+    put32(buf, 24, 1); /* n_tokens on a stop */
+    cr_assert_eq(pl_act_decode(buf, len, &s_limits, &got, out, NULL), PL_ERR_PROTOCOL);
+    cr_assert(strstr(pl_error_msg(), "stop") != NULL, "%s", pl_error_msg());
+    free(buf);
+}
+
+Test(act, duplicate_check_with_many_entries)
+{
+    /* More entries than the pairwise check handles: the sorting path. */
+    enum { N = 40 };
+    pl_act_hdr_t h = {.kind = PL_ACT_TOKENS, .n_seq = N, .n_tokens = N};
+    pl_act_seq_t seqs[N];
+    for (int i = 0; i < N; i++)
+        seqs[i] = (pl_act_seq_t){.seq = (uint32_t)(N - 1 - i), .n_tok = 1, .token = i};
+    size_t len;
+    unsigned char *buf = s_encode_ok(&h, seqs, NULL, &len);
+    cr_assert_eq(s_decode(buf, len), PL_OK, "%s", pl_error_msg());
+    put32(buf, 32 + 20 * 39, 17); /* last entry repeats seq 17 */
+    cr_assert_eq(s_decode(buf, len), PL_ERR_PROTOCOL);
+    cr_assert(strstr(pl_error_msg(), "seq 17") != NULL, "%s", pl_error_msg());
+    free(buf);
+}
+
+Test(act, huge_counts_do_not_overflow)
+{
+    unsigned char buf[32] = {0};
+    pl_act_hdr_t got;
+    pl_act_seq_t out[1];
+    pl_act_limits_t lim = {.max_seq = UINT32_MAX, .max_tokens = UINT32_MAX, .dim = UINT32_MAX,
+                           .max_pos = UINT32_MAX};
+    put32(buf, 0, PL_ACT_MAGIC);
+    put16(buf, 4, 1);
+    put16(buf, 6, PL_ACT_HIDDEN);
+    put32(buf, 20, UINT32_MAX);
+    put32(buf, 24, UINT32_MAX);
+    put32(buf, 28, UINT32_MAX);
+    cr_assert_eq(pl_act_decode(buf, sizeof(buf), &lim, &got, out, NULL), PL_ERR_PROTOCOL);
+}
+
+Test(act, encode_rejects_inconsistent_headers)
+{
+    pl_act_seq_t seqs[2] = {{.seq = 0, .n_tok = 2}, {.seq = 1, .n_tok = 1}};
+    float payload[9] = {0};
+    void *buf = NULL;
+    size_t len = 0;
+    pl_act_hdr_t h = {.kind = PL_ACT_HIDDEN, .n_seq = 2, .n_tokens = 4, .dim = 3};
+    cr_assert_eq(pl_act_encode(&h, seqs, payload, &buf, &len), PL_ERR_INVALID); /* sum 3 != 4 */
+    h.n_tokens = 3;
+    cr_assert_eq(pl_act_encode(&h, seqs, NULL, &buf, &len), PL_ERR_INVALID); /* no payload */
+    h.kind = 0;
+    cr_assert_eq(pl_act_encode(&h, seqs, payload, &buf, &len), PL_ERR_INVALID);
+    h = (pl_act_hdr_t){.kind = PL_ACT_TOKENS, .n_seq = 2, .n_tokens = 3};
+    cr_assert_eq(pl_act_encode(&h, seqs, NULL, &buf, &len), PL_ERR_INVALID);
+    h = (pl_act_hdr_t){.kind = PL_ACT_STOP, .n_seq = 1};
+    cr_assert_eq(pl_act_encode(&h, seqs, NULL, &buf, &len), PL_ERR_INVALID);
+    cr_assert_null(buf);
+    cr_assert_eq(len, 0);
+}
+
+Test(act, tag_layout)
+{
+    uint64_t t = pl_act_tag(1, PL_ACT_HIDDEN, 2, 3);
+    cr_assert_eq(t, (1ULL << 44) | (1ULL << 40) | (2ULL << 24) | 3ULL);
+    cr_assert_eq(pl_act_tag(0xfffff, PL_ACT_STOP, 0xffff, 0xffffff), 0xfffff3ffffffffffULL);
+    /* Fields wider than their slot are truncated, never spill into the neighbour. */
+    cr_assert_eq(pl_act_tag(0x100001, PL_ACT_TOKENS, 0x10002, 0x1000003),
+                 pl_act_tag(1, PL_ACT_TOKENS, 2, 3));
+    cr_assert_eq(pl_act_tag_job(5), 5ULL << 44);
+    cr_assert_eq(t & PL_ACT_TAG_JOB_MASK, pl_act_tag_job(1));
+    cr_assert_neq(t & PL_ACT_TAG_JOB_MASK, pl_act_tag_job(2));
+    cr_assert_eq(PL_ACT_TAG_JOB_MASK, pl_act_tag_job(0xfffff));
+}

@@ -1,0 +1,290 @@
+/* Encoding and validation of the stage-to-stage activation message and its UCX tag.
+ * Every field is written little-endian byte by byte, so the format is the same on every host. */
+#include "transport/act.h"
+
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The layout is described in act.h. 32 + 20 * n_seq is a multiple of 4, so the payload of a
+ * message received into a malloc'd buffer is aligned for float. */
+#define PL_ACT_VERSION 1u
+#define PL_ACT_KNOWN_FLAGS PL_ACT_FINISHED
+/* Below this many entries the duplicate check compares pairs instead of sorting a copy. */
+#define PL_ACT_DUP_QUADRATIC 32u
+
+static void s_put_u16(unsigned char *p, uint16_t v)
+{
+    p[0] = (unsigned char)v;
+    p[1] = (unsigned char)(v >> 8);
+}
+
+static void s_put_u32(unsigned char *p, uint32_t v)
+{
+    p[0] = (unsigned char)v;
+    p[1] = (unsigned char)(v >> 8);
+    p[2] = (unsigned char)(v >> 16);
+    p[3] = (unsigned char)(v >> 24);
+}
+
+static uint16_t s_get_u16(const unsigned char *p)
+{
+    return (uint16_t)(p[0] | (uint16_t)p[1] << 8);
+}
+
+static uint32_t s_get_u32(const unsigned char *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* Payload bytes of a header, or false when the size does not fit in size_t. */
+static bool s_payload_bytes(const pl_act_hdr_t *hdr, size_t *out)
+{
+    size_t n = 0;
+    if (hdr->kind == PL_ACT_HIDDEN &&
+        (__builtin_mul_overflow((size_t)hdr->n_tokens, (size_t)hdr->dim, &n) ||
+         __builtin_mul_overflow(n, sizeof(float), &n)))
+        return false;
+    *out = n;
+    return true;
+}
+
+/* Total encoded size, or false on overflow. */
+static bool s_total_bytes(const pl_act_hdr_t *hdr, size_t *out)
+{
+    size_t entries, payload, total;
+    if (__builtin_mul_overflow((size_t)hdr->n_seq, (size_t)PL_ACT_SEQ_BYTES, &entries) ||
+        !s_payload_bytes(hdr, &payload) ||
+        __builtin_add_overflow((size_t)PL_ACT_HDR_BYTES, entries, &total) ||
+        __builtin_add_overflow(total, payload, &total))
+        return false;
+    *out = total;
+    return true;
+}
+
+size_t pl_act_size(const pl_act_hdr_t *hdr)
+{
+    size_t total;
+    return s_total_bytes(hdr, &total) ? total : SIZE_MAX;
+}
+
+/* Shape rules that depend only on the header: counts per kind and the hidden size. */
+static pl_status_t s_check_shape(const pl_act_hdr_t *hdr, pl_status_t err)
+{
+    switch (hdr->kind) {
+    case PL_ACT_HIDDEN:
+        if (hdr->n_seq == 0 || hdr->n_tokens == 0 || hdr->dim == 0)
+            return pl_error(err, "activation: hidden message needs n_seq, n_tokens and dim > 0 "
+                                 "(n_seq %u, n_tokens %u, dim %u)",
+                            hdr->n_seq, hdr->n_tokens, hdr->dim);
+        return PL_OK;
+    case PL_ACT_TOKENS:
+        if (hdr->n_seq == 0 || hdr->n_tokens != hdr->n_seq || hdr->dim != 0)
+            return pl_error(err, "activation: tokens message needs n_tokens == n_seq > 0 and "
+                                 "dim 0 (n_seq %u, n_tokens %u, dim %u)",
+                            hdr->n_seq, hdr->n_tokens, hdr->dim);
+        return PL_OK;
+    case PL_ACT_STOP:
+        if (hdr->n_seq != 0 || hdr->n_tokens != 0 || hdr->dim != 0)
+            return pl_error(err, "activation: stop message carries n_seq %u, n_tokens %u, dim %u "
+                                 "(all must be 0)",
+                            hdr->n_seq, hdr->n_tokens, hdr->dim);
+        return PL_OK;
+    }
+    return pl_error(err, "activation: unknown kind %u", hdr->kind);
+}
+
+/* Rules for the entries that do not need the job's limits. */
+static pl_status_t s_check_entries(const pl_act_hdr_t *hdr, const pl_act_seq_t *seqs,
+                                   pl_status_t err)
+{
+    uint64_t sum = 0;
+    for (uint32_t i = 0; i < hdr->n_seq; i++) {
+        const pl_act_seq_t *s = &seqs[i];
+        if (s->n_tok == 0)
+            return pl_error(err, "activation: entry %u (seq %u): n_tok is 0", i, s->seq);
+        if (hdr->kind == PL_ACT_TOKENS && s->n_tok != 1)
+            return pl_error(err, "activation: entry %u (seq %u): n_tok %u in a tokens message "
+                                 "(must be 1)",
+                            i, s->seq, s->n_tok);
+        if (hdr->kind == PL_ACT_TOKENS && s->token < 0)
+            return pl_error(err, "activation: entry %u (seq %u): negative token %d", i, s->seq,
+                            s->token);
+        if (s->flags & ~PL_ACT_KNOWN_FLAGS)
+            return pl_error(err, "activation: entry %u (seq %u): unknown flags 0x%x", i, s->seq,
+                            s->flags);
+        sum += s->n_tok;
+    }
+    if (sum != hdr->n_tokens)
+        return pl_error(err, "activation: entries hold %llu tokens but n_tokens is %u",
+                        (unsigned long long)sum, hdr->n_tokens);
+    return PL_OK;
+}
+
+pl_status_t pl_act_encode(const pl_act_hdr_t *hdr, const pl_act_seq_t *seqs, const void *payload,
+                          void **buf_p, size_t *len_p)
+{
+    size_t total, payload_len;
+    unsigned char *buf, *p;
+    pl_status_t st;
+
+    if ((st = s_check_shape(hdr, PL_ERR_INVALID)) != PL_OK ||
+        (st = s_check_entries(hdr, seqs, PL_ERR_INVALID)) != PL_OK)
+        return st;
+    if (!s_total_bytes(hdr, &total) || !s_payload_bytes(hdr, &payload_len))
+        return pl_error(PL_ERR_RANGE, "activation: message size overflows");
+    if (payload_len > 0 && !payload)
+        return pl_error(PL_ERR_INVALID, "activation: %zu payload bytes but no payload",
+                        payload_len);
+    buf = malloc(total);
+    if (!buf)
+        return pl_error(PL_ERR_NOMEM, "activation: cannot allocate %zu bytes", total);
+
+    s_put_u32(buf + 0, PL_ACT_MAGIC);
+    s_put_u16(buf + 4, PL_ACT_VERSION);
+    s_put_u16(buf + 6, (uint16_t)hdr->kind);
+    s_put_u32(buf + 8, hdr->job);
+    s_put_u32(buf + 12, hdr->mb);
+    s_put_u32(buf + 16, hdr->step);
+    s_put_u32(buf + 20, hdr->n_seq);
+    s_put_u32(buf + 24, hdr->n_tokens);
+    s_put_u32(buf + 28, hdr->dim);
+    p = buf + PL_ACT_HDR_BYTES;
+    for (uint32_t i = 0; i < hdr->n_seq; i++, p += PL_ACT_SEQ_BYTES) {
+        s_put_u32(p + 0, seqs[i].seq);
+        s_put_u32(p + 4, seqs[i].pos0);
+        s_put_u32(p + 8, seqs[i].n_tok);
+        s_put_u32(p + 12, seqs[i].flags);
+        s_put_u32(p + 16, (uint32_t)seqs[i].token);
+    }
+    if (payload_len > 0) {
+        /* f32 payload: byte-swapped only on big-endian hosts. */
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+        memcpy(p, payload, payload_len);
+#else
+        const unsigned char *src = payload;
+        for (size_t i = 0; i < payload_len; i += 4)
+            s_put_u32(p + i, (uint32_t)src[i] << 24 | (uint32_t)src[i + 1] << 16 |
+                                 (uint32_t)src[i + 2] << 8 | src[i + 3]);
+#endif
+    }
+    *buf_p = buf;
+    *len_p = total;
+    return PL_OK;
+}
+
+static int s_cmp_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* PL_ERR_PROTOCOL when a sequence index appears twice. */
+static pl_status_t s_check_duplicates(const pl_act_seq_t *seqs, uint32_t n)
+{
+    if (n <= PL_ACT_DUP_QUADRATIC) {
+        for (uint32_t i = 1; i < n; i++)
+            for (uint32_t j = 0; j < i; j++)
+                if (seqs[i].seq == seqs[j].seq)
+                    return pl_error(PL_ERR_PROTOCOL, "activation: entries %u and %u both carry "
+                                                     "seq %u",
+                                    j, i, seqs[i].seq);
+        return PL_OK;
+    }
+    uint32_t *ids = malloc((size_t)n * sizeof(*ids));
+    if (!ids)
+        return pl_error(PL_ERR_NOMEM, "activation: cannot allocate the duplicate check");
+    for (uint32_t i = 0; i < n; i++)
+        ids[i] = seqs[i].seq;
+    qsort(ids, n, sizeof(*ids), s_cmp_u32);
+    for (uint32_t i = 1; i < n; i++) {
+        if (ids[i] == ids[i - 1]) {
+            uint32_t dup = ids[i];
+            free(ids);
+            return pl_error(PL_ERR_PROTOCOL, "activation: seq %u appears twice", dup);
+        }
+    }
+    free(ids);
+    return PL_OK;
+}
+
+pl_status_t pl_act_decode(const void *buf, size_t len, const pl_act_limits_t *limits,
+                          pl_act_hdr_t *hdr, pl_act_seq_t *seqs, const void **payload_p)
+{
+    const unsigned char *b = buf, *p;
+    pl_act_hdr_t h;
+    size_t total;
+    uint32_t magic, version;
+    pl_status_t st;
+
+    if (len < PL_ACT_HDR_BYTES)
+        return pl_error(PL_ERR_PROTOCOL, "activation: %zu bytes is shorter than the %u-byte "
+                                         "header",
+                        len, PL_ACT_HDR_BYTES);
+    magic = s_get_u32(b);
+    version = s_get_u16(b + 4);
+    if (magic != PL_ACT_MAGIC)
+        return pl_error(PL_ERR_PROTOCOL, "activation: bad magic 0x%08x", magic);
+    if (version != PL_ACT_VERSION)
+        return pl_error(PL_ERR_PROTOCOL, "activation: version %u (expected %u)", version,
+                        PL_ACT_VERSION);
+    h.kind = s_get_u16(b + 6);
+    h.job = s_get_u32(b + 8);
+    h.mb = s_get_u32(b + 12);
+    h.step = s_get_u32(b + 16);
+    h.n_seq = s_get_u32(b + 20);
+    h.n_tokens = s_get_u32(b + 24);
+    h.dim = s_get_u32(b + 28);
+
+    if ((st = s_check_shape(&h, PL_ERR_PROTOCOL)) != PL_OK)
+        return st;
+    if (h.n_seq > limits->max_seq)
+        return pl_error(PL_ERR_PROTOCOL, "activation: n_seq %u exceeds the job's %u sequences",
+                        h.n_seq, limits->max_seq);
+    if (h.n_tokens > limits->max_tokens)
+        return pl_error(PL_ERR_PROTOCOL, "activation: n_tokens %u exceeds the limit %u",
+                        h.n_tokens, limits->max_tokens);
+    if (h.kind == PL_ACT_HIDDEN && h.dim != limits->dim)
+        return pl_error(PL_ERR_PROTOCOL, "activation: dim %u (expected %u)", h.dim, limits->dim);
+    if (!s_total_bytes(&h, &total))
+        return pl_error(PL_ERR_PROTOCOL, "activation: message size overflows");
+    if (len != total)
+        return pl_error(PL_ERR_PROTOCOL, "activation: %zu bytes received, header says %zu", len,
+                        total);
+
+    p = b + PL_ACT_HDR_BYTES;
+    for (uint32_t i = 0; i < h.n_seq; i++, p += PL_ACT_SEQ_BYTES) {
+        pl_act_seq_t *s = &seqs[i];
+        s->seq = s_get_u32(p + 0);
+        s->pos0 = s_get_u32(p + 4);
+        s->n_tok = s_get_u32(p + 8);
+        s->flags = s_get_u32(p + 12);
+        s->token = (int32_t)s_get_u32(p + 16);
+        if (s->seq >= limits->max_seq)
+            return pl_error(PL_ERR_PROTOCOL, "activation: entry %u: seq %u is not below %u", i,
+                            s->seq, limits->max_seq);
+        if ((uint64_t)s->pos0 + s->n_tok > limits->max_pos)
+            return pl_error(PL_ERR_PROTOCOL, "activation: entry %u (seq %u): positions %u + %u "
+                                             "exceed %u",
+                            i, s->seq, s->pos0, s->n_tok, limits->max_pos);
+    }
+    if ((st = s_check_entries(&h, seqs, PL_ERR_PROTOCOL)) != PL_OK ||
+        (st = s_check_duplicates(seqs, h.n_seq)) != PL_OK)
+        return st;
+
+    *hdr = h;
+    if (payload_p)
+        *payload_p = h.kind == PL_ACT_HIDDEN ? (const void *)p : NULL;
+    return PL_OK;
+}
+
+uint64_t pl_act_tag(uint32_t job, pl_act_kind_t kind, uint32_t mb, uint32_t step)
+{
+    return pl_act_tag_job(job) | (uint64_t)((uint32_t)kind & 0xfu) << 40 |
+           (uint64_t)(mb & 0xffffu) << 24 | (uint64_t)(step & 0xffffffu);
+}
+
+uint64_t pl_act_tag_job(uint32_t job)
+{
+    return (uint64_t)(job & 0xfffffu) << 44;
+}
