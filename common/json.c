@@ -15,7 +15,7 @@ static pl_status_t s_need(const json_t *obj, const char *key, json_t **v)
 
 pl_status_t pl_json_int(const json_t *obj, const char *key, int64_t min, int64_t max, int64_t *out)
 {
-    json_t *v;
+    json_t *v = NULL;
     pl_status_t st = s_need(obj, key, &v);
     if (st)
         return st;
@@ -40,7 +40,7 @@ pl_status_t pl_json_int_opt(const json_t *obj, const char *key, int64_t min, int
 
 pl_status_t pl_json_num(const json_t *obj, const char *key, double min, double max, double *out)
 {
-    json_t *v;
+    json_t *v = NULL;
     pl_status_t st = s_need(obj, key, &v);
     if (st)
         return st;
@@ -75,7 +75,7 @@ pl_status_t pl_json_bool_opt(const json_t *obj, const char *key, bool *out)
 
 pl_status_t pl_json_str(const json_t *obj, const char *key, char *out, size_t max_len)
 {
-    json_t *v;
+    json_t *v = NULL;
     pl_status_t st = s_need(obj, key, &v);
     if (st)
         return st;
@@ -107,7 +107,7 @@ pl_status_t pl_json_str_opt(const json_t *obj, const char *key, size_t max_len, 
 
 pl_status_t pl_json_array(const json_t *obj, const char *key, size_t max_len, json_t **out)
 {
-    json_t *v;
+    json_t *v = NULL;
     pl_status_t st = s_need(obj, key, &v);
     if (st)
         return st;

@@ -216,7 +216,7 @@ pl_status_t pl_st_parse_buffer(const char *label, const void *buf, size_t len,
                                pl_st_header_t *hdr)
 {
     const unsigned char *p = buf;
-    uint64_t n;
+    uint64_t n = 0;
     pl_status_t st;
 
     if (len < 8)
@@ -252,7 +252,7 @@ pl_status_t pl_st_open(const char *path, pl_st_file_t **file_p)
 {
     unsigned char prefix[8];
     struct stat sb;
-    uint64_t n;
+    uint64_t n = 0;
     char *json = NULL;
     pl_st_file_t *f = calloc(1, sizeof(*f));
     pl_status_t st;

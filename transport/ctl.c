@@ -145,7 +145,7 @@ out:
 pl_status_t pl_ctl_decode(const void *type, size_t type_len, const void *body, size_t body_len,
                           pl_ctl_msg_t *msg)
 {
-    pl_msg_type_t t;
+    pl_msg_type_t t = PL_MSG_COUNT_;
     json_error_t jerr;
     json_t *root;
     pl_status_t st;
