@@ -29,6 +29,69 @@ static pthread_once_t s_once = PTHREAD_ONCE_INIT;
 static pl_be_entry_t s_entries[1 + PL_ARRAY_SIZE(s_plugins)];
 static int s_n_entries;
 
+/* A plugin links its own copy of pl_common, so its error messages live in its own per-thread
+ * buffer. Each loaded plugin is called through a shim that copies the plugin's message into
+ * ours when a call fails, so the daemon logs and reports the real reason. */
+typedef struct {
+    const pl_be_ops_t *real;
+    const char *(*msg)(void);
+    pl_be_ops_t ops;
+} s_shim_t;
+
+static s_shim_t s_shims[PL_ARRAY_SIZE(s_plugins)];
+
+static pl_status_t s_relay(const s_shim_t *sh, pl_status_t st)
+{
+    const char *m = st != PL_OK && sh->msg ? sh->msg() : NULL;
+    if (m && m[0])
+        pl_error(st, "%s", m);
+    return st;
+}
+
+#define S_SHIM(i)                                                                                  \
+    static pl_status_t s_probe_##i(pl_be_device_info_t *a, int max, int *n_p)                     \
+    {                                                                                              \
+        return s_relay(&s_shims[i], s_shims[i].real->probe(a, max, n_p));                         \
+    }                                                                                              \
+    static pl_status_t s_open_##i(int index, int threads, void **dev_p)                            \
+    {                                                                                              \
+        return s_relay(&s_shims[i], s_shims[i].real->open(index, threads, dev_p));                 \
+    }                                                                                              \
+    static pl_status_t s_calibrate_##i(void *dev, pl_be_calib_t *calib)                            \
+    {                                                                                              \
+        return s_relay(&s_shims[i], s_shims[i].real->calibrate(dev, calib));                       \
+    }                                                                                              \
+    static pl_status_t s_load_##i(void *dev, pl_model_t *model, const pl_be_stage_params_t *p,    \
+                                  void **stage_p)                                                  \
+    {                                                                                              \
+        return s_relay(&s_shims[i], s_shims[i].real->stage_load(dev, model, p, stage_p));          \
+    }                                                                                              \
+    static pl_status_t s_forward_##i(void *stage, const pl_be_batch_t *b, const void *in,          \
+                                     void *out)                                                    \
+    {                                                                                              \
+        return s_relay(&s_shims[i], s_shims[i].real->stage_forward(stage, b, in, out));            \
+    }                                                                                              \
+    static const pl_be_ops_t *s_shim_##i(const pl_be_ops_t *real, void *handle)                   \
+    {                                                                                              \
+        s_shim_t *sh = &s_shims[i];                                                                \
+        sh->real = real;                                                                           \
+        sh->msg = (const char *(*)(void))dlsym(handle, "pl_error_msg");                            \
+        sh->ops = *real;                                                                           \
+        sh->ops.probe = s_probe_##i;                                                               \
+        sh->ops.open = s_open_##i;                                                                 \
+        sh->ops.calibrate = s_calibrate_##i;                                                       \
+        sh->ops.stage_load = s_load_##i;                                                           \
+        sh->ops.stage_forward = s_forward_##i;                                                     \
+        return &sh->ops;                                                                           \
+    }
+
+S_SHIM(0)
+S_SHIM(1)
+
+static const pl_be_ops_t *(*const s_shim_make[])(const pl_be_ops_t *, void *) = {s_shim_0,
+                                                                                  s_shim_1};
+_Static_assert(PL_ARRAY_SIZE(s_shim_make) == PL_ARRAY_SIZE(s_plugins), "one shim per plugin");
+
 /* Where plugins are looked for, in order: $PIPELD_PLUGIN_DIR, PL_PLUGIN_DIR, the executable's
  * directory and its ../lib. */
 static int s_search_dirs(char dirs[S_MAX_DIRS][PATH_MAX])
@@ -66,7 +129,7 @@ static const char *s_plugin_error_msg(void *handle)
 
 /* Open the plugin file at path and check it has a usable device; the first file found is the
  * one used, so a broken plugin in an override directory is reported rather than skipped. */
-static void s_open_plugin(const char *path, pl_be_entry_t *e)
+static void s_open_plugin(const char *path, size_t slot, pl_be_entry_t *e)
 {
     typedef const pl_be_ops_t *(*entry_fn_t)(void);
     void *handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
@@ -105,7 +168,7 @@ static void s_open_plugin(const char *path, pl_be_entry_t *e)
         snprintf(e->why, sizeof(e->why), "plugin %.120s: no device", path);
         return;
     }
-    e->ops = ops;
+    e->ops = s_shim_make[slot](ops, handle);
     pl_log_debug("backend %s: plugin %s, %d devices", e->name, path, n);
     return;
 
@@ -113,8 +176,9 @@ err_close:
     dlclose(handle);
 }
 
-static void s_load_plugin(const s_plugin_t *plugin, pl_be_entry_t *e)
+static void s_load_plugin(size_t slot, pl_be_entry_t *e)
 {
+    const s_plugin_t *plugin = &s_plugins[slot];
     char dirs[S_MAX_DIRS][PATH_MAX], path[PATH_MAX];
     int n_dirs = s_search_dirs(dirs);
     size_t used;
@@ -123,7 +187,7 @@ static void s_load_plugin(const s_plugin_t *plugin, pl_be_entry_t *e)
         if (snprintf(path, sizeof(path), "%s/%s", dirs[i], plugin->lib) >= (int)sizeof(path))
             continue;
         if (access(path, F_OK) == 0) {
-            s_open_plugin(path, e);
+            s_open_plugin(path, slot, e);
             return;
         }
     }
@@ -143,7 +207,7 @@ static void s_init(void)
         e = &s_entries[s_n_entries++];
         memset(e, 0, sizeof(*e));
         snprintf(e->name, sizeof(e->name), "%s", s_plugins[i].name);
-        s_load_plugin(&s_plugins[i], e);
+        s_load_plugin(i, e);
     }
 }
 

@@ -78,6 +78,53 @@ Test(registry, broken_plugin_reports_dlerror)
     rmdir(dir);
 }
 
+/* A plugin keeps its error message in its own copy of pl_common: the registry's shim must
+ * bring it over when a call fails. The fake plugin is compiled here with the system compiler. */
+Test(registry, plugin_errors_reach_the_host)
+{
+    char dir[] = "/tmp/pl_reg_XXXXXX", src[64], lib[64];
+    pl_be_entry_t e[3];
+    cr_assert(mkdtemp(dir));
+    snprintf(src, sizeof(src), "%s/fake.c", dir);
+    snprintf(lib, sizeof(lib), "%s/libpipeld_be_cuda.so", dir);
+    FILE *f = fopen(src, "w");
+    cr_assert(f);
+    fprintf(f,
+            "#include \"backends/backend.h\"\n#include <stdio.h>\n#include <string.h>\n"
+            "static char msg[64];\n"
+            "const char *pl_error_msg(void) { return msg; }\n"
+            "static pl_status_t probe(pl_be_device_info_t *i, int m, int *n)\n"
+            "{ memset(i, 0, sizeof(*i)); strcpy(i->backend, \"cuda\"); *n = 1; return PL_OK; }\n"
+            "static pl_status_t op(int a, int b, void **d) { *d = msg; return PL_OK; }\n"
+            "static void cl(void *d) {}\n"
+            "static pl_status_t load(void *d, pl_model_t *m, const pl_be_stage_params_t *p,\n"
+            "  void **s) { snprintf(msg, sizeof(msg), \"fake: out of device memory\");\n"
+            "  return PL_ERR_NOMEM; }\n"
+            "static pl_status_t fwd(void *s, const pl_be_batch_t *b, const void *i, void *o)\n"
+            "{ return PL_ERR_BACKEND; }\n"
+            "static void unl(void *s) {}\n"
+            "static const pl_be_ops_t ops = {PL_BE_ABI_VERSION, \"cuda\", probe, op, cl, NULL,\n"
+            "  load, fwd, NULL, unl};\n"
+            "const pl_be_ops_t *pl_be_plugin_ops(void) { return &ops; }\n");
+    fclose(f);
+    char cmd[512];
+    snprintf(cmd, sizeof(cmd), "cc -shared -fPIC -I%s -o %s %s", PL_SOURCE_DIR, lib, src);
+    if (system(cmd) != 0)
+        cr_skip_test("no C compiler to build the fake plugin");
+    setenv("PIPELD_PLUGIN_DIR", dir, 1);
+    cr_assert(pl_be_registry_list(e, 3) == 3);
+    const pl_be_ops_t *ops = pl_be_registry_find("cuda");
+    cr_assert_not_null(ops, "fake plugin not loaded: %s", e[1].why);
+    void *dev, *stage = NULL;
+    cr_assert_eq(ops->open(0, 0, &dev), PL_OK);
+    pl_error_clear();
+    cr_assert_eq(ops->stage_load(dev, NULL, NULL, &stage), PL_ERR_NOMEM);
+    cr_assert_str_eq(pl_error_msg(), "fake: out of device memory");
+    unlink(src);
+    unlink(lib);
+    rmdir(dir);
+}
+
 Test(registry, unknown_backend)
 {
     cr_expect(pl_be_registry_find("tpu") == NULL);
