@@ -139,7 +139,7 @@ static void s_open_plugin(const char *path, size_t slot, pl_be_entry_t *e)
     int n = 0;
 
     if (!handle) {
-        snprintf(e->why, sizeof(e->why), "plugin %.120s: %.120s", path, dlerror());
+        snprintf(e->why, sizeof(e->why), "plugin %.80s: %.165s", path, dlerror());
         return;
     }
     entry = (entry_fn_t)dlsym(handle, PL_BE_PLUGIN_SYMBOL);
@@ -161,7 +161,7 @@ static void s_open_plugin(const char *path, size_t slot, pl_be_entry_t *e)
     }
     /* The handle stays open from here: a GPU runtime may have started threads in probe. */
     if (ops->probe(infos, (int)PL_ARRAY_SIZE(infos), &n) != PL_OK) {
-        snprintf(e->why, sizeof(e->why), "plugin %.120s: %.120s", path, s_plugin_error_msg(handle));
+        snprintf(e->why, sizeof(e->why), "plugin %.80s: %.165s", path, s_plugin_error_msg(handle));
         return;
     }
     if (n < 1) {
