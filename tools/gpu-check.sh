@@ -20,7 +20,8 @@ cd "$ROOT" || exit 1
 
 prepare() {
     local build=${BUILD:-build-gpu} archs=${CUDA_ARCHS:-90}
-    local targets="pipeld_be_cuda pl-cuda-parity pl-cuda-bench pl-mkmodel test_cuda_host"
+    local targets="pipeld_be_cuda pl-cuda-parity pl-cuda-bench pl-mkmodel test_cuda_host
+                   pipecoord pipeld pipectl pl-generate"
     cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$archs" \
         -DPL_WITH_CUDA=ON -DPL_WITH_HIP=OFF -DPL_WERROR=OFF || return 1  # CI checks warnings
     # shellcheck disable=SC2086
@@ -30,6 +31,7 @@ prepare() {
     done
     rm -rf .gpucheck && mkdir -p .gpucheck/bin .gpucheck/lib
     cp "$build"/bin/{pl-cuda-parity,pl-cuda-bench,pl-mkmodel,test_cuda_host} .gpucheck/bin/
+    cp "$build"/bin/{pipecoord,pipeld,pipectl,pl-generate} .gpucheck/bin/
     cp "$build"/lib/libpipeld_be_cuda.so .gpucheck/lib/
     strip --strip-debug .gpucheck/bin/* .gpucheck/lib/*
     "$ROOT/../shared/device/bundle-libs" .devlibs .gpucheck/bin/* .gpucheck/lib/* || return 1
@@ -118,6 +120,38 @@ run "parity f16/bf16 stages" "$P" "$BIN/pl-cuda-parity" --no-ops --gen 24 \
     --model "$MODELS/bf16" --model "$MODELS/f16"
 run "parity via plugin" "$P" "$BIN/pl-cuda-parity" --no-ops --exact --gen 8 \
     --plugin "$LIB/libpipeld_be_cuda.so" --model "$MODELS/f32"
+
+# 4b. a mixed pipeline: one daemon on the GPU, one on the CPU, on this machine; its tokens must
+#     equal the single-process CPU run of the same f32 model (greedy)
+mixed_job() {
+    local dir=$MODELS/mixed ep=tcp://127.0.0.1:5655 rc=0 pids=()
+    mkdir -p "$dir"
+    printf '[1, 15, 27, 99]\n[1, 7]\n[1, 100, 101, 102, 103, 104, 105]\n[3, 42, 42]\n' \
+        > "$dir/prompts.jsonl"
+    printf 'model: %s\nprompts: prompts.jsonl\nmax_new_tokens: 24\nstages: 2\n' \
+        "$MODELS/f32" > "$dir/job.yaml"
+    "$BIN/pl-generate" "$dir/job.yaml" > "$dir/reference.jsonl" || return 1
+    PIPELD_PLUGIN_DIR=$LIB "$BIN/pipecoord" --endpoint $ep > "$dir/coord.log" 2>&1 & pids+=($!)
+    PIPELD_PLUGIN_DIR=$LIB "$BIN/pipeld" --name gpu0 --coordinator $ep --devices cuda \
+        > "$dir/gpu0.log" 2>&1 & pids+=($!)
+    PIPELD_PLUGIN_DIR=$LIB "$BIN/pipeld" --name cpu0 --coordinator $ep --devices cpu \
+        --threads 4 > "$dir/cpu0.log" 2>&1 & pids+=($!)
+    sleep 5
+    "$BIN/pipectl" -c $ep nodes
+    "$BIN/pipectl" -c $ep --timeout 30 submit "$dir/job.yaml" --wait > "$dir/got.jsonl" || rc=1
+    "$BIN/pipectl" -c $ep status 1
+    "$BIN/pipectl" -c $ep shutdown >/dev/null 2>&1
+    sleep 1
+    kill "${pids[@]}" 2>/dev/null
+    tail -n 5 "$dir"/*.log
+    if [ $rc = 0 ] && cmp -s "$dir/reference.jsonl" "$dir/got.jsonl"; then
+        echo "# mixed pipeline: cuda + cpu stages equal the single-process cpu run"
+    else
+        echo "# mixed pipeline: DIFFERS or failed"; diff "$dir/reference.jsonl" "$dir/got.jsonl"
+        return 1
+    fi
+}
+run "mixed cuda+cpu pipeline" "$P" mixed_job
 
 # 4. the same greedy generation in PyTorch (reported, not a pass/fail: another implementation)
 T=$OUT/torch.txt
