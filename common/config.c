@@ -124,6 +124,38 @@ static bool s_post_security(void *base, void *user, char *err, size_t err_len)
     return true;
 }
 
+/* A described device: a catalogue kind, or all three explicit figures (never both). */
+static bool s_post_device(void *base, void *user, char *err, size_t err_len)
+{
+    const pl_cfg_device_t *d = base;
+    bool any = d->gflops > 0 || d->mem_gbps > 0 || d->mem_gb > 0;
+    bool all = d->gflops > 0 && d->mem_gbps > 0 && d->mem_gb > 0;
+    if (d->kind[0] && any) {
+        snprintf(err, err_len, "give either 'kind' or explicit gflops, mem_gbps and mem_gb, "
+                               "not both");
+        return false;
+    }
+    if (!d->kind[0] && !all) {
+        snprintf(err, err_len, "needs a catalogue 'kind', or all of gflops, mem_gbps and mem_gb");
+        return false;
+    }
+    if (!d->kind[0] && !d->name[0]) {
+        snprintf(err, err_len, "a device with explicit figures needs a 'name'");
+        return false;
+    }
+    return true;
+}
+
+static bool s_post_link(void *base, void *user, char *err, size_t err_len)
+{
+    const pl_cfg_link_t *l = base;
+    if (strcmp(l->from, l->to) == 0) {
+        snprintf(err, err_len, "a link joins two different nodes, not '%s' to itself", l->from);
+        return false;
+    }
+    return true;
+}
+
 /* ---- schemas ---- */
 
 #define S_STR(k, flg, T, member, chk)                                                              \
@@ -153,6 +185,46 @@ static const pl_ys_field_t s_cluster_security[] = {
     {.type = PL_YS_END},
 };
 
+#define S_FLOAT(k, flg, T, member, lo, hi, dflt)                                                   \
+    {                                                                                              \
+        .key = k, .type = PL_YS_FLOAT, .flags = flg, .offset = offsetof(T, member), .min = lo,     \
+        .max = hi, .def = dflt                                                                     \
+    }
+
+static const char *const s_device_kinds[] = {"cpu", "cuda", "hip", NULL};
+
+static const pl_ys_field_t s_cluster_device[] = {
+    S_STR("kind", 0, pl_cfg_device_t, kind, NULL),
+    S_STR("name", 0, pl_cfg_device_t, name, NULL),
+    {.key = "backend",
+     .type = PL_YS_STR,
+     .offset = offsetof(pl_cfg_device_t, backend),
+     .size = sizeof(((pl_cfg_device_t *)0)->backend),
+     .choices = s_device_kinds},
+    S_INT("count", pl_cfg_device_t, count, 1, PL_CFG_MAX_DEVICE_COUNT, 1),
+    S_FLOAT("gflops", PL_YS_MIN_EXCL, pl_cfg_device_t, gflops, 0, 1e9, 0),
+    S_FLOAT("mem_gbps", PL_YS_MIN_EXCL, pl_cfg_device_t, mem_gbps, 0, 1e7, 0),
+    S_FLOAT("mem_gb", PL_YS_MIN_EXCL, pl_cfg_device_t, mem_gb, 0, 1e7, 0),
+    S_FLOAT("compute_efficiency", PL_YS_MIN_EXCL, pl_cfg_device_t, compute_efficiency, 0, 1, 1),
+    S_FLOAT("memory_efficiency", PL_YS_MIN_EXCL, pl_cfg_device_t, memory_efficiency, 0, 1, 1),
+    S_FLOAT("reserve_gb", 0, pl_cfg_device_t, reserve_gb, 0, 1e6, 0.5),
+    {.type = PL_YS_END},
+};
+
+static const pl_ys_field_t s_cluster_device_elem = {
+    .type = PL_YS_MAP, .fields = s_cluster_device, .post = s_post_device};
+
+static const pl_ys_field_t s_cluster_link[] = {
+    S_STR("from", PL_YS_REQUIRED, pl_cfg_link_t, from, s_check_name),
+    S_STR("to", PL_YS_REQUIRED, pl_cfg_link_t, to, s_check_name),
+    S_FLOAT("gbps", PL_YS_REQUIRED | PL_YS_MIN_EXCL, pl_cfg_link_t, gbps, 0, 1e6, 0),
+    S_FLOAT("latency_us", PL_YS_REQUIRED, pl_cfg_link_t, latency_us, 0, 1e7, 0),
+    {.type = PL_YS_END},
+};
+
+static const pl_ys_field_t s_cluster_link_elem = {
+    .type = PL_YS_MAP, .fields = s_cluster_link, .post = s_post_link};
+
 static const pl_ys_field_t s_cluster_node[] = {
     S_STR("name", PL_YS_REQUIRED, pl_cfg_node_entry_t, name, s_check_name),
     {.key = "address",
@@ -171,6 +243,13 @@ static const pl_ys_field_t s_cluster_node[] = {
      .elem = &s_name_elem,
      .count_offset = offsetof(pl_cfg_node_entry_t, n_labels),
      .max_count = PL_CFG_MAX_LABELS},
+    {.key = "devices",
+     .type = PL_YS_SEQ,
+     .offset = offsetof(pl_cfg_node_entry_t, devices),
+     .size = sizeof(pl_cfg_device_t),
+     .elem = &s_cluster_device_elem,
+     .count_offset = offsetof(pl_cfg_node_entry_t, n_devices),
+     .max_count = PL_CFG_MAX_NODE_DEVICES},
     {.type = PL_YS_END},
 };
 
@@ -191,12 +270,18 @@ static const pl_ys_field_t s_cluster_fields[] = {
      .count_offset = offsetof(pl_cfg_cluster_t, n_nodes),
      .max_count = PL_CFG_MAX_NODES,
      .unique_key = "name"},
+    {.key = "links",
+     .type = PL_YS_SEQ,
+     .offset = offsetof(pl_cfg_cluster_t, links),
+     .size = sizeof(pl_cfg_link_t),
+     .elem = &s_cluster_link_elem,
+     .count_offset = offsetof(pl_cfg_cluster_t, n_links),
+     .max_count = PL_CFG_MAX_LINKS},
     {.type = PL_YS_END},
 };
 
 static const pl_ys_field_t s_cluster_root = {.type = PL_YS_MAP, .fields = s_cluster_fields};
 
-static const char *const s_device_kinds[] = {"cpu", "cuda", "hip", NULL};
 static const char *const s_log_levels[] = {"error", "warn", "info", "debug", NULL};
 
 static const pl_ys_field_t s_device_elem = {
@@ -222,6 +307,7 @@ static const pl_ys_field_t s_node_fields[] = {
      .size = sizeof(((pl_cfg_node_t *)0)->log_level),
      .def_str = "info",
      .choices = s_log_levels},
+    S_FLOAT("slowdown", 0, pl_cfg_node_t, slowdown, 1, 1000, 1),
     {.type = PL_YS_END},
 };
 
@@ -258,6 +344,8 @@ static const pl_ys_field_t s_job_placement[] = {
     {.type = PL_YS_END},
 };
 
+static const char *const s_planners[] = {"optimal", "auto", "even", NULL};
+
 static const pl_ys_field_t s_job_fields[] = {
     S_STR("model", PL_YS_REQUIRED, pl_cfg_job_t, model, s_resolve_path),
     S_STR("prompts", PL_YS_REQUIRED, pl_cfg_job_t, prompts, s_resolve_path),
@@ -265,6 +353,12 @@ static const pl_ys_field_t s_job_fields[] = {
     {.key = "sampling", .type = PL_YS_MAP, .fields = s_job_sampling},
     S_INT("microbatches", pl_cfg_job_t, microbatches, 0, 1024, 0),
     S_INT("stages", pl_cfg_job_t, stages, 0, 64, 0),
+    {.key = "planner",
+     .type = PL_YS_STR,
+     .offset = offsetof(pl_cfg_job_t, planner),
+     .size = sizeof(((pl_cfg_job_t *)0)->planner),
+     .def_str = "optimal",
+     .choices = s_planners},
     {.key = "stop_at_eos",
      .type = PL_YS_BOOL,
      .offset = offsetof(pl_cfg_job_t, stop_at_eos),

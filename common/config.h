@@ -15,6 +15,32 @@
 #define PL_CFG_MAX_LABELS 8
 #define PL_CFG_NAME_MAX 63
 #define PL_CFG_MAX_BYTES (1u << 20)
+#define PL_CFG_MAX_NODE_DEVICES 8 /* device entries of one node in a cluster file */
+#define PL_CFG_MAX_DEVICE_COUNT 64
+#define PL_CFG_MAX_LINKS 64
+
+/* A device of a described ("what-if") cluster, for `pipectl plan --cluster`: either a catalogue
+ * kind (scheduler/catalog.h) or explicit figures (gflops, mem_gbps and mem_gb all given). */
+typedef struct {
+    char kind[PL_CFG_NAME_MAX + 1]; /* catalogue name or alias, "H100 SXM"; "" with figures */
+    char name[PL_CFG_NAME_MAX + 1]; /* shown name; "" : the kind */
+    char backend[16];               /* cpu, cuda, hip; "": the catalogue's (explicit: cuda) */
+    int count;                      /* identical devices, default 1 */
+    float gflops;                   /* explicit compute rate, GFLOP/s */
+    float mem_gbps;                 /* explicit memory bandwidth, GB/s */
+    float mem_gb;                   /* explicit memory, GiB */
+    float compute_efficiency;       /* share of the catalogue's peak reached, default 1 */
+    float memory_efficiency;        /* likewise for bandwidth, default 1 */
+    float reserve_gb;               /* memory kept free, GiB, default 0.5 */
+} pl_cfg_device_t;
+
+/* A link between two nodes of a described cluster (both directions). */
+typedef struct {
+    char from[PL_CFG_NAME_MAX + 1];
+    char to[PL_CFG_NAME_MAX + 1];
+    float gbps;       /* GB/s */
+    float latency_us; /* one-way, microseconds */
+} pl_cfg_link_t;
 
 typedef struct {
     char name[PL_CFG_NAME_MAX + 1];
@@ -23,6 +49,8 @@ typedef struct {
     int max_devices;                  /* 0: no limit */
     int n_labels;
     char labels[PL_CFG_MAX_LABELS][PL_CFG_NAME_MAX + 1];
+    int n_devices; /* described devices (what-if planning); 0: the daemon reports its own */
+    pl_cfg_device_t devices[PL_CFG_MAX_NODE_DEVICES];
 } pl_cfg_node_entry_t;
 
 typedef struct {
@@ -33,6 +61,8 @@ typedef struct {
     char secret_key[64]; /* security.coordinator_secret_key */
     int n_nodes;
     pl_cfg_node_entry_t nodes[PL_CFG_MAX_NODES];
+    int n_links; /* described links (what-if planning) */
+    pl_cfg_link_t links[PL_CFG_MAX_LINKS];
 } pl_cfg_cluster_t;
 
 typedef struct {
@@ -44,6 +74,7 @@ typedef struct {
     int memory_reserve_mb;          /* default 512 */
     int heartbeat_ms;               /* default 500 */
     char log_level[16];             /* default "info" */
+    float slowdown;                 /* testing: run the CPU device this many times slower, >= 1 */
 } pl_cfg_node_t;
 
 typedef struct {
@@ -56,6 +87,7 @@ typedef struct {
     uint64_t seed;          /* sampling.seed, default 0 */
     int microbatches;       /* default 0: as many as stages */
     int stages;             /* default 0: every live node */
+    char planner[16];       /* "optimal" (default), "auto" (may leave devices out), "even" */
     bool stop_at_eos;       /* default true */
     int n_nodes;            /* placement.nodes: allowed node names; 0: any */
     char nodes[PL_CFG_MAX_NODES][PL_CFG_NAME_MAX + 1];

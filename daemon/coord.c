@@ -146,7 +146,8 @@ static void s_on_hello(pl_coord_t *c, const pl_ctl_msg_t *m)
     tmp.alive = true;
     tmp.last_seen = tmp.registered_at = pl_now();
     tmp.hello = json_incref(m->body);
-    *n = tmp;
+    *n = tmp; /* learned device rates start again from the new calibration */
+    pl_coord_forget_node(c, i);
     pl_log_info("node %s registered from %s: %d device(s)%s%s", name, n->host, n->n_dev,
                 n->n_dev ? ", first " : "", n->n_dev ? n->dev[0].id : "");
     pl_coord_reply(c, m, PL_MSG_WELCOME,
@@ -209,6 +210,7 @@ static void s_dispatch(pl_coord_t *c, const pl_ctl_msg_t *m)
     case PL_MSG_NODES: pl_coord_on_nodes(c, m); break;
     case PL_MSG_HEALTH: pl_coord_on_health(c, m); break;
     case PL_MSG_SHUTDOWN: s_on_shutdown(c, m); break;
+    case PL_MSG_PLAN: pl_coord_on_plan(c, m); break;
     default:
         pl_log_warn("'%.*s' sent %s, which the coordinator does not take", (int)m->identity_len,
                     m->identity, pl_msg_name(m->type));

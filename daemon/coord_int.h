@@ -3,6 +3,7 @@
 #define PL_DAEMON_COORD_INT_H
 
 #include "common/config.h"
+#include "daemon/planning.h"
 #include "transport/ctl.h"
 
 #include <jansson.h>
@@ -20,8 +21,17 @@ typedef struct {
     char name[128];
     int cores;
     uint64_t mem_bytes;
-    double gflops, mem_gbps;
+    double gflops, mem_gbps;         /* the daemon's calibration */
+    double eff_gflops, eff_mem_gbps; /* learned from finished stages (n_obs > 0) */
+    int n_obs;
 } pl_coord_dev_t;
+
+/* A link profile measured by the daemons over the job's UCX path (stage -> next stage). */
+typedef struct {
+    bool valid;
+    double gbps, latency_s, at;
+    char transport[40];
+} pl_coord_link_t;
 
 typedef struct {
     char name[PL_CFG_NAME_MAX + 1];
@@ -50,6 +60,9 @@ typedef struct {
     bool ready, done;
     char *ucx_addr;
     json_t *stats;
+    double used_gflops, used_gbps; /* the device figures the plan used */
+    pl_planning_terms_t terms;     /* its predicted roofline terms per call */
+    bool have_terms;
 } pl_coord_stage_t;
 
 typedef struct {
@@ -58,6 +71,7 @@ typedef struct {
     char model[PATH_MAX];
     json_t *gen; /* the generation settings and prompts every stage gets */
     int want_stages;
+    pl_planner_t planner;
     int n_allowed;
     char allowed[PL_CFG_MAX_NODES][PL_CFG_NAME_MAX + 1];
     int n_layers, max_ctx, max_tokens, n_seqs;
@@ -75,6 +89,7 @@ typedef struct {
     void *router;
     pl_coord_node_t nodes[PL_COORD_MAX_NODES];
     int n_nodes;
+    pl_coord_link_t links[PL_COORD_MAX_NODES][PL_COORD_MAX_NODES]; /* [from node][to node] */
     pl_coord_job_t **jobs;
     int n_jobs, cap_jobs;
     uint32_t next_job;
@@ -90,12 +105,28 @@ int pl_coord_find_node(const pl_coord_t *c, const char *name);
 pl_coord_job_t *pl_coord_find_job(pl_coord_t *c, int64_t id);
 
 /* coord_job.c */
+/* A job from a SUBMIT or PLAN body ("model", "gen", optional "stages", "nodes", "planner"),
+ * validated against the model; the caller frees it with pl_coord_job_free. */
+pl_status_t pl_coord_job_parse(const json_t *body, pl_coord_job_t **job_p);
+void pl_coord_job_fail(pl_coord_t *c, pl_coord_job_t *j, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 void pl_coord_on_submit(pl_coord_t *c, const pl_ctl_msg_t *m);
 void pl_coord_on_stage_msg(pl_coord_t *c, const pl_ctl_msg_t *m); /* READY, DONE, FAIL */
 void pl_coord_on_kill(pl_coord_t *c, const pl_ctl_msg_t *m);
 void pl_coord_schedule(pl_coord_t *c);
 void pl_coord_node_lost(pl_coord_t *c, int node, const char *why);
 void pl_coord_job_free(pl_coord_job_t *j);
+
+/* coord_plan.c */
+/* Plan a queued job on the idle devices and fill its stages; false with a note in j->error
+ * when it must wait, false with the job failed when no plan fits. */
+bool pl_coord_plan_job(pl_coord_t *c, pl_coord_job_t *j);
+/* PLAN: the plan a job would get on the alive devices now, without submitting it. */
+void pl_coord_on_plan(pl_coord_t *c, const pl_ctl_msg_t *m);
+/* A finished job's lessons: link profiles its stages measured, effective device rates. */
+void pl_coord_learn(pl_coord_t *c, const pl_coord_job_t *j);
+/* A node (re-)registered: forget what was measured about its links. */
+void pl_coord_forget_node(pl_coord_t *c, int node);
 
 /* coord_query.c */
 void pl_coord_on_status(pl_coord_t *c, const pl_ctl_msg_t *m);

@@ -6,8 +6,8 @@
 #include "daemon/coord_int.h"
 #include "daemon/gen.h"
 #include "model/model.h"
-#include "scheduler/partition.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,19 +56,20 @@ static pl_status_t s_validate(pl_coord_job_t *j)
     return PL_OK;
 }
 
-void pl_coord_on_submit(pl_coord_t *c, const pl_ctl_msg_t *m)
+pl_status_t pl_coord_job_parse(const json_t *body, pl_coord_job_t **job_p)
 {
     pl_coord_job_t *j = calloc(1, sizeof(*j));
-    json_t *nodes = json_object_get(m->body, "nodes"), *gen = json_object_get(m->body, "gen");
+    json_t *nodes = json_object_get(body, "nodes"), *gen = json_object_get(body, "gen");
+    const char *planner = NULL;
     int64_t stages = 0;
     pl_status_t st;
 
-    if (!j) {
-        pl_coord_reply_error(c, m, "coordinator out of memory");
-        return;
-    }
-    if ((st = pl_json_str(m->body, "model", j->model, sizeof(j->model) - 1)) ||
-        (st = pl_json_int_opt(m->body, "stages", 0, PL_COORD_MAX_STAGES, &stages)))
+    if (!j)
+        return pl_error(PL_ERR_NOMEM, "coordinator out of memory");
+    if ((st = pl_json_str(body, "model", j->model, sizeof(j->model) - 1)) ||
+        (st = pl_json_int_opt(body, "stages", 0, PL_COORD_MAX_STAGES, &stages)) ||
+        (st = pl_json_str_opt(body, "planner", 16, &planner)) ||
+        (planner && (st = pl_planning_mode(planner, &j->planner))))
         goto err;
     if (!json_is_object(gen)) {
         st = pl_error(PL_ERR_INVALID, "field 'gen': expected an object");
@@ -89,6 +90,10 @@ void pl_coord_on_submit(pl_coord_t *c, const pl_ctl_msg_t *m)
     }
     j->want_stages = (int)stages;
     j->gen = json_deep_copy(gen);
+    if (!j->gen) {
+        st = pl_error(PL_ERR_NOMEM, "coordinator out of memory");
+        goto err;
+    }
     if ((st = s_validate(j)))
         goto err;
     if (j->want_stages > j->n_layers) {
@@ -96,6 +101,20 @@ void pl_coord_on_submit(pl_coord_t *c, const pl_ctl_msg_t *m)
                       j->n_layers);
         goto err;
     }
+    *job_p = j;
+    return PL_OK;
+err:
+    pl_coord_job_free(j);
+    return st;
+}
+
+void pl_coord_on_submit(pl_coord_t *c, const pl_ctl_msg_t *m)
+{
+    pl_coord_job_t *j = NULL;
+    pl_status_t st;
+
+    if ((st = pl_coord_job_parse(m->body, &j)))
+        goto err;
     if (c->n_jobs == c->cap_jobs) {
         int cap = c->cap_jobs ? 2 * c->cap_jobs : 16;
         pl_coord_job_t **nj = realloc(c->jobs, (size_t)cap * sizeof(*nj));
@@ -122,16 +141,6 @@ err:
     pl_coord_job_free(j);
 }
 
-static bool s_allowed(const pl_coord_job_t *j, const char *node)
-{
-    if (j->n_allowed == 0)
-        return true;
-    for (int i = 0; i < j->n_allowed; i++)
-        if (strcmp(j->allowed[i], node) == 0)
-            return true;
-    return false;
-}
-
 static void s_end_job(pl_coord_t *c, pl_coord_job_t *j, pl_job_state_t state, bool cancel_stages)
 {
     for (int i = 0; i < j->n_stages; i++) {
@@ -147,111 +156,14 @@ static void s_end_job(pl_coord_t *c, pl_coord_job_t *j, pl_job_state_t state, bo
     j->t_end = pl_now();
 }
 
-static void s_fail(pl_coord_t *c, pl_coord_job_t *j, const char *fmt, const char *a,
-                   const char *b)
+void pl_coord_job_fail(pl_coord_t *c, pl_coord_job_t *j, const char *fmt, ...)
 {
-    snprintf(j->error, sizeof(j->error), fmt, a, b);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(j->error, sizeof(j->error), fmt, ap);
+    va_end(ap);
     pl_log_warn("job %u failed: %s", j->id, j->error);
     s_end_job(c, j, PL_JOB_FAILED, true);
-}
-
-/* Per-layer memory on a CPU stage: f32 weights plus the job's KV cache. */
-static void s_part_model(const pl_model_config_t *cfg, const pl_coord_job_t *j,
-                         pl_part_model_t *pm)
-{
-    uint64_t q = (uint64_t)cfg->n_heads * cfg->head_dim, kv = (uint64_t)cfg->n_kv_heads * cfg->head_dim;
-    uint64_t h = (uint64_t)cfg->hidden, w = h * q * 2 + h * kv * 2 + 3 * h * cfg->intermediate + 2 * h;
-    pm->n_layers = cfg->n_layers;
-    pm->layer_bytes = 4 * w + (uint64_t)j->n_seqs * (uint64_t)j->max_ctx * 2 * kv * 4;
-    pm->first_extra = 4 * (uint64_t)cfg->vocab * h;
-    pm->last_extra = 4 * ((uint64_t)cfg->vocab * h + h);
-}
-
-/* Plan a job on the idle devices; false (and a note in error) when it must wait. */
-static bool s_plan(pl_coord_t *c, pl_coord_job_t *j)
-{
-    int cand_node[PL_COORD_MAX_STAGES], cand_dev[PL_COORD_MAX_STAGES], n = 0, alive = 0;
-    pl_part_device_t pd[PL_COORD_MAX_STAGES];
-    int first[PL_COORD_MAX_STAGES], count[PL_COORD_MAX_STAGES];
-    pl_model_config_t cfg;
-    pl_part_model_t pm;
-
-    /* candidates in node-name order, so plans are reproducible */
-    int order[PL_COORD_MAX_NODES];
-    for (int i = 0; i < c->n_nodes; i++) {
-        int k = i;
-        while (k > 0 && strcmp(c->nodes[order[k - 1]].name, c->nodes[i].name) > 0) {
-            order[k] = order[k - 1];
-            k--;
-        }
-        order[k] = i;
-    }
-    for (int oi = 0; oi < c->n_nodes; oi++) {
-        const pl_coord_node_t *nd = &c->nodes[order[oi]];
-        if (!nd->alive || !s_allowed(j, nd->name))
-            continue;
-        alive += nd->n_dev;
-        if (nd->busy_job)
-            continue;
-        for (int d = 0; d < nd->n_dev && n < PL_COORD_MAX_STAGES; d++) {
-            cand_node[n] = order[oi];
-            cand_dev[n++] = d;
-        }
-    }
-    int want = j->want_stages ? j->want_stages : PL_MIN(alive, j->n_layers);
-    if (want == 0 || n < want) {
-        snprintf(j->error, sizeof(j->error), "waiting for %d idle device(s): %d idle, %d alive",
-                 PL_MAX(want, 1), n, alive);
-        return false;
-    }
-    n = want;
-    if (pl_model_config_load(j->model, &cfg)) {
-        s_fail(c, j, "model %s: %s", j->model, pl_error_msg());
-        return false;
-    }
-    s_part_model(&cfg, j, &pm);
-    for (int i = 0; i < n; i++) {
-        const pl_coord_dev_t *d = &c->nodes[cand_node[i]].dev[cand_dev[i]];
-        pd[i] = (pl_part_device_t){.rate = d->gflops > 0 ? d->gflops : 1, .mem_bytes = d->mem_bytes};
-    }
-    if (pl_part_proportional(pd, n, &pm, first, count)) {
-        s_fail(c, j, "no feasible plan: %s%s", pl_error_msg(), "");
-        return false;
-    }
-    /* at least as many microbatches as stages keeps every stage busy */
-    int64_t mb = 0;
-    pl_json_int_opt(j->gen, "microbatches", 0, 1024, &mb);
-    mb = PL_MIN(PL_MAX(mb, n), j->n_seqs);
-    json_object_set_new(j->gen, "microbatches", json_integer(mb));
-    pl_gen_job_t g;
-    if (pl_gen_job_from_json(j->gen, &cfg, &g)) {
-        s_fail(c, j, "%s%s", pl_error_msg(), "");
-        return false;
-    }
-    j->max_tokens = PL_MAX(pl_gen_job_max_tokens(&g), (int)((j->n_seqs + mb - 1) / mb));
-    pl_gen_job_clear(&g);
-    json_t *stages = json_array();
-    j->n_stages = n;
-    for (int i = 0; i < n; i++) {
-        const pl_coord_node_t *nd = &c->nodes[cand_node[i]];
-        const pl_coord_dev_t *d = &nd->dev[cand_dev[i]];
-        uint64_t need = (uint64_t)count[i] * pm.layer_bytes + (i == 0 ? pm.first_extra : 0) +
-                        (i == n - 1 ? pm.last_extra : 0);
-        j->stages[i] = (pl_coord_stage_t){.node = cand_node[i], .dev = cand_dev[i],
-                                          .first = first[i], .last = first[i] + count[i] - 1};
-        json_array_append_new(
-            stages, json_pack("{s:i, s:s, s:s, s:i, s:i, s:i, s:f, s:I, s:I}", "stage", i, "node",
-                              nd->name, "device", d->id, "first", first[i], "last",
-                              first[i] + count[i] - 1, "layers", count[i], "gflops", d->gflops,
-                              "mem_bytes", (json_int_t)need, "mem_available",
-                              (json_int_t)d->mem_bytes));
-    }
-    json_decref(j->plan);
-    j->plan = json_pack("{s:s, s:o, s:I, s:i, s:i}", "planner", "proportional", "stages", stages,
-                        "microbatches", (json_int_t)mb, "max_ctx", j->max_ctx, "max_tokens",
-                        j->max_tokens);
-    j->error[0] = '\0';
-    return true;
 }
 
 static void s_assign(pl_coord_t *c, pl_coord_job_t *j)
@@ -277,7 +189,7 @@ void pl_coord_schedule(pl_coord_t *c)
     /* first come, first served; a later job may start when it needs other nodes */
     for (int i = 0; i < c->n_jobs; i++) {
         pl_coord_job_t *j = c->jobs[i];
-        if (j->state == PL_JOB_QUEUED && s_plan(c, j))
+        if (j->state == PL_JOB_QUEUED && pl_coord_plan_job(c, j))
             s_assign(c, j);
     }
     /* forget the oldest finished jobs beyond the history limit */
@@ -290,9 +202,13 @@ void pl_coord_schedule(pl_coord_t *c)
 static void s_start(pl_coord_t *c, pl_coord_job_t *j)
 {
     for (int i = 0; i < j->n_stages; i++) {
-        const char *next = j->n_stages > 1 ? j->stages[(i + 1) % j->n_stages].ucx_addr : NULL;
+        /* next: where activations go; prev: the stage whose link probe this one answers */
+        int n = j->n_stages;
+        const char *next = n > 1 ? j->stages[(i + 1) % n].ucx_addr : NULL;
+        const char *prev = n > 1 ? j->stages[(i + n - 1) % n].ucx_addr : NULL;
         pl_coord_send_node(c, j->stages[i].node, PL_MSG_START,
-                           json_pack("{s:i, s:i, s:s?}", "job", j->id, "stage", i, "next", next));
+                           json_pack("{s:i, s:i, s:s?, s:s?}", "job", j->id, "stage", i, "next",
+                                     next, "prev", prev));
     }
     j->state = PL_JOB_RUNNING;
     j->t_run = pl_now();
@@ -303,6 +219,7 @@ static void s_finish(pl_coord_t *c, pl_coord_job_t *j)
 {
     /* every stage is DONE: release them all (they kept their endpoints open until now) */
     s_end_job(c, j, PL_JOB_DONE, true);
+    pl_coord_learn(c, j);
     pl_log_info("job %u: done in %.2f s", j->id, j->t_end - j->t_run);
 }
 
@@ -333,13 +250,13 @@ void pl_coord_on_stage_msg(pl_coord_t *c, const pl_ctl_msg_t *m)
         char where[160];
         snprintf(where, sizeof(where), "stage %lld (%s, %s)", (long long)stage, node, dev);
         s->done = true; /* its executor is gone already */
-        s_fail(c, j, "%s: %s", where, e ? e : "failed");
+        pl_coord_job_fail(c, j, "%s: %s", where, e ? e : "failed");
         return;
     }
     if (m->type == PL_MSG_READY) {
         const char *addr = NULL;
         if (pl_json_str_opt(m->body, "ucx_addr", 1 << 16, &addr) || (j->n_stages > 1 && !addr)) {
-            s_fail(c, j, "stage on %s sent READY without a valid ucx_addr%s", node, "");
+            pl_coord_job_fail(c, j, "stage on %s sent READY without a valid ucx_addr", node);
             return;
         }
         free(s->ucx_addr);
@@ -360,7 +277,7 @@ void pl_coord_on_stage_msg(pl_coord_t *c, const pl_ctl_msg_t *m)
     if (stage == j->n_stages - 1) {
         json_t *res = json_object_get(m->body, "results");
         if (!json_is_array(res) || json_array_size(res) != (size_t)j->n_seqs) {
-            s_fail(c, j, "last stage on %s sent malformed results%s", node, "");
+            pl_coord_job_fail(c, j, "last stage on %s sent malformed results", node);
             return;
         }
         json_decref(j->results);
@@ -403,7 +320,7 @@ void pl_coord_node_lost(pl_coord_t *c, int node, const char *why)
         for (int s = 0; s < j->n_stages; s++)
             if (j->stages[s].node == node) {
                 j->stages[s].done = true; /* nothing to cancel there */
-                s_fail(c, j, "node %s lost: %s", c->nodes[node].name, why);
+                pl_coord_job_fail(c, j, "node %s lost: %s", c->nodes[node].name, why);
                 break;
             }
     }

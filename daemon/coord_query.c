@@ -77,12 +77,18 @@ void pl_coord_on_results(pl_coord_t *c, const pl_ctl_msg_t *m)
 static json_t *s_node_json(const pl_coord_node_t *n)
 {
     json_t *devs = json_array();
-    for (int d = 0; d < n->n_dev; d++)
-        json_array_append_new(
-            devs, json_pack("{s:s, s:s, s:s, s:i, s:I, s:f, s:f}", "id", n->dev[d].id, "backend",
-                            n->dev[d].backend, "name", n->dev[d].name, "cores", n->dev[d].cores,
-                            "mem_bytes", (json_int_t)n->dev[d].mem_bytes, "gflops",
-                            n->dev[d].gflops, "mem_gbps", n->dev[d].mem_gbps));
+    for (int d = 0; d < n->n_dev; d++) {
+        const pl_coord_dev_t *v = &n->dev[d];
+        json_t *dj = json_pack("{s:s, s:s, s:s, s:i, s:I, s:f, s:f}", "id", v->id, "backend",
+                               v->backend, "name", v->name, "cores", v->cores, "mem_bytes",
+                               (json_int_t)v->mem_bytes, "gflops", v->gflops, "mem_gbps",
+                               v->mem_gbps);
+        if (v->n_obs) /* what the planner uses once stages have run on the device */
+            json_object_set_new(dj, "learned", json_pack("{s:f, s:f, s:i}", "gflops",
+                                                         v->eff_gflops, "mem_gbps",
+                                                         v->eff_mem_gbps, "jobs", v->n_obs));
+        json_array_append_new(devs, dj);
+    }
     return json_pack("{s:s, s:s, s:s, s:f, s:i, s:o}", "name", n->name, "host", n->host, "state",
                      n->alive ? (n->busy_job ? "busy" : "idle") : "lost", "last_seen_s",
                      pl_now() - n->last_seen, "job", n->busy_job, "devices", devs);

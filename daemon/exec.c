@@ -1,11 +1,13 @@
-/* Stage executor thread: load, announce the UCX address, wait for START, then run the stage's
- * role (first, middle, last or all-in-one) until the job's STOP arrives. */
+/* Stage executor thread: load, announce the UCX address, wait for START, measure the link to the
+ * next stage (link_probe.h), then run the stage's role (first, middle, last or all-in-one) until
+ * the job's STOP arrives. */
 #include "daemon/exec.h"
 
 #include "common/log.h"
 #include "common/util.h"
 #include "common/json.h"
 #include "daemon/gen.h"
+#include "daemon/link_probe.h"
 #include "transport/ctl.h"
 #include "transport/ucx.h"
 
@@ -33,7 +35,8 @@ struct pl_exec {
     void *stage;
     pl_gen_job_t job;
     pl_ucx_t *ucx;
-    pl_ucx_ep_t *next;
+    pl_ucx_ep_t *next, *prev; /* prev: only to answer its link probe */
+    json_t *probe;            /* the measured link to next, for DONE */
     pl_act_limits_t limits;
     int hidden, vocab;
     int32_t *tokens;
@@ -41,6 +44,8 @@ struct pl_exec {
     int *ints;
     pl_act_seq_t *seqs_in, *seqs_out;
     double compute_s, wait_s, t_start;
+    double phase_s[2]; /* compute of prefill (step 0) and decode calls */
+    uint64_t phase_calls[2];
     uint64_t n_msgs, n_tokens;
 };
 
@@ -90,8 +95,9 @@ static pl_status_t s_load(pl_exec_t *x)
     return PL_OK;
 }
 
-/* Wait for START from the main thread; returns the next stage's address (caller frees). */
-static pl_status_t s_wait_start(pl_exec_t *x, char **next_p)
+/* Wait for START from the main thread; returns the next and previous stages' addresses
+ * (caller frees; NULL when absent). */
+static pl_status_t s_wait_start(pl_exec_t *x, char **next_p, char **prev_p)
 {
     while (!atomic_load(&x->cancel)) {
         zmq_pollitem_t it = {.socket = x->sock, .events = ZMQ_POLLIN};
@@ -105,9 +111,11 @@ static pl_status_t s_wait_start(pl_exec_t *x, char **next_p)
             pl_ctl_msg_clear(&msg);
             continue;
         }
-        const char *next = NULL;
-        st = pl_json_str_opt(msg.body, "next", 1 << 16, &next);
+        const char *next = NULL, *prev = NULL;
+        if (!(st = pl_json_str_opt(msg.body, "next", 1 << 16, &next)))
+            st = pl_json_str_opt(msg.body, "prev", 1 << 16, &prev);
         *next_p = next ? strdup(next) : NULL;
+        *prev_p = prev ? strdup(prev) : NULL;
         pl_ctl_msg_clear(&msg);
         return st;
     }
@@ -121,7 +129,10 @@ static pl_status_t s_forward(pl_exec_t *x, const pl_act_hdr_t *hdr, const pl_act
     double t0 = pl_now();
     pl_gen_batch(hdr, seqs, x->ints, &batch);
     pl_status_t st = x->p.ops->stage_forward(x->stage, &batch, in, x->out);
-    x->compute_s += pl_now() - t0;
+    double dt = pl_now() - t0;
+    x->compute_s += dt;
+    x->phase_s[hdr->step > 0] += dt;
+    x->phase_calls[hdr->step > 0]++;
     x->n_tokens += hdr->n_tokens;
     return st;
 }
@@ -151,8 +162,17 @@ static pl_status_t s_recv(pl_exec_t *x, pl_act_hdr_t *hdr, const void **payload,
                                                   .n_tokens = x->limits.max_tokens,
                                                   .dim = x->limits.dim});
     double t0 = pl_now();
-    pl_status_t st = pl_ucx_recv(x->ucx, pl_act_tag_job(x->p.job_id), PL_ACT_TAG_JOB_MASK, max,
-                                 buf_p, &len, NULL, -1, (const volatile int *)&x->cancel);
+    uint64_t tag;
+    pl_status_t st;
+    max = PL_MAX(max, PL_PROBE_MAX_BYTES); /* a late probe message is dropped, not an error */
+    for (;;) {
+        st = pl_ucx_recv(x->ucx, pl_act_tag_job(x->p.job_id), PL_ACT_TAG_JOB_MASK, max, buf_p,
+                         &len, &tag, -1, (const volatile int *)&x->cancel);
+        if (st || !pl_probe_is_tag(tag))
+            break;
+        free(*buf_p);
+        *buf_p = NULL;
+    }
     x->wait_s += pl_now() - t0;
     if (st)
         return st;
@@ -300,16 +320,49 @@ static json_t *s_stats(pl_exec_t *x, pl_gen_sink_t *sink)
         json_object_set_new(s, "generated", json_integer((json_int_t)pl_gen_sink_generated(sink)));
         json_object_set_new(s, "prefill_s", json_real(pf > 0 ? pf - x->t_start : wall));
     }
+    json_object_set_new(s, "prefill_compute_s", json_real(x->phase_s[0]));
+    json_object_set_new(s, "prefill_calls", json_integer((json_int_t)x->phase_calls[0]));
+    json_object_set_new(s, "decode_compute_s", json_real(x->phase_s[1]));
+    json_object_set_new(s, "decode_calls", json_integer((json_int_t)x->phase_calls[1]));
     if (x->next)
         json_object_set_new(s, "link", json_string(pl_ucx_ep_transport(x->next)));
+    if (x->probe)
+        json_object_set_new(s, "probe", json_incref(x->probe));
     return s;
+}
+
+/* Measure the link to the next stage and answer the previous stage's probe (link_probe.h). */
+static pl_status_t s_probe(pl_exec_t *x, const char *next, const char *prev)
+{
+    pl_probe_result_t r;
+    pl_status_t st;
+    if (strcmp(prev, next) == 0)
+        x->prev = x->next; /* two stages: one endpoint serves both roles */
+    else if ((st = pl_ucx_connect(x->ucx, prev, &x->prev)))
+        return st;
+    if ((st = pl_probe_run(x->ucx, x->next, x->prev, x->p.job_id,
+                           (const volatile int *)&x->cancel, &r)))
+        return st;
+    if (!r.ok) {
+        pl_log_warn("job %u stage %d: link probe got no answer in %.1f s", x->p.job_id,
+                    x->p.stage, r.took_s);
+        return PL_OK;
+    }
+    x->probe = json_pack("{s:i, s:f, s:f, s:s, s:f}", "to_stage",
+                         (x->p.stage + 1) % x->p.n_stages, "gbps", r.gbps, "latency_s",
+                         r.latency_s, "transport", pl_ucx_ep_transport(x->next), "took_s",
+                         r.took_s);
+    pl_log_debug("job %u stage %d: link to the next stage %.2f GB/s, %.1f us (%s), probed in "
+                 "%.1f ms", x->p.job_id, x->p.stage, r.gbps, r.latency_s * 1e6,
+                 pl_ucx_ep_transport(x->next), r.took_s * 1e3);
+    return PL_OK;
 }
 
 static void *s_thread(void *arg)
 {
     pl_exec_t *x = arg;
     pl_gen_sink_t *sink = NULL;
-    char *addr = NULL, *next = NULL;
+    char *addr = NULL, *next = NULL, *prev = NULL;
     pl_status_t st;
     bool last = x->p.stage == x->p.n_stages - 1;
 
@@ -326,7 +379,7 @@ static void *s_thread(void *arg)
             goto fail;
     }
     s_send_main(x, PL_MSG_READY, json_pack("{s:s?}", "ucx_addr", addr));
-    if ((st = s_wait_start(x, &next)))
+    if ((st = s_wait_start(x, &next, &prev)))
         goto fail;
     if (x->p.n_stages > 1) {
         if (!next) {
@@ -334,6 +387,8 @@ static void *s_thread(void *arg)
             goto fail;
         }
         if ((st = pl_ucx_connect(x->ucx, next, &x->next)))
+            goto fail;
+        if (prev && (st = s_probe(x, next, prev)))
             goto fail;
     }
     if (last && (st = pl_gen_sink_create(&x->job, x->vocab, &sink)))
@@ -371,10 +426,12 @@ fail:
 out:
     free(addr);
     free(next);
+    free(prev);
+    json_decref(x->probe);
     pl_gen_sink_destroy(&sink);
     if (x->ucx && x->next)
         pl_ucx_flush(x->ucx, 1000);
-    x->next = NULL; /* closed with the worker */
+    x->next = x->prev = NULL; /* closed with the worker */
     pl_ucx_destroy(&x->ucx);
     if (x->stage)
         x->p.ops->stage_unload(x->stage);

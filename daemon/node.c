@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -19,12 +20,81 @@
 #define S_HELLO_RETRY_S 2.0
 #define S_RELEASE_TIMEOUT_S 60.0
 
+/* A device slowed down for testing (node file `slowdown`): every forward call is followed by
+ * (factor - 1) times its own duration of idling, so the device really is factor times slower
+ * and its advertised calibration is divided by factor to match. */
+typedef struct {
+    const pl_be_ops_t *ops;
+    void *dev;
+    double factor;
+} s_slow_dev_t;
+
+typedef struct {
+    const pl_be_ops_t *ops;
+    void *stage;
+    double factor;
+} s_slow_stage_t;
+
+static pl_status_t s_slow_load(void *dev, pl_model_t *model, const pl_be_stage_params_t *params,
+                               void **stage_p)
+{
+    s_slow_dev_t *d = dev;
+    s_slow_stage_t *s = calloc(1, sizeof(*s));
+    if (!s)
+        return pl_error(PL_ERR_NOMEM, "slow stage: out of memory");
+    pl_status_t st = d->ops->stage_load(d->dev, model, params, &s->stage);
+    if (st) {
+        free(s);
+        return st;
+    }
+    s->ops = d->ops;
+    s->factor = d->factor;
+    *stage_p = s;
+    return PL_OK;
+}
+
+static pl_status_t s_slow_forward(void *stage, const pl_be_batch_t *batch, const void *in,
+                                  void *out)
+{
+    s_slow_stage_t *s = stage;
+    double t0 = pl_now();
+    pl_status_t st = s->ops->stage_forward(s->stage, batch, in, out);
+    double idle = (pl_now() - t0) * (s->factor - 1.0);
+    struct timespec ts = {.tv_sec = (time_t)idle, .tv_nsec = (long)((idle - (time_t)idle) * 1e9)};
+    while (idle > 0 && nanosleep(&ts, &ts) != 0)
+        ;
+    return st;
+}
+
+static void s_slow_free_seq(void *stage, int slot)
+{
+    s_slow_stage_t *s = stage;
+    if (s->ops->stage_free_seq)
+        s->ops->stage_free_seq(s->stage, slot);
+}
+
+static void s_slow_unload(void *stage)
+{
+    s_slow_stage_t *s = stage;
+    s->ops->stage_unload(s->stage);
+    free(s);
+}
+
+/* Only the stage slots are used through this table (the executor's view of a device). */
+static const pl_be_ops_t s_slow_ops = {.abi_version = PL_BE_ABI_VERSION,
+                                       .name = "slowed",
+                                       .stage_load = s_slow_load,
+                                       .stage_forward = s_slow_forward,
+                                       .stage_free_seq = s_slow_free_seq,
+                                       .stage_unload = s_slow_unload};
+
 typedef struct {
     const pl_be_ops_t *ops;
     void *dev;
     pl_be_device_info_t info;
     pl_be_calib_t calib;
     char id[32];
+    s_slow_dev_t slow; /* used when slow.factor > 1 */
 } s_dev_t;
 
 typedef struct {
@@ -87,6 +157,14 @@ static pl_status_t s_discover(s_node_t *n)
                             pl_error_msg());
                 dv->ops->close(dv->dev);
                 continue;
+            }
+            if (n->cfg->slowdown > 1.0f && !strcmp(infos[d].backend, "cpu")) {
+                dv->slow = (s_slow_dev_t){.ops = dv->ops, .dev = dv->dev,
+                                          .factor = n->cfg->slowdown};
+                dv->calib.gflops /= dv->slow.factor;
+                dv->calib.mem_gbps /= dv->slow.factor;
+                pl_log_warn("device %s:%d: slowed down %.2fx for testing", be[b].name, d,
+                            dv->slow.factor);
             }
             uint64_t reserve = (uint64_t)n->cfg->memory_reserve_mb << 20;
             dv->info.mem_bytes = dv->info.mem_bytes > reserve ? dv->info.mem_bytes - reserve : 0;
@@ -198,6 +276,10 @@ static void s_on_assign(s_node_t *n, json_t *b)
                           .last_layer = (int)last, .job = json_deep_copy(gen),
                           .max_ctx = (int)max_ctx, .max_tokens = (int)max_tokens, .ops = d->ops,
                           .dev = d->dev, .threads = n->cfg->threads};
+    if (d->slow.factor > 1.0) {
+        p.ops = &s_slow_ops;
+        p.dev = &d->slow;
+    }
     snprintf(p.model_dir, sizeof(p.model_dir), "%s", model);
     pl_exec_t *x;
     if ((st = pl_exec_start(n->zctx, &p, &x))) {

@@ -1,9 +1,12 @@
-/* pipectl: submit and watch jobs, list nodes, ask a node's health. Tables by default, -o json
- * for scripts; exit 0 on success, non-zero with a one-line error otherwise. */
+/* pipectl: submit and watch jobs, plan them (on the live cluster or a described one), list
+ * nodes, ask a node's health. Tables by default, -o json for scripts; exit 0 on success,
+ * non-zero with a one-line error otherwise. */
 #include "common/config.h"
 #include "common/json.h"
 #include "common/util.h"
 #include "daemon/gen.h"
+#include "daemon/planning.h"
+#include "scheduler/catalog.h"
 #include "transport/ctl.h"
 
 #include <getopt.h>
@@ -86,24 +89,67 @@ static double s_num(const json_t *o, const char *k)
     return json_number_value(json_object_get(o, k));
 }
 
+/* A duration with a unit, as the plan table writes them. */
+static const char *s_dur(double v, char *b, size_t n)
+{
+    if (v <= 0)
+        snprintf(b, n, "-");
+    else if (v < 1e-3)
+        snprintf(b, n, "%.1f us", v * 1e6);
+    else if (v < 1.0)
+        snprintf(b, n, "%.2f ms", v * 1e3);
+    else
+        snprintf(b, n, "%.3f s", v);
+    return b;
+}
+
 static void s_print_plan(const json_t *plan)
 {
-    size_t i;
-    json_t *s;
     if (!json_is_object(plan))
         return;
-    printf("%-5s %-12s %-8s %-9s %6s %10s %12s %12s\n", "STAGE", "NODE", "DEVICE", "LAYERS",
-           "COUNT", "GFLOP/S", "MEM(MiB)", "AVAIL(MiB)");
-    json_array_foreach(json_object_get(plan, "stages"), i, s)
-    {
-        char layers[32];
-        snprintf(layers, sizeof(layers), "%d-%d", (int)s_num(s, "first"), (int)s_num(s, "last"));
-        printf("%-5zu %-12s %-8s %-9s %6d %10.1f %12.1f %12.1f\n", i, s_str(s, "node"),
-               s_str(s, "device"), layers, (int)s_num(s, "layers"), s_num(s, "gflops"),
-               s_num(s, "mem_bytes") / 1048576.0, s_num(s, "mem_available") / 1048576.0);
+    printf("planner: %s\n%s", s_str(plan, "planner"), s_str(plan, "table"));
+}
+
+/* Each stage's measured compute per call beside the plan's prediction (same device, same
+ * microbatch), and the whole job's compute of the stage: calls x predicted vs measured. */
+static void s_print_measured(const json_t *r)
+{
+    json_t *ps = json_object_get(json_object_get(r, "plan"), "stages");
+    json_t *ss = json_object_get(r, "stages");
+    bool any = false;
+    for (size_t i = 0; i < json_array_size(ss); i++) {
+        const json_t *st = json_object_get(json_array_get(ss, i), "stats");
+        const json_t *p = json_array_get(ps, i);
+        if (!json_is_object(st) || !json_is_object(p))
+            continue;
+        if (!any)
+            printf("%-5s %-12s %-21s %-21s %-23s %s\n", "stage", "node",
+                   "prefill/call pred", "decode/call pred", "stage compute pred", "link measured");
+        any = true;
+        char a[24], b[24], c[24], d[24], e[24], f[24], link[96] = "-";
+        double np = s_num(st, "prefill_calls"), nd = s_num(st, "decode_calls");
+        double pp = s_num(p, "compute_prefill_s"), pd = s_num(p, "compute_decode_s");
+        double mp = np > 0 ? s_num(st, "prefill_compute_s") / np : 0;
+        double md = nd > 0 ? s_num(st, "decode_compute_s") / nd : 0;
+        double pt = np * pp + nd * pd, mt = s_num(st, "compute_s");
+        const json_t *pr = json_object_get(st, "probe");
+        if (json_is_object(pr))
+            snprintf(link, sizeof(link), "%.2f GB/s, %.1f us (%s)", s_num(pr, "gbps"),
+                     s_num(pr, "latency_s") * 1e6, s_str(pr, "transport"));
+        printf("%-5zu %-12.12s %9s / %-9s %9s / %-9s %9s / %-10s %+4.0f%%  %s\n", i,
+               s_str(p, "node"), s_dur(pp, a, sizeof(a)), s_dur(mp, b, sizeof(b)),
+               s_dur(pd, c, sizeof(c)), s_dur(md, d, sizeof(d)), s_dur(pt, e, sizeof(e)),
+               s_dur(mt, f, sizeof(f)), pt > 0 ? 100.0 * (mt / pt - 1.0) : 0.0, link);
     }
-    printf("microbatches: %d   planner: %s\n", (int)s_num(plan, "microbatches"),
-           s_str(plan, "planner"));
+    if (any)
+        printf("(each pair: predicted / measured; the percentage is the stage's measured "
+               "compute over the prediction)\n");
+    const json_t *p = json_object_get(r, "plan"), *t = json_object_get(r, "throughput");
+    if (json_is_object(p) && json_is_object(t))
+        printf("predicted: prefill %.1f tok/s, decode %.1f tok/s, job %.3f s | measured: prefill "
+               "%.1f tok/s, decode %.1f tok/s, job %.3f s\n",
+               s_num(p, "prefill_tok_s"), s_num(p, "decode_tok_s"), s_num(p, "job_time_s"),
+               s_num(t, "prefill_tok_s"), s_num(t, "decode_tok_s"), s_num(t, "wall_s"));
 }
 
 static void s_print_throughput(FILE *f, const json_t *t)
@@ -131,6 +177,7 @@ static int s_status(s_ctl_t *c, int64_t id)
         if (*s_str(r, "note") && strcmp(s_str(r, "note"), "-"))
             printf("note: %s\n", s_str(r, "note"));
         s_print_plan(json_object_get(r, "plan"));
+        s_print_measured(r);
         s_print_throughput(stdout, json_object_get(r, "throughput"));
     }
     json_decref(r);
@@ -184,12 +231,13 @@ static int s_wait(s_ctl_t *c, int64_t id)
     }
 }
 
-static int s_submit(s_ctl_t *c, const char *path, bool wait, int stages)
+/* The SUBMIT / PLAN body of a job file: model (absolute), generation settings, placement. */
+static int s_job_body(const char *path, int stages, json_t **body_p)
 {
     static pl_cfg_job_t job;
     char *text = NULL, model[PATH_MAX];
     size_t len;
-    json_t *prompts, *r;
+    json_t *prompts;
 
     if (pl_cfg_job_load(path, &job))
         return s_die("%s", pl_error_msg());
@@ -214,10 +262,16 @@ static int s_submit(s_ctl_t *c, const char *path, bool wait, int stages)
     json_t *nodes = json_array();
     for (int i = 0; i < job.n_nodes; i++)
         json_array_append_new(nodes, json_string(job.nodes[i]));
-    if (s_call(c, PL_MSG_SUBMIT,
-               json_pack("{s:s, s:o, s:i, s:o}", "model", model, "gen", gen, "stages",
-                         stages >= 0 ? stages : job.stages, "nodes", nodes),
-               &r))
+    *body_p = json_pack("{s:s, s:o, s:i, s:o, s:s}", "model", model, "gen", gen, "stages",
+                        stages >= 0 ? stages : job.stages, "nodes", nodes, "planner",
+                        job.planner);
+    return *body_p ? 0 : s_die("%s", "out of memory");
+}
+
+static int s_submit(s_ctl_t *c, const char *path, bool wait, int stages)
+{
+    json_t *body, *r;
+    if (s_job_body(path, stages, &body) || s_call(c, PL_MSG_SUBMIT, body, &r))
         return 1;
     int64_t id = (int64_t)s_num(r, "job");
     if (c->json && !wait)
@@ -226,6 +280,118 @@ static int s_submit(s_ctl_t *c, const char *path, bool wait, int stages)
         fprintf(wait ? stderr : stdout, "job %lld submitted\n", (long long)id);
     json_decref(r);
     return wait ? s_wait(c, id) : 0;
+}
+
+/* A plan reply {"plan", "note", "busy"} as a table, or as it is with -o json. */
+static int s_show_plan(const s_ctl_t *c, json_t *r)
+{
+    size_t i;
+    json_t *b;
+    if (c->json) {
+        s_print_json(r);
+        return 0;
+    }
+    s_print_plan(json_object_get(r, "plan"));
+    const char *note = s_str(r, "note");
+    if (*note && strcmp(note, "-"))
+        printf("note: %s\n", note);
+    json_array_foreach(json_object_get(r, "busy"), i, b)
+        printf("note: %s is busy with job %d now\n", s_str(b, "node"), (int)s_num(b, "job"));
+    return 0;
+}
+
+/* Plan on a described cluster, here, without a coordinator. */
+static int s_plan_whatif(const s_ctl_t *c, json_t *body, const char *cluster_path)
+{
+    static pl_cfg_cluster_t cl;
+    pl_sched_device_t *devs = NULL;
+    pl_sched_link_t *links = NULL;
+    pl_model_config_t cfg;
+    pl_sched_model_t model;
+    pl_planner_t mode;
+    pl_plan_t *plan = NULL;
+    int n = 0, rc = 1;
+    const char *model_dir = s_str(body, "model");
+    pl_plan_input_t in = {.model = &model};
+
+    if (pl_cfg_cluster_load(cluster_path, &cl) || pl_planning_whatif(&cl, &devs, &n, &links)) {
+        rc = s_die("%s", pl_error_msg());
+        goto out;
+    }
+    bool any_cpu = false;
+    for (int i = 0; i < n; i++)
+        any_cpu |= !strcmp(devs[i].backend, "cpu");
+    if (pl_model_config_load(model_dir, &cfg) ||
+        pl_planning_model(model_dir, &cfg, any_cpu, &model) ||
+        pl_planning_shape(json_object_get(body, "gen"), &cfg, &in.job) ||
+        pl_planning_mode(s_str(body, "planner"), &mode)) {
+        rc = s_die("%s", pl_error_msg());
+        goto out;
+    }
+    in.devices = devs;
+    in.n_devices = n;
+    in.links = links;
+    if (pl_planning_run(&in, NULL, mode, (int)s_num(body, "stages"), &plan)) {
+        rc = s_die("no feasible plan: %s", pl_error_msg());
+        goto out;
+    }
+    char note[256] = "";
+    pl_planning_waves_note(plan, note, sizeof(note));
+    json_t *pj = pl_planning_json(plan, &in, mode);
+    json_t *r = pj ? json_pack("{s:o, s:s, s:[]}", "plan", pj, "note", note, "busy") : NULL;
+    if (!r) {
+        rc = s_die("%s", "out of memory");
+        goto out;
+    }
+    rc = s_show_plan(c, r);
+    json_decref(r);
+out:
+    pl_plan_destroy(&plan);
+    free(devs);
+    free(links);
+    json_decref(body);
+    return rc;
+}
+
+static int s_plan(s_ctl_t *c, const char *path, int stages, const char *cluster)
+{
+    json_t *body, *r;
+    if (s_job_body(path, stages, &body))
+        return 1;
+    if (cluster)
+        return s_plan_whatif(c, body, cluster);
+    if (s_call(c, PL_MSG_PLAN, body, &r))
+        return 1;
+    int rc = s_show_plan(c, r);
+    json_decref(r);
+    return rc;
+}
+
+static int s_catalog(const s_ctl_t *c)
+{
+    json_t *arr = json_array();
+    for (int i = 0; i < pl_sched_catalog_count(); i++) {
+        const pl_sched_catalog_entry_t *e = pl_sched_catalog_get(i);
+        json_array_append_new(arr, json_pack("{s:s, s:s, s:s, s:s, s:f, s:f, s:I}", "name",
+                                             e->name, "aliases", e->aliases, "vendor", e->vendor,
+                                             "backend", e->backend, "tflops", e->tflops,
+                                             "mem_gbps", e->mem_gbps, "mem_bytes",
+                                             (json_int_t)e->mem_bytes));
+    }
+    if (c->json) {
+        s_print_json(arr);
+    } else {
+        size_t i;
+        json_t *e;
+        printf("%-22s %-8s %-7s %10s %10s %9s\n", "KIND", "VENDOR", "BACKEND", "TFLOP/S",
+               "GB/S", "MEM(GiB)");
+        json_array_foreach(arr, i, e)
+            printf("%-22s %-8s %-7s %10.1f %10.1f %9.0f\n", s_str(e, "name"), s_str(e, "vendor"),
+                   s_str(e, "backend"), s_num(e, "tflops"), s_num(e, "mem_gbps"),
+                   s_num(e, "mem_bytes") / 1073741824.0);
+    }
+    json_decref(arr);
+    return 0;
 }
 
 static int s_nodes(s_ctl_t *c)
@@ -272,9 +438,16 @@ static int s_health(s_ctl_t *c, const char *node)
     printf("load:       %.2f   rss: %.1f MiB   stages: %zu\n", s_num(hb, "load1"),
            s_num(hb, "rss_kb") / 1024.0, json_array_size(json_object_get(hb, "stages")));
     json_array_foreach(json_object_get(r, "devices"), i, d)
+    {
+        const json_t *l = json_object_get(d, "learned");
         printf("device:     %s  %s, %d cores, %.2f GiB, %.1f GFLOP/s, %.1f GB/s\n",
                s_str(d, "id"), s_str(d, "name"), (int)s_num(d, "cores"),
                s_num(d, "mem_bytes") / 1073741824.0, s_num(d, "gflops"), s_num(d, "mem_gbps"));
+        if (json_is_object(l))
+            printf("            planned with %.1f GFLOP/s, %.1f GB/s (learned from %d job%s)\n",
+                   s_num(l, "gflops"), s_num(l, "mem_gbps"), (int)s_num(l, "jobs"),
+                   s_num(l, "jobs") == 1 ? "" : "s");
+    }
     json_array_foreach(json_object_get(r, "unavailable"), i, d)
         printf("no %-8s %s\n", s_str(d, "backend"), s_str(d, "why"));
     json_decref(r);
@@ -285,6 +458,11 @@ static void s_usage(FILE *f)
 {
     fprintf(f, "usage: pipectl [-c ENDPOINT] [-o table|json] [--timeout S] COMMAND ...\n"
                "  submit JOB.yaml [--wait] [--stages N]   queue a job (--wait: follow it, print results)\n"
+               "  plan JOB.yaml [--stages N] [--cluster WHATIF.yaml]\n"
+               "                                         the plan the job would get on the live\n"
+               "                                         cluster, or on a described one (no\n"
+               "                                         coordinator needed)\n"
+               "  catalog                                device kinds a described cluster can use\n"
                "  status JOB                             state, plan and throughput of a job\n"
                "  results JOB                            the job's output, JSONL in prompt order\n"
                "  cancel JOB                             stop a job\n"
@@ -301,16 +479,18 @@ int main(int argc, char **argv)
                                          {"timeout", required_argument, NULL, 'T'},
                                          {"wait", no_argument, NULL, 'w'},
                                          {"stages", required_argument, NULL, 's'},
+                                         {"cluster", required_argument, NULL, 'C'},
                                          {"help", no_argument, NULL, 'h'},
                                          {NULL, 0, NULL, 0}};
     s_ctl_t c = {.endpoint = getenv("PIPELD_COORDINATOR"), .timeout_s = 10};
     bool wait = false;
+    const char *cluster = NULL;
     int stages = -1, o, rc;
 
     if (!c.endpoint || !*c.endpoint)
         c.endpoint = "tcp://127.0.0.1:5555";
     /* GNU getopt moves the command words after the options, wherever the user put them */
-    while ((o = getopt_long(argc, argv, "c:o:T:ws:h", opts, NULL)) != -1) {
+    while ((o = getopt_long(argc, argv, "c:o:T:ws:C:h", opts, NULL)) != -1) {
         switch (o) {
         case 'c': c.endpoint = optarg; break;
         case 'o':
@@ -320,7 +500,15 @@ int main(int argc, char **argv)
             break;
         case 'T': c.timeout_s = atof(optarg) > 0 ? atof(optarg) : 10; break;
         case 'w': wait = true; break;
-        case 's': stages = atoi(optarg); break;
+        case 's': {
+            char *end;
+            long v = strtol(optarg, &end, 10);
+            if (!*optarg || *end || v < 0 || v > 64)
+                return s_die("--stages: '%s' is not a count in [0, 64]", optarg);
+            stages = (int)v;
+            break;
+        }
+        case 'C': cluster = optarg; break;
         case 'h': s_usage(stdout); return 0;
         default: s_usage(stderr); return 2;
         }
@@ -355,6 +543,10 @@ int main(int argc, char **argv)
                 json_decref(r);
             }
         }
+    } else if (!strcmp(cmd, "plan") && nargs == 1) {
+        rc = s_plan(&c, arg, stages, cluster);
+    } else if (!strcmp(cmd, "catalog") && nargs == 0) {
+        rc = s_catalog(&c);
     } else if (!strcmp(cmd, "nodes") && nargs == 0) {
         rc = s_nodes(&c);
     } else if (!strcmp(cmd, "health") && nargs == 1) {

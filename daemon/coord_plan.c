@@ -1,0 +1,335 @@
+/* The coordinator's side of planning: the live cluster as the planner's input (devices in
+ * node-name order with their calibrated or learned rates, links the daemons measured), the plan
+ * of a queued job, PLAN requests, and what a finished job teaches about devices and links. */
+#include "common/json.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "daemon/coord_int.h"
+#include "daemon/gen.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Learned rates move at most this factor away from what the plan used, per job. */
+#define S_LEARN_MAX_RATIO 50.0
+/* Less measured compute than this on a resource teaches nothing about it. */
+#define S_LEARN_MIN_S 0.005
+
+typedef struct {
+    int n;
+    pl_sched_device_t devs[PL_SCHED_MAX_DEVICES];
+    int node[PL_SCHED_MAX_DEVICES], dev[PL_SCHED_MAX_DEVICES];
+    bool cand[PL_SCHED_MAX_DEVICES];
+    int n_alive, n_cand;
+    bool any_cpu;
+    pl_sched_link_t *links; /* n * n */
+} s_live_t;
+
+static bool s_allowed(const pl_coord_job_t *j, const char *node)
+{
+    if (j->n_allowed == 0)
+        return true;
+    for (int i = 0; i < j->n_allowed; i++)
+        if (strcmp(j->allowed[i], node) == 0)
+            return true;
+    return false;
+}
+
+/* The devices of every registered node (lost ones too: the mask leaves them out, which is the
+ * re-planning entry point pl_replan), node-name order so that plans are reproducible.
+ * Candidates: alive, allowed for the job, idle when idle_only, with usable figures. */
+static pl_status_t s_live(pl_coord_t *c, const pl_coord_job_t *j, bool idle_only, s_live_t *lv)
+{
+    int order[PL_COORD_MAX_NODES];
+    memset(lv, 0, sizeof(*lv));
+    for (int i = 0; i < c->n_nodes; i++) {
+        int k = i;
+        while (k > 0 && strcmp(c->nodes[order[k - 1]].name, c->nodes[i].name) > 0) {
+            order[k] = order[k - 1];
+            k--;
+        }
+        order[k] = i;
+    }
+    for (int oi = 0; oi < c->n_nodes; oi++) {
+        const pl_coord_node_t *nd = &c->nodes[order[oi]];
+        bool ok = nd->alive && s_allowed(j, nd->name);
+        for (int d = 0; d < nd->n_dev && lv->n < PL_SCHED_MAX_DEVICES; d++) {
+            const pl_coord_dev_t *dv = &nd->dev[d];
+            pl_sched_device_t *sd = &lv->devs[lv->n];
+            const char *colon = strchr(dv->id, ':');
+            snprintf(sd->name, sizeof(sd->name), "%.*s", PL_SCHED_NAME_MAX, dv->name);
+            snprintf(sd->node, sizeof(sd->node), "%s", nd->name);
+            snprintf(sd->host, sizeof(sd->host), "%.*s", PL_SCHED_NAME_MAX, nd->host);
+            snprintf(sd->backend, sizeof(sd->backend), "%s", dv->backend);
+            sd->index = colon ? atoi(colon + 1) : d;
+            sd->gflops = dv->n_obs ? dv->eff_gflops : dv->gflops;
+            sd->mem_gbps = dv->n_obs ? dv->eff_mem_gbps : dv->mem_gbps;
+            sd->mem_bytes = dv->mem_bytes; /* the daemon's reserve is already taken off */
+            bool usable = sd->gflops > 0 && sd->mem_gbps > 0;
+            if (!usable) /* keeps the input valid; the device is no candidate */
+                sd->gflops = sd->mem_gbps = 1.0;
+            lv->node[lv->n] = order[oi];
+            lv->dev[lv->n] = d;
+            lv->cand[lv->n] = ok && usable && (!idle_only || !nd->busy_job);
+            lv->n_alive += ok;
+            lv->n_cand += lv->cand[lv->n];
+            lv->any_cpu |= lv->cand[lv->n] && !strcmp(dv->backend, "cpu");
+            lv->n++;
+        }
+    }
+    if (lv->n == 0)
+        return PL_OK;
+    lv->links = calloc((size_t)lv->n * (size_t)lv->n, sizeof(*lv->links));
+    if (!lv->links)
+        return pl_error(PL_ERR_NOMEM, "coordinator out of memory");
+    for (int a = 0; a < lv->n; a++)
+        for (int b = 0; b < lv->n; b++) {
+            const pl_coord_link_t *l = &c->links[lv->node[a]][lv->node[b]];
+            if (a != b && l->valid)
+                lv->links[(size_t)a * lv->n + b] = (pl_sched_link_t){l->gbps, l->latency_s};
+        }
+    return PL_OK;
+}
+
+/* Plan job j over the candidates of lv. On success *plan_p, and the input it was made from
+ * (model and job shape) in *in / *model. */
+static pl_status_t s_plan(const pl_coord_job_t *j, s_live_t *lv, pl_sched_model_t *model,
+                          pl_plan_input_t *in, pl_plan_t **plan_p)
+{
+    pl_model_config_t cfg;
+    pl_status_t st;
+    if ((st = pl_model_config_load(j->model, &cfg)))
+        return pl_error_prefix(st, "model %s: ", j->model);
+    if ((st = pl_planning_model(j->model, &cfg, lv->any_cpu, model)))
+        return st;
+    *in = (pl_plan_input_t){
+        .model = model, .devices = lv->devs, .n_devices = lv->n, .links = lv->links};
+    if ((st = pl_planning_shape(j->gen, &cfg, &in->job)))
+        return st;
+    return pl_planning_run(in, lv->cand, j->planner, j->want_stages, plan_p);
+}
+
+/* Say for each stage's link whether the daemons measured it or the planner's default stood in. */
+static void s_mark_links(const pl_coord_t *c, const s_live_t *lv, const pl_plan_t *plan, json_t *pj)
+{
+    json_t *stages = json_object_get(pj, "stages");
+    for (int i = 0; i < plan->n_stages; i++) {
+        int from = plan->stages[i].device, to = plan->stages[(i + 1) % plan->n_stages].device;
+        const pl_coord_link_t *l = &c->links[lv->node[from]][lv->node[to]];
+        bool measured = from != to && l->valid;
+        json_t *jl = json_object_get(json_array_get(stages, (size_t)i), "link");
+        json_object_set_new(jl, "measured", json_boolean(measured));
+        if (measured)
+            json_object_set_new(jl, "transport", json_string(l->transport));
+    }
+}
+
+bool pl_coord_plan_job(pl_coord_t *c, pl_coord_job_t *j)
+{
+    s_live_t *lv = calloc(1, sizeof(*lv));
+    pl_sched_model_t model;
+    pl_plan_input_t in;
+    pl_plan_t *plan = NULL;
+    bool ok = false;
+    char note[256];
+    if (!lv || s_live(c, j, true, lv)) {
+        snprintf(j->error, sizeof(j->error), "waiting: coordinator out of memory");
+        goto out;
+    }
+    int want = j->want_stages ? j->want_stages : PL_MIN(lv->n_alive, j->n_layers);
+    if (want == 0 || lv->n_cand < want) {
+        snprintf(j->error, sizeof(j->error), "waiting for %d idle device(s): %d idle, %d alive",
+                 PL_MAX(want, 1), lv->n_cand, lv->n_alive);
+        goto out;
+    }
+    if (s_plan(j, lv, &model, &in, &plan)) {
+        pl_coord_job_fail(c, j, "no feasible plan: %s", pl_error_msg());
+        goto out;
+    }
+    if (pl_planning_waves_note(plan, note, sizeof(note))) {
+        pl_coord_job_fail(c, j, "%s", note);
+        goto out;
+    }
+    if (plan->n_stages > PL_COORD_MAX_STAGES) {
+        pl_coord_job_fail(c, j, "the plan has %d stages, more than %d", plan->n_stages,
+                          PL_COORD_MAX_STAGES);
+        goto out;
+    }
+    int64_t mb = plan->microbatches;
+    json_object_set_new(j->gen, "microbatches", json_integer(mb));
+    pl_model_config_t cfg;
+    pl_gen_job_t g;
+    if (pl_model_config_load(j->model, &cfg) || pl_gen_job_from_json(j->gen, &cfg, &g)) {
+        pl_coord_job_fail(c, j, "%s", pl_error_msg());
+        goto out;
+    }
+    j->max_tokens = PL_MAX(pl_gen_job_max_tokens(&g), (int)((j->n_seqs + mb - 1) / mb));
+    pl_gen_job_clear(&g);
+    json_t *pj = pl_planning_json(plan, &in, j->planner);
+    if (!pj) {
+        pl_coord_job_fail(c, j, "coordinator out of memory");
+        goto out;
+    }
+    s_mark_links(c, lv, plan, pj);
+    json_object_set_new(pj, "max_ctx", json_integer(j->max_ctx));
+    json_object_set_new(pj, "max_tokens_per_call", json_integer(j->max_tokens));
+    json_decref(j->plan);
+    j->plan = pj;
+    j->n_stages = plan->n_stages;
+    for (int i = 0; i < plan->n_stages; i++) {
+        const pl_plan_stage_t *s = &plan->stages[i];
+        pl_coord_stage_t *cs = &j->stages[i];
+        *cs = (pl_coord_stage_t){.node = lv->node[s->device],
+                                 .dev = lv->dev[s->device],
+                                 .first = s->first_layer,
+                                 .last = s->last_layer,
+                                 .used_gflops = lv->devs[s->device].gflops,
+                                 .used_gbps = lv->devs[s->device].mem_gbps};
+        cs->have_terms = pl_planning_terms(&in, plan, i, &cs->terms) == PL_OK;
+    }
+    pl_log_info("job %u: planned %d stage(s) (%s, %s search), predicted %.3f s, %.1f decode tok/s",
+                j->id, plan->n_stages, pl_planning_mode_name(j->planner), plan->search,
+                plan->job_time, plan->decode_tok_s);
+    j->error[0] = '\0';
+    ok = true;
+out:
+    pl_plan_destroy(&plan);
+    if (lv)
+        free(lv->links);
+    free(lv);
+    return ok;
+}
+
+void pl_coord_on_plan(pl_coord_t *c, const pl_ctl_msg_t *m)
+{
+    pl_coord_job_t *j = NULL;
+    s_live_t *lv = NULL;
+    pl_sched_model_t model;
+    pl_plan_input_t in;
+    pl_plan_t *plan = NULL;
+    char note[256] = "";
+    if (pl_coord_job_parse(m->body, &j)) {
+        pl_coord_reply_error(c, m, "cannot plan: %s", pl_error_msg());
+        return;
+    }
+    lv = calloc(1, sizeof(*lv));
+    if (!lv || s_live(c, j, false, lv)) {
+        pl_coord_reply_error(c, m, "coordinator out of memory");
+        goto out;
+    }
+    if (lv->n_cand == 0) {
+        pl_coord_reply_error(c, m, "cannot plan: no alive node%s has a usable device",
+                             j->n_allowed ? " allowed by the job" : "");
+        goto out;
+    }
+    if (s_plan(j, lv, &model, &in, &plan)) {
+        pl_coord_reply_error(c, m, "no feasible plan: %s", pl_error_msg());
+        goto out;
+    }
+    pl_planning_waves_note(plan, note, sizeof(note));
+    json_t *pj = pl_planning_json(plan, &in, j->planner), *busy = json_array();
+    for (int i = 0; i < plan->n_stages; i++) {
+        const pl_coord_node_t *nd = &c->nodes[lv->node[plan->stages[i].device]];
+        if (nd->busy_job)
+            json_array_append_new(
+                busy, json_pack("{s:s, s:i}", "node", nd->name, "job", (int)nd->busy_job));
+    }
+    if (!pj) {
+        json_decref(busy);
+        pl_coord_reply_error(c, m, "coordinator out of memory");
+        goto out;
+    }
+    s_mark_links(c, lv, plan, pj);
+    pl_coord_reply(c, m, PL_MSG_REPLY,
+                   json_pack("{s:o, s:s, s:o}", "plan", pj, "note", note, "busy", busy));
+out:
+    pl_plan_destroy(&plan);
+    if (lv)
+        free(lv->links);
+    free(lv);
+    pl_coord_job_free(j);
+}
+
+void pl_coord_forget_node(pl_coord_t *c, int node)
+{
+    for (int i = 0; i < PL_COORD_MAX_NODES; i++) {
+        c->links[node][i].valid = false;
+        c->links[i][node].valid = false;
+    }
+}
+
+/* The link stage s measured to the next stage ("probe" in its DONE statistics). */
+static void s_learn_link(pl_coord_t *c, const pl_coord_job_t *j, int s)
+{
+    const json_t *p = json_object_get(j->stages[s].stats, "probe");
+    double gbps = 0, lat = 0;
+    const char *tr = NULL;
+    if (!json_is_object(p) || pl_json_num(p, "gbps", 1e-6, 1e6, &gbps) ||
+        pl_json_num(p, "latency_s", 0, 10, &lat) || pl_json_str_opt(p, "transport", 64, &tr)) {
+        pl_error_clear();
+        return;
+    }
+    int a = j->stages[s].node, b = j->stages[(s + 1) % j->n_stages].node;
+    pl_coord_link_t *l = &c->links[a][b];
+    *l = (pl_coord_link_t){.valid = true, .gbps = gbps, .latency_s = lat, .at = pl_now()};
+    snprintf(l->transport, sizeof(l->transport), "%s", tr ? tr : "");
+    pl_log_debug("link %s -> %s: %.2f GB/s, %.1f us (%s)", c->nodes[a].name, c->nodes[b].name, gbps,
+                 lat * 1e6, l->transport);
+}
+
+/* Effective rates from a stage's measured compute: each phase charges the resource that bound
+ * its prediction; a resource's new rate is the used one times predicted / measured time. */
+static void s_learn_rates(pl_coord_t *c, const pl_coord_job_t *j, int s)
+{
+    const pl_coord_stage_t *cs = &j->stages[s];
+    const json_t *st = cs->stats;
+    double pre_s = 0, dec_s = 0;
+    int64_t pre_n = 0, dec_n = 0;
+    if (!cs->have_terms || pl_json_num(st, "prefill_compute_s", 0, 1e9, &pre_s) ||
+        pl_json_num(st, "decode_compute_s", 0, 1e9, &dec_s) ||
+        pl_json_int(st, "prefill_calls", 0, INT32_MAX, &pre_n) ||
+        pl_json_int(st, "decode_calls", 0, INT32_MAX, &dec_n)) {
+        pl_error_clear();
+        return;
+    }
+    const pl_planning_terms_t *t = &cs->terms;
+    double pred[2] = {0, 0}, meas[2] = {0, 0}; /* [0] compute, [1] memory */
+    const double ph[2][3] = {{t->pre_flop_s, t->pre_mem_s, (double)pre_n},
+                             {t->dec_flop_s, t->dec_mem_s, (double)dec_n}};
+    const double took[2] = {pre_s, dec_s};
+    for (int p = 0; p < 2; p++) {
+        if (ph[p][2] < 1)
+            continue;
+        int r = ph[p][0] >= ph[p][1] ? 0 : 1;
+        pred[r] += PL_MAX(ph[p][0], ph[p][1]) * ph[p][2];
+        meas[r] += took[p];
+    }
+    pl_coord_dev_t *d = &c->nodes[cs->node].dev[cs->dev];
+    double rate[2] = {cs->used_gflops, cs->used_gbps};
+    for (int r = 0; r < 2; r++) {
+        if (meas[r] < S_LEARN_MIN_S || pred[r] <= 0)
+            continue;
+        double k = PL_MIN(PL_MAX(pred[r] / meas[r], 1.0 / S_LEARN_MAX_RATIO), S_LEARN_MAX_RATIO);
+        rate[r] *= k;
+    }
+    /* the first lesson replaces the calibration; later ones weigh 3:1 against the estimate so
+     * far (a job run while the machine was busy fades quickly, one noisy job does not rule) */
+    d->eff_gflops = d->n_obs ? 0.25 * d->eff_gflops + 0.75 * rate[0] : rate[0];
+    d->eff_mem_gbps = d->n_obs ? 0.25 * d->eff_mem_gbps + 0.75 * rate[1] : rate[1];
+    d->n_obs++;
+    pl_log_info("%s %s: effective %.2f GFLOP/s, %.2f GB/s after job %u (calibrated %.2f, %.2f)",
+                c->nodes[cs->node].name, d->id, d->eff_gflops, d->eff_mem_gbps, j->id, d->gflops,
+                d->mem_gbps);
+}
+
+void pl_coord_learn(pl_coord_t *c, const pl_coord_job_t *j)
+{
+    for (int s = 0; s < j->n_stages; s++) {
+        if (!json_is_object(j->stages[s].stats) || !c->nodes[j->stages[s].node].alive)
+            continue;
+        if (j->n_stages > 1)
+            s_learn_link(c, j, s);
+        s_learn_rates(c, j, s);
+    }
+}
