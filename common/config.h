@@ -87,7 +87,7 @@ typedef struct {
     uint64_t seed;          /* sampling.seed, default 0 */
     int microbatches;       /* default 0: as many as stages */
     int stages;             /* default 0: every live node */
-    char planner[16];       /* "optimal" (default), "auto" (may leave devices out), "even" */
+    char planner[16];       /* "auto" (default: may leave devices out), "optimal", "even" */
     bool stop_at_eos;       /* default true */
     int n_nodes;            /* placement.nodes: allowed node names; 0: any */
     char nodes[PL_CFG_MAX_NODES][PL_CFG_NAME_MAX + 1];

@@ -66,6 +66,7 @@ pl_status_t pl_coord_job_parse(const json_t *body, pl_coord_job_t **job_p)
 
     if (!j)
         return pl_error(PL_ERR_NOMEM, "coordinator out of memory");
+    j->planner = PL_PLANNER_AUTO; /* the fastest plan, even if it leaves devices out */
     if ((st = pl_json_str(body, "model", j->model, sizeof(j->model) - 1)) ||
         (st = pl_json_int_opt(body, "stages", 0, PL_COORD_MAX_STAGES, &stages)) ||
         (st = pl_json_str_opt(body, "planner", 16, &planner)) ||

@@ -30,7 +30,10 @@ static void s_job(const char *name, const char *model, const char *extra)
 {
     char path[512], text[2048];
     snprintf(path, sizeof(path), "%s/%s.yaml", s_c.dir, name);
-    snprintf(text, sizeof(text), "model: %s\nprompts: prompts.jsonl\n%s", model, extra);
+    /* these tests are about the pipeline: keep every node in it (the default plan may pick one
+     * device for a model this small) */
+    snprintf(text, sizeof(text), "model: %s\nprompts: prompts.jsonl\nplanner: optimal\n%s", model,
+             extra);
     tc_write(path, text);
 }
 
@@ -160,7 +163,7 @@ Test(cluster, bad_jobs_get_clear_errors_and_the_cluster_keeps_running)
     s_expect_rejected("vocab", "vocabulary");
 
     s_job("badkey", "m", "max_new_tokns: 3\n");
-    s_expect_rejected("badkey", "badkey.yaml:3:1");
+    s_expect_rejected("badkey", "badkey.yaml:4:1");
 
     /* after all that, a good job still runs */
     s_job("good", "m", "max_new_tokens: 4\n");

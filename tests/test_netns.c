@@ -181,7 +181,10 @@ static void s_job(const char *name, const char *model, const char *extra)
 {
     char path[512], text[2048];
     snprintf(path, sizeof(path), "%s/%s.yaml", s_c.dir, name);
-    snprintf(text, sizeof(text), "model: %s\nprompts: prompts.jsonl\n%s", model, extra);
+    /* these tests are about the pipeline: keep every node in it (the default plan may pick one
+     * device for a model this small) */
+    snprintf(text, sizeof(text), "model: %s\nprompts: prompts.jsonl\nplanner: optimal\n%s", model,
+             extra);
     tc_write(path, text);
 }
 

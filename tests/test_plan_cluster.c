@@ -249,7 +249,7 @@ Test(plan_cluster, slower_daemon_gets_fewer_layers_and_stage_times_match_the_pla
                                "--max-pos 1024"),
                  0);
     s_prompts("p.jsonl", 4, 32);
-    s_write("job.yaml", "model: m\nprompts: p.jsonl\nmax_new_tokens: 24\nstop_at_eos: false\n");
+    s_write("job.yaml", "model: m\nprompts: p.jsonl\nmax_new_tokens: 24\nstop_at_eos: false\nplanner: optimal\n");
 
     /* the first job runs on the calibration; its stages teach the coordinator the devices'
      * effective rates (and the link the daemons measured) */
@@ -346,7 +346,7 @@ Test(plan_cluster, even_planner_splits_evenly_and_is_predicted_slower)
                                "--heads 4 --kv-heads 2 --vocab 256 --seed 7"),
                  0);
     s_prompts("p.jsonl", 4, 8);
-    s_write("opt.yaml", "model: m\nprompts: p.jsonl\nmax_new_tokens: 4\n");
+    s_write("opt.yaml", "model: m\nprompts: p.jsonl\nmax_new_tokens: 4\nplanner: optimal\n");
     s_write("even.yaml", "model: m\nprompts: p.jsonl\nmax_new_tokens: 4\nplanner: even\n");
     json_t *opt = s_json("plan %s/opt.yaml", s_c.dir), *even = s_json("plan %s/even.yaml", s_c.dir);
     json_t *po = json_object_get(opt, "plan"), *pe = json_object_get(even, "plan");
@@ -383,7 +383,7 @@ Test(plan_cluster, pipectl_plan_on_the_live_cluster)
                                "--heads 4 --kv-heads 2 --vocab 256 --seed 7"),
                  0);
     s_prompts("p.jsonl", 5, 6);
-    s_write("job.yaml", "model: m\nprompts: p.jsonl\nmax_new_tokens: 8\n");
+    s_write("job.yaml", "model: m\nprompts: p.jsonl\nmax_new_tokens: 8\nplanner: optimal\n");
     char *out;
     cr_assert_eq(tc_sh(&out, "%s/pipectl -c %s plan %s/job.yaml", tc_bin(), s_c.ep, s_c.dir), 0);
     const char *want[] = {"plan: 2 stages",
@@ -453,7 +453,7 @@ Test(plan_cluster, lost_node_is_left_out_and_a_joining_node_taken_back)
                                "--heads 4 --kv-heads 2 --vocab 256 --seed 7"),
                  0);
     s_prompts("p.jsonl", 3, 5);
-    s_write("job.yaml", "model: m\nprompts: p.jsonl\nmax_new_tokens: 6\n");
+    s_write("job.yaml", "model: m\nprompts: p.jsonl\nmax_new_tokens: 6\nplanner: optimal\n");
     json_t *r = s_json("plan %s/job.yaml", s_c.dir);
     cr_assert_eq(json_array_size(json_object_get(json_object_get(r, "plan"), "stages")), 3);
     json_decref(r);
@@ -547,9 +547,9 @@ Test(plan_cluster, pipectl_plan_on_described_clusters)
     s_config("l7", 4096, 11008, 32, 32, 8, 32000);
     s_prompts("p.jsonl", 8, 100);
     s_prompts("many.jsonl", 64, 8);
-    s_write("j70.yaml", "model: l70\nprompts: p.jsonl\nmax_new_tokens: 64\n");
-    s_write("j405.yaml", "model: l405\nprompts: p.jsonl\nmax_new_tokens: 64\n");
-    s_write("j7.yaml", "model: l7\nprompts: many.jsonl\nmax_new_tokens: 2000\n");
+    s_write("j70.yaml", "model: l70\nprompts: p.jsonl\nmax_new_tokens: 64\nplanner: optimal\n");
+    s_write("j405.yaml", "model: l405\nprompts: p.jsonl\nmax_new_tokens: 64\nplanner: optimal\n");
+    s_write("j7.yaml", "model: l7\nprompts: many.jsonl\nmax_new_tokens: 2000\nplanner: optimal\n");
     const char *head = "coordinator:\n  endpoint: tcp://127.0.0.1:1\n";
     s_write("mixed.yaml",
             "%snodes:\n"
@@ -691,7 +691,7 @@ Test(plan_cluster, a_kv_cache_that_does_not_fit_every_sequence_is_refused_with_t
                                "--vocab 256 --seed 7 --max-pos 4096"),
                  0);
     s_prompts("p.jsonl", 256, 1);
-    s_write("job.yaml", "model: m\nprompts: p.jsonl\nmax_new_tokens: 4000\n");
+    s_write("job.yaml", "model: m\nprompts: p.jsonl\nmax_new_tokens: 4000\nplanner: optimal\n");
     char *out;
     cr_assert_eq(tc_sh(&out, "%s/pipectl -c %s plan %s/job.yaml", tc_bin(), s_c.ep, s_c.dir), 0,
                  "%s", out);
