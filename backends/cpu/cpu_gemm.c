@@ -206,8 +206,12 @@ static void s_gemm_block(const s_gemm_job_t *j, int r0, int nr, int o0, int no, 
         for (int i = 0; i < S_TILE_O; i++)
             wr[t][i] = j->w + (size_t)(o0 + PL_MIN(t * S_TILE_O + i, no - 1)) * k;
     memset(acc, 0, sizeof(s_v8_t) * S_TILE_ACC * (size_t)(n_rt * n_ot));
-    for (int kb = 0; kb < k8; kb += S_BLOCK_K) {
-        int ke = PL_MIN(kb + S_BLOCK_K, k8);
+    /* Blocking the inner dimension keeps x in cache for many row tiles; with one row tile
+     * (decode) there is nothing to reuse, and whole weight rows stream better than many
+     * interleaved 1 KiB pieces. Either way each lane sums its positions in the same order. */
+    int block_k = n_rt > 1 ? S_BLOCK_K : k8;
+    for (int kb = 0; kb < k8; kb += block_k) {
+        int ke = PL_MIN(kb + block_k, k8);
         for (int ot = 0; ot < n_ot; ot++)
             for (int rt = 0; rt < n_rt; rt++)
                 s_tile(acc + (size_t)(rt * n_ot + ot) * S_TILE_ACC, xr[rt], wr[ot], kb, ke);

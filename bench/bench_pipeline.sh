@@ -1,0 +1,221 @@
+#!/usr/bin/env bash
+# bench_pipeline: prefill and decode tokens/s of one job on 1, 2 and 3 pipeline stages of a local
+# cluster (one pipecoord, three pipeld with one CPU thread each), with the ratio to one stage.
+#
+# usage: bench/bench_pipeline.sh [BUILD_DIR]     (default: build; builds nothing)
+# env:   PL_BENCH_MODEL=DIR   use this model instead of making one (must match the sizes below
+#                              in spirit: weights well beyond the caches)
+#        PL_BENCH_KEEP=1      keep the work directory (logs, jobs, results)
+#        PL_BENCH_PROMPT_LEN, PL_BENCH_NEW_TOKENS, PL_BENCH_SEQS   override the job shapes
+set -euo pipefail
+
+BUILD=${1:-build}
+if [ ! -d "$BUILD/bin" ]; then
+    echo "bench_pipeline: no $BUILD/bin; build first (cmake --build $BUILD)" >&2
+    exit 2
+fi
+B=$(cd "$BUILD/bin" && pwd)
+for t in pipecoord pipeld pipectl pl-mkmodel; do
+    [ -x "$B/$t" ] || { echo "bench_pipeline: $B/$t is missing; build it first" >&2; exit 2; }
+done
+
+SEQS=${PL_BENCH_SEQS:-6}               # sequences in each job (divisible by 1, 2 and 3)
+PROMPT_LEN=${PL_BENCH_PROMPT_LEN:-128} # tokens per prompt of the prefill job
+NEW_TOKENS=${PL_BENCH_NEW_TOKENS:-64}  # tokens generated per sequence by the decode job
+WORK=$(mktemp -d /tmp/pl-bench-pipeline-XXXXXX)
+EP=
+pids=()
+
+cleanup() {
+    if [ -n "$EP" ]; then
+        "$B/pipectl" -c "$EP" --timeout 2 shutdown >/dev/null 2>&1 || true
+        sleep 0.5
+    fi
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+    if [ "${PL_BENCH_KEEP:-0}" = 1 ]; then
+        echo "bench_pipeline: work directory kept: $WORK" >&2
+    else
+        rm -rf "$WORK"
+    fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# ---- the model and the two jobs ----
+MODEL=${PL_BENCH_MODEL:-$WORK/model}
+if [ -z "${PL_BENCH_MODEL:-}" ]; then
+    "$B/pl-mkmodel" --out "$MODEL" --layers 12 --hidden 1024 --intermediate 2816 --heads 16 \
+        --kv-heads 8 --vocab 8192 --dtype bf16 --seed 1 --max-pos 2048 >&2
+fi
+MODEL=$(cd "$MODEL" && pwd)
+cfg() { sed -n "s/^ *\"$1\": *\([^,]*\),*$/\1/p" "$MODEL/config.json" | head -n 1; }
+VOCAB=$(cfg vocab_size)
+DTYPE=$(cfg torch_dtype | tr -d '"')
+
+# Deterministic random prompts: SEQS lines of LEN token ids in 3..VOCAB-1.
+prompts() { # LEN SEED
+    awk -v n="$SEQS" -v len="$1" -v seed="$2" -v vocab="$VOCAB" 'BEGIN {
+        srand(seed)
+        for (i = 0; i < n; i++) {
+            line = "["
+            for (j = 0; j < len; j++)
+                line = line (j ? ", " : "") (3 + int(rand() * (vocab - 3)))
+            print line "]"
+        }
+    }'
+}
+prompts "$PROMPT_LEN" 11 >"$WORK/prefill.jsonl"
+prompts 8 12 >"$WORK/decode.jsonl"
+
+job() { # NAME PROMPTS MAX_NEW STAGES
+    cat >"$WORK/$1.yaml" <<EOF
+model: $MODEL
+prompts: $2
+max_new_tokens: $3
+sampling:
+  temperature: 0.0
+microbatches: 0
+stages: $4
+planner: optimal
+stop_at_eos: false
+EOF
+}
+
+# ---- the local cluster on a free port ----
+mkdir -p "$WORK/logs"
+for _ in $(seq 20); do
+    port=$((20000 + RANDOM % 40000))
+    [ -n "$(ss -Htln "sport = :$port" 2>/dev/null)" ] && continue
+    "$B/pipecoord" --endpoint "tcp://127.0.0.1:$port" >"$WORK/logs/pipecoord.log" 2>&1 &
+    cpid=$!
+    sleep 0.3
+    if kill -0 "$cpid" 2>/dev/null; then
+        pids+=("$cpid")
+        EP="tcp://127.0.0.1:$port"
+        break
+    fi
+    wait "$cpid" 2>/dev/null || true
+done
+[ -n "$EP" ] || { echo "bench_pipeline: pipecoord did not start on any port" >&2; exit 1; }
+for n in node0 node1 node2; do
+    "$B/pipeld" --name "$n" --coordinator "$EP" --threads 1 >"$WORK/logs/$n.log" 2>&1 &
+    pids+=($!)
+done
+up=0
+for _ in $(seq 100); do
+    up=$("$B/pipectl" -c "$EP" -o json nodes 2>/dev/null | grep -c '"state": "idle"' || true)
+    [ "$up" -ge 3 ] && break
+    sleep 0.2
+done
+[ "$up" -ge 3 ] || { echo "bench_pipeline: only $up of 3 daemons registered" >&2; exit 1; }
+
+# ---- one job: submit, wait, keep its results and throughput ----
+# A number from the throughput object of `pipectl -o json status` (its keys are unique there).
+field() { # FILE KEY
+    sed -n "s/^ *\"$2\": *\([-0-9.eE+]*\),\{0,1\}$/\1/p" "$1" | head -n 1
+}
+
+run() { # NAME YAML
+    if ! timeout 900 "$B/pipectl" -c "$EP" submit "$2" --wait >"$WORK/$1.out" \
+        2>"$WORK/$1.err"; then
+        echo "bench_pipeline: job $1 failed:" >&2
+        cat "$WORK/$1.err" >&2
+        exit 1
+    fi
+    local id
+    id=$(sed -n 's/^job \([0-9]*\) submitted$/\1/p' "$WORK/$1.err" | head -n 1)
+    "$B/pipectl" -c "$EP" -o json status "$id" >"$WORK/$1.json"
+    local layers
+    layers=$(sed -n 's/^ *"n_layers": \([0-9]*\),*$/\1/p' "$WORK/$1.json" | paste -sd+ -)
+    echo "  $1: job $id, layers per stage $layers, microbatches $(field "$WORK/$1.json" \
+        microbatches), wall $(printf %.2f "$(field "$WORK/$1.json" wall_s)") s" >&2
+}
+
+# CPU time (clock ticks) of the whole machine, and of this cluster's processes.
+machine_ticks() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 + $9 }' /proc/stat; }
+our_ticks() {
+    local sum=0 p
+    for p in "${pids[@]}"; do
+        [ -r "/proc/$p/stat" ] || continue
+        sum=$((sum + $(awk '{ print $14 + $15 }' "/proc/$p/stat")))
+    done
+    echo "$sum"
+}
+
+NPROC=$(nproc)
+m0=$(machine_ticks)
+o0=$(our_ticks)
+t0=$(date +%s.%N)
+echo "bench_pipeline: model $MODEL; $SEQS sequences; prefill job: prompts of $PROMPT_LEN tokens," \
+    "1 new token; decode job: prompts of 8 tokens, $NEW_TOKENS new tokens (greedy)" >&2
+for s in 1 2 3; do
+    job "prefill$s" "$WORK/prefill.jsonl" 1 "$s"
+    job "decode$s" "$WORK/decode.jsonl" "$NEW_TOKENS" "$s"
+    run "prefill$s" "$WORK/prefill$s.yaml"
+    run "decode$s" "$WORK/decode$s.yaml"
+done
+
+# ---- the table ----
+other=$(awk -v m="$(($(machine_ticks) - m0))" -v o="$(($(our_ticks) - o0))" -v t0="$t0" \
+    -v t1="$(date +%s.%N)" -v hz="$(getconf CLK_TCK)" \
+    'BEGIN { v = (m - o) / hz / (t1 - t0); printf "%.2f", (v > 0 ? v : 0) }')
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }'; }
+read -r l1 l2 l3 <"/proc/loadavg"
+echo "machine: $(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -n 1), $NPROC cores," \
+    "$(date -u '+%Y-%m-%d %H:%M UTC'), load average $l1 $l2 $l3"
+if [ "$NPROC" -lt 4 ]; then
+    echo "note: 3 daemons x 1 thread + coordinator on $NPROC cores: one core per daemon is not" \
+        "possible here, so the stages share cores and the 2- and 3-stage figures are" \
+        "oversubscribed"
+fi
+echo "model: $(cfg num_hidden_layers) layers, hidden $(cfg hidden_size), intermediate" \
+    "$(cfg intermediate_size), heads $(cfg num_attention_heads)/$(cfg num_key_value_heads)," \
+    "vocab $VOCAB, $DTYPE on disk (f32 in the CPU backend)"
+echo "prefill job: $SEQS prompts x $PROMPT_LEN tokens, max_new_tokens 1;" \
+    "decode job: $SEQS sequences x $NEW_TOKENS new tokens; microbatches = stages"
+echo
+echo "| stages | prefill tok/s | ratio | decode tok/s | ratio |"
+echo "| ---: | ---: | ---: | ---: | ---: |"
+p1=$(field "$WORK/prefill1.json" prefill_tok_s)
+d1=$(field "$WORK/decode1.json" decode_tok_s)
+for s in 1 2 3; do
+    p=$(field "$WORK/prefill$s.json" prefill_tok_s)
+    d=$(field "$WORK/decode$s.json" decode_tok_s)
+    printf '| %d | %.1f | %s | %.1f | %s |\n' "$s" "$p" "$(ratio "$p" "$p1")" "$d" \
+        "$(ratio "$d" "$d1")"
+done
+echo
+
+# Where each job's time went: a pipeline overlaps its stages when wall < the sum of computes.
+nums() { # FILE KEY: every value of KEY, two decimals, joined with +
+    sed -n "s/^ *\"$2\": *\([-0-9.eE+]*\),\{0,1\}$/\1/p" "$1" |
+        awk '{ printf "%s%.2f", (NR > 1 ? "+" : ""), $1 }'
+}
+echo "| job | layers per stage | microbatches | wall s | compute s per stage | wait s per stage |"
+echo "| --- | --- | ---: | ---: | --- | --- |"
+for j in prefill decode; do
+    for s in 1 2 3; do
+        f="$WORK/$j$s.json"
+        printf '| %s, %d stage(s) | %s | %s | %.2f | %s | %s |\n' "$j" "$s" \
+            "$(sed -n 's/^ *"n_layers": \([0-9]*\),*$/\1/p' "$f" | paste -sd+ -)" \
+            "$(field "$f" microbatches)" "$(field "$f" wall_s)" "$(nums "$f" compute_s)" \
+            "$(nums "$f" wait_s)"
+    done
+done
+echo
+echo "other processes kept $other of $NPROC cores busy on average during the jobs" \
+    "(figures are comparable only when this is near 0)"
+echo
+
+same=yes
+for s in 2 3; do
+    for j in prefill decode; do
+        cmp -s "$WORK/${j}1.out" "$WORK/$j$s.out" || same=no
+    done
+done
+n_tok=$(grep -o '"tokens":\[[^]]*\]' "$WORK/decode1.out" | tr -cd , | wc -c)
+n_tok=$((n_tok + $(grep -c '"tokens"' "$WORK/decode1.out")))
+echo "greedy tokens identical on 1, 2 and 3 stages: $same ($n_tok decode tokens," \
+    "$(grep -c '"tokens"' "$WORK/prefill1.out") prefill-job tokens compared)"
+[ "$same" = yes ]
