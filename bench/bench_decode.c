@@ -482,7 +482,7 @@ static pl_status_t s_prefill_parts(const pl_model_config_t *c, int T, int reps, 
     if (!st) { /* real rotations, so that repeated rope keeps q and k at their size */
         for (int i = 0; i < T; i++)
             pos[i] = i;
-        pl_cpu_rope_inv_freq(c, inv);
+        pl_model_rope_inv_freq(c, inv);
         pl_cpu_rope_table(inv, (int)half, pos, T, buf[9], buf[10]);
     }
     r->att_s = r->swiglu_s = r->norm_s = r->rope_s = 1e30;

@@ -40,6 +40,19 @@ static pl_status_t s_chain(s_chain_t *c, const pl_act_hdr_t *hdr, const pl_act_s
     return PL_OK;
 }
 
+/* Sample a microbatch's logits into the next free slot of the FIFO of sampled microbatches. */
+static pl_status_t s_enqueue(pl_gen_sink_t *sink, const pl_gen_job_t *job, const pl_act_hdr_t *hdr,
+                             const pl_act_seq_t *seqs, const float *logits, pl_act_hdr_t *q_hdr,
+                             pl_act_seq_t *q_seqs, int q_head, int *q_count)
+{
+    int at = (q_head + *q_count) % job->microbatches;
+    pl_status_t st = pl_gen_sink_sample(sink, hdr, seqs, logits, &q_hdr[at],
+                                        q_seqs + (size_t)at * job->n_seqs);
+    if (!st)
+        (*q_count)++;
+    return st;
+}
+
 pl_status_t pl_gen_local_run(const char *model_dir, const json_t *job_json, const pl_be_ops_t *ops,
                              void *dev, const int *counts, int n_stages, json_t **results_p,
                              pl_gen_local_stats_t *stats)
@@ -108,10 +121,7 @@ pl_status_t pl_gen_local_run(const char *model_dir, const json_t *job_json, cons
         stats->prompt_tokens += hdr.n_tokens;
         if ((st = s_chain(&c, &hdr, seqs, tokens, &logits)))
             break;
-        int at = (q_head + q_count) % job.microbatches;
-        st = pl_gen_sink_sample(sink, &hdr, seqs, logits, &q_hdr[at],
-                                q_seqs + (size_t)at * job.n_seqs);
-        q_count++;
+        st = s_enqueue(sink, &job, &hdr, seqs, logits, q_hdr, q_seqs, q_head, &q_count);
     }
     while (!st && q_count > 0) {
         float *logits;
@@ -123,10 +133,7 @@ pl_status_t pl_gen_local_run(const char *model_dir, const json_t *job_json, cons
             continue;
         if ((st = s_chain(&c, &hdr, seqs, tokens, &logits)))
             break;
-        int at = (q_head + q_count) % job.microbatches;
-        st = pl_gen_sink_sample(sink, &hdr, seqs, logits, &q_hdr[at],
-                                q_seqs + (size_t)at * job.n_seqs);
-        q_count++;
+        st = s_enqueue(sink, &job, &hdr, seqs, logits, q_hdr, q_seqs, q_head, &q_count);
     }
     if (!st) {
         double pf = pl_gen_sink_prefill_done_at(sink);

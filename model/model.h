@@ -81,4 +81,7 @@ pl_status_t pl_model_tensor_shaped(pl_model_t *model, const char *name, int ndim
 pl_status_t pl_model_tensor_f32(pl_model_t *model, const char *name, int ndim,
                                 const int64_t *shape, float **data_p, bool *owned_p);
 
+/* inv_freq[i] for i < head_dim / 2: rope_theta^(-2i/head_dim), llama3-scaled when configured. */
+void pl_model_rope_inv_freq(const pl_model_config_t *cfg, double *inv_freq);
+
 #endif

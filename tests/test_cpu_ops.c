@@ -203,7 +203,7 @@ Test(cpu_ops, rope_inv_freq_plain)
 {
     pl_model_config_t c = rope_cfg(8, 10000.0f, false);
     double f[4];
-    pl_cpu_rope_inv_freq(&c, f);
+    pl_model_rope_inv_freq(&c, f);
     /* 10000^(-2i/8) = 1, 0.1, 0.01, 0.001 */
     double want[4] = {1.0, 0.1, 0.01, 0.001};
     for (int i = 0; i < 4; i++)
@@ -228,7 +228,7 @@ Test(cpu_ops, rope_inv_freq_llama3)
     pl_model_config_t c = rope_cfg(128, 500000.0f, true);
     double f[64];
     int n_low = 0, n_mid = 0, n_high = 0;
-    pl_cpu_rope_inv_freq(&c, f);
+    pl_model_rope_inv_freq(&c, f);
     for (int i = 0; i < 64; i++) {
         double plain = pow(500000.0, -2.0 * i / 128), wavelen = 2 * M_PI / plain;
         double ref = hf_llama3(plain, 8, 1, 4, 8192);
@@ -253,7 +253,7 @@ Test(cpu_ops, rope_apply_matches_rotate_half)
     float cos_t[4 * 8], sin_t[4 * 8];
     fill(x, (size_t)rows * stride, 11);
     memcpy(orig, x, (size_t)rows * stride * sizeof(float));
-    pl_cpu_rope_inv_freq(&c, inv);
+    pl_model_rope_inv_freq(&c, inv);
     pl_cpu_rope_table(inv, half, pos, rows, cos_t, sin_t);
     pl_cpu_rope_apply(x, rows, stride, n_heads, hd, cos_t, sin_t);
     for (int r = 0; r < rows; r++) {

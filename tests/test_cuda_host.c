@@ -58,7 +58,7 @@ Test(gpu_rope, plain_theta_known_values)
     pl_model_config_t c = s_cfg();
     double f[64];
     c.head_dim = 128;
-    pl_gpu_rope_inv_freq(&c, f);
+    pl_model_rope_inv_freq(&c, f);
     /* theta^(-2i/d) computed independently (Python, float64) */
     cr_assert_float_eq(f[0], 1.0, 1e-15);
     cr_assert_float_eq(f[1], 0.8659643233600653, 1e-15);
@@ -92,7 +92,7 @@ Test(gpu_rope, llama3_matches_hugging_face)
     c.rope_low_freq_factor = 1.0f;
     c.rope_high_freq_factor = 4.0f;
     c.rope_orig_max_pos = 8192;
-    pl_gpu_rope_inv_freq(&c, f);
+    pl_model_rope_inv_freq(&c, f);
     for (size_t k = 0; k < sizeof(want) / sizeof(want[0]); k++)
         cr_assert(fabs(f[want[k].i] - want[k].v) <= 1e-12 * want[k].v, "i=%d: %.17g vs %.17g",
                   want[k].i, f[want[k].i], want[k].v);
@@ -113,8 +113,8 @@ Test(gpu_rope, equals_cpu_backend_bit_for_bit)
             c.rope_low_freq_factor = 1.0f;
             c.rope_high_freq_factor = 4.0f;
             c.rope_orig_max_pos = 8192;
-            pl_gpu_rope_inv_freq(&c, g);
-            pl_cpu_rope_inv_freq(&c, h);
+            pl_model_rope_inv_freq(&c, g);
+            pl_model_rope_inv_freq(&c, h);
             cr_assert(memcmp(g, h, sizeof(double) * (size_t)(dims[k] / 2)) == 0,
                       "head_dim %d scaled %d", dims[k], scaled);
         }

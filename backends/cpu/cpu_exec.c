@@ -232,7 +232,7 @@ pl_status_t pl_cpu_stage_load(void *dev, pl_model_t *model, const pl_be_stage_pa
         if (st)
             goto err_free;
     }
-    pl_cpu_rope_inv_freq(&s->cfg, s->inv_freq);
+    pl_model_rope_inv_freq(&s->cfg, s->inv_freq);
     pl_log_debug("cpu stage: layers %d..%d loaded, %d slots x %d positions", params->first_layer,
                  params->last_layer, params->max_seqs, params->max_ctx);
     *stage_p = s;

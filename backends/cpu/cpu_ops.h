@@ -43,10 +43,6 @@ void pl_cpu_pool_run(pl_cpu_pool_t *pool, void (*fn)(void *arg, int i, int n), v
 void pl_cpu_matmul_rows(pl_cpu_pool_t *pool, const float *x, const int *rows, int n_rows,
                         int in_dim, const float *w, int out_dim, float *y);
 
-/* The head_dim/2 rotary inverse frequencies theta^(-2i/head_dim), with llama3 scaling applied
- * as Hugging Face's _compute_llama3_parameters when cfg->rope_scaling is PL_ROPE_LLAMA3. */
-void pl_cpu_rope_inv_freq(const pl_model_config_t *cfg, double *inv_freq);
-
 /* cos_tab / sin_tab [n][half] for positions pos[0..n), computed in double, stored as f32. */
 void pl_cpu_rope_table(const double *inv_freq, int half, const int *pos, int n, float *cos_tab,
                        float *sin_tab);

@@ -6,27 +6,6 @@
 #include <stdbool.h>
 #include <string.h>
 
-void pl_gpu_rope_inv_freq(const pl_model_config_t *cfg, double *inv_freq)
-{
-    int n_half = cfg->head_dim / 2;
-    for (int i = 0; i < n_half; i++) {
-        double f = pow((double)cfg->rope_theta, -2.0 * i / cfg->head_dim);
-        if (cfg->rope_scaling == PL_ROPE_LLAMA3) {
-            double factor = cfg->rope_factor, low = cfg->rope_low_freq_factor;
-            double high = cfg->rope_high_freq_factor, orig = cfg->rope_orig_max_pos;
-            double low_wavelen = orig / low, high_wavelen = orig / high;
-            double wavelen = 2.0 * M_PI / f;
-            if (wavelen > low_wavelen) {
-                f = f / factor;
-            } else if (wavelen >= high_wavelen) { /* medium band: smooth interpolation */
-                double smooth = (orig / wavelen - low) / (high - low);
-                f = (1.0 - smooth) * f / factor + smooth * f;
-            }
-        }
-        inv_freq[i] = f;
-    }
-}
-
 pl_status_t pl_gpu_stage_check(const pl_model_config_t *cfg, const pl_be_stage_params_t *p)
 {
     if (cfg->hidden <= 0 || cfg->intermediate <= 0 || cfg->n_heads <= 0 || cfg->n_kv_heads <= 0 ||

@@ -16,10 +16,6 @@
 #define PL_GPU_DECODE_MIN_CHUNK 256    /* positions per flash-decoding block, at least */
 #define PL_GPU_DECODE_MAX_BLOCKS 16384 /* cap on (sequences x heads x splits) */
 
-/* The head_dim/2 rotary inverse frequencies theta^(-2i/head_dim), with llama3 scaling as Hugging
- * Face's _compute_llama3_parameters when cfg->rope_scaling is PL_ROPE_LLAMA3 (in double). */
-void pl_gpu_rope_inv_freq(const pl_model_config_t *cfg, double *inv_freq);
-
 /* Check that the GPU kernels support the model and the stage parameters are sane (layer range
  * inside the model, positive limits, sizes that fit int32 indexing). */
 pl_status_t pl_gpu_stage_check(const pl_model_config_t *cfg, const pl_be_stage_params_t *p);

@@ -252,7 +252,7 @@ pl_status_t pl_gpu_stage_load(void *dev_v, pl_model_t *model, const pl_be_stage_
 
     int n_half = cfg->head_dim / 2;
     double inv_freq[PL_GPU_PLAN_MAX_HEAD_DIM / 2];
-    pl_gpu_rope_inv_freq(cfg, inv_freq);
+    pl_model_rope_inv_freq(cfg, inv_freq);
     if ((s = pl_gpu_status(cudaMemcpy(st->inv_freq, inv_freq, (size_t)n_half * sizeof(double),
                                       cudaMemcpyHostToDevice),
                            "rope table")))

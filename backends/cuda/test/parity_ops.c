@@ -121,7 +121,7 @@ static void s_rope_case(pt_ctx_t *t, int hd, int max_ctx, const int *pos, const 
     cfg.rope_orig_max_pos = 8192;
 
     double inv[PL_GPU_PLAN_MAX_HEAD_DIM / 2];
-    pl_gpu_rope_inv_freq(&cfg, inv);
+    pl_model_rope_inv_freq(&cfg, inv);
     float *x = s_alloc((size_t)T * qkv), *ref = s_alloc((size_t)T * qkv);
     float *cs = s_alloc((size_t)T * n_half), *sn = s_alloc((size_t)T * n_half);
     float *gcs = s_alloc((size_t)T * n_half), *gsn = s_alloc((size_t)T * n_half);
