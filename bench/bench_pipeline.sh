@@ -173,7 +173,8 @@ echo "model: $(cfg num_hidden_layers) layers, hidden $(cfg hidden_size), interme
     "$(cfg intermediate_size), heads $(cfg num_attention_heads)/$(cfg num_key_value_heads)," \
     "vocab $VOCAB, $DTYPE on disk (f32 in the CPU backend)"
 echo "prefill job: $SEQS prompts x $PROMPT_LEN tokens, max_new_tokens 1;" \
-    "decode job: $SEQS sequences x $NEW_TOKENS new tokens; microbatches = stages"
+    "decode job: $SEQS sequences x $NEW_TOKENS new tokens; microbatches: 0 and planner:" \
+    "optimal (the planner chooses; see below)"
 echo
 echo "| stages | prefill tok/s | ratio | decode tok/s | ratio |"
 echo "| ---: | ---: | ---: | ---: | ---: |"
