@@ -308,6 +308,7 @@ static const pl_ys_field_t s_node_fields[] = {
      .def_str = "info",
      .choices = s_log_levels},
     S_FLOAT("slowdown", 0, pl_cfg_node_t, slowdown, 1, 1000, 1),
+    S_STR("coordinator_public_key", 0, pl_cfg_node_t, coordinator_key, s_check_z85_key),
     {.type = PL_YS_END},
 };
 

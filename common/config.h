@@ -74,6 +74,7 @@ typedef struct {
     int memory_reserve_mb;          /* default 512 */
     int heartbeat_ms;               /* default 500 */
     char log_level[16];             /* default "info" */
+    char coordinator_key[64];       /* coordinator_public_key: CURVE (Z85), "" = plaintext */
     float slowdown;                 /* testing: run the CPU device this many times slower, >= 1 */
 } pl_cfg_node_t;
 

@@ -228,11 +228,14 @@ pl_status_t pl_coord_run(const pl_cfg_cluster_t *cfg, volatile sig_atomic_t *sto
     c.router = zmq_socket(zctx, ZMQ_ROUTER);
     pl_ctl_socket_setup(c.router);
     zmq_setsockopt(c.router, ZMQ_ROUTER_HANDOVER, &handover, sizeof(handover));
+    if (cfg->secret_key[0] && (st = pl_ctl_curve_server(c.router, cfg->secret_key)))
+        goto out;
     if (zmq_bind(c.router, cfg->endpoint) != 0) {
         st = pl_error(PL_ERR_TRANSPORT, "bind %s: %s", cfg->endpoint, zmq_strerror(zmq_errno()));
         goto out;
     }
-    pl_log_info("coordinator listening on %s", cfg->endpoint);
+    pl_log_info("coordinator listening on %s%s", cfg->endpoint,
+                cfg->secret_key[0] ? " (CURVE encrypted)" : "");
     while (!*stop && !c.shutdown) {
         zmq_pollitem_t it = {.socket = c.router, .events = ZMQ_POLLIN};
         int rc = zmq_poll(&it, 1, PL_MAX(50, cfg->heartbeat_ms / 2));

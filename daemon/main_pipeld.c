@@ -30,7 +30,9 @@ static void s_usage(FILE *f)
             "  --name NAME          node name (default: the host name)\n"
             "  --coordinator EP     coordinator endpoint (default tcp://127.0.0.1:5555)\n"
             "  --threads N          CPU threads for the CPU device (0: all cores)\n"
-            "  --devices LIST       backends to use (default: every one found)\n");
+            "  --devices LIST       backends to use (default: every one found)\n"
+            "A coordinator with CURVE keys needs its public key: coordinator_public_key in the\n"
+            "node file, the cluster file's security section, or $PIPELD_COORDINATOR_KEY.\n");
 }
 
 static int s_devices(pl_cfg_node_t *cfg, const char *list)
@@ -119,6 +121,7 @@ int main(int argc, char **argv)
             return 1;
         }
         snprintf(cfg.coordinator, sizeof(cfg.coordinator), "%s", cluster.endpoint);
+        snprintf(cfg.coordinator_key, sizeof(cfg.coordinator_key), "%s", cluster.public_key);
         cfg.heartbeat_ms = cluster.heartbeat_ms;
         for (int i = 0; i < cluster.n_nodes; i++)
             if (strcmp(cluster.nodes[i].name, cfg.name) == 0)
@@ -126,6 +129,9 @@ int main(int argc, char **argv)
     }
     if (coord)
         snprintf(cfg.coordinator, sizeof(cfg.coordinator), "%s", coord);
+    const char *key = getenv("PIPELD_COORDINATOR_KEY"); /* CURVE: the coordinator's public key */
+    if (key && *key)
+        snprintf(cfg.coordinator_key, sizeof(cfg.coordinator_key), "%s", key);
     if (threads >= 0)
         cfg.threads = threads;
     if (devices && s_devices(&cfg, devices))

@@ -397,6 +397,8 @@ pl_status_t pl_node_run(const pl_cfg_node_t *cfg, volatile sig_atomic_t *stop)
     n.dealer = zmq_socket(n.zctx, ZMQ_DEALER);
     pl_ctl_socket_setup(n.dealer);
     zmq_setsockopt(n.dealer, ZMQ_ROUTING_ID, cfg->name, strlen(cfg->name));
+    if (cfg->coordinator_key[0] && (st = pl_ctl_curve_client(n.dealer, cfg->coordinator_key)))
+        goto out;
     if (zmq_connect(n.dealer, cfg->coordinator) != 0) {
         st = pl_error(PL_ERR_TRANSPORT, "coordinator %s: %s", cfg->coordinator,
                       zmq_strerror(zmq_errno()));

@@ -325,3 +325,50 @@ Test(cluster, pipectl_errors_are_one_line_and_nonzero)
     free(err);
     s_passed = 1;
 }
+
+Test(cluster, curve_encrypted_control_plane)
+{
+    char pub[41], sec[41], other_pub[41], other_sec[41], path[512], text[1024], bin[512],
+        log[512];
+    int rc;
+    cr_assert_eq(zmq_curve_keypair(pub, sec), 0, "libzmq without CURVE");
+    cr_assert_eq(zmq_curve_keypair(other_pub, other_sec), 0);
+    memset(&s_c, 0, sizeof(s_c));
+    tc_mkdtemp(s_c.dir, sizeof(s_c.dir));
+    snprintf(s_c.ep, sizeof(s_c.ep), "tcp://127.0.0.1:%d", tc_free_port());
+    snprintf(path, sizeof(path), "%s/cluster.yaml", s_c.dir);
+    snprintf(text, sizeof(text),
+             "coordinator:\n  endpoint: %s\nsecurity:\n  coordinator_public_key: \"%s\"\n"
+             "  coordinator_secret_key: \"%s\"\n",
+             s_c.ep, pub, sec);
+    tc_write(path, text);
+    snprintf(bin, sizeof(bin), "%s/pipecoord", tc_bin());
+    snprintf(log, sizeof(log), "%s/pipecoord.log", s_c.dir);
+    s_c.coord = tc_spawn((char *[]){bin, "--cluster", path, NULL}, log);
+    setenv("PIPELD_COORDINATOR_KEY", pub, 1); /* daemons and pipectl inherit it */
+    tc_start_node(&s_c, "node0", 1, NULL);
+    tc_start_node(&s_c, "node1", 1, NULL);
+    cr_assert_eq(tc_wait_idle(&s_c, 2, 30), 0, "daemons did not register over CURVE");
+    snprintf(path, sizeof(path), "%s/prompts.jsonl", s_c.dir);
+    tc_write(path, s_prompts);
+    cr_assert_eq(tc_make_model(s_c.dir, "m", "--layers 4 --hidden 64 --intermediate 160 "
+                                             "--heads 4 --kv-heads 2 --vocab 256 --seed 5"),
+                 0);
+    s_job("sec", "m", "max_new_tokens: 6\n");
+    char *ref = s_reference("sec"), *got = s_submit("sec", &rc);
+    cr_assert_eq(rc, 0, "%s", s_err("sec"));
+    cr_assert_str_eq(got, ref);
+    free(ref), free(got);
+    /* a client with the wrong server key, or none, gets no answer */
+    char *err;
+    cr_expect_neq(tc_sh(&err, "%s/pipectl -c %s -k '%s' --timeout 1 nodes 2>&1", tc_bin(),
+                        s_c.ep, other_pub), 0);
+    cr_expect(strstr(err, "no answer"), "%s", err);
+    free(err);
+    cr_expect_neq(tc_sh(&err, "env -u PIPELD_COORDINATOR_KEY %s/pipectl -c %s --timeout 1 nodes "
+                              "2>&1", tc_bin(), s_c.ep), 0);
+    cr_expect(strstr(err, "no answer"), "%s", err);
+    free(err);
+    unsetenv("PIPELD_COORDINATOR_KEY");
+    s_passed = 1;
+}

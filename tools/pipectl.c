@@ -469,12 +469,14 @@ static void s_usage(FILE *f)
                "  nodes                                  the cluster's nodes and devices\n"
                "  health NODE                            one node's devices and heartbeat\n"
                "  shutdown                               stop the coordinator and its daemons\n"
-               "The endpoint defaults to $PIPELD_COORDINATOR, else tcp://127.0.0.1:5555.\n");
+               "The endpoint defaults to $PIPELD_COORDINATOR, else tcp://127.0.0.1:5555. A\n"
+               "coordinator with CURVE keys needs -k PUBLIC_KEY (or $PIPELD_COORDINATOR_KEY).\n");
 }
 
 int main(int argc, char **argv)
 {
     static const struct option opts[] = {{"coordinator", required_argument, NULL, 'c'},
+                                         {"coordinator-key", required_argument, NULL, 'k'},
                                          {"output", required_argument, NULL, 'o'},
                                          {"timeout", required_argument, NULL, 'T'},
                                          {"wait", no_argument, NULL, 'w'},
@@ -483,6 +485,7 @@ int main(int argc, char **argv)
                                          {"help", no_argument, NULL, 'h'},
                                          {NULL, 0, NULL, 0}};
     s_ctl_t c = {.endpoint = getenv("PIPELD_COORDINATOR"), .timeout_s = 10};
+    const char *key = getenv("PIPELD_COORDINATOR_KEY"); /* CURVE: the coordinator's public key */
     bool wait = false;
     const char *cluster = NULL;
     int stages = -1, o, rc;
@@ -490,9 +493,10 @@ int main(int argc, char **argv)
     if (!c.endpoint || !*c.endpoint)
         c.endpoint = "tcp://127.0.0.1:5555";
     /* GNU getopt moves the command words after the options, wherever the user put them */
-    while ((o = getopt_long(argc, argv, "c:o:T:ws:C:h", opts, NULL)) != -1) {
+    while ((o = getopt_long(argc, argv, "c:k:o:T:ws:C:h", opts, NULL)) != -1) {
         switch (o) {
         case 'c': c.endpoint = optarg; break;
+        case 'k': key = optarg; break;
         case 'o':
             if (strcmp(optarg, "json") && strcmp(optarg, "table"))
                 return s_die("-o takes table or json, not '%s'", optarg);
@@ -522,7 +526,9 @@ int main(int argc, char **argv)
     c.zctx = zmq_ctx_new();
     c.sock = zmq_socket(c.zctx, ZMQ_DEALER);
     pl_ctl_socket_setup(c.sock);
-    if (zmq_connect(c.sock, c.endpoint) != 0) {
+    if (key && *key && pl_ctl_curve_client(c.sock, key)) {
+        rc = s_die("%s", pl_error_msg());
+    } else if (zmq_connect(c.sock, c.endpoint) != 0) {
         rc = s_die("bad coordinator endpoint '%s'", c.endpoint);
     } else if (!strcmp(cmd, "submit") && nargs == 1) {
         rc = s_submit(&c, arg, wait, stages);

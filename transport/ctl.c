@@ -243,3 +243,27 @@ void pl_ctl_msg_clear(pl_ctl_msg_t *msg)
     json_decref(msg->body);
     msg->body = NULL;
 }
+
+pl_status_t pl_ctl_curve_server(void *sock, const char *secret_z85)
+{
+    int one = 1;
+    if (strlen(secret_z85) != 40)
+        return pl_error(PL_ERR_INVALID, "CURVE secret key: expected 40 Z85 characters");
+    if (zmq_setsockopt(sock, ZMQ_CURVE_SERVER, &one, sizeof(one)) != 0 ||
+        zmq_setsockopt(sock, ZMQ_CURVE_SECRETKEY, secret_z85, 40) != 0)
+        return pl_error(PL_ERR_TRANSPORT, "CURVE server: %s", zmq_strerror(zmq_errno()));
+    return PL_OK;
+}
+
+pl_status_t pl_ctl_curve_client(void *sock, const char *server_public_z85)
+{
+    char pub[41], sec[41];
+    if (strlen(server_public_z85) != 40)
+        return pl_error(PL_ERR_INVALID, "coordinator public key: expected 40 Z85 characters");
+    if (zmq_curve_keypair(pub, sec) != 0 ||
+        zmq_setsockopt(sock, ZMQ_CURVE_SERVERKEY, server_public_z85, 40) != 0 ||
+        zmq_setsockopt(sock, ZMQ_CURVE_PUBLICKEY, pub, 40) != 0 ||
+        zmq_setsockopt(sock, ZMQ_CURVE_SECRETKEY, sec, 40) != 0)
+        return pl_error(PL_ERR_TRANSPORT, "CURVE client: %s", zmq_strerror(zmq_errno()));
+    return PL_OK;
+}

@@ -76,6 +76,12 @@ pl_status_t pl_ctl_decode(const void *type, size_t type_len, const void *body, s
  * is PL_ERR_TRANSPORT ("peer not connected") instead of a silent drop. */
 pl_status_t pl_ctl_socket_setup(void *sock);
 
+/* CURVE encryption of the control plane. The coordinator's ROUTER is the server (its secret
+ * key, Z85); daemons and pipectl are clients that know the server's public key and use a fresh
+ * key pair of their own. Call before bind / connect. */
+pl_status_t pl_ctl_curve_server(void *sock, const char *secret_z85);
+pl_status_t pl_ctl_curve_client(void *sock, const char *server_public_z85);
+
 /* Copy `len` bytes into out (NUL-terminated, out_len > 0) with printable ASCII kept and every
  * other byte (and \ and ') written as \xNN; stops early rather than overflow. Returns the length
  * written. For showing identities and type names from the wire in messages. */
