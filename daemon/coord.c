@@ -169,6 +169,21 @@ static void s_on_heartbeat(pl_coord_t *c, const pl_ctl_msg_t *m)
     c->nodes[i].last_seen = pl_now();
     json_decref(c->nodes[i].health);
     c->nodes[i].health = json_incref(m->body);
+    /* progress of the jobs whose last stage runs here; entries that do not check out are ignored */
+    size_t k;
+    json_t *e, *stages = json_object_get(m->body, "stages");
+    json_array_foreach(stages, k, e)
+    {
+        int64_t id, stage, gen;
+        if (k >= 64 || pl_json_int(e, "job", 1, UINT32_MAX, &id) ||
+            pl_json_int(e, "stage", 0, PL_COORD_MAX_STAGES - 1, &stage) ||
+            pl_json_int(e, "generated", 0, INT64_MAX, &gen))
+            continue;
+        pl_coord_job_t *j = pl_coord_find_job(c, id);
+        if (j && j->state == PL_JOB_RUNNING && stage == j->n_stages - 1 &&
+            j->stages[stage].node == i && gen > j->generated)
+            j->generated = gen;
+    }
 }
 
 static void s_check_liveness(pl_coord_t *c)

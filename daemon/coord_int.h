@@ -82,6 +82,7 @@ typedef struct {
     json_t *results; /* from the last stage */
     char error[1024];
     double t_submit, t_start, t_run, t_end;
+    int64_t generated; /* tokens sampled so far, from the last stage's heartbeats */
 } pl_coord_job_t;
 
 typedef struct {

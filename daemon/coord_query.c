@@ -52,11 +52,17 @@ void pl_coord_on_status(pl_coord_t *c, const pl_ctl_msg_t *m)
                                                 j->stages[i].ready, "done", j->stages[i].done,
                                                 "stats", j->stages[i].stats));
     double now = pl_now(), end = j->t_end > 0 ? j->t_end : now;
-    pl_coord_reply(c, m, PL_MSG_REPLY,
-                   json_pack("{s:i, s:s, s:s, s:s, s:i, s:O?, s:o, s:o, s:f}", "job", j->id,
+    int64_t max_new = 16;
+    pl_json_int_opt(j->gen, "max_new_tokens", 1, 65536, &max_new);
+    json_t *body = json_pack("{s:i, s:s, s:s, s:s, s:i, s:O?, s:o, s:o, s:f}", "job", j->id,
                              "state", pl_job_state_name(j->state), "model", j->model, "note",
                              j->error, "sequences", j->n_seqs, "plan", j->plan, "stages", stages,
-                             "throughput", s_throughput(j), "elapsed_s", end - j->t_submit));
+                             "throughput", s_throughput(j), "elapsed_s", end - j->t_submit);
+    /* progress: tokens sampled so far (from heartbeats), and the most the job can produce */
+    json_object_set_new(body, "progress",
+                        json_pack("{s:I, s:I}", "generated", (json_int_t)j->generated, "at_most",
+                                  (json_int_t)(j->n_seqs * max_new)));
+    pl_coord_reply(c, m, PL_MSG_REPLY, body);
 }
 
 void pl_coord_on_results(pl_coord_t *c, const pl_ctl_msg_t *m)

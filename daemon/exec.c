@@ -29,6 +29,7 @@ struct pl_exec {
     char endpoint[64];
     pthread_t thread;
     atomic_int cancel;
+    atomic_ullong generated; /* last stage: tokens sampled so far, read by the node's heartbeat */
     /* executor-thread state */
     void *sock;
     pl_model_t *model;
@@ -206,6 +207,7 @@ static pl_status_t s_emit(pl_exec_t *x, pl_gen_sink_t *sink, s_fifo_t *fifo, pl_
     st = pl_gen_sink_sample(sink, hdr, seqs, x->out, &fifo->hdr[at], x->seqs_out);
     if (st)
         return st;
+    atomic_store(&x->generated, pl_gen_sink_generated(sink));
     memcpy(fifo->seqs + (size_t)at * fifo->stride, x->seqs_out, hdr->n_seq * sizeof(pl_act_seq_t));
     fifo->count++;
     return PL_OK;
@@ -300,7 +302,9 @@ static pl_status_t s_run_rest(pl_exec_t *x, pl_gen_sink_t *sink)
         if (st)
             break;
         if (last) {
-            if (!(st = pl_gen_sink_sample(sink, &hdr, x->seqs_in, x->out, &out, x->seqs_out)))
+            st = pl_gen_sink_sample(sink, &hdr, x->seqs_in, x->out, &out, x->seqs_out);
+            atomic_store(&x->generated, pl_gen_sink_generated(sink));
+            if (!st)
                 st = s_send(x, &out, x->seqs_out, NULL);
         } else {
             st = s_send(x, &hdr, x->seqs_in, x->out);
@@ -487,6 +491,11 @@ void *pl_exec_socket(pl_exec_t *x)
 uint32_t pl_exec_job(const pl_exec_t *x)
 {
     return x->p.job_id;
+}
+
+uint64_t pl_exec_generated(pl_exec_t *x)
+{
+    return atomic_load(&x->generated);
 }
 
 int pl_exec_stage(const pl_exec_t *x)

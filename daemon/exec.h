@@ -30,6 +30,8 @@ pl_status_t pl_exec_start(void *zctx, pl_exec_params_t *params, pl_exec_t **exec
 void *pl_exec_socket(pl_exec_t *exec);
 uint32_t pl_exec_job(const pl_exec_t *exec);
 int pl_exec_stage(const pl_exec_t *exec);
+/* Tokens the (last) stage has sampled so far; 0 for other stages. Safe from any thread. */
+uint64_t pl_exec_generated(pl_exec_t *exec);
 /* Ask the thread to stop soon (the job was canceled). Never blocks. */
 void pl_exec_cancel(pl_exec_t *exec);
 /* Cancel, join the thread, close the socket, free; *exec_p NULL; safe on NULL. */

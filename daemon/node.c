@@ -197,8 +197,10 @@ static json_t *s_health(const s_node_t *n)
     getloadavg(load, 3);
     json_t *stages = json_array();
     for (int i = 0; i < n->n_execs; i++)
-        json_array_append_new(stages, json_pack("{s:i, s:i}", "job", pl_exec_job(n->execs[i]),
-                                                "stage", pl_exec_stage(n->execs[i])));
+        json_array_append_new(stages,
+                              json_pack("{s:i, s:i, s:I}", "job", pl_exec_job(n->execs[i]), "stage",
+                                        pl_exec_stage(n->execs[i]), "generated",
+                                        (json_int_t)pl_exec_generated(n->execs[i])));
     return json_pack("{s:s, s:o, s:I, s:f}", "node", n->cfg->name, "stages", stages, "rss_kb",
                      (json_int_t)rss_kb, "load1", load[0]);
 }

@@ -293,6 +293,19 @@ Test(cluster, cancel_frees_the_nodes)
         free(nodes);
         usleep(200 * 1000);
     }
+    /* progress: the tokens sampled so far reach the coordinator with the heartbeats, and grow */
+    long gen[2];
+    for (int k = 0; k < 2; k++) {
+        char *js, *p;
+        if (k)
+            usleep(1200 * 1000);
+        tc_sh(&js, "%s/pipectl -c %s -o json status 1", tc_bin(), s_c.ep);
+        p = strstr(js, "\"generated\": ");
+        cr_assert_not_null(p, "no progress in: %s", js);
+        gen[k] = atol(p + 13);
+        free(js);
+    }
+    cr_assert_gt(gen[1], gen[0], "progress did not grow: %ld then %ld", gen[0], gen[1]);
     cr_assert_eq(tc_sh(NULL, "%s/pipectl -c %s cancel 1 >/dev/null", tc_bin(), s_c.ep), 0);
     st = s_wait_state(1, "canceled", 5);
     cr_assert(strstr(st, "\"state\": \"canceled\""), "%s", st);

@@ -208,7 +208,8 @@ static int s_results(s_ctl_t *c, int64_t id)
 static int s_wait(s_ctl_t *c, int64_t id)
 {
     char last[32] = "";
-    double t0 = pl_now();
+    double t0 = pl_now(), shown_at = 0;
+    int64_t shown = 0;
     for (;;) {
         json_t *r;
         if (s_call(c, PL_MSG_STATUS, json_pack("{s:I}", "job", (json_int_t)id), &r))
@@ -221,6 +222,16 @@ static int s_wait(s_ctl_t *c, int64_t id)
                     pl_now() - t0, strcmp(note, "-") && *note ? ": " : "",
                     strcmp(note, "-") ? note : "");
             snprintf(last, sizeof(last), "%s", state);
+        }
+        /* long generations: the token count every few seconds while it grows */
+        json_t *pg = json_object_get(r, "progress");
+        int64_t gen = (int64_t)s_num(pg, "generated");
+        if (!strcmp(state, "running") && gen > shown && pl_now() - shown_at >= 2.0) {
+            fprintf(stderr, "pipectl: job %lld running: %lld of at most %lld tokens after %.1f s\n",
+                    (long long)id, (long long)gen, (long long)s_num(pg, "at_most"),
+                    pl_now() - t0);
+            shown = gen;
+            shown_at = pl_now();
         }
         json_decref(r);
         if (!strcmp(state, "done"))
