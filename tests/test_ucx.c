@@ -417,9 +417,12 @@ static bool s_stuck_receive(pl_ucx_t *a, pl_ucx_t *b)
     free(addr);
     if (s_send(a, ab, 9, BIG, 1) != PL_OK)
         return false;
-    for (int i = 0; i < 100; i++) {
+    /* time, not a count: on a loaded machine the connection and the rendezvous request take a
+     * while; the data itself cannot flow before b posts its receive */
+    for (double t0 = pl_now(); pl_now() - t0 < 0.5;) {
         pl_ucx_progress(a);
         pl_ucx_progress(b);
+        usleep(1000);
     }
     pl_status_t st = pl_ucx_recv(b, 9, ~0ULL, BIG, &buf, &len, NULL, 300, NULL);
     if (st != PL_ERR_TIMEOUT || !strstr(pl_error_msg(), "still arriving")) {
