@@ -111,9 +111,15 @@ done
 [ "$up" -ge 3 ] || { echo "bench_pipeline: only $up of 3 daemons registered" >&2; exit 1; }
 
 # ---- one job: submit, wait, keep its results and throughput ----
-# A number from the throughput object of `pipectl -o json status` (its keys are unique there).
+# The first number named KEY in a `pipectl -o json status` file (the plan comes first).
 field() { # FILE KEY
     sed -n "s/^ *\"$2\": *\([-0-9.eE+]*\),\{0,1\}$/\1/p" "$1" | head -n 1
+}
+# A measured number: KEY inside the top-level "throughput" object (the plan has predictions
+# under the same names).
+tput() { # FILE KEY
+    sed -n '/^  "throughput": {/,/^  }/p' "$1" |
+        sed -n "s/^ *\"$2\": *\([-0-9.eE+]*\),\{0,1\}$/\1/p" | head -n 1
 }
 
 run() { # NAME YAML
@@ -129,7 +135,7 @@ run() { # NAME YAML
     local layers
     layers=$(sed -n 's/^ *"n_layers": \([0-9]*\),*$/\1/p' "$WORK/$1.json" | paste -sd+ -)
     echo "  $1: job $id, layers per stage $layers, microbatches $(field "$WORK/$1.json" \
-        microbatches), wall $(printf %.2f "$(field "$WORK/$1.json" wall_s)") s" >&2
+        microbatches), wall $(printf %.2f "$(tput "$WORK/$1.json" wall_s)") s" >&2
 }
 
 # CPU time (clock ticks) of the whole machine, and of this cluster's processes.
@@ -178,11 +184,11 @@ echo "prefill job: $SEQS prompts x $PROMPT_LEN tokens, max_new_tokens 1;" \
 echo
 echo "| stages | prefill tok/s | ratio | decode tok/s | ratio |"
 echo "| ---: | ---: | ---: | ---: | ---: |"
-p1=$(field "$WORK/prefill1.json" prefill_tok_s)
-d1=$(field "$WORK/decode1.json" decode_tok_s)
+p1=$(tput "$WORK/prefill1.json" prefill_tok_s)
+d1=$(tput "$WORK/decode1.json" decode_tok_s)
 for s in 1 2 3; do
-    p=$(field "$WORK/prefill$s.json" prefill_tok_s)
-    d=$(field "$WORK/decode$s.json" decode_tok_s)
+    p=$(tput "$WORK/prefill$s.json" prefill_tok_s)
+    d=$(tput "$WORK/decode$s.json" decode_tok_s)
     printf '| %d | %.1f | %s | %.1f | %s |\n' "$s" "$p" "$(ratio "$p" "$p1")" "$d" \
         "$(ratio "$d" "$d1")"
 done
@@ -193,14 +199,16 @@ nums() { # FILE KEY: every value of KEY, two decimals, joined with +
     sed -n "s/^ *\"$2\": *\([-0-9.eE+]*\),\{0,1\}$/\1/p" "$1" |
         awk '{ printf "%s%.2f", (NR > 1 ? "+" : ""), $1 }'
 }
-echo "| job | layers per stage | microbatches | wall s | compute s per stage | wait s per stage |"
-echo "| --- | --- | ---: | ---: | --- | --- |"
+echo "| job | layers per stage | microbatches | tok/s: planned, measured | wall s |" \
+    "compute s per stage | wait s per stage |"
+echo "| --- | --- | ---: | ---: | ---: | --- | --- |"
 for j in prefill decode; do
     for s in 1 2 3; do
         f="$WORK/$j$s.json"
-        printf '| %s, %d stage(s) | %s | %s | %.2f | %s | %s |\n' "$j" "$s" \
+        printf '| %s, %d stage(s) | %s | %s | %.1f, %.1f | %.2f | %s | %s |\n' "$j" "$s" \
             "$(sed -n 's/^ *"n_layers": \([0-9]*\),*$/\1/p' "$f" | paste -sd+ -)" \
-            "$(field "$f" microbatches)" "$(field "$f" wall_s)" "$(nums "$f" compute_s)" \
+            "$(field "$f" microbatches)" "$(field "$f" "${j}_tok_s")" \
+            "$(tput "$f" "${j}_tok_s")" "$(tput "$f" wall_s)" "$(nums "$f" compute_s)" \
             "$(nums "$f" wait_s)"
     done
 done
