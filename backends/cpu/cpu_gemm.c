@@ -181,6 +181,7 @@ s_tile(s_v8_t *acc, const float *const *x, const float *const *w, int k0, int k1
 #define S_TILE_ACC (S_TILE_R * S_TILE_O)
 #define S_GROUP_R 64 /* rows whose accumulators are kept at once */
 #define S_BLOCK_K 256
+#define S_L2_BYTES (256 * 1024) /* rows of x that stay cached without blocking the inner dim */
 
 typedef struct {
     const float *x;
@@ -206,10 +207,10 @@ static void s_gemm_block(const s_gemm_job_t *j, int r0, int nr, int o0, int no, 
         for (int i = 0; i < S_TILE_O; i++)
             wr[t][i] = j->w + (size_t)(o0 + PL_MIN(t * S_TILE_O + i, no - 1)) * k;
     memset(acc, 0, sizeof(s_v8_t) * S_TILE_ACC * (size_t)(n_rt * n_ot));
-    /* Blocking the inner dimension keeps x in cache for many row tiles; with one row tile
-     * (decode) there is nothing to reuse, and whole weight rows stream better than many
+    /* Blocking the inner dimension keeps the rows of x in cache while the weights pass; when
+     * those rows fit in L2 anyway (decode batches) whole weight rows stream better than many
      * interleaved 1 KiB pieces. Either way each lane sums its positions in the same order. */
-    int block_k = n_rt > 1 ? S_BLOCK_K : k8;
+    int block_k = (size_t)n_rt * S_TILE_R * (size_t)k * sizeof(float) > S_L2_BYTES ? S_BLOCK_K : k8;
     for (int kb = 0; kb < k8; kb += block_k) {
         int ke = PL_MIN(kb + block_k, k8);
         for (int ot = 0; ot < n_ot; ot++)
