@@ -230,6 +230,9 @@ static void s_gemm_block(const s_gemm_job_t *j, int r0, int nr, int o0, int no, 
     }
 }
 
+/* Each thread's tile accumulators (64 KiB), kept rather than allocated on every product. */
+static _Thread_local s_v8_t s_acc[S_TILE_ACC * (S_GROUP_R / S_TILE_R) * (S_BLOCK_O / S_TILE_O)];
+
 static void s_gemm_part(void *arg, int part, int n_parts)
 {
     const s_gemm_job_t *j = arg;
@@ -238,16 +241,12 @@ static void s_gemm_part(void *arg, int part, int n_parts)
     int t0 = (int)((int64_t)tiles * part / n_parts);
     int t1 = (int)((int64_t)tiles * (part + 1) / n_parts);
     int o_end = PL_MIN(t1 * S_TILE_O, j->out_dim);
-    s_v8_t *acc = aligned_alloc(32, sizeof(s_v8_t) * S_TILE_ACC * (S_GROUP_R / S_TILE_R) *
-                                        (S_BLOCK_O / S_TILE_O));
+    s_v8_t *acc = s_acc;
 
-    if (!acc)
-        abort(); /* 64 KiB; nothing sensible to do without it */
     for (int r0 = 0; r0 < j->n_rows; r0 += S_GROUP_R)
         for (int o0 = t0 * S_TILE_O; o0 < o_end; o0 += S_BLOCK_O)
             s_gemm_block(j, r0, PL_MIN(S_GROUP_R, j->n_rows - r0), o0,
                          PL_MIN(S_BLOCK_O, o_end - o0), acc);
-    free(acc);
 }
 
 void pl_cpu_matmul_rows(pl_cpu_pool_t *pool, const float *x, const int *rows, int n_rows,
