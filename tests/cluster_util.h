@@ -20,6 +20,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <criterion/criterion.h>
+
 #define TC_MAX_PROCS 16
 
 typedef struct {
@@ -195,6 +197,46 @@ static inline void tc_dump_logs(const tc_cluster_t *c)
 static inline int tc_make_model(const char *dir, const char *name, const char *args)
 {
     return tc_sh(NULL, "%s/pl-mkmodel --out %s/%s %s >/dev/null", tc_bin(), dir, name, args);
+}
+
+/* The pipeline job files of these tests: dir/NAME.yaml for model dir/MODEL with extra YAML lines.
+ * They are about the pipeline, so every node stays in it (the default plan may pick one device
+ * for a model this small). */
+static inline void tc_job(const tc_cluster_t *c, const char *name, const char *model,
+                          const char *extra)
+{
+    char path[512], text[2048];
+    snprintf(path, sizeof(path), "%s/%s.yaml", c->dir, name);
+    snprintf(text, sizeof(text), "model: %s\nprompts: prompts.jsonl\nplanner: optimal\n%s", model,
+             extra);
+    tc_write(path, text);
+}
+
+/* Reference tokens from one process, one stage, all sequences in one microbatch. */
+static inline char *tc_reference(const tc_cluster_t *c, const char *job)
+{
+    char *out;
+    int rc = tc_sh(&out, "%s/pl-generate --microbatches 1 %s/%s.yaml 2>/dev/null", tc_bin(),
+                   c->dir, job);
+    cr_assert_eq(rc, 0, "pl-generate failed");
+    cr_assert(strstr(out, "\"tokens\""), "reference has no tokens: %s", out);
+    return out;
+}
+
+/* Submit dir/JOB.yaml and wait: the results on stdout, pipectl's stderr kept in dir/JOB.err. */
+static inline char *tc_submit(const tc_cluster_t *c, const char *job, int *rc_p)
+{
+    char *out;
+    *rc_p = tc_sh(&out, "%s/pipectl -c %s --timeout 5 submit %s/%s.yaml --wait 2>%s/%s.err",
+                  tc_bin(), c->ep, c->dir, job, c->dir, job);
+    return out;
+}
+
+static inline char *tc_err(const tc_cluster_t *c, const char *job)
+{
+    char *out;
+    tc_sh(&out, "cat %s/%s.err", c->dir, job);
+    return out;
 }
 
 #endif

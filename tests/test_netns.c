@@ -176,42 +176,24 @@ static void s_start(void)
                  0);
 }
 
-/* Write dir/NAME.yaml for model dir/MODEL with extra YAML lines. */
 static void s_job(const char *name, const char *model, const char *extra)
 {
-    char path[512], text[2048];
-    snprintf(path, sizeof(path), "%s/%s.yaml", s_c.dir, name);
-    /* these tests are about the pipeline: keep every node in it (the default plan may pick one
-     * device for a model this small) */
-    snprintf(text, sizeof(text), "model: %s\nprompts: prompts.jsonl\nplanner: optimal\n%s", model,
-             extra);
-    tc_write(path, text);
+    tc_job(&s_c, name, model, extra);
 }
 
-/* Reference tokens from one process, one stage, all sequences in one microbatch. */
 static char *s_reference(const char *job)
 {
-    char *out;
-    int rc = tc_sh(&out, "%s/pl-generate --microbatches 1 %s/%s.yaml 2>/dev/null", tc_bin(),
-                   s_c.dir, job);
-    cr_assert_eq(rc, 0, "pl-generate failed");
-    cr_assert(strstr(out, "\"tokens\""), "reference has no tokens: %s", out);
-    return out;
+    return tc_reference(&s_c, job);
 }
 
 static char *s_submit(const char *job, int *rc_p)
 {
-    char *out;
-    *rc_p = tc_sh(&out, "%s/pipectl -c %s --timeout 5 submit %s/%s.yaml --wait 2>%s/%s.err",
-                  tc_bin(), s_c.ep, s_c.dir, job, s_c.dir, job);
-    return out;
+    return tc_submit(&s_c, job, rc_p);
 }
 
 static char *s_err(const char *job)
 {
-    char *out;
-    tc_sh(&out, "cat %s/%s.err", s_c.dir, job);
-    return out;
+    return tc_err(&s_c, job);
 }
 
 /* `pipectl -o json ARGS` parsed; the test fails when it is not a JSON object. */
