@@ -4,7 +4,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "daemon/coord_int.h"
-#include "daemon/gen.h"
+#include "pipeline/gen.h"
 #include "model/model.h"
 
 #include <stdarg.h>

@@ -5,7 +5,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "daemon/coord_int.h"
-#include "daemon/gen.h"
+#include "pipeline/gen.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -5,7 +5,7 @@
 #include "common/json.h"
 #include "common/log.h"
 #include "common/util.h"
-#include "daemon/exec.h"
+#include "pipeline/exec.h"
 #include "transport/ctl.h"
 
 #include <stdio.h>

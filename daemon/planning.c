@@ -4,7 +4,7 @@
 
 #include "common/json.h"
 #include "common/util.h"
-#include "daemon/gen.h"
+#include "pipeline/gen.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -1,6 +1,6 @@
 /* Generation bookkeeping: job parsing and validation, prompts JSONL, the feeder's microbatch
  * plan and positions, the sink's stop rules and results. */
-#include "daemon/gen.h"
+#include "pipeline/gen.h"
 
 #include <criterion/criterion.h>
 #include <string.h>

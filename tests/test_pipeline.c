@@ -1,7 +1,7 @@
 /* The split does not change the answer: a job run as 1, 2 and 3 stages (in one process) gives the
  * same token ids, greedy and seeded sampling, whatever the microbatching; errors are reported. */
 #include "cluster_util.h"
-#include "daemon/gen_local.h"
+#include "pipeline/gen_local.h"
 
 #include <criterion/criterion.h>
 

@@ -4,7 +4,7 @@
 #include "common/config.h"
 #include "common/json.h"
 #include "common/util.h"
-#include "daemon/gen.h"
+#include "pipeline/gen.h"
 #include "daemon/planning.h"
 #include "scheduler/catalog.h"
 #include "transport/ctl.h"

@@ -3,8 +3,8 @@
 #include "backends/backend.h"
 #include "common/config.h"
 #include "common/util.h"
-#include "daemon/gen.h"
-#include "daemon/gen_local.h"
+#include "pipeline/gen.h"
+#include "pipeline/gen_local.h"
 
 #include <getopt.h>
 #include <stdio.h>

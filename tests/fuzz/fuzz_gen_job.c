@@ -4,7 +4,7 @@
  *     tests/fuzz/fuzz_gen_job.c daemon/gen_job.c common/status.c common/json.c common/util.c \
  *     $(pkg-config --cflags --libs jansson) -lm -o /tmp/fuzz_gen_job
  *   /tmp/fuzz_gen_job -max_total_time=60 -max_len=4096 */
-#include "daemon/gen.h"
+#include "pipeline/gen.h"
 
 #include <string.h>
 

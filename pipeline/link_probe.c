@@ -1,6 +1,6 @@
 /* The link probe: one loop plays both roles, measuring the link to the next stage while it
  * answers the previous stage, so a ring of stages that all probe at once never deadlocks. */
-#include "daemon/link_probe.h"
+#include "pipeline/link_probe.h"
 
 #include "common/util.h"
 #include "transport/act.h"

@@ -1,8 +1,8 @@
 /* Generation bookkeeping shared by the pipeline executor and the in-process reference runner:
  * the feeder (stage 0: which tokens go in next) and the sink (last stage: sampling, stop rules,
  * collected outputs). Both speak in data-plane messages (transport/act.h). */
-#ifndef PL_DAEMON_GEN_H
-#define PL_DAEMON_GEN_H
+#ifndef PL_PIPELINE_GEN_H
+#define PL_PIPELINE_GEN_H
 
 #include "backends/backend.h"
 #include "model/sample.h"

@@ -1,6 +1,6 @@
 /* The feeder (stage 0) and the sink (last stage) of a generation: what goes into the pipeline
  * next, and what comes out of it. */
-#include "daemon/gen.h"
+#include "pipeline/gen.h"
 
 #include "common/util.h"
 

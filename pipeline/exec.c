@@ -1,13 +1,13 @@
 /* Stage executor thread: load, announce the UCX address, wait for START, measure the link to the
  * next stage (link_probe.h), then run the stage's role (first, middle, last or all-in-one) until
  * the job's STOP arrives. */
-#include "daemon/exec.h"
+#include "pipeline/exec.h"
 
 #include "common/log.h"
 #include "common/util.h"
 #include "common/json.h"
-#include "daemon/gen.h"
-#include "daemon/link_probe.h"
+#include "pipeline/gen.h"
+#include "pipeline/link_probe.h"
 #include "transport/ctl.h"
 #include "transport/ucx.h"
 

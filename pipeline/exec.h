@@ -1,8 +1,8 @@
 /* A stage executor: one thread that loads a stage's layers, talks UCX to its neighbours and runs
  * microbatches until the job ends. It reports to the node's main thread over an inproc ZeroMQ
  * PAIR socket with control messages (READY, DONE, FAIL) and receives START on the same socket. */
-#ifndef PL_DAEMON_EXEC_H
-#define PL_DAEMON_EXEC_H
+#ifndef PL_PIPELINE_EXEC_H
+#define PL_PIPELINE_EXEC_H
 
 #include "backends/backend.h"
 

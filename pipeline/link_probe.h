@@ -2,8 +2,8 @@
  * multi-stage job measures the link to its next stage (small ping-pongs for latency, a few
  * 1 MiB messages for bandwidth) and answers the probe of the stage before it. Probe messages
  * carry their own tag kind, so they never mix with activations. */
-#ifndef PL_DAEMON_LINK_PROBE_H
-#define PL_DAEMON_LINK_PROBE_H
+#ifndef PL_PIPELINE_LINK_PROBE_H
+#define PL_PIPELINE_LINK_PROBE_H
 
 #include "common/status.h"
 #include "transport/ucx.h"

@@ -1,9 +1,9 @@
 /* In-process generation: stages run back to back in one thread over the same microbatch plan
  * the pipeline uses, so its tokens are the reference for every partition. */
-#include "daemon/gen_local.h"
+#include "pipeline/gen_local.h"
 
 #include "common/util.h"
-#include "daemon/gen.h"
+#include "pipeline/gen.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,8 +1,8 @@
 /* The in-process runner: a whole job in one thread, the model split into stages run one after
  * another on one device. The reference the pipelines are compared with, and the tool behind
  * pl-generate and the single-stage benchmarks. */
-#ifndef PL_DAEMON_GEN_LOCAL_H
-#define PL_DAEMON_GEN_LOCAL_H
+#ifndef PL_PIPELINE_GEN_LOCAL_H
+#define PL_PIPELINE_GEN_LOCAL_H
 
 #include "backends/backend.h"
 

@@ -1,6 +1,6 @@
 /* A generation job's description: prompts, stop rules, sampling, microbatch plan; parsed from
  * the coordinator's JSON and from prompts JSONL, every value checked. */
-#include "daemon/gen.h"
+#include "pipeline/gen.h"
 
 #include "common/json.h"
 #include "common/util.h"
