@@ -70,7 +70,7 @@ pl_status_t pl_coord_job_parse(const json_t *body, pl_coord_job_t **job_p)
     if ((st = pl_json_str(body, "model", j->model, sizeof(j->model) - 1)) ||
         (st = pl_json_int_opt(body, "stages", 0, PL_COORD_MAX_STAGES, &stages)) ||
         (st = pl_json_str_opt(body, "planner", 16, &planner)) ||
-        (planner && (st = pl_planning_mode(planner, &j->planner))))
+        (planner && (st = pl_planner_parse(planner, &j->planner))))
         goto err;
     if (!json_is_object(gen)) {
         st = pl_error(PL_ERR_INVALID, "field 'gen': expected an object");

@@ -189,7 +189,7 @@ bool pl_coord_plan_job(pl_coord_t *c, pl_coord_job_t *j)
         cs->have_terms = pl_planning_terms(&in, plan, i, &cs->terms) == PL_OK;
     }
     pl_log_info("job %u: planned %d stage(s) (%s, %s search), predicted %.3f s, %.1f decode tok/s",
-                j->id, plan->n_stages, pl_planning_mode_name(j->planner), plan->search,
+                j->id, plan->n_stages, pl_planner_name(j->planner), plan->search,
                 plan->job_time, plan->decode_tok_s);
     j->error[0] = '\0';
     ok = true;

@@ -13,25 +13,6 @@
 
 #define S_HUGE 1e12 /* GFLOP/s or GB/s that makes one roofline term vanish */
 
-static const char *const s_modes[] = {"optimal", "auto", "even"};
-
-pl_status_t pl_planning_mode(const char *name, pl_planner_t *mode_p)
-{
-    for (int i = 0; i < 3; i++) {
-        if (name && strcmp(name, s_modes[i]) == 0) {
-            *mode_p = (pl_planner_t)i;
-            return PL_OK;
-        }
-    }
-    return pl_error(PL_ERR_INVALID, "planner '%.32s': expected optimal, auto or even",
-                    name ? name : "");
-}
-
-const char *pl_planning_mode_name(pl_planner_t mode)
-{
-    return mode >= PL_PLANNER_OPTIMAL && mode <= PL_PLANNER_EVEN ? s_modes[mode] : "?";
-}
-
 /* Bytes per element of config.json's torch_dtype: 4 for float32, else 2 (bf16, f16, absent). */
 static double s_dtype_bytes(const char *model_dir)
 {
@@ -390,7 +371,7 @@ json_t *pl_planning_json(const pl_plan_t *plan, const pl_plan_input_t *in, pl_pl
         free(table);
         return NULL;
     }
-    bool ok = json_object_set_new(o, "planner", json_string(pl_planning_mode_name(mode))) == 0 &&
+    bool ok = json_object_set_new(o, "planner", json_string(pl_planner_name(mode))) == 0 &&
               json_object_set_new(o, "table", json_string(table)) == 0;
     free(table);
     json_t *stages = json_object_get(o, "stages");

@@ -5,21 +5,13 @@
 #define PL_DAEMON_PLANNING_H
 
 #include "common/config.h"
+#include "common/job_spec.h"
 #include "model/model.h"
 #include "scheduler/plan.h"
 
 #include <jansson.h>
 #include <stdbool.h>
 
-typedef enum {
-    PL_PLANNER_OPTIMAL = 0, /* the optimal uneven split over every candidate (or `stages`) device */
-    PL_PLANNER_AUTO = 1,    /* the same, but devices may be left out when that is faster */
-    PL_PLANNER_EVEN = 2,    /* equal layer counts in node-name order: the baseline for benchmarks */
-} pl_planner_t;
-
-/* "optimal", "auto" or "even"; PL_ERR_INVALID naming the value otherwise. */
-pl_status_t pl_planning_mode(const char *name, pl_planner_t *mode_p);
-const char *pl_planning_mode_name(pl_planner_t mode);
 
 /* The planner's model: shape from the config; weight and KV element sizes 4 when any CPU device
  * is among the candidates (the CPU backend holds both as f32 whatever the file's dtype), else

@@ -335,7 +335,7 @@ static int s_plan_whatif(const s_ctl_t *c, json_t *body, const char *cluster_pat
     if (pl_model_config_load(model_dir, &cfg) ||
         pl_planning_model(model_dir, &cfg, any_cpu, &model) ||
         pl_planning_shape(json_object_get(body, "gen"), &cfg, &in.job) ||
-        pl_planning_mode(s_str(body, "planner"), &mode)) {
+        pl_planner_parse(s_str(body, "planner"), &mode)) {
         rc = s_die("%s", pl_error_msg());
         goto out;
     }
