@@ -53,13 +53,12 @@ pl_status_t pl_planning_model(const char *model_dir, const pl_model_config_t *cf
     return PL_OK;
 }
 
-pl_status_t pl_planning_shape(const json_t *gen, const pl_model_config_t *cfg, pl_sched_job_t *job)
+pl_status_t pl_planning_shape(const pl_job_spec_t *spec, const pl_model_config_t *cfg,
+                              pl_sched_job_t *job)
 {
     pl_gen_job_t g;
-    int64_t mb = 0;
     pl_status_t st;
-    if ((st = pl_json_int_opt(gen, "microbatches", 0, 1024, &mb)) ||
-        (st = pl_gen_job_from_json(gen, cfg, &g)))
+    if ((st = pl_gen_job_from_spec(spec, spec->microbatches, cfg, &g)))
         return st;
     uint64_t total = 0;
     int pmax = 1;
@@ -71,8 +70,8 @@ pl_status_t pl_planning_shape(const json_t *gen, const pl_model_config_t *cfg, p
     *job = (pl_sched_job_t){.n_seqs = g.n_seqs,
                             .prompt_avg = PL_MIN(PL_MAX(avg, 1), pmax),
                             .prompt_max = pmax,
-                            .max_new_tokens = g.max_new_tokens,
-                            .microbatches = (int)mb,
+                            .max_new_tokens = g.gen.max_new_tokens,
+                            .microbatches = spec->microbatches,
                             .ctx = pl_gen_job_max_ctx(&g)};
     pl_gen_job_clear(&g);
     return PL_OK;

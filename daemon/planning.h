@@ -19,9 +19,10 @@
 pl_status_t pl_planning_model(const char *model_dir, const pl_model_config_t *cfg, bool any_cpu,
                               pl_sched_model_t *m);
 
-/* The job shape from the generation settings a job carries ("prompts", "max_new_tokens",
- * "microbatches"), checked against the model; ctx is the longest prompt + max_new_tokens. */
-pl_status_t pl_planning_shape(const json_t *gen, const pl_model_config_t *cfg, pl_sched_job_t *job);
+/* The job shape of a typed job (prompts, max_new_tokens, microbatches), checked against the
+ * model; ctx is the longest prompt + max_new_tokens. */
+pl_status_t pl_planning_shape(const pl_job_spec_t *spec, const pl_model_config_t *cfg,
+                              pl_sched_job_t *job);
 
 /* Plan over the devices with alive[i] (NULL: all). stages 0: every candidate device (auto: any
  * number); N: exactly N (auto: at most N), the N fastest for this model when there are more.

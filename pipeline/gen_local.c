@@ -53,8 +53,8 @@ static pl_status_t s_enqueue(pl_gen_sink_t *sink, const pl_gen_job_t *job, const
     return st;
 }
 
-pl_status_t pl_gen_local_run(const char *model_dir, const json_t *job_json, const pl_be_ops_t *ops,
-                             void *dev, const int *counts, int n_stages, json_t **results_p,
+pl_status_t pl_gen_local_run(const char *model_dir, const pl_job_spec_t *spec,
+                             const pl_be_ops_t *ops, void *dev, const int *counts, int n_stages, json_t **results_p,
                              pl_gen_local_stats_t *stats)
 {
     pl_model_t *model = NULL;
@@ -76,7 +76,7 @@ pl_status_t pl_gen_local_run(const char *model_dir, const json_t *job_json, cons
     if ((st = pl_model_open(model_dir, &model)))
         return st;
     const pl_model_config_t *cfg = pl_model_config(model);
-    if ((st = pl_gen_job_from_json(job_json, cfg, &job)))
+    if ((st = pl_gen_job_from_spec(spec, spec->microbatches, cfg, &job)))
         goto out;
     int max_tokens = pl_gen_job_max_tokens(&job), first = 0, total = 0;
     for (int i = 0; counts && i < n_stages; i++)
@@ -141,7 +141,8 @@ pl_status_t pl_gen_local_run(const char *model_dir, const json_t *job_json, cons
         stats->prefill_s = pf > 0 ? pf - t0 : stats->total_s;
         stats->compute_s = c.compute_s;
         stats->generated = pl_gen_sink_generated(sink);
-        *results_p = pl_gen_sink_results(sink);
+        if (!(*results_p = pl_gen_sink_results(sink)))
+            st = pl_error(PL_ERR_NOMEM, "results: out of memory");
     }
 out:
     for (int i = 0; i < c.n_stages; i++)
