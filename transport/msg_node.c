@@ -117,7 +117,9 @@ pl_status_t pl_msg_hello_decode(const json_t *body, pl_msg_hello_t *out)
             return pl_error_prefix(st, "unavailable[%zu]: ", i);
     }
     const json_t *h = json_object_get(body, "health");
-    if (h && (st = pl_msg_heartbeat_decode(h, &m.health)))
+    if (!h)
+        return pl_error(PL_ERR_INVALID, "missing field 'health'");
+    if ((st = pl_msg_heartbeat_decode(h, &m.health)))
         return pl_error_prefix(st, "health: ");
     m.proto = (int)proto;
     m.pid = (int)pid;
