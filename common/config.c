@@ -351,6 +351,7 @@ static const pl_ys_field_t s_job_fields[] = {
     S_STR("model", PL_YS_REQUIRED, pl_cfg_job_t, model, s_resolve_path),
     S_STR("prompts", PL_YS_REQUIRED, pl_cfg_job_t, prompts, s_resolve_path),
     S_INT("max_new_tokens", pl_cfg_job_t, gen.max_new_tokens, 1, PL_JOB_MAX_NEW_TOKENS, 16),
+    S_INT("min_new_tokens", pl_cfg_job_t, gen.min_new_tokens, 0, PL_JOB_MAX_NEW_TOKENS, 0),
     {.key = "sampling", .type = PL_YS_MAP, .fields = s_job_sampling},
     S_INT("microbatches", pl_cfg_job_t, microbatches, 0, 1024, 0),
     S_INT("stages", pl_cfg_job_t, stages, 0, 64, 0),

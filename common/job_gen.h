@@ -10,6 +10,7 @@
 
 typedef struct {
     int max_new_tokens; /* 1..PL_JOB_MAX_NEW_TOKENS, default 16 */
+    int min_new_tokens; /* 0..max_new_tokens: EOS is not sampled before this many; default 0 */
     bool stop_at_eos;   /* default true */
     /* Sampling: temperature 0 is greedy; top_k 0 and top_p 1 are off. */
     float temperature;

@@ -4,6 +4,7 @@
 
 #include "common/util.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -109,7 +110,7 @@ struct pl_gen_sink {
     int n_first;       /* sequences that have their first token */
     uint64_t generated;
     double prefill_done_at;
-    float *scratch;
+    float *scratch; /* 2 * vocab for the sampler, then one logits row with EOS masked */
 };
 
 pl_status_t pl_gen_sink_create(const pl_gen_job_t *job, int vocab, pl_gen_sink_t **sink_p)
@@ -122,7 +123,7 @@ pl_status_t pl_gen_sink_create(const pl_gen_job_t *job, int vocab, pl_gen_sink_t
     k->out = calloc((size_t)job->n_seqs, sizeof(*k->out));
     k->n_out = calloc((size_t)job->n_seqs, sizeof(int));
     k->finish = calloc((size_t)job->n_seqs, sizeof(int));
-    k->scratch = malloc(2 * (size_t)vocab * sizeof(float));
+    k->scratch = malloc(3 * (size_t)vocab * sizeof(float));
     if (!k->out || !k->n_out || !k->finish || !k->scratch)
         goto err;
     for (int s = 0; s < job->n_seqs; s++)
@@ -170,8 +171,16 @@ pl_status_t pl_gen_sink_sample(pl_gen_sink_t *k, const pl_act_hdr_t *hdr,
     for (uint32_t i = 0; i < hdr->n_seq; i++) {
         uint32_t s = seqs[i].seq;
         int step = k->n_out[s];
-        int tok = pl_sample(logits + (size_t)i * (size_t)k->vocab, k->vocab, &job->sampling, s,
-                            (uint64_t)step, k->scratch);
+        const float *row = logits + (size_t)i * (size_t)k->vocab;
+        if (step < job->gen.min_new_tokens) { /* too early for EOS: it cannot be drawn */
+            float *masked = k->scratch + 2 * (size_t)k->vocab;
+            memcpy(masked, row, (size_t)k->vocab * sizeof(float));
+            for (int e = 0; e < job->n_eos; e++)
+                if (job->eos[e] >= 0 && job->eos[e] < k->vocab)
+                    masked[job->eos[e]] = -INFINITY;
+            row = masked;
+        }
+        int tok = pl_sample(row, k->vocab, &job->sampling, s, (uint64_t)step, k->scratch);
         k->out[s][k->n_out[s]++] = tok;
         k->generated++;
         if (step == 0 && ++k->n_first == job->n_seqs)

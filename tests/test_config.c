@@ -65,6 +65,7 @@ static const char s_node_full[] = "name: gpu0\n"
 static const char s_job_full[] = "model: /models/llama\n"
                                  "prompts: /data/p.jsonl\n"
                                  "max_new_tokens: 128\n"
+                                 "min_new_tokens: 12\n"
                                  "sampling:\n"
                                  "  temperature: 0.7\n"
                                  "  top_k: 40\n"
@@ -124,6 +125,7 @@ Test(config, job_every_key)
     cr_assert_str_eq(j.model, "/models/llama");
     cr_assert_str_eq(j.prompts, "/data/p.jsonl");
     cr_assert_eq(j.gen.max_new_tokens, 128);
+    cr_assert_eq(j.gen.min_new_tokens, 12);
     cr_assert_float_eq(j.gen.temperature, 0.7f, 1e-7);
     cr_assert_eq(j.gen.top_k, 40);
     cr_assert_float_eq(j.gen.top_p, 0.95f, 1e-7);
@@ -174,6 +176,7 @@ Test(config, job_defaults)
     cr_assert_str_eq(j.model, "m");
     cr_assert_str_eq(j.prompts, "p.jsonl");
     cr_assert_eq(j.gen.max_new_tokens, 16);
+    cr_assert_eq(j.gen.min_new_tokens, 0);
     cr_assert_eq(j.gen.temperature, 0.0f);
     cr_assert_eq(j.gen.top_k, 0);
     cr_assert_eq(j.gen.top_p, 1.0f);

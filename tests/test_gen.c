@@ -186,3 +186,35 @@ Test(gen, sink_stops_at_eos_and_length)
     pl_gen_job_clear(&j);
     json_decref(o);
 }
+
+Test(gen, sink_holds_eos_back_until_min_new_tokens)
+{
+    pl_model_config_t cfg = s_cfg();
+    pl_gen_job_t j;
+    pl_gen_sink_t *k;
+    json_t *o = s_job();
+    json_object_set_new(o, "min_new_tokens", json_integer(2));
+    float logits[50] = {0};
+    pl_act_hdr_t h = {.kind = PL_ACT_HIDDEN, .mb = 1, .n_seq = 1, .n_tokens = 1}, out;
+    pl_act_seq_t seqs[1] = {{.seq = 1, .pos0 = 1, .n_tok = 1}}, res[1];
+    cr_assert_eq(pl_gen_job_from_json(o, &cfg, &j), PL_OK, "%s", pl_error_msg());
+    cr_assert_eq(j.gen.min_new_tokens, 2);
+    cr_assert_eq(pl_gen_sink_create(&j, 50, &k), PL_OK);
+    logits[2] = 5; /* EOS is the best token every step */
+    logits[7] = 4; /* the runner-up */
+    for (int step = 0; step < 2; step++) {
+        cr_assert_eq(pl_gen_sink_sample(k, &h, seqs, logits, &out, res), PL_OK);
+        cr_assert_eq(res[0].token, 7, "step %d: EOS drawn before min_new_tokens", step);
+        cr_assert_eq(res[0].flags, 0);
+    }
+    cr_assert_eq(pl_gen_sink_sample(k, &h, seqs, logits, &out, res), PL_OK);
+    cr_assert_eq(res[0].token, 2, "from the third token on EOS is allowed");
+    cr_assert_eq(res[0].flags, PL_ACT_FINISHED);
+    json_t *r = pl_gen_sink_results(k);
+    cr_assert_str_eq(json_string_value(json_object_get(json_array_get(r, 1), "finish")), "eos");
+    cr_assert_eq(json_array_size(json_object_get(json_array_get(r, 1), "tokens")), 3);
+    json_decref(r);
+    pl_gen_sink_destroy(&k);
+    pl_gen_job_clear(&j);
+    json_decref(o);
+}

@@ -50,7 +50,7 @@ static void s_spec(pl_job_spec_t *s)
     s->prompts[1] = malloc(sizeof(p1));
     memcpy(s->prompts[1], p1, sizeof(p1));
     s->prompt_len[1] = 1;
-    s->gen = (pl_job_gen_t){.max_new_tokens = 77, .stop_at_eos = false, .temperature = 0.7f,
+    s->gen = (pl_job_gen_t){.max_new_tokens = 77, .min_new_tokens = 5, .stop_at_eos = false, .temperature = 0.7f,
                             .top_k = 40, .top_p = 0.95f, .seed = UINT64_MAX};
     s->microbatches = 3;
     s->stages = 2;
@@ -69,6 +69,7 @@ static void s_spec_eq(const pl_job_spec_t *a, const pl_job_spec_t *b)
         cr_assert_arr_eq(a->prompts[i], b->prompts[i], (size_t)a->prompt_len[i] * 4);
     }
     cr_assert_eq(a->gen.max_new_tokens, b->gen.max_new_tokens);
+    cr_assert_eq(a->gen.min_new_tokens, b->gen.min_new_tokens);
     cr_assert_eq(a->gen.stop_at_eos, b->gen.stop_at_eos);
     cr_assert_eq(a->gen.temperature, b->gen.temperature);
     cr_assert_eq(a->gen.top_k, b->gen.top_k);
@@ -105,6 +106,7 @@ Test(msg_job, spec_defaults_from_a_minimal_body)
     cr_assert_eq(pl_msg_decode_wire("SUBMIT", 6, j, strlen(j), &out), PL_OK, "%s",
                  pl_error_msg());
     cr_assert_eq(out.submit.gen.max_new_tokens, 16);
+    cr_assert_eq(out.submit.gen.min_new_tokens, 0);
     cr_assert(out.submit.gen.stop_at_eos);
     cr_assert_eq(out.submit.gen.top_p, 1.0f);
     cr_assert_eq(out.submit.gen.temperature, 0.0f);
@@ -123,7 +125,7 @@ Test(msg_job, spec_wire_shape)
     cr_assert_eq(pl_job_spec_encode(&s, &body), PL_OK);
     json_t *want = json_loads(
         "{\"model\": \"/models/tiny\", \"gen\": {\"prompts\": [[1, 2, 3], [2147483647]], "
-        "\"max_new_tokens\": 77, \"stop_at_eos\": false, \"sampling\": {\"temperature\": "
+        "\"max_new_tokens\": 77, \"min_new_tokens\": 5, \"stop_at_eos\": false, \"sampling\": {\"temperature\": "
         "0.699999988079071, \"top_k\": 40, \"top_p\": 0.949999988079071, \"seed\": "
         "\"18446744073709551615\"}}, \"microbatches\": 3, \"stages\": 2, \"planner\": \"even\", "
         "\"nodes\": [\"node0\", \"node-1.b\"]}",
@@ -161,6 +163,9 @@ Test(msg_job, spec_bad_fields_are_named)
     s_refused(PL_MSG_SUBMIT, G("\"prompts\": [[1]], \"max_new_tokens\": 65537"),
               "max_new_tokens");
     s_refused(PL_MSG_SUBMIT, G("\"prompts\": [[1]], \"stop_at_eos\": 1"), "stop_at_eos");
+    s_refused(PL_MSG_SUBMIT, G("\"prompts\": [[1]], \"max_new_tokens\": 4, \"min_new_tokens\": 5"),
+              "min_new_tokens");
+    s_refused(PL_MSG_SUBMIT, G("\"prompts\": [[1]], \"min_new_tokens\": -1"), "min_new_tokens");
     s_refused(PL_MSG_SUBMIT, G("\"prompts\": [[1]], \"sampling\": 3"), "sampling");
     s_refused(PL_MSG_SUBMIT, G("\"prompts\": [[1]], \"sampling\": {\"top_p\": 2}"), "top_p");
     s_refused(PL_MSG_SUBMIT, G("\"prompts\": [[1]], \"sampling\": {\"temperature\": -1}"),

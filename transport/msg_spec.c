@@ -22,9 +22,9 @@ pl_status_t pl_job_spec_encode(const pl_job_spec_t *s, json_t **body_p)
         json_array_append_new(nodes, json_string(s->nodes[i]));
     snprintf(seed, sizeof(seed), "%llu", (unsigned long long)s->gen.seed);
     json_t *body = json_pack(
-        "{s:s, s:{s:o, s:i, s:b, s:{s:f, s:i, s:f, s:s}}, s:i, s:i, s:s, s:o}", "model",
+        "{s:s, s:{s:o, s:i, s:i, s:b, s:{s:f, s:i, s:f, s:s}}, s:i, s:i, s:s, s:o}", "model",
         s->model, "gen", "prompts", prompts, "max_new_tokens", s->gen.max_new_tokens,
-        "stop_at_eos", s->gen.stop_at_eos, "sampling",
+        "min_new_tokens", s->gen.min_new_tokens, "stop_at_eos", s->gen.stop_at_eos, "sampling",
         "temperature", (double)s->gen.temperature, "top_k", s->gen.top_k, "top_p",
         (double)s->gen.top_p, "seed", seed, "microbatches", s->microbatches, "stages", s->stages,
         "planner", pl_planner_name(s->planner), "nodes", nodes);
@@ -85,7 +85,7 @@ static pl_status_t s_sampling(const json_t *sampling, pl_job_gen_t *g)
 static pl_status_t s_gen(const json_t *gen, pl_job_spec_t *s)
 {
     json_t *prompts;
-    int64_t max_new = s->gen.max_new_tokens;
+    int64_t max_new = s->gen.max_new_tokens, min_new = s->gen.min_new_tokens;
     pl_status_t st;
     if (!json_is_object(gen))
         return pl_error(PL_ERR_INVALID, "field 'gen': expected an object");
@@ -94,10 +94,12 @@ static pl_status_t s_gen(const json_t *gen, pl_job_spec_t *s)
     if (json_array_size(prompts) == 0)
         return pl_error(PL_ERR_INVALID, "field 'prompts': no prompts");
     if ((st = pl_json_int_opt(gen, "max_new_tokens", 1, PL_JOB_MAX_NEW_TOKENS, &max_new)) ||
+        (st = pl_json_int_opt(gen, "min_new_tokens", 0, max_new, &min_new)) ||
         (st = pl_json_bool_opt(gen, "stop_at_eos", &s->gen.stop_at_eos)) ||
         (st = s_sampling(json_object_get(gen, "sampling"), &s->gen)))
         return st;
     s->gen.max_new_tokens = (int)max_new;
+    s->gen.min_new_tokens = (int)min_new;
     s->n_prompts = (int)json_array_size(prompts);
     s->prompts = calloc((size_t)s->n_prompts, sizeof(*s->prompts));
     s->prompt_len = calloc((size_t)s->n_prompts, sizeof(*s->prompt_len));
