@@ -54,8 +54,8 @@ static pl_status_t s_enqueue(pl_gen_sink_t *sink, const pl_gen_job_t *job, const
 }
 
 pl_status_t pl_gen_local_run(const char *model_dir, const pl_job_spec_t *spec,
-                             const pl_be_ops_t *ops, void *dev, const int *counts, int n_stages, json_t **results_p,
-                             pl_gen_local_stats_t *stats)
+                             const pl_be_ops_t *ops, void *dev, const int *counts, int n_stages,
+                             json_t **results_p, pl_gen_local_stats_t *stats)
 {
     pl_model_t *model = NULL;
     pl_gen_job_t job = {0};

@@ -18,7 +18,7 @@ typedef struct {
  * n_stages stages of counts[i] layers each (counts NULL: one stage). *results_p gets the sink's
  * results array. */
 pl_status_t pl_gen_local_run(const char *model_dir, const pl_job_spec_t *spec,
-                             const pl_be_ops_t *ops, void *dev, const int *counts, int n_stages, json_t **results_p,
-                             pl_gen_local_stats_t *stats);
+                             const pl_be_ops_t *ops, void *dev, const int *counts, int n_stages,
+                             json_t **results_p, pl_gen_local_stats_t *stats);
 
 #endif

@@ -16,8 +16,8 @@ static void s_round_trip(const pl_msg_t *m, pl_msg_t *out)
     cr_assert_eq(pl_msg_encode(m, &body), PL_OK, "%s", pl_error_msg());
     char *text = json_dumps(body, JSON_COMPACT);
     const char *name = pl_msg_name(m->type);
-    cr_assert_eq(pl_msg_decode_wire(name, strlen(name), text, strlen(text), out), PL_OK,
-                 "%s: %s", text, pl_error_msg());
+    cr_assert_eq(pl_msg_decode_wire(name, strlen(name), text, strlen(text), out), PL_OK, "%s: %s",
+                 text, pl_error_msg());
     cr_assert_eq(out->type, m->type);
     free(text);
     json_decref(body);
@@ -27,9 +27,9 @@ static void s_refused(pl_msg_type_t type, const char *json, const char *needle)
 {
     pl_msg_t out;
     memset(&out, 0x5a, sizeof(out));
-    cr_assert_eq(pl_msg_decode_wire(pl_msg_name(type), strlen(pl_msg_name(type)), json,
-                                    strlen(json), &out),
-                 PL_ERR_PROTOCOL, "%s accepted: %s", pl_msg_name(type), json);
+    cr_assert_eq(
+        pl_msg_decode_wire(pl_msg_name(type), strlen(pl_msg_name(type)), json, strlen(json), &out),
+        PL_ERR_PROTOCOL, "%s accepted: %s", pl_msg_name(type), json);
     cr_assert(strstr(pl_error_msg(), needle), "'%s' not in '%s'", needle, pl_error_msg());
     unsigned char *p = (unsigned char *)&out;
     for (size_t i = 0; i < sizeof(out); i++)
@@ -70,13 +70,21 @@ Test(msg, hello_round_trips_devices_and_health)
     snprintf(h->host, sizeof(h->host), "box.example");
     h->pid = 4242;
     h->n_devices = 2;
-    h->devices[0] = (pl_msg_device_t){.id = "cpu:0", .backend = "cpu", .name = "Xeon",
-                                      .isa = "avx2", .cores = 16,
-                                      .mem_bytes = 1ull << 40, .gflops = 123.5,
+    h->devices[0] = (pl_msg_device_t){.id = "cpu:0",
+                                      .backend = "cpu",
+                                      .name = "Xeon",
+                                      .isa = "avx2",
+                                      .cores = 16,
+                                      .mem_bytes = 1ull << 40,
+                                      .gflops = 123.5,
                                       .mem_gbps = 45.25};
-    h->devices[1] = (pl_msg_device_t){.id = "cuda:1", .backend = "cuda", .name = "H200",
-                                      .cores = 132, .mem_bytes = 141ull << 30,
-                                      .gflops = 9e5, .mem_gbps = 4800};
+    h->devices[1] = (pl_msg_device_t){.id = "cuda:1",
+                                      .backend = "cuda",
+                                      .name = "H200",
+                                      .cores = 132,
+                                      .mem_bytes = 141ull << 30,
+                                      .gflops = 9e5,
+                                      .mem_gbps = 4800};
     h->n_unavailable = 1;
     snprintf(h->unavailable[0].backend, 16, "hip");
     snprintf(h->unavailable[0].why, 256, "libamdhip64.so: not found");
@@ -103,12 +111,14 @@ Test(msg, hello_round_trips_devices_and_health)
     s_heartbeat_eq(&h->health, &g->health);
 
     s_refused(PL_MSG_HELLO, "{\"proto\": 1}", "node");
-    s_refused(PL_MSG_HELLO, "{\"proto\": 2, \"node\": \"n\", \"host\": \"h\", \"devices\": "
-                            "[{\"id\": \"cpu:0\", \"backend\": \"cpu\", \"name\": \"x\", "
-                            "\"cores\": -1, \"mem_bytes\": 0, \"gflops\": 1, \"mem_gbps\": 1}]}",
+    s_refused(PL_MSG_HELLO,
+              "{\"proto\": 2, \"node\": \"n\", \"host\": \"h\", \"devices\": "
+              "[{\"id\": \"cpu:0\", \"backend\": \"cpu\", \"name\": \"x\", "
+              "\"cores\": -1, \"mem_bytes\": 0, \"gflops\": 1, \"mem_gbps\": 1}]}",
               "device 0: field 'cores'");
-    s_refused(PL_MSG_HELLO, "{\"proto\": 2, \"node\": \"n\", \"host\": \"h\", \"devices\": "
-                            "[1,2,3,4,5,6,7,8,9]}",
+    s_refused(PL_MSG_HELLO,
+              "{\"proto\": 2, \"node\": \"n\", \"host\": \"h\", \"devices\": "
+              "[1,2,3,4,5,6,7,8,9]}",
               "devices");
     s_refused(PL_MSG_HELLO, "{\"proto\": 2, \"node\": \"\", \"host\": \"h\", \"devices\": []}",
               "node");
@@ -121,8 +131,9 @@ Test(msg, heartbeat_and_welcome)
     s_heartbeat(&m.heartbeat);
     s_round_trip(&m, &out);
     s_heartbeat_eq(&m.heartbeat, &out.heartbeat);
-    s_refused(PL_MSG_HEARTBEAT, "{\"node\": \"n\", \"stages\": [{\"job\": 0, \"stage\": 0, "
-                                "\"generated\": 0}], \"rss_kb\": 1, \"load1\": 0}",
+    s_refused(PL_MSG_HEARTBEAT,
+              "{\"node\": \"n\", \"stages\": [{\"job\": 0, \"stage\": 0, "
+              "\"generated\": 0}], \"rss_kb\": 1, \"load1\": 0}",
               "stages[0]: field 'job'");
     s_refused(PL_MSG_HEARTBEAT, "{\"node\": \"n\", \"stages\": [], \"rss_kb\": 1}", "load1");
 
@@ -196,7 +207,9 @@ Test(msg, queries_and_replies)
 
     int32_t toks[] = {4, 2};
     pl_msg_result_t res = {.seq = 0, .n_tokens = 2, .tokens = toks, .finish = PL_FINISH_EOS};
-    pl_msg_results_reply_t rr = {.job = 5, .n_results = 1, .results = &res,
+    pl_msg_results_reply_t rr = {.job = 5,
+                                 .n_results = 1,
+                                 .results = &res,
                                  .throughput = json_pack("{s:f}", "tok_s", 12.5)},
                            rr2;
     cr_assert_eq(pl_msg_results_reply_encode(&rr, &b), PL_OK);

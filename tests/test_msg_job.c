@@ -14,8 +14,8 @@ static void s_round_trip(const pl_msg_t *m, pl_msg_t *out)
     cr_assert_eq(pl_msg_encode(m, &body), PL_OK, "%s", pl_error_msg());
     char *text = json_dumps(body, JSON_COMPACT);
     const char *name = pl_msg_name(m->type);
-    cr_assert_eq(pl_msg_decode_wire(name, strlen(name), text, strlen(text), out), PL_OK,
-                 "%s: %s", text, pl_error_msg());
+    cr_assert_eq(pl_msg_decode_wire(name, strlen(name), text, strlen(text), out), PL_OK, "%s: %s",
+                 text, pl_error_msg());
     cr_assert_eq(out->type, m->type);
     free(text);
     json_decref(body);
@@ -26,9 +26,9 @@ static void s_refused(pl_msg_type_t type, const char *json, const char *needle)
 {
     pl_msg_t out;
     memset(&out, 0x5a, sizeof(out));
-    cr_assert_eq(pl_msg_decode_wire(pl_msg_name(type), strlen(pl_msg_name(type)), json,
-                                    strlen(json), &out),
-                 PL_ERR_PROTOCOL, "%s accepted: %s", pl_msg_name(type), json);
+    cr_assert_eq(
+        pl_msg_decode_wire(pl_msg_name(type), strlen(pl_msg_name(type)), json, strlen(json), &out),
+        PL_ERR_PROTOCOL, "%s accepted: %s", pl_msg_name(type), json);
     cr_assert(strstr(pl_error_msg(), needle), "'%s' not in '%s'", needle, pl_error_msg());
     cr_assert(strstr(pl_error_msg(), pl_msg_name(type)), "%s", pl_error_msg());
     unsigned char *p = (unsigned char *)&out;
@@ -50,8 +50,13 @@ static void s_spec(pl_job_spec_t *s)
     s->prompts[1] = malloc(sizeof(p1));
     memcpy(s->prompts[1], p1, sizeof(p1));
     s->prompt_len[1] = 1;
-    s->gen = (pl_job_gen_t){.max_new_tokens = 77, .min_new_tokens = 5, .stop_at_eos = false, .temperature = 0.7f,
-                            .top_k = 40, .top_p = 0.95f, .seed = UINT64_MAX};
+    s->gen = (pl_job_gen_t){.max_new_tokens = 77,
+                            .min_new_tokens = 5,
+                            .stop_at_eos = false,
+                            .temperature = 0.7f,
+                            .top_k = 40,
+                            .top_p = 0.95f,
+                            .seed = UINT64_MAX};
     s->microbatches = 3;
     s->stages = 2;
     s->planner = PL_PLANNER_EVEN;
@@ -103,8 +108,7 @@ Test(msg_job, spec_defaults_from_a_minimal_body)
 {
     pl_msg_t out;
     const char *j = "{\"model\": \"/m\", \"gen\": {\"prompts\": [[5]]}}";
-    cr_assert_eq(pl_msg_decode_wire("SUBMIT", 6, j, strlen(j), &out), PL_OK, "%s",
-                 pl_error_msg());
+    cr_assert_eq(pl_msg_decode_wire("SUBMIT", 6, j, strlen(j), &out), PL_OK, "%s", pl_error_msg());
     cr_assert_eq(out.submit.gen.max_new_tokens, 16);
     cr_assert_eq(out.submit.gen.min_new_tokens, 0);
     cr_assert(out.submit.gen.stop_at_eos);
@@ -125,9 +129,10 @@ Test(msg_job, spec_wire_shape)
     cr_assert_eq(pl_job_spec_encode(&s, &body), PL_OK);
     json_t *want = json_loads(
         "{\"model\": \"/models/tiny\", \"gen\": {\"prompts\": [[1, 2, 3], [2147483647]], "
-        "\"max_new_tokens\": 77, \"min_new_tokens\": 5, \"stop_at_eos\": false, \"sampling\": {\"temperature\": "
-        "0.699999988079071, \"top_k\": 40, \"top_p\": 0.949999988079071, \"seed\": "
-        "\"18446744073709551615\"}}, \"microbatches\": 3, \"stages\": 2, \"planner\": \"even\", "
+        "\"max_new_tokens\": 77, \"min_new_tokens\": 5, \"stop_at_eos\": false, "
+        "\"sampling\": {\"temperature\": 0.699999988079071, \"top_k\": 40, "
+        "\"top_p\": 0.949999988079071, \"seed\": \"18446744073709551615\"}}, "
+        "\"microbatches\": 3, \"stages\": 2, \"planner\": \"even\", "
         "\"nodes\": [\"node0\", \"node-1.b\"]}",
         0, NULL);
     cr_assert_not_null(want);
@@ -150,8 +155,7 @@ Test(msg_job, spec_bad_fields_are_named)
 {
 #define G(x) "{\"model\": \"/m\", \"gen\": {" x "}}"
     s_refused(PL_MSG_SUBMIT, "{\"model\": 5}", "model");
-    s_refused(PL_MSG_SUBMIT, "{\"model\": \"rel/m\", \"gen\": {\"prompts\": [[1]]}}",
-              "absolute");
+    s_refused(PL_MSG_SUBMIT, "{\"model\": \"rel/m\", \"gen\": {\"prompts\": [[1]]}}", "absolute");
     s_refused(PL_MSG_SUBMIT, "{\"model\": \"/m\"}", "gen");
     s_refused(PL_MSG_SUBMIT, G(""), "prompts");
     s_refused(PL_MSG_SUBMIT, G("\"prompts\": []"), "no prompts");
@@ -160,8 +164,7 @@ Test(msg_job, spec_bad_fields_are_named)
     s_refused(PL_MSG_SUBMIT, G("\"prompts\": [[-1]]"), "vocabulary");
     s_refused(PL_MSG_SUBMIT, G("\"prompts\": [[2147483648]]"), "vocabulary");
     s_refused(PL_MSG_SUBMIT, G("\"prompts\": [[1]], \"max_new_tokens\": 0"), "max_new_tokens");
-    s_refused(PL_MSG_SUBMIT, G("\"prompts\": [[1]], \"max_new_tokens\": 65537"),
-              "max_new_tokens");
+    s_refused(PL_MSG_SUBMIT, G("\"prompts\": [[1]], \"max_new_tokens\": 65537"), "max_new_tokens");
     s_refused(PL_MSG_SUBMIT, G("\"prompts\": [[1]], \"stop_at_eos\": 1"), "stop_at_eos");
     s_refused(PL_MSG_SUBMIT, G("\"prompts\": [[1]], \"max_new_tokens\": 4, \"min_new_tokens\": 5"),
               "min_new_tokens");
@@ -172,16 +175,18 @@ Test(msg_job, spec_bad_fields_are_named)
               "temperature");
     s_refused(PL_MSG_SUBMIT, G("\"prompts\": [[1]], \"sampling\": {\"seed\": \"12x\"}"), "seed");
     s_refused(PL_MSG_SUBMIT, G("\"prompts\": [[1]], \"sampling\": {\"seed\": \"-1\"}"), "seed");
-    s_refused(PL_MSG_SUBMIT, G("\"prompts\": [[1]], \"sampling\": {\"seed\": "
-                               "\"18446744073709551616\"}"),
+    s_refused(PL_MSG_SUBMIT,
+              G("\"prompts\": [[1]], \"sampling\": {\"seed\": "
+                "\"18446744073709551616\"}"),
               "seed");
     s_refused(PL_MSG_SUBMIT, "{\"model\": \"/m\", \"stages\": 65, \"gen\": {\"prompts\": [[1]]}}",
               "stages");
     s_refused(PL_MSG_SUBMIT,
               "{\"model\": \"/m\", \"microbatches\": -1, \"gen\": {\"prompts\": [[1]]}}",
               "microbatches");
-    s_refused(PL_MSG_PLAN, "{\"model\": \"/m\", \"planner\": \"fast\", \"gen\": {\"prompts\": "
-                           "[[1]]}}",
+    s_refused(PL_MSG_PLAN,
+              "{\"model\": \"/m\", \"planner\": \"fast\", \"gen\": {\"prompts\": "
+              "[[1]]}}",
               "planner");
     s_refused(PL_MSG_PLAN, "{\"model\": \"/m\", \"nodes\": [\"\"], \"gen\": {\"prompts\": [[1]]}}",
               "nodes");
@@ -194,8 +199,13 @@ Test(msg_job, assign_round_trips_the_plan_beside_the_spec)
 {
     pl_msg_t m, out;
     pl_msg_init(&m, PL_MSG_ASSIGN);
-    m.assign = (pl_msg_assign_t){.job = 4000000000u, .stage = 2, .n_stages = 3, .first = 5,
-                                 .last = 7, .max_ctx = 1000, .max_tokens = 512,
+    m.assign = (pl_msg_assign_t){.job = 4000000000u,
+                                 .stage = 2,
+                                 .n_stages = 3,
+                                 .first = 5,
+                                 .last = 7,
+                                 .max_ctx = 1000,
+                                 .max_tokens = 512,
                                  .microbatches = 6};
     snprintf(m.assign.device, sizeof(m.assign.device), "cpu:0");
     s_spec(&m.assign.spec);
@@ -216,22 +226,28 @@ Test(msg_job, assign_round_trips_the_plan_beside_the_spec)
 
     const char *spec = "\"spec\": {\"model\": \"/m\", \"gen\": {\"prompts\": [[1]]}}";
     char j[512];
-    snprintf(j, sizeof(j), "{\"job\": 1, \"stage\": 2, \"n_stages\": 2, \"device\": \"cpu:0\", "
-                           "\"first\": 0, \"last\": 1, \"max_ctx\": 8, \"max_tokens\": 8, "
-                           "\"microbatches\": 1, %s}", spec);
+    snprintf(j, sizeof(j),
+             "{\"job\": 1, \"stage\": 2, \"n_stages\": 2, \"device\": \"cpu:0\", "
+             "\"first\": 0, \"last\": 1, \"max_ctx\": 8, \"max_tokens\": 8, "
+             "\"microbatches\": 1, %s}",
+             spec);
     s_refused(PL_MSG_ASSIGN, j, "n_stages");
-    snprintf(j, sizeof(j), "{\"job\": 1, \"stage\": 0, \"n_stages\": 1, \"device\": \"cpu:0\", "
-                           "\"first\": 3, \"last\": 1, \"max_ctx\": 8, \"max_tokens\": 8, "
-                           "\"microbatches\": 1, %s}", spec);
+    snprintf(j, sizeof(j),
+             "{\"job\": 1, \"stage\": 0, \"n_stages\": 1, \"device\": \"cpu:0\", "
+             "\"first\": 3, \"last\": 1, \"max_ctx\": 8, \"max_tokens\": 8, "
+             "\"microbatches\": 1, %s}",
+             spec);
     s_refused(PL_MSG_ASSIGN, j, "last");
-    s_refused(PL_MSG_ASSIGN, "{\"job\": 1, \"stage\": 0, \"n_stages\": 1, \"device\": \"cpu:0\", "
-                             "\"first\": 0, \"last\": 1, \"max_ctx\": 8, \"max_tokens\": 8, "
-                             "\"microbatches\": 1}",
+    s_refused(PL_MSG_ASSIGN,
+              "{\"job\": 1, \"stage\": 0, \"n_stages\": 1, \"device\": \"cpu:0\", "
+              "\"first\": 0, \"last\": 1, \"max_ctx\": 8, \"max_tokens\": 8, "
+              "\"microbatches\": 1}",
               "spec");
-    s_refused(PL_MSG_ASSIGN, "{\"job\": 1, \"stage\": 0, \"n_stages\": 1, \"device\": \"cpu:0\", "
-                             "\"first\": 0, \"last\": 1, \"max_ctx\": 8, \"max_tokens\": 8, "
-                             "\"microbatches\": 1, \"spec\": {\"model\": \"/m\", \"gen\": "
-                             "{\"prompts\": [[]]}}}",
+    s_refused(PL_MSG_ASSIGN,
+              "{\"job\": 1, \"stage\": 0, \"n_stages\": 1, \"device\": \"cpu:0\", "
+              "\"first\": 0, \"last\": 1, \"max_ctx\": 8, \"max_tokens\": 8, "
+              "\"microbatches\": 1, \"spec\": {\"model\": \"/m\", \"gen\": "
+              "{\"prompts\": [[]]}}}",
               "spec: prompt 0");
     s_refused(PL_MSG_ASSIGN, "{\"job\": 0}", "job");
 }
@@ -278,13 +294,21 @@ Test(msg_job, done_round_trips_stats_probe_and_results)
     pl_msg_t m, out;
     pl_msg_init(&m, PL_MSG_DONE);
     m.done = (pl_msg_done_t){.job = 3, .stage = 1, .n_results = 2, .results = res};
-    m.done.stats = (pl_msg_stats_t){.wall_s = 1.5, .compute_s = 1.25, .wait_s = 0.125,
-                                    .messages = 40, .tokens = 99, .has_sink = true,
-                                    .generated = 4, .prefill_s = 0.5,
-                                    .prefill_compute_s = 0.25, .decode_compute_s = 1.0,
-                                    .prefill_calls = 2, .decode_calls = 38, .has_probe = true,
-                                    .probe = {.to_stage = 0, .gbps = 3.5, .latency_s = 1e-5,
-                                              .took_s = 0.01}};
+    m.done.stats =
+        (pl_msg_stats_t){.wall_s = 1.5,
+                         .compute_s = 1.25,
+                         .wait_s = 0.125,
+                         .messages = 40,
+                         .tokens = 99,
+                         .has_sink = true,
+                         .generated = 4,
+                         .prefill_s = 0.5,
+                         .prefill_compute_s = 0.25,
+                         .decode_compute_s = 1.0,
+                         .prefill_calls = 2,
+                         .decode_calls = 38,
+                         .has_probe = true,
+                         .probe = {.to_stage = 0, .gbps = 3.5, .latency_s = 1e-5, .took_s = 0.01}};
     snprintf(m.done.stats.link, sizeof(m.done.stats.link), "tcp");
     snprintf(m.done.stats.probe.transport, sizeof(m.done.stats.probe.transport), "tcp");
     s_round_trip(&m, &out);
@@ -345,17 +369,22 @@ Test(msg_job, done_round_trips_stats_probe_and_results)
     pl_msg_clear(&ok);
     snprintf(j, sizeof(j), "{\"job\": 1, \"stage\": 0, %s, \"wall_s\": -1}}", stats);
     s_refused(PL_MSG_DONE, j, "wall_s"); /* duplicate keys are refused by the framing */
-    snprintf(j, sizeof(j), "{\"job\": 1, \"stage\": 0, %s, \"probe\": {\"to_stage\": 1}}}",
-             stats);
+    snprintf(j, sizeof(j), "{\"job\": 1, \"stage\": 0, %s, \"probe\": {\"to_stage\": 1}}}", stats);
     s_refused(PL_MSG_DONE, j, "probe");
-    snprintf(j, sizeof(j), "{\"job\": 1, \"stage\": 0, %s}, \"results\": [{\"seq\": 1, "
-                           "\"tokens\": [], \"finish\": \"eos\"}]}", stats);
+    snprintf(j, sizeof(j),
+             "{\"job\": 1, \"stage\": 0, %s}, \"results\": [{\"seq\": 1, "
+             "\"tokens\": [], \"finish\": \"eos\"}]}",
+             stats);
     s_refused(PL_MSG_DONE, j, "result 0");
-    snprintf(j, sizeof(j), "{\"job\": 1, \"stage\": 0, %s}, \"results\": [{\"seq\": 0, "
-                           "\"tokens\": [1], \"finish\": \"stop\"}]}", stats);
+    snprintf(j, sizeof(j),
+             "{\"job\": 1, \"stage\": 0, %s}, \"results\": [{\"seq\": 0, "
+             "\"tokens\": [1], \"finish\": \"stop\"}]}",
+             stats);
     s_refused(PL_MSG_DONE, j, "finish");
-    snprintf(j, sizeof(j), "{\"job\": 1, \"stage\": 0, %s}, \"results\": [{\"seq\": 0, "
-                           "\"tokens\": [-3], \"finish\": \"eos\"}]}", stats);
+    snprintf(j, sizeof(j),
+             "{\"job\": 1, \"stage\": 0, %s}, \"results\": [{\"seq\": 0, "
+             "\"tokens\": [-3], \"finish\": \"eos\"}]}",
+             stats);
     s_refused(PL_MSG_DONE, j, "token");
     s_refused(PL_MSG_DONE, "{\"job\": 1, \"stage\": 0}", "stats");
 }

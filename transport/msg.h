@@ -21,7 +21,7 @@
 
 /* HELLO: one device of the registering node, with its calibration. */
 typedef struct {
-    char id[32];      /* "cpu:0" */
+    char id[32]; /* "cpu:0" */
     char backend[16];
     char name[128];
     char isa[32];
@@ -127,7 +127,7 @@ typedef struct {
     uint32_t job;
     int stage;
     pl_msg_stats_t stats;
-    int n_results; /* the last stage: one per sequence in prompt order; others 0 */
+    int n_results;            /* the last stage: one per sequence in prompt order; others 0 */
     pl_msg_result_t *results; /* owned */
 } pl_msg_done_t;
 
@@ -178,7 +178,7 @@ typedef struct {
         pl_msg_done_t done;
         pl_msg_fail_t fail;
         pl_msg_cancel_t cancel;
-        pl_job_spec_t submit; /* SUBMIT and PLAN */
+        pl_job_spec_t submit;     /* SUBMIT and PLAN */
         pl_msg_job_ref_t job_ref; /* STATUS, RESULTS, KILL */
         pl_msg_health_t health;
         pl_msg_reply_t reply;
@@ -200,8 +200,8 @@ pl_status_t pl_msg_encode(const pl_msg_t *msg, json_t **body_p);
  * message and the field: "HELLO: field 'devices': ...". */
 pl_status_t pl_msg_decode(pl_msg_type_t type, const json_t *body, pl_msg_t *msg);
 /* Type part and body part off the wire (pl_ctl_decode, then pl_msg_decode). */
-pl_status_t pl_msg_decode_wire(const void *type, size_t type_len, const void *body,
-                               size_t body_len, pl_msg_t *msg);
+pl_status_t pl_msg_decode_wire(const void *type, size_t type_len, const void *body, size_t body_len,
+                               pl_msg_t *msg);
 
 /* The codecs per type (msg_node.c, msg_job.c, msg_query.c). Decoders write *out only on
  * success; encoders return a new object or an error. */

@@ -14,8 +14,7 @@ pl_status_t pl_msg_int_done(json_t *body, const char *what, json_t **body_p);
 
 /* Optional string field of 1..max_len bytes without NUL, copied into a new *out (NULL when
  * absent or null). */
-pl_status_t pl_msg_int_strdup_opt(const json_t *obj, const char *key, size_t max_len,
-                                  char **out);
+pl_status_t pl_msg_int_strdup_opt(const json_t *obj, const char *key, size_t max_len, char **out);
 
 /* A required string as pl_json_str, and non-empty. */
 pl_status_t pl_msg_int_name(const json_t *obj, const char *key, char *out, size_t max_len);

@@ -11,10 +11,9 @@ pl_status_t pl_msg_heartbeat_encode(const pl_msg_heartbeat_t *m, json_t **body_p
 {
     json_t *stages = json_array();
     for (int i = 0; stages && i < m->n_stages; i++)
-        json_array_append_new(stages, json_pack("{s:I, s:i, s:I}", "job",
-                                                (json_int_t)m->stages[i].job, "stage",
-                                                m->stages[i].stage, "generated",
-                                                (json_int_t)m->stages[i].generated));
+        json_array_append_new(
+            stages, json_pack("{s:I, s:i, s:I}", "job", (json_int_t)m->stages[i].job, "stage",
+                              m->stages[i].stage, "generated", (json_int_t)m->stages[i].generated));
     return pl_msg_int_done(json_pack("{s:s, s:o, s:I, s:f}", "node", m->node, "stages", stages,
                                      "rss_kb", (json_int_t)m->rss_kb, "load1", m->load1),
                            "HEARTBEAT", body_p);
@@ -51,11 +50,11 @@ pl_status_t pl_msg_hello_encode(const pl_msg_hello_t *m, json_t **body_p)
     pl_status_t st;
     for (int i = 0; devs && i < m->n_devices; i++) {
         const pl_msg_device_t *d = &m->devices[i];
-        json_array_append_new(
-            devs, json_pack("{s:s, s:s, s:s, s:i, s:I, s:s, s:f, s:f}", "id", d->id, "backend",
-                            d->backend, "name", d->name, "cores", d->cores, "mem_bytes",
-                            (json_int_t)d->mem_bytes, "isa", d->isa, "gflops", d->gflops,
-                            "mem_gbps", d->mem_gbps));
+        json_array_append_new(devs,
+                              json_pack("{s:s, s:s, s:s, s:i, s:I, s:s, s:f, s:f}", "id", d->id,
+                                        "backend", d->backend, "name", d->name, "cores", d->cores,
+                                        "mem_bytes", (json_int_t)d->mem_bytes, "isa", d->isa,
+                                        "gflops", d->gflops, "mem_gbps", d->mem_gbps));
     }
     for (int i = 0; unav && i < m->n_unavailable; i++)
         json_array_append_new(unav, json_pack("{s:s, s:s}", "backend", m->unavailable[i].backend,
@@ -129,9 +128,9 @@ pl_status_t pl_msg_hello_decode(const json_t *body, pl_msg_hello_t *out)
 
 pl_status_t pl_msg_welcome_encode(const pl_msg_welcome_t *m, json_t **body_p)
 {
-    return pl_msg_int_done(json_pack("{s:i, s:i}", "heartbeat_ms", m->heartbeat_ms,
-                                     "dead_after_ms", m->dead_after_ms),
-                           "WELCOME", body_p);
+    return pl_msg_int_done(
+        json_pack("{s:i, s:i}", "heartbeat_ms", m->heartbeat_ms, "dead_after_ms", m->dead_after_ms),
+        "WELCOME", body_p);
 }
 
 pl_status_t pl_msg_welcome_decode(const json_t *body, pl_msg_welcome_t *out)

@@ -74,8 +74,7 @@ pl_status_t pl_msg_results_reply_decode(const json_t *body, pl_msg_results_reply
     int64_t id;
     pl_status_t st;
     if ((st = pl_json_int(body, "job", 1, UINT32_MAX, &id)) ||
-        (st = pl_msg_results_decode(json_object_get(body, "results"), &m.results,
-                                    &m.n_results)))
+        (st = pl_msg_results_decode(json_object_get(body, "results"), &m.results, &m.n_results)))
         return st;
     m.job = (uint32_t)id;
     const json_t *t = json_object_get(body, "throughput");

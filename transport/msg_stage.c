@@ -40,8 +40,8 @@ pl_status_t pl_msg_ready_decode(const json_t *body, pl_msg_ready_t *out)
 
 pl_status_t pl_msg_start_encode(const pl_msg_start_t *m, json_t **body_p)
 {
-    return pl_msg_int_done(json_pack("{s:I, s:i, s:s?, s:s?}", "job", (json_int_t)m->job,
-                                     "stage", m->stage, "next", m->next, "prev", m->prev),
+    return pl_msg_int_done(json_pack("{s:I, s:i, s:s?, s:s?}", "job", (json_int_t)m->job, "stage",
+                                     m->stage, "next", m->next, "prev", m->prev),
                            "START", body_p);
 }
 
@@ -78,9 +78,9 @@ pl_status_t pl_msg_stats_encode(const pl_msg_stats_t *m, json_t **body_p)
         json_object_set_new(s, "link", json_string(m->link));
     if (m->has_probe) {
         const pl_msg_probe_t *p = &m->probe;
-        json_t *pj = json_pack("{s:i, s:f, s:f, s:s, s:f}", "to_stage", p->to_stage, "gbps",
-                               p->gbps, "latency_s", p->latency_s, "transport", p->transport,
-                               "took_s", p->took_s);
+        json_t *pj =
+            json_pack("{s:i, s:f, s:f, s:s, s:f}", "to_stage", p->to_stage, "gbps", p->gbps,
+                      "latency_s", p->latency_s, "transport", p->transport, "took_s", p->took_s);
         if (!pj) {
             json_decref(s);
             return pl_msg_int_done(NULL, "stats.probe", body_p);
@@ -145,8 +145,8 @@ pl_status_t pl_msg_results_encode(const pl_msg_result_t *r, int n, json_t **arr_
         for (int t = 0; toks && t < r[i].n_tokens; t++)
             json_array_append_new(toks, json_integer(r[i].tokens[t]));
         if ((unsigned)r[i].finish > PL_FINISH_LENGTH || !toks ||
-            json_array_append_new(arr, json_pack("{s:i, s:o, s:s}", "seq", r[i].seq, "tokens",
-                                                 toks, "finish", s_finish_names[r[i].finish]))) {
+            json_array_append_new(arr, json_pack("{s:i, s:o, s:s}", "seq", r[i].seq, "tokens", toks,
+                                                 "finish", s_finish_names[r[i].finish]))) {
             json_decref(arr);
             arr = NULL;
         }
@@ -187,8 +187,10 @@ pl_status_t pl_msg_results_decode(const json_t *arr, pl_msg_result_t **r_p, int 
         while (f < 3 && strcmp(fin, s_finish_names[f]))
             f++;
         if (f == 3) {
-            st = pl_error(PL_ERR_INVALID, "result %zu: field 'finish': '%s' is not eos, length "
-                          "or none", i, fin);
+            st = pl_error(PL_ERR_INVALID,
+                          "result %zu: field 'finish': '%s' is not eos, length "
+                          "or none",
+                          i, fin);
             break;
         }
         r[i].finish = (pl_finish_t)f;
@@ -226,8 +228,8 @@ pl_status_t pl_msg_done_encode(const pl_msg_done_t *m, json_t **body_p)
         json_decref(stats);
         return st;
     }
-    json_t *body = json_pack("{s:I, s:i, s:o}", "job", (json_int_t)m->job, "stage", m->stage,
-                             "stats", stats);
+    json_t *body =
+        json_pack("{s:I, s:i, s:o}", "job", (json_int_t)m->job, "stage", m->stage, "stats", stats);
     if (body && res)
         json_object_set_new(body, "results", res);
     else
@@ -243,8 +245,7 @@ pl_status_t pl_msg_done_decode(const json_t *body, pl_msg_done_t *out)
         (st = pl_msg_stats_decode(json_object_get(body, "stats"), &m.stats)))
         return st;
     const json_t *res = json_object_get(body, "results");
-    if (res && !json_is_null(res) &&
-        (st = pl_msg_results_decode(res, &m.results, &m.n_results)))
+    if (res && !json_is_null(res) && (st = pl_msg_results_decode(res, &m.results, &m.n_results)))
         return st;
     *out = m;
     return PL_OK;

@@ -43,8 +43,8 @@ void pl_tx_ctx_destroy(pl_tx_ctx_t **ctx_p)
 
 pl_status_t pl_tx_sock_new(pl_tx_ctx_t *ctx, pl_tx_kind_t kind, pl_tx_sock_t **sock_p)
 {
-    static const int types[] = {[PL_TX_ROUTER] = ZMQ_ROUTER, [PL_TX_DEALER] = ZMQ_DEALER,
-                                [PL_TX_PAIR] = ZMQ_PAIR};
+    static const int types[] = {
+        [PL_TX_ROUTER] = ZMQ_ROUTER, [PL_TX_DEALER] = ZMQ_DEALER, [PL_TX_PAIR] = ZMQ_PAIR};
     pl_tx_sock_t *s = calloc(1, sizeof(*s));
     pl_status_t st;
     if (!s)
