@@ -4,7 +4,7 @@
 
 #include "common/config.h"
 #include "common/job_spec.h"
-#include "daemon/planning.h"
+#include "scheduler/terms.h"
 #include "transport/sock.h"
 
 #include <jansson.h>
@@ -65,7 +65,7 @@ typedef struct {
     bool have_stats;
     pl_msg_stats_t stats; /* from DONE */
     double used_gflops, used_gbps; /* the device figures the plan used */
-    pl_planning_terms_t terms;     /* its predicted roofline terms per call */
+    pl_sched_terms_t terms;        /* its predicted roofline terms per call */
     bool have_terms;
 } pl_coord_stage_t;
 

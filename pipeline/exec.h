@@ -19,8 +19,7 @@ typedef struct {
     pl_job_spec_t spec; /* the job as the user asked it (model, prompts, settings); moved in */
     int microbatches;   /* what the plan decided */
     int max_ctx, max_tokens;
-    const pl_be_ops_t *ops;
-    void *dev;    /* opened device; borrowed, outlives the exec */
+    pl_be_device_t *dev; /* opened device; borrowed, outlives the exec */
     int threads;
 } pl_exec_params_t;
 

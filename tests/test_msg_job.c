@@ -307,6 +307,7 @@ Test(msg_job, done_round_trips_stats_probe_and_results)
                          .decode_compute_s = 1.0,
                          .prefill_calls = 2,
                          .decode_calls = 38,
+                         .freed_seqs = 2,
                          .has_probe = true,
                          .probe = {.to_stage = 0, .gbps = 3.5, .latency_s = 1e-5, .took_s = 0.01}};
     snprintf(m.done.stats.link, sizeof(m.done.stats.link), "tcp");
@@ -325,6 +326,7 @@ Test(msg_job, done_round_trips_stats_probe_and_results)
     cr_assert_eq(b->decode_compute_s, 1.0);
     cr_assert_eq(b->prefill_calls, 2);
     cr_assert_eq(b->decode_calls, 38);
+    cr_assert_eq(b->freed_seqs, 2);
     cr_assert_str_eq(b->link, "tcp");
     cr_assert(b->has_probe);
     cr_assert_eq(b->probe.gbps, 3.5);
@@ -361,7 +363,8 @@ Test(msg_job, done_round_trips_stats_probe_and_results)
 
     const char *stats = "\"stats\": {\"wall_s\": 1, \"compute_s\": 1, \"wait_s\": 0, "
                         "\"messages\": 1, \"tokens\": 1, \"prefill_compute_s\": 0, "
-                        "\"prefill_calls\": 0, \"decode_compute_s\": 0, \"decode_calls\": 0";
+                        "\"prefill_calls\": 0, \"decode_compute_s\": 0, \"decode_calls\": 0, "
+                        "\"freed_seqs\": 0";
     char j[1024];
     snprintf(j, sizeof(j), "{\"job\": 1, \"stage\": 0, %s}}", stats);
     pl_msg_t ok;

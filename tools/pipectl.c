@@ -4,8 +4,10 @@
 #include "common/config.h"
 #include "common/util.h"
 #include "pipeline/gen.h"
-#include "daemon/planning.h"
 #include "scheduler/catalog.h"
+#include "scheduler/inputs.h"
+#include "scheduler/modes.h"
+#include "scheduler/whatif.h"
 #include "transport/sock.h"
 
 #include <getopt.h>
@@ -95,17 +97,13 @@ static double s_num(const json_t *o, const char *k)
     return json_number_value(json_object_get(o, k));
 }
 
-/* A duration with a unit, as the plan table writes them. */
+/* A duration as the plan table writes it; "-" when not measured. */
 static const char *s_dur(double v, char *b, size_t n)
 {
     if (v <= 0)
         snprintf(b, n, "-");
-    else if (v < 1e-3)
-        snprintf(b, n, "%.1f us", v * 1e6);
-    else if (v < 1.0)
-        snprintf(b, n, "%.2f ms", v * 1e3);
     else
-        snprintf(b, n, "%.3f s", v);
+        pl_sched_fmt_time(v, b, n);
     return b;
 }
 
@@ -324,29 +322,35 @@ static int s_plan_whatif(const s_ctl_t *c, const pl_job_spec_t *spec, const char
     int n = 0, rc = 1;
     pl_plan_input_t in = {.model = &model};
 
-    if (pl_cfg_cluster_load(cluster_path, &cl) || pl_planning_whatif(&cl, &devs, &n, &links)) {
+    if (pl_cfg_cluster_load(cluster_path, &cl) || pl_sched_whatif(&cl, &devs, &n, &links)) {
         rc = s_die("%s", pl_error_msg());
         goto out;
     }
     bool any_cpu = false;
     for (int i = 0; i < n; i++)
         any_cpu |= !strcmp(devs[i].backend, "cpu");
+    pl_gen_job_t g; /* the coordinator's checks: token ids in the vocabulary, positions */
     if (pl_model_config_load(spec->model, &cfg) ||
-        pl_planning_model(spec->model, &cfg, any_cpu, &model) ||
-        pl_planning_shape(spec, &cfg, &in.job)) {
+        pl_gen_job_from_spec(spec, spec->microbatches, &cfg, &g)) {
+        rc = s_die("%s", pl_error_msg());
+        goto out;
+    }
+    pl_gen_job_clear(&g);
+    if (pl_sched_model_from_config(&cfg, any_cpu, &model) ||
+        pl_sched_job_from_spec(spec, &cfg, &in.job)) {
         rc = s_die("%s", pl_error_msg());
         goto out;
     }
     in.devices = devs;
     in.n_devices = n;
     in.links = links;
-    if (pl_planning_run(&in, NULL, spec->planner, spec->stages, &plan)) {
+    if (pl_sched_plan_mode(&in, NULL, spec->planner, spec->stages, &plan)) {
         rc = s_die("no feasible plan: %s", pl_error_msg());
         goto out;
     }
     char note[256] = "";
-    pl_planning_waves_note(plan, note, sizeof(note));
-    json_t *pj = pl_planning_json(plan, &in, spec->planner);
+    pl_sched_waves_note(plan, note, sizeof(note));
+    json_t *pj = pl_plan_to_json_full(plan, &in, spec->planner);
     json_t *r = pj ? json_pack("{s:o, s:s, s:[]}", "plan", pj, "note", note, "busy") : NULL;
     if (!r) {
         rc = s_die("%s", "out of memory");

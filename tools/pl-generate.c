@@ -1,6 +1,5 @@
 /* pl-generate: run a job file in this one process (no daemons, no network), optionally split
  * into stages run back to back. The reference the pipeline is compared with. */
-#include "backends/backend.h"
 #include "common/config.h"
 #include "common/util.h"
 #include "pipeline/gen.h"
@@ -28,7 +27,6 @@ int main(int argc, char **argv)
     int counts[64], n_counts = 0, threads = 0, mb = -1, o;
     static pl_job_spec_t spec;
     json_t *results = NULL;
-    void *dev = NULL;
     pl_gen_local_stats_t stats;
 
     while ((o = getopt_long(argc, argv, "s:t:m:h", opts, NULL)) != -1) {
@@ -56,13 +54,8 @@ int main(int argc, char **argv)
     int stages = n_counts ? n_counts : 1;
     int want_mb = mb >= 0 ? mb : job.microbatches;
     spec.microbatches = PL_MAX(want_mb, stages);
-    const pl_be_ops_t *ops = pl_be_cpu_ops();
-    if (ops->open(0, threads, &dev)) {
-        pl_job_spec_clear(&spec);
-        return s_die(pl_error_msg());
-    }
-    pl_status_t st = pl_gen_local_run(spec.model, &spec, ops, dev, n_counts ? counts : NULL,
-                                      stages, &results, &stats);
+    pl_status_t st = pl_gen_local_run_on(spec.model, &spec, "cpu", threads,
+                                         n_counts ? counts : NULL, stages, &results, &stats);
     pl_job_spec_clear(&spec);
     if (!st) {
         size_t i;
@@ -82,6 +75,5 @@ int main(int argc, char **argv)
                 decode_s > 0 ? (stats.generated - json_array_size(results)) / decode_s : 0);
         json_decref(results);
     }
-    ops->close(dev);
     return st ? s_die(pl_error_msg()) : 0;
 }

@@ -108,6 +108,7 @@ typedef struct {
     double prefill_s;
     double prefill_compute_s, decode_compute_s;
     int64_t prefill_calls, decode_calls;
+    int64_t freed_seqs; /* KV slots freed because their sequence finished */
     char link[64]; /* transport to the next stage; "" when none */
     bool has_probe;
     pl_msg_probe_t probe;

@@ -74,6 +74,7 @@ pl_status_t pl_msg_stats_encode(const pl_msg_stats_t *m, json_t **body_p)
     json_object_set_new(s, "prefill_calls", json_integer((json_int_t)m->prefill_calls));
     json_object_set_new(s, "decode_compute_s", json_real(m->decode_compute_s));
     json_object_set_new(s, "decode_calls", json_integer((json_int_t)m->decode_calls));
+    json_object_set_new(s, "freed_seqs", json_integer((json_int_t)m->freed_seqs));
     if (m->link[0])
         json_object_set_new(s, "link", json_string(m->link));
     if (m->has_probe) {
@@ -109,6 +110,7 @@ pl_status_t pl_msg_stats_decode(const json_t *body, pl_msg_stats_t *out)
         (st = pl_json_int(body, "prefill_calls", 0, S_MAX_N, &m.prefill_calls)) ||
         (st = pl_json_num(body, "decode_compute_s", 0, S_MAX_S, &m.decode_compute_s)) ||
         (st = pl_json_int(body, "decode_calls", 0, S_MAX_N, &m.decode_calls)) ||
+        (st = pl_json_int(body, "freed_seqs", 0, S_MAX_N, &m.freed_seqs)) ||
         (st = pl_json_str_opt(body, "link", sizeof(m.link) - 1, &link)))
         return pl_error_prefix(st, "stats: ");
     m.has_sink = json_object_get(body, "generated") != NULL;
