@@ -365,6 +365,28 @@ Test(cluster, cancel_frees_the_nodes)
     s_passed = 1;
 }
 
+Test(cluster, a_restarted_coordinator_gets_its_daemons_back)
+{
+    int rc;
+    s_start(2, NULL);
+    kill(s_c.coord, SIGKILL);
+    waitpid(s_c.coord, NULL, 0);
+    /* the new coordinator answers the daemons' heartbeats with ERROR PL_ERR_NOT_FOUND, which
+     * (by its code) makes them register again */
+    tc_start_coord(&s_c, s_c.ep);
+    cr_assert_eq(tc_wait_idle(&s_c, 2, 20), 0, "the daemons did not register again");
+    char *log = NULL;
+    tc_sh(&log, "cat %s/node0.log", s_c.dir);
+    cr_assert(strstr(log, "is not registered"), "node0 was never told: %s", log);
+    free(log);
+    s_job("again", "m", "max_new_tokens: 4\nstages: 2\n");
+    char *ref = s_reference("again"), *got = s_submit("again", &rc);
+    cr_assert_eq(rc, 0, "%s", s_err("again"));
+    cr_assert_str_eq(got, ref);
+    free(ref), free(got);
+    s_passed = 1;
+}
+
 Test(cluster, pipectl_errors_are_one_line_and_nonzero)
 {
     s_start(1, NULL);
