@@ -190,8 +190,9 @@ static int s_status(s_ctl_t *c, int64_t id)
 
 static int s_results(s_ctl_t *c, int64_t id)
 {
-    json_t *r;
-    pl_msg_results_reply_t res;
+    json_t *r, *arr = NULL, *e;
+    pl_msg_results_reply_t res = {0};
+    size_t i;
     if (s_call_job(c, PL_MSG_RESULTS, id, &r))
         return 1;
     if (c->json) {
@@ -199,23 +200,20 @@ static int s_results(s_ctl_t *c, int64_t id)
         json_decref(r);
         return 0;
     }
-    if (pl_msg_results_reply_decode(r, &res)) {
-        json_decref(r);
+    pl_status_t st = pl_msg_results_reply_decode(r, &res);
+    json_decref(r);
+    if (st || (st = pl_msg_results_encode(res.results, res.n_results, &arr))) {
+        pl_msg_results_reply_clear(&res);
         return s_die("bad results from the coordinator: %s", pl_error_msg());
     }
-    json_decref(r);
-    /* the job's output: JSONL in prompt order */
-    for (int i = 0; i < res.n_results; i++) {
-        json_t *one;
-        char *line = NULL;
-        if (!pl_msg_results_encode(&res.results[i], 1, &one)) {
-            line = json_dumps(json_array_get(one, 0), JSON_COMPACT | JSON_PRESERVE_ORDER);
-            json_decref(one);
-        }
+    json_array_foreach(arr, i, e) /* the job's output: JSONL in prompt order */
+    {
+        char *line = json_dumps(e, JSON_COMPACT | JSON_PRESERVE_ORDER);
         puts(line ? line : "{}");
         free(line);
     }
     s_print_throughput(stderr, res.throughput);
+    json_decref(arr);
     pl_msg_results_reply_clear(&res);
     return 0;
 }
