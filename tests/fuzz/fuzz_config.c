@@ -65,6 +65,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     st = pl_cfg_job_parse(text, size, "f", "/base", &j);
     if (st == PL_OK) {
         if (j.gen.max_new_tokens < 1 || j.gen.max_new_tokens > 65536 ||
+            j.gen.min_new_tokens < 0 || j.gen.min_new_tokens > 65536 ||
             !(j.gen.top_p > 0 && j.gen.top_p <= 1) ||
             j.n_nodes < 0 || j.n_nodes > PL_CFG_MAX_NODES || j.model[0] != '/')
             abort();
