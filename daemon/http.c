@@ -22,12 +22,23 @@ struct pl_http {
     int port;
 };
 
-/* One request's state between libmicrohttpd's calls: the body so far. */
+/* One request's state between libmicrohttpd's calls: the raw target, the body so far. */
 typedef struct {
+    char target[PL_HTTP_MAX_URL + 2]; /* one byte over the limit, so too long stays too long */
     char *buf;
     size_t len, cap;
-    bool too_big;
+    bool too_big, started;
 } s_req_t;
+
+/* Called first with the raw target, before libmicrohttpd splits the query off and decodes it;
+ * what it returns is the request's state. */
+static void *s_uri(void *cls, const char *uri, struct MHD_Connection *conn)
+{
+    s_req_t *q = calloc(1, sizeof(*q));
+    if (q)
+        snprintf(q->target, sizeof(q->target), "%s", uri ? uri : "");
+    return q;
+}
 
 static enum MHD_Result s_queue(struct MHD_Connection *conn, pl_http_resp_t *r, bool head)
 {
@@ -64,12 +75,12 @@ static enum MHD_Result s_access(void *cls, struct MHD_Connection *conn, const ch
 {
     pl_http_t *s = cls;
     s_req_t *q = *req_cls;
-    if (!q) { /* the headers are in; the body (if any) comes in the next calls */
+    if (!q)
+        return MHD_NO; /* s_uri could not allocate */
+    if (!q->started) { /* the headers are in; the body (if any) comes in the next calls */
         const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
                                                      MHD_HTTP_HEADER_CONTENT_LENGTH);
-        if (!(q = calloc(1, sizeof(*q))))
-            return MHD_NO;
-        *req_cls = q;
+        q->started = true;
         if (cl && strtoull(cl, NULL, 10) > s->max_body) {
             q->too_big = true;
             return s_too_big(s, conn); /* refused before a byte of it is read */
@@ -100,9 +111,8 @@ static enum MHD_Result s_access(void *cls, struct MHD_Connection *conn, const ch
     }
     if (q->too_big)
         return s_too_big(s, conn);
-    /* libmicrohttpd has split the query off `url`; the routes match paths only */
     pl_http_resp_t r = {0};
-    pl_http_handle(s->routes, s->n_routes, method, url, q->buf, q->len, &r);
+    pl_http_handle(s->routes, s->n_routes, method, q->target, q->buf, q->len, &r);
     enum MHD_Result ret = s_queue(conn, &r, strcmp(method, "HEAD") == 0);
     pl_http_resp_clear(&r);
     return ret;
@@ -161,7 +171,8 @@ pl_status_t pl_http_start(const pl_http_params_t *p, const pl_http_route_t *rout
         MHD_OPTION_CONNECTION_LIMIT, (unsigned)(p->max_conns > 0 ? p->max_conns : 64),
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)(p->timeout_s > 0 ? p->timeout_s : 10),
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
-        MHD_OPTION_NOTIFY_COMPLETED, s_completed, s, MHD_OPTION_EXTERNAL_LOGGER, s_mhd_log, s,
+        MHD_OPTION_NOTIFY_COMPLETED, s_completed, s, MHD_OPTION_URI_LOG_CALLBACK, s_uri, s,
+        MHD_OPTION_EXTERNAL_LOGGER, s_mhd_log, s,
         MHD_OPTION_END);
     if (!s->mhd) {
         free(s);
