@@ -233,8 +233,15 @@ static void s_put_value(FILE *f, double v)
 {
     if (isinf(v))
         fputs(v > 0 ? "+Inf" : "-Inf", f);
-    else
-        fprintf(f, "%.17g", v);
+    else { /* the shortest text that reads back as the same double: 0.1, not 0.1000...01 */
+        char buf[32];
+        for (int prec = 15; prec <= 17; prec++) {
+            snprintf(buf, sizeof(buf), "%.*g", prec, v);
+            if (strtod(buf, NULL) == v)
+                break;
+        }
+        fputs(buf, f);
+    }
 }
 
 /* `{label="value"` plus an optional le, closed; nothing at all without either. */

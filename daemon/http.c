@@ -167,12 +167,12 @@ pl_status_t pl_http_start(const pl_http_params_t *p, const pl_http_route_t *rout
     s->n_routes = n_routes;
     s->max_body = p->max_body ? p->max_body : PL_HTTP_MAX_BODY_DEF;
     s->mhd = MHD_start_daemon(
-        flags, 0, NULL, NULL, s_access, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
+        flags, 0, NULL, NULL, s_access, s, MHD_OPTION_EXTERNAL_LOGGER, s_mhd_log, s,
+        MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned)(p->max_conns > 0 ? p->max_conns : 64),
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)(p->timeout_s > 0 ? p->timeout_s : 10),
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
         MHD_OPTION_NOTIFY_COMPLETED, s_completed, s, MHD_OPTION_URI_LOG_CALLBACK, s_uri, s,
-        MHD_OPTION_EXTERNAL_LOGGER, s_mhd_log, s,
         MHD_OPTION_END);
     if (!s->mhd) {
         free(s);
