@@ -61,11 +61,8 @@ pl_status_t pl_front_start(const pl_cfg_http_t *cfg, const pl_http_route_t *extr
     if ((st = pl_metrics_new(&f->metrics)))
         goto err_free;
     if (cfg && cfg->port) {
-        pl_http_route_t routes[3 + S_MAX_EXTRA] = {
-            {"GET", "/metrics", s_metrics, f},
-            {"GET", "/livez", s_livez, f},
-            {"GET", "/readyz", s_readyz, f},
-        };
+        pl_http_route_t routes[3 + S_MAX_EXTRA];
+        pl_front_routes(f, routes);
         if (n_extra)
             memcpy(routes + 3, extra, (size_t)n_extra * sizeof(*extra));
         pl_http_params_t p = {.address = cfg->address, .port = cfg->port};
@@ -82,6 +79,14 @@ err_free:
     pthread_mutex_destroy(&f->lock);
     free(f);
     return st;
+}
+
+int pl_front_routes(pl_front_t *f, pl_http_route_t out[3])
+{
+    out[0] = (pl_http_route_t){"GET", "/metrics", s_metrics, f};
+    out[1] = (pl_http_route_t){"GET", "/livez", s_livez, f};
+    out[2] = (pl_http_route_t){"GET", "/readyz", s_readyz, f};
+    return 3;
 }
 
 pl_metrics_t *pl_front_metrics(pl_front_t *f)

@@ -7,6 +7,7 @@
 
 #include <criterion/criterion.h>
 #include <ctype.h>
+#include <jansson.h>
 #include <math.h>
 #include <pthread.h>
 
@@ -546,6 +547,36 @@ static void s_start(void)
                  0);
 }
 
+/* Every metric the Grafana dashboard queries is one the processes declare. */
+static void s_dashboard_names_exist(const p_page_t *coord, const p_page_t *node)
+{
+    char *text;
+    tc_sh(&text, "cat %s/etc/grafana/pipeld.json", PL_SOURCE_DIR);
+    json_t *d = json_loads(text, 0, NULL);
+    cr_assert_not_null(d, "etc/grafana/pipeld.json is not JSON");
+    json_decref(d);
+    int seen = 0;
+    for (char *p = text; (p = strstr(p, "pipe"));) {
+        if (strncmp(p, "pipecoord_", 10) && strncmp(p, "pipeld_", 7)) {
+            p++;
+            continue;
+        }
+        char name[128];
+        size_t n = strspn(p, "abcdefghijklmnopqrstuvwxyz_");
+        snprintf(name, sizeof(name), "%.*s", (int)n, p);
+        p += n;
+        static const char *suf[] = {"_bucket", "_sum", "_count"};
+        for (int k = 0; k < 3; k++)
+            if (p_ends(name, suf[k]))
+                name[strlen(name) - strlen(suf[k])] = '\0';
+        cr_assert(p_family(coord, name) >= 0 || p_family(node, name) >= 0,
+                  "the dashboard queries %s, which no process exports", name);
+        seen++;
+    }
+    cr_assert_gt(seen, 10);
+    free(text);
+}
+
 TestSuite(metrics_cluster, .fini = s_teardown, .timeout = 120);
 
 Test(metrics_cluster, counters_move_while_a_job_runs)
@@ -602,6 +633,7 @@ Test(metrics_cluster, counters_move_while_a_job_runs)
     }
     cr_assert_eq(node_tok, tok, "daemons counted %g tokens, the coordinator %g", node_tok, tok);
     cr_assert_eq(mb0, mb1, "both stages run every microbatch step");
+    s_dashboard_names_exist(&after[0], &after[1]);
     s_passed = 1;
 }
 
