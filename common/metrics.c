@@ -12,8 +12,8 @@
 
 typedef struct {
     char label[PL_METRICS_LABEL_MAX];
-    double value; /* counter, gauge */
-    double sum;   /* histogram */
+    double value;                                /* counter, gauge */
+    double sum;                                  /* histogram */
     uint64_t counts[PL_METRICS_MAX_BUCKETS + 1]; /* per bucket, not cumulative; last: +Inf */
 } s_series_t;
 
@@ -61,8 +61,8 @@ static bool s_valid_name(const char *s, bool colon)
         return false;
     for (const char *p = s; *p; p++) {
         char c = *p;
-        bool alpha = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' ||
-                     (colon && c == ':');
+        bool alpha =
+            (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || (colon && c == ':');
         if (!alpha && !(p > s && c >= '0' && c <= '9'))
             return false;
     }
@@ -86,8 +86,7 @@ static pl_status_t s_register(pl_metrics_t *r, pl_metric_kind_t kind, const char
         return pl_error(PL_ERR_INVALID, "metric '%s': a counter's name ends in _total", name);
     if (label && (!s_valid_name(label, false) || strlen(label) >= 32 || !strcmp(label, "le") ||
                   !strncmp(label, "__", 2)))
-        return pl_error(PL_ERR_INVALID, "metric '%s': label '%s' is not a label name", name,
-                        label);
+        return pl_error(PL_ERR_INVALID, "metric '%s': label '%s' is not a label name", name, label);
     if (!help || strlen(help) >= 256 || strchr(help, '\n') || strchr(help, '\\'))
         return pl_error(PL_ERR_INVALID, "metric '%s': help must be one line without '\\'", name);
     if (kind == PL_METRIC_HISTOGRAM) {
@@ -96,8 +95,10 @@ static pl_status_t s_register(pl_metrics_t *r, pl_metric_kind_t kind, const char
                             n_bounds, PL_METRICS_MAX_BUCKETS);
         for (int i = 0; i < n_bounds; i++)
             if (!isfinite(bounds[i]) || (i > 0 && bounds[i] <= bounds[i - 1]))
-                return pl_error(PL_ERR_INVALID, "metric '%s': bucket bounds must be finite and "
-                                "increasing", name);
+                return pl_error(PL_ERR_INVALID,
+                                "metric '%s': bucket bounds must be finite and "
+                                "increasing",
+                                name);
     }
     pl_metric_t *m = calloc(1, sizeof(*m));
     if (!m)
@@ -136,8 +137,8 @@ pl_status_t pl_metrics_counter(pl_metrics_t *r, const char *name, const char *he
     return s_register(r, PL_METRIC_COUNTER, name, help, label, NULL, 0, metric_p);
 }
 
-pl_status_t pl_metrics_gauge(pl_metrics_t *r, const char *name, const char *help,
-                             const char *label, pl_metric_t **metric_p)
+pl_status_t pl_metrics_gauge(pl_metrics_t *r, const char *name, const char *help, const char *label,
+                             pl_metric_t **metric_p)
 {
     return s_register(r, PL_METRIC_GAUGE, name, help, label, NULL, 0, metric_p);
 }

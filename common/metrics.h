@@ -27,8 +27,8 @@ void pl_metrics_destroy(pl_metrics_t **metrics_p);
  * increasing upper bounds. Misuse (bad name, duplicate, full registry) is an error. */
 pl_status_t pl_metrics_counter(pl_metrics_t *r, const char *name, const char *help,
                                const char *label, pl_metric_t **metric_p);
-pl_status_t pl_metrics_gauge(pl_metrics_t *r, const char *name, const char *help,
-                             const char *label, pl_metric_t **metric_p);
+pl_status_t pl_metrics_gauge(pl_metrics_t *r, const char *name, const char *help, const char *label,
+                             pl_metric_t **metric_p);
 pl_status_t pl_metrics_histogram(pl_metrics_t *r, const char *name, const char *help,
                                  const char *label, const double *bounds, int n_bounds,
                                  pl_metric_t **metric_p);

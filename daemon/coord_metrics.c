@@ -19,8 +19,10 @@ pl_status_t pl_coord_metrics_init(pl_coord_t *c, pl_metrics_t *r)
                                "state", &m->jobs)) ||
         (st = pl_metrics_gauge(r, "pipecoord_queue_depth", "Jobs queued, waiting for devices.",
                                NULL, &m->queue)) ||
-        (st = pl_metrics_gauge(r, "pipecoord_nodes", "Registered nodes by state (idle, busy, "
-                               "lost).", "state", &m->nodes)) ||
+        (st = pl_metrics_gauge(r, "pipecoord_nodes",
+                               "Registered nodes by state (idle, busy, "
+                               "lost).",
+                               "state", &m->nodes)) ||
         (st = pl_metrics_counter(r, "pipecoord_tokens_generated_total",
                                  "Tokens sampled by the last stages of all jobs.", NULL,
                                  &m->tokens)) ||
@@ -61,8 +63,8 @@ void pl_coord_metrics_update(pl_coord_t *c)
             pl_metrics_add(m->tokens, NULL, (double)(tok - j->metered_tokens));
             j->metered_tokens = tok;
         }
-        bool ended = j->state == PL_JOB_DONE || j->state == PL_JOB_FAILED ||
-                     j->state == PL_JOB_CANCELED;
+        bool ended =
+            j->state == PL_JOB_DONE || j->state == PL_JOB_FAILED || j->state == PL_JOB_CANCELED;
         if (ended && !j->metered) {
             pl_metrics_observe(m->job_s, pl_job_state_name(j->state), j->t_end - j->t_submit);
             j->metered = true;

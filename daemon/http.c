@@ -78,8 +78,8 @@ static enum MHD_Result s_access(void *cls, struct MHD_Connection *conn, const ch
     if (!q)
         return MHD_NO; /* s_uri could not allocate */
     if (!q->started) { /* the headers are in; the body (if any) comes in the next calls */
-        const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
-                                                     MHD_HTTP_HEADER_CONTENT_LENGTH);
+        const char *cl =
+            MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         q->started = true;
         if (cl && strtoull(cl, NULL, 10) > s->max_body) {
             q->too_big = true;
@@ -137,12 +137,12 @@ static void s_mhd_log(void *cls, const char *fmt, va_list ap)
     pl_log_debug("http: %s", msg);
 }
 
-pl_status_t pl_http_start(const pl_http_params_t *p, const pl_http_route_t *routes,
-                          int n_routes, pl_http_t **srv_p)
+pl_status_t pl_http_start(const pl_http_params_t *p, const pl_http_route_t *routes, int n_routes,
+                          pl_http_t **srv_p)
 {
     struct sockaddr_storage sa = {0};
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
-                     MHD_USE_ERROR_LOG;
+    unsigned flags =
+        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ERROR_LOG;
     if (n_routes > S_MAX_ROUTES)
         return pl_error(PL_ERR_RANGE, "http: %d routes, at most %d", n_routes, S_MAX_ROUTES);
     if (p->port < 0 || p->port > 65535)
@@ -168,12 +168,11 @@ pl_status_t pl_http_start(const pl_http_params_t *p, const pl_http_route_t *rout
     s->max_body = p->max_body ? p->max_body : PL_HTTP_MAX_BODY_DEF;
     s->mhd = MHD_start_daemon(
         flags, 0, NULL, NULL, s_access, s, MHD_OPTION_EXTERNAL_LOGGER, s_mhd_log, s,
-        MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)(p->max_conns > 0 ? p->max_conns : 64),
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)(p->timeout_s > 0 ? p->timeout_s : 10),
-        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
-        MHD_OPTION_NOTIFY_COMPLETED, s_completed, s, MHD_OPTION_URI_LOG_CALLBACK, s_uri, s,
-        MHD_OPTION_END);
+        MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa, MHD_OPTION_CONNECTION_LIMIT,
+        (unsigned)(p->max_conns > 0 ? p->max_conns : 64), MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)(p->timeout_s > 0 ? p->timeout_s : 10), MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+        (size_t)(64 * 1024), MHD_OPTION_NOTIFY_COMPLETED, s_completed, s,
+        MHD_OPTION_URI_LOG_CALLBACK, s_uri, s, MHD_OPTION_END);
     if (!s->mhd) {
         free(s);
         return pl_error(PL_ERR_IO, "http: cannot listen on %s port %d", p->address, p->port);

@@ -7,8 +7,8 @@
 
 #include <stddef.h>
 
-#define PL_HTTP_MAX_URL 1024    /* longest request target accepted (414 beyond) */
-#define PL_HTTP_MAX_METHOD 16   /* longest method token */
+#define PL_HTTP_MAX_URL 1024  /* longest request target accepted (414 beyond) */
+#define PL_HTTP_MAX_METHOD 16 /* longest method token */
 #define PL_HTTP_MAX_BODY_DEF (1u << 20)
 
 typedef struct {
@@ -20,10 +20,10 @@ typedef struct {
 } pl_http_req_t;
 
 typedef struct {
-    int status;             /* 0 when the handler set nothing: answered as 500 */
-    char content_type[64];  /* default text/plain; charset=utf-8 */
-    char allow[64];         /* Allow header of a 405 */
-    char *body;             /* malloc'd, owned by the response */
+    int status;            /* 0 when the handler set nothing: answered as 500 */
+    char content_type[64]; /* default text/plain; charset=utf-8 */
+    char allow[64];        /* Allow header of a 405 */
+    char *body;            /* malloc'd, owned by the response */
     size_t len;
 } pl_http_resp_t;
 
@@ -52,8 +52,8 @@ typedef struct pl_http pl_http_t;
 void pl_http_resp_text(pl_http_resp_t *resp, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* Take a malloc'd body (*body_p is NULLed) with its content type. */
-void pl_http_resp_take(pl_http_resp_t *resp, int status, const char *content_type,
-                       char **body_p, size_t len);
+void pl_http_resp_take(pl_http_resp_t *resp, int status, const char *content_type, char **body_p,
+                       size_t len);
 void pl_http_resp_clear(pl_http_resp_t *resp);
 
 /* Route one request: check the method and target (400 / 414 when malformed), find the route

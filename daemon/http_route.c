@@ -14,8 +14,8 @@ void pl_http_resp_clear(pl_http_resp_t *resp)
     memset(resp, 0, sizeof(*resp));
 }
 
-void pl_http_resp_take(pl_http_resp_t *resp, int status, const char *content_type,
-                       char **body_p, size_t len)
+void pl_http_resp_take(pl_http_resp_t *resp, int status, const char *content_type, char **body_p,
+                       size_t len)
 {
     free(resp->body);
     resp->status = status;
@@ -92,8 +92,11 @@ void pl_http_handle(const pl_http_route_t *routes, int n_routes, const char *met
         path_known = true;
         if (strcmp(routes[i].method, method) == 0 ||
             (!strcmp(method, "HEAD") && !strcmp(routes[i].method, "GET"))) {
-            pl_http_req_t req = {.method = method, .path = path, .query = query,
-                                 .body = body ? body : "", .body_len = body ? body_len : 0};
+            pl_http_req_t req = {.method = method,
+                                 .path = path,
+                                 .query = query,
+                                 .body = body ? body : "",
+                                 .body_len = body ? body_len : 0};
             pl_http_resp_clear(resp);
             routes[i].fn(routes[i].arg, &req, resp);
             if (resp->status < 100 || resp->status > 599)

@@ -7,8 +7,8 @@
 #include <jansson.h>
 
 /* One forward call of a stage, seconds: a tiny CPU layer to a large prefill. */
-static const double s_compute_bounds[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
-                                          0.25,   0.5,   1,      2.5,   5,    10};
+static const double s_compute_bounds[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+                                          0.1,    0.25,  0.5,    1,     2.5,  5,     10};
 
 pl_status_t pl_node_metrics_init(pl_node_metrics_t *m, pl_metrics_t *r)
 {
@@ -30,8 +30,8 @@ pl_status_t pl_node_metrics_init(pl_node_metrics_t *m, pl_metrics_t *r)
                                  "Tokens sampled by last stages running on this node.", NULL,
                                  &m->tokens)) ||
         (st = pl_metrics_counter(r, "pipeld_heartbeat_misses_total",
-                                 "Heartbeats the coordinator did not answer before the next.",
-                                 NULL, &m->hb_misses)) ||
+                                 "Heartbeats the coordinator did not answer before the next.", NULL,
+                                 &m->hb_misses)) ||
         (st = pl_metrics_gauge(r, "pipeld_stages", "Stages loaded on this node.", NULL,
                                &m->stages)) ||
         (st = pl_metrics_gauge(r, "pipeld_process_resident_memory_bytes",
@@ -43,8 +43,8 @@ pl_status_t pl_node_metrics_init(pl_node_metrics_t *m, pl_metrics_t *r)
                                "Device memory in all, where the backend reports it.", "device",
                                &m->mem_total)) ||
         (st = pl_metrics_gauge(r, "pipeld_device_utilization_ratio",
-                               "Device busy share (0-1), where the backend reports it.",
-                               "device", &m->util)) ||
+                               "Device busy share (0-1), where the backend reports it.", "device",
+                               &m->util)) ||
         (st = pl_metrics_gauge(r, "pipeld_device_temperature_celsius",
                                "Device temperature, where the backend reports it.", "device",
                                &m->temp)) ||

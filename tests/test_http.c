@@ -113,7 +113,8 @@ typedef struct {
 static int s_connect(int port)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)port),
                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0)
         return -1;
@@ -354,8 +355,14 @@ Test(http_config, flag_and_yaml_sections)
     cr_assert_eq(pl_cfg_http_parse("[::1]:80", "--http", &h), PL_OK);
     cr_assert_str_eq(h.address, "::1");
     cr_assert_eq(h.port, 80);
-    const char *bad[] = {"9100", ":9100", "127.0.0.1:", "127.0.0.1:0", "127.0.0.1:65536",
-                         "127.0.0.1:9x", "host.example:9100", "[::1:80"};
+    const char *bad[] = {"9100",
+                         ":9100",
+                         "127.0.0.1:",
+                         "127.0.0.1:0",
+                         "127.0.0.1:65536",
+                         "127.0.0.1:9x",
+                         "host.example:9100",
+                         "[::1:80"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(*bad); i++) {
         h = (pl_cfg_http_t){.port = 7};
         cr_assert_neq(pl_cfg_http_parse(bad[i], "--http", &h), PL_OK, "'%s' accepted", bad[i]);

@@ -137,8 +137,7 @@ static int p_parse(const char *text, p_page_t *p, char *err, size_t elen)
                 return 0;
             }
             if (!strcmp(kw, "TYPE")) {
-                if (strcmp(rest, "counter") && strcmp(rest, "gauge") &&
-                    strcmp(rest, "histogram")) {
+                if (strcmp(rest, "counter") && strcmp(rest, "gauge") && strcmp(rest, "histogram")) {
                     snprintf(err, elen, "line %d: type '%s'", line_no, rest);
                     return 0;
                 }
@@ -306,9 +305,9 @@ Test(metrics, exact_exposition_text)
     cr_assert_eq(pl_metrics_gauge(r, "x_depth", "Depth.", NULL, &g), PL_OK);
     cr_assert_eq(pl_metrics_histogram(r, "x_seconds", "Time.", NULL, (double[]){0.5, 1, 2}, 3, &h),
                  PL_OK);
-    cr_assert_eq(pl_metrics_histogram(r, "y_seconds", "Time by kind.", "kind", (double[]){1}, 1,
-                                      &hl),
-                 PL_OK);
+    cr_assert_eq(
+        pl_metrics_histogram(r, "y_seconds", "Time by kind.", "kind", (double[]){1}, 1, &hl),
+        PL_OK);
     pl_metrics_add(c, "a", 10);
     pl_metrics_add(c, "b\"q\\\n", 2.5);
     pl_metrics_add(c, "a", 5);
@@ -456,13 +455,13 @@ Test(metrics, the_test_parser_refuses_broken_pages)
     static p_page_t page;
     char err[256];
     const char *bad[] = {
-        "x 1\n",                                      /* no TYPE */
-        "# TYPE x counter\nx 1\n",                   /* counter without _total */
-        "# TYPE x_total counter\nx_total -1\n",      /* negative counter */
-        "# TYPE x gauge\nx{a=\"1} 2\n",              /* unterminated label */
-        "# TYPE x gauge\nx{a=1} 2\n",                /* unquoted label */
-        "# TYPE x gauge\nx abc\n",                   /* not a number */
-        "# TYPE x gauge\nx 1",                       /* no final line feed */
+        "x 1\n",                                /* no TYPE */
+        "# TYPE x counter\nx 1\n",              /* counter without _total */
+        "# TYPE x_total counter\nx_total -1\n", /* negative counter */
+        "# TYPE x gauge\nx{a=\"1} 2\n",         /* unterminated label */
+        "# TYPE x gauge\nx{a=1} 2\n",           /* unquoted label */
+        "# TYPE x gauge\nx abc\n",              /* not a number */
+        "# TYPE x gauge\nx 1",                  /* no final line feed */
         "# TYPE h histogram\nh_bucket{le=\"1\"} 2\nh_bucket{le=\"+Inf\"} 1\nh_sum 1\nh_count 1\n",
         "# TYPE h histogram\nh_bucket{le=\"+Inf\"} 2\nh_sum 1\nh_count 3\n",
     };
@@ -524,26 +523,27 @@ static void s_start(void)
     }
     snprintf(bin, sizeof(bin), "%s/pipecoord", tc_bin());
     snprintf(log, sizeof(log), "%s/pipecoord.log", s_c.dir);
-    s_c.coord = tc_spawn((char *[]){bin, "--endpoint", s_c.ep, "--http", http[0], "--log-level",
-                                    "debug", NULL},
-                         log);
+    s_c.coord = tc_spawn(
+        (char *[]){bin, "--endpoint", s_c.ep, "--http", http[0], "--log-level", "debug", NULL},
+        log);
     snprintf(bin, sizeof(bin), "%s/pipeld", tc_bin());
     for (int i = 0; i < 2; i++) {
         char name[16];
         snprintf(name, sizeof(name), "node%d", i);
         snprintf(log, sizeof(log), "%s/%s.log", s_c.dir, name);
-        s_c.node[s_c.n_nodes++] = tc_spawn((char *[]){bin, "--name", name, "--coordinator", s_c.ep,
-                                                      "--threads", "1", "--http", http[1 + i],
-                                                      NULL},
-                                           log);
+        s_c.node[s_c.n_nodes++] =
+            tc_spawn((char *[]){bin, "--name", name, "--coordinator", s_c.ep, "--threads", "1",
+                                "--http", http[1 + i], NULL},
+                     log);
     }
     cr_assert_eq(tc_wait_idle(&s_c, 2, 60), 0, "nodes did not register");
     char path[512];
     snprintf(path, sizeof(path), "%s/prompts.jsonl", s_c.dir);
     tc_write(path, "[1, 15, 27, 99]\n[1, 7]\n[1, 100, 101, 102, 103]\n[3, 200, 5]\n");
-    cr_assert_eq(tc_make_model(s_c.dir, "m", "--layers 4 --hidden 64 --intermediate 160 "
-                                             "--heads 4 --kv-heads 2 --vocab 256 --seed 3 "
-                                             "--max-pos 512"),
+    cr_assert_eq(tc_make_model(s_c.dir, "m",
+                               "--layers 4 --hidden 64 --intermediate 160 "
+                               "--heads 4 --kv-heads 2 --vocab 256 --seed 3 "
+                               "--max-pos 512"),
                  0);
 }
 
@@ -622,8 +622,7 @@ Test(metrics_cluster, counters_move_while_a_job_runs)
         cr_assert_eq(p_value(p, "pipeld_stage_compute_seconds_count", NULL), mb,
                      "one compute observation per microbatch step");
         cr_assert_gt(p_sum(p, "pipeld_link_bytes_total"), 0, "node%d sent nothing", i - 1);
-        cr_assert_eq(p_value(p, "pipeld_kv_slots_used", NULL), 0, "node%d keeps KV slots",
-                     i - 1);
+        cr_assert_eq(p_value(p, "pipeld_kv_slots_used", NULL), 0, "node%d keeps KV slots", i - 1);
         cr_assert_eq(p_value(p, "pipeld_heartbeat_misses_total", NULL), 0);
         node_tok += p_value(p, "pipeld_tokens_generated_total", NULL);
         if (i == 1)
