@@ -40,10 +40,11 @@ static void *s_uri(void *cls, const char *uri, struct MHD_Connection *conn)
     return q;
 }
 
-static enum MHD_Result s_queue(struct MHD_Connection *conn, pl_http_resp_t *r, bool head)
+/* libmicrohttpd leaves the body out of a HEAD answer itself, keeping its Content-Length. */
+static enum MHD_Result s_queue(struct MHD_Connection *conn, pl_http_resp_t *r)
 {
     struct MHD_Response *mr;
-    if (head || !r->body)
+    if (!r->body)
         mr = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
     else {
         mr = MHD_create_response_from_buffer(r->len, r->body, MHD_RESPMEM_MUST_FREE);
@@ -64,7 +65,7 @@ static enum MHD_Result s_too_big(pl_http_t *s, struct MHD_Connection *conn)
 {
     pl_http_resp_t r = {0};
     pl_http_resp_text(&r, 413, "request body larger than %zu bytes\n", s->max_body);
-    enum MHD_Result ret = s_queue(conn, &r, false);
+    enum MHD_Result ret = s_queue(conn, &r);
     pl_http_resp_clear(&r);
     return ret;
 }
@@ -113,7 +114,7 @@ static enum MHD_Result s_access(void *cls, struct MHD_Connection *conn, const ch
         return s_too_big(s, conn);
     pl_http_resp_t r = {0};
     pl_http_handle(s->routes, s->n_routes, method, q->target, q->buf, q->len, &r);
-    enum MHD_Result ret = s_queue(conn, &r, strcmp(method, "HEAD") == 0);
+    enum MHD_Result ret = s_queue(conn, &r);
     pl_http_resp_clear(&r);
     return ret;
 }

@@ -152,7 +152,7 @@ static int s_raw(int port, const char *req, size_t len, s_answer_t *ans)
     snprintf(ans->head, sizeof(ans->head), "%.*s", (int)(end - buf), buf);
     size_t body_len = got - (size_t)(end + 4 - buf);
     char *cl = strcasestr(ans->head, "\r\nContent-Length:");
-    if (cl)
+    if (cl && (size_t)strtoull(cl + 17, NULL, 10) < body_len)
         body_len = (size_t)strtoull(cl + 17, NULL, 10);
     ans->body = malloc(body_len + 1);
     memcpy(ans->body, end + 4, body_len);
@@ -196,6 +196,12 @@ Test(http_server, routes_bodies_and_limits)
     cr_assert_eq(s_request(port, "GET", "/hello?x=2", NULL, 0, &a), 0);
     cr_assert_eq(a.status, 200);
     cr_assert_str_eq(a.body, "hello world q=x=2\n");
+    free(a.body);
+    /* HEAD: GET's status and length, no body */
+    cr_assert_eq(s_request(port, "HEAD", "/hello?x=2", NULL, 0, &a), 0);
+    cr_assert_eq(a.status, 200);
+    cr_assert(strcasestr(a.head, "\r\nContent-Length: 18"), "%s", a.head);
+    cr_assert_eq(a.body_len, 0);
     free(a.body);
     cr_assert_eq(s_request(port, "GET", "/none", NULL, 0, &a), 0);
     cr_assert_eq(a.status, 404);

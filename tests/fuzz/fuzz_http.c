@@ -1,16 +1,21 @@
 /* libFuzzer harness for the HTTP request path we own: pl_http_handle's method and target
  * checks and routing, with the real /metrics, /livez and /readyz handlers behind it (through
- * pl_front with no server) and a body echo. No input may crash; every answer has a status in
- * 100-599 and a body that matches its length. Not part of the CMake build:
+ * pl_front with no server) and a body echo; and the --http flag's parser (pl_cfg_http_parse) on
+ * the body. No input may crash; every answer has a status in 100-599 and a body that matches its
+ * length; an accepted flag prints back as ADDRESS:PORT that parses the same. Not part of the
+ * CMake build:
  *   clang -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -I. tests/fuzz/fuzz_http.c \
  *       daemon/http_route.c daemon/front.c daemon/http.c common/metrics.c common/status.c \
- *       common/log.c -lmicrohttpd -ljansson -lpthread -lm -o /tmp/fuzz_http
+ *       common/log.c common/config.c common/config_default.c common/yaml_schema.c \
+ *       common/yaml_tree.c common/util.c -lmicrohttpd -ljansson -lyaml -lpthread -lm \
+ *       -o /tmp/fuzz_http
  *   /tmp/fuzz_http -max_total_time=60 -max_len=4096 /tmp/fuzz_http_corpus
  * Input: method, target and body separated by the first two NUL bytes (missing parts: ""). */
 #include "daemon/front.h"
 #include "daemon/http.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -58,6 +63,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         (r.len != body_len || memcmp(r.body, body, body_len)))
         abort();
     pl_http_resp_clear(&r);
+
+    pl_cfg_http_t h, again;
+    memset(&h, 0x5a, sizeof(h));
+    if (pl_cfg_http_parse(body, "--http", &h) == PL_OK) {
+        char text[96];
+        snprintf(text, sizeof(text), strchr(h.address, ':') ? "[%s]:%d" : "%s:%d", h.address,
+                 h.port);
+        if (h.port < 1 || h.port > 65535 || pl_cfg_http_parse(text, "again", &again) != PL_OK ||
+            strcmp(again.address, h.address) || again.port != h.port)
+            abort();
+    } else if (((unsigned char *)&h)[0] != 0x5a) {
+        abort(); /* output untouched on error */
+    }
     free(buf);
     return 0;
 }
