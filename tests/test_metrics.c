@@ -662,5 +662,13 @@ Test(metrics_cluster, readyz_turns_503_when_the_coordinator_is_killed)
     static p_page_t page;
     s_page(s_port[1], &page);
     cr_assert_gt(p_value(&page, "pipeld_heartbeat_misses_total", NULL), 0);
+    /* a coordinator back at the same endpoint: the daemons register again and are ready */
+    char bin[512], log[512];
+    snprintf(bin, sizeof(bin), "%s/pipecoord", tc_bin());
+    snprintf(log, sizeof(log), "%s/pipecoord2.log", s_c.dir);
+    s_c.coord = tc_spawn((char *[]){bin, "--endpoint", s_c.ep, NULL}, log);
+    for (int k = 0; k < 100 && (code = s_get(s_port[1], "/readyz", NULL)) != 200; k++)
+        usleep(100 * 1000);
+    cr_assert_eq(code, 200, "node0 not ready again after the coordinator came back");
     s_passed = 1;
 }
