@@ -17,6 +17,7 @@ const tok = new Tokenizer(json, config);
 const cases = JSON.parse(readFileSync(0, "utf8"));
 const out = cases.map((text) => {
   const ids = tok.encode(text).ids;
-  return { ids, decoded: tok.decode(ids, { clean_up_tokenization_spaces: false }) };
+  const decoded = ids.length ? tok.decode(ids, { clean_up_tokenization_spaces: false }) : "";
+  return { ids, decoded };
 });
 process.stdout.write(JSON.stringify(out));
