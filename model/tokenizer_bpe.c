@@ -243,9 +243,9 @@ static s_cand_t s_heap_pop(pl_tok_bpe_scratch_t *s)
 
 static pl_status_t s_try_pair(const pl_tokenizer_t *t, pl_tok_bpe_scratch_t *s, int32_t pos)
 {
-    int32_t next = s->sym[pos].next;
+    int32_t next = pos >= 0 ? s->sym[pos].next : -1;
     const pl_tok_merge_t *m;
-    if (pos < 0 || next < 0)
+    if (next < 0)
         return PL_OK;
     m = pl_tok_mergemap_get(&t->merges, s->sym[pos].id, s->sym[next].id);
     return m ? s_heap_push(s, (s_cand_t){m->rank, pos, m->id}) : PL_OK;
