@@ -119,6 +119,25 @@ void pl_chat_template_destroy(pl_chat_template_t **tmpl_p)
     *tmpl_p = NULL;
 }
 
+pl_status_t pl_chat_template_for(const pl_tokenizer_t *tok, const char *chat_format,
+                                 const char *name, pl_chat_template_t **tmpl_p)
+{
+    return pl_chat_template_new(pl_tokenizer_chat_template(tok), chat_format, name,
+                                pl_tokenizer_bos_text(tok), pl_tokenizer_eos_text(tok), tmpl_p);
+}
+
+pl_status_t pl_chat_template_encode(const pl_chat_template_t *tmpl, const pl_tokenizer_t *tok,
+                                    const pl_chat_msg_t *msgs, size_t n,
+                                    bool add_generation_prompt, int32_t **ids_p, size_t *n_p)
+{
+    char *text = NULL;
+    pl_status_t st = pl_chat_template_render(tmpl, msgs, n, add_generation_prompt, &text);
+    if (!st)
+        st = pl_tokenizer_encode(tok, text, strlen(text), PL_TOK_PARSE_SPECIAL, ids_p, n_p);
+    free(text);
+    return st;
+}
+
 pl_chat_format_t pl_chat_template_format(const pl_chat_template_t *tmpl)
 {
     return tmpl->format;

@@ -4,6 +4,7 @@
 #define PL_MODEL_CHAT_TEMPLATE_H
 
 #include "common/status.h"
+#include "model/tokenizer.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -39,6 +40,18 @@ pl_chat_format_t pl_chat_template_format(const pl_chat_template_t *tmpl);
  * the template's own message. *text_p is the caller's to free. */
 pl_status_t pl_chat_template_render(const pl_chat_template_t *tmpl, const pl_chat_msg_t *msgs,
                                     size_t n, bool add_generation_prompt, char **text_p);
+
+/* The template of a loaded tokenizer (its config's chat_template, bos_token and eos_token),
+ * or the family chat_format names (NULL: recognise it). `name` says where the config came from. */
+pl_status_t pl_chat_template_for(const pl_tokenizer_t *tok, const char *chat_format,
+                                 const char *name, pl_chat_template_t **tmpl_p);
+
+/* Render messages and encode the prompt as the model expects it: special token texts the
+ * template wrote become their tokens, and no BOS is added beyond the one the template writes
+ * (Hugging Face's apply_chat_template(tokenize=True)). *ids_p is the caller's to free. */
+pl_status_t pl_chat_template_encode(const pl_chat_template_t *tmpl, const pl_tokenizer_t *tok,
+                                    const pl_chat_msg_t *msgs, size_t n,
+                                    bool add_generation_prompt, int32_t **ids_p, size_t *n_p);
 
 /* "llama3", ... for a format; NULL when out of range. */
 const char *pl_chat_format_name(pl_chat_format_t format);

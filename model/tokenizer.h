@@ -12,6 +12,7 @@
 #define PL_TOKENIZER_MAX_FILE_BYTES (256u << 20)
 #define PL_TOKENIZER_MAX_VOCAB (1 << 22)
 #define PL_TOKENIZER_MAX_EOS 8
+#define PL_TOKENIZER_MAX_TEXT_BYTES (64u << 20)
 
 typedef struct pl_tokenizer pl_tokenizer_t;
 

@@ -56,8 +56,9 @@ pl_status_t pl_tokenizer_encode(const pl_tokenizer_t *t, const char *text, size_
 
     if (valid != len)
         return pl_error(PL_ERR_INVALID, "%s: text is not valid UTF-8 at byte %zu", t->name, valid);
-    if (len > UINT32_MAX / 4)
-        return pl_error(PL_ERR_RANGE, "%s: text of %zu bytes is too long", t->name, len);
+    if (len > PL_TOKENIZER_MAX_TEXT_BYTES) /* normalized pieces are indexed with 32 bits */
+        return pl_error(PL_ERR_RANGE, "%s: text of %zu bytes is more than the limit of %u",
+                        t->name, len, PL_TOKENIZER_MAX_TEXT_BYTES);
     if (!(e.md = pcre2_match_data_create(1, NULL)))
         return pl_error(PL_ERR_NOMEM, "tokenizer: out of memory");
     for (int i = 0; (flags & PL_TOK_ADD_SPECIAL) && i < t->n_prefix && !st; i++)

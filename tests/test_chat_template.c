@@ -227,3 +227,35 @@ Test(chat_template, qwen3_lstrip_is_pythons)
     pl_chat_template_destroy(&t);
     pl_tokenizer_destroy(&tok);
 }
+
+/* A chat prompt encoded for the model: one BOS (the template's), special texts as tokens. */
+Test(chat_template, encode_prompt_for_the_model)
+{
+    char dir[4096];
+    pl_tokenizer_t *tok = NULL;
+    pl_chat_template_t *t = NULL;
+    pl_chat_msg_t m[] = {{"user", "Hi <|eot_id|> there"}};
+    int32_t *ids, *want;
+    size_t n, n_want;
+    char *text;
+
+    snprintf(dir, sizeof(dir), "%s/tokenizer-llama3/models", JS_LENML);
+    js_ref_require(dir);
+    cr_assert_eq(pl_tokenizer_load(dir, &tok), PL_OK, "%s", pl_error_msg());
+    cr_assert_eq(pl_chat_template_for(tok, NULL, dir, &t), PL_OK, "%s", pl_error_msg());
+    cr_assert_eq(pl_chat_template_encode(t, tok, m, 1, true, &ids, &n), PL_OK, "%s",
+                 pl_error_msg());
+    cr_assert(n > 4 && ids[0] == 128000 && ids[1] == 128006, "BOS, <|start_header_id|>");
+    for (size_t i = 1; i < n; i++)
+        cr_assert_neq(ids[i], 128000, "a second BOS at %zu", i);
+    cr_assert_eq(ids[n - 1], 271, "ends with the assistant header's \\n\\n");
+    cr_assert_eq(pl_chat_template_render(t, m, 1, true, &text), PL_OK);
+    cr_assert_eq(pl_tokenizer_encode(tok, text, strlen(text), PL_TOK_PARSE_SPECIAL, &want, &n_want),
+                 PL_OK);
+    cr_assert(n == n_want && memcmp(ids, want, n * sizeof(*ids)) == 0);
+    free(text);
+    free(want);
+    free(ids);
+    pl_chat_template_destroy(&t);
+    pl_tokenizer_destroy(&tok);
+}
