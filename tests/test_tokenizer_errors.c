@@ -162,3 +162,40 @@ Test(tokenizer_errors, invalid_utf8_text_names_the_byte)
     cr_assert_null(ids);
     pl_tokenizer_destroy(&tok);
 }
+
+/* Split behaviours on "the-final--countdown", as the Hugging Face documentation lists them;
+ * ignore_merges makes every piece that is in the vocabulary one token, so pieces are visible. */
+Test(tokenizer_errors, split_behaviours_cut_as_documented)
+{
+    static const char *pieces[] = {"t", "h", "e", "-", "f", "i", "n", "a", "l", "c", "o", "u",
+                                   "d", "w", "the", "final", "countdown", "the-", "final-",
+                                   "-final", "-countdown", "--"};
+    static const struct {
+        const char *behavior, *invert;
+        const char *want[7];
+    } cases[] = {
+        {"Removed", "false", {"the", "final", "countdown"}},
+        {"Isolated", "false", {"the", "-", "final", "-", "-", "countdown"}},
+        {"MergedWithPrevious", "false", {"the-", "final-", "-", "countdown"}},
+        {"MergedWithNext", "false", {"the", "-final", "-", "-countdown"}},
+        {"Contiguous", "false", {"the", "-", "final", "--", "countdown"}},
+        /* invert: the words are the delimiters; each "-" is its own match */
+        {"Removed", "true", {"-", "-", "-"}},
+    };
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        char json[4096], *p = json;
+        p += sprintf(p, "{\"model\": {\"type\": \"BPE\", \"ignore_merges\": true, \"merges\": [],"
+                        " \"vocab\": {");
+        for (size_t i = 0; i < sizeof(pieces) / sizeof(pieces[0]); i++)
+            p += sprintf(p, "%s\"%s\": %zu", i ? ", " : "", pieces[i], i);
+        sprintf(p, "}}, \"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"String\": \"-\"},"
+                   " \"behavior\": \"%s\", \"invert\": %s}}", cases[c].behavior, cases[c].invert);
+        pl_tokenizer_t *tok = s_parse_ok(json, NULL);
+        int32_t want[7];
+        size_t n = 0;
+        for (; n < 7 && cases[c].want[n]; n++)
+            want[n] = pl_tokenizer_token_id(tok, cases[c].want[n]);
+        s_expect_ids(tok, "the-final--countdown", want, n);
+        pl_tokenizer_destroy(&tok);
+    }
+}
