@@ -5,6 +5,7 @@
 #include "js_ref.h"
 
 #include <criterion/criterion.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -179,5 +180,49 @@ Test(tokenizer_decode, special_text_parsed_only_when_asked)
     for (size_t i = 0; i < n; i++)
         cr_assert_neq(ids[i], 128009, "special token made from user text");
     free(ids);
+    pl_tokenizer_destroy(&tok);
+}
+
+typedef struct {
+    const pl_tokenizer_t *tok;
+    const char *text;
+    int32_t *ids;
+    size_t n;
+    pl_status_t st;
+} s_job_t;
+
+static void *s_encode_job(void *arg)
+{
+    s_job_t *j = arg;
+    for (int r = 0; r < 20 && !j->st; r++) {
+        free(j->ids);
+        j->st = pl_tokenizer_encode(j->tok, j->text, strlen(j->text), PL_TOK_ENCODE_DEFAULT,
+                                    &j->ids, &j->n);
+    }
+    return NULL;
+}
+
+/* One tokenizer, several threads encoding at once (executor threads share it). */
+Test(tokenizer_decode, encode_is_thread_safe, .timeout = 120)
+{
+    pl_tokenizer_t *tok = s_load("qwen3");
+    static const char *texts[] = {"Héllo wörld, 日本語 🦙 and some code:\n\tx = 1;",
+                                  "Съешь же ещё этих мягких французских булок"};
+    s_job_t jobs[4] = {{0}};
+    pthread_t th[4];
+
+    for (int i = 0; i < 4; i++) {
+        jobs[i] = (s_job_t){tok, texts[i % 2], NULL, 0, PL_OK};
+        cr_assert_eq(pthread_create(&th[i], NULL, s_encode_job, &jobs[i]), 0);
+    }
+    for (int i = 0; i < 4; i++)
+        pthread_join(th[i], NULL);
+    for (int i = 0; i < 4; i++) {
+        cr_assert_eq(jobs[i].st, PL_OK);
+        cr_assert_eq(jobs[i].n, jobs[i % 2].n);
+        cr_assert_eq(memcmp(jobs[i].ids, jobs[i % 2].ids, jobs[i].n * sizeof(int32_t)), 0);
+    }
+    for (int i = 0; i < 4; i++)
+        free(jobs[i].ids);
     pl_tokenizer_destroy(&tok);
 }

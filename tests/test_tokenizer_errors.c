@@ -199,3 +199,17 @@ Test(tokenizer_errors, split_behaviours_cut_as_documented)
         pl_tokenizer_destroy(&tok);
     }
 }
+
+/* lstrip / rstrip added tokens swallow the whitespace beside them. */
+Test(tokenizer_errors, added_tokens_strip_whitespace_beside_them)
+{
+    const char *at = strstr(s_tiny, "{\"id\": 9");
+    char json[4096];
+    snprintf(json, sizeof(json), "%.*s{\"id\": 10, \"content\": \"<m>\", \"lstrip\": true, "
+             "\"rstrip\": true}, %s", (int)(at - s_tiny), s_tiny, at);
+    pl_tokenizer_t *tok = s_parse_ok(json, NULL);
+    s_expect_ids(tok, "a  <m> \t b", (int32_t[]){0, 10, 1}, 3);
+    s_expect_ids(tok, "a <end> b", (int32_t[]){0, 8, 9, 8, 1}, 5);
+    cr_assert_eq(pl_tokenizer_vocab_size(tok), 11);
+    pl_tokenizer_destroy(&tok);
+}
