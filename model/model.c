@@ -295,6 +295,7 @@ pl_status_t pl_model_tensor(pl_model_t *model, const char *name, pl_tensor_view_
     if ((st = pl_st_data(t->shard, &data)))
         return st;
     view->dtype = t->entry->dtype;
+    view->wtype = (pl_wtype_t)t->entry->dtype;
     view->ndim = t->entry->ndim;
     memcpy(view->shape, t->entry->shape, sizeof(view->shape));
     view->numel = t->entry->numel;

@@ -5,6 +5,7 @@
 #define PL_MODEL_MODEL_H
 
 #include "common/status.h"
+#include "model/wtype.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -41,14 +42,20 @@ pl_status_t pl_model_config_parse(const char *text, size_t len, pl_model_config_
 /* Read dir/config.json and parse it. */
 pl_status_t pl_model_config_load(const char *dir, pl_model_config_t *cfg);
 
+/* Element types of activations and of safetensors tensors; a tensor's stored weight type
+ * (model/wtype.h, which adds block-quantized types) has the same value for these three. */
 typedef enum { PL_DT_F32 = 0, PL_DT_F16 = 1, PL_DT_BF16 = 2 } pl_dtype_t;
+_Static_assert((int)PL_DT_F32 == (int)PL_WT_F32 && (int)PL_DT_F16 == (int)PL_WT_F16 &&
+                   (int)PL_DT_BF16 == (int)PL_WT_BF16,
+               "pl_dtype_t and pl_wtype_t share their float values");
 size_t pl_dtype_size(pl_dtype_t dt);
 const char *pl_dtype_name(pl_dtype_t dt);
 
 /* A tensor in a mapped shard: data points into the mapping (borrowed, valid until the model is
  * destroyed). */
 typedef struct {
-    pl_dtype_t dtype;
+    pl_dtype_t dtype; /* meaningful when wtype is F32, F16 or BF16 */
+    pl_wtype_t wtype; /* how the elements are stored */
     int ndim;
     int64_t shape[4];
     int64_t numel;
