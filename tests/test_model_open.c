@@ -320,7 +320,7 @@ Test(model_open, missing_files)
     unlink(s_path("model.safetensors"));
     s_open_fails(PL_ERR_NOT_FOUND, "model.safetensors");
     s_write_text("config.json", "{\"model_type\": \"gpt2\", \"n_embd\": 768}");
-    s_open_fails(PL_ERR_UNSUPPORTED, "not a Llama-family model (model_type 'gpt2')");
+    s_open_fails(PL_ERR_UNSUPPORTED, "model family 'gpt2' (model_type) is not supported");
 }
 
 Test(model_open, index_errors)
