@@ -113,6 +113,12 @@ void pl_cpu_wmat_row_f32(const pl_cpu_wmat_t *w, int r, float *dst)
                     (size_t)w->cols, dst);
 }
 
+void pl_cpu_embed(const pl_cpu_wmat_t *table, const int32_t *ids, int n, float *out)
+{
+    for (int i = 0; i < n; i++)
+        pl_cpu_wmat_row_f32(table, ids[i], out + (size_t)i * table->cols);
+}
+
 /* ---- the batch-invariant product ---- */
 
 static _Thread_local float s_acc[PL_CPU_BLOCK_ROWS * PL_CPU_BLOCK_OUTS * 16];

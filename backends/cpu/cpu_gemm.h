@@ -76,6 +76,8 @@ void pl_cpu_gemm_seq(const float *x, int n, const pl_cpu_wmat_t *w, float *tile,
 
 /* Row `r` of w as f32 (dst [w->cols]). */
 void pl_cpu_wmat_row_f32(const pl_cpu_wmat_t *w, int r, float *dst);
+/* out[i] = row ids[i] of the [vocab][hidden] table, as f32, for n ids already in range. */
+void pl_cpu_embed(const pl_cpu_wmat_t *table, const int32_t *ids, int n, float *out);
 
 /* The kernels of one instruction set (cpu_gemm_<isa>.c). */
 #define PL_CPU_DECLARE_FLOAT_KERNELS(isa)                                                          \
