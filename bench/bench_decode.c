@@ -1,6 +1,7 @@
 /* bench_decode: one CPU stage holding every layer. Decode at batch 1, 4 and 8 on 1 and 2 threads
  * as weight bytes streamed per second beside the machine's best read bandwidth, and a 512-token
  * prefill beside OpenBLAS sgemm on the same shapes; f32, f16 or bf16 weights as stored. */
+#include "bench/bench_parts.h"
 #include "bench/bench_ref.h"
 
 #include "backends/backend.h"
@@ -405,6 +406,7 @@ typedef struct {
     double step_s[S_MAX_TLIST][3]; /* batch 1, 4, 8 */
     double kernel_gbps[S_MAX_TLIST];
     double pf_s, ideal_s, ideal_flops;
+    s_parts_t parts;
 } s_res_t;
 
 static const int s_batches[3] = {1, 4, 8};
@@ -478,6 +480,22 @@ static void s_print(const pl_model_config_t *c, const s_opts_t *o, const s_res_t
                wt, flops / r->pf_s / 1e9, T / r->pf_s, r->pf_s * 1e3,
                r->ideal_flops / r->ideal_s / 1e9, r->ideal_s * 1e3,
                100.0 * (flops / r->pf_s) / (r->ideal_flops / r->ideal_s));
+        double rest = r->pf_s - r->ideal_s - r->parts.att_s - r->parts.swiglu_s - r->parts.norm_s -
+                      r->parts.rope_s;
+        printf("| where the prefill's %.0f ms go | ms | share |\n| --- | ---: | ---: |\n",
+               r->pf_s * 1e3);
+        printf("| matrix products, timed as plain sgemm on the same shapes (the stage uses %s) | "
+               "%.0f | %.0f%% |\n",
+               pl_cpu_gemm_seq_uses_blas() ? "OpenBLAS" : "its own kernel", r->ideal_s * 1e3,
+               100 * r->ideal_s / r->pf_s);
+        printf("| attention (pl_cpu_attention) | %.0f | %.0f%% |\n", r->parts.att_s * 1e3,
+               100 * r->parts.att_s / r->pf_s);
+        printf("| swiglu, rmsnorm, rope (one thread) | %.0f | %.0f%% |\n",
+               (r->parts.swiglu_s + r->parts.norm_s + r->parts.rope_s) * 1e3,
+               100 * (r->parts.swiglu_s + r->parts.norm_s + r->parts.rope_s) / r->pf_s);
+        printf("| the rest (head, adds, copies; below zero when the parts ran under more load, "
+               "or the stage's GEMMs beat sgemm) | %.0f | %.0f%% |\n\n",
+               rest * 1e3, 100 * rest / r->pf_s);
     }
 }
 
@@ -531,6 +549,8 @@ int main(int argc, char **argv)
     if (o.prefill > 0) {
         openblas_set_num_threads(o.threads[o.n_threads - 1]);
         r.ideal_s = s_prefill_sgemm_ideal(c, o.prefill, o.reps, &r.ideal_flops);
+        if (s_prefill_parts(c, o.prefill, PL_MAX(1, o.reps / 2), &r.parts))
+            goto err;
     }
     s_cpu_times(&m1, &self1);
     s_print(c, &o, &r, wbytes, best, pl_wtype_name(v.wtype));
