@@ -545,7 +545,7 @@ int main(int argc, char **argv)
         goto err;
     for (int t = 0; t < o.n_threads; t++)
         r.kernel_gbps[t] = s_kernel_gbps(v.wtype, o.threads[t], c->intermediate, c->hidden,
-                                         PL_MAX(wbytes, 4.0 * (double)s_llc_bytes()), o.reps);
+                                         PL_MAX(1073741824.0, 4.0 * (double)s_llc_bytes()), o.reps);
     if (o.prefill > 0) {
         openblas_set_num_threads(o.threads[o.n_threads - 1]);
         r.ideal_s = s_prefill_sgemm_ideal(c, o.prefill, o.reps, &r.ideal_flops);
