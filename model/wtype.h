@@ -10,12 +10,7 @@
 #include <stdint.h>
 
 /* The first values equal pl_dtype_t's (model.h), so a safetensors dtype converts by value. */
-typedef enum {
-    PL_WT_F32 = 0,
-    PL_WT_F16 = 1,
-    PL_WT_BF16 = 2,
-    PL_WT_COUNT
-} pl_wtype_t;
+typedef enum { PL_WT_F32 = 0, PL_WT_F16 = 1, PL_WT_BF16 = 2, PL_WT_COUNT } pl_wtype_t;
 
 typedef struct {
     const char *name;   /* "F32", "BF16", ... */
