@@ -342,9 +342,9 @@ static int s_remove_stale_index(const char *dir)
 static void s_usage(FILE *f)
 {
     fprintf(f, "usage: pl-mkmodel --out DIR [--layers 4] [--hidden 256] [--intermediate 688]\n"
-               "       [--family llama|mistral|qwen2|qwen3]\n"
                "       [--heads 8] [--kv-heads 4] [--head-dim N] [--vocab 512]\n"
-               "       [--dtype f32|f16|bf16] [--seed 1] [--shards 1] [--tie] [--rope-llama3]\n"
+               "       [--dtype f32|f16|bf16] [--family llama|mistral|qwen2|qwen3]\n"
+               "       [--seed 1] [--shards 1] [--tie] [--rope-llama3]\n"
                "       [--max-pos 2048] [--eos 2[,ID...]]\n");
 }
 
@@ -352,7 +352,6 @@ static int s_parse_args(int argc, char **argv, s_opts_t *o)
 {
     static const struct option s_long[] = {
         {"out", required_argument, 0, 'o'},    {"layers", required_argument, 0, 'l'},
-        {"family", required_argument, 0, 'f'},
         {"hidden", required_argument, 0, 'H'}, {"intermediate", required_argument, 0, 'i'},
         {"heads", required_argument, 0, 'a'},  {"kv-heads", required_argument, 0, 'k'},
         {"head-dim", required_argument, 0, 'd'}, {"vocab", required_argument, 0, 'v'},
@@ -360,6 +359,7 @@ static int s_parse_args(int argc, char **argv, s_opts_t *o)
         {"shards", required_argument, 0, 'n'}, {"tie", no_argument, 0, 'T'},
         {"rope-llama3", no_argument, 0, 'r'},  {"max-pos", required_argument, 0, 'm'},
         {"eos", required_argument, 0, 'e'},    {"help", no_argument, 0, 'h'},
+        {"family", required_argument, 0, 'f'},
         {0, 0, 0, 0}};
     int c, li = 0, *target;
     char *end;
