@@ -5,6 +5,7 @@
 #define PL_MODEL_MODEL_H
 
 #include "common/status.h"
+#include "model/wtype.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -41,9 +42,6 @@ pl_status_t pl_model_config_parse(const char *text, size_t len, pl_model_config_
 /* Read dir/config.json and parse it. */
 pl_status_t pl_model_config_load(const char *dir, pl_model_config_t *cfg);
 
-typedef enum { PL_DT_F32 = 0, PL_DT_F16 = 1, PL_DT_BF16 = 2 } pl_dtype_t;
-size_t pl_dtype_size(pl_dtype_t dt);
-const char *pl_dtype_name(pl_dtype_t dt);
 
 /* A tensor in a mapped shard: data points into the mapping (borrowed, valid until the model is
  * destroyed). */
