@@ -2,6 +2,8 @@
  * (config.json, safetensors shards, index), for tests and benchmarks without real weights. */
 #include "common/status.h"
 #include "common/util.h"
+#include "model/gguf_model.h"
+#include "model/gguf_write.h"
 #include "model/model.h"
 
 #include <errno.h>
@@ -32,6 +34,8 @@ typedef struct {
     const char *out;
     int layers, hidden, inter, heads, kv_heads, head_dim, vocab, max_pos, shards;
     pl_dtype_t dtype;
+    bool gguf;        /* --format gguf: --out is a .gguf file */
+    pl_dtype_t wtype; /* --type: the matrices' type in a GGUF file */
     uint64_t seed;
     bool tie, rope_llama3;
     int n_eos, eos[PL_MODEL_MAX_EOS];
@@ -216,6 +220,104 @@ static int s_write_data(FILE *f, const char *path, const s_opts_t *o, const s_te
     return 0;
 }
 
+/* The GGUF file: llama metadata, matrices in o->wtype (q/k rows in llama.cpp's rope order),
+ * norms in f32, as llama.cpp's converter writes them. Values are the safetensors ones. */
+static pl_status_t s_gguf_meta(pl_gguf_writer_t *w, const s_opts_t *o)
+{
+    pl_status_t st;
+    if ((st = pl_gguf_writer_str(w, "general.architecture", "llama")) ||
+        (st = pl_gguf_writer_str(w, "general.name", "pl-mkmodel")) ||
+        (st = pl_gguf_writer_u32(w, "llama.context_length", (uint32_t)o->max_pos)) ||
+        (st = pl_gguf_writer_u32(w, "llama.embedding_length", (uint32_t)o->hidden)) ||
+        (st = pl_gguf_writer_u32(w, "llama.block_count", (uint32_t)o->layers)) ||
+        (st = pl_gguf_writer_u32(w, "llama.feed_forward_length", (uint32_t)o->inter)) ||
+        (st = pl_gguf_writer_u32(w, "llama.attention.head_count", (uint32_t)o->heads)) ||
+        (st = pl_gguf_writer_u32(w, "llama.attention.head_count_kv", (uint32_t)o->kv_heads)) ||
+        (st = pl_gguf_writer_u32(w, "llama.attention.key_length", (uint32_t)o->head_dim)) ||
+        (st = pl_gguf_writer_u32(w, "llama.attention.value_length", (uint32_t)o->head_dim)) ||
+        (st = pl_gguf_writer_u32(w, "llama.rope.dimension_count", (uint32_t)o->head_dim)) ||
+        (st = pl_gguf_writer_u32(w, "llama.vocab_size", (uint32_t)o->vocab)) ||
+        (st = pl_gguf_writer_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f)) ||
+        (st = pl_gguf_writer_f32(w, "llama.rope.freq_base", 10000.0f)) ||
+        (st = pl_gguf_writer_u32(w, "tokenizer.ggml.bos_token_id", o->vocab > 1 ? 1 : 0)) ||
+        (st = pl_gguf_writer_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)o->eos[0])))
+        return st;
+    return PL_OK;
+}
+
+static pl_dtype_t s_gguf_type(const s_opts_t *o, const s_tensor_t *t)
+{
+    return t->ndim == 2 ? o->wtype : PL_DT_F32;
+}
+
+/* Hugging Face row of GGUF row r of a q (heads = n_heads) or k (n_kv_heads) projection. */
+static int64_t s_hf_row(const s_opts_t *o, const s_tensor_t *t, int64_t r)
+{
+    int heads = strstr(t->name, "q_proj") ? o->heads : strstr(t->name, "k_proj") ? o->kv_heads : 0;
+    int64_t hd = o->head_dim, half = hd / 2;
+    if (!heads)
+        return r;
+    return r / hd * hd + (r % hd % 2) * half + (r % hd) / 2;
+}
+
+static int s_write_gguf(const s_opts_t *o, const s_tensor_t *t, size_t n, uint64_t *bytes_p)
+{
+    pl_gguf_writer_t *w = NULL;
+    FILE *f = NULL;
+    float *row = NULL;
+    unsigned char *q = NULL;
+    char gname[128];
+    int64_t max_in = PL_MAX(o->hidden, o->inter);
+    size_t row_bytes;
+    pl_status_t st;
+    int rc = 1;
+
+    if ((st = pl_gguf_writer_new(&w)) || (st = s_gguf_meta(w, o)))
+        goto out_err;
+    for (size_t i = 0; i < n; i++) {
+        int64_t ne[2] = {t[i].ndim == 1 ? t[i].shape[0] : t[i].shape[1], t[i].shape[0]};
+        if (!pl_gguf_name_of(t[i].name, gname, sizeof(gname))) {
+            st = pl_error(PL_ERR_INVALID, "no GGUF name for tensor '%s'", t[i].name);
+            goto out_err;
+        }
+        if ((st = pl_gguf_writer_tensor(w, gname, s_gguf_type(o, &t[i]), t[i].ndim, ne)))
+            goto out_err;
+    }
+    row = malloc((size_t)PL_MAX(max_in, o->vocab) * sizeof(float));
+    q = malloc((size_t)PL_MAX(max_in, o->vocab) * sizeof(float));
+    if (!row || !q || !(f = fopen(o->out, "wb"))) {
+        s_fail("%s: %s", o->out, row && q ? strerror(errno) : "out of memory");
+        goto out;
+    }
+    if ((st = pl_gguf_writer_header(w, f)))
+        goto out_err;
+    for (size_t i = 0; i < n; i++) {
+        int64_t in = t[i].ndim == 1 ? t[i].shape[0] : t[i].shape[1];
+        int64_t rows = t[i].ndim == 1 ? 1 : t[i].shape[0];
+        pl_dtype_t dt = s_gguf_type(o, &t[i]);
+        if ((st = pl_dtype_row_bytes(dt, in, &row_bytes)))
+            goto out_err;
+        for (int64_t r = 0; r < rows; r++) {
+            s_values(o, &t[i], s_hf_row(o, &t[i], r) * in, (size_t)in, row);
+            pl_dtype_from_f32(dt, row, (size_t)in, q);
+            if ((st = pl_gguf_writer_data(w, f, q, row_bytes)))
+                goto out_err;
+        }
+        *bytes_p += (uint64_t)rows * row_bytes;
+    }
+    rc = pl_gguf_writer_done(w) ? 0 : s_fail("%s: tensors incomplete", o->out);
+    goto out;
+out_err:
+    s_fail("%s: %s", o->out, pl_error_msg());
+out:
+    if (f && fclose(f) != 0 && rc == 0)
+        rc = s_fail("%s: close: %s", o->out, strerror(errno));
+    free(row);
+    free(q);
+    pl_gguf_writer_destroy(&w);
+    return rc;
+}
+
 static void s_shard_name(const s_opts_t *o, int shard, char *out, size_t len)
 {
     if (o->shards == 1)
@@ -325,7 +427,9 @@ static void s_usage(FILE *f)
     fprintf(f, "usage: pl-mkmodel --out DIR [--layers 4] [--hidden 256] [--intermediate 688]\n"
                "       [--heads 8] [--kv-heads 4] [--head-dim N] [--vocab 512]\n"
                "       [--dtype f32|f16|bf16] [--seed 1] [--shards 1] [--tie] [--rope-llama3]\n"
-               "       [--max-pos 2048] [--eos 2[,ID...]]\n");
+               "       [--max-pos 2048] [--eos 2[,ID...]]\n"
+               "       [--format safetensors|gguf] [--type f32|f16|bf16|q8_0|q4_0|q4_k|q5_k|q6_k]\n"
+               "  --format gguf writes one GGUF file at --out, its matrices in --type (f32)\n");
 }
 
 static int s_parse_args(int argc, char **argv, s_opts_t *o)
@@ -339,6 +443,7 @@ static int s_parse_args(int argc, char **argv, s_opts_t *o)
         {"shards", required_argument, 0, 'n'}, {"tie", no_argument, 0, 'T'},
         {"rope-llama3", no_argument, 0, 'r'},  {"max-pos", required_argument, 0, 'm'},
         {"eos", required_argument, 0, 'e'},    {"help", no_argument, 0, 'h'},
+        {"format", required_argument, 0, 'F'}, {"type", required_argument, 0, 'W'},
         {0, 0, 0, 0}};
     int c, li = 0, *target;
     char *end;
@@ -370,6 +475,25 @@ static int s_parse_args(int argc, char **argv, s_opts_t *o)
             else
                 return s_fail("--dtype: '%s' is not f32, f16 or bf16", optarg);
             break;
+        case 'F':
+            if (strcmp(optarg, "gguf") != 0 && strcmp(optarg, "safetensors") != 0)
+                return s_fail("--format: '%s' is not safetensors or gguf", optarg);
+            o->gguf = strcmp(optarg, "gguf") == 0;
+            break;
+        case 'W': {
+            static const char *const names[] = {"f32", "f16", "bf16", "q8_0",
+                                                "q4_0", "q4_k", "q5_k", "q6_k"};
+            static const pl_dtype_t types[] = {PL_DT_F32, PL_DT_F16, PL_DT_BF16, PL_DT_Q8_0,
+                                               PL_DT_Q4_0, PL_DT_Q4_K, PL_DT_Q5_K, PL_DT_Q6_K};
+            size_t k = 0;
+            while (k < PL_ARRAY_SIZE(names) && strcmp(optarg, names[k]) != 0)
+                k++;
+            if (k == PL_ARRAY_SIZE(names))
+                return s_fail("--type: '%s' is not one of f32 f16 bf16 q8_0 q4_0 q4_k q5_k q6_k",
+                              optarg);
+            o->wtype = types[k];
+            break;
+        }
         case 's':
             errno = 0;
             o->seed = strtoull(optarg, &end, 0);
@@ -399,6 +523,15 @@ static int s_parse_args(int argc, char **argv, s_opts_t *o)
     }
     if (o->shards > o->layers)
         return s_fail("--shards %d is more than --layers %d", o->shards, o->layers);
+    if (o->gguf && (o->shards != 1 || o->rope_llama3 || o->n_eos != 1))
+        return s_fail("--format gguf writes one file with one eos id and no llama3 rope scaling "
+                      "(--shards, --rope-llama3 and a list of --eos are for safetensors)");
+    if (o->gguf) {
+        int blk = pl_dtype_block(o->wtype);
+        if (o->hidden % blk || o->inter % blk || ((int64_t)o->heads * o->head_dim) % blk)
+            return s_fail("--type %s: --hidden, --intermediate and heads * head_dim must be "
+                          "multiples of %d", pl_dtype_name(o->wtype), blk);
+    }
     for (int i = 0; i < o->n_eos; i++)
         if (o->eos[i] >= o->vocab)
             return s_fail("--eos %d is not below --vocab %d", o->eos[i], o->vocab);
@@ -428,6 +561,20 @@ int main(int argc, char **argv)
     /* The reader's own validation is the authority on what a valid model is. */
     if (!text || pl_model_config_parse(text, strlen(text), &cfg) != PL_OK) {
         s_fail("invalid model shape: %s", pl_error_msg());
+        goto err_config;
+    }
+    if (o.gguf) {
+        t = s_tensor_list(&o, &n);
+        if (!t) {
+            s_fail("out of memory");
+            goto err_config;
+        }
+        if (s_write_gguf(&o, t, n, &bytes) == 0) {
+            printf("pl-mkmodel: %s: %d layers, hidden %d, %llu bytes GGUF %s\n", o.out, o.layers,
+                   o.hidden, (unsigned long long)bytes, pl_dtype_name(o.wtype));
+            rc = 0;
+        }
+        free(t);
         goto err_config;
     }
     if (mkdir(o.out, 0777) != 0 && errno != EEXIST) {

@@ -1,0 +1,436 @@
+/* Tests of the GGUF reader: files built byte by byte here (independent of the writer) for values
+ * and every malformation, then pl-mkmodel's GGUF models against the same model as safetensors. */
+#include "backends/backend.h"
+#include "common/status.h"
+#include "common/util.h"
+#include "model/gguf.h"
+#include "model/model.h"
+
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- a byte builder for GGUF files ---- */
+
+typedef struct {
+    unsigned char b[1 << 16];
+    size_t n;
+} s_buf_t;
+
+static void s_put(s_buf_t *f, const void *p, size_t n)
+{
+    cr_assert_leq(f->n + n, sizeof(f->b));
+    memcpy(f->b + f->n, p, n);
+    f->n += n;
+}
+
+static void s_le(s_buf_t *f, uint64_t v, int n)
+{
+    for (int i = 0; i < n; i++)
+        f->b[f->n++] = (unsigned char)(v >> (8 * i));
+}
+
+static void s_str(s_buf_t *f, const char *s)
+{
+    s_le(f, strlen(s), 8);
+    s_put(f, s, strlen(s));
+}
+
+static void s_head(s_buf_t *f, uint32_t version, uint64_t n_t, uint64_t n_kv)
+{
+    f->n = 0;
+    s_put(f, "GGUF", 4);
+    s_le(f, version, 4);
+    s_le(f, n_t, 8);
+    s_le(f, n_kv, 8);
+}
+
+static void s_kv_u32(s_buf_t *f, const char *k, uint32_t v)
+{
+    s_str(f, k);
+    s_le(f, 4, 4);
+    s_le(f, v, 4);
+}
+
+static void s_kv_str(s_buf_t *f, const char *k, const char *v)
+{
+    s_str(f, k);
+    s_le(f, 8, 4);
+    s_str(f, v);
+}
+
+static void s_tinfo(s_buf_t *f, const char *name, int nd, const uint64_t *ne, uint32_t type,
+                    uint64_t off)
+{
+    s_str(f, name);
+    s_le(f, (uint64_t)nd, 4);
+    for (int d = 0; d < nd; d++)
+        s_le(f, ne[d], 8);
+    s_le(f, type, 4);
+    s_le(f, off, 8);
+}
+
+static void s_pad(s_buf_t *f, size_t align)
+{
+    while (f->n % align)
+        f->b[f->n++] = 0;
+}
+
+/* A valid file: every metadata type, two tensors (f32 [4] and q8_0 [32, 2]). */
+static void s_valid(s_buf_t *f, uint32_t version)
+{
+    uint64_t ne_a[1] = {4}, ne_b[2] = {32, 2};
+    float vals[4] = {1.5f, -2.0f, 0.25f, 8.0f};
+    s_head(f, version, 2, 8);
+    s_kv_str(f, "general.architecture", "llama");
+    s_kv_u32(f, "general.alignment", 64);
+    s_str(f, "k.i8");
+    s_le(f, 1, 4);
+    s_le(f, 0xF6, 1); /* -10 */
+    s_str(f, "k.u64");
+    s_le(f, 10, 4);
+    s_le(f, 1ull << 40, 8);
+    s_str(f, "k.f32");
+    s_le(f, 6, 4);
+    uint32_t bits;
+    float x = 0.5f;
+    memcpy(&bits, &x, 4);
+    s_le(f, bits, 4);
+    s_str(f, "k.bool");
+    s_le(f, 7, 4);
+    s_le(f, 1, 1);
+    s_str(f, "k.strs");
+    s_le(f, 9, 4);
+    s_le(f, 8, 4);
+    s_le(f, 3, 8);
+    s_str(f, "a");
+    s_str(f, "");
+    s_str(f, "ccc");
+    s_str(f, "k.i32s");
+    s_le(f, 9, 4);
+    s_le(f, 5, 4);
+    s_le(f, 2, 8);
+    s_le(f, (uint32_t)-7, 4);
+    s_le(f, 9, 4);
+    s_tinfo(f, "a", 1, ne_a, 0, 0);
+    s_tinfo(f, "b", 2, ne_b, 8, 64);
+    s_pad(f, 64);
+    s_put(f, vals, sizeof(vals));
+    s_pad(f, 64);
+    for (int r = 0; r < 2; r++) {
+        uint16_t d = pl_f32_to_f16(0.5f);
+        s_put(f, &d, 2);
+        for (int j = 0; j < 32; j++)
+            s_le(f, (uint64_t)(int8_t)(j - 16 + r), 1);
+    }
+}
+
+static pl_status_t s_parse(const s_buf_t *f, pl_gguf_t **g)
+{
+    return pl_gguf_parse("t.gguf", f->b, f->n, g);
+}
+
+Test(gguf, reads_every_type_v2_and_v3)
+{
+    static s_buf_t f;
+    for (uint32_t v = 2; v <= 3; v++) {
+        pl_gguf_t *g = NULL;
+        const pl_gguf_kv_t *kv;
+        const char *s;
+        size_t len;
+        int64_t i;
+        double d;
+        bool b;
+        float out[64];
+        s_valid(&f, v);
+        cr_assert_eq(s_parse(&f, &g), PL_OK, "%s", pl_error_msg());
+        cr_assert_eq(g->version, v);
+        cr_assert_eq(g->alignment, 64);
+        cr_assert_eq(pl_gguf_get_int(g, "k.i8", -100, 100, &i), PL_OK);
+        cr_assert_eq(i, -10);
+        cr_assert_eq(pl_gguf_get_int(g, "k.u64", 0, INT64_MAX, &i), PL_OK);
+        cr_assert_eq(i, 1ll << 40);
+        cr_assert_eq(pl_gguf_get_int(g, "k.u64", 0, 5, &i), PL_ERR_RANGE);
+        cr_assert(strstr(pl_error_msg(), "k.u64"), "%s", pl_error_msg());
+        cr_assert_eq(pl_gguf_get_int(g, "k.f32", 0, 5, &i), PL_ERR_INVALID);
+        cr_assert_eq(pl_gguf_get_num(g, "k.f32", &d), PL_OK);
+        cr_assert_eq(d, 0.5);
+        cr_assert_eq(pl_gguf_get_bool(g, "k.bool", &b), PL_OK);
+        cr_assert(b);
+        cr_assert_eq(pl_gguf_get_int(g, "absent", 0, 1, &i), PL_ERR_NOT_FOUND);
+        cr_assert_eq(pl_gguf_get_str(g, "general.architecture", &s, &len), PL_OK);
+        cr_assert_eq(len, 5);
+        cr_assert_eq(memcmp(s, "llama", 5), 0);
+        cr_assert_eq(pl_gguf_get_arr(g, "k.strs", PL_GGUF_STR, &kv), PL_OK);
+        cr_assert_eq(kv->n, 3);
+        pl_gguf_arr_str(g, kv, 2, &s, &len);
+        cr_assert_eq(len, 3);
+        cr_assert_eq(memcmp(s, "ccc", 3), 0);
+        pl_gguf_arr_str(g, kv, 1, &s, &len);
+        cr_assert_eq(len, 0);
+        cr_assert_eq(pl_gguf_get_arr(g, "k.strs", PL_GGUF_F32, &kv), PL_ERR_INVALID);
+        cr_assert_eq(pl_gguf_get_arr(g, "k.i32s", PL_GGUF_I32, &kv), PL_OK);
+        cr_assert_eq(pl_gguf_arr_int(g, kv, 0), -7);
+        cr_assert_eq(pl_gguf_arr_int(g, kv, 1), 9);
+        const pl_gguf_tensor_t *ta = pl_gguf_tensor(g, "a"), *tb = pl_gguf_tensor(g, "b");
+        cr_assert(ta && tb && !pl_gguf_tensor(g, "c"));
+        cr_assert_eq(ta->dtype, PL_DT_F32);
+        cr_assert_eq(tb->dtype, PL_DT_Q8_0);
+        cr_assert_eq(tb->nbytes, 68);
+        cr_assert_eq(tb->ne[1], 2);
+        pl_dtype_to_f32(ta->dtype, pl_gguf_tensor_data(g, ta), 4, out);
+        cr_assert(out[0] == 1.5f && out[3] == 8.0f);
+        pl_dtype_to_f32(tb->dtype, pl_gguf_tensor_data(g, tb), 64, out);
+        cr_assert(out[0] == -8.0f && out[32 + 31] == 8.0f, "%g %g", out[0], out[63]);
+        pl_gguf_free(&g);
+        cr_assert_null(g);
+        pl_gguf_free(&g);
+    }
+}
+
+Test(gguf, every_truncation_is_refused)
+{
+    static s_buf_t f;
+    s_valid(&f, 3);
+    for (size_t n = 0; n < f.n; n++) {
+        pl_gguf_t *g = NULL;
+        pl_status_t st = pl_gguf_parse("t.gguf", f.b, n, &g);
+        cr_assert_neq(st, PL_OK, "a file cut at %zu of %zu bytes was accepted", n, f.n);
+        cr_assert_null(g);
+        cr_assert(strstr(pl_error_msg(), "t.gguf"), "%s", pl_error_msg());
+    }
+}
+
+/* One malformed file per case: each refused, with a message naming what is wrong. */
+Test(gguf, malformed_files_are_refused)
+{
+    static s_buf_t f;
+    uint64_t ne4[1] = {4}, ne32[2] = {32, 2}, ne0[1] = {0}, ne31[1] = {31};
+    struct {
+        const char *needle;
+        pl_status_t st;
+    } want[] = {
+        {"bad magic", PL_ERR_INVALID},          {"version 1", PL_ERR_UNSUPPORTED},
+        {"cannot fit", PL_ERR_INVALID},         {"cannot fit", PL_ERR_INVALID},
+        {"unknown value type 13", PL_ERR_INVALID}, {"past the end", PL_ERR_INVALID},
+        {"array of 1000000 u32", PL_ERR_INVALID}, {"appears twice", PL_ERR_INVALID},
+        {"Q4_1", PL_ERR_UNSUPPORTED},           {"unknown ggml type 99", PL_ERR_UNSUPPORTED},
+        {"not a multiple of the alignment", PL_ERR_INVALID},
+        {"tensor 'v' appears twice", PL_ERR_INVALID}, {"past the end of the data", PL_ERR_INVALID},
+        {"overlap", PL_ERR_INVALID},            {"5 dimensions", PL_ERR_INVALID},
+        {"dimension 0 is 0", PL_ERR_INVALID},   {"whole number of Q8_0", PL_ERR_INVALID},
+        {"general.alignment 48", PL_ERR_INVALID}, {"nested", PL_ERR_UNSUPPORTED},
+        {"bool value 2", PL_ERR_INVALID},       {"holds a NUL", PL_ERR_INVALID},
+    };
+    for (size_t c = 0; c < sizeof(want) / sizeof(want[0]); c++) {
+        pl_gguf_t *g = NULL;
+        f.n = 0;
+        switch (c) {
+        case 0: s_head(&f, 3, 0, 0); f.b[0] = 'X'; break;
+        case 1: s_head(&f, 1, 0, 0); break;
+        case 2: s_head(&f, 3, 0, 1000); break;           /* metadata count past the end */
+        case 3: s_head(&f, 3, 1ull << 19, 0); break;     /* tensor count past the end */
+        case 4: s_head(&f, 3, 0, 1); s_str(&f, "k"); s_le(&f, 13, 4); s_le(&f, 0, 8); break;
+        case 5: /* a string length past the file */
+            s_head(&f, 3, 0, 1); s_str(&f, "k"); s_le(&f, 8, 4); s_le(&f, 1ull << 40, 8);
+            s_put(&f, "abcdefgh", 8);
+            break;
+        case 6:
+            s_head(&f, 3, 0, 1); s_str(&f, "k"); s_le(&f, 9, 4); s_le(&f, 4, 4);
+            s_le(&f, 1000000, 8); s_le(&f, 0, 8);
+            break;
+        case 7: s_head(&f, 3, 0, 2); s_kv_u32(&f, "k", 1); s_kv_u32(&f, "k", 2); break;
+        case 8: case 9:
+            s_head(&f, 3, 1, 0); s_tinfo(&f, "w", 1, ne4, c == 8 ? 3 : 99, 0);
+            s_pad(&f, 32); s_le(&f, 0, 8); s_le(&f, 0, 8);
+            break;
+        case 10: case 11: case 12: case 13:
+            s_head(&f, 3, 2, 0);
+            s_tinfo(&f, "v", 1, ne4, 0, 0);
+            s_tinfo(&f, c == 11 ? "v" : "w", 1, ne4, 0, c == 10 ? 8 : c == 12 ? 32 : c == 13 ? 0 : 32);
+            s_pad(&f, 32);
+            for (int i = 0; i < (c == 12 ? 5 : 8); i++)
+                s_le(&f, 0, 8);
+            break;
+        case 14: {
+            uint64_t ne5[5] = {1, 1, 1, 1, 1};
+            s_head(&f, 3, 1, 0); s_tinfo(&f, "w", 5, ne5, 0, 0);
+            break;
+        }
+        case 15: s_head(&f, 3, 1, 0); s_tinfo(&f, "w", 1, ne0, 0, 0); s_pad(&f, 32); break;
+        case 16:
+            s_head(&f, 3, 1, 0); s_tinfo(&f, "w", 1, ne31, 8, 0); s_pad(&f, 32);
+            s_put(&f, f.b, 64);
+            break;
+        case 17: s_head(&f, 3, 0, 1); s_kv_u32(&f, "general.alignment", 48); break;
+        case 18:
+            s_head(&f, 3, 0, 1); s_str(&f, "k"); s_le(&f, 9, 4); s_le(&f, 9, 4); s_le(&f, 0, 8);
+            break;
+        case 19: s_head(&f, 3, 0, 1); s_str(&f, "k"); s_le(&f, 7, 4); s_le(&f, 2, 1); break;
+        case 20: s_head(&f, 3, 0, 1); s_le(&f, 3, 8); s_put(&f, "a\0b", 3); s_le(&f, 4, 4);
+                 s_le(&f, 1, 4); break;
+        }
+        (void)ne32;
+        pl_status_t st = s_parse(&f, &g);
+        cr_assert_eq(st, want[c].st, "case %zu: status %d (%s)", c, st, pl_error_msg());
+        cr_assert(strstr(pl_error_msg(), want[c].needle), "case %zu: '%s' lacks '%s'", c,
+                  pl_error_msg(), want[c].needle);
+        cr_assert(strstr(pl_error_msg(), "t.gguf"), "case %zu: %s", c, pl_error_msg());
+        cr_assert_null(g);
+    }
+}
+
+/* ---- pl-mkmodel's GGUF models against the same model as safetensors ---- */
+
+static char s_dir[64];
+
+static void s_mk(const char *out, const char *extra)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof(cmd), "'%s/pl-mkmodel' --out %s/%s --layers 3 --hidden 256 "
+             "--intermediate 512 --heads 4 --kv-heads 2 --vocab 320 --seed 5 %s >/dev/null",
+             PL_BIN_DIR, s_dir, out, extra);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+}
+
+static void s_models(void)
+{
+    snprintf(s_dir, sizeof(s_dir), "/tmp/pl-gguf-XXXXXX");
+    cr_assert(mkdtemp(s_dir));
+    s_mk("st", "");
+    s_mk("f32.gguf", "--format gguf --type f32");
+    s_mk("q8.gguf", "--format gguf --type q8_0");
+    s_mk("q4k.gguf", "--format gguf --type q4_k");
+}
+
+static void s_rm(void)
+{
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", s_dir);
+    cr_assert_eq(system(cmd), 0);
+}
+
+static pl_model_t *s_open(const char *name)
+{
+    char path[128];
+    pl_model_t *m = NULL;
+    snprintf(path, sizeof(path), "%s/%s", s_dir, name);
+    cr_assert_eq(pl_model_open(path, &m), PL_OK, "%s: %s", path, pl_error_msg());
+    return m;
+}
+
+static const char *const s_names[] = {
+    "model.embed_tokens.weight",          "model.norm.weight",
+    "lm_head.weight",                      "model.layers.1.self_attn.q_proj.weight",
+    "model.layers.1.self_attn.k_proj.weight", "model.layers.2.self_attn.v_proj.weight",
+    "model.layers.0.self_attn.o_proj.weight", "model.layers.0.mlp.down_proj.weight",
+    "model.layers.2.input_layernorm.weight", "model.layers.2.mlp.gate_proj.weight"};
+
+TestSuite(gguf_model, .init = s_models, .fini = s_rm, .timeout = 120);
+
+/* The f32 GGUF holds the safetensors values bit for bit, in Hugging Face names, shapes and row
+ * order (q/k are stored permuted, as llama.cpp does, and put back); config equal. */
+Test(gguf_model, f32_equals_safetensors)
+{
+    pl_model_t *st = s_open("st"), *gg = s_open("f32.gguf");
+    const pl_model_config_t *a = pl_model_config(st), *b = pl_model_config(gg);
+    cr_assert_eq(a->hidden, b->hidden);
+    cr_assert_eq(a->intermediate, b->intermediate);
+    cr_assert_eq(a->n_layers, b->n_layers);
+    cr_assert_eq(a->n_kv_heads, b->n_kv_heads);
+    cr_assert_eq(a->head_dim, b->head_dim);
+    cr_assert_eq(a->vocab, b->vocab);
+    cr_assert_eq(a->eos_ids[0], b->eos_ids[0]);
+    cr_assert_float_eq(a->rms_eps, b->rms_eps, 1e-12);
+    cr_assert_eq(a->tie_embeddings, b->tie_embeddings);
+    cr_assert_eq(pl_model_weight_bytes(st), pl_model_weight_bytes(gg));
+    for (size_t i = 0; i < sizeof(s_names) / sizeof(s_names[0]); i++) {
+        pl_tensor_view_t va, vb;
+        cr_assert_eq(pl_model_tensor(st, s_names[i], &va), PL_OK);
+        cr_assert_eq(pl_model_tensor(gg, s_names[i], &vb), PL_OK, "%s", pl_error_msg());
+        cr_assert_eq(va.ndim, vb.ndim);
+        cr_assert_eq(va.shape[0], vb.shape[0], "%s", s_names[i]);
+        cr_assert_eq(va.nbytes, vb.nbytes);
+        cr_assert_eq(memcmp(va.data, vb.data, va.nbytes), 0, "%s differs", s_names[i]);
+    }
+    pl_model_destroy(&st);
+    pl_model_destroy(&gg);
+}
+
+/* The quantized files hold every value within its type's bound of the f32 one (the bounds
+ * themselves are tested in test_wtype; here a loose relative one catches any misplaced row). */
+Test(gguf_model, quantized_tensors_near_f32)
+{
+    pl_model_t *st = s_open("st"), *q8 = s_open("q8.gguf"), *q4 = s_open("q4k.gguf");
+    for (size_t i = 0; i < sizeof(s_names) / sizeof(s_names[0]); i++) {
+        float *a, *b, *c;
+        bool oa, ob, oc;
+        pl_tensor_view_t v;
+        cr_assert_eq(pl_model_tensor_f32(st, s_names[i], 0, NULL, &a, &oa), PL_OK);
+        cr_assert_eq(pl_model_tensor_f32(q8, s_names[i], 0, NULL, &b, &ob), PL_OK);
+        cr_assert_eq(pl_model_tensor_f32(q4, s_names[i], 0, NULL, &c, &oc), PL_OK);
+        cr_assert_eq(pl_model_tensor(q8, s_names[i], &v), PL_OK);
+        cr_assert_eq(v.dtype, v.ndim == 2 ? PL_DT_Q8_0 : PL_DT_F32, "%s", s_names[i]);
+        double amax = 0, e8 = 0, e4 = 0;
+        for (int64_t k = 0; k < v.numel; k++) {
+            amax = fmax(amax, fabs(a[k]));
+            e8 = fmax(e8, fabs(a[k] - b[k]));
+            e4 = fmax(e4, fabs(a[k] - c[k]));
+        }
+        cr_assert_leq(e8, amax / 127 * 0.51, "%s: q8_0 error %g of %g", s_names[i], e8, amax);
+        cr_assert_leq(e4, 2 * amax / 15 * 0.55, "%s: q4_k error %g of %g", s_names[i], e4, amax);
+        if (oa) free(a);
+        if (ob) free(b);
+        if (oc) free(c);
+    }
+    pl_model_destroy(&st);
+    pl_model_destroy(&q8);
+    pl_model_destroy(&q4);
+}
+
+/* Logits of the whole model (one stage) for one prompt. */
+static void s_logits(const char *name, float *out)
+{
+    static const int32_t ids[] = {1, 15, 27, 99, 200, 7};
+    const pl_be_ops_t *ops = pl_be_cpu_ops();
+    pl_model_t *m = s_open(name);
+    void *dev, *stage;
+    pl_be_stage_params_t p = {.first_layer = 0, .last_layer = 2, .has_embed = true,
+                              .has_head = true, .max_seqs = 1, .max_ctx = 16, .max_tokens = 8};
+    pl_be_batch_t b = {.n_seq = 1, .n_tokens = 6, .slot = (int[]){0}, .pos0 = (int[]){0},
+                       .n_tok = (int[]){6}};
+    cr_assert_eq(ops->open(0, 1, &dev), PL_OK);
+    cr_assert_eq(ops->stage_load(dev, m, &p, &stage), PL_OK, "%s", pl_error_msg());
+    cr_assert_eq(ops->stage_forward(stage, &b, ids, out), PL_OK, "%s", pl_error_msg());
+    ops->stage_unload(stage);
+    ops->close(dev);
+    pl_model_destroy(&m);
+}
+
+/* f32 GGUF: identical logits to safetensors. Q8_0: within 2% of the logits' spread (random
+ * weights of this size put the q8_0 error near 0.3%), Q4_K within 10%; argmax kept for Q8_0. */
+Test(gguf_model, logits_against_f32)
+{
+    enum { V = 320 };
+    float ref[V], f32[V], q8[V], q4[V];
+    s_logits("st", ref);
+    s_logits("f32.gguf", f32);
+    s_logits("q8.gguf", q8);
+    s_logits("q4k.gguf", q4);
+    cr_assert_eq(memcmp(ref, f32, sizeof(ref)), 0, "f32 GGUF logits differ from safetensors");
+    double lo = ref[0], hi = ref[0], e8 = 0, e4 = 0;
+    int am_ref = 0, am_q8 = 0;
+    for (int i = 0; i < V; i++) {
+        lo = fmin(lo, ref[i]);
+        hi = fmax(hi, ref[i]);
+        e8 = fmax(e8, fabs(ref[i] - q8[i]));
+        e4 = fmax(e4, fabs(ref[i] - q4[i]));
+        am_ref = ref[i] > ref[am_ref] ? i : am_ref;
+        am_q8 = q8[i] > q8[am_q8] ? i : am_q8;
+    }
+    cr_assert_leq(e8, 0.02 * (hi - lo), "q8_0 logits off by %g (spread %g)", e8, hi - lo);
+    cr_assert_leq(e4, 0.10 * (hi - lo), "q4_k logits off by %g (spread %g)", e4, hi - lo);
+    cr_assert_eq(am_ref, am_q8);
+}
