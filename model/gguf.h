@@ -47,7 +47,7 @@ typedef struct {
     uint64_t nbytes;
 } pl_gguf_tensor_t;
 
-typedef struct {
+typedef struct pl_gguf {
     const unsigned char *buf; /* the whole file */
     size_t len;
     uint32_t version;

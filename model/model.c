@@ -347,6 +347,11 @@ const char *pl_model_dir(const pl_model_t *model)
     return model->dir;
 }
 
+const struct pl_gguf *pl_model_gguf(const pl_model_t *model)
+{
+    return model->gguf;
+}
+
 uint64_t pl_model_weight_bytes(const pl_model_t *model)
 {
     return model->weight_bytes;

@@ -64,6 +64,9 @@ pl_status_t pl_model_open(const char *dir, pl_model_t **model_p);
 void pl_model_destroy(pl_model_t **model_p);
 const pl_model_config_t *pl_model_config(const pl_model_t *model);
 const char *pl_model_dir(const pl_model_t *model);
+/* The GGUF file of a model opened from one (its tokenizer keys: model/gguf_vocab.h); NULL for a
+ * Hugging Face directory. Borrowed, valid until the model is destroyed. */
+const struct pl_gguf *pl_model_gguf(const pl_model_t *model);
 /* Total bytes of all tensors as stored. */
 uint64_t pl_model_weight_bytes(const pl_model_t *model);
 

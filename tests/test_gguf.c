@@ -4,7 +4,9 @@
 #include "common/status.h"
 #include "common/util.h"
 #include "model/gguf.h"
+#include "model/gguf_vocab.h"
 #include "model/model.h"
+#include "pipeline/gen_local.h"
 
 #include <criterion/criterion.h>
 #include <math.h>
@@ -282,6 +284,69 @@ Test(gguf, malformed_files_are_refused)
     }
 }
 
+/* A tokenizer section: case 0 valid; the others each break one rule. */
+static void s_vocab_file(s_buf_t *f, int c)
+{
+    uint32_t one;
+    float sc = -1.5f;
+    memcpy(&one, &sc, 4);
+    s_head(f, 3, 0, 8);
+    s_kv_str(f, "tokenizer.ggml.model", "gpt2");
+    s_str(f, "tokenizer.ggml.tokens");
+    s_le(f, 9, 4), s_le(f, 8, 4), s_le(f, 3, 8);
+    s_str(f, "<s>"), s_str(f, "ab"), s_str(f, "c");
+    s_str(f, "tokenizer.ggml.scores");
+    s_le(f, 9, 4), s_le(f, 6, 4), s_le(f, c == 1 ? 2 : 3, 8);
+    for (int i = 0; i < (c == 1 ? 2 : 3); i++)
+        s_le(f, one, 4);
+    s_str(f, "tokenizer.ggml.token_type");
+    s_le(f, 9, 4), s_le(f, 5, 4), s_le(f, 3, 8);
+    s_le(f, 3, 4), s_le(f, 1, 4), s_le(f, c == 2 ? 9 : 1, 4);
+    s_str(f, "tokenizer.ggml.merges");
+    s_le(f, 9, 4), s_le(f, 8, 4), s_le(f, 1, 8);
+    s_str(f, c == 3 ? "ab" : "a b");
+    s_kv_u32(f, "tokenizer.ggml.bos_token_id", 0);
+    s_kv_u32(f, "tokenizer.ggml.eos_token_id", c == 4 ? 3 : 2);
+    s_kv_str(f, "tokenizer.chat_template", "{{ x }}");
+}
+
+Test(gguf, vocabulary_for_the_tokenizer)
+{
+    static s_buf_t f;
+    static const char *const needles[] = {"", "2 entries for 3 tokens", "token_type[2] is 9",
+                                          "merges[0]", "eos_token_id"};
+    for (int c = 0; c < 5; c++) {
+        pl_gguf_t *g = NULL;
+        pl_gguf_vocab_t v;
+        s_vocab_file(&f, c);
+        cr_assert_eq(s_parse(&f, &g), PL_OK, "%s", pl_error_msg());
+        pl_status_t st = pl_gguf_vocab(g, &v);
+        if (c > 0) {
+            cr_assert_neq(st, PL_OK, "case %d accepted", c);
+            cr_assert(strstr(pl_error_msg(), needles[c]), "case %d: %s", c, pl_error_msg());
+            pl_gguf_free(&g);
+            continue;
+        }
+        cr_assert_eq(st, PL_OK, "%s", pl_error_msg());
+        const char *s, *b;
+        size_t len, blen;
+        cr_assert_eq(v.n_tokens, 3);
+        cr_assert_eq(v.model_len, 4);
+        pl_gguf_vocab_token(&v, 1, &s, &len);
+        cr_assert(len == 2 && memcmp(s, "ab", 2) == 0);
+        cr_assert_float_eq(pl_gguf_vocab_score(&v, 2), -1.5f, 0);
+        cr_assert_eq(pl_gguf_vocab_type(&v, 0), 3);
+        cr_assert_eq(pl_gguf_vocab_n_merges(&v), 1);
+        pl_gguf_vocab_merge(&v, 0, &s, &len, &b, &blen);
+        cr_assert(len == 1 && *s == 'a' && blen == 1 && *b == 'b');
+        cr_assert_eq(v.bos, 0);
+        cr_assert_eq(v.eos, 2);
+        cr_assert_eq(v.unk, -1);
+        cr_assert(v.chat_template_len == 7 && memcmp(v.chat_template, "{{ x }}", 7) == 0);
+        pl_gguf_free(&g);
+    }
+}
+
 /* ---- pl-mkmodel's GGUF models against the same model as safetensors ---- */
 
 static char s_dir[64];
@@ -359,6 +424,36 @@ Test(gguf_model, f32_equals_safetensors)
     pl_model_destroy(&gg);
 }
 
+/* On disk the q/k rows are in llama.cpp's order (convert_hf_to_gguf.py's permute: rows reshaped
+ * [heads][2][head_dim/2] and the last two axes swapped), not ours: checked against the raw file. */
+Test(gguf_model, qk_rows_on_disk_in_llama_cpp_order)
+{
+    char path[128];
+    pl_gguf_t *g;
+    pl_model_t *st = s_open("st");
+    pl_tensor_view_t v;
+    int hd = 64, in = 256;
+    snprintf(path, sizeof(path), "%s/f32.gguf", s_dir);
+    cr_assert_eq(pl_gguf_open(path, &g), PL_OK);
+    for (int k = 0; k < 2; k++) {
+        const pl_gguf_tensor_t *t = pl_gguf_tensor(g, k ? "blk.1.attn_k.weight" : "blk.1.attn_q.weight");
+        const float *raw = pl_gguf_tensor_data(g, t);
+        cr_assert_eq(pl_model_tensor(st, k ? "model.layers.1.self_attn.k_proj.weight"
+                                           : "model.layers.1.self_attn.q_proj.weight", &v), PL_OK);
+        const float *hf = v.data;
+        int heads = k ? 2 : 4;
+        for (int h = 0; h < heads; h++)
+            for (int j = 0; j < 2; j++)
+                for (int i = 0; i < hd / 2; i++) {
+                    int from = h * hd + j * (hd / 2) + i, to = h * hd + i * 2 + j;
+                    cr_assert_eq(memcmp(raw + (size_t)to * in, hf + (size_t)from * in, 4 * in), 0,
+                                 "head %d row %d", h, from);
+                }
+    }
+    pl_gguf_free(&g);
+    pl_model_destroy(&st);
+}
+
 /* The quantized files hold every value within its type's bound of the f32 one (the bounds
  * themselves are tested in test_wtype; here a loose relative one catches any misplaced row). */
 Test(gguf_model, quantized_tensors_near_f32)
@@ -433,4 +528,72 @@ Test(gguf_model, logits_against_f32)
     cr_assert_leq(e8, 0.02 * (hi - lo), "q8_0 logits off by %g (spread %g)", e8, hi - lo);
     cr_assert_leq(e4, 0.10 * (hi - lo), "q4_k logits off by %g (spread %g)", e4, hi - lo);
     cr_assert_eq(am_ref, am_q8);
+}
+
+/* Greedy tokens of five prompts through the in-process pipeline, split as counts[0..n). */
+static json_t *s_tokens(const char *name, const int *counts, int n)
+{
+    const pl_be_ops_t *ops = pl_be_cpu_ops();
+    char path[128];
+    void *dev;
+    json_t *res = NULL;
+    pl_gen_local_stats_t stats;
+    json_t *job = json_pack("{s:[[i,i,i,i],[i,i],[i,i,i,i,i,i],[i],[i,i,i]], s:i, s:i, s:b}",
+                            "prompts", 1, 15, 27, 99, 1, 7, 1, 100, 101, 102, 103, 104, 250, 3,
+                            200, 5, "max_new_tokens", 12, "microbatches", 2, "stop_at_eos", 0);
+    snprintf(path, sizeof(path), "%s/%s", s_dir, name);
+    cr_assert_eq(ops->open(0, 1, &dev), PL_OK);
+    cr_assert_eq(pl_gen_local_run(path, job, ops, dev, counts, n, &res, &stats), PL_OK, "%s: %s",
+                 name, pl_error_msg());
+    ops->close(dev);
+    json_decref(job);
+    return res;
+}
+
+static char *s_dump(const json_t *j)
+{
+    return json_dumps(j, JSON_COMPACT);
+}
+
+/* The first k tokens of every sequence equal in a and b: the count of sequences where they do. */
+static int s_agree(const json_t *a, const json_t *b, size_t k)
+{
+    int same = 0;
+    for (size_t s = 0; s < json_array_size(a); s++) {
+        json_t *ta = json_object_get(json_array_get(a, s), "tokens");
+        json_t *tb = json_object_get(json_array_get(b, s), "tokens");
+        bool eq = true;
+        for (size_t t = 0; t < k && eq; t++)
+            eq = json_integer_value(json_array_get(ta, t)) ==
+                 json_integer_value(json_array_get(tb, t));
+        same += eq;
+    }
+    return same;
+}
+
+/* The same model as safetensors f32 and as GGUF f32 gives identical tokens, in one stage and
+ * split in two or three; GGUF Q8_0 gives the f32 greedy tokens for the first N = 3 steps of
+ * every prompt. Why 3: a step's logits move by ~0.3% of their spread under Q8_0
+ * (logits_against_f32), and a random-weight model's logits are flat, so its top two are now and
+ * then that close; here the first such step is step 4 of one prompt (three of the five agree for
+ * all 12 steps). Once one token differs the sequences diverge, so later steps are not compared.
+ * Quantizing and the CPU kernels are deterministic, so the counts do not vary run to run. */
+Test(gguf_model, tokens_through_the_pipeline)
+{
+    json_t *ref = s_tokens("st", NULL, 1);
+    json_t *g1 = s_tokens("f32.gguf", NULL, 1);
+    json_t *g2 = s_tokens("f32.gguf", (int[]){1, 2}, 2);
+    json_t *g3 = s_tokens("f32.gguf", (int[]){1, 1, 1}, 3);
+    json_t *q8 = s_tokens("q8.gguf", NULL, 1), *q8s = s_tokens("q8.gguf", (int[]){2, 1}, 2);
+    char *a = s_dump(ref), *b = s_dump(g1), *c = s_dump(g2), *d = s_dump(g3);
+    char *e = s_dump(q8), *h = s_dump(q8s);
+    cr_assert_str_eq(a, b);
+    cr_assert_str_eq(a, c);
+    cr_assert_str_eq(a, d);
+    cr_assert_str_eq(e, h, "q8_0: the split changed the tokens");
+    cr_assert_eq(s_agree(ref, q8, 3), 5, "q8_0: %s\nf32: %s", e, a);
+    cr_assert_geq(s_agree(ref, q8, 12), 3, "q8_0: %s\nf32: %s", e, a);
+    free(a), free(b), free(c), free(d), free(e), free(h);
+    json_decref(ref), json_decref(g1), json_decref(g2), json_decref(g3), json_decref(q8);
+    json_decref(q8s);
 }
