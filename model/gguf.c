@@ -193,9 +193,9 @@ static pl_status_t s_tensor_info(s_cur_t *c, pl_gguf_tensor_t *t)
     }
     if ((st = s_u32(c, "tensor type", &type)) || (st = s_u64(c, "tensor offset", &t->off)))
         return st;
-    if ((st = pl_gguf_dtype(type, &t->dtype)))
+    if ((st = pl_gguf_wtype(type, &t->wtype)))
         return pl_error_prefix(st, "%s: tensor '%s': ", c->label, t->name);
-    if ((st = pl_dtype_row_bytes(t->dtype, t->ne[0], &row_bytes)))
+    if ((st = pl_wtype_row_bytes(t->wtype, t->ne[0], &row_bytes)))
         return pl_error_prefix(st, "%s: tensor '%s': ", c->label, t->name);
     row = (uint64_t)(t->numel / t->ne[0]);
     if (row_bytes && row > UINT64_MAX / row_bytes)
@@ -432,14 +432,14 @@ const void *pl_gguf_tensor_data(const pl_gguf_t *g, const pl_gguf_tensor_t *t)
     return g->buf + g->data_off + t->off;
 }
 
-pl_status_t pl_gguf_dtype(uint32_t ggml_type, pl_dtype_t *dt_p)
+pl_status_t pl_gguf_wtype(uint32_t ggml_type, pl_wtype_t *dt_p)
 {
     static const char *const s_other[] = {[3] = "Q4_1", [6] = "Q5_0", [7] = "Q5_1",
                                           [9] = "Q8_1", [10] = "Q2_K", [11] = "Q3_K",
                                           [15] = "Q8_K"};
-    for (int dt = 0; dt < PL_DT_COUNT; dt++) {
-        if (pl_gguf_ggml_type((pl_dtype_t)dt) == ggml_type) {
-            *dt_p = (pl_dtype_t)dt;
+    for (int dt = 0; dt < (int)PL_WT_COUNT; dt++) {
+        if (pl_gguf_ggml_type((pl_wtype_t)dt) == ggml_type) {
+            *dt_p = (pl_wtype_t)dt;
             return PL_OK;
         }
     }
@@ -449,17 +449,18 @@ pl_status_t pl_gguf_dtype(uint32_t ggml_type, pl_dtype_t *dt_p)
     return pl_error(PL_ERR_UNSUPPORTED, "unknown ggml type %u", ggml_type);
 }
 
-uint32_t pl_gguf_ggml_type(pl_dtype_t dt)
+uint32_t pl_gguf_ggml_type(pl_wtype_t dt)
 {
     switch (dt) {
-    case PL_DT_F32: return 0;
-    case PL_DT_F16: return 1;
-    case PL_DT_Q4_0: return 2;
-    case PL_DT_Q8_0: return 8;
-    case PL_DT_Q4_K: return 12;
-    case PL_DT_Q5_K: return 13;
-    case PL_DT_Q6_K: return 14;
-    case PL_DT_BF16: return 30;
+    case PL_WT_F32: return 0;
+    case PL_WT_F16: return 1;
+    case PL_WT_Q4_0: return 2;
+    case PL_WT_Q8_0: return 8;
+    case PL_WT_Q4_K: return 12;
+    case PL_WT_Q5_K: return 13;
+    case PL_WT_Q6_K: return 14;
+    case PL_WT_BF16: return 30;
+    case PL_WT_COUNT: break;
     }
     return UINT32_MAX;
 }

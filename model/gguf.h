@@ -39,7 +39,7 @@ typedef struct {
 /* One tensor info. ne[0] is the row length (ggml order, the reverse of a safetensors shape). */
 typedef struct {
     char *name;
-    pl_dtype_t dtype;
+    pl_wtype_t wtype;
     int ndim;
     int64_t ne[4];
     int64_t numel;
@@ -101,8 +101,8 @@ float pl_gguf_arr_f32(const pl_gguf_t *g, const pl_gguf_kv_t *kv, uint64_t i);
 int64_t pl_gguf_arr_int(const pl_gguf_t *g, const pl_gguf_kv_t *kv, uint64_t i);
 
 /* ggml's type number of a tensor to a weight type; PL_ERR_UNSUPPORTED naming the type. */
-pl_status_t pl_gguf_dtype(uint32_t ggml_type, pl_dtype_t *dt_p);
+pl_status_t pl_gguf_wtype(uint32_t ggml_type, pl_wtype_t *dt_p);
 /* The ggml type number of a weight type (for writers). */
-uint32_t pl_gguf_ggml_type(pl_dtype_t dt);
+uint32_t pl_gguf_ggml_type(pl_wtype_t dt);
 
 #endif

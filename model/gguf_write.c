@@ -152,7 +152,7 @@ static uint64_t s_align(uint64_t v)
            PL_GGUF_DEFAULT_ALIGNMENT;
 }
 
-pl_status_t pl_gguf_writer_tensor(pl_gguf_writer_t *w, const char *name, pl_dtype_t dt, int ndim,
+pl_status_t pl_gguf_writer_tensor(pl_gguf_writer_t *w, const char *name, pl_wtype_t dt, int ndim,
                                   const int64_t *ne)
 {
     size_t row;
@@ -162,7 +162,7 @@ pl_status_t pl_gguf_writer_tensor(pl_gguf_writer_t *w, const char *name, pl_dtyp
 
     if (ndim < 1 || ndim > 4)
         return pl_error(PL_ERR_INVALID, "gguf writer: tensor '%s': %d dimensions", name, ndim);
-    if ((st = pl_dtype_row_bytes(dt, ne[0], &row)))
+    if ((st = pl_wtype_row_bytes(dt, ne[0], &row)))
         return pl_error_prefix(st, "gguf writer: tensor '%s': ", name);
     for (int d = 1; d < ndim; d++)
         rows *= (uint64_t)ne[d];

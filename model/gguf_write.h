@@ -24,7 +24,7 @@ pl_status_t pl_gguf_writer_arr_f32(pl_gguf_writer_t *w, const char *key, const f
 pl_status_t pl_gguf_writer_arr_i32(pl_gguf_writer_t *w, const char *key, const int32_t *v,
                                    size_t n);
 /* Add a tensor: ne[0] is the row length (ggml order). Its bytes come later, in order. */
-pl_status_t pl_gguf_writer_tensor(pl_gguf_writer_t *w, const char *name, pl_dtype_t dt, int ndim,
+pl_status_t pl_gguf_writer_tensor(pl_gguf_writer_t *w, const char *name, pl_wtype_t dt, int ndim,
                                   const int64_t *ne);
 /* Write the header (after every key and tensor was added). */
 pl_status_t pl_gguf_writer_header(pl_gguf_writer_t *w, FILE *f);

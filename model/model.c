@@ -1,5 +1,6 @@
 /* A model: a directory (config.json plus safetensors shards) or a GGUF file; a sorted name table
- * over all its tensors, the Llama tensor-shape check, and f32 access to any tensor. */
+ * over all its tensors, the family's tensor-shape check, and access to any tensor as stored or
+ * f32. */
 #include "model/model.h"
 #include "model/gguf_model.h"
 #include "model/safetensors.h"
@@ -24,6 +25,7 @@
 typedef struct {
     const pl_st_entry_t *entry; /* owned by the shard, or by the model for a GGUF file */
     pl_st_file_t *shard;        /* NULL: in the GGUF file */
+    pl_wtype_t wtype;           /* as stored */
     int unpermute_heads;        /* > 0: rows in llama.cpp's rope order, this many heads */
     unsigned char *fixed;       /* the rows back in Hugging Face order, made on first use */
 } s_tensor_t;
@@ -117,7 +119,8 @@ static pl_status_t s_build_table(pl_model_t *m)
     for (size_t i = 0; i < m->n_shards; i++) {
         for (size_t j = 0; j < m->shards[i]->hdr.n_entries; j++) {
             const pl_st_entry_t *e = &m->shards[i]->hdr.entries[j];
-            m->tensors[m->n_tensors++] = (s_tensor_t){.entry = e, .shard = m->shards[i]};
+            m->tensors[m->n_tensors++] =
+                (s_tensor_t){.entry = e, .shard = m->shards[i], .wtype = (pl_wtype_t)e->dtype};
             m->weight_bytes += e->end - e->begin;
         }
     }
@@ -150,14 +153,15 @@ static pl_status_t s_open_gguf(pl_model_t *m, const char *path)
         pl_gguf_hf_name(g->name, name, sizeof(name));
         if (!(e->name = strdup(name)))
             return pl_error(PL_ERR_NOMEM, "out of memory");
-        e->dtype = g->dtype;
+        /* the dtype of a view is meaningful only for the float types */
+        e->dtype = g->wtype <= PL_WT_BF16 ? (pl_dtype_t)g->wtype : PL_DT_F32;
         e->ndim = g->ndim;
         for (int d = 0; d < g->ndim; d++)
             e->shape[d] = g->ne[g->ndim - 1 - d];
         e->numel = g->numel;
         e->begin = g->off;
         e->end = g->off + g->nbytes;
-        m->tensors[m->n_tensors] = (s_tensor_t){.entry = e};
+        m->tensors[m->n_tensors] = (s_tensor_t){.entry = e, .wtype = g->wtype};
         if (permute && g->ndim == 2 && s_ends_with(name, ".self_attn.q_proj.weight"))
             m->tensors[m->n_tensors].unpermute_heads = m->cfg.n_heads;
         if (permute && g->ndim == 2 && s_ends_with(name, ".self_attn.k_proj.weight"))
@@ -237,7 +241,7 @@ static pl_status_t s_expect(pl_model_t *m, const char *name, int ndim, int64_t d
     return pl_model_tensor_shaped(m, name, ndim, shape, NULL);
 }
 
-/* Every tensor a Llama decoder needs must exist with the shape the config implies. */
+/* Every tensor the family's decoder needs must exist with the shape the config implies. */
 static pl_status_t s_check_llama(pl_model_t *m)
 {
     const pl_model_config_t *c = &m->cfg;
@@ -269,6 +273,17 @@ static pl_status_t s_check_llama(pl_model_t *m)
         for (size_t i = 0; i < PL_ARRAY_SIZE(mats); i++) {
             snprintf(name, sizeof(name), "model.layers.%d.%s.weight", l, mats[i].name);
             if ((st = s_expect(m, name, 2, mats[i].d0, mats[i].d1)))
+                return st;
+            if (c->qkv_bias && i < 3) { /* q, k, v */
+                snprintf(name, sizeof(name), "model.layers.%d.%s.bias", l, mats[i].name);
+                if ((st = s_expect(m, name, 1, mats[i].d0, 0)))
+                    return st;
+            }
+        }
+        for (int i = 0; c->qk_norm && i < 2; i++) {
+            snprintf(name, sizeof(name), "model.layers.%d.self_attn.%s_norm.weight", l,
+                     i ? "k" : "q");
+            if ((st = s_expect(m, name, 1, c->head_dim, 0)))
                 return st;
         }
     }
@@ -371,7 +386,7 @@ static pl_status_t s_unpermute(pl_model_t *m, s_tensor_t *t, const unsigned char
     if (t->fixed)
         goto out;
     if (rows % t->unpermute_heads || hd % 2 ||
-        (st = pl_dtype_row_bytes(t->entry->dtype, t->entry->shape[1], &row_bytes))) {
+        (st = pl_wtype_row_bytes(t->wtype, t->entry->shape[1], &row_bytes))) {
         st = pl_error(PL_ERR_INVALID, "%s: tensor '%s': %lld rows do not split into %d heads of "
                       "even size", m->dir, t->entry->name, (long long)rows, t->unpermute_heads);
         goto out;
@@ -406,6 +421,7 @@ pl_status_t pl_model_tensor(pl_model_t *model, const char *name, pl_tensor_view_
     if (t->unpermute_heads && (st = s_unpermute(model, t, data + t->entry->begin)))
         return st;
     view->dtype = t->entry->dtype;
+    view->wtype = t->wtype;
     view->ndim = t->entry->ndim;
     memcpy(view->shape, t->entry->shape, sizeof(view->shape));
     view->numel = t->entry->numel;
@@ -453,7 +469,7 @@ pl_status_t pl_model_tensor_f32(pl_model_t *model, const char *name, int ndim,
 
     if (st)
         return st;
-    if (v.dtype == PL_DT_F32 && ((uintptr_t)v.data & 3) == 0) {
+    if (v.wtype == PL_WT_F32 && ((uintptr_t)v.data & 3) == 0) {
         *data_p = (float *)v.data; /* read-only mapping: callers must not write */
         *owned_p = false;
         return PL_OK;
@@ -462,7 +478,7 @@ pl_status_t pl_model_tensor_f32(pl_model_t *model, const char *name, int ndim,
     if (!out)
         return pl_error(PL_ERR_NOMEM, "tensor '%s': out of memory for %lld floats", name,
                         (long long)v.numel);
-    pl_dtype_to_f32(v.dtype, v.data, (size_t)v.numel, out);
+    pl_wtype_to_f32(v.wtype, v.data, (size_t)v.numel, out);
     *data_p = out;
     *owned_p = true;
     return PL_OK;

@@ -59,5 +59,7 @@ void pl_st_close(pl_st_file_t **file_p);
 
 /* "F32" / "F16" / "BF16" to a dtype; anything else is PL_ERR_UNSUPPORTED. */
 pl_status_t pl_dtype_parse(const char *name, pl_dtype_t *dt_p);
+/* Convert n elements of dtype dt at src (any alignment, little-endian) to f32. */
+void pl_dtype_to_f32(pl_dtype_t dt, const void *src, size_t n, float *dst);
 
 #endif

@@ -1,25 +1,21 @@
-/* Weight types: sizes, names, block geometry, and dequantization of every type to f32, written
- * after ggml's reference dequantizers. Conversions of halves use common/'s helpers. */
-#include "model/model.h"
-#include "model/safetensors.h"
+/* Weight types: the geometry table and the scalar conversion to f32 that every other conversion
+ * (the CPU kernels' vector paths, the GPU upload) must match bit for bit; the block types'
+ * dequantizers follow ggml's reference ones. */
+#include "model/wtype.h"
 
 #include "common/util.h"
 
 #include <string.h>
 
-static const struct {
-    const char *name;
-    int block;
-    size_t bytes;
-} s_types[PL_DT_COUNT] = {
-    [PL_DT_F32] = {"F32", 1, 4},
-    [PL_DT_F16] = {"F16", 1, 2},
-    [PL_DT_BF16] = {"BF16", 1, 2},
-    [PL_DT_Q8_0] = {"Q8_0", PL_QK8_0, sizeof(pl_block_q8_0_t)},
-    [PL_DT_Q4_0] = {"Q4_0", PL_QK8_0, sizeof(pl_block_q4_0_t)},
-    [PL_DT_Q4_K] = {"Q4_K", PL_QK_K, sizeof(pl_block_q4_k_t)},
-    [PL_DT_Q5_K] = {"Q5_K", PL_QK_K, sizeof(pl_block_q5_k_t)},
-    [PL_DT_Q6_K] = {"Q6_K", PL_QK_K, sizeof(pl_block_q6_k_t)},
+static const pl_wtype_info_t s_info[PL_WT_COUNT] = {
+    [PL_WT_F32] = {.name = "F32", .block = 1, .block_bytes = 4},
+    [PL_WT_F16] = {.name = "F16", .block = 1, .block_bytes = 2},
+    [PL_WT_BF16] = {.name = "BF16", .block = 1, .block_bytes = 2},
+    [PL_WT_Q8_0] = {"Q8_0", PL_QK8_0, sizeof(pl_block_q8_0_t), true},
+    [PL_WT_Q4_0] = {"Q4_0", PL_QK8_0, sizeof(pl_block_q4_0_t), true},
+    [PL_WT_Q4_K] = {"Q4_K", PL_QK_K, sizeof(pl_block_q4_k_t), true},
+    [PL_WT_Q5_K] = {"Q5_K", PL_QK_K, sizeof(pl_block_q5_k_t), true},
+    [PL_WT_Q6_K] = {"Q6_K", PL_QK_K, sizeof(pl_block_q6_k_t), true},
 };
 
 _Static_assert(sizeof(pl_block_q8_0_t) == 34, "ggml block_q8_0 is 34 bytes");
@@ -28,63 +24,32 @@ _Static_assert(sizeof(pl_block_q4_k_t) == 144, "ggml block_q4_K is 144 bytes");
 _Static_assert(sizeof(pl_block_q5_k_t) == 176, "ggml block_q5_K is 176 bytes");
 _Static_assert(sizeof(pl_block_q6_k_t) == 210, "ggml block_q6_K is 210 bytes");
 
-static bool s_valid(pl_dtype_t dt)
+const pl_wtype_info_t *pl_wtype_info(pl_wtype_t t)
 {
-    return (unsigned)dt < PL_DT_COUNT;
+    return (unsigned)t < PL_WT_COUNT && s_info[t].name ? &s_info[t] : NULL;
 }
 
-size_t pl_dtype_size(pl_dtype_t dt)
+const char *pl_wtype_name(pl_wtype_t t)
 {
-    return s_valid(dt) && s_types[dt].block == 1 ? s_types[dt].bytes : 0;
+    const pl_wtype_info_t *i = pl_wtype_info(t);
+    return i ? i->name : "?";
 }
 
-const char *pl_dtype_name(pl_dtype_t dt)
+pl_status_t pl_wtype_row_bytes(pl_wtype_t t, int64_t cols, size_t *bytes_p)
 {
-    return s_valid(dt) ? s_types[dt].name : "?";
-}
+    const pl_wtype_info_t *i = pl_wtype_info(t);
+    size_t bytes;
 
-int pl_dtype_block(pl_dtype_t dt)
-{
-    return s_valid(dt) ? s_types[dt].block : 0;
-}
-
-size_t pl_dtype_block_bytes(pl_dtype_t dt)
-{
-    return s_valid(dt) ? s_types[dt].bytes : 0;
-}
-
-bool pl_dtype_is_quant(pl_dtype_t dt)
-{
-    return s_valid(dt) && s_types[dt].block > 1;
-}
-
-pl_status_t pl_dtype_row_bytes(pl_dtype_t dt, int64_t n, size_t *bytes_p)
-{
-    if (!s_valid(dt))
-        return pl_error(PL_ERR_UNSUPPORTED, "weight type %d is not supported", (int)dt);
-    if (n < 0 || n % s_types[dt].block != 0)
-        return pl_error(PL_ERR_INVALID, "a row of %lld elements is not a whole number of %s "
-                        "blocks of %d", (long long)n, s_types[dt].name, s_types[dt].block);
-    if ((uint64_t)(n / s_types[dt].block) > SIZE_MAX / s_types[dt].bytes)
-        return pl_error(PL_ERR_RANGE, "a row of %lld %s elements is too large", (long long)n,
-                        s_types[dt].name);
-    *bytes_p = (size_t)(n / s_types[dt].block) * s_types[dt].bytes;
+    if (!i)
+        return pl_error(PL_ERR_UNSUPPORTED, "weight type %d is not known", (int)t);
+    if (cols < 0 || cols % i->block != 0)
+        return pl_error(PL_ERR_INVALID, "%s: a row of %lld elements is not a whole number of "
+                        "%d-element blocks", i->name, (long long)cols, i->block);
+    if (__builtin_mul_overflow((uint64_t)(cols / i->block), i->block_bytes, &bytes))
+        return pl_error(PL_ERR_RANGE, "%s: a row of %lld elements is too large", i->name,
+                        (long long)cols);
+    *bytes_p = bytes;
     return PL_OK;
-}
-
-pl_status_t pl_dtype_parse(const char *name, pl_dtype_t *dt_p)
-{
-    static const struct {
-        const char *name;
-        pl_dtype_t dt;
-    } s_names[] = {{"F32", PL_DT_F32}, {"F16", PL_DT_F16}, {"BF16", PL_DT_BF16}};
-    for (size_t i = 0; i < PL_ARRAY_SIZE(s_names); i++) {
-        if (strcmp(name, s_names[i].name) == 0) {
-            *dt_p = s_names[i].dt;
-            return PL_OK;
-        }
-    }
-    return pl_error(PL_ERR_UNSUPPORTED, "dtype '%s' is not supported (F32, F16, BF16 are)", name);
 }
 
 static void s_q8_0(const pl_block_q8_0_t *b, float *y)
@@ -159,10 +124,10 @@ static void s_q6_k(const pl_block_q6_k_t *b, float *y)
     }
 }
 
-void pl_dtype_to_f32(pl_dtype_t dt, const void *src, size_t n, float *dst)
+void pl_wtype_to_f32(pl_wtype_t t, const void *src, size_t n, float *dst)
 {
     const unsigned char *p = src;
-    size_t bb = pl_dtype_block_bytes(dt), nb = n / (size_t)(s_valid(dt) ? s_types[dt].block : 1);
+    const pl_wtype_info_t *info = pl_wtype_info(t);
     uint16_t h;
     /* the mapping need not be aligned: each block is copied out before it is read */
     union {
@@ -173,17 +138,17 @@ void pl_dtype_to_f32(pl_dtype_t dt, const void *src, size_t n, float *dst)
         pl_block_q6_k_t q6_k;
     } b;
 
-    switch (dt) {
-    case PL_DT_F32:
+    switch (t) {
+    case PL_WT_F32:
         memcpy(dst, src, n * 4);
         return;
-    case PL_DT_F16:
+    case PL_WT_F16:
         for (size_t i = 0; i < n; i++) {
-            memcpy(&h, p + 2 * i, 2);
+            memcpy(&h, p + 2 * i, 2); /* the mapping need not be 2-byte aligned */
             dst[i] = pl_f16_to_f32(h);
         }
         return;
-    case PL_DT_BF16:
+    case PL_WT_BF16:
         for (size_t i = 0; i < n; i++) {
             memcpy(&h, p + 2 * i, 2);
             dst[i] = pl_bf16_to_f32(h);
@@ -192,14 +157,16 @@ void pl_dtype_to_f32(pl_dtype_t dt, const void *src, size_t n, float *dst)
     default:
         break;
     }
-    for (size_t i = 0; i < nb; i++) {
-        memcpy(&b, p + i * bb, bb);
-        switch (dt) {
-        case PL_DT_Q8_0: s_q8_0(&b.q8_0, dst + i * PL_QK8_0); break;
-        case PL_DT_Q4_0: s_q4_0(&b.q4_0, dst + i * PL_QK8_0); break;
-        case PL_DT_Q4_K: s_q4_k(&b.q4_k, dst + i * PL_QK_K); break;
-        case PL_DT_Q5_K: s_q5_k(&b.q5_k, dst + i * PL_QK_K); break;
-        case PL_DT_Q6_K: s_q6_k(&b.q6_k, dst + i * PL_QK_K); break;
+    if (!info)
+        return;
+    for (size_t i = 0; i < n / (size_t)info->block; i++) {
+        memcpy(&b, p + i * info->block_bytes, info->block_bytes);
+        switch (t) {
+        case PL_WT_Q8_0: s_q8_0(&b.q8_0, dst + i * PL_QK8_0); break;
+        case PL_WT_Q4_0: s_q4_0(&b.q4_0, dst + i * PL_QK8_0); break;
+        case PL_WT_Q4_K: s_q4_k(&b.q4_k, dst + i * PL_QK_K); break;
+        case PL_WT_Q5_K: s_q5_k(&b.q5_k, dst + i * PL_QK_K); break;
+        case PL_WT_Q6_K: s_q6_k(&b.q6_k, dst + i * PL_QK_K); break;
         default: return;
         }
     }

@@ -1,5 +1,6 @@
-/* Weight types of stored tensors: plain F32 / F16 / BF16 and ggml's block-quantized Q8_0, Q4_0,
- * Q4_K, Q5_K, Q6_K, with their block layouts exactly as ggml defines them, and f32 conversions. */
+/* Weight types: how a matrix is stored (f32, f16, bf16, and ggml's block-quantized Q8_0, Q4_0,
+ * Q4_K, Q5_K, Q6_K, byte for byte as ggml lays them out), with each type's block geometry, name,
+ * conversion of a run of elements to f32 and quantization from f32. */
 #ifndef PL_MODEL_WTYPE_H
 #define PL_MODEL_WTYPE_H
 
@@ -9,17 +10,39 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The first values equal pl_dtype_t's (model.h), so a safetensors dtype converts by value. */
 typedef enum {
-    PL_DT_F32 = 0,
-    PL_DT_F16 = 1,
-    PL_DT_BF16 = 2,
-    PL_DT_Q8_0 = 3,
-    PL_DT_Q4_0 = 4,
-    PL_DT_Q4_K = 5,
-    PL_DT_Q5_K = 6,
-    PL_DT_Q6_K = 7,
-} pl_dtype_t;
-#define PL_DT_COUNT 8
+    PL_WT_F32 = 0,
+    PL_WT_F16 = 1,
+    PL_WT_BF16 = 2,
+    PL_WT_Q8_0 = 3,
+    PL_WT_Q4_0 = 4,
+    PL_WT_Q4_K = 5,
+    PL_WT_Q5_K = 6,
+    PL_WT_Q6_K = 7,
+    PL_WT_COUNT
+} pl_wtype_t;
+
+typedef struct {
+    const char *name;   /* "F32", "BF16", "Q4_K", ... */
+    int block;          /* elements per block (1 for the float types) */
+    size_t block_bytes; /* bytes of one block as stored */
+    bool quantized;     /* blocks with scales, not one float per element */
+} pl_wtype_info_t;
+
+/* Geometry and name of t; NULL when t is not a pl_wtype_t value. */
+const pl_wtype_info_t *pl_wtype_info(pl_wtype_t t);
+/* The type's name, "?" for a value outside the enum. */
+const char *pl_wtype_name(pl_wtype_t t);
+/* Bytes of one row of `cols` elements of type t; fails when cols is not a whole number of blocks
+ * or the size overflows. */
+pl_status_t pl_wtype_row_bytes(pl_wtype_t t, int64_t cols, size_t *bytes_p);
+/* Convert n elements (a whole number of blocks) at src, any alignment, to f32. */
+void pl_wtype_to_f32(pl_wtype_t t, const void *src, size_t n, float *dst);
+/* Quantize (or round) n f32 values (a whole number of blocks) into t's layout at dst (any
+ * alignment). Each block's round trip stays within the bound stated beside its quantizer in
+ * wtype_quant.c. */
+void pl_wtype_from_f32(pl_wtype_t t, const float *src, size_t n, void *dst);
 
 #define PL_QK8_0 32 /* elements per Q8_0 / Q4_0 block */
 #define PL_QK_K 256 /* elements per K-quant super-block */
@@ -55,27 +78,6 @@ typedef struct {
     int8_t scales[PL_QK_K / 16];
     uint16_t d;               /* x = d * scale * (q - 32) */
 } pl_block_q6_k_t;
-
-/* Bytes per element of a plain type; 0 for block types (use the block functions). */
-size_t pl_dtype_size(pl_dtype_t dt);
-/* "F32", "Q4_K", ...; "?" for a value outside the enum. */
-const char *pl_dtype_name(pl_dtype_t dt);
-/* Elements per block: 1 for plain types, 32 or 256 for quantized ones. */
-int pl_dtype_block(pl_dtype_t dt);
-/* Bytes per block (the element size for plain types). */
-size_t pl_dtype_block_bytes(pl_dtype_t dt);
-/* True for the block-quantized types. */
-bool pl_dtype_is_quant(pl_dtype_t dt);
-/* Bytes of a row of n elements; PL_ERR_INVALID when n is not a whole number of blocks. */
-pl_status_t pl_dtype_row_bytes(pl_dtype_t dt, int64_t n, size_t *bytes_p);
-
-/* Convert n elements of type dt at src (any alignment, little-endian) to f32; n must be a whole
- * number of blocks (checked by whoever accepted the tensor). */
-void pl_dtype_to_f32(pl_dtype_t dt, const void *src, size_t n, float *dst);
-/* Quantize (or round) n f32 values into dt's layout at dst (pl_dtype_row_bytes bytes); n must be a
- * whole number of blocks. Each quantized block's round trip stays within the bound stated beside
- * its quantizer in wtype_quant.c. */
-void pl_dtype_from_f32(pl_dtype_t dt, const float *src, size_t n, void *dst);
 
 /* The 6-bit (scale, min) pair j in 0..7 of a Q4_K / Q5_K block's scales. */
 static inline void pl_k_scale_min(int j, const uint8_t *q, uint8_t *sc, uint8_t *m)

@@ -161,11 +161,11 @@ static void s_q6_k(const float *x, pl_block_q6_k_t *b)
     }
 }
 
-void pl_dtype_from_f32(pl_dtype_t dt, const float *src, size_t n, void *dst)
+void pl_wtype_from_f32(pl_wtype_t dt, const float *src, size_t n, void *dst)
 {
     unsigned char *p = dst;
-    size_t bb = pl_dtype_block_bytes(dt);
-    int blk = pl_dtype_block(dt);
+    size_t bb = pl_wtype_info(dt)->block_bytes;
+    int blk = pl_wtype_info(dt)->block;
     uint16_t h;
     union {
         pl_block_q8_0_t q8_0;
@@ -176,13 +176,13 @@ void pl_dtype_from_f32(pl_dtype_t dt, const float *src, size_t n, void *dst)
     } b;
 
     switch (dt) {
-    case PL_DT_F32:
+    case PL_WT_F32:
         memcpy(dst, src, n * 4);
         return;
-    case PL_DT_F16:
-    case PL_DT_BF16:
+    case PL_WT_F16:
+    case PL_WT_BF16:
         for (size_t i = 0; i < n; i++) {
-            h = dt == PL_DT_F16 ? pl_f32_to_f16(src[i]) : pl_f32_to_bf16(src[i]);
+            h = dt == PL_WT_F16 ? pl_f32_to_f16(src[i]) : pl_f32_to_bf16(src[i]);
             memcpy(p + 2 * i, &h, 2);
         }
         return;
@@ -194,11 +194,11 @@ void pl_dtype_from_f32(pl_dtype_t dt, const float *src, size_t n, void *dst)
     for (size_t i = 0; i < n / (size_t)blk; i++) {
         const float *x = src + i * (size_t)blk;
         switch (dt) {
-        case PL_DT_Q8_0: s_q8_0(x, &b.q8_0); break;
-        case PL_DT_Q4_0: s_q4_0(x, &b.q4_0); break;
-        case PL_DT_Q4_K: s_q4_k(x, &b.q4_k); break;
-        case PL_DT_Q5_K: s_q5_k(x, &b.q5_k); break;
-        case PL_DT_Q6_K: s_q6_k(x, &b.q6_k); break;
+        case PL_WT_Q8_0: s_q8_0(x, &b.q8_0); break;
+        case PL_WT_Q4_0: s_q4_0(x, &b.q4_0); break;
+        case PL_WT_Q4_K: s_q4_k(x, &b.q4_k); break;
+        case PL_WT_Q5_K: s_q5_k(x, &b.q5_k); break;
+        case PL_WT_Q6_K: s_q6_k(x, &b.q6_k); break;
         default: return;
         }
         memcpy(p + i * bb, &b, bb);

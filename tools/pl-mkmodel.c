@@ -1,5 +1,5 @@
-/* pl-mkmodel: write a deterministic random-weight Llama model in the Hugging Face layout
- * (config.json, safetensors shards, index), for tests and benchmarks without real weights. */
+/* pl-mkmodel: write a deterministic random-weight decoder (Llama, Mistral, Qwen2, Qwen3) in the
+ * Hugging Face layout (config.json, safetensors shards, index), for tests and benchmarks. */
 #include "common/status.h"
 #include "common/util.h"
 #include "model/gguf_model.h"
@@ -19,7 +19,7 @@
 
 #define S_CHUNK 65536 /* elements generated and written at a time */
 
-typedef enum { S_PROJ, S_EMBED, S_NORM } s_kind_t;
+typedef enum { S_PROJ, S_EMBED, S_NORM, S_BIAS } s_kind_t;
 
 typedef struct {
     char name[96];
@@ -34,8 +34,9 @@ typedef struct {
     const char *out;
     int layers, hidden, inter, heads, kv_heads, head_dim, vocab, max_pos, shards;
     pl_dtype_t dtype;
+    pl_model_family_t family;
     bool gguf;        /* --format gguf: --out is a .gguf file */
-    pl_dtype_t wtype; /* --type: the matrices' type in a GGUF file */
+    pl_wtype_t wtype; /* --type: the matrices' type in a GGUF file */
     uint64_t seed;
     bool tie, rope_llama3;
     int n_eos, eos[PL_MODEL_MAX_EOS];
@@ -87,11 +88,19 @@ static const char *s_torch_dtype(pl_dtype_t dt)
 static json_t *s_config_json(const s_opts_t *o)
 {
     json_t *c = json_object(), *eos;
-    json_object_set_new(c, "architectures", json_pack("[s]", "LlamaForCausalLM"));
-    json_object_set_new(c, "model_type", json_string("llama"));
+    static const char *const archs[PL_FAMILY_COUNT] = {
+        [PL_FAMILY_LLAMA] = "LlamaForCausalLM", [PL_FAMILY_MISTRAL] = "MistralForCausalLM",
+        [PL_FAMILY_QWEN2] = "Qwen2ForCausalLM", [PL_FAMILY_QWEN3] = "Qwen3ForCausalLM"};
+    json_object_set_new(c, "architectures", json_pack("[s]", archs[o->family]));
+    json_object_set_new(c, "model_type", json_string(pl_model_family_name(o->family)));
     json_object_set_new(c, "torch_dtype", json_string(s_torch_dtype(o->dtype)));
     json_object_set_new(c, "hidden_act", json_string("silu"));
-    json_object_set_new(c, "attention_bias", json_false());
+    if (o->family != PL_FAMILY_QWEN2) /* Qwen2's q/k/v biases come with the family */
+        json_object_set_new(c, "attention_bias", json_false());
+    if (o->family == PL_FAMILY_QWEN2 || o->family == PL_FAMILY_QWEN3)
+        json_object_set_new(c, "use_sliding_window", json_false());
+    if (o->family == PL_FAMILY_MISTRAL)
+        json_object_set_new(c, "sliding_window", json_null()); /* v0.2 and later */
     json_object_set_new(c, "mlp_bias", json_false());
     json_object_set_new(c, "hidden_size", json_integer(o->hidden));
     json_object_set_new(c, "intermediate_size", json_integer(o->inter));
@@ -143,7 +152,7 @@ static s_tensor_t *s_tensor_list(const s_opts_t *o, size_t *n_p)
 {
     int64_t h = o->hidden, q = (int64_t)o->heads * o->head_dim;
     int64_t kv = (int64_t)o->kv_heads * o->head_dim, f = o->inter;
-    s_tensor_t *t = calloc((size_t)o->layers * 9 + 3, sizeof(*t));
+    s_tensor_t *t = calloc((size_t)o->layers * 14 + 3, sizeof(*t));
     size_t n = 0;
     char name[96];
 
@@ -170,6 +179,16 @@ static s_tensor_t *s_tensor_list(const s_opts_t *o, size_t *n_p)
             snprintf(name, sizeof(name), "model.layers.%d.%s.weight", l, per[i].suffix);
             s_add(t, &n, name, per[i].ndim, per[i].d0, per[i].d1, per[i].kind, sh);
         }
+        /* after a layer's Llama tensors, so a Llama model's random streams never move */
+        for (int i = 1; o->family == PL_FAMILY_QWEN2 && i <= 3; i++) {
+            snprintf(name, sizeof(name), "model.layers.%d.%s.bias", l, per[i].suffix);
+            s_add(t, &n, name, 1, per[i].d0, 0, S_BIAS, sh);
+        }
+        for (int i = 0; o->family == PL_FAMILY_QWEN3 && i < 2; i++) {
+            snprintf(name, sizeof(name), "model.layers.%d.self_attn.%s_norm.weight", l,
+                     i ? "k" : "q");
+            s_add(t, &n, name, 1, o->head_dim, 0, S_NORM, sh);
+        }
     }
     s_add(t, &n, "model.norm.weight", 1, h, 0, S_NORM, o->shards - 1);
     if (!o->tie)
@@ -188,9 +207,9 @@ static int64_t s_numel(const s_tensor_t *t)
 static void s_values(const s_opts_t *o, const s_tensor_t *t, int64_t at, size_t k, float *out)
 {
     uint64_t key = pl_rand_key(o->seed, t->idx, 0x6d6b6d6f64656cULL);
-    float scale = t->kind == S_EMBED ? 0.5f
-                  : t->kind == S_NORM ? 0.1f
-                                      : 1.0f / sqrtf((float)t->shape[1]);
+    float scale = t->kind == S_EMBED               ? 0.5f
+                  : t->kind == S_NORM || t->kind == S_BIAS ? 0.1f
+                                                           : 1.0f / sqrtf((float)t->shape[1]);
     float base = t->kind == S_NORM ? 1.0f : 0.0f;
     for (size_t i = 0; i < k; i++) {
         float u = 2.0f * pl_rand_uniform(key, (uint64_t)at + i) - 1.0f; /* [-1, 1) */
@@ -245,9 +264,9 @@ static pl_status_t s_gguf_meta(pl_gguf_writer_t *w, const s_opts_t *o)
     return PL_OK;
 }
 
-static pl_dtype_t s_gguf_type(const s_opts_t *o, const s_tensor_t *t)
+static pl_wtype_t s_gguf_type(const s_opts_t *o, const s_tensor_t *t)
 {
-    return t->ndim == 2 ? o->wtype : PL_DT_F32;
+    return t->ndim == 2 ? o->wtype : PL_WT_F32;
 }
 
 /* Hugging Face row of GGUF row r of a q (heads = n_heads) or k (n_kv_heads) projection. */
@@ -294,12 +313,12 @@ static int s_write_gguf(const s_opts_t *o, const s_tensor_t *t, size_t n, uint64
     for (size_t i = 0; i < n; i++) {
         int64_t in = t[i].ndim == 1 ? t[i].shape[0] : t[i].shape[1];
         int64_t rows = t[i].ndim == 1 ? 1 : t[i].shape[0];
-        pl_dtype_t dt = s_gguf_type(o, &t[i]);
-        if ((st = pl_dtype_row_bytes(dt, in, &row_bytes)))
+        pl_wtype_t dt = s_gguf_type(o, &t[i]);
+        if ((st = pl_wtype_row_bytes(dt, in, &row_bytes)))
             goto out_err;
         for (int64_t r = 0; r < rows; r++) {
             s_values(o, &t[i], s_hf_row(o, &t[i], r) * in, (size_t)in, row);
-            pl_dtype_from_f32(dt, row, (size_t)in, q);
+            pl_wtype_from_f32(dt, row, (size_t)in, q);
             if ((st = pl_gguf_writer_data(w, f, q, row_bytes)))
                 goto out_err;
         }
@@ -426,7 +445,8 @@ static void s_usage(FILE *f)
 {
     fprintf(f, "usage: pl-mkmodel --out DIR [--layers 4] [--hidden 256] [--intermediate 688]\n"
                "       [--heads 8] [--kv-heads 4] [--head-dim N] [--vocab 512]\n"
-               "       [--dtype f32|f16|bf16] [--seed 1] [--shards 1] [--tie] [--rope-llama3]\n"
+               "       [--dtype f32|f16|bf16] [--family llama|mistral|qwen2|qwen3]\n"
+               "       [--seed 1] [--shards 1] [--tie] [--rope-llama3]\n"
                "       [--max-pos 2048] [--eos 2[,ID...]]\n"
                "       [--format safetensors|gguf] [--type f32|f16|bf16|q8_0|q4_0|q4_k|q5_k|q6_k]\n"
                "  --format gguf writes one GGUF file at --out, its matrices in --type (f32)\n");
@@ -443,6 +463,7 @@ static int s_parse_args(int argc, char **argv, s_opts_t *o)
         {"shards", required_argument, 0, 'n'}, {"tie", no_argument, 0, 'T'},
         {"rope-llama3", no_argument, 0, 'r'},  {"max-pos", required_argument, 0, 'm'},
         {"eos", required_argument, 0, 'e'},    {"help", no_argument, 0, 'h'},
+        {"family", required_argument, 0, 'f'},
         {"format", required_argument, 0, 'F'}, {"type", required_argument, 0, 'W'},
         {0, 0, 0, 0}};
     int c, li = 0, *target;
@@ -475,6 +496,15 @@ static int s_parse_args(int argc, char **argv, s_opts_t *o)
             else
                 return s_fail("--dtype: '%s' is not f32, f16 or bf16", optarg);
             break;
+        case 'f': {
+            int f = 0;
+            while (f < PL_FAMILY_COUNT && strcmp(optarg, pl_model_family_name(f)) != 0)
+                f++;
+            if (f == PL_FAMILY_COUNT)
+                return s_fail("--family: '%s' is not llama, mistral, qwen2 or qwen3", optarg);
+            o->family = (pl_model_family_t)f;
+            break;
+        }
         case 'F':
             if (strcmp(optarg, "gguf") != 0 && strcmp(optarg, "safetensors") != 0)
                 return s_fail("--format: '%s' is not safetensors or gguf", optarg);
@@ -483,8 +513,8 @@ static int s_parse_args(int argc, char **argv, s_opts_t *o)
         case 'W': {
             static const char *const names[] = {"f32", "f16", "bf16", "q8_0",
                                                 "q4_0", "q4_k", "q5_k", "q6_k"};
-            static const pl_dtype_t types[] = {PL_DT_F32, PL_DT_F16, PL_DT_BF16, PL_DT_Q8_0,
-                                               PL_DT_Q4_0, PL_DT_Q4_K, PL_DT_Q5_K, PL_DT_Q6_K};
+            static const pl_wtype_t types[] = {PL_WT_F32, PL_WT_F16, PL_WT_BF16, PL_WT_Q8_0,
+                                               PL_WT_Q4_0, PL_WT_Q4_K, PL_WT_Q5_K, PL_WT_Q6_K};
             size_t k = 0;
             while (k < PL_ARRAY_SIZE(names) && strcmp(optarg, names[k]) != 0)
                 k++;
@@ -527,10 +557,10 @@ static int s_parse_args(int argc, char **argv, s_opts_t *o)
         return s_fail("--format gguf writes one file with one eos id and no llama3 rope scaling "
                       "(--shards, --rope-llama3 and a list of --eos are for safetensors)");
     if (o->gguf) {
-        int blk = pl_dtype_block(o->wtype);
+        int blk = pl_wtype_info(o->wtype)->block;
         if (o->hidden % blk || o->inter % blk || ((int64_t)o->heads * o->head_dim) % blk)
             return s_fail("--type %s: --hidden, --intermediate and heads * head_dim must be "
-                          "multiples of %d", pl_dtype_name(o->wtype), blk);
+                          "multiples of %d", pl_wtype_name(o->wtype), blk);
     }
     for (int i = 0; i < o->n_eos; i++)
         if (o->eos[i] >= o->vocab)
@@ -571,7 +601,7 @@ int main(int argc, char **argv)
         }
         if (s_write_gguf(&o, t, n, &bytes) == 0) {
             printf("pl-mkmodel: %s: %d layers, hidden %d, %llu bytes GGUF %s\n", o.out, o.layers,
-                   o.hidden, (unsigned long long)bytes, pl_dtype_name(o.wtype));
+                   o.hidden, (unsigned long long)bytes, pl_wtype_name(o.wtype));
             rc = 0;
         }
         free(t);
@@ -599,8 +629,8 @@ int main(int argc, char **argv)
         goto err_buf;
     for (size_t i = 0; i < n; i++)
         params += s_numel(&t[i]);
-    printf("pl-mkmodel: %s: %d layers, hidden %d, %lld params, %llu bytes %s in %d shard(s)\n",
-           o.out, o.layers, o.hidden, (long long)params, (unsigned long long)bytes,
+    printf("pl-mkmodel: %s: %s, %d layers, hidden %d, %lld params, %llu bytes %s in %d shard(s)\n",
+           o.out, pl_model_family_name(o.family), o.layers, o.hidden, (long long)params, (unsigned long long)bytes,
            pl_dtype_name(o.dtype), o.shards);
     rc = 0;
 err_buf:

@@ -1,11 +1,11 @@
 /* Quantized dots: the activation quantizers, the scalar kernels (the fallback, and the shape the
- * SIMD kernels follow: integer sums per sub-block, one float multiply per sub-block), dispatch. */
+ * SIMD kernels follow: exact integer sums per block, then one fixed fmaf chain in block order),
+ * the per-ISA tables and the GEMM's block products built on them. */
 #include "backends/cpu/cpu_qdot.h"
 
 #include "common/util.h"
 
 #include <math.h>
-#include <pthread.h>
 #include <string.h>
 
 static float s_half(const unsigned char *p)
@@ -29,21 +29,21 @@ static void s_quant_block(const float *x, int n, float *d_p, int8_t *qs)
     *d_p = d;
 }
 
-size_t pl_cpu_qact_bytes(pl_dtype_t wt, int64_t n)
+size_t pl_cpu_qact_bytes(pl_wtype_t wt, int64_t n)
 {
     switch (wt) {
-    case PL_DT_Q8_0:
-    case PL_DT_Q4_0: return (size_t)(n / PL_QK8_0) * sizeof(pl_q8_act_t);
-    case PL_DT_Q4_K:
-    case PL_DT_Q5_K:
-    case PL_DT_Q6_K: return (size_t)(n / PL_QK_K) * sizeof(pl_q8k_act_t);
+    case PL_WT_Q8_0:
+    case PL_WT_Q4_0: return (size_t)(n / PL_QK8_0) * sizeof(pl_q8_act_t);
+    case PL_WT_Q4_K:
+    case PL_WT_Q5_K:
+    case PL_WT_Q6_K: return (size_t)(n / PL_QK_K) * sizeof(pl_q8k_act_t);
     default: return 0;
     }
 }
 
-void pl_cpu_qact_quantize(pl_dtype_t wt, const float *x, int64_t n, void *qx)
+void pl_cpu_qact_quantize(pl_wtype_t wt, const float *x, int64_t n, void *qx)
 {
-    if (wt == PL_DT_Q8_0 || wt == PL_DT_Q4_0) {
+    if (wt == PL_WT_Q8_0 || wt == PL_WT_Q4_0) {
         pl_q8_act_t *a = qx;
         for (int64_t b = 0; b < n / PL_QK8_0; b++)
             s_quant_block(x + b * PL_QK8_0, PL_QK8_0, &a[b].d, a[b].qs);
@@ -70,7 +70,7 @@ static float s_q8_0(const void *w, const void *qx, int64_t n)
         int s = 0;
         for (int j = 0; j < PL_QK8_0; j++)
             s += (int8_t)p[2 + j] * a[b].qs[j];
-        sum += s_half(p) * a[b].d * (float)s;
+        sum = fmaf(s_half(p) * a[b].d, (float)s, sum);
     }
     return sum;
 }
@@ -84,7 +84,7 @@ static float s_q4_0(const void *w, const void *qx, int64_t n)
         int s = 0;
         for (int j = 0; j < PL_QK8_0 / 2; j++)
             s += ((p[2 + j] & 0xF) - 8) * a[b].qs[j] + ((p[2 + j] >> 4) - 8) * a[b].qs[j + 16];
-        sum += s_half(p) * a[b].d * (float)s;
+        sum = fmaf(s_half(p) * a[b].d, (float)s, sum);
     }
     return sum;
 }
@@ -113,7 +113,7 @@ static float s_k45(const void *w, const void *qx, int64_t n, bool five)
             sumi += sc * s;
             summ += m * (a[b].bsums[2 * j] + a[b].bsums[2 * j + 1]);
         }
-        sum += a[b].d * (s_half(p) * (float)sumi - s_half(p + 2) * (float)summ);
+        sum = fmaf(a[b].d, fmaf(s_half(p), (float)sumi, -(s_half(p + 2) * (float)summ)), sum);
     }
     return sum;
 }
@@ -148,96 +148,101 @@ static float s_q6_k(const void *w, const void *qx, int64_t n)
             }
             sumi += sc[j] * s;
         }
-        sum += a[b].d * s_half(p + 208) * (float)sumi;
+        sum = fmaf(a[b].d * s_half(p + 208), (float)sumi, sum);
     }
     return sum;
 }
 
-static const pl_cpu_qdot_table_t s_scalar = {s_q8_0, s_q4_0, s_q4_k, s_q5_k, s_q6_k};
-
-static bool s_has(pl_cpu_isa_t isa)
-{
-    switch (isa) {
-    case PL_CPU_ISA_SCALAR: return true;
-    case PL_CPU_ISA_AVX2:
-        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-               __builtin_cpu_supports("f16c");
-    case PL_CPU_ISA_AVX512:
-        return s_has(PL_CPU_ISA_AVX2) && __builtin_cpu_supports("avx512f") &&
-               __builtin_cpu_supports("avx512bw");
-    }
-    return false;
-}
+const pl_cpu_qdot_table_t pl_cpu_qdot_scalar = {s_q8_0, s_q4_0, s_q4_k, s_q5_k, s_q6_k};
+#if !defined(__x86_64__) /* pl_cpu_isa() never picks these there */
+const pl_cpu_qdot_table_t pl_cpu_qdot_avx2 = {s_q8_0, s_q4_0, s_q4_k, s_q5_k, s_q6_k};
+const pl_cpu_qdot_table_t pl_cpu_qdot_avx512 = {s_q8_0, s_q4_0, s_q4_k, s_q5_k, s_q6_k};
+#endif
 
 const pl_cpu_qdot_table_t *pl_cpu_qdot_table(pl_cpu_isa_t isa)
 {
     static const pl_cpu_qdot_table_t *const tables[PL_CPU_ISA_COUNT] = {
-        &s_scalar, &pl_cpu_qdot_avx2, &pl_cpu_qdot_avx512};
-    if ((unsigned)isa >= PL_CPU_ISA_COUNT || !s_has(isa))
-        return NULL;
-    return tables[isa];
+        &pl_cpu_qdot_scalar, &pl_cpu_qdot_avx2, &pl_cpu_qdot_avx512};
+    return (unsigned)isa < PL_CPU_ISA_COUNT && isa <= pl_cpu_isa() ? tables[isa] : NULL;
 }
 
-static pthread_once_t s_once = PTHREAD_ONCE_INIT;
-static pl_cpu_isa_t s_best_isa;
-
-static void s_pick(void)
-{
-    __builtin_cpu_init();
-    s_best_isa = s_has(PL_CPU_ISA_AVX512) ? PL_CPU_ISA_AVX512
-                 : s_has(PL_CPU_ISA_AVX2) ? PL_CPU_ISA_AVX2
-                                          : PL_CPU_ISA_SCALAR;
-}
-
-pl_cpu_isa_t pl_cpu_qdot_best_isa(void)
-{
-    pthread_once(&s_once, s_pick);
-    return s_best_isa;
-}
-
-const pl_cpu_qdot_table_t *pl_cpu_qdot_best(void)
-{
-    return pl_cpu_qdot_table(pl_cpu_qdot_best_isa());
-}
-
-pl_cpu_qdot_fn pl_cpu_qdot_fn_of(const pl_cpu_qdot_table_t *t, pl_dtype_t wt)
+pl_cpu_qdot_fn pl_cpu_qdot_fn_of(const pl_cpu_qdot_table_t *t, pl_wtype_t wt)
 {
     switch (wt) {
-    case PL_DT_Q8_0: return t->q8_0;
-    case PL_DT_Q4_0: return t->q4_0;
-    case PL_DT_Q4_K: return t->q4_k;
-    case PL_DT_Q5_K: return t->q5_k;
-    case PL_DT_Q6_K: return t->q6_k;
+    case PL_WT_Q8_0: return t->q8_0;
+    case PL_WT_Q4_0: return t->q4_0;
+    case PL_WT_Q4_K: return t->q4_k;
+    case PL_WT_Q5_K: return t->q5_k;
+    case PL_WT_Q6_K: return t->q6_k;
     default: return NULL;
     }
 }
 
-const char *pl_cpu_isa_name(pl_cpu_isa_t isa)
-{
-    return isa == PL_CPU_ISA_AVX512 ? "avx512" : isa == PL_CPU_ISA_AVX2 ? "avx2" : "scalar";
-}
-
 float pl_q8_0_dot(const void *w, const void *qx, int64_t n)
 {
-    return pl_cpu_qdot_best()->q8_0(w, qx, n);
+    return pl_cpu_qdot_table(pl_cpu_isa())->q8_0(w, qx, n);
 }
 
 float pl_q4_0_dot(const void *w, const void *qx, int64_t n)
 {
-    return pl_cpu_qdot_best()->q4_0(w, qx, n);
+    return pl_cpu_qdot_table(pl_cpu_isa())->q4_0(w, qx, n);
 }
 
 float pl_q4_k_dot(const void *w, const void *qx, int64_t n)
 {
-    return pl_cpu_qdot_best()->q4_k(w, qx, n);
+    return pl_cpu_qdot_table(pl_cpu_isa())->q4_k(w, qx, n);
 }
 
 float pl_q5_k_dot(const void *w, const void *qx, int64_t n)
 {
-    return pl_cpu_qdot_best()->q5_k(w, qx, n);
+    return pl_cpu_qdot_table(pl_cpu_isa())->q5_k(w, qx, n);
 }
 
 float pl_q6_k_dot(const void *w, const void *qx, int64_t n)
 {
-    return pl_cpu_qdot_best()->q6_k(w, qx, n);
+    return pl_cpu_qdot_table(pl_cpu_isa())->q6_k(w, qx, n);
 }
+
+/* ---- the GEMM table's slots ---- */
+
+/* y[r][o] = dot(weight row o, activation row r): one row dot per element, so an element does not
+ * depend on the block it falls in. */
+static void s_block(pl_cpu_qdot_fn dot, const void *const *x, int nr, const void *w, size_t rb,
+                    int no, int k, float *const *y)
+{
+    for (int o = 0; o < no; o++) {
+        const unsigned char *wo = (const unsigned char *)w + (size_t)o * rb;
+        for (int r = 0; r < nr; r++)
+            y[r][o] = dot(wo, x[r], k);
+    }
+}
+
+#define S_QUANT_KERNELS(type, WT)                                                                  \
+    size_t pl_cpu_qx_bytes_##type(int k)                                                           \
+    {                                                                                              \
+        return pl_cpu_qact_bytes(WT, k);                                                           \
+    }                                                                                              \
+    void pl_cpu_qx_prep_##type(const float *x, int k, void *xq)                                    \
+    {                                                                                              \
+        pl_cpu_qact_quantize(WT, x, k, xq);                                                        \
+    }                                                                                              \
+    void pl_cpu_qblock_##type##_scalar(const void *const *x, int nr, const void *w, size_t rb,    \
+                                       int no, int k, float *const *y)                             \
+    {                                                                                              \
+        s_block(pl_cpu_qdot_scalar.type, x, nr, w, rb, no, k, y);                                  \
+    }                                                                                              \
+    void pl_cpu_qblock_##type##_avx2(const void *const *x, int nr, const void *w, size_t rb,      \
+                                     int no, int k, float *const *y)                               \
+    {                                                                                              \
+        s_block(pl_cpu_qdot_avx2.type, x, nr, w, rb, no, k, y);                                    \
+    }                                                                                              \
+    void pl_cpu_qblock_##type##_avx512(const void *const *x, int nr, const void *w, size_t rb,    \
+                                       int no, int k, float *const *y)                             \
+    {                                                                                              \
+        s_block(pl_cpu_qdot_avx512.type, x, nr, w, rb, no, k, y);                                  \
+    }
+S_QUANT_KERNELS(q8_0, PL_WT_Q8_0)
+S_QUANT_KERNELS(q4_0, PL_WT_Q4_0)
+S_QUANT_KERNELS(q4_k, PL_WT_Q4_K)
+S_QUANT_KERNELS(q5_k, PL_WT_Q5_K)
+S_QUANT_KERNELS(q6_k, PL_WT_Q6_K)

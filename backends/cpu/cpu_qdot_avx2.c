@@ -1,10 +1,13 @@
 /* AVX2 quantized dots (with FMA and F16C), compiled for that target whatever the build's flags;
- * called only when cpuid reports those extensions (cpu_qdot.c). Same sums as the scalar code. */
+ * called only when cpuid reports those extensions. The integer sums are vectorised; the float
+ * chain is the scalar code's, so the results are bitwise the scalar ones. */
+#if defined(__x86_64__)
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
 #include "backends/cpu/cpu_qdot.h"
 
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 static inline float s_half(const unsigned char *p)
@@ -12,14 +15,6 @@ static inline float s_half(const unsigned char *p)
     uint16_t h;
     memcpy(&h, p, 2);
     return _cvtsh_ss(h);
-}
-
-static inline float s_hsum(__m256 v)
-{
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
 }
 
 static inline int s_hsum_i32(__m256i v)
@@ -42,14 +37,13 @@ static float s_q8_0(const void *w, const void *qx, int64_t n)
 {
     const unsigned char *p = w;
     const pl_q8_act_t *a = qx;
-    __m256 acc = _mm256_setzero_ps();
+    float sum = 0.0f;
     for (int64_t b = 0; b < n / PL_QK8_0; b++, p += sizeof(pl_block_q8_0_t)) {
         __m256i qw = _mm256_loadu_si256((const __m256i *)(p + 2));
         __m256i qa = _mm256_loadu_si256((const __m256i *)a[b].qs);
-        __m256 d = _mm256_set1_ps(s_half(p) * a[b].d);
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(s_dot_i8(qw, qa)), acc);
+        sum = fmaf(s_half(p) * a[b].d, (float)s_hsum_i32(s_dot_i8(qw, qa)), sum);
     }
-    return s_hsum(acc);
+    return sum;
 }
 
 /* 32 nibbles of 16 bytes: low nibbles first (elements 0..15), then high ones (16..31). */
@@ -63,14 +57,13 @@ static float s_q4_0(const void *w, const void *qx, int64_t n)
 {
     const unsigned char *p = w;
     const pl_q8_act_t *a = qx;
-    __m256 acc = _mm256_setzero_ps();
+    float sum = 0.0f;
     for (int64_t b = 0; b < n / PL_QK8_0; b++, p += sizeof(pl_block_q4_0_t)) {
         __m256i qw = _mm256_sub_epi8(s_nibbles(p + 2), _mm256_set1_epi8(8));
         __m256i qa = _mm256_loadu_si256((const __m256i *)a[b].qs);
-        __m256 d = _mm256_set1_ps(s_half(p) * a[b].d);
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(s_dot_i8(qw, qa)), acc);
+        sum = fmaf(s_half(p) * a[b].d, (float)s_hsum_i32(s_dot_i8(qw, qa)), sum);
     }
-    return s_hsum(acc);
+    return sum;
 }
 
 /* Q4_K / Q5_K: per 64-element chunk, two sub-blocks of 32 unsigned quants. */
@@ -107,7 +100,8 @@ static float s_k45(const void *w, const void *qx, int64_t n, bool five)
             summ += m0 * (a[b].bsums[4 * c] + a[b].bsums[4 * c + 1]) +
                     m1 * (a[b].bsums[4 * c + 2] + a[b].bsums[4 * c + 3]);
         }
-        sum += a[b].d * (s_half(p) * (float)s_hsum_i32(isum) - s_half(p + 2) * (float)summ);
+        sum = fmaf(a[b].d, fmaf(s_half(p), (float)s_hsum_i32(isum), -(s_half(p + 2) * (float)summ)),
+                   sum);
     }
     return sum;
 }
@@ -158,10 +152,11 @@ static float s_q6_k(const void *w, const void *qx, int64_t n)
                                         _mm256_madd_epi16(_mm256_maddubs_epi16(q[part], x), scv));
             }
         }
-        sum += a[b].d * s_half(p + 208) * (float)(s_hsum_i32(isum) - 32 * off);
+        sum = fmaf(a[b].d * s_half(p + 208), (float)(s_hsum_i32(isum) - 32 * off), sum);
     }
     return sum;
 }
 
 const pl_cpu_qdot_table_t pl_cpu_qdot_avx2 = {s_q8_0, s_q4_0, s_q4_k, s_q5_k, s_q6_k};
 #pragma GCC pop_options
+#endif

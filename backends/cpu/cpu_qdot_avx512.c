@@ -1,10 +1,13 @@
 /* AVX-512 (F + BW) quantized dots: two 32-blocks or one 64-element chunk per register; compiled
- * for that target whatever the build's flags, called only when cpuid reports it (cpu_qdot.c). */
+ * for that target whatever the build's flags, called only when cpuid reports it. The float chain
+ * is the scalar code's, so the results are bitwise the scalar ones. */
+#if defined(__x86_64__)
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx2,fma,f16c")
 #include "backends/cpu/cpu_qdot.h"
 
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 static inline float s_half(const unsigned char *p)
@@ -19,10 +22,12 @@ static inline __m512i s_join(__m256i lo, __m256i hi)
     return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
 }
 
-static inline __m512 s_join_ps(float a, float b)
+static inline int s_hsum256(__m256i v)
 {
-    __m512d lo = _mm512_castps_pd(_mm512_castps256_ps512(_mm256_set1_ps(a)));
-    return _mm512_castpd_ps(_mm512_insertf64x4(lo, _mm256_castps_pd(_mm256_set1_ps(b)), 1));
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+    return _mm_cvtsi128_si32(s);
 }
 
 /* 16 int32 sums of products of signed bytes w and x (w never -128). */
@@ -46,7 +51,7 @@ static float s_q32(const void *w, const void *qx, int64_t n, bool four)
     const pl_q8_act_t *a = qx;
     size_t bb = four ? sizeof(pl_block_q4_0_t) : sizeof(pl_block_q8_0_t);
     int64_t nb = n / PL_QK8_0, b = 0;
-    __m512 acc = _mm512_setzero_ps();
+    float sum = 0.0f;
     for (; b + 2 <= nb; b += 2, p += 2 * bb) {
         __m512i qw;
         if (four)
@@ -57,18 +62,20 @@ static float s_q32(const void *w, const void *qx, int64_t n, bool four)
                         _mm256_loadu_si256((const __m256i *)(p + bb + 2)));
         __m512i qa = s_join(_mm256_loadu_si256((const __m256i *)a[b].qs),
                             _mm256_loadu_si256((const __m256i *)a[b + 1].qs));
-        __m512 d = s_join_ps(s_half(p) * a[b].d, s_half(p + bb) * a[b + 1].d);
-        acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(s_dot_i8(qw, qa)), acc);
+        __m512i dot = s_dot_i8(qw, qa);
+        sum = fmaf(s_half(p) * a[b].d, (float)s_hsum256(_mm512_castsi512_si256(dot)), sum);
+        sum = fmaf(s_half(p + bb) * a[b + 1].d,
+                   (float)s_hsum256(_mm512_extracti64x4_epi64(dot, 1)), sum);
     }
     if (b < nb) { /* the odd last block: its other half stays zero */
         __m256i q8 = four ? _mm256_sub_epi8(s_nibbles(p + 2), _mm256_set1_epi8(8))
                           : _mm256_loadu_si256((const __m256i *)(p + 2));
         __m512i qw = s_join(q8, _mm256_setzero_si256());
         __m512i qa = s_join(_mm256_loadu_si256((const __m256i *)a[b].qs), _mm256_setzero_si256());
-        __m512 d = s_join_ps(s_half(p) * a[b].d, 0.0f);
-        acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(s_dot_i8(qw, qa)), acc);
+        __m512i dot = s_dot_i8(qw, qa);
+        sum = fmaf(s_half(p) * a[b].d, (float)s_hsum256(_mm512_castsi512_si256(dot)), sum);
     }
-    return _mm512_reduce_add_ps(acc);
+    return sum;
 }
 
 static float s_q8_0(const void *w, const void *qx, int64_t n)
@@ -118,8 +125,10 @@ static float s_k45(const void *w, const void *qx, int64_t n, bool five)
             summ += m0 * (a[b].bsums[4 * c] + a[b].bsums[4 * c + 1]) +
                     m1 * (a[b].bsums[4 * c + 2] + a[b].bsums[4 * c + 3]);
         }
-        sum += a[b].d * (s_half(p) * (float)_mm512_reduce_add_epi32(isum) -
-                         s_half(p + 2) * (float)summ);
+        sum = fmaf(a[b].d,
+                   fmaf(s_half(p), (float)_mm512_reduce_add_epi32(isum),
+                        -(s_half(p + 2) * (float)summ)),
+                   sum);
     }
     return sum;
 }
@@ -174,10 +183,12 @@ static float s_q6_k(const void *w, const void *qx, int64_t n)
                                         _mm512_madd_epi16(prod, _mm512_loadu_si512(sv)));
             }
         }
-        sum += a[b].d * s_half(p + 208) * (float)(_mm512_reduce_add_epi32(isum) - 32 * off);
+        sum = fmaf(a[b].d * s_half(p + 208), (float)(_mm512_reduce_add_epi32(isum) - 32 * off),
+                   sum);
     }
     return sum;
 }
 
 const pl_cpu_qdot_table_t pl_cpu_qdot_avx512 = {s_q8_0, s_q4_0, s_q4_k, s_q5_k, s_q6_k};
 #pragma GCC pop_options
+#endif

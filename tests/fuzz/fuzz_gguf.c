@@ -41,15 +41,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     for (size_t i = 0; i < g->n_tensors; i++) {
         const pl_gguf_tensor_t *t = &g->tensors[i];
-        size_t blk = (size_t)pl_dtype_block(t->dtype), bb = pl_dtype_block_bytes(t->dtype);
+        size_t blk = (size_t)pl_wtype_info(t->wtype)->block, bb = pl_wtype_info(t->wtype)->block_bytes;
         if (g->data_off > size || t->off > size - g->data_off ||
             t->nbytes > size - g->data_off - t->off || t->off % g->alignment)
             abort();
         /* decode the first and the last block so ASan sees any read outside the buffer */
         if (t->nbytes >= bb && blk <= 256) {
             const uint8_t *p = pl_gguf_tensor_data(g, t);
-            pl_dtype_to_f32(t->dtype, p, blk, out);
-            pl_dtype_to_f32(t->dtype, p + t->nbytes - bb, blk, out);
+            pl_wtype_to_f32(t->wtype, p, blk, out);
+            pl_wtype_to_f32(t->wtype, p + t->nbytes - bb, blk, out);
         }
     }
     if (pl_gguf_vocab(g, &v) == PL_OK) {
