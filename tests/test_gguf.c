@@ -368,6 +368,12 @@ static void s_models(void)
     s_mk("f32.gguf", "--format gguf --type f32");
     s_mk("q8.gguf", "--format gguf --type q8_0");
     s_mk("q4k.gguf", "--format gguf --type q4_k");
+    s_mk("qwen2", "--family qwen2");
+    s_mk("qwen2.gguf", "--family qwen2 --format gguf --type f32");
+    s_mk("qwen2_q4k.gguf", "--family qwen2 --format gguf --type q4_k");
+    s_mk("qwen3", "--family qwen3");
+    s_mk("qwen3.gguf", "--family qwen3 --format gguf --type f32");
+    s_mk("qwen3_q6k.gguf", "--family qwen3 --format gguf --type q6_k");
 }
 
 static void s_rm(void)
@@ -597,4 +603,30 @@ Test(gguf_model, tokens_through_the_pipeline)
     free(a), free(b), free(c), free(d), free(e), free(h);
     json_decref(ref), json_decref(g1), json_decref(g2), json_decref(g3), json_decref(q8);
     json_decref(q8s);
+}
+
+/* Qwen2 (q/k/v biases) and Qwen3 (q/k norms) as GGUF: the architecture's keys give the family,
+ * the f32 file gives the safetensors logits bitwise, and quantized files give the same tokens
+ * whatever the split. */
+Test(gguf_model, qwen_families)
+{
+    enum { V = 320 };
+    static const char *const pairs[][3] = {{"qwen2", "qwen2.gguf", "qwen2_q4k.gguf"},
+                                           {"qwen3", "qwen3.gguf", "qwen3_q6k.gguf"}};
+    for (int f = 0; f < 2; f++) {
+        float ref[V], got[V];
+        pl_model_t *m = s_open(pairs[f][1]);
+        cr_assert_eq(pl_model_config(m)->family, f ? PL_FAMILY_QWEN3 : PL_FAMILY_QWEN2);
+        cr_assert_eq(pl_model_config(m)->qkv_bias, f == 0);
+        cr_assert_eq(pl_model_config(m)->qk_norm, f == 1);
+        pl_model_destroy(&m);
+        s_logits(pairs[f][0], ref);
+        s_logits(pairs[f][1], got);
+        cr_assert_eq(memcmp(ref, got, sizeof(ref)), 0, "%s: GGUF f32 logits differ", pairs[f][1]);
+        json_t *one = s_tokens(pairs[f][2], NULL, 1), *three = s_tokens(pairs[f][2], (int[]){1, 1, 1}, 3);
+        char *a = s_dump(one), *b = s_dump(three);
+        cr_assert_str_eq(a, b, "%s: the split changed the tokens", pairs[f][2]);
+        free(a), free(b);
+        json_decref(one), json_decref(three);
+    }
 }

@@ -239,25 +239,39 @@ static int s_write_data(FILE *f, const char *path, const s_opts_t *o, const s_te
     return 0;
 }
 
-/* The GGUF file: llama metadata, matrices in o->wtype (q/k rows in llama.cpp's rope order),
- * norms in f32, as llama.cpp's converter writes them. Values are the safetensors ones. */
+/* The GGUF file: the family's metadata, matrices in o->wtype (a llama's q/k rows in llama.cpp's
+ * rope order), norms and biases in f32, as llama.cpp's converter writes them. Values are the
+ * safetensors ones. */
+/* GGUF's architecture name: Mistral files use llama's. */
+static const char *s_gguf_arch(const s_opts_t *o)
+{
+    return o->family == PL_FAMILY_QWEN2 ? "qwen2" : o->family == PL_FAMILY_QWEN3 ? "qwen3"
+                                                                                : "llama";
+}
+
 static pl_status_t s_gguf_meta(pl_gguf_writer_t *w, const s_opts_t *o)
 {
+    const char *arch = s_gguf_arch(o);
+    char k[16][96];
+    static const char *const suffix[] = {
+        "context_length", "embedding_length", "block_count", "feed_forward_length",
+        "attention.head_count", "attention.head_count_kv", "attention.key_length",
+        "attention.value_length", "rope.dimension_count", "vocab_size",
+        "attention.layer_norm_rms_epsilon", "rope.freq_base"};
+    const int v[] = {o->max_pos, o->hidden, o->layers, o->inter, o->heads, o->kv_heads,
+                     o->head_dim, o->head_dim, o->head_dim, o->vocab};
     pl_status_t st;
-    if ((st = pl_gguf_writer_str(w, "general.architecture", "llama")) ||
-        (st = pl_gguf_writer_str(w, "general.name", "pl-mkmodel")) ||
-        (st = pl_gguf_writer_u32(w, "llama.context_length", (uint32_t)o->max_pos)) ||
-        (st = pl_gguf_writer_u32(w, "llama.embedding_length", (uint32_t)o->hidden)) ||
-        (st = pl_gguf_writer_u32(w, "llama.block_count", (uint32_t)o->layers)) ||
-        (st = pl_gguf_writer_u32(w, "llama.feed_forward_length", (uint32_t)o->inter)) ||
-        (st = pl_gguf_writer_u32(w, "llama.attention.head_count", (uint32_t)o->heads)) ||
-        (st = pl_gguf_writer_u32(w, "llama.attention.head_count_kv", (uint32_t)o->kv_heads)) ||
-        (st = pl_gguf_writer_u32(w, "llama.attention.key_length", (uint32_t)o->head_dim)) ||
-        (st = pl_gguf_writer_u32(w, "llama.attention.value_length", (uint32_t)o->head_dim)) ||
-        (st = pl_gguf_writer_u32(w, "llama.rope.dimension_count", (uint32_t)o->head_dim)) ||
-        (st = pl_gguf_writer_u32(w, "llama.vocab_size", (uint32_t)o->vocab)) ||
-        (st = pl_gguf_writer_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f)) ||
-        (st = pl_gguf_writer_f32(w, "llama.rope.freq_base", 10000.0f)) ||
+
+    for (size_t i = 0; i < PL_ARRAY_SIZE(suffix); i++)
+        snprintf(k[i], sizeof(k[i]), "%s.%s", arch, suffix[i]);
+    if ((st = pl_gguf_writer_str(w, "general.architecture", arch)) ||
+        (st = pl_gguf_writer_str(w, "general.name", "pl-mkmodel")))
+        return st;
+    for (size_t i = 0; i < PL_ARRAY_SIZE(v); i++)
+        if ((st = pl_gguf_writer_u32(w, k[i], (uint32_t)v[i])))
+            return st;
+    if ((st = pl_gguf_writer_f32(w, k[10], 1e-5f)) ||
+        (st = pl_gguf_writer_f32(w, k[11], 10000.0f)) ||
         (st = pl_gguf_writer_u32(w, "tokenizer.ggml.bos_token_id", o->vocab > 1 ? 1 : 0)) ||
         (st = pl_gguf_writer_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)o->eos[0])))
         return st;
@@ -269,10 +283,13 @@ static pl_wtype_t s_gguf_type(const s_opts_t *o, const s_tensor_t *t)
     return t->ndim == 2 ? o->wtype : PL_WT_F32;
 }
 
-/* Hugging Face row of GGUF row r of a q (heads = n_heads) or k (n_kv_heads) projection. */
+/* Hugging Face row of GGUF row r of a llama-architecture q or k projection matrix (llama.cpp
+ * stores those rows for its adjacent-pair rope); other rows are where they are. */
 static int64_t s_hf_row(const s_opts_t *o, const s_tensor_t *t, int64_t r)
 {
-    int heads = strstr(t->name, "q_proj") ? o->heads : strstr(t->name, "k_proj") ? o->kv_heads : 0;
+    bool qk = t->ndim == 2 && strcmp(s_gguf_arch(o), "llama") == 0 &&
+              (strstr(t->name, "q_proj") || strstr(t->name, "k_proj"));
+    int heads = !qk ? 0 : strstr(t->name, "q_proj") ? o->heads : o->kv_heads;
     int64_t hd = o->head_dim, half = hd / 2;
     if (!heads)
         return r;
