@@ -90,6 +90,12 @@ bool pl_gguf_name_of(const char *hf_name, char *out, size_t len)
     return false;
 }
 
+int64_t pl_gguf_llama_qk_row(int64_t r, int64_t head_dim)
+{
+    int64_t h = r / head_dim, i = r % head_dim;
+    return h * head_dim + (i % 2) * (head_dim / 2) + i / 2;
+}
+
 /* Copy the integer at "<arch>.<suffix>" into json field `field`; absent is an error only when
  * required. */
 static pl_status_t s_int(const pl_gguf_t *g, json_t *c, const char *arch, const char *suffix,

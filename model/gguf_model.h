@@ -10,6 +10,10 @@
  * with the same fields would be. *permute_qk_p: the q/k rows are in llama.cpp's interleaved-rope
  * order (the "llama" architecture) and must be put back into Hugging Face order. */
 pl_status_t pl_gguf_model_config(const pl_gguf_t *g, pl_model_config_t *cfg, bool *permute_qk_p);
+/* llama.cpp stores a llama model's q and k rows so that its rope rotates adjacent pairs: GGUF row
+ * r of a head (head_dim rows) holds Hugging Face row pl_gguf_llama_qk_row(r, head_dim): row 2i + j
+ * holds row j * head_dim / 2 + i (convert_hf_to_gguf.py's permute). */
+int64_t pl_gguf_llama_qk_row(int64_t r, int64_t head_dim);
 /* Map the GGUF file at path just to read its config. */
 pl_status_t pl_gguf_config_load(const char *path, pl_model_config_t *cfg);
 /* The Hugging Face name of a GGUF tensor name ("blk.3.attn_q.weight" ->

@@ -372,12 +372,11 @@ uint64_t pl_model_weight_bytes(const pl_model_t *model)
     return model->weight_bytes;
 }
 
-/* llama.cpp stores a llama model's q/k rows so that rope rotates adjacent pairs: row 2i+j of a
- * head holds Hugging Face row j*half+i. Put a copy back in Hugging Face order (whole rows, so any
- * weight type), once, on first use. */
+/* A llama model's q/k rows in llama.cpp's order (pl_gguf_llama_qk_row): a copy back in Hugging
+ * Face order (whole rows, so any weight type), made once, on first use. */
 static pl_status_t s_unpermute(pl_model_t *m, s_tensor_t *t, const unsigned char *src)
 {
-    int64_t rows = t->entry->shape[0], hd = rows / t->unpermute_heads, half = hd / 2;
+    int64_t rows = t->entry->shape[0], hd = rows / t->unpermute_heads;
     size_t row_bytes = 0;
     unsigned char *out;
     pl_status_t st = PL_OK;
@@ -395,11 +394,9 @@ static pl_status_t s_unpermute(pl_model_t *m, s_tensor_t *t, const unsigned char
         st = pl_error(PL_ERR_NOMEM, "tensor '%s': out of memory", t->entry->name);
         goto out;
     }
-    for (int64_t r = 0; r < rows; r++) {
-        int64_t h = r / hd, j = (r % hd) / half, i = r % half;
-        memcpy(out + (size_t)r * row_bytes, src + (size_t)(h * hd + 2 * i + j) * row_bytes,
+    for (int64_t r = 0; r < rows; r++) /* GGUF row r is Hugging Face row qk_row(r) */
+        memcpy(out + (size_t)pl_gguf_llama_qk_row(r, hd) * row_bytes, src + (size_t)r * row_bytes,
                row_bytes);
-    }
     t->fixed = out;
 out:
     pthread_mutex_unlock(&m->lock);

@@ -6,6 +6,7 @@
 #include "common/util.h"
 
 #include <string.h>
+#include <strings.h>
 
 static const pl_wtype_info_t s_info[PL_WT_COUNT] = {
     [PL_WT_F32] = {.name = "F32", .block = 1, .block_bytes = 4},
@@ -33,6 +34,18 @@ const char *pl_wtype_name(pl_wtype_t t)
 {
     const pl_wtype_info_t *i = pl_wtype_info(t);
     return i ? i->name : "?";
+}
+
+pl_status_t pl_wtype_parse(const char *name, pl_wtype_t *t_p)
+{
+    for (int t = 0; t < PL_WT_COUNT; t++) {
+        if (s_info[t].name && strcasecmp(name, s_info[t].name) == 0) {
+            *t_p = (pl_wtype_t)t;
+            return PL_OK;
+        }
+    }
+    return pl_error(PL_ERR_UNSUPPORTED, "weight type '%.32s' is not one of f32 f16 bf16 q8_0 q4_0 "
+                    "q4_k q5_k q6_k", name);
 }
 
 pl_status_t pl_wtype_row_bytes(pl_wtype_t t, int64_t cols, size_t *bytes_p)

@@ -34,6 +34,8 @@ typedef struct {
 const pl_wtype_info_t *pl_wtype_info(pl_wtype_t t);
 /* The type's name, "?" for a value outside the enum. */
 const char *pl_wtype_name(pl_wtype_t t);
+/* The type named `name`, in either case ("q4_k", "Q4_K"); PL_ERR_UNSUPPORTED listing the names. */
+pl_status_t pl_wtype_parse(const char *name, pl_wtype_t *t_p);
 /* Bytes of one row of `cols` elements of type t; fails when cols is not a whole number of blocks
  * or the size overflows. */
 pl_status_t pl_wtype_row_bytes(pl_wtype_t t, int64_t cols, size_t *bytes_p);

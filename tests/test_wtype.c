@@ -103,6 +103,13 @@ Test(wtype, geometry)
         }
     }
     cr_assert_str_eq(pl_wtype_name((pl_wtype_t)99), "?");
+    pl_wtype_t t = PL_WT_F32;
+    cr_assert_eq(pl_wtype_parse("q4_k", &t), PL_OK);
+    cr_assert_eq(t, PL_WT_Q4_K);
+    cr_assert_eq(pl_wtype_parse("Q8_0", &t), PL_OK);
+    cr_assert_eq(t, PL_WT_Q8_0);
+    cr_assert_eq(pl_wtype_parse("q4_1", &t), PL_ERR_UNSUPPORTED);
+    cr_assert_eq(t, PL_WT_Q8_0, "output untouched on error");
     cr_assert_eq(pl_wtype_row_bytes((pl_wtype_t)99, 1, &bytes), PL_ERR_UNSUPPORTED);
     cr_assert_eq(pl_wtype_row_bytes(PL_WT_F32, -1, &bytes), PL_ERR_INVALID);
 }

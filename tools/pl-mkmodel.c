@@ -283,17 +283,13 @@ static pl_wtype_t s_gguf_type(const s_opts_t *o, const s_tensor_t *t)
     return t->ndim == 2 ? o->wtype : PL_WT_F32;
 }
 
-/* Hugging Face row of GGUF row r of a llama-architecture q or k projection matrix (llama.cpp
- * stores those rows for its adjacent-pair rope); other rows are where they are. */
+/* Hugging Face row of GGUF row r: a llama-architecture q or k matrix is stored in llama.cpp's
+ * rope order, other rows where they are. */
 static int64_t s_hf_row(const s_opts_t *o, const s_tensor_t *t, int64_t r)
 {
     bool qk = t->ndim == 2 && strcmp(s_gguf_arch(o), "llama") == 0 &&
               (strstr(t->name, "q_proj") || strstr(t->name, "k_proj"));
-    int heads = !qk ? 0 : strstr(t->name, "q_proj") ? o->heads : o->kv_heads;
-    int64_t hd = o->head_dim, half = hd / 2;
-    if (!heads)
-        return r;
-    return r / hd * hd + (r % hd % 2) * half + (r % hd) / 2;
+    return qk ? pl_gguf_llama_qk_row(r, o->head_dim) : r;
 }
 
 static int s_write_gguf(const s_opts_t *o, const s_tensor_t *t, size_t n, uint64_t *bytes_p)
@@ -527,20 +523,10 @@ static int s_parse_args(int argc, char **argv, s_opts_t *o)
                 return s_fail("--format: '%s' is not safetensors or gguf", optarg);
             o->gguf = strcmp(optarg, "gguf") == 0;
             break;
-        case 'W': {
-            static const char *const names[] = {"f32", "f16", "bf16", "q8_0",
-                                                "q4_0", "q4_k", "q5_k", "q6_k"};
-            static const pl_wtype_t types[] = {PL_WT_F32, PL_WT_F16, PL_WT_BF16, PL_WT_Q8_0,
-                                               PL_WT_Q4_0, PL_WT_Q4_K, PL_WT_Q5_K, PL_WT_Q6_K};
-            size_t k = 0;
-            while (k < PL_ARRAY_SIZE(names) && strcmp(optarg, names[k]) != 0)
-                k++;
-            if (k == PL_ARRAY_SIZE(names))
-                return s_fail("--type: '%s' is not one of f32 f16 bf16 q8_0 q4_0 q4_k q5_k q6_k",
-                              optarg);
-            o->wtype = types[k];
+        case 'W':
+            if (pl_wtype_parse(optarg, &o->wtype))
+                return s_fail("--type: %s", pl_error_msg());
             break;
-        }
         case 's':
             errno = 0;
             o->seed = strtoull(optarg, &end, 0);
