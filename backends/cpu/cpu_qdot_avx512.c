@@ -143,6 +143,16 @@ static float s_q5_k(const void *w, const void *qx, int64_t n)
     return s_k45(w, qx, n, true);
 }
 
+/* Four int8 scales, each over 8 int16 lanes (one 16-element sub-block each). */
+static inline __m512i s_scales4(const int8_t *sc)
+{
+    int32_t four;
+    memcpy(&four, sc, 4);
+    const __m256i rep = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, /* lo */
+                                         2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    return _mm512_cvtepi8_epi16(_mm256_shuffle_epi8(_mm256_set1_epi32(four), rep));
+}
+
 static float s_q6_k(const void *w, const void *qx, int64_t n)
 {
     const unsigned char *p = w;
@@ -172,15 +182,10 @@ static float s_q6_k(const void *w, const void *qx, int64_t n)
                 _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
                 _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m2), 4));
             for (int pair = 0; pair < 2; pair++) {
-                int is = 8 * h + 4 * pair;
-                int16_t sv[32];
-                for (int k = 0; k < 32; k++)
-                    sv[k] = sc[is + k / 8];
                 __m512i q = pair ? s_join(q2, q3) : s_join(q0, q1);
                 __m512i x = _mm512_loadu_si512((const void *)(a[b].qs + 128 * h + 64 * pair));
                 __m512i prod = _mm512_maddubs_epi16(q, x);
-                isum = _mm512_add_epi32(isum,
-                                        _mm512_madd_epi16(prod, _mm512_loadu_si512(sv)));
+                isum = _mm512_add_epi32(isum, _mm512_madd_epi16(prod, s_scales4(sc + 8 * h + 4 * pair)));
             }
         }
         sum = fmaf(a[b].d * s_half(p + 208), (float)(_mm512_reduce_add_epi32(isum) - 32 * off),
