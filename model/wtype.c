@@ -56,8 +56,10 @@ pl_status_t pl_wtype_row_bytes(pl_wtype_t t, int64_t cols, size_t *bytes_p)
     if (!i)
         return pl_error(PL_ERR_UNSUPPORTED, "weight type %d is not known", (int)t);
     if (cols < 0 || cols % i->block != 0)
-        return pl_error(PL_ERR_INVALID, "%s: a row of %lld elements is not a whole number of "
-                        "%d-element blocks", i->name, (long long)cols, i->block);
+        return pl_error(PL_ERR_INVALID,
+                        "%s: a row of %lld elements is not a whole number of "
+                        "%d-element blocks",
+                        i->name, (long long)cols, i->block);
     if (__builtin_mul_overflow((uint64_t)(cols / i->block), i->block_bytes, &bytes))
         return pl_error(PL_ERR_RANGE, "%s: a row of %lld elements is too large", i->name,
                         (long long)cols);

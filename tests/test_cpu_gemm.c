@@ -5,6 +5,7 @@
 
 #include "common/util.h"
 
+#include <cblas.h>
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
@@ -83,8 +84,11 @@ Test(cpu_gemm, rows_match_reference_and_agree_across_isas)
         for (size_t ti = 0; ti < PL_ARRAY_SIZE(k_types); ti++) {
             tmat_t t;
             tmat_make(&t, k_types[ti], n, k, 2 + s % 3, 100 + (unsigned)s);
-            pl_cpu_wmat_t wide = {.type = PL_WT_F32, .rows = n, .cols = k,
-                                  .row_bytes = (size_t)k * 4, .data = t.wide};
+            pl_cpu_wmat_t wide = {.type = PL_WT_F32,
+                                  .rows = n,
+                                  .cols = k,
+                                  .row_bytes = (size_t)k * 4,
+                                  .data = t.wide};
             for (int isa = 0; isa <= (int)top; isa++) {
                 pl_cpu_isa_cap((pl_cpu_isa_t)isa);
                 pl_cpu_gemm_rows(pool, x, rows, m, &t.m, y);
@@ -152,32 +156,48 @@ Test(cpu_gemm, rows_batch_invariant_for_every_type)
     free(x), free(alone), free(y);
 }
 
-/* Whole sequences through OpenBLAS on converted tiles: more weight rows than one tile. */
+/* Whole sequences through OpenBLAS on converted tiles (more weight rows than one tile) and
+ * through the batch-invariant kernel, the choice on machines where OpenBLAS runs generic code. */
 Test(cpu_gemm, seq_matches_reference)
 {
-    int m = 40, k = 72, n = PL_CPU_TILE_ROWS + 37;
-    float *x = xalloc((size_t)m * k * 4), *y = xalloc((size_t)m * n * 4);
-    float *tile = xalloc((size_t)PL_CPU_TILE_ROWS * k * 4);
-    fill(x, (size_t)m * k, 3);
-    for (size_t ti = 0; ti < PL_ARRAY_SIZE(k_types); ti++)
-        for (size_t mis = 0; mis <= 2; mis += 2) { /* misaligned f32 goes through tiles too */
-            tmat_t t;
-            tmat_make(&t, k_types[ti], n, k, mis, 4);
-            pl_cpu_gemm_seq(x, m, &t.m, tile, y);
-            for (int i = 0; i < m; i++)
-                for (int j = 0; j < n; j++) {
-                    double ref = 0, mag = 0;
-                    for (int p = 0; p < k; p++) {
-                        ref += (double)x[i * k + p] * t.wide[(size_t)j * k + p];
-                        mag += fabs((double)x[i * k + p] * t.wide[(size_t)j * k + p]);
-                    }
-                    cr_expect(fabs(y[i * n + j] - ref) <= 1e-6 * mag + 1e-7,
-                              "%s seq y[%d][%d] = %.9g want %.9g", pl_wtype_name(k_types[ti]),
-                              i, j, y[i * n + j], ref);
+    cr_log_info("OpenBLAS core %s: long sequences through %s", openblas_get_corename(),
+                pl_cpu_gemm_seq_uses_blas() ? "OpenBLAS" : "the batch-invariant kernel");
+    for (int blas = 0; blas <= 1; blas++) {
+        pl_cpu_gemm_seq_force(blas);
+        int m = 40, k = 72, n = PL_CPU_TILE_ROWS + 37;
+        float *x = xalloc((size_t)m * k * 4), *y = xalloc((size_t)m * n * 4);
+        float *tile = xalloc((size_t)PL_CPU_TILE_ROWS * k * 4);
+        fill(x, (size_t)m * k, 3);
+        for (size_t ti = 0; ti < PL_ARRAY_SIZE(k_types); ti++)
+            for (size_t mis = 0; mis <= 2; mis += 2) { /* misaligned f32 goes through tiles too */
+                tmat_t t;
+                tmat_make(&t, k_types[ti], n, k, mis, 4);
+                pl_cpu_gemm_seq(NULL, x, m, &t.m, tile, y);
+                if (!blas) { /* then a sequence's rows are the rows product's, bitwise */
+                    float *y2 = xalloc((size_t)m * n * 4);
+                    int *rows = xalloc((size_t)m * sizeof(int));
+                    for (int i = 0; i < m; i++)
+                        rows[i] = i;
+                    pl_cpu_gemm_rows(NULL, x, rows, m, &t.m, y2);
+                    cr_expect(memcmp(y, y2, (size_t)m * n * 4) == 0, "%s", pl_wtype_name(t.m.type));
+                    free(y2), free(rows);
                 }
-            tmat_free(&t);
-        }
-    free(x), free(y), free(tile);
+                for (int i = 0; i < m; i++)
+                    for (int j = 0; j < n; j++) {
+                        double ref = 0, mag = 0;
+                        for (int p = 0; p < k; p++) {
+                            ref += (double)x[i * k + p] * t.wide[(size_t)j * k + p];
+                            mag += fabs((double)x[i * k + p] * t.wide[(size_t)j * k + p]);
+                        }
+                        cr_expect(fabs(y[i * n + j] - ref) <= 1e-6 * mag + 1e-7,
+                                  "%s seq y[%d][%d] = %.9g want %.9g", pl_wtype_name(k_types[ti]),
+                                  i, j, y[i * n + j], ref);
+                    }
+                tmat_free(&t);
+            }
+        free(x), free(y), free(tile);
+    }
+    pl_cpu_gemm_seq_force(-1);
 }
 
 /* Half-precision rows to f32 on every instruction set equal the scalar conversion. */
@@ -201,8 +221,13 @@ Test(cpu_gemm, view_checks)
 {
     float data[12] = {0};
     pl_cpu_wmat_t m;
-    pl_tensor_view_t v = {.dtype = PL_DT_F32, .wtype = PL_WT_F32, .ndim = 2, .shape = {3, 4},
-                          .numel = 12, .data = data, .nbytes = sizeof(data)};
+    pl_tensor_view_t v = {.dtype = PL_DT_F32,
+                          .wtype = PL_WT_F32,
+                          .ndim = 2,
+                          .shape = {3, 4},
+                          .numel = 12,
+                          .data = data,
+                          .nbytes = sizeof(data)};
     cr_expect(pl_cpu_wmat_from_view("w", &v, &m) == PL_OK);
     cr_expect(m.rows == 3 && m.cols == 4 && m.row_bytes == 16 && m.data == data);
     v.nbytes = 40;

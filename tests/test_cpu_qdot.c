@@ -232,7 +232,9 @@ Test(cpu_qdot, gemm_through_the_weight_type_table)
                           o);
             }
         }
-        pl_cpu_gemm_seq(x, NR, &m, tile, yseq);
+        pl_cpu_gemm_seq_force(1); /* OpenBLAS on dequantized tiles */
+        pl_cpu_gemm_seq(pool, x, NR, &m, tile, yseq);
+        pl_cpu_gemm_seq_force(-1);
         for (int i = 0; i < NR * OUT; i++)
             cr_assert_float_eq(yseq[i], y[i], 0.02f, "%s element %d", pl_wtype_name(dt), i);
     }

@@ -105,7 +105,8 @@ static pl_status_t s_load_layer(s_stage_t *s, pl_model_t *model, int layer, s_la
     const pl_model_config_t *c = &s->cfg;
     char name[128];
     pl_status_t st;
-#define S_NAME(suffix, kind) snprintf(name, sizeof(name), "model.layers.%d.%s.%s", layer, suffix, kind)
+#define S_NAME(suffix, kind)                                                                       \
+    snprintf(name, sizeof(name), "model.layers.%d.%s.%s", layer, suffix, kind)
 #define S_VEC(field, suffix, kind, d0)                                                             \
     do {                                                                                           \
         S_NAME(suffix, kind);                                                                      \
@@ -369,7 +370,7 @@ static void s_linear(s_stage_t *s, const pl_be_batch_t *b, const float *x, const
     int in_dim = w->cols, out_dim = w->rows;
     for (int i = 0, t0 = 0; i < b->n_seq; t0 += b->n_tok[i], i++)
         if (b->n_tok[i] >= S_SGEMM_MIN_TOKENS)
-            pl_cpu_gemm_seq(x + (size_t)t0 * in_dim, b->n_tok[i], w, s->tile,
+            pl_cpu_gemm_seq(s->dev->pool, x + (size_t)t0 * in_dim, b->n_tok[i], w, s->tile,
                             y + (size_t)t0 * out_dim);
     pl_cpu_gemm_rows(s->dev->pool, x, s->short_rows, s->n_short, w, y);
     if (bias)

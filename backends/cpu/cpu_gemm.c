@@ -9,6 +9,10 @@
 #include <cblas.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+
+static void s_gemm_rows(pl_cpu_pool_t *pool, const float *x, const int *rows, int n_rows,
+                        const pl_cpu_wmat_t *w, float *y);
 
 /* ---- the table: adding a weight type is one entry ---- */
 
@@ -17,7 +21,10 @@
 #else
 #define S_X86(fn) NULL
 #endif
-#define S_PATHS(base) {base##scalar, S_X86(base##avx2), S_X86(base##avx512)}
+#define S_PATHS(base)                                                                              \
+    {                                                                                              \
+        base##scalar, S_X86(base##avx2), S_X86(base##avx512)                                       \
+    }
 
 static const pl_cpu_wkernel_t s_kernels[PL_WT_COUNT] = {
     [PL_WT_F32] = {.block = S_PATHS(pl_cpu_block_f32_)},
@@ -100,8 +107,7 @@ pl_status_t pl_cpu_wmat_from_view(const char *name, const pl_tensor_view_t *v, p
 
     if (v->ndim != 2 || v->shape[0] < 1 || v->shape[1] < 1 || v->shape[0] > INT32_MAX ||
         v->shape[1] > INT32_MAX)
-        return pl_error(PL_ERR_INVALID, "tensor '%s': not a matrix the CPU backend can hold",
-                        name);
+        return pl_error(PL_ERR_INVALID, "tensor '%s': not a matrix the CPU backend can hold", name);
     if (!pl_cpu_wkernel(v->wtype))
         return pl_error(PL_ERR_UNSUPPORTED, "tensor '%s': weight type %s has no CPU kernel", name,
                         pl_wtype_name(v->wtype));
@@ -145,7 +151,7 @@ typedef struct {
     size_t x_row;
     const int *rows; /* into x; NULL: 0..n_rows-1 (prepared rows) */
     int n_rows;
-    const int *out_rows; /* into y */
+    const int *out_rows; /* into y; NULL: 0..n_rows-1 */
     const pl_cpu_wmat_t *w;
     float *y;
     void (*block)(const void *const *x, int nr, const void *w, size_t rb, int no, int k,
@@ -170,7 +176,8 @@ static void s_part(void *arg, int part, int n_parts)
             for (int r = 0; r < nr; r++) {
                 size_t xi = j->rows ? (size_t)j->rows[r0 + r] : (size_t)(r0 + r);
                 xr[r] = (const unsigned char *)j->x + xi * j->x_row;
-                yr[r] = j->y + (size_t)j->out_rows[r0 + r] * w->rows + o0;
+                size_t yi = j->out_rows ? (size_t)j->out_rows[r0 + r] : (size_t)(r0 + r);
+                yr[r] = j->y + yi * w->rows + o0;
             }
             j->block(xr, nr, (const unsigned char *)w->data + (size_t)o0 * w->row_bytes,
                      w->row_bytes, no, w->cols, yr);
@@ -180,6 +187,12 @@ static void s_part(void *arg, int part, int n_parts)
 
 void pl_cpu_gemm_rows(pl_cpu_pool_t *pool, const float *x, const int *rows, int n_rows,
                       const pl_cpu_wmat_t *w, float *y)
+{
+    s_gemm_rows(pool, x, rows, n_rows, w, y);
+}
+
+static void s_gemm_rows(pl_cpu_pool_t *pool, const float *x, const int *rows, int n_rows,
+                        const pl_cpu_wmat_t *w, float *y)
 {
     const pl_cpu_wkernel_t *k = pl_cpu_wkernel(w->type);
     pl_cpu_isa_t isa = pl_cpu_isa();
@@ -201,7 +214,7 @@ void pl_cpu_gemm_rows(pl_cpu_pool_t *pool, const float *x, const int *rows, int 
         if (!prep)
             abort(); /* a few KiB per row: no recovery worth having */
         for (int r = 0; r < n_rows; r++)
-            k->x_prep(x + (size_t)rows[r] * w->cols, w->cols, prep + xb * (size_t)r);
+            k->x_prep(x + (size_t)(rows ? rows[r] : r) * w->cols, w->cols, prep + xb * (size_t)r);
         job.x = prep;
         job.x_row = xb;
         job.rows = NULL;
@@ -225,9 +238,38 @@ void pl_cpu_matmul_rows(pl_cpu_pool_t *pool, const float *x, const int *rows, in
     pl_cpu_gemm_rows(pool, x, rows, n_rows, &m, y);
 }
 
-/* ---- whole sequences through OpenBLAS ---- */
+/* ---- whole sequences: OpenBLAS, unless it runs generic code here ---- */
 
-void pl_cpu_gemm_seq(const float *x, int n, const pl_cpu_wmat_t *w, float *tile, float *y)
+/* OpenBLAS cores with AVX2 (or better) kernels. Another name on a machine whose kernels here
+ * use AVX2 means OpenBLAS did not recognise the CPU and fell back to old generic code (0.3.21
+ * calls a 2023 Xeon "Prescott"): its sgemm then runs at a third of this file's kernel. */
+static const char *const s_blas_tuned[] = {
+    "haswell",    "zen",        "skylakex",   "cooperlake", "sapphirerapids",
+    "neoversen1", "neoversen2", "neoversev1", "armv8sve",   "a64fx"};
+
+static int s_seq_blas = -1;
+
+void pl_cpu_gemm_seq_force(int use_blas)
+{
+    __atomic_store_n(&s_seq_blas, use_blas < 0 ? -1 : use_blas > 0, __ATOMIC_RELAXED);
+}
+
+bool pl_cpu_gemm_seq_uses_blas(void)
+{
+    const char *core = openblas_get_corename();
+    int forced = __atomic_load_n(&s_seq_blas, __ATOMIC_RELAXED);
+    if (forced >= 0)
+        return forced;
+    if (pl_cpu_isa() == PL_CPU_ISA_SCALAR)
+        return true;
+    for (size_t i = 0; core && i < PL_ARRAY_SIZE(s_blas_tuned); i++)
+        if (strcasecmp(core, s_blas_tuned[i]) == 0)
+            return true;
+    return false;
+}
+
+void pl_cpu_gemm_seq(pl_cpu_pool_t *pool, const float *x, int n, const pl_cpu_wmat_t *w,
+                     float *tile, float *y)
 {
     const pl_cpu_wkernel_t *k = pl_cpu_wkernel(w->type);
     void (*conv)(const void *, size_t, int, int, float *) = S_PICK(k, to_f32, pl_cpu_isa());
@@ -235,6 +277,14 @@ void pl_cpu_gemm_seq(const float *x, int n, const pl_cpu_wmat_t *w, float *tile,
 
     if (n <= 0 || w->rows <= 0)
         return;
+    if (!k->to_f32[PL_CPU_ISA_SCALAR] && w->type != PL_WT_F32) {
+        s_gemm_rows(pool, x, NULL, n, w, y); /* no tile conversion: the type's own kernel */
+        return;
+    }
+    if (!pl_cpu_gemm_seq_uses_blas()) {
+        s_gemm_rows(pool, x, NULL, n, w, y);
+        return;
+    }
     if (w->type == PL_WT_F32 && ((uintptr_t)w->data & 3) == 0) {
         pl_cpu_matmul(x, n, K, w->data, w->rows, y);
         return;

@@ -7,6 +7,7 @@
 #include "model/model.h"
 #include "model/wtype.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 
 /* Instruction sets with kernels, in increasing order; a machine runs the highest it supports. */
@@ -43,8 +44,8 @@ typedef struct {
      * Every element must come out bitwise the same whatever nr, no, its place in the block and
      * the instruction set: batch invariance, and stages that agree across machines. NULL: no
      * kernel for that instruction set. */
-    void (*block[PL_CPU_ISA_COUNT])(const void *const *x, int nr, const void *w,
-                                    size_t row_bytes, int no, int k, float *const *y);
+    void (*block[PL_CPU_ISA_COUNT])(const void *const *x, int nr, const void *w, size_t row_bytes,
+                                    int no, int k, float *const *y);
     /* Convert n weight rows of k elements (from w at stride row_bytes) to f32, dst [n][k];
      * NULL: pl_wtype_to_f32 row by row. */
     void (*to_f32[PL_CPU_ISA_COUNT])(const void *w, size_t row_bytes, int n, int k, float *dst);
@@ -69,10 +70,18 @@ pl_status_t pl_cpu_wmat_from_view(const char *name, const pl_tensor_view_t *v, p
 void pl_cpu_gemm_rows(pl_cpu_pool_t *pool, const float *x, const int *rows, int n_rows,
                       const pl_cpu_wmat_t *w, float *y);
 
-/* y[n][w->rows] = x[n][w->cols] @ w^T through OpenBLAS sgemm, f32 weights read in place, other
- * types converted PL_CPU_TILE_ROWS rows at a time into tile (PL_CPU_TILE_ROWS * w->cols floats).
- * Rows' rounding depends on n and their place: for whole sequences only. */
-void pl_cpu_gemm_seq(const float *x, int n, const pl_cpu_wmat_t *w, float *tile, float *y);
+/* y[n][w->rows] = x[n][w->cols] @ w^T for one whole sequence. Through OpenBLAS sgemm where its
+ * kernels suit this CPU (pl_cpu_gemm_seq_uses_blas): f32 weights read in place, f16/bf16
+ * converted PL_CPU_TILE_ROWS rows at a time into tile (PL_CPU_TILE_ROWS * w->cols floats), rows'
+ * rounding then depending on n and their place; otherwise pl_cpu_gemm_rows on the pool. */
+void pl_cpu_gemm_seq(pl_cpu_pool_t *pool, const float *x, int n, const pl_cpu_wmat_t *w,
+                     float *tile, float *y);
+/* Whether pl_cpu_gemm_seq uses OpenBLAS here: not when OpenBLAS fell back to generic kernels for
+ * a CPU that has AVX2 (measured: a third of the speed of pl_cpu_gemm_rows then). Fixed for the
+ * process, so every stage on a machine rounds alike. */
+bool pl_cpu_gemm_seq_uses_blas(void);
+/* Tests and benchmarks: 1 OpenBLAS, 0 the batch-invariant kernel, -1 the rule above. */
+void pl_cpu_gemm_seq_force(int use_blas);
 
 /* Row `r` of w as f32 (dst [w->cols]). */
 void pl_cpu_wmat_row_f32(const pl_cpu_wmat_t *w, int r, float *dst);
@@ -81,11 +90,11 @@ void pl_cpu_embed(const pl_cpu_wmat_t *table, const int32_t *ids, int n, float *
 
 /* The kernels of one instruction set (cpu_gemm_<isa>.c). */
 #define PL_CPU_DECLARE_FLOAT_KERNELS(isa)                                                          \
-    void pl_cpu_block_f32_##isa(const void *const *x, int nr, const void *w, size_t rb, int no,   \
+    void pl_cpu_block_f32_##isa(const void *const *x, int nr, const void *w, size_t rb, int no,    \
                                 int k, float *const *y);                                           \
-    void pl_cpu_block_f16_##isa(const void *const *x, int nr, const void *w, size_t rb, int no,   \
+    void pl_cpu_block_f16_##isa(const void *const *x, int nr, const void *w, size_t rb, int no,    \
                                 int k, float *const *y);                                           \
-    void pl_cpu_block_bf16_##isa(const void *const *x, int nr, const void *w, size_t rb, int no,  \
+    void pl_cpu_block_bf16_##isa(const void *const *x, int nr, const void *w, size_t rb, int no,   \
                                  int k, float *const *y);                                          \
     void pl_cpu_to_f32_f16_##isa(const void *w, size_t rb, int n, int k, float *dst);              \
     void pl_cpu_to_f32_bf16_##isa(const void *w, size_t rb, int n, int k, float *dst);

@@ -47,11 +47,13 @@ static inline __attribute__((always_inline)) float s_elem(pl_wtype_t wt, const u
 }
 
 /* Add positions [k0, k1) (multiples of 16) of R rows times O weight rows to their lane
- * accumulators acc + (r * ast + o) * 16. */
+ * accumulators acc + (r * ast + o) * 16. pf > 0: also prefetch the same positions pf bytes
+ * further on, the rows of the next tile, whose short rows the hardware prefetcher would meet
+ * cold (a decode step streams each weight row once). */
 static inline __attribute__((always_inline)) void s_tile(pl_wtype_t wt, int R, int O, float *acc,
                                                          int ast, const float *const *x,
                                                          const unsigned char *const *w, int k0,
-                                                         int k1)
+                                                         int k1, size_t pf)
 {
     s_v16_t a[S_TR > 1 ? S_TR : 1][S_TO1 > S_TO ? S_TO1 : S_TO], xv[S_TR > 1 ? S_TR : 1];
     size_t esz = wt == PL_WT_F32 ? 4 : 2;
@@ -66,6 +68,8 @@ static inline __attribute__((always_inline)) void s_tile(pl_wtype_t wt, int R, i
             xv[r] = s_v_ld(x[r] + i);
 #pragma GCC unroll 8
         for (int o = 0; o < O; o++) {
+            if (pf)
+                __builtin_prefetch(w[o] + (size_t)i * esz + pf);
             s_v16_t wv = s_ldw(wt, w[o] + (size_t)i * esz);
 #pragma GCC unroll 8
             for (int r = 0; r < R; r++)
@@ -91,35 +95,35 @@ static float s_finish(pl_wtype_t wt, const float *l, const float *x, const unsig
     return s;
 }
 
-typedef void (*s_tile_fn)(float *acc, int ast, const float *const *x,
-                          const unsigned char *const *w, int k0, int k1);
+typedef void (*s_tile_fn)(float *acc, int ast, const float *const *x, const unsigned char *const *w,
+                          int k0, int k1, size_t pf);
 
 /* The tile shapes of one weight type, as real functions so each is compiled once. */
 #define S_TILES(T, WT)                                                                             \
     static void s_tile_##T##_main(float *acc, int ast, const float *const *x,                      \
-                                  const unsigned char *const *w, int k0, int k1)                   \
+                                  const unsigned char *const *w, int k0, int k1, size_t pf)        \
     {                                                                                              \
-        s_tile(WT, S_TR, S_TO, acc, ast, x, w, k0, k1);                                            \
+        s_tile(WT, S_TR, S_TO, acc, ast, x, w, k0, k1, pf);                                        \
     }                                                                                              \
     static void s_tile_##T##_row(float *acc, int ast, const float *const *x,                       \
-                                 const unsigned char *const *w, int k0, int k1)                    \
+                                 const unsigned char *const *w, int k0, int k1, size_t pf)         \
     {                                                                                              \
-        s_tile(WT, 1, S_TO, acc, ast, x, w, k0, k1);                                               \
+        s_tile(WT, 1, S_TO, acc, ast, x, w, k0, k1, pf);                                           \
     }                                                                                              \
     static void s_tile_##T##_col(float *acc, int ast, const float *const *x,                       \
-                                 const unsigned char *const *w, int k0, int k1)                    \
+                                 const unsigned char *const *w, int k0, int k1, size_t pf)         \
     {                                                                                              \
-        s_tile(WT, S_TR, 1, acc, ast, x, w, k0, k1);                                               \
+        s_tile(WT, S_TR, 1, acc, ast, x, w, k0, k1, pf);                                           \
     }                                                                                              \
     static void s_tile_##T##_thin(float *acc, int ast, const float *const *x,                      \
-                                  const unsigned char *const *w, int k0, int k1)                   \
+                                  const unsigned char *const *w, int k0, int k1, size_t pf)        \
     {                                                                                              \
-        s_tile(WT, 1, S_TO1, acc, ast, x, w, k0, k1);                                              \
+        s_tile(WT, 1, S_TO1, acc, ast, x, w, k0, k1, pf);                                          \
     }                                                                                              \
     static void s_tile_##T##_one(float *acc, int ast, const float *const *x,                       \
-                                 const unsigned char *const *w, int k0, int k1)                    \
+                                 const unsigned char *const *w, int k0, int k1, size_t pf)         \
     {                                                                                              \
-        s_tile(WT, 1, 1, acc, ast, x, w, k0, k1);                                                  \
+        s_tile(WT, 1, 1, acc, ast, x, w, k0, k1, pf);                                              \
     }
 
 S_TILES(f32, PL_WT_F32)
@@ -146,25 +150,29 @@ static void s_block(pl_wtype_t wt, const s_tiles_t *t, const void *const *xv, in
     memset(acc, 0, (size_t)nr * (size_t)no * 16 * sizeof(float));
     for (int kb = 0; kb < k16; kb += bk) {
         int ke = PL_MIN(kb + bk, k16), o = 0;
+        /* the first pass over a tile's weight rows prefetches the next tile's */
+        size_t pf_thin = bk >= k16 ? S_TO1 * rb : 0, pf_main = bk >= k16 ? S_TO * rb : 0;
         if (nr < S_TR) { /* a few rows: more weight rows at once */
             for (; o + S_TO1 <= no; o += S_TO1)
                 for (int r = 0; r < nr; r++)
-                    t->thin(acc + (size_t)(r * no + o) * 16, no, x + r, wr + o, kb, ke);
+                    t->thin(acc + (size_t)(r * no + o) * 16, no, x + r, wr + o, kb, ke,
+                            r ? 0 : pf_thin);
         } else {
             for (; o + S_TO <= no; o += S_TO) {
                 int r = 0;
                 for (; r + S_TR <= nr; r += S_TR)
-                    t->main(acc + (size_t)(r * no + o) * 16, no, x + r, wr + o, kb, ke);
+                    t->main(acc + (size_t)(r * no + o) * 16, no, x + r, wr + o, kb, ke,
+                            r ? 0 : pf_main);
                 for (; r < nr; r++)
-                    t->row(acc + (size_t)(r * no + o) * 16, no, x + r, wr + o, kb, ke);
+                    t->row(acc + (size_t)(r * no + o) * 16, no, x + r, wr + o, kb, ke, 0);
             }
         }
         for (; o < no; o++) {
             int r = 0;
             for (; r + S_TR <= nr; r += S_TR)
-                t->col(acc + (size_t)(r * no + o) * 16, no, x + r, wr + o, kb, ke);
+                t->col(acc + (size_t)(r * no + o) * 16, no, x + r, wr + o, kb, ke, 0);
             for (; r < nr; r++)
-                t->one(acc + (size_t)(r * no + o) * 16, no, x + r, wr + o, kb, ke);
+                t->one(acc + (size_t)(r * no + o) * 16, no, x + r, wr + o, kb, ke, 0);
         }
     }
     for (int r = 0; r < nr; r++)
@@ -173,8 +181,8 @@ static void s_block(pl_wtype_t wt, const s_tiles_t *t, const void *const *xv, in
 }
 
 #define S_BLOCK_FN(T, WT)                                                                          \
-    void S_FN(pl_cpu_block_##T##_)(const void *const *x, int nr, const void *w, size_t rb,         \
-                                   int no, int k, float *const *y)                                 \
+    void S_FN(pl_cpu_block_##T##_)(const void *const *x, int nr, const void *w, size_t rb, int no, \
+                                   int k, float *const *y)                                         \
     {                                                                                              \
         static const s_tiles_t tiles = {s_tile_##T##_main, s_tile_##T##_row, s_tile_##T##_col,     \
                                         s_tile_##T##_thin, s_tile_##T##_one};                      \
@@ -185,8 +193,8 @@ S_BLOCK_FN(f32, PL_WT_F32)
 S_BLOCK_FN(f16, PL_WT_F16)
 S_BLOCK_FN(bf16, PL_WT_BF16)
 
-static inline __attribute__((always_inline)) void s_to_f32(pl_wtype_t wt, const void *w,
-                                                           size_t rb, int n, int k, float *dst)
+static inline __attribute__((always_inline)) void s_to_f32(pl_wtype_t wt, const void *w, size_t rb,
+                                                           int n, int k, float *dst)
 {
     int k16 = k & ~15;
     for (int r = 0; r < n; r++) {
