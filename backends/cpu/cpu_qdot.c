@@ -61,32 +61,42 @@ void pl_cpu_qact_quantize(pl_wtype_t wt, const float *x, int64_t n, void *qx)
     }
 }
 
+/* Q8_0 / Q4_0 rows: block b's integer dot, times its two scales, goes into lane b % 8 (one fmaf
+ * chain per lane, so that SIMD code can run eight blocks side by side); then the lanes' fixed sum
+ * pl_cpu_q32_lanes_sum. Every path computes exactly this. */
+float pl_cpu_q32_lanes_sum(const float *l)
+{
+    return ((l[0] + l[4]) + (l[1] + l[5])) + ((l[2] + l[6]) + (l[3] + l[7]));
+}
+
+void pl_cpu_q32_tail(const void *w, const void *qx, int64_t b0, int64_t nb, bool four,
+                     float *lanes)
+{
+    const pl_q8_act_t *a = qx;
+    size_t bb = four ? sizeof(pl_block_q4_0_t) : sizeof(pl_block_q8_0_t);
+    for (int64_t b = b0; b < nb; b++) {
+        const unsigned char *p = (const unsigned char *)w + (size_t)b * bb;
+        int s = 0;
+        for (int j = 0; j < PL_QK8_0 / 2 && four; j++)
+            s += ((p[2 + j] & 0xF) - 8) * a[b].qs[j] + ((p[2 + j] >> 4) - 8) * a[b].qs[j + 16];
+        for (int j = 0; j < PL_QK8_0 && !four; j++)
+            s += (int8_t)p[2 + j] * a[b].qs[j];
+        lanes[b % 8] = fmaf(s_half(p) * a[b].d, (float)s, lanes[b % 8]);
+    }
+}
+
 static float s_q8_0(const void *w, const void *qx, int64_t n)
 {
-    const unsigned char *p = w;
-    const pl_q8_act_t *a = qx;
-    float sum = 0.0f;
-    for (int64_t b = 0; b < n / PL_QK8_0; b++, p += sizeof(pl_block_q8_0_t)) {
-        int s = 0;
-        for (int j = 0; j < PL_QK8_0; j++)
-            s += (int8_t)p[2 + j] * a[b].qs[j];
-        sum = fmaf(s_half(p) * a[b].d, (float)s, sum);
-    }
-    return sum;
+    float lanes[8] = {0};
+    pl_cpu_q32_tail(w, qx, 0, n / PL_QK8_0, false, lanes);
+    return pl_cpu_q32_lanes_sum(lanes);
 }
 
 static float s_q4_0(const void *w, const void *qx, int64_t n)
 {
-    const unsigned char *p = w;
-    const pl_q8_act_t *a = qx;
-    float sum = 0.0f;
-    for (int64_t b = 0; b < n / PL_QK8_0; b++, p += sizeof(pl_block_q4_0_t)) {
-        int s = 0;
-        for (int j = 0; j < PL_QK8_0 / 2; j++)
-            s += ((p[2 + j] & 0xF) - 8) * a[b].qs[j] + ((p[2 + j] >> 4) - 8) * a[b].qs[j + 16];
-        sum = fmaf(s_half(p) * a[b].d, (float)s, sum);
-    }
-    return sum;
+    float lanes[8] = {0};
+    pl_cpu_q32_tail(w, qx, 0, n / PL_QK8_0, true, lanes);
+    return pl_cpu_q32_lanes_sum(lanes);
 }
 
 /* Q4_K / Q5_K: sum_j sc_j * (q . x)_j  and  sum_j m_j * sum(x)_j per super-block. */

@@ -33,19 +33,6 @@ static inline __m256i s_dot_i8(__m256i w, __m256i x)
     return _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sx), _mm256_set1_epi16(1));
 }
 
-static float s_q8_0(const void *w, const void *qx, int64_t n)
-{
-    const unsigned char *p = w;
-    const pl_q8_act_t *a = qx;
-    float sum = 0.0f;
-    for (int64_t b = 0; b < n / PL_QK8_0; b++, p += sizeof(pl_block_q8_0_t)) {
-        __m256i qw = _mm256_loadu_si256((const __m256i *)(p + 2));
-        __m256i qa = _mm256_loadu_si256((const __m256i *)a[b].qs);
-        sum = fmaf(s_half(p) * a[b].d, (float)s_hsum_i32(s_dot_i8(qw, qa)), sum);
-    }
-    return sum;
-}
-
 /* 32 nibbles of 16 bytes: low nibbles first (elements 0..15), then high ones (16..31). */
 static inline __m256i s_nibbles(const unsigned char *p)
 {
@@ -53,17 +40,55 @@ static inline __m256i s_nibbles(const unsigned char *p)
     return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(b, 4), m), _mm_and_si128(b, m));
 }
 
-static float s_q4_0(const void *w, const void *qx, int64_t n)
+/* [sum(v[0]), ..., sum(v[7])]: eight horizontal integer sums at once. */
+static inline __m256i s_hsum8(const __m256i *v)
+{
+    __m256i h01 = _mm256_hadd_epi32(v[0], v[1]), h23 = _mm256_hadd_epi32(v[2], v[3]);
+    __m256i h45 = _mm256_hadd_epi32(v[4], v[5]), h67 = _mm256_hadd_epi32(v[6], v[7]);
+    __m256i lo = _mm256_hadd_epi32(h01, h23), hi = _mm256_hadd_epi32(h45, h67);
+    return _mm256_add_epi32(_mm256_permute2x128_si256(lo, hi, 0x20),
+                            _mm256_permute2x128_si256(lo, hi, 0x31));
+}
+
+/* Eight blocks side by side, block b0 + j in lane j (b0 a multiple of 8): the lanes' fmaf chains
+ * of the scalar code, vectorised. */
+static float s_q32(const void *w, const void *qx, int64_t n, bool four)
 {
     const unsigned char *p = w;
     const pl_q8_act_t *a = qx;
-    float sum = 0.0f;
-    for (int64_t b = 0; b < n / PL_QK8_0; b++, p += sizeof(pl_block_q4_0_t)) {
-        __m256i qw = _mm256_sub_epi8(s_nibbles(p + 2), _mm256_set1_epi8(8));
-        __m256i qa = _mm256_loadu_si256((const __m256i *)a[b].qs);
-        sum = fmaf(s_half(p) * a[b].d, (float)s_hsum_i32(s_dot_i8(qw, qa)), sum);
+    size_t bb = four ? sizeof(pl_block_q4_0_t) : sizeof(pl_block_q8_0_t);
+    int64_t nb = n / PL_QK8_0, b0 = 0;
+    __m256 acc = _mm256_setzero_ps();
+    float lanes[8];
+    for (; b0 + 8 <= nb; b0 += 8) {
+        __m256i dots[8];
+        uint16_t dh[8];
+        float dx[8];
+        for (int j = 0; j < 8; j++) {
+            const unsigned char *pb = p + (size_t)(b0 + j) * bb;
+            __m256i qw = four ? _mm256_sub_epi8(s_nibbles(pb + 2), _mm256_set1_epi8(8))
+                              : _mm256_loadu_si256((const __m256i *)(pb + 2));
+            dots[j] = s_dot_i8(qw, _mm256_loadu_si256((const __m256i *)a[b0 + j].qs));
+            memcpy(&dh[j], pb, 2);
+            dx[j] = a[b0 + j].d;
+        }
+        __m256 d = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)dh)),
+                                 _mm256_loadu_ps(dx));
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(s_hsum8(dots)), acc);
     }
-    return sum;
+    _mm256_storeu_ps(lanes, acc);
+    pl_cpu_q32_tail(w, qx, b0, nb, four, lanes);
+    return pl_cpu_q32_lanes_sum(lanes);
+}
+
+float pl_cpu_q8_0_dot_avx2(const void *w, const void *qx, int64_t n)
+{
+    return s_q32(w, qx, n, false);
+}
+
+float pl_cpu_q4_0_dot_avx2(const void *w, const void *qx, int64_t n)
+{
+    return s_q32(w, qx, n, true);
 }
 
 /* Q4_K / Q5_K: per 64-element chunk, two sub-blocks of 32 unsigned quants. */
@@ -157,6 +182,7 @@ static float s_q6_k(const void *w, const void *qx, int64_t n)
     return sum;
 }
 
-const pl_cpu_qdot_table_t pl_cpu_qdot_avx2 = {s_q8_0, s_q4_0, s_q4_k, s_q5_k, s_q6_k};
+const pl_cpu_qdot_table_t pl_cpu_qdot_avx2 = {pl_cpu_q8_0_dot_avx2, pl_cpu_q4_0_dot_avx2, s_q4_k,
+                                              s_q5_k, s_q6_k};
 #pragma GCC pop_options
 #endif

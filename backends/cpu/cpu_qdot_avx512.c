@@ -1,4 +1,4 @@
-/* AVX-512 (F + BW) quantized dots: two 32-blocks or one 64-element chunk per register; compiled
+/* AVX-512 (F + BW) quantized dots of the K-quants, one 64-element chunk per register; compiled
  * for that target whatever the build's flags, called only when cpuid reports it. The float chain
  * is the scalar code's, so the results are bitwise the scalar ones. */
 #if defined(__x86_64__)
@@ -22,71 +22,6 @@ static inline __m512i s_join(__m256i lo, __m256i hi)
     return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
 }
 
-static inline int s_hsum256(__m256i v)
-{
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
-    return _mm_cvtsi128_si32(s);
-}
-
-/* 16 int32 sums of products of signed bytes w and x (w never -128). */
-static inline __m512i s_dot_i8(__m512i w, __m512i x)
-{
-    __mmask64 neg = _mm512_movepi8_mask(w);
-    __m512i sx = _mm512_mask_sub_epi8(x, neg, _mm512_setzero_si512(), x);
-    return _mm512_madd_epi16(_mm512_maddubs_epi16(_mm512_abs_epi8(w), sx),
-                             _mm512_set1_epi16(1));
-}
-
-static inline __m256i s_nibbles(const unsigned char *p)
-{
-    __m128i b = _mm_loadu_si128((const __m128i *)p), m = _mm_set1_epi8(0x0F);
-    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(b, 4), m), _mm_and_si128(b, m));
-}
-
-static float s_q32(const void *w, const void *qx, int64_t n, bool four)
-{
-    const unsigned char *p = w;
-    const pl_q8_act_t *a = qx;
-    size_t bb = four ? sizeof(pl_block_q4_0_t) : sizeof(pl_block_q8_0_t);
-    int64_t nb = n / PL_QK8_0, b = 0;
-    float sum = 0.0f;
-    for (; b + 2 <= nb; b += 2, p += 2 * bb) {
-        __m512i qw;
-        if (four)
-            qw = _mm512_sub_epi8(s_join(s_nibbles(p + 2), s_nibbles(p + bb + 2)),
-                                 _mm512_set1_epi8(8));
-        else
-            qw = s_join(_mm256_loadu_si256((const __m256i *)(p + 2)),
-                        _mm256_loadu_si256((const __m256i *)(p + bb + 2)));
-        __m512i qa = s_join(_mm256_loadu_si256((const __m256i *)a[b].qs),
-                            _mm256_loadu_si256((const __m256i *)a[b + 1].qs));
-        __m512i dot = s_dot_i8(qw, qa);
-        sum = fmaf(s_half(p) * a[b].d, (float)s_hsum256(_mm512_castsi512_si256(dot)), sum);
-        sum = fmaf(s_half(p + bb) * a[b + 1].d,
-                   (float)s_hsum256(_mm512_extracti64x4_epi64(dot, 1)), sum);
-    }
-    if (b < nb) { /* the odd last block: its other half stays zero */
-        __m256i q8 = four ? _mm256_sub_epi8(s_nibbles(p + 2), _mm256_set1_epi8(8))
-                          : _mm256_loadu_si256((const __m256i *)(p + 2));
-        __m512i qw = s_join(q8, _mm256_setzero_si256());
-        __m512i qa = s_join(_mm256_loadu_si256((const __m256i *)a[b].qs), _mm256_setzero_si256());
-        __m512i dot = s_dot_i8(qw, qa);
-        sum = fmaf(s_half(p) * a[b].d, (float)s_hsum256(_mm512_castsi512_si256(dot)), sum);
-    }
-    return sum;
-}
-
-static float s_q8_0(const void *w, const void *qx, int64_t n)
-{
-    return s_q32(w, qx, n, false);
-}
-
-static float s_q4_0(const void *w, const void *qx, int64_t n)
-{
-    return s_q32(w, qx, n, true);
-}
 
 /* Two int16 scales, each over 16 lanes (one 32-element sub-block each). */
 static inline __m512i s_scales2(int a, int b)
@@ -194,6 +129,8 @@ static float s_q6_k(const void *w, const void *qx, int64_t n)
     return sum;
 }
 
-const pl_cpu_qdot_table_t pl_cpu_qdot_avx512 = {s_q8_0, s_q4_0, s_q4_k, s_q5_k, s_q6_k};
+/* Q8_0 / Q4_0: the AVX2 kernels (eight 32-blocks side by side already fill the pipes). */
+const pl_cpu_qdot_table_t pl_cpu_qdot_avx512 = {pl_cpu_q8_0_dot_avx2, pl_cpu_q4_0_dot_avx2, s_q4_k,
+                                                s_q5_k, s_q6_k};
 #pragma GCC pop_options
 #endif
