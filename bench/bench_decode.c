@@ -88,8 +88,8 @@ static void s_rmdir(const char *dir)
 /* ---- the stage under test ---- */
 
 typedef struct {
-    const pl_be_ops_t *ops;
-    void *dev, *stage;
+    pl_be_device_t *dev;
+    pl_be_stage_t *stage;
     pl_model_config_t cfg;
     int32_t *ids;
     float *out;
@@ -105,7 +105,7 @@ static pl_status_t s_forward(s_bench_t *b, int n_seq, int pos0, int n_tok)
         .n_seq = n_seq, .n_tokens = n_seq * n_tok, .slot = slot, .pos0 = p0, .n_tok = nt};
     for (int i = 0; i < n_seq * n_tok; i++)
         b->ids[i] = (int32_t)(pl_rand_u64(7, (uint64_t)(pos0 * 131 + i)) % (uint64_t)b->cfg.vocab);
-    return b->ops->stage_forward(b->stage, &batch, b->ids, b->out);
+    return pl_be_stage_forward(b->stage, &batch, b->ids, b->out);
 }
 
 /* Seconds per decode step of `batch` sequences: one token each, then `steps` timed steps. */
@@ -115,7 +115,7 @@ static pl_status_t s_bench_decode(s_bench_t *b, const s_opts_t *o, int batch, do
     pl_status_t st;
     for (int r = 0; r <= o->reps || pl_now() - start < S_WARM_S; r++) {
         for (int i = 0; i < batch; i++)
-            b->ops->stage_free_seq(b->stage, i);
+            pl_be_stage_free_seq(b->stage, i);
         if ((st = s_forward(b, batch, 0, 1)))
             return st;
         double t0 = pl_now();
@@ -134,7 +134,7 @@ static pl_status_t s_bench_prefill(s_bench_t *b, const s_opts_t *o, int reps, do
     double best = 1e30;
     pl_status_t st;
     for (int r = 0; r <= reps; r++) {
-        b->ops->stage_free_seq(b->stage, 0);
+        pl_be_stage_free_seq(b->stage, 0);
         double t0 = pl_now();
         if ((st = s_forward(b, 1, 0, o->prefill)))
             return st;
@@ -414,7 +414,7 @@ static const int s_batches[3] = {1, 4, 8};
 /* Decode (every thread count) and prefill (the last) through one stage with every layer. */
 static pl_status_t s_run_stage(pl_model_t *model, const s_opts_t *o, s_res_t *r)
 {
-    s_bench_t b = {.ops = pl_be_cpu_ops()};
+    s_bench_t b = {0};
     pl_status_t st = PL_OK;
     b.cfg = *pl_model_config(model);
     pl_be_stage_params_t sp = {.first_layer = 0,
@@ -432,16 +432,17 @@ static pl_status_t s_run_stage(pl_model_t *model, const s_opts_t *o, s_res_t *r)
     if (!b.ids || !b.out)
         st = pl_error(PL_ERR_NOMEM, "bench buffers");
     for (int t = 0; t < o->n_threads && !st; t++) {
-        if ((st = b.ops->open(0, o->threads[t], &b.dev)) ||
-            (st = b.ops->stage_load(b.dev, model, &sp, &b.stage)))
+        if ((st = pl_be_device_open(pl_be_cpu(), 0, o->threads[t], &b.dev)) ||
+            (st = pl_be_stage_load(b.dev, model, &sp, &b.stage))) {
+            pl_be_device_close(&b.dev);
             break;
+        }
         for (int i = 0; i < 3 && !st; i++)
             st = s_bench_decode(&b, o, s_batches[i], &r->step_s[t][i]);
         if (!st && t == o->n_threads - 1 && o->prefill > 0)
             st = s_bench_prefill(&b, o, PL_MAX(1, o->reps / 2), &r->pf_s);
-        b.ops->stage_unload(b.stage);
-        b.ops->close(b.dev);
-        b.stage = b.dev = NULL;
+        pl_be_stage_unload(&b.stage);
+        pl_be_device_close(&b.dev);
     }
     free(b.ids);
     free(b.out);

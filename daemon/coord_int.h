@@ -3,7 +3,8 @@
 #define PL_DAEMON_COORD_INT_H
 
 #include "common/config.h"
-#include "daemon/planning.h"
+#include "common/job_spec.h"
+#include "scheduler/terms.h"
 #include "transport/ctl.h"
 
 #include <jansson.h>
@@ -61,7 +62,7 @@ typedef struct {
     char *ucx_addr;
     json_t *stats;
     double used_gflops, used_gbps; /* the device figures the plan used */
-    pl_planning_terms_t terms;     /* its predicted roofline terms per call */
+    pl_sched_terms_t terms;        /* its predicted roofline terms per call */
     bool have_terms;
 } pl_coord_stage_t;
 

@@ -6,6 +6,9 @@
 #include "common/util.h"
 #include "daemon/coord_int.h"
 #include "pipeline/gen.h"
+#include "pipeline/gen_spec.h"
+#include "scheduler/inputs.h"
+#include "scheduler/modes.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -101,13 +104,18 @@ static pl_status_t s_plan(const pl_coord_job_t *j, s_live_t *lv, pl_sched_model_
     pl_status_t st;
     if ((st = pl_model_config_load(j->model, &cfg)))
         return pl_error_prefix(st, "model %s: ", j->model);
-    if ((st = pl_planning_model(j->model, &cfg, lv->any_cpu, model)))
+    if ((st = pl_sched_model_from_config(&cfg, lv->any_cpu, model)))
         return st;
     *in = (pl_plan_input_t){
         .model = model, .devices = lv->devs, .n_devices = lv->n, .links = lv->links};
-    if ((st = pl_planning_shape(j->gen, &cfg, &in->job)))
+    pl_job_spec_t spec;
+    if ((st = pl_gen_spec_from_json(j->gen, &cfg, &spec)))
         return st;
-    return pl_planning_run(in, lv->cand, j->planner, j->want_stages, plan_p);
+    st = pl_sched_job_from_spec(&spec, &cfg, &in->job);
+    pl_job_spec_clear(&spec);
+    if (st)
+        return st;
+    return pl_sched_plan_mode(in, lv->cand, j->planner, j->want_stages, plan_p);
 }
 
 /* Say for each stage's link whether the daemons measured it or the planner's default stood in. */
@@ -147,7 +155,7 @@ bool pl_coord_plan_job(pl_coord_t *c, pl_coord_job_t *j)
         pl_coord_job_fail(c, j, "no feasible plan: %s", pl_error_msg());
         goto out;
     }
-    if (pl_planning_waves_note(plan, note, sizeof(note))) {
+    if (pl_sched_waves_note(plan, note, sizeof(note))) {
         pl_coord_job_fail(c, j, "%s", note);
         goto out;
     }
@@ -166,7 +174,7 @@ bool pl_coord_plan_job(pl_coord_t *c, pl_coord_job_t *j)
     }
     j->max_tokens = PL_MAX(pl_gen_job_max_tokens(&g), (int)((j->n_seqs + mb - 1) / mb));
     pl_gen_job_clear(&g);
-    json_t *pj = pl_planning_json(plan, &in, j->planner);
+    json_t *pj = pl_plan_to_json_full(plan, &in, j->planner);
     if (!pj) {
         pl_coord_job_fail(c, j, "coordinator out of memory");
         goto out;
@@ -186,7 +194,7 @@ bool pl_coord_plan_job(pl_coord_t *c, pl_coord_job_t *j)
                                  .last = s->last_layer,
                                  .used_gflops = lv->devs[s->device].gflops,
                                  .used_gbps = lv->devs[s->device].mem_gbps};
-        cs->have_terms = pl_planning_terms(&in, plan, i, &cs->terms) == PL_OK;
+        cs->have_terms = pl_sched_terms(&in, plan, i, &cs->terms) == PL_OK;
     }
     pl_log_info("job %u: planned %d stage(s) (%s, %s search), predicted %.3f s, %.1f decode tok/s",
                 j->id, plan->n_stages, pl_planner_name(j->planner), plan->search,
@@ -227,8 +235,8 @@ void pl_coord_on_plan(pl_coord_t *c, const pl_ctl_msg_t *m)
         pl_coord_reply_error(c, m, "no feasible plan: %s", pl_error_msg());
         goto out;
     }
-    pl_planning_waves_note(plan, note, sizeof(note));
-    json_t *pj = pl_planning_json(plan, &in, j->planner), *busy = json_array();
+    pl_sched_waves_note(plan, note, sizeof(note));
+    json_t *pj = pl_plan_to_json_full(plan, &in, j->planner), *busy = json_array();
     for (int i = 0; i < plan->n_stages; i++) {
         const pl_coord_node_t *nd = &c->nodes[lv->node[plan->stages[i].device]];
         if (nd->busy_job)
@@ -293,7 +301,7 @@ static void s_learn_rates(pl_coord_t *c, const pl_coord_job_t *j, int s)
         pl_error_clear();
         return;
     }
-    const pl_planning_terms_t *t = &cs->terms;
+    const pl_sched_terms_t *t = &cs->terms;
     double pred[2] = {0, 0}, meas[2] = {0, 0}; /* [0] compute, [1] memory */
     const double ph[2][3] = {{t->pre_flop_s, t->pre_mem_s, (double)pre_n},
                              {t->dec_flop_s, t->dec_mem_s, (double)dec_n}};

@@ -20,81 +20,11 @@
 #define S_HELLO_RETRY_S 2.0
 #define S_RELEASE_TIMEOUT_S 60.0
 
-/* A device slowed down for testing (node file `slowdown`): every forward call is followed by
- * (factor - 1) times its own duration of idling, so the device really is factor times slower
- * and its advertised calibration is divided by factor to match. */
 typedef struct {
-    const pl_be_ops_t *ops;
-    void *dev;
-    double factor;
-} s_slow_dev_t;
-
-typedef struct {
-    const pl_be_ops_t *ops;
-    void *stage;
-    double factor;
-} s_slow_stage_t;
-
-static pl_status_t s_slow_load(void *dev, pl_model_t *model, const pl_be_stage_params_t *params,
-                               void **stage_p)
-{
-    s_slow_dev_t *d = dev;
-    s_slow_stage_t *s = calloc(1, sizeof(*s));
-    if (!s)
-        return pl_error(PL_ERR_NOMEM, "slow stage: out of memory");
-    pl_status_t st = d->ops->stage_load(d->dev, model, params, &s->stage);
-    if (st) {
-        free(s);
-        return st;
-    }
-    s->ops = d->ops;
-    s->factor = d->factor;
-    *stage_p = s;
-    return PL_OK;
-}
-
-static pl_status_t s_slow_forward(void *stage, const pl_be_batch_t *batch, const void *in,
-                                  void *out)
-{
-    s_slow_stage_t *s = stage;
-    double t0 = pl_now();
-    pl_status_t st = s->ops->stage_forward(s->stage, batch, in, out);
-    double idle = (pl_now() - t0) * (s->factor - 1.0);
-    struct timespec ts = {.tv_sec = (time_t)idle, .tv_nsec = (long)((idle - (time_t)idle) * 1e9)};
-    while (idle > 0 && nanosleep(&ts, &ts) != 0)
-        ;
-    return st;
-}
-
-static void s_slow_free_seq(void *stage, int slot)
-{
-    s_slow_stage_t *s = stage;
-    if (s->ops->stage_free_seq)
-        s->ops->stage_free_seq(s->stage, slot);
-}
-
-static void s_slow_unload(void *stage)
-{
-    s_slow_stage_t *s = stage;
-    s->ops->stage_unload(s->stage);
-    free(s);
-}
-
-/* Only the stage slots are used through this table (the executor's view of a device). */
-static const pl_be_ops_t s_slow_ops = {.abi_version = PL_BE_ABI_VERSION,
-                                       .name = "slowed",
-                                       .stage_load = s_slow_load,
-                                       .stage_forward = s_slow_forward,
-                                       .stage_free_seq = s_slow_free_seq,
-                                       .stage_unload = s_slow_unload};
-
-typedef struct {
-    const pl_be_ops_t *ops;
-    void *dev;
+    pl_be_device_t *dev;
     pl_be_device_info_t info;
     pl_be_calib_t calib;
     char id[32];
-    s_slow_dev_t slow; /* used when slow.factor > 1 */
 } s_dev_t;
 
 typedef struct {
@@ -130,13 +60,13 @@ static pl_status_t s_discover(s_node_t *n)
             continue;
         pl_be_device_info_t infos[S_MAX_DEVS];
         int nd = 0;
-        if (!be[b].ops) {
+        if (!be[b].backend) {
             pl_log_info("backend %s: unavailable: %s", be[b].name, be[b].why);
             json_array_append_new(n->unavailable,
                                   json_pack("{s:s, s:s}", "backend", be[b].name, "why", be[b].why));
             continue;
         }
-        pl_status_t st = be[b].ops->probe(infos, S_MAX_DEVS, &nd);
+        pl_status_t st = pl_be_probe(be[b].backend, infos, S_MAX_DEVS, &nd);
         if (st) {
             pl_log_info("backend %s: no devices: %s", be[b].name, pl_error_msg());
             json_array_append_new(n->unavailable, json_pack("{s:s, s:s}", "backend", be[b].name,
@@ -145,26 +75,25 @@ static pl_status_t s_discover(s_node_t *n)
         }
         for (int d = 0; d < nd && n->n_devs < S_MAX_DEVS; d++) {
             s_dev_t *dv = &n->devs[n->n_devs];
-            dv->ops = be[b].ops;
             dv->info = infos[d];
-            if ((st = dv->ops->open(infos[d].index, n->cfg->threads, &dv->dev))) {
+            if ((st = pl_be_device_open(be[b].backend, infos[d].index, n->cfg->threads,
+                                        &dv->dev))) {
                 pl_log_warn("device %s:%d: cannot open: %s", be[b].name, d, pl_error_msg());
                 continue;
             }
+            /* testing (node file `slowdown`): the device really runs that many times slower,
+             * and calibrates accordingly */
+            if (n->cfg->slowdown > 1.0f && !strcmp(infos[d].backend, "cpu")) {
+                pl_be_device_set_slowdown(dv->dev, n->cfg->slowdown);
+                pl_log_warn("device %s:%d: slowed down %.2fx for testing", be[b].name, d,
+                            (double)n->cfg->slowdown);
+            }
             double t0 = pl_now();
-            if ((st = dv->ops->calibrate(dv->dev, &dv->calib))) {
+            if ((st = pl_be_device_calibrate(dv->dev, &dv->calib))) {
                 pl_log_warn("device %s:%d: calibration failed: %s", be[b].name, d,
                             pl_error_msg());
-                dv->ops->close(dv->dev);
+                pl_be_device_close(&dv->dev);
                 continue;
-            }
-            if (n->cfg->slowdown > 1.0f && !strcmp(infos[d].backend, "cpu")) {
-                dv->slow = (s_slow_dev_t){.ops = dv->ops, .dev = dv->dev,
-                                          .factor = n->cfg->slowdown};
-                dv->calib.gflops /= dv->slow.factor;
-                dv->calib.mem_gbps /= dv->slow.factor;
-                pl_log_warn("device %s:%d: slowed down %.2fx for testing", be[b].name, d,
-                            dv->slow.factor);
             }
             uint64_t reserve = (uint64_t)n->cfg->memory_reserve_mb << 20;
             dv->info.mem_bytes = dv->info.mem_bytes > reserve ? dv->info.mem_bytes - reserve : 0;
@@ -276,12 +205,8 @@ static void s_on_assign(s_node_t *n, json_t *b)
     pl_exec_params_t p = {.job_id = (uint32_t)job, .stage = (int)stage,
                           .n_stages = (int)n_stages, .first_layer = (int)first,
                           .last_layer = (int)last, .job = json_deep_copy(gen),
-                          .max_ctx = (int)max_ctx, .max_tokens = (int)max_tokens, .ops = d->ops,
+                          .max_ctx = (int)max_ctx, .max_tokens = (int)max_tokens,
                           .dev = d->dev, .threads = n->cfg->threads};
-    if (d->slow.factor > 1.0) {
-        p.ops = &s_slow_ops;
-        p.dev = &d->slow;
-    }
     snprintf(p.model_dir, sizeof(p.model_dir), "%s", model);
     pl_exec_t *x;
     if ((st = pl_exec_start(n->zctx, &p, &x))) {
@@ -449,7 +374,7 @@ out:
     while (n.n_execs > 0)
         s_drop_exec(&n, n.n_execs - 1);
     for (int i = 0; i < n.n_devs; i++)
-        n.devs[i].ops->close(n.devs[i].dev);
+        pl_be_device_close(&n.devs[i].dev);
     json_decref(n.unavailable);
     if (n.dealer)
         zmq_close(n.dealer);

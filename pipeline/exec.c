@@ -33,7 +33,7 @@ struct pl_exec {
     /* executor-thread state */
     void *sock;
     pl_model_t *model;
-    void *stage;
+    pl_be_stage_t *stage;
     pl_gen_job_t job;
     pl_ucx_t *ucx;
     pl_ucx_ep_t *next, *prev; /* prev: only to answer its link probe */
@@ -48,6 +48,7 @@ struct pl_exec {
     double phase_s[2]; /* compute of prefill (step 0) and decode calls */
     uint64_t phase_calls[2];
     uint64_t n_msgs, n_tokens;
+    uint64_t n_freed; /* KV slots freed because their sequence finished */
 };
 
 static pl_status_t s_send_main(pl_exec_t *x, pl_msg_type_t type, json_t *body)
@@ -80,7 +81,7 @@ static pl_status_t s_load(pl_exec_t *x)
     if (sp.max_ctx < pl_gen_job_max_ctx(&x->job) || sp.max_tokens < pl_gen_job_max_tokens(&x->job))
         return pl_error(PL_ERR_INVALID, "assignment: max_ctx %d / max_tokens %d smaller than the "
                         "job needs", sp.max_ctx, sp.max_tokens);
-    if ((st = x->p.ops->stage_load(x->p.dev, x->model, &sp, &x->stage)))
+    if ((st = pl_be_stage_load(x->p.dev, x->model, &sp, &x->stage)))
         return st;
     x->limits = (pl_act_limits_t){.max_seq = (uint32_t)x->job.n_seqs,
                                   .max_tokens = (uint32_t)x->p.max_tokens,
@@ -129,7 +130,7 @@ static pl_status_t s_forward(pl_exec_t *x, const pl_act_hdr_t *hdr, const pl_act
     pl_be_batch_t batch;
     double t0 = pl_now();
     pl_gen_batch(hdr, seqs, x->ints, &batch);
-    pl_status_t st = x->p.ops->stage_forward(x->stage, &batch, in, x->out);
+    pl_status_t st = pl_be_stage_forward(x->stage, &batch, in, x->out);
     double dt = pl_now() - t0;
     x->compute_s += dt;
     x->phase_s[hdr->step > 0] += dt;
@@ -188,6 +189,33 @@ static pl_status_t s_recv(pl_exec_t *x, pl_act_hdr_t *hdr, const void **payload,
     return st;
 }
 
+/* Free this stage's KV slot of every sequence a PL_ACT_TOKENS message marks finished; copy
+ * those entries to done (may be NULL). Returns how many there were. The last stage frees when it
+ * samples, stage 0 when the tokens come back, the stages between when stage 0 passes the
+ * finished entries on (a PL_ACT_TOKENS message down the pipeline, stopping before the last). */
+static uint32_t s_free_finished(pl_exec_t *x, const pl_act_hdr_t *hdr, const pl_act_seq_t *seqs,
+                                pl_act_seq_t *done)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < hdr->n_seq; i++) {
+        if (!(seqs[i].flags & PL_ACT_FINISHED))
+            continue;
+        pl_be_stage_free_seq(x->stage, (int)seqs[i].seq);
+        x->n_freed++;
+        if (done)
+            done[n] = seqs[i];
+        n++;
+    }
+    return n;
+}
+
+/* Whether finished-sequence notices go on from this stage: only stages before the one ahead of
+ * the last (the last frees by itself). */
+static bool s_notice_onward(const pl_exec_t *x)
+{
+    return x->p.stage + 2 < x->p.n_stages;
+}
+
 /* Sampled microbatches of an all-in-one stage wait here instead of on the network. */
 typedef struct {
     pl_act_hdr_t *hdr;
@@ -208,6 +236,7 @@ static pl_status_t s_emit(pl_exec_t *x, pl_gen_sink_t *sink, s_fifo_t *fifo, pl_
     if (st)
         return st;
     atomic_store(&x->generated, pl_gen_sink_generated(sink));
+    s_free_finished(x, &fifo->hdr[at], x->seqs_out, NULL);
     memcpy(fifo->seqs + (size_t)at * fifo->stride, x->seqs_out, hdr->n_seq * sizeof(pl_act_seq_t));
     fifo->count++;
     return PL_OK;
@@ -217,13 +246,14 @@ static pl_status_t s_run_first(pl_exec_t *x, pl_gen_sink_t *sink)
 {
     pl_gen_feed_t *feed = NULL;
     pl_act_hdr_t hdr, tok;
-    pl_act_seq_t *dec = NULL;
+    pl_act_seq_t *dec = NULL, *fin = NULL;
     s_fifo_t fifo = {0}, *fq = NULL;
     pl_status_t st;
 
     if ((st = pl_gen_feed_create(&x->job, &feed)))
         return st;
     dec = malloc((size_t)x->job.n_seqs * sizeof(*dec));
+    fin = malloc((size_t)x->job.n_seqs * sizeof(*fin));
     if (x->p.n_stages == 1) {
         fifo.cap = x->job.microbatches;
         fifo.stride = x->job.n_seqs;
@@ -231,7 +261,7 @@ static pl_status_t s_run_first(pl_exec_t *x, pl_gen_sink_t *sink)
         fifo.seqs = calloc((size_t)fifo.cap * (size_t)fifo.stride, sizeof(*fifo.seqs));
         fq = &fifo;
     }
-    if (!dec || (fq && (!fifo.hdr || !fifo.seqs))) {
+    if (!dec || !fin || (fq && (!fifo.hdr || !fifo.seqs))) {
         st = pl_error(PL_ERR_NOMEM, "out of memory");
         goto out;
     }
@@ -255,10 +285,17 @@ static pl_status_t s_run_first(pl_exec_t *x, pl_gen_sink_t *sink)
         } else if ((st = s_recv(x, &tok, &payload, &buf))) {
             break;
         }
-        if (tok.kind != PL_ACT_TOKENS)
+        if (tok.kind != PL_ACT_TOKENS) {
             st = pl_error(PL_ERR_PROTOCOL, "stage 0 expected tokens, got kind %u", tok.kind);
-        else
+        } else {
             st = pl_gen_feed_decode(feed, &tok, in, &hdr, dec, x->tokens);
+            uint32_t n_fin = fq ? 0 : s_free_finished(x, &tok, in, fin);
+            if (!st && n_fin > 0 && s_notice_onward(x)) {
+                pl_act_hdr_t notice = {.kind = PL_ACT_TOKENS, .job = x->p.job_id, .mb = tok.mb,
+                                       .step = tok.step, .n_seq = n_fin, .n_tokens = n_fin};
+                st = s_send(x, &notice, fin, NULL);
+            }
+        }
         free(buf);
         if (!st && hdr.n_seq > 0)
             st = s_emit(x, sink, fq, &hdr, dec);
@@ -271,6 +308,7 @@ out:
     free(fifo.hdr);
     free(fifo.seqs);
     free(dec);
+    free(fin);
     pl_gen_feed_destroy(&feed);
     return st;
 }
@@ -291,6 +329,12 @@ static pl_status_t s_run_rest(pl_exec_t *x, pl_gen_sink_t *sink)
                 st = s_send(x, &hdr, NULL, NULL);
             break;
         }
+        if (hdr.kind == PL_ACT_TOKENS && !last) { /* finished sequences: free, pass on */
+            s_free_finished(x, &hdr, x->seqs_in, NULL);
+            st = s_notice_onward(x) ? s_send(x, &hdr, x->seqs_in, NULL) : PL_OK;
+            free(buf);
+            continue;
+        }
         if (hdr.kind != PL_ACT_HIDDEN) {
             free(buf);
             st = pl_error(PL_ERR_PROTOCOL, "stage %d expected activations, got kind %u",
@@ -304,8 +348,10 @@ static pl_status_t s_run_rest(pl_exec_t *x, pl_gen_sink_t *sink)
         if (last) {
             st = pl_gen_sink_sample(sink, &hdr, x->seqs_in, x->out, &out, x->seqs_out);
             atomic_store(&x->generated, pl_gen_sink_generated(sink));
-            if (!st)
+            if (!st) {
+                s_free_finished(x, &out, x->seqs_out, NULL);
                 st = s_send(x, &out, x->seqs_out, NULL);
+            }
         } else {
             st = s_send(x, &hdr, x->seqs_in, x->out);
         }
@@ -328,6 +374,7 @@ static json_t *s_stats(pl_exec_t *x, pl_gen_sink_t *sink)
     json_object_set_new(s, "prefill_calls", json_integer((json_int_t)x->phase_calls[0]));
     json_object_set_new(s, "decode_compute_s", json_real(x->phase_s[1]));
     json_object_set_new(s, "decode_calls", json_integer((json_int_t)x->phase_calls[1]));
+    json_object_set_new(s, "freed_seqs", json_integer((json_int_t)x->n_freed));
     if (x->next)
         json_object_set_new(s, "link", json_string(pl_ucx_ep_transport(x->next)));
     if (x->probe)
@@ -437,9 +484,7 @@ out:
         pl_ucx_flush(x->ucx, 1000);
     x->next = x->prev = NULL; /* closed with the worker */
     pl_ucx_destroy(&x->ucx);
-    if (x->stage)
-        x->p.ops->stage_unload(x->stage);
-    x->stage = NULL;
+    pl_be_stage_unload(&x->stage);
     pl_model_destroy(&x->model);
     pl_gen_job_clear(&x->job);
     free(x->tokens);

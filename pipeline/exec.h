@@ -17,8 +17,7 @@ typedef struct {
     char model_dir[PATH_MAX];
     json_t *job;  /* generation settings and prompts (pl_gen_job_from_json); owned by the exec */
     int max_ctx, max_tokens;
-    const pl_be_ops_t *ops;
-    void *dev;    /* opened device; borrowed, outlives the exec */
+    pl_be_device_t *dev; /* opened device; borrowed, outlives the exec */
     int threads;
 } pl_exec_params_t;
 

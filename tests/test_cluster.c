@@ -73,6 +73,21 @@ Test(cluster, three_daemons_greedy_equal_single_process)
     cr_assert(strstr(st, "\"node0\"") && strstr(st, "\"node1\"") && strstr(st, "\"node2\""),
               "%s", st);
     cr_assert(strstr(st, "\"decode_tok_s\""), "%s", st);
+    /* every stage gave back the KV slot of every sequence when it finished */
+    json_t *sj = json_loads(st, 0, NULL);
+    cr_assert_not_null(sj, "%s", st);
+    json_int_t n_seqs = json_integer_value(json_object_get(sj, "sequences"));
+    json_t *stages = json_object_get(sj, "stages");
+    cr_assert_eq(json_array_size(stages), 3, "%s", st);
+    cr_assert_gt(n_seqs, 0);
+    for (size_t i = 0; i < 3; i++) {
+        json_t *ss = json_object_get(json_array_get(stages, i), "stats");
+        cr_expect_eq(json_integer_value(json_object_get(ss, "freed_seqs")), n_seqs,
+                     "stage %zu freed %lld of %lld slots", i,
+                     (long long)json_integer_value(json_object_get(ss, "freed_seqs")),
+                     (long long)n_seqs);
+    }
+    json_decref(sj);
     char *err = s_err("greedy");
     cr_assert(strstr(err, "decode"), "no throughput line: %s", err);
     free(ref), free(got), free(st), free(err);

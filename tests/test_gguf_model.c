@@ -162,18 +162,18 @@ Test(gguf_model, quantized_tensors_near_f32)
 static void s_logits(const char *name, float *out)
 {
     static const int32_t ids[] = {1, 15, 27, 99, 200, 7};
-    const pl_be_ops_t *ops = pl_be_cpu_ops();
     pl_model_t *m = s_open(name);
-    void *dev, *stage;
+    pl_be_device_t *dev;
+    pl_be_stage_t *stage;
     pl_be_stage_params_t p = {.first_layer = 0, .last_layer = 2, .has_embed = true,
                               .has_head = true, .max_seqs = 1, .max_ctx = 16, .max_tokens = 8};
     pl_be_batch_t b = {.n_seq = 1, .n_tokens = 6, .slot = (int[]){0}, .pos0 = (int[]){0},
                        .n_tok = (int[]){6}};
-    cr_assert_eq(ops->open(0, 1, &dev), PL_OK);
-    cr_assert_eq(ops->stage_load(dev, m, &p, &stage), PL_OK, "%s", pl_error_msg());
-    cr_assert_eq(ops->stage_forward(stage, &b, ids, out), PL_OK, "%s", pl_error_msg());
-    ops->stage_unload(stage);
-    ops->close(dev);
+    cr_assert_eq(pl_be_device_open(pl_be_cpu(), 0, 1, &dev), PL_OK);
+    cr_assert_eq(pl_be_stage_load(dev, m, &p, &stage), PL_OK, "%s", pl_error_msg());
+    cr_assert_eq(pl_be_stage_forward(stage, &b, ids, out), PL_OK, "%s", pl_error_msg());
+    pl_be_stage_unload(&stage);
+    pl_be_device_close(&dev);
     pl_model_destroy(&m);
 }
 
@@ -207,19 +207,18 @@ Test(gguf_model, logits_against_f32)
 /* Greedy tokens of five prompts through the in-process pipeline, split as counts[0..n). */
 static json_t *s_tokens(const char *name, const int *counts, int n)
 {
-    const pl_be_ops_t *ops = pl_be_cpu_ops();
     char path[128];
-    void *dev;
+    pl_be_device_t *dev;
     json_t *res = NULL;
     pl_gen_local_stats_t stats;
     json_t *job = json_pack("{s:[[i,i,i,i],[i,i],[i,i,i,i,i,i],[i],[i,i,i]], s:i, s:i, s:b}",
                             "prompts", 1, 15, 27, 99, 1, 7, 1, 100, 101, 102, 103, 104, 250, 3,
                             200, 5, "max_new_tokens", 12, "microbatches", 2, "stop_at_eos", 0);
     snprintf(path, sizeof(path), "%s/%s", s_dir, name);
-    cr_assert_eq(ops->open(0, 1, &dev), PL_OK);
-    cr_assert_eq(pl_gen_local_run(path, job, ops, dev, counts, n, &res, &stats), PL_OK, "%s: %s",
+    cr_assert_eq(pl_be_device_open(pl_be_cpu(), 0, 1, &dev), PL_OK);
+    cr_assert_eq(pl_gen_local_run(path, job, dev, counts, n, &res, &stats), PL_OK, "%s: %s",
                  name, pl_error_msg());
-    ops->close(dev);
+    pl_be_device_close(&dev);
     json_decref(job);
     return res;
 }

@@ -590,6 +590,23 @@ Test(model_open, mkmodel_families)
         pl_model_destroy(&ll);
         pl_model_destroy(&m);
     }
+    /* a Llama file under a Qwen config lacks the family's tensors: refused, naming the first */
+    static const struct {
+        const char *type, *missing;
+    } lack[] = {{"qwen2", "'model.layers.0.self_attn.q_proj.bias' is missing"},
+                {"qwen3", "'model.layers.0.self_attn.q_norm.weight' is missing"}};
+    for (int i = 0; i < 2; i++) {
+        char cmd[1024];
+        pl_model_t *m = NULL;
+        snprintf(cmd, sizeof(cmd), "sed -i 's/\"llama\"/\"%s\"/' '%s'", lack[i].type,
+                 s_path("llama/config.json"));
+        cr_assert_eq(system(cmd), 0);
+        cr_expect_eq(pl_model_open(s_path("llama"), &m), PL_ERR_INVALID, "%s", lack[i].type);
+        cr_expect(strstr(pl_error_msg(), lack[i].missing) != NULL, "%s", pl_error_msg());
+        snprintf(cmd, sizeof(cmd), "sed -i 's/\"%s\"/\"llama\"/' '%s'", lack[i].type,
+                 s_path("llama/config.json"));
+        cr_assert_eq(system(cmd), 0);
+    }
 }
 
 Test(model_open, mkmodel_rejects_bad_args)

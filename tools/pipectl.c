@@ -5,8 +5,11 @@
 #include "common/json.h"
 #include "common/util.h"
 #include "pipeline/gen.h"
-#include "daemon/planning.h"
+#include "pipeline/gen_spec.h"
 #include "scheduler/catalog.h"
+#include "scheduler/inputs.h"
+#include "scheduler/modes.h"
+#include "scheduler/whatif.h"
 #include "transport/ctl.h"
 
 #include <getopt.h>
@@ -89,17 +92,13 @@ static double s_num(const json_t *o, const char *k)
     return json_number_value(json_object_get(o, k));
 }
 
-/* A duration with a unit, as the plan table writes them. */
+/* A duration as the plan table writes it; "-" when not measured. */
 static const char *s_dur(double v, char *b, size_t n)
 {
     if (v <= 0)
         snprintf(b, n, "-");
-    else if (v < 1e-3)
-        snprintf(b, n, "%.1f us", v * 1e6);
-    else if (v < 1.0)
-        snprintf(b, n, "%.2f ms", v * 1e3);
     else
-        snprintf(b, n, "%.3f s", v);
+        pl_sched_fmt_time(v, b, n);
     return b;
 }
 
@@ -325,30 +324,35 @@ static int s_plan_whatif(const s_ctl_t *c, json_t *body, const char *cluster_pat
     const char *model_dir = s_str(body, "model");
     pl_plan_input_t in = {.model = &model};
 
-    if (pl_cfg_cluster_load(cluster_path, &cl) || pl_planning_whatif(&cl, &devs, &n, &links)) {
+    if (pl_cfg_cluster_load(cluster_path, &cl) || pl_sched_whatif(&cl, &devs, &n, &links)) {
         rc = s_die("%s", pl_error_msg());
         goto out;
     }
     bool any_cpu = false;
     for (int i = 0; i < n; i++)
         any_cpu |= !strcmp(devs[i].backend, "cpu");
+    pl_job_spec_t spec;
+    pl_job_spec_init(&spec);
     if (pl_model_config_load(model_dir, &cfg) ||
-        pl_planning_model(model_dir, &cfg, any_cpu, &model) ||
-        pl_planning_shape(json_object_get(body, "gen"), &cfg, &in.job) ||
+        pl_sched_model_from_config(&cfg, any_cpu, &model) ||
+        pl_gen_spec_from_json(json_object_get(body, "gen"), &cfg, &spec) ||
+        pl_sched_job_from_spec(&spec, &cfg, &in.job) ||
         pl_planner_parse(s_str(body, "planner"), &mode)) {
+        pl_job_spec_clear(&spec);
         rc = s_die("%s", pl_error_msg());
         goto out;
     }
+    pl_job_spec_clear(&spec);
     in.devices = devs;
     in.n_devices = n;
     in.links = links;
-    if (pl_planning_run(&in, NULL, mode, (int)s_num(body, "stages"), &plan)) {
+    if (pl_sched_plan_mode(&in, NULL, mode, (int)s_num(body, "stages"), &plan)) {
         rc = s_die("no feasible plan: %s", pl_error_msg());
         goto out;
     }
     char note[256] = "";
-    pl_planning_waves_note(plan, note, sizeof(note));
-    json_t *pj = pl_planning_json(plan, &in, mode);
+    pl_sched_waves_note(plan, note, sizeof(note));
+    json_t *pj = pl_plan_to_json_full(plan, &in, mode);
     json_t *r = pj ? json_pack("{s:o, s:s, s:[]}", "plan", pj, "note", note, "busy") : NULL;
     if (!r) {
         rc = s_die("%s", "out of memory");

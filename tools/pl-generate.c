@@ -1,6 +1,5 @@
 /* pl-generate: run a job file in this one process (no daemons, no network), optionally split
  * into stages run back to back. The reference the pipeline is compared with. */
-#include "backends/backend.h"
 #include "common/config.h"
 #include "common/util.h"
 #include "pipeline/gen.h"
@@ -29,7 +28,6 @@ int main(int argc, char **argv)
     char *text = NULL;
     size_t len;
     json_t *prompts, *results = NULL;
-    void *dev = NULL;
     pl_gen_local_stats_t stats;
 
     while ((o = getopt_long(argc, argv, "s:t:m:h", opts, NULL)) != -1) {
@@ -68,13 +66,8 @@ int main(int argc, char **argv)
                             "microbatches", PL_MAX(want_mb, stages), "sampling", "temperature",
                             (double)job.temperature, "top_k", job.top_k, "top_p",
                             (double)job.top_p, "seed", seed);
-    const pl_be_ops_t *ops = pl_be_cpu_ops();
-    if (ops->open(0, threads, &dev)) {
-        json_decref(gen);
-        return s_die(pl_error_msg());
-    }
-    pl_status_t st = pl_gen_local_run(job.model, gen, ops, dev, n_counts ? counts : NULL,
-                                      stages, &results, &stats);
+    pl_status_t st = pl_gen_local_run_on(job.model, gen, "cpu", threads, n_counts ? counts : NULL,
+                                         stages, &results, &stats);
     json_decref(gen);
     if (!st) {
         size_t i;
@@ -94,6 +87,5 @@ int main(int argc, char **argv)
                 decode_s > 0 ? (stats.generated - json_array_size(results)) / decode_s : 0);
         json_decref(results);
     }
-    ops->close(dev);
     return st ? s_die(pl_error_msg()) : 0;
 }

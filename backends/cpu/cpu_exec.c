@@ -1,6 +1,7 @@
 /* The CPU executor: keeps a stage's weight matrices as stored in the mapping (norms and biases
  * as f32), keeps its KV cache, runs microbatches through the kernels of cpu_ops.c and
  * cpu_gemm.c. Also the CPU backend's function table. */
+#include "backends/backend_impl.h"
 #include "backends/cpu/cpu_dev.h"
 #include "backends/cpu/cpu_gemm.h"
 #include "backends/cpu/cpu_ops.h"

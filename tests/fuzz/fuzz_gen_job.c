@@ -1,10 +1,14 @@
-/* libFuzzer harness for the job description a coordinator receives (pl_gen_job_from_json) and
- * the prompts JSONL pipectl reads (pl_gen_prompts_parse). Not built by CMake:
+/* libFuzzer harness for the job description a coordinator receives (pl_gen_job_from_json), the
+ * typed spec and planner job shape made from it (pl_gen_spec_from_json, pl_sched_job_from_spec)
+ * and the prompts JSONL pipectl reads (pl_gen_prompts_parse). Not built by CMake:
  *   clang -g -O1 -fsanitize=fuzzer,address,undefined -D_GNU_SOURCE -I. \
- *     tests/fuzz/fuzz_gen_job.c daemon/gen_job.c common/status.c common/json.c common/util.c \
- *     $(pkg-config --cflags --libs jansson) -lm -o /tmp/fuzz_gen_job
+ *     tests/fuzz/fuzz_gen_job.c pipeline/gen_job.c pipeline/gen_spec.c common/job_spec.c \
+ *     scheduler/inputs.c model/dtype.c common/status.c common/json.c common/util.c \
+ *     common/log.c $(pkg-config --cflags --libs jansson) -lm -o /tmp/fuzz_gen_job
  *   /tmp/fuzz_gen_job -max_total_time=60 -max_len=4096 */
 #include "pipeline/gen.h"
+#include "pipeline/gen_spec.h"
+#include "scheduler/inputs.h"
 
 #include <string.h>
 
@@ -33,6 +37,16 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t len)
                 pl_gen_job_max_tokens(&job) < 1)
                 __builtin_trap();
             pl_gen_job_clear(&job);
+        }
+        pl_job_spec_t spec;
+        if (pl_gen_spec_from_json(obj, &cfg, &spec) == PL_OK) {
+            /* an accepted spec has a job shape, and the shape fits the model */
+            pl_sched_job_t sj;
+            if (pl_sched_job_from_spec(&spec, &cfg, &sj) != PL_OK || sj.n_seqs != spec.n_prompts ||
+                sj.prompt_avg < 1 || sj.prompt_avg > sj.prompt_max || sj.ctx > cfg.max_pos ||
+                sj.microbatches < 0 || sj.microbatches > 1024)
+                __builtin_trap();
+            pl_job_spec_clear(&spec);
         }
         json_decref(obj);
     }
