@@ -61,9 +61,9 @@ static pl_status_t s_enqueue(s_chain_t *c, pl_gen_sink_t *sink, const pl_gen_job
     return PL_OK;
 }
 
-pl_status_t pl_gen_local_run(const char *model_dir, const json_t *job_json, pl_be_device_t *dev,
-                             const int *counts, int n_stages, json_t **results_p,
-                             pl_gen_local_stats_t *stats)
+pl_status_t pl_gen_local_run(const char *model_dir, const pl_job_spec_t *spec,
+                             pl_be_device_t *dev, const int *counts, int n_stages,
+                             json_t **results_p, pl_gen_local_stats_t *stats)
 {
     pl_model_t *model = NULL;
     pl_gen_job_t job = {0};
@@ -84,7 +84,7 @@ pl_status_t pl_gen_local_run(const char *model_dir, const json_t *job_json, pl_b
     if ((st = pl_model_open(model_dir, &model)))
         return st;
     const pl_model_config_t *cfg = pl_model_config(model);
-    if ((st = pl_gen_job_from_json(job_json, cfg, &job)))
+    if ((st = pl_gen_job_from_spec(spec, spec->microbatches, cfg, &job)))
         goto out;
     int max_tokens = pl_gen_job_max_tokens(&job), first = 0, total = 0;
     for (int i = 0; counts && i < n_stages; i++)
@@ -151,7 +151,8 @@ pl_status_t pl_gen_local_run(const char *model_dir, const json_t *job_json, pl_b
         stats->prefill_s = pf > 0 ? pf - t0 : stats->total_s;
         stats->compute_s = c.compute_s;
         stats->generated = pl_gen_sink_generated(sink);
-        *results_p = pl_gen_sink_results(sink);
+        if (!(*results_p = pl_gen_sink_results(sink)))
+            st = pl_error(PL_ERR_NOMEM, "results: out of memory");
     }
 out:
     for (int i = 0; i < c.n_stages; i++)
@@ -170,7 +171,8 @@ out:
     return st;
 }
 
-pl_status_t pl_gen_local_run_on(const char *model_dir, const json_t *job, const char *backend,
+pl_status_t pl_gen_local_run_on(const char *model_dir, const pl_job_spec_t *spec,
+                                const char *backend,
                                 int threads, const int *counts, int n_stages, json_t **results_p,
                                 pl_gen_local_stats_t *stats)
 {
@@ -181,7 +183,7 @@ pl_status_t pl_gen_local_run_on(const char *model_dir, const json_t *job, const 
         return pl_error_prefix(PL_ERR_NO_DEVICE, "in-process run: ");
     if ((st = pl_be_device_open(be, 0, threads, &dev)))
         return st;
-    st = pl_gen_local_run(model_dir, job, dev, counts, n_stages, results_p, stats);
+    st = pl_gen_local_run(model_dir, spec, dev, counts, n_stages, results_p, stats);
     pl_be_device_close(&dev);
     return st;
 }

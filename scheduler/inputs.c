@@ -34,9 +34,9 @@ pl_status_t pl_sched_job_from_spec(const pl_job_spec_t *spec, const pl_model_con
     if (spec->n_prompts < 1 || spec->n_prompts > PL_JOB_MAX_SEQS || !spec->prompt_len)
         return pl_error(PL_ERR_RANGE, "field 'prompts': %d prompts, expected 1 to %d",
                         spec->n_prompts, PL_JOB_MAX_SEQS);
-    if (spec->max_new_tokens < 1 || spec->max_new_tokens > 65536)
+    if (spec->gen.max_new_tokens < 1 || spec->gen.max_new_tokens > 65536)
         return pl_error(PL_ERR_RANGE, "field 'max_new_tokens': %d not in [1, 65536]",
-                        spec->max_new_tokens);
+                        spec->gen.max_new_tokens);
     if (spec->microbatches < 0 || spec->microbatches > 1024)
         return pl_error(PL_ERR_RANGE, "field 'microbatches': %d not in [0, 1024]",
                         spec->microbatches);
@@ -47,11 +47,11 @@ pl_status_t pl_sched_job_from_spec(const pl_job_spec_t *spec, const pl_model_con
         if (len < 1 || len > cfg->max_pos)
             return pl_error(PL_ERR_RANGE, "prompt %d: %d tokens, the model allows 1 to %d", i, len,
                             cfg->max_pos);
-        if (len + spec->max_new_tokens > cfg->max_pos)
+        if (len + spec->gen.max_new_tokens > cfg->max_pos)
             return pl_error(PL_ERR_RANGE,
                             "prompt %d: %d tokens + max_new_tokens %d exceed the model's %d "
                             "positions",
-                            i, len, spec->max_new_tokens, cfg->max_pos);
+                            i, len, spec->gen.max_new_tokens, cfg->max_pos);
         total += (uint64_t)len;
         pmax = PL_MAX(pmax, len);
     }
@@ -59,8 +59,8 @@ pl_status_t pl_sched_job_from_spec(const pl_job_spec_t *spec, const pl_model_con
     *job = (pl_sched_job_t){.n_seqs = spec->n_prompts,
                             .prompt_avg = PL_MIN(PL_MAX(avg, 1), pmax),
                             .prompt_max = pmax,
-                            .max_new_tokens = spec->max_new_tokens,
+                            .max_new_tokens = spec->gen.max_new_tokens,
                             .microbatches = spec->microbatches,
-                            .ctx = pmax + spec->max_new_tokens};
+                            .ctx = pmax + spec->gen.max_new_tokens};
     return PL_OK;
 }

@@ -7,6 +7,7 @@
 #include "model/gguf.h"
 #include "model/model.h"
 #include "pipeline/gen_local.h"
+#include "transport/msg.h"
 
 #include <criterion/criterion.h>
 #include <math.h>
@@ -211,15 +212,20 @@ static json_t *s_tokens(const char *name, const int *counts, int n)
     pl_be_device_t *dev;
     json_t *res = NULL;
     pl_gen_local_stats_t stats;
-    json_t *job = json_pack("{s:[[i,i,i,i],[i,i],[i,i,i,i,i,i],[i],[i,i,i]], s:i, s:i, s:b}",
-                            "prompts", 1, 15, 27, 99, 1, 7, 1, 100, 101, 102, 103, 104, 250, 3,
-                            200, 5, "max_new_tokens", 12, "microbatches", 2, "stop_at_eos", 0);
+    pl_job_spec_t spec;
+    json_t *body = json_pack("{s:s, s:{s:[[i,i,i,i],[i,i],[i,i,i,i,i,i],[i],[i,i,i]], s:i, s:b}, "
+                             "s:i}",
+                             "model", "/m", "gen", "prompts", 1, 15, 27, 99, 1, 7, 1, 100, 101,
+                             102, 103, 104, 250, 3, 200, 5, "max_new_tokens", 12, "stop_at_eos",
+                             0, "microbatches", 2);
+    cr_assert_eq(pl_job_spec_decode(body, &spec), PL_OK, "%s", pl_error_msg());
+    json_decref(body);
     snprintf(path, sizeof(path), "%s/%s", s_dir, name);
     cr_assert_eq(pl_be_device_open(pl_be_cpu(), 0, 1, &dev), PL_OK);
-    cr_assert_eq(pl_gen_local_run(path, job, dev, counts, n, &res, &stats), PL_OK, "%s: %s",
+    cr_assert_eq(pl_gen_local_run(path, &spec, dev, counts, n, &res, &stats), PL_OK, "%s: %s",
                  name, pl_error_msg());
     pl_be_device_close(&dev);
-    json_decref(job);
+    pl_job_spec_clear(&spec);
     return res;
 }
 

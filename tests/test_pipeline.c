@@ -2,6 +2,7 @@
  * same token ids, greedy and seeded sampling, whatever the microbatching; errors are reported. */
 #include "cluster_util.h"
 #include "pipeline/gen_local.h"
+#include "transport/msg.h"
 
 #include <criterion/criterion.h>
 
@@ -32,13 +33,31 @@ static json_t *s_job(double temperature, int mb, int max_new)
                      "top_p", 0.9, "seed", "77");
 }
 
+/* pl_gen_local_run over the job in its JSON form ("microbatches" beside the settings), decoded
+ * by the spec's codec. */
+static pl_status_t s_local(const char *model, const json_t *gen, pl_be_device_t *dev,
+                           const int *counts, int n, json_t **res, pl_gen_local_stats_t *stats)
+{
+    json_t *g = json_deep_copy(gen), *mb = json_object_get(g, "microbatches");
+    json_t *body = json_pack("{s:s, s:O, s:O?}", "model", "/m", "gen", g, "microbatches", mb);
+    json_object_del(g, "microbatches");
+    pl_job_spec_t spec;
+    pl_status_t st = pl_job_spec_decode(body, &spec);
+    json_decref(body);
+    json_decref(g);
+    cr_assert_eq(st, PL_OK, "%s", pl_error_msg());
+    st = pl_gen_local_run(model, &spec, dev, counts, n, res, stats);
+    pl_job_spec_clear(&spec);
+    return st;
+}
+
 static json_t *s_run(const json_t *job, const int *counts, int n)
 {
     pl_be_device_t *dev;
     json_t *res = NULL;
     pl_gen_local_stats_t stats;
     cr_assert_eq(pl_be_device_open(pl_be_cpu(), 0, 1, &dev), PL_OK);
-    pl_status_t st = pl_gen_local_run(s_model, job, dev, counts, n, &res, &stats);
+    pl_status_t st = s_local(s_model, job, dev, counts, n, &res, &stats);
     cr_assert_eq(st, PL_OK, "run failed: %s", pl_error_msg());
     cr_assert_eq(stats.generated, 5 * 12);
     /* every sequence finished and gave its KV slot back on every stage */
@@ -109,7 +128,7 @@ Test(pipeline, eos_stops_a_sequence)
     char edir[300];
     snprintf(edir, sizeof(edir), "%s/e", s_dir);
     cr_assert_eq(pl_be_device_open(pl_be_cpu(), 0, 1, &dev), PL_OK);
-    cr_assert_eq(pl_gen_local_run(edir, job, dev, NULL, 1, &res, &stats), PL_OK, "%s",
+    cr_assert_eq(s_local(edir, job, dev, NULL, 1, &res, &stats), PL_OK, "%s",
                  pl_error_msg());
     json_t *r0 = json_array_get(res, 0);
     cr_assert_str_eq(json_string_value(json_object_get(r0, "finish")), "eos");
@@ -127,13 +146,13 @@ Test(pipeline, bad_partition_and_bad_tokens_are_errors)
     pl_gen_local_stats_t stats;
     json_t *job = s_job(0, 1, 4);
     cr_assert_eq(pl_be_device_open(pl_be_cpu(), 0, 1, &dev), PL_OK);
-    cr_assert_neq(pl_gen_local_run(s_model, job, dev, (int[]){2, 2}, 2, &res, &stats),
+    cr_assert_neq(s_local(s_model, job, dev, (int[]){2, 2}, 2, &res, &stats),
                   PL_OK);
     cr_assert(strstr(pl_error_msg(), "layers"), "%s", pl_error_msg());
     json_array_append_new(json_object_get(job, "prompts"), json_pack("[i]", 300));
-    cr_assert_neq(pl_gen_local_run(s_model, job, dev, NULL, 1, &res, &stats), PL_OK);
+    cr_assert_neq(s_local(s_model, job, dev, NULL, 1, &res, &stats), PL_OK);
     cr_assert(strstr(pl_error_msg(), "vocabulary"), "%s", pl_error_msg());
-    cr_assert_neq(pl_gen_local_run("/nonexistent", job, dev, NULL, 1, &res, &stats), PL_OK);
+    cr_assert_neq(s_local("/nonexistent", job, dev, NULL, 1, &res, &stats), PL_OK);
     cr_assert_null(res);
     pl_be_device_close(&dev);
     json_decref(job);

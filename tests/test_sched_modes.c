@@ -83,7 +83,7 @@ Test(sched_modes, job_from_spec)
     int len[3] = {3, 5, 9};
     spec.n_prompts = 3;
     spec.prompt_len = len;
-    spec.max_new_tokens = 7;
+    spec.gen.max_new_tokens = 7;
     spec.microbatches = 2;
     pl_sched_job_t j;
     cr_assert_eq(pl_sched_job_from_spec(&spec, &c, &j), PL_OK, "%s", pl_error_msg());
@@ -95,12 +95,12 @@ Test(sched_modes, job_from_spec)
     cr_expect_eq(j.ctx, 16);
 
     /* 9 + 92 > 100 positions */
-    spec.max_new_tokens = 92;
+    spec.gen.max_new_tokens = 92;
     pl_sched_job_t keep = j;
     cr_expect_eq(pl_sched_job_from_spec(&spec, &c, &j), PL_ERR_RANGE);
     cr_expect(strstr(pl_error_msg(), "prompt 2") != NULL, "%s", pl_error_msg());
     cr_expect_eq(memcmp(&keep, &j, sizeof(j)), 0, "output untouched on error");
-    spec.max_new_tokens = 7;
+    spec.gen.max_new_tokens = 7;
     len[1] = 0;
     cr_expect_eq(pl_sched_job_from_spec(&spec, &c, &j), PL_ERR_RANGE);
     cr_expect(strstr(pl_error_msg(), "prompt 1") != NULL, "%s", pl_error_msg());
