@@ -1,11 +1,17 @@
 #!/usr/bin/env bash
 # Install what the build needs (Debian packages, when root and missing), then configure and
 # build into build/ (or $PL_BUILD_DIR). Extra CMake arguments come from $PL_CMAKE_ARGS.
+# PL_GPU_TOOLCHAINS=1 also installs Debian's HIP compiler and runtime (hipcc 5.2, about 66 MB to
+# download, 350 MB installed; roc-obj-ls comes with hipcc) so the HIP plugin is built; CUDA is not
+# a Debian package: nvcc is looked for at /usr/local/cuda.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PKGS=(build-essential cmake pkg-config libzmq3-dev libucx-dev libyaml-dev libcriterion-dev
       libjansson-dev libopenblas-dev iproute2 util-linux procps)
+if [ "${PL_GPU_TOOLCHAINS:-0}" = 1 ]; then
+    PKGS+=(hipcc libamdhip64-dev)
+fi
 missing=()
 for p in "${PKGS[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -13,8 +19,10 @@ done
 if [ ${#missing[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ]; then
         echo "setup: installing ${missing[*]}"
+        t0=$SECONDS
         apt-get update -qq
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+        echo "setup: installed in $((SECONDS - t0)) s"
     else
         echo "setup: missing packages: ${missing[*]}" >&2
         echo "setup: run as root, or: sudo apt-get install ${missing[*]}" >&2
