@@ -165,6 +165,60 @@ Test(gpu_plan, stage_check_accepts_and_rejects)
     cr_assert_eq(pl_gpu_stage_check(&c, &p), PL_ERR_INVALID);
 }
 
+/* Every grid dimension the stage can launch stays within the 65,535-block limit of y and z; the
+ * values just past it fail with a message naming the field. */
+Test(gpu_plan, stage_check_caps_the_launch_grids)
+{
+    pl_model_config_t c = s_cfg();
+    pl_be_stage_params_t p = s_params();
+    p.max_seqs = 65535;
+    cr_assert_eq(pl_gpu_stage_check(&c, &p), PL_OK, "%s", pl_error_msg());
+    p.max_seqs = 65536; /* accepted before: the attention grids' z then overflows */
+    cr_assert_eq(pl_gpu_stage_check(&c, &p), PL_ERR_RANGE);
+    cr_assert(strstr(pl_error_msg(), "max_seqs 65536 above 65535"), "%s", pl_error_msg());
+
+    p = s_params();
+    p.max_tokens = 65535 * 64; /* the built-in GEMM's 64-row tiles on grid y */
+    cr_assert_eq(pl_gpu_stage_check(&c, &p), PL_OK, "%s", pl_error_msg());
+    p.max_tokens = 65535 * 64 + 1;
+    cr_assert_eq(pl_gpu_stage_check(&c, &p), PL_ERR_RANGE);
+    cr_assert(strstr(pl_error_msg(), "max_tokens 4194241"), "%s", pl_error_msg());
+
+    p = s_params();
+    c.n_heads = 65536;
+    c.n_kv_heads = 1;
+    cr_assert_eq(pl_gpu_stage_check(&c, &p), PL_ERR_UNSUPPORTED);
+    cr_assert(strstr(pl_error_msg(), "num_attention_heads 65536"), "%s", pl_error_msg());
+
+    /* the largest context and one sequence: the most decode splits there can be */
+    c = s_cfg();
+    p = s_params();
+    p.max_ctx = 1 << 24;
+    cr_assert_eq(pl_gpu_stage_check(&c, &p), PL_OK, "%s", pl_error_msg());
+    int splits = 0, chunk = 0;
+    for (int heads = 1; heads <= 64; heads *= 4) {
+        pl_gpu_decode_split(1 << 24, 1, heads, &splits, &chunk);
+        cr_assert_leq(splits, 65535, "heads %d: %d splits", heads, splits);
+        cr_assert_geq((int64_t)splits * chunk, 1 << 24);
+    }
+    p.max_ctx = (1 << 24) + 1;
+    cr_assert_eq(pl_gpu_stage_check(&c, &p), PL_ERR_RANGE);
+    cr_assert(strstr(pl_error_msg(), "max_ctx"), "%s", pl_error_msg());
+}
+
+/* The built-in GEMV's columns per block follow the warp width: 8 on NVIDIA and RDNA's wave32
+ * (gfx1030), 4 on CDNA's wave64, so a wave32 part launches no idle blocks. */
+Test(gpu_plan, gemv_columns_follow_the_warp_width)
+{
+    cr_assert_eq(pl_gpu_gemv_cols(256, 32), 8);
+    cr_assert_eq(pl_gpu_gemv_cols(256, 64), 4);
+    cr_assert_eq(pl_gpu_gemv_cols(128, 32), 4);
+    /* an answer no device gives: the fewest columns, which the kernel covers with any warps */
+    cr_assert_eq(pl_gpu_gemv_cols(256, 0), 4);
+    cr_assert_eq(pl_gpu_gemv_cols(256, 48), 4);
+    cr_assert_eq(pl_gpu_gemv_cols(32, 64), 1);
+}
+
 Test(gpu_plan, batch_check_valid)
 {
     int slot[] = {2, 0}, pos0[] = {5, 0}, n_tok[] = {1, 4};
