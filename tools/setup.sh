@@ -2,8 +2,8 @@
 # Install what the build needs (Debian packages, when root and missing), then configure and
 # build into build/ (or $PL_BUILD_DIR). Extra CMake arguments come from $PL_CMAKE_ARGS.
 # PL_GPU_TOOLCHAINS=1 also installs Debian's HIP compiler and runtime (hipcc 5.2, about 66 MB to
-# download, 350 MB installed; roc-obj-ls comes with hipcc) so the HIP plugin is built; CUDA is not
-# a Debian package: nvcc is looked for at /usr/local/cuda.
+# download, 350 MB installed; roc-obj-ls comes with hipcc) so the HIP plugin is built. nvcc is not
+# installed from Debian: the build looks for it at /usr/local/cuda.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
