@@ -18,8 +18,9 @@
 #                                bench.txt under $OUT (6 of the 8 files that come back).
 #
 # Environment: OUT (default ./out), MODELS (generated models, default /tmp/pl-models), QUICK=1
-# (no 1B-parameter model: parity, mixed pipeline and PyTorch generation only, about 3 minutes),
-# DEADLINE, EXPECT_CUBLAS=0 (accept the built-in GEMM). Exit status 0 when every step passed.
+# (no 1B-parameter model: parity, mixed pipeline and PyTorch generation only), ONLY=bench (the
+# 1B-model benchmarks alone, for a second run after the checks passed), DEADLINE,
+# EXPECT_CUBLAS=0 (accept the built-in GEMM). Exit status 0 when every step passed.
 set -uo pipefail
 
 MODE=${1:-run}
@@ -112,6 +113,7 @@ fi
 OUT=${OUT:-$ROOT/out}
 MODELS=${MODELS:-/tmp/pl-models}
 QUICK=${QUICK:-0}
+ONLY=${ONLY:-}
 DEADLINE=${DEADLINE:-540}
 EXPECT_CUBLAS=${EXPECT_CUBLAS:-1}
 D=${PL_GPU_DIR:-/tmp/pl-gpucheck}
@@ -194,86 +196,91 @@ if [ "$EXPECT_CUBLAS" = 1 ]; then
 fi
 timeout 20 nvidia-smi -L >> "$OUT/env.txt" 2>&1 || die "nvidia-smi -L failed: no GPU?"
 
-# 1. small random models: f32 (exact generation), llama3 rope with head_dim 128, tied bf16 in two
-#    shards, f16
-mkmodel f32 30 --layers 3 --hidden 256 --heads 8 --kv-heads 2 --intermediate 688 --vocab 512 \
-    --dtype f32 --seed 1
-mkmodel f32-hd128 30 --layers 2 --hidden 512 --heads 4 --kv-heads 2 --intermediate 1024 \
-    --vocab 1000 --dtype f32 --rope-llama3 --max-pos 8192 --seed 2
-mkmodel bf16 30 --layers 4 --hidden 512 --heads 8 --kv-heads 2 --intermediate 1376 --vocab 2048 \
-    --dtype bf16 --tie --shards 2 --seed 3
-mkmodel f16 30 --layers 3 --hidden 384 --heads 6 --kv-heads 3 --intermediate 1024 --vocab 1000 \
-    --dtype f16 --seed 4
+checks() {
+    # 1. small random models: f32 (exact generation), llama3 rope with head_dim 128, tied bf16 in two
+    #    shards, f16
+    mkmodel f32 30 --layers 3 --hidden 256 --heads 8 --kv-heads 2 --intermediate 688 --vocab 512 \
+        --dtype f32 --seed 1
+    mkmodel f32-hd128 30 --layers 2 --hidden 512 --heads 4 --kv-heads 2 --intermediate 1024 \
+        --vocab 1000 --dtype f32 --rope-llama3 --max-pos 8192 --seed 2
+    mkmodel bf16 30 --layers 4 --hidden 512 --heads 8 --kv-heads 2 --intermediate 1376 --vocab 2048 \
+        --dtype bf16 --tie --shards 2 --seed 3
+    mkmodel f16 30 --layers 3 --hidden 384 --heads 6 --kv-heads 3 --intermediate 1024 --vocab 1000 \
+        --dtype f16 --seed 4
 
-# 2. parity: per op, whole stages against the CPU backend, greedy generation, the plugin itself
-P=$OUT/parity.log
-step "parity ops" 120 "$P" "$BIN/pl-cuda-parity"
-step "parity f32 stages" 120 "$P" "$BIN/pl-cuda-parity" --no-ops --exact --gen 24 \
-    --prompt-ids "$PROMPT" --model "$MODELS/f32" --model "$MODELS/f32-hd128"
-step "parity f16/bf16 stages" 120 "$P" "$BIN/pl-cuda-parity" --no-ops --gen 24 \
-    --model "$MODELS/bf16" --model "$MODELS/f16"
-step "parity via plugin" 60 "$P" "$BIN/pl-cuda-parity" --no-ops --exact --gen 8 \
-    --plugin "$LIB/$PLUGIN" --model "$MODELS/f32"
+    # 2. parity: per op, whole stages against the CPU backend, greedy generation, the plugin itself
+    P=$OUT/parity.log
+    step "parity ops" 120 "$P" "$BIN/pl-cuda-parity"
+    step "parity f32 stages" 120 "$P" "$BIN/pl-cuda-parity" --no-ops --exact --gen 24 \
+        --prompt-ids "$PROMPT" --model "$MODELS/f32" --model "$MODELS/f32-hd128"
+    step "parity f16/bf16 stages" 120 "$P" "$BIN/pl-cuda-parity" --no-ops --gen 24 \
+        --model "$MODELS/bf16" --model "$MODELS/f16"
+    step "parity via plugin" 60 "$P" "$BIN/pl-cuda-parity" --no-ops --exact --gen 8 \
+        --plugin "$LIB/$PLUGIN" --model "$MODELS/f32"
 
-# 3. a mixed pipeline: one daemon on the GPU, one on the CPU; its tokens must equal the
-#    single-process CPU run of the same f32 model (greedy). Every wait is bounded.
-# shellcheck disable=SC2317 # run through bash -c under timeout
-mixed_job() {
-    local dir=$MODELS/mixed ep=tcp://127.0.0.1:5655 rc=0 pids=()
-    local ctl=("$BIN/pipectl" -c "$ep" --timeout 10)
-    mkdir -p "$dir"
-    printf '[1, 15, 27, 99]\n[1, 7]\n[1, 100, 101, 102, 103, 104, 105]\n[3, 42, 42]\n' \
-        > "$dir/prompts.jsonl"
-    printf 'model: %s\nprompts: prompts.jsonl\nmax_new_tokens: 24\nstages: 2\n' \
-        "$MODELS/f32" > "$dir/job.yaml"
-    timeout 60 "$BIN/pl-generate" "$dir/job.yaml" > "$dir/reference.jsonl" || return 1
-    timeout 150 "$BIN/pipecoord" --endpoint $ep > "$dir/coord.log" 2>&1 & pids+=($!)
-    PIPELD_PLUGIN_DIR=$LIB timeout 150 "$BIN/pipeld" --name gpu0 --coordinator $ep \
-        --devices cuda > "$dir/gpu0.log" 2>&1 & pids+=($!)
-    timeout 150 "$BIN/pipeld" --name cpu0 --coordinator $ep --devices cpu --threads 4 \
-        > "$dir/cpu0.log" 2>&1 & pids+=($!)
-    for _ in $(seq 1 30); do # both nodes registered with their devices, or give up
-        "${ctl[@]}" nodes 2>/dev/null > "$dir/nodes.txt"
-        grep -q '^gpu0 .*cuda' "$dir/nodes.txt" && grep -q '^cpu0 .*cpu' "$dir/nodes.txt" && break
-        kill -0 "${pids[1]}" 2>/dev/null || { echo "# pipeld gpu0 exited"; rc=1; break; }
+    # 3. a mixed pipeline: one daemon on the GPU, one on the CPU; its tokens must equal the
+    #    single-process CPU run of the same f32 model (greedy). Every wait is bounded.
+    # shellcheck disable=SC2317 # run through bash -c under timeout
+    mixed_job() {
+        local dir=$MODELS/mixed ep=tcp://127.0.0.1:5655 rc=0 pids=()
+        local ctl=("$BIN/pipectl" -c "$ep" --timeout 10)
+        mkdir -p "$dir"
+        printf '[1, 15, 27, 99]\n[1, 7]\n[1, 100, 101, 102, 103, 104, 105]\n[3, 42, 42]\n' \
+            > "$dir/prompts.jsonl"
+        printf 'model: %s\nprompts: prompts.jsonl\nmax_new_tokens: 24\nstages: 2\n' \
+            "$MODELS/f32" > "$dir/job.yaml"
+        timeout 60 "$BIN/pl-generate" "$dir/job.yaml" > "$dir/reference.jsonl" || return 1
+        timeout 150 "$BIN/pipecoord" --endpoint $ep > "$dir/coord.log" 2>&1 & pids+=($!)
+        PIPELD_PLUGIN_DIR=$LIB timeout 150 "$BIN/pipeld" --name gpu0 --coordinator $ep \
+            --devices cuda > "$dir/gpu0.log" 2>&1 & pids+=($!)
+        timeout 150 "$BIN/pipeld" --name cpu0 --coordinator $ep --devices cpu --threads 4 \
+            > "$dir/cpu0.log" 2>&1 & pids+=($!)
+        for _ in $(seq 1 30); do # both nodes registered with their devices, or give up
+            "${ctl[@]}" nodes 2>/dev/null > "$dir/nodes.txt"
+            grep -q '^gpu0 .*cuda' "$dir/nodes.txt" && grep -q '^cpu0 .*cpu' "$dir/nodes.txt" && break
+            kill -0 "${pids[1]}" 2>/dev/null || { echo "# pipeld gpu0 exited"; rc=1; break; }
+            sleep 1
+        done
+        "${ctl[@]}" nodes || rc=1
+        "${ctl[@]}" health gpu0 || rc=1
+        if [ $rc = 0 ]; then
+            timeout 90 "${ctl[@]}" submit "$dir/job.yaml" --wait > "$dir/got.jsonl" || rc=1
+            "${ctl[@]}" status 1
+        fi
+        "${ctl[@]}" shutdown >/dev/null 2>&1
         sleep 1
-    done
-    "${ctl[@]}" nodes || rc=1
-    "${ctl[@]}" health gpu0 || rc=1
-    if [ $rc = 0 ]; then
-        timeout 90 "${ctl[@]}" submit "$dir/job.yaml" --wait > "$dir/got.jsonl" || rc=1
-        "${ctl[@]}" status 1
-    fi
-    "${ctl[@]}" shutdown >/dev/null 2>&1
-    sleep 1
-    kill "${pids[@]}" 2>/dev/null
-    wait "${pids[@]}" 2>/dev/null
-    tail -n 8 "$dir"/*.log
-    if [ $rc = 0 ] && cmp -s "$dir/reference.jsonl" "$dir/got.jsonl"; then
-        echo "# mixed pipeline: cuda + cpu stages equal the single-process cpu run"
-    else
-        echo "# mixed pipeline: DIFFERS or failed"
-        diff "$dir/reference.jsonl" "$dir/got.jsonl"
-        return 1
+        kill "${pids[@]}" 2>/dev/null
+        wait "${pids[@]}" 2>/dev/null
+        tail -n 8 "$dir"/*.log
+        if [ $rc = 0 ] && cmp -s "$dir/reference.jsonl" "$dir/got.jsonl"; then
+            echo "# mixed pipeline: cuda + cpu stages equal the single-process cpu run"
+        else
+            echo "# mixed pipeline: DIFFERS or failed"
+            diff "$dir/reference.jsonl" "$dir/got.jsonl"
+            return 1
+        fi
+    }
+    export -f mixed_job
+    export BIN LIB MODELS
+    step "mixed cuda+cpu pipeline" 160 "$OUT/mixed.log" bash -c mixed_job
+
+    # 4. the same greedy generation in PyTorch, with PyTorch's own libraries (reported, not a
+    #    pass/fail: another implementation)
+    T=$OUT/torch.txt
+    if step "torch generation" 90 "$T" env -u LD_LIBRARY_PATH -u UCX_MODULE_DIR python3 \
+        bench/torch_reference.py --model "$MODELS/f32" --dtype f32 --gen 24 --prompt-ids "$PROMPT"; then
+        ours=$(grep -m1 '^GEN gpu:' "$P" | cut -d: -f2)
+        theirs=$(grep -m1 '^GEN torch:' "$T" | cut -d: -f2)
+        if [ -n "$ours" ] && [ "$ours" = "$theirs" ]; then
+            say "torch generation: identical to pl-cuda-parity's gpu generation"
+        else
+            say "torch generation differs: gpu:$ours torch:$theirs"
+        fi
     fi
 }
-export -f mixed_job
-export BIN LIB MODELS
-step "mixed cuda+cpu pipeline" 160 "$OUT/mixed.log" bash -c mixed_job
-
-# 4. the same greedy generation in PyTorch, with PyTorch's own libraries (reported, not a
-#    pass/fail: another implementation)
+P=$OUT/parity.log
 T=$OUT/torch.txt
-if step "torch generation" 90 "$T" env -u LD_LIBRARY_PATH -u UCX_MODULE_DIR python3 \
-    bench/torch_reference.py --model "$MODELS/f32" --dtype f32 --gen 24 --prompt-ids "$PROMPT"; then
-    ours=$(grep -m1 '^GEN gpu:' "$P" | cut -d: -f2)
-    theirs=$(grep -m1 '^GEN torch:' "$T" | cut -d: -f2)
-    if [ -n "$ours" ] && [ "$ours" = "$theirs" ]; then
-        say "torch generation: identical to pl-cuda-parity's gpu generation"
-    else
-        say "torch generation differs: gpu:$ours torch:$theirs"
-    fi
-fi
+[ "$ONLY" = bench ] || checks
 
 # 5. benchmarks on a Llama-3.2-1B-shaped bf16 model, ours then PyTorch eager on the same jobs
 B=$OUT/bench.txt
@@ -291,7 +298,9 @@ fi
 #    its place (a fallback is logged as a warning and shows in the gemm descriptions)
 if [ "$EXPECT_CUBLAS" = 1 ]; then
     why=""
-    grep -q '^PASS gemm vendor' "$P" 2>/dev/null || why="no vendor GEMM check passed in parity.log"
+    if [ "$ONLY" != bench ] && ! grep -q '^PASS gemm vendor' "$P" 2>/dev/null; then
+        why="no vendor GEMM check passed in parity.log"
+    fi
     if grep -q -E 'SKIP vendor gemm|falling back to the built-in GEMM' "$P" "$OUT/mixed.log" \
         "$MODELS/mixed/gpu0.log" 2>/dev/null; then
         why="the built-in GEMM ran where cuBLAS was expected"
