@@ -394,6 +394,42 @@ Test(gpu_plan, layout_sizes_by_hand)
     cr_assert_eq(pl_gpu_layout(&c, &p, PL_DT_F32, PL_DT_F32, PL_DT_F32, &t), PL_ERR_RANGE);
 }
 
+/* ---- the GEMM context, with the real cuBLAS and no driver ---- */
+
+/* Without a driver the real cuBLAS loads but cublasCreate fails: stage load and calibration must
+ * still get a context, running the built-in GEMM and saying why. Checked through the parity
+ * program, which links the plugins' host code statically. */
+Test(gpu_blas, cublas_that_loads_but_cannot_start_falls_back_to_builtin)
+{
+    const char *bin = getenv("PL_BIN_DIR"), *cublas = "/usr/local/cuda/lib64/libcublas.so.13";
+    char prog[4096], cmd[8400], line[512];
+    snprintf(prog, sizeof(prog), "%s/pl-cuda-parity", bin && *bin ? bin : PL_BIN_DIR);
+    if (access(prog, X_OK) != 0)
+        cr_skip_test("pl-cuda-parity not built (no nvcc here)");
+    if (access(cublas, R_OK) != 0)
+        cr_skip_test("no %s to load", cublas);
+    void *drv = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+    if (drv) {
+        dlclose(drv);
+        cr_skip_test("a CUDA driver is present: cuBLAS may start here");
+    }
+    snprintf(cmd, sizeof(cmd), "PL_CUBLAS_LIB=%s timeout 60 %s --host-only 2>&1", cublas, prog);
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    bool fell_back = false, named = false;
+    int fails = 0;
+    while (fgets(line, sizeof(line), p)) {
+        fell_back |= strstr(line, "PASS gemm context: builtin (cuBLAS setup failed: cublasCreate") !=
+                     NULL;
+        named |= strstr(line, "PASS gemm context: a loadable library that did not start") != NULL;
+        fails += strncmp(line, "FAIL", 4) == 0;
+    }
+    int rc = pclose(p);
+    cr_assert_eq(rc, 0, "%s: exit status %d", cmd, rc);
+    cr_assert_eq(fails, 0);
+    cr_assert(fell_back && named, "no fallback reported by %s", cmd);
+}
+
 /* ---- the built plugins, loaded as the registry loads them ---- */
 
 typedef const pl_be_ops_t *(*s_entry_fn)(void);
