@@ -184,6 +184,8 @@ export LD_LIBRARY_PATH=$LIB:$CUDA_LIB UCX_MODULE_DIR=$LIB/ucx
     echo "UCX_MODULE_DIR=$UCX_MODULE_DIR"
     ls -la "$CUDA_LIB"/libcublas* 2>&1
     ldd "$LIB/$PLUGIN" "$BIN/pipeld"
+    echo "### cuobjdump --list-elf (test_gpu_objects' reader lists the same cubins)"
+    timeout 20 cuobjdump --list-elf "$LIB/$PLUGIN" 2>&1 | head -40
 } >> "$OUT/env.txt" 2>&1
 missing=$(for f in "$BIN"/* "$LIB"/*.so* "$LIB"/ucx/*.so*; do
     ldd "$f" 2>/dev/null | awk -v f="$f" '/not found/ {print f ": " $1}'
