@@ -199,8 +199,8 @@ fi
 timeout 20 nvidia-smi -L >> "$OUT/env.txt" 2>&1 || die "nvidia-smi -L failed: no GPU?"
 
 checks() {
-    # 1. small random models: f32 (exact generation), llama3 rope with head_dim 128, tied bf16 in two
-    #    shards, f16
+    # 1. small random models, all GQA: f32 (exact generation), llama3 rope with head_dim 128 in
+    #    f32 and in tied two-shard bf16, tied bf16 in two shards, f16
     mkmodel f32 30 --layers 3 --hidden 256 --heads 8 --kv-heads 2 --intermediate 688 --vocab 512 \
         --dtype f32 --seed 1
     mkmodel f32-hd128 30 --layers 2 --hidden 512 --heads 4 --kv-heads 2 --intermediate 1024 \
@@ -209,6 +209,8 @@ checks() {
         --dtype bf16 --tie --shards 2 --seed 3
     mkmodel f16 30 --layers 3 --hidden 384 --heads 6 --kv-heads 3 --intermediate 1024 --vocab 1000 \
         --dtype f16 --seed 4
+    mkmodel bf16-hd128 30 --layers 2 --hidden 512 --heads 4 --kv-heads 2 --intermediate 1024 \
+        --vocab 1000 --dtype bf16 --rope-llama3 --max-pos 8192 --tie --shards 2 --seed 6
 
     # 2. parity: per op, whole stages against the CPU backend, greedy generation, the plugin itself
     P=$OUT/parity.log
@@ -216,7 +218,7 @@ checks() {
     step "parity f32 stages" 120 "$P" "$BIN/pl-cuda-parity" --no-ops --exact --gen 24 \
         --prompt-ids "$PROMPT" --model "$MODELS/f32" --model "$MODELS/f32-hd128"
     step "parity f16/bf16 stages" 120 "$P" "$BIN/pl-cuda-parity" --no-ops --gen 24 \
-        --model "$MODELS/bf16" --model "$MODELS/f16"
+        --model "$MODELS/bf16" --model "$MODELS/bf16-hd128" --model "$MODELS/f16"
     step "parity via plugin" 60 "$P" "$BIN/pl-cuda-parity" --no-ops --exact --gen 8 \
         --plugin "$LIB/$PLUGIN" --model "$MODELS/f32"
 
