@@ -5,10 +5,9 @@
 
 #include "common/log.h"
 #include "common/util.h"
-#include "common/json.h"
 #include "pipeline/gen.h"
 #include "pipeline/link_probe.h"
-#include "transport/ctl.h"
+#include "transport/sock.h"
 #include "transport/ucx.h"
 
 #include <pthread.h>
@@ -17,27 +16,27 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include <zmq.h>
 
 /* Longest wait for the coordinator's release after DONE. */
 #define S_LINGER_S 30.0
 
 struct pl_exec {
     pl_exec_params_t p;
-    void *zctx;
-    void *main_sock; /* PAIR, caller's side */
+    pl_tx_ctx_t *ctx;
+    pl_tx_sock_t *main_sock; /* PAIR, caller's side */
     char endpoint[64];
     pthread_t thread;
     atomic_int cancel;
     atomic_ullong generated; /* last stage: tokens sampled so far, read by the node's heartbeat */
     /* executor-thread state */
-    void *sock;
+    pl_tx_sock_t *sock;
     pl_model_t *model;
-    void *stage;
+    pl_be_stage_t *stage;
     pl_gen_job_t job;
     pl_ucx_t *ucx;
     pl_ucx_ep_t *next, *prev; /* prev: only to answer its link probe */
-    json_t *probe;            /* the measured link to next, for DONE */
+    bool have_probe;          /* the measured link to next, for DONE */
+    pl_msg_probe_t probe;
     pl_act_limits_t limits;
     int hidden, vocab;
     int32_t *tokens;
@@ -48,14 +47,22 @@ struct pl_exec {
     double phase_s[2]; /* compute of prefill (step 0) and decode calls */
     uint64_t phase_calls[2];
     uint64_t n_msgs, n_tokens;
+    uint64_t n_freed; /* KV slots freed because their sequence finished */
 };
 
-static pl_status_t s_send_main(pl_exec_t *x, pl_msg_type_t type, json_t *body)
+/* READY, DONE or FAIL to the node's main thread; job and stage are filled in here. */
+static pl_status_t s_send_main(pl_exec_t *x, pl_msg_t *m)
 {
-    json_object_set_new(body, "job", json_integer(x->p.job_id));
-    json_object_set_new(body, "stage", json_integer(x->p.stage));
-    pl_status_t st = pl_ctl_send(x->sock, NULL, 0, type, body);
-    json_decref(body);
+    if (m->type == PL_MSG_READY)
+        m->ready.job = x->p.job_id, m->ready.stage = x->p.stage;
+    else if (m->type == PL_MSG_DONE)
+        m->done.job = x->p.job_id, m->done.stage = x->p.stage;
+    else
+        m->fail.job = x->p.job_id, m->fail.stage = x->p.stage;
+    pl_status_t st = pl_tx_send(x->sock, NULL, m);
+    if (st)
+        pl_log_error("job %u stage %d: cannot report %s: %s", x->p.job_id, x->p.stage,
+                     pl_msg_name(m->type), pl_error_msg());
     return st;
 }
 
@@ -65,10 +72,10 @@ static pl_status_t s_load(pl_exec_t *x)
     const pl_model_config_t *cfg;
     pl_be_stage_params_t sp;
 
-    if ((st = pl_model_open(x->p.model_dir, &x->model)))
+    if ((st = pl_model_open(x->p.spec.model, &x->model)))
         return st;
     cfg = pl_model_config(x->model);
-    if ((st = pl_gen_job_from_json(x->p.job, cfg, &x->job)))
+    if ((st = pl_gen_job_from_spec(&x->p.spec, x->p.microbatches, cfg, &x->job)))
         return st;
     x->hidden = cfg->hidden;
     x->vocab = cfg->vocab;
@@ -80,7 +87,7 @@ static pl_status_t s_load(pl_exec_t *x)
     if (sp.max_ctx < pl_gen_job_max_ctx(&x->job) || sp.max_tokens < pl_gen_job_max_tokens(&x->job))
         return pl_error(PL_ERR_INVALID, "assignment: max_ctx %d / max_tokens %d smaller than the "
                         "job needs", sp.max_ctx, sp.max_tokens);
-    if ((st = x->p.ops->stage_load(x->p.dev, x->model, &sp, &x->stage)))
+    if ((st = pl_be_stage_load(x->p.dev, x->model, &sp, &x->stage)))
         return st;
     x->limits = (pl_act_limits_t){.max_seq = (uint32_t)x->job.n_seqs,
                                   .max_tokens = (uint32_t)x->p.max_tokens,
@@ -101,24 +108,21 @@ static pl_status_t s_load(pl_exec_t *x)
 static pl_status_t s_wait_start(pl_exec_t *x, char **next_p, char **prev_p)
 {
     while (!atomic_load(&x->cancel)) {
-        zmq_pollitem_t it = {.socket = x->sock, .events = ZMQ_POLLIN};
-        if (zmq_poll(&it, 1, 100) <= 0)
+        pl_msg_t msg;
+        pl_status_t st = pl_tx_recv(x->sock, 100, NULL, NULL, &msg);
+        if (st == PL_ERR_BUSY)
             continue;
-        pl_ctl_msg_t msg;
-        pl_status_t st = pl_ctl_recv(x->sock, false, 0, &msg);
         if (st)
             return st;
         if (msg.type != PL_MSG_START) {
-            pl_ctl_msg_clear(&msg);
+            pl_msg_clear(&msg);
             continue;
         }
-        const char *next = NULL, *prev = NULL;
-        if (!(st = pl_json_str_opt(msg.body, "next", 1 << 16, &next)))
-            st = pl_json_str_opt(msg.body, "prev", 1 << 16, &prev);
-        *next_p = next ? strdup(next) : NULL;
-        *prev_p = prev ? strdup(prev) : NULL;
-        pl_ctl_msg_clear(&msg);
-        return st;
+        *next_p = msg.start.next;
+        *prev_p = msg.start.prev;
+        msg.start.next = msg.start.prev = NULL;
+        pl_msg_clear(&msg);
+        return PL_OK;
     }
     return pl_error(PL_ERR_CANCELED, "canceled before start");
 }
@@ -129,7 +133,7 @@ static pl_status_t s_forward(pl_exec_t *x, const pl_act_hdr_t *hdr, const pl_act
     pl_be_batch_t batch;
     double t0 = pl_now();
     pl_gen_batch(hdr, seqs, x->ints, &batch);
-    pl_status_t st = x->p.ops->stage_forward(x->stage, &batch, in, x->out);
+    pl_status_t st = pl_be_stage_forward(x->stage, &batch, in, x->out);
     double dt = pl_now() - t0;
     x->compute_s += dt;
     x->phase_s[hdr->step > 0] += dt;
@@ -188,6 +192,33 @@ static pl_status_t s_recv(pl_exec_t *x, pl_act_hdr_t *hdr, const void **payload,
     return st;
 }
 
+/* Free this stage's KV slot of every sequence a PL_ACT_TOKENS message marks finished; copy
+ * those entries to done (may be NULL). Returns how many there were. The last stage frees when it
+ * samples, stage 0 when the tokens come back, the stages between when stage 0 passes the
+ * finished entries on (a PL_ACT_TOKENS message down the pipeline, stopping before the last). */
+static uint32_t s_free_finished(pl_exec_t *x, const pl_act_hdr_t *hdr, const pl_act_seq_t *seqs,
+                                pl_act_seq_t *done)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < hdr->n_seq; i++) {
+        if (!(seqs[i].flags & PL_ACT_FINISHED))
+            continue;
+        pl_be_stage_free_seq(x->stage, (int)seqs[i].seq);
+        x->n_freed++;
+        if (done)
+            done[n] = seqs[i];
+        n++;
+    }
+    return n;
+}
+
+/* Whether finished-sequence notices go on from this stage: only stages before the one ahead of
+ * the last (the last frees by itself). */
+static bool s_notice_onward(const pl_exec_t *x)
+{
+    return x->p.stage + 2 < x->p.n_stages;
+}
+
 /* Sampled microbatches of an all-in-one stage wait here instead of on the network. */
 typedef struct {
     pl_act_hdr_t *hdr;
@@ -208,6 +239,7 @@ static pl_status_t s_emit(pl_exec_t *x, pl_gen_sink_t *sink, s_fifo_t *fifo, pl_
     if (st)
         return st;
     atomic_store(&x->generated, pl_gen_sink_generated(sink));
+    s_free_finished(x, &fifo->hdr[at], x->seqs_out, NULL);
     memcpy(fifo->seqs + (size_t)at * fifo->stride, x->seqs_out, hdr->n_seq * sizeof(pl_act_seq_t));
     fifo->count++;
     return PL_OK;
@@ -217,13 +249,14 @@ static pl_status_t s_run_first(pl_exec_t *x, pl_gen_sink_t *sink)
 {
     pl_gen_feed_t *feed = NULL;
     pl_act_hdr_t hdr, tok;
-    pl_act_seq_t *dec = NULL;
+    pl_act_seq_t *dec = NULL, *fin = NULL;
     s_fifo_t fifo = {0}, *fq = NULL;
     pl_status_t st;
 
     if ((st = pl_gen_feed_create(&x->job, &feed)))
         return st;
     dec = malloc((size_t)x->job.n_seqs * sizeof(*dec));
+    fin = malloc((size_t)x->job.n_seqs * sizeof(*fin));
     if (x->p.n_stages == 1) {
         fifo.cap = x->job.microbatches;
         fifo.stride = x->job.n_seqs;
@@ -231,7 +264,7 @@ static pl_status_t s_run_first(pl_exec_t *x, pl_gen_sink_t *sink)
         fifo.seqs = calloc((size_t)fifo.cap * (size_t)fifo.stride, sizeof(*fifo.seqs));
         fq = &fifo;
     }
-    if (!dec || (fq && (!fifo.hdr || !fifo.seqs))) {
+    if (!dec || !fin || (fq && (!fifo.hdr || !fifo.seqs))) {
         st = pl_error(PL_ERR_NOMEM, "out of memory");
         goto out;
     }
@@ -255,10 +288,17 @@ static pl_status_t s_run_first(pl_exec_t *x, pl_gen_sink_t *sink)
         } else if ((st = s_recv(x, &tok, &payload, &buf))) {
             break;
         }
-        if (tok.kind != PL_ACT_TOKENS)
+        if (tok.kind != PL_ACT_TOKENS) {
             st = pl_error(PL_ERR_PROTOCOL, "stage 0 expected tokens, got kind %u", tok.kind);
-        else
+        } else {
             st = pl_gen_feed_decode(feed, &tok, in, &hdr, dec, x->tokens);
+            uint32_t n_fin = fq ? 0 : s_free_finished(x, &tok, in, fin);
+            if (!st && n_fin > 0 && s_notice_onward(x)) {
+                pl_act_hdr_t notice = {.kind = PL_ACT_TOKENS, .job = x->p.job_id, .mb = tok.mb,
+                                       .step = tok.step, .n_seq = n_fin, .n_tokens = n_fin};
+                st = s_send(x, &notice, fin, NULL);
+            }
+        }
         free(buf);
         if (!st && hdr.n_seq > 0)
             st = s_emit(x, sink, fq, &hdr, dec);
@@ -271,6 +311,7 @@ out:
     free(fifo.hdr);
     free(fifo.seqs);
     free(dec);
+    free(fin);
     pl_gen_feed_destroy(&feed);
     return st;
 }
@@ -291,6 +332,12 @@ static pl_status_t s_run_rest(pl_exec_t *x, pl_gen_sink_t *sink)
                 st = s_send(x, &hdr, NULL, NULL);
             break;
         }
+        if (hdr.kind == PL_ACT_TOKENS && !last) { /* finished sequences: free, pass on */
+            s_free_finished(x, &hdr, x->seqs_in, NULL);
+            st = s_notice_onward(x) ? s_send(x, &hdr, x->seqs_in, NULL) : PL_OK;
+            free(buf);
+            continue;
+        }
         if (hdr.kind != PL_ACT_HIDDEN) {
             free(buf);
             st = pl_error(PL_ERR_PROTOCOL, "stage %d expected activations, got kind %u",
@@ -304,8 +351,10 @@ static pl_status_t s_run_rest(pl_exec_t *x, pl_gen_sink_t *sink)
         if (last) {
             st = pl_gen_sink_sample(sink, &hdr, x->seqs_in, x->out, &out, x->seqs_out);
             atomic_store(&x->generated, pl_gen_sink_generated(sink));
-            if (!st)
+            if (!st) {
+                s_free_finished(x, &out, x->seqs_out, NULL);
                 st = s_send(x, &out, x->seqs_out, NULL);
+            }
         } else {
             st = s_send(x, &hdr, x->seqs_in, x->out);
         }
@@ -313,26 +362,25 @@ static pl_status_t s_run_rest(pl_exec_t *x, pl_gen_sink_t *sink)
     return st;
 }
 
-static json_t *s_stats(pl_exec_t *x, pl_gen_sink_t *sink)
+static void s_stats(pl_exec_t *x, pl_gen_sink_t *sink, pl_msg_stats_t *s)
 {
     double wall = pl_now() - x->t_start;
-    json_t *s = json_pack("{s:f, s:f, s:f, s:I, s:I}", "wall_s", wall, "compute_s", x->compute_s,
-                          "wait_s", x->wait_s, "messages", (json_int_t)x->n_msgs, "tokens",
-                          (json_int_t)x->n_tokens);
+    *s = (pl_msg_stats_t){.wall_s = wall, .compute_s = x->compute_s, .wait_s = x->wait_s,
+                          .messages = (int64_t)x->n_msgs, .tokens = (int64_t)x->n_tokens,
+                          .prefill_compute_s = x->phase_s[0],
+                          .prefill_calls = (int64_t)x->phase_calls[0],
+                          .decode_compute_s = x->phase_s[1],
+                          .decode_calls = (int64_t)x->phase_calls[1],
+                          .freed_seqs = (int64_t)x->n_freed,
+                          .has_probe = x->have_probe, .probe = x->probe};
     if (sink) {
         double pf = pl_gen_sink_prefill_done_at(sink);
-        json_object_set_new(s, "generated", json_integer((json_int_t)pl_gen_sink_generated(sink)));
-        json_object_set_new(s, "prefill_s", json_real(pf > 0 ? pf - x->t_start : wall));
+        s->has_sink = true;
+        s->generated = (int64_t)pl_gen_sink_generated(sink);
+        s->prefill_s = pf > 0 ? pf - x->t_start : wall;
     }
-    json_object_set_new(s, "prefill_compute_s", json_real(x->phase_s[0]));
-    json_object_set_new(s, "prefill_calls", json_integer((json_int_t)x->phase_calls[0]));
-    json_object_set_new(s, "decode_compute_s", json_real(x->phase_s[1]));
-    json_object_set_new(s, "decode_calls", json_integer((json_int_t)x->phase_calls[1]));
     if (x->next)
-        json_object_set_new(s, "link", json_string(pl_ucx_ep_transport(x->next)));
-    if (x->probe)
-        json_object_set_new(s, "probe", json_incref(x->probe));
-    return s;
+        snprintf(s->link, sizeof(s->link), "%s", pl_ucx_ep_transport(x->next));
 }
 
 /* Measure the link to the next stage and answer the previous stage's probe (link_probe.h). */
@@ -352,10 +400,10 @@ static pl_status_t s_probe(pl_exec_t *x, const char *next, const char *prev)
                     x->p.stage, r.took_s);
         return PL_OK;
     }
-    x->probe = json_pack("{s:i, s:f, s:f, s:s, s:f}", "to_stage",
-                         (x->p.stage + 1) % x->p.n_stages, "gbps", r.gbps, "latency_s",
-                         r.latency_s, "transport", pl_ucx_ep_transport(x->next), "took_s",
-                         r.took_s);
+    x->probe = (pl_msg_probe_t){.to_stage = (x->p.stage + 1) % x->p.n_stages, .gbps = r.gbps,
+                                .latency_s = r.latency_s, .took_s = r.took_s};
+    snprintf(x->probe.transport, sizeof(x->probe.transport), "%s", pl_ucx_ep_transport(x->next));
+    x->have_probe = true;
     pl_log_debug("job %u stage %d: link to the next stage %.2f GB/s, %.1f us (%s), probed in "
                  "%.1f ms", x->p.job_id, x->p.stage, r.gbps, r.latency_s * 1e6,
                  pl_ucx_ep_transport(x->next), r.took_s * 1e3);
@@ -370,10 +418,12 @@ static void *s_thread(void *arg)
     pl_status_t st;
     bool last = x->p.stage == x->p.n_stages - 1;
 
-    x->sock = zmq_socket(x->zctx, ZMQ_PAIR);
-    if (!x->sock || zmq_connect(x->sock, x->endpoint) != 0) {
+    pl_msg_t m;
+    if ((st = pl_tx_sock_new(x->ctx, PL_TX_PAIR, &x->sock)) ||
+        (st = pl_tx_sock_connect(x->sock, x->endpoint))) {
         pl_log_error("job %u stage %d: inproc socket: %s", x->p.job_id, x->p.stage,
-                     zmq_strerror(zmq_errno()));
+                     pl_error_msg());
+        pl_tx_sock_destroy(&x->sock);
         return NULL;
     }
     if ((st = s_load(x)))
@@ -382,7 +432,9 @@ static void *s_thread(void *arg)
         if ((st = pl_ucx_create(&x->ucx)) || (st = pl_ucx_address(x->ucx, &addr)))
             goto fail;
     }
-    s_send_main(x, PL_MSG_READY, json_pack("{s:s?}", "ucx_addr", addr));
+    pl_msg_init(&m, PL_MSG_READY);
+    m.ready.ucx_addr = addr; /* borrowed */
+    s_send_main(x, &m);
     if ((st = s_wait_start(x, &next, &prev)))
         goto fail;
     if (x->p.n_stages > 1) {
@@ -406,12 +458,12 @@ static void *s_thread(void *arg)
         st = pl_ucx_flush(x->ucx, 10000);
     if (st)
         goto fail;
-    {
-        json_t *body = json_pack("{s:o}", "stats", s_stats(x, sink));
-        if (sink)
-            json_object_set_new(body, "results", pl_gen_sink_results(sink));
-        s_send_main(x, PL_MSG_DONE, body);
-    }
+    pl_msg_init(&m, PL_MSG_DONE);
+    s_stats(x, sink, &m.done.stats);
+    if (sink && (st = pl_gen_sink_collect(sink, &m.done.results, &m.done.n_results)))
+        goto fail;
+    s_send_main(x, &m);
+    pl_msg_clear(&m);
     /* Keep the worker and its endpoints until the whole job is over: a peer that still waits
      * for STOP would otherwise see this endpoint close and fail (TCP reports it at once). */
     for (double t0 = pl_now(); x->ucx && !atomic_load(&x->cancel) && pl_now() - t0 < S_LINGER_S;) {
@@ -423,23 +475,21 @@ fail:
     if (st != PL_ERR_CANCELED)
         pl_log_error("job %u stage %d: %s", x->p.job_id, x->p.stage,
                      pl_error_msg()[0] ? pl_error_msg() : pl_status_str(st));
-    s_send_main(x, PL_MSG_FAIL,
-                json_pack("{s:s, s:s}", "error",
-                          pl_error_msg()[0] ? pl_error_msg() : pl_status_str(st), "status",
-                          pl_status_str(st)));
+    pl_msg_init(&m, PL_MSG_FAIL);
+    m.fail.code = st;
+    snprintf(m.fail.error, sizeof(m.fail.error), "%s",
+             pl_error_msg()[0] ? pl_error_msg() : pl_status_str(st));
+    s_send_main(x, &m);
 out:
     free(addr);
     free(next);
     free(prev);
-    json_decref(x->probe);
     pl_gen_sink_destroy(&sink);
     if (x->ucx && x->next)
         pl_ucx_flush(x->ucx, 1000);
     x->next = x->prev = NULL; /* closed with the worker */
     pl_ucx_destroy(&x->ucx);
-    if (x->stage)
-        x->p.ops->stage_unload(x->stage);
-    x->stage = NULL;
+    pl_be_stage_unload(&x->stage);
     pl_model_destroy(&x->model);
     pl_gen_job_clear(&x->job);
     free(x->tokens);
@@ -447,43 +497,41 @@ out:
     free(x->ints);
     free(x->seqs_in);
     free(x->seqs_out);
-    zmq_close(x->sock);
+    pl_tx_sock_destroy(&x->sock);
     return NULL;
 }
 
-pl_status_t pl_exec_start(void *zctx, pl_exec_params_t *params, pl_exec_t **exec_p)
+pl_status_t pl_exec_start(pl_tx_ctx_t *ctx, pl_exec_params_t *params, pl_exec_t **exec_p)
 {
     static atomic_uint s_counter;
     pl_exec_t *x = calloc(1, sizeof(*x));
-    if (!x)
+    pl_status_t st;
+    if (!x) {
+        pl_job_spec_clear(&params->spec);
         return pl_error(PL_ERR_NOMEM, "executor: out of memory");
+    }
     x->p = *params;
-    params->job = NULL;
-    x->zctx = zctx;
+    pl_job_spec_init(&params->spec); /* moved into the exec */
+    x->ctx = ctx;
     snprintf(x->endpoint, sizeof(x->endpoint), "inproc://exec-%u-%u", x->p.job_id,
              atomic_fetch_add(&s_counter, 1));
-    x->main_sock = zmq_socket(zctx, ZMQ_PAIR);
-    if (!x->main_sock || zmq_bind(x->main_sock, x->endpoint) != 0) {
-        pl_status_t st = pl_error(PL_ERR_TRANSPORT, "inproc bind: %s", zmq_strerror(zmq_errno()));
-        if (x->main_sock)
-            zmq_close(x->main_sock);
-        json_decref(x->p.job);
-        free(x);
-        return st;
-    }
-    int linger = 0;
-    zmq_setsockopt(x->main_sock, ZMQ_LINGER, &linger, sizeof(linger));
+    if ((st = pl_tx_sock_new(ctx, PL_TX_PAIR, &x->main_sock)) ||
+        (st = pl_tx_sock_bind(x->main_sock, x->endpoint)))
+        goto err;
     if (pthread_create(&x->thread, NULL, s_thread, x) != 0) {
-        zmq_close(x->main_sock);
-        json_decref(x->p.job);
-        free(x);
-        return pl_error(PL_ERR_NOMEM, "cannot start executor thread");
+        st = pl_error(PL_ERR_NOMEM, "cannot start executor thread");
+        goto err;
     }
     *exec_p = x;
     return PL_OK;
+err:
+    pl_tx_sock_destroy(&x->main_sock);
+    pl_job_spec_clear(&x->p.spec);
+    free(x);
+    return st;
 }
 
-void *pl_exec_socket(pl_exec_t *x)
+pl_tx_sock_t *pl_exec_socket(pl_exec_t *x)
 {
     return x->main_sock;
 }
@@ -515,8 +563,8 @@ void pl_exec_destroy(pl_exec_t **exec_p)
         return;
     pl_exec_cancel(x);
     pthread_join(x->thread, NULL);
-    zmq_close(x->main_sock);
-    json_decref(x->p.job);
+    pl_tx_sock_destroy(&x->main_sock);
+    pl_job_spec_clear(&x->p.spec);
     free(x);
     *exec_p = NULL;
 }

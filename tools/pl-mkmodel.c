@@ -3,6 +3,7 @@
 #include "common/status.h"
 #include "common/util.h"
 #include "model/model.h"
+#include "model/tokenizer.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -35,6 +36,9 @@ typedef struct {
     uint64_t seed;
     bool tie, rope_llama3;
     int n_eos, eos[PL_MODEL_MAX_EOS];
+    const char *tokenizer; /* --tokenizer DIR: its files are copied in, vocab and BOS/EOS follow */
+    bool eos_given;
+    int bos; /* -2: 1 (the default layout), -1: none */
 } s_opts_t;
 
 static int s_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -108,7 +112,9 @@ static json_t *s_config_json(const s_opts_t *o)
     else
         json_object_set_new(c, "rope_scaling", json_null());
     json_object_set_new(c, "tie_word_embeddings", json_boolean(o->tie));
-    json_object_set_new(c, "bos_token_id", json_integer(o->vocab > 1 ? 1 : 0));
+    if (o->bos != -1)
+        json_object_set_new(c, "bos_token_id",
+                            json_integer(o->bos >= 0 ? o->bos : o->vocab > 1 ? 1 : 0));
     if (o->n_eos == 1) {
         eos = json_integer(o->eos[0]);
     } else {
@@ -320,12 +326,56 @@ static int s_remove_stale_index(const char *dir)
     return 0;
 }
 
+/* --tokenizer: the tokenizer must load; it sizes the vocabulary and names BOS and EOS. */
+static int s_tokenizer_opts(s_opts_t *o)
+{
+    pl_tokenizer_t *tok = NULL;
+    const int *eos;
+    int n_eos;
+
+    if (pl_tokenizer_load(o->tokenizer, &tok))
+        return s_fail("--tokenizer: %s", pl_error_msg());
+    o->vocab = pl_tokenizer_vocab_size(tok);
+    o->bos = pl_tokenizer_bos(tok);
+    n_eos = pl_tokenizer_eos(tok, &eos);
+    if (!o->eos_given && n_eos > 0) {
+        o->n_eos = PL_MIN(n_eos, PL_MODEL_MAX_EOS);
+        memcpy(o->eos, eos, (size_t)o->n_eos * sizeof(int));
+    }
+    pl_tokenizer_destroy(&tok);
+    return 0;
+}
+
+/* Copy DIR/name into the model directory; a missing optional file is skipped. */
+static int s_copy_file(const char *from_dir, const char *name, const char *to_dir, bool optional)
+{
+    char src[4096], dst[4096];
+    char *buf = NULL;
+    size_t len;
+    FILE *f;
+    pl_status_t st;
+
+    if (pl_path_join(from_dir, name, src, sizeof(src)) ||
+        pl_path_join(to_dir, name, dst, sizeof(dst)))
+        return s_fail("%s", pl_error_msg());
+    if ((st = pl_file_read(src, PL_TOKENIZER_MAX_FILE_BYTES, &buf, &len)))
+        return optional && st == PL_ERR_NOT_FOUND ? 0 : s_fail("%s", pl_error_msg());
+    if (!(f = fopen(dst, "wb")) || fwrite(buf, 1, len, f) != len || fclose(f) != 0) {
+        free(buf);
+        return s_fail("%s: cannot write: %s", dst, strerror(errno));
+    }
+    free(buf);
+    return 0;
+}
+
 static void s_usage(FILE *f)
 {
     fprintf(f, "usage: pl-mkmodel --out DIR [--layers 4] [--hidden 256] [--intermediate 688]\n"
                "       [--heads 8] [--kv-heads 4] [--head-dim N] [--vocab 512]\n"
                "       [--dtype f32|f16|bf16] [--seed 1] [--shards 1] [--tie] [--rope-llama3]\n"
-               "       [--max-pos 2048] [--eos 2[,ID...]]\n");
+               "       [--max-pos 2048] [--eos 2[,ID...]] [--tokenizer DIR]\n"
+               "  --tokenizer DIR: copy DIR's tokenizer.json and tokenizer_config.json in; the\n"
+               "       vocabulary size, BOS and EOS come from them\n");
 }
 
 static int s_parse_args(int argc, char **argv, s_opts_t *o)
@@ -339,7 +389,7 @@ static int s_parse_args(int argc, char **argv, s_opts_t *o)
         {"shards", required_argument, 0, 'n'}, {"tie", no_argument, 0, 'T'},
         {"rope-llama3", no_argument, 0, 'r'},  {"max-pos", required_argument, 0, 'm'},
         {"eos", required_argument, 0, 'e'},    {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0}};
+        {"tokenizer", required_argument, 0, 'z'}, {0, 0, 0, 0}};
     int c, li = 0, *target;
     char *end;
 
@@ -376,7 +426,9 @@ static int s_parse_args(int argc, char **argv, s_opts_t *o)
             if (errno || end == optarg || *end || optarg[0] == '-')
                 return s_fail("--seed: '%s' is not a non-negative integer", optarg);
             break;
+        case 'z': o->tokenizer = optarg; break;
         case 'e':
+            o->eos_given = true;
             if (!s_parse_eos(optarg, o))
                 return s_fail("--eos: '%s' is not a comma-separated list of up to %d ids",
                               optarg, PL_MODEL_MAX_EOS);
@@ -399,6 +451,8 @@ static int s_parse_args(int argc, char **argv, s_opts_t *o)
     }
     if (o->shards > o->layers)
         return s_fail("--shards %d is more than --layers %d", o->shards, o->layers);
+    if (o->tokenizer && s_tokenizer_opts(o))
+        return 1;
     for (int i = 0; i < o->n_eos; i++)
         if (o->eos[i] >= o->vocab)
             return s_fail("--eos %d is not below --vocab %d", o->eos[i], o->vocab);
@@ -409,7 +463,7 @@ int main(int argc, char **argv)
 {
     s_opts_t o = {.layers = 4, .hidden = 256, .inter = 688, .heads = 8, .kv_heads = 4,
                   .vocab = 512, .max_pos = 2048, .shards = 1, .dtype = PL_DT_F32, .seed = 1,
-                  .n_eos = 1, .eos = {2}};
+                  .n_eos = 1, .eos = {2}, .bos = -2};
     pl_model_config_t cfg;
     s_tensor_t *t;
     size_t n;
@@ -435,6 +489,9 @@ int main(int argc, char **argv)
         goto err_config;
     }
     if (s_write_json(o.out, "config.json", config))
+        goto err_config;
+    if (o.tokenizer && (s_copy_file(o.tokenizer, "tokenizer.json", o.out, false) ||
+                        s_copy_file(o.tokenizer, "tokenizer_config.json", o.out, true)))
         goto err_config;
     t = s_tensor_list(&o, &n);
     vals = malloc(S_CHUNK * sizeof(*vals));

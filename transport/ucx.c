@@ -55,6 +55,11 @@ static bool s_want_mm_error_handling(void)
            strstr(tls, "sysv") || strchr(tls, '^');
 }
 
+void pl_ucx_tune_for_stages(void)
+{
+    setenv("UCX_RNDV_THRESH", "inf", 0); /* read by every later ucp_config_read */
+}
+
 pl_status_t pl_ucx_create(pl_ucx_t **ucx_p)
 {
     ucp_config_t *config = NULL;

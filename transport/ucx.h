@@ -13,6 +13,11 @@
 typedef struct pl_ucx pl_ucx_t;
 typedef struct pl_ucx_ep pl_ucx_ep_t;
 
+/* Process-wide UCX tuning for pipeline stages; call once before the first pl_ucx_create of the
+ * process. Stages compute without progressing UCX, so a rendezvous send would wait for the
+ * receiver's next progress and the pipeline would not overlap: sends go eager (RNDV_THRESH inf).
+ * A value the user set in the environment wins. */
+void pl_ucx_tune_for_stages(void);
 pl_status_t pl_ucx_create(pl_ucx_t **ucx_p);
 /* Cancels outstanding operations, closes endpoints, frees; *ucx_p NULL; safe on NULL. Waits up to
  * 2 s for a message that is half-received; if it is still arriving then (its sender alive but
