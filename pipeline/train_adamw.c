@@ -20,9 +20,15 @@ struct pl_adamw {
 
 pl_adamw_cfg_t pl_adamw_cfg_default(void)
 {
-    return (pl_adamw_cfg_t){.lr = 1e-3f, .min_lr = 0.0f, .warmup_steps = 0, .total_steps = 1,
-                            .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
-                            .weight_decay = 0.01f, .clip_norm = 0.0f};
+    return (pl_adamw_cfg_t){.lr = 1e-3f,
+                            .min_lr = 0.0f,
+                            .warmup_steps = 0,
+                            .total_steps = 1,
+                            .beta1 = 0.9f,
+                            .beta2 = 0.999f,
+                            .eps = 1e-8f,
+                            .weight_decay = 0.01f,
+                            .clip_norm = 0.0f};
 }
 
 pl_status_t pl_adamw_cfg_check(const pl_adamw_cfg_t *c)

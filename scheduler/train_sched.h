@@ -5,64 +5,31 @@
 #define PL_SCHEDULER_TRAIN_SCHED_H
 
 #include "common/status.h"
+#include "common/train_ops.h"
 
 #include <stdbool.h>
-
-#define PL_TSCHED_MAX_STAGES 64
-#define PL_TSCHED_MAX_MB 4096
-
-typedef enum { PL_TSCHED_GPIPE = 0, PL_TSCHED_1F1B, PL_TSCHED_ZBH1, PL_TSCHED_COUNT } pl_tsched_kind_t;
-
-/* "gpipe", "1f1b", "zb-h1". */
-const char *pl_tsched_kind_name(pl_tsched_kind_t k);
-/* The kind a job's `schedule:` names (the names above); PL_ERR_INVALID naming it otherwise. */
-pl_status_t pl_tsched_kind_parse(const char *name, pl_tsched_kind_t *k_p);
-
-typedef enum {
-    PL_TOP_F,         /* forward of microbatch mb */
-    PL_TOP_B,         /* input gradient (GPipe and 1F1B follow it with its W at once) */
-    PL_TOP_W,         /* weight gradient; frees the microbatch's stash */
-    PL_TOP_SEND_ACT,  /* activations of mb to stage + 1 */
-    PL_TOP_RECV_ACT,  /* activations of mb from stage - 1 */
-    PL_TOP_SEND_GRAD, /* input gradient of mb to stage - 1 */
-    PL_TOP_RECV_GRAD, /* gradient of mb from stage + 1 */
-} pl_top_kind_t;
-
-typedef struct {
-    pl_top_kind_t kind;
-    int mb;
-} pl_top_t;
 
 /* Seconds (or any one unit) of one microbatch's F, B and W on a stage. */
 typedef struct {
     double f, b, w;
 } pl_tsched_times_t;
 
-/* One schedule: for each stage its operations, run in order. */
-typedef struct {
-    pl_tsched_kind_t kind;
-    int n_stages, n_mb;
-    int n_ops[PL_TSCHED_MAX_STAGES];
-    pl_top_t *ops[PL_TSCHED_MAX_STAGES];
-} pl_tsched_t;
-
 /* Generate `kind` for n_stages stages and n_mb microbatches. times [n_stages] (NULL: 1, 1, 1 on
  * every stage) and comm (seconds per hop) steer ZB-H1's placement of W; GPipe and 1F1B are
  * fixed patterns. ZB-H1 keeps at most min(S, M) microbatches stashed per stage, 1F1B's peak. */
-pl_status_t pl_tsched_build(pl_tsched_kind_t kind, int n_stages, int n_mb,
-                            const pl_tsched_times_t *times, double comm, pl_tsched_t **sched_p);
-void pl_tsched_destroy(pl_tsched_t **sched_p);
+pl_status_t pl_tsched_build(pl_train_kind_t kind, int n_stages, int n_mb,
+                            const pl_tsched_times_t *times, double comm, pl_train_ops_t **sched_p);
 
 typedef struct {
-    double makespan;                      /* one step's F/B/W time, first op to last */
-    double bubble;                        /* idle share: sum of idle / (S * makespan) */
-    double busy[PL_TSCHED_MAX_STAGES];    /* compute time per stage */
-    int peak_stash[PL_TSCHED_MAX_STAGES]; /* most microbatches between F and W at once */
+    double makespan;                     /* one step's F/B/W time, first op to last */
+    double bubble;                       /* idle share: sum of idle / (S * makespan) */
+    double busy[PL_TRAIN_MAX_STAGES];    /* compute time per stage */
+    int peak_stash[PL_TRAIN_MAX_STAGES]; /* most microbatches between F and W at once */
 } pl_tsched_pred_t;
 
 /* Replay the lists with these per-op times (comm per hop): what each schedule is predicted to
  * take. PL_ERR_INFEASIBLE if the lists cannot run (a dependency never met). */
-pl_status_t pl_tsched_predict(const pl_tsched_t *sched, const pl_tsched_times_t *times,
+pl_status_t pl_tsched_predict(const pl_train_ops_t *sched, const pl_tsched_times_t *times,
                               double comm, pl_tsched_pred_t *pred_p);
 
 /* What a stage keeps to train: its parameters with their stored bytes each, f32 master copy
@@ -75,15 +42,16 @@ typedef struct {
 } pl_tsched_mem_t;
 
 /* Peak stash bytes stage `stage` holds running its list. */
-double pl_tsched_stash_bytes(const pl_tsched_t *sched, int stage, double f_bytes, double b_bytes);
+double pl_tsched_stash_bytes(const pl_train_ops_t *sched, int stage, double f_bytes,
+                             double b_bytes);
 /* The stage's training memory under this schedule: weights, master, gradients, moments, stash. */
-double pl_tsched_stage_mem(const pl_tsched_t *sched, int stage, const pl_tsched_mem_t *m);
+double pl_tsched_stage_mem(const pl_train_ops_t *sched, int stage, const pl_tsched_mem_t *m);
 
 /* The schedule to run: `forced` (>= 0: that kind, PL_ERR_INFEASIBLE if it does not fit) or the
  * least predicted makespan among those whose every stage fits budget[s] bytes (ties: the lower
  * kind). mem [n_stages], budget [n_stages]; *sched_p and *pred_p get the choice. */
 pl_status_t pl_tsched_choose(int n_stages, int n_mb, const pl_tsched_times_t *times, double comm,
                              const pl_tsched_mem_t *mem, const double *budget, int forced,
-                             pl_tsched_t **sched_p, pl_tsched_pred_t *pred_p);
+                             pl_train_ops_t **sched_p, pl_tsched_pred_t *pred_p);
 
 #endif

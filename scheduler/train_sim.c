@@ -23,13 +23,13 @@ static double *s_ends(int S, int M)
     return e;
 }
 
-pl_status_t pl_tsched_predict(const pl_tsched_t *t, const pl_tsched_times_t *times, double comm,
+pl_status_t pl_tsched_predict(const pl_train_ops_t *t, const pl_tsched_times_t *times, double comm,
                               pl_tsched_pred_t *pred_p)
 {
     int S = t->n_stages, M = t->n_mb, last = S - 1;
     double *fe = s_ends(S, M), *be = s_ends(S, M), *we = s_ends(S, M);
-    int idx[PL_TSCHED_MAX_STAGES] = {0}, stash[PL_TSCHED_MAX_STAGES] = {0};
-    double clock[PL_TSCHED_MAX_STAGES] = {0};
+    int idx[PL_TRAIN_MAX_STAGES] = {0}, stash[PL_TRAIN_MAX_STAGES] = {0};
+    double clock[PL_TRAIN_MAX_STAGES] = {0};
     pl_tsched_pred_t p = {0};
     pl_status_t rc = PL_OK;
     if (!fe || !be || !we) {
@@ -41,7 +41,7 @@ pl_status_t pl_tsched_predict(const pl_tsched_t *t, const pl_tsched_times_t *tim
         for (int s = 0; s < S; s++) {
             const pl_tsched_times_t *tm = s_times(times, s);
             while (idx[s] < t->n_ops[s]) {
-                pl_top_t op = t->ops[s][idx[s]];
+                pl_train_op_t op = t->ops[s][idx[s]];
                 if (op.mb < 0 || op.mb >= M) {
                     rc = pl_error(PL_ERR_INVALID, "schedule: stage %d op %d: microbatch %d", s,
                                   idx[s], op.mb);
@@ -49,27 +49,28 @@ pl_status_t pl_tsched_predict(const pl_tsched_t *t, const pl_tsched_times_t *tim
                 }
                 size_t i = (size_t)s * M + op.mb;
                 double ready = clock[s];
-                if (op.kind == PL_TOP_RECV_ACT || (op.kind == PL_TOP_F && s > 0)) {
+                if (op.kind == PL_TRAIN_OP_RECV_ACT || (op.kind == PL_TRAIN_OP_F && s > 0)) {
                     if (s == 0 || isnan(fe[i - M]))
                         break;
                     ready = fmax(ready, fe[i - M] + comm);
-                } else if (op.kind == PL_TOP_RECV_GRAD || (op.kind == PL_TOP_B && s < last)) {
+                } else if (op.kind == PL_TRAIN_OP_RECV_GRAD ||
+                           (op.kind == PL_TRAIN_OP_B && s < last)) {
                     if (s == last || isnan(be[i + M]))
                         break;
                     ready = fmax(ready, be[i + M] + comm);
                 }
-                if (op.kind == PL_TOP_B && isnan(fe[i]))
+                if (op.kind == PL_TRAIN_OP_B && isnan(fe[i]))
                     break;
-                if (op.kind == PL_TOP_W && isnan(be[i]))
+                if (op.kind == PL_TRAIN_OP_W && isnan(be[i]))
                     break;
                 clock[s] = ready;
-                if (op.kind == PL_TOP_F) {
+                if (op.kind == PL_TRAIN_OP_F) {
                     fe[i] = clock[s] += tm->f, p.busy[s] += tm->f;
                     if (++stash[s] > p.peak_stash[s])
                         p.peak_stash[s] = stash[s];
-                } else if (op.kind == PL_TOP_B) {
+                } else if (op.kind == PL_TRAIN_OP_B) {
                     be[i] = clock[s] += tm->b, p.busy[s] += tm->b;
-                } else if (op.kind == PL_TOP_W) {
+                } else if (op.kind == PL_TRAIN_OP_W) {
                     we[i] = clock[s] += tm->w, p.busy[s] += tm->w;
                     stash[s]--;
                 }
@@ -80,8 +81,8 @@ pl_status_t pl_tsched_predict(const pl_tsched_t *t, const pl_tsched_times_t *tim
     }
     for (int s = 0; s < S; s++) {
         if (idx[s] < t->n_ops[s]) {
-            rc = pl_error(PL_ERR_INFEASIBLE, "schedule: stage %d waits forever at op %d", s,
-                          idx[s]);
+            rc =
+                pl_error(PL_ERR_INFEASIBLE, "schedule: stage %d waits forever at op %d", s, idx[s]);
             goto out;
         }
         p.makespan = fmax(p.makespan, clock[s]);
@@ -98,13 +99,13 @@ out:
     return rc;
 }
 
-pl_status_t pl_tsched_zbh1(pl_tsched_t *t, const pl_tsched_times_t *times, double comm)
+pl_status_t pl_tsched_zbh1(pl_train_ops_t *t, const pl_tsched_times_t *times, double comm)
 {
     int S = t->n_stages, M = t->n_mb, last = S - 1, limit = S < M ? S : M;
     double *fe = s_ends(S, M), *be = s_ends(S, M);
-    double clock[PL_TSCHED_MAX_STAGES] = {0};
-    int nf[PL_TSCHED_MAX_STAGES] = {0}, nb[PL_TSCHED_MAX_STAGES] = {0};
-    int nw[PL_TSCHED_MAX_STAGES] = {0};
+    double clock[PL_TRAIN_MAX_STAGES] = {0};
+    int nf[PL_TRAIN_MAX_STAGES] = {0}, nb[PL_TRAIN_MAX_STAGES] = {0};
+    int nw[PL_TRAIN_MAX_STAGES] = {0};
     pl_status_t rc = PL_OK;
     if (!fe || !be) {
         rc = pl_error(PL_ERR_NOMEM, "schedule: zb-h1");
@@ -147,13 +148,13 @@ pl_status_t pl_tsched_zbh1(pl_tsched_t *t, const pl_tsched_times_t *times, doubl
         size_t base = (size_t)s * M;
         if (rb_best <= best_e) {
             be[base + nb[s]] = clock[s] += tm->b;
-            pl_tsched_emit(t, s, PL_TOP_B, nb[s]++);
+            pl_tsched_emit(t, s, PL_TRAIN_OP_B, nb[s]++);
         } else if (rf_best <= best_e) {
             fe[base + nf[s]] = clock[s] += tm->f;
-            pl_tsched_emit(t, s, PL_TOP_F, nf[s]++);
+            pl_tsched_emit(t, s, PL_TRAIN_OP_F, nf[s]++);
         } else {
             clock[s] += tm->w;
-            pl_tsched_emit(t, s, PL_TOP_W, nw[s]++);
+            pl_tsched_emit(t, s, PL_TRAIN_OP_W, nw[s]++);
         }
     }
 out:

@@ -187,9 +187,12 @@ static double loss_rope(void)
 
 Test(cpu_backward, rope_llama3)
 {
-    pl_model_config_t cfg = {.head_dim = 4, .rope_theta = 10000.0f,
-                             .rope_scaling = PL_ROPE_LLAMA3, .rope_factor = 8.0f,
-                             .rope_low_freq_factor = 1.0f, .rope_high_freq_factor = 4.0f,
+    pl_model_config_t cfg = {.head_dim = 4,
+                             .rope_theta = 10000.0f,
+                             .rope_scaling = PL_ROPE_LLAMA3,
+                             .rope_factor = 8.0f,
+                             .rope_low_freq_factor = 1.0f,
+                             .rope_high_freq_factor = 4.0f,
                              .rope_orig_max_pos = 8};
     pl_model_rope_inv_freq(&cfg, g_inv_freq);
     pl_model_config_t plain = cfg;

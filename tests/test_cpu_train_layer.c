@@ -21,8 +21,8 @@ static double rnd(void)
 }
 
 #define T 6 /* tokens */
-static const pl_cpu_tdims_t g_d = {.hidden = 16, .inter = 24, .n_heads = 4, .n_kv = 2,
-                                   .head_dim = 4, .eps = 1e-5f};
+static const pl_cpu_tdims_t g_d = {
+    .hidden = 16, .inter = 24, .n_heads = 4, .n_kv = 2, .head_dim = 4, .eps = 1e-5f};
 static double g_inv_freq[2];
 static double *g_w[9], *g_x, *g_r;
 static size_t g_sz[9];
@@ -153,9 +153,12 @@ static float *to_f(const double *d, size_t n)
 
 static void tables(float *ct, float *st)
 {
-    pl_model_config_t cfg = {.head_dim = 4, .rope_theta = 10000.0f,
-                             .rope_scaling = PL_ROPE_LLAMA3, .rope_factor = 8.0f,
-                             .rope_low_freq_factor = 1.0f, .rope_high_freq_factor = 4.0f,
+    pl_model_config_t cfg = {.head_dim = 4,
+                             .rope_theta = 10000.0f,
+                             .rope_scaling = PL_ROPE_LLAMA3,
+                             .rope_factor = 8.0f,
+                             .rope_low_freq_factor = 1.0f,
+                             .rope_high_freq_factor = 4.0f,
                              .rope_orig_max_pos = 8};
     pl_model_rope_inv_freq(&cfg, g_inv_freq);
     int pos[T];
@@ -209,8 +212,7 @@ static void setup_layer(void)
     g_r = drand(T * 16, 1.0, 0);
 }
 
-static const char *g_names[9] = {"attn_norm", "wq", "wk", "wv", "wo",
-                                 "ffn_norm",  "wg", "wu", "wd"};
+static const char *g_names[9] = {"attn_norm", "wq", "wk", "wv", "wo", "ffn_norm", "wg", "wu", "wd"};
 
 Test(cpu_train_layer, gradients_against_finite_differences)
 {

@@ -58,7 +58,7 @@ static void ref_step(const pl_adamw_cfg_t *c, ref_t *r, int n, const double *g, 
     else
         lr = c->min_lr + 0.5 * ((double)c->lr - c->min_lr) *
                              (1 + cos(M_PI * fmin(1.0, (double)(step - c->warmup_steps) /
-                                                          (c->total_steps - c->warmup_steps))));
+                                                           (c->total_steps - c->warmup_steps))));
     for (int j = 0; j < n; j++) {
         double gj = g[j] * clip;
         if (decay)

@@ -82,12 +82,11 @@ void pl_cpu_matmul_bwd_weight(const float *dy, const float *x, int n_rows, int o
 {
     if (n_rows <= 0 || out_dim <= 0)
         return;
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out_dim, in_dim, n_rows, 1.0f, dy,
-                out_dim, x, in_dim, 1.0f, dw, in_dim);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out_dim, in_dim, n_rows, 1.0f, dy, out_dim,
+                x, in_dim, 1.0f, dw, in_dim);
 }
 
-void pl_cpu_embed_bwd_weight(const int32_t *ids, const float *dy, int n, int hidden,
-                             float *dtable)
+void pl_cpu_embed_bwd_weight(const int32_t *ids, const float *dy, int n, int hidden, float *dtable)
 {
     for (int r = 0; r < n; r++) {
         float *t = dtable + (size_t)ids[r] * hidden;

@@ -29,8 +29,7 @@ void pl_cpu_matmul_bwd_weight(const float *dy, const float *x, int n_rows, int o
                               float *dw);
 
 /* Embedding lookup's weight gradient: dtable[ids[r]] += dy[r], rows in order. ids in range. */
-void pl_cpu_embed_bwd_weight(const int32_t *ids, const float *dy, int n, int hidden,
-                             float *dtable);
+void pl_cpu_embed_bwd_weight(const int32_t *ids, const float *dy, int n, int hidden, float *dtable);
 
 /* Cross-entropy of n rows of logits [n][vocab] against targets (in range): returns the sum of
  * -log softmax(logits)[target] in double; dlogits (may be NULL, may alias logits) gets

@@ -16,8 +16,7 @@ struct pl_cpu_thead {
     float *x, *xn, *dlogits, *dxn;
 };
 
-pl_status_t pl_cpu_thead_create(int n_tok, int hidden, int vocab, float eps,
-                                pl_cpu_thead_t **h_p)
+pl_status_t pl_cpu_thead_create(int n_tok, int hidden, int vocab, float eps, pl_cpu_thead_t **h_p)
 {
     if (n_tok <= 0 || hidden <= 0 || vocab <= 0)
         return pl_error(PL_ERR_INVALID, "train head: bad shape");

@@ -1,5 +1,6 @@
 /* The training ends of the model on the CPU: the embedding (first stage) and the final norm, LM
- * head and cross-entropy (last stage), each with separate input-gradient and weight-gradient calls. */
+ * head and cross-entropy (last stage), each with separate input-gradient and weight-gradient calls.
+ */
 #ifndef PL_BACKENDS_CPU_CPU_TRAIN_HEAD_H
 #define PL_BACKENDS_CPU_CPU_TRAIN_HEAD_H
 
@@ -11,8 +12,7 @@
 /* One microbatch's head activations, from the forward until the weight gradient. */
 typedef struct pl_cpu_thead pl_cpu_thead_t;
 
-pl_status_t pl_cpu_thead_create(int n_tok, int hidden, int vocab, float eps,
-                                pl_cpu_thead_t **h_p);
+pl_status_t pl_cpu_thead_create(int n_tok, int hidden, int vocab, float eps, pl_cpu_thead_t **h_p);
 void pl_cpu_thead_destroy(pl_cpu_thead_t **h_p);
 /* Bytes held now. */
 size_t pl_cpu_thead_bytes(const pl_cpu_thead_t *h);

@@ -12,10 +12,10 @@ struct pl_cpu_tstash {
     pl_cpu_tdims_t d;
     int n;
     bool recompute, have_f, have_b;
-    float *x;     /* [n][hidden] the layer's input (always kept from F) */
-    float *fwd;   /* the rest of the forward's activations, one block */
+    float *x;   /* [n][hidden] the layer's input (always kept from F) */
+    float *fwd; /* the rest of the forward's activations, one block */
     float *xn1, *q, *k, *v, *att, *h, *xn2, *gate, *up, *act;
-    float *bwd;   /* B's gradients that W needs, one block */
+    float *bwd; /* B's gradients that W needs, one block */
     float *dy, *dgate, *dup, *dxn2, *dh, *dq, *dk, *dv, *dxn1;
 };
 
@@ -253,8 +253,7 @@ err_fwd:
     return rc;
 }
 
-void pl_cpu_tlayer_backward_weight(const pl_cpu_tdims_t *d, pl_cpu_tstash_t *st,
-                                   pl_cpu_tlayer_t *g)
+void pl_cpu_tlayer_backward_weight(const pl_cpu_tdims_t *d, pl_cpu_tstash_t *st, pl_cpu_tlayer_t *g)
 {
     int n = st->n, hd = d->hidden, qd = d->n_heads * d->head_dim, kvd = d->n_kv * d->head_dim;
     if (!st->have_b)

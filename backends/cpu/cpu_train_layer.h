@@ -1,5 +1,6 @@
 /* One Llama decoder layer for training in f32: a forward that stashes what the backward needs
- * (or only its input, to recompute), and the backward split into input grad (B) and weight grad (W). */
+ * (or only its input, to recompute), and the backward split into input grad (B) and weight grad
+ * (W). */
 #ifndef PL_BACKENDS_CPU_CPU_TRAIN_LAYER_H
 #define PL_BACKENDS_CPU_CPU_TRAIN_LAYER_H
 
