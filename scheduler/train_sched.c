@@ -3,7 +3,7 @@
  * order and the replay that predicts times are in train_sim.c. */
 #include "scheduler/train_sched.h"
 
-#include "scheduler/train_sim.h"
+#include "scheduler/train_sched_int.h"
 
 #include <stdlib.h>
 #include <string.h>

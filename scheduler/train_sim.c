@@ -1,7 +1,7 @@
 /* Time simulation of training schedules: the replay of operation lists that predicts makespan,
  * bubble and stash, and the greedy event simulation that places ZB-H1's W passes into the gaps
  * where a stage would otherwise wait. */
-#include "scheduler/train_sim.h"
+#include "scheduler/train_sched_int.h"
 
 #include <math.h>
 #include <stdlib.h>

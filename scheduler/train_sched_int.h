@@ -1,7 +1,7 @@
 /* Internal to scheduler/: ZB-H1's greedy placement and the emitter it shares with the fixed
  * patterns (train_sched.c). */
-#ifndef PL_SCHEDULER_TRAIN_SIM_H
-#define PL_SCHEDULER_TRAIN_SIM_H
+#ifndef PL_SCHEDULER_TRAIN_SCHED_INT_H
+#define PL_SCHEDULER_TRAIN_SCHED_INT_H
 
 #include "scheduler/train_sched.h"
 
