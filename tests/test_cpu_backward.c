@@ -11,6 +11,24 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Every array a test makes, freed when it ends (the sanitizer build checks for leaks). */
+static void *g_arena[256];
+static int g_n_arena;
+
+static void *track(void *p)
+{
+    cr_assert(p && g_n_arena < 256);
+    return g_arena[g_n_arena++] = p;
+}
+
+static void free_arena(void)
+{
+    while (g_n_arena)
+        free(g_arena[--g_n_arena]);
+}
+
+TestSuite(cpu_backward, .fini = free_arena);
+
 static uint64_t g_rng = 1;
 
 static double rnd(void)
@@ -21,8 +39,7 @@ static double rnd(void)
 
 static double *drand_arr(size_t n, double scale, double off)
 {
-    double *p = malloc(n * sizeof(double));
-    cr_assert(p);
+    double *p = track(malloc(n * sizeof(double)));
     for (size_t i = 0; i < n; i++)
         p[i] = (double)(float)(off + scale * rnd()); /* exactly representable in f32 */
     return p;
@@ -30,8 +47,7 @@ static double *drand_arr(size_t n, double scale, double off)
 
 static float *to_f(const double *d, size_t n)
 {
-    float *p = malloc(n * sizeof(float));
-    cr_assert(p);
+    float *p = track(malloc(n * sizeof(float)));
     for (size_t i = 0; i < n; i++)
         p[i] = (float)d[i];
     return p;
@@ -164,7 +180,7 @@ static double loss_rmsnorm(void)
 Test(cpu_backward, rmsnorm_input_and_weight)
 {
     g_x = drand_arr(N * D, 1.0, 0), g_w = drand_arr(D, 0.5, 1.0), g_r = drand_arr(N * D, 1, 0);
-    g_y = malloc(sizeof(double) * N * D);
+    g_y = track(malloc(sizeof(double) * N * D));
     float *x = to_f(g_x, N * D), *w = to_f(g_w, D), *r = to_f(g_r, N * D);
     float dx[N * D], dw[D];
     for (int i = 0; i < N * D; i++)
@@ -201,7 +217,7 @@ Test(cpu_backward, rope_llama3)
     pl_model_rope_inv_freq(&plain, unscaled);
     cr_assert(unscaled[1] != g_inv_freq[1], "the scaling must matter in this test");
     g_x = drand_arr(N * D, 1, 0), g_r = drand_arr(N * D, 1, 0);
-    g_y = malloc(sizeof(double) * N * D);
+    g_y = track(malloc(sizeof(double) * N * D));
     int pos[N];
     for (int i = 0; i < N; i++)
         pos[i] = i;
@@ -243,7 +259,7 @@ static double loss_matmul(void)
 Test(cpu_backward, matmul_input_and_weight)
 {
     g_x = drand_arr(N * D, 1, 0), g_w = drand_arr(O * D, 1, 0), g_r = drand_arr(N * O, 1, 0);
-    g_y = malloc(sizeof(double) * N * O);
+    g_y = track(malloc(sizeof(double) * N * O));
     float *x = to_f(g_x, N * D), *w = to_f(g_w, O * D), *r = to_f(g_r, N * O);
     float dx[N * D], dw[O * D];
     pl_cpu_matmul_bwd_input(r, N, O, w, D, 0, dx);
@@ -278,7 +294,7 @@ Test(cpu_backward, attention_causal_gqa)
 {
     int qn = N * AH * AD, kn = N * AK * AD;
     g_q = drand_arr(qn, 1.5, 0), g_k = drand_arr(kn, 1.5, 0), g_v = drand_arr(kn, 1, 0);
-    g_r = drand_arr(qn, 1, 0), g_y = malloc(sizeof(double) * qn);
+    g_r = drand_arr(qn, 1, 0), g_y = track(malloc(sizeof(double) * qn));
     float *q = to_f(g_q, qn), *k = to_f(g_k, kn), *v = to_f(g_v, kn), *r = to_f(g_r, qn);
     float out[N * AH * AD], dq[N * AH * AD], dk[N * AK * AD], dv[N * AK * AD], scratch[2 * N];
     pl_cpu_attention_train_fwd(q, k, v, N, AH, AK, AD, scratch, out);
