@@ -20,8 +20,8 @@
 #define T 64
 #define V 512
 #define MB 8
-static const pl_cpu_tdims_t g_d = {.hidden = 256, .inter = 704, .n_heads = 8, .n_kv = 4,
-                                   .head_dim = 32, .eps = 1e-5f};
+static const pl_cpu_tdims_t g_d = {
+    .hidden = 256, .inter = 704, .n_heads = 8, .n_kv = 4, .head_dim = 32, .eps = 1e-5f};
 
 static float *s_rand(size_t n, float scale, float off, uint64_t seed)
 {
@@ -39,9 +39,9 @@ int main(void)
     pl_cpu_tlayer_t layers[NL], grad;
     for (int l = 0; l < NL; l++)
         for (int i = 0; i < 9; i++)
-            *pl_cpu_tlayer_field(&layers[l], i) =
-                (i == 0 || i == 5) ? s_rand(sz[i], 0.1f, 1.0f, 100 + l * 9 + i)
-                                   : s_rand(sz[i], 0.1f, 0.0f, 100 + l * 9 + i);
+            *pl_cpu_tlayer_field(&layers[l], i) = (i == 0 || i == 5)
+                                                      ? s_rand(sz[i], 0.1f, 1.0f, 100 + l * 9 + i)
+                                                      : s_rand(sz[i], 0.1f, 0.0f, 100 + l * 9 + i);
     for (int i = 0; i < 9; i++)
         *pl_cpu_tlayer_field(&grad, i) = calloc(sz[i], sizeof(float));
     pl_model_config_t mc = {.head_dim = g_d.head_dim, .rope_theta = 10000.0f};
@@ -71,8 +71,9 @@ int main(void)
     double ref_gf = 2.0 * T * g_d.inter * g_d.hidden / ref / 1e9;
     printf("one layer (hidden %d, inter %d, %d tokens), 1 thread; shared machine, noisy:\n",
            g_d.hidden, g_d.inter, T);
-    printf("  F %.3f ms (%.2f GFLOP/s dense)  B %.3f ms  W %.3f ms  | sgemm %dx%dx%d %.2f GFLOP/s\n",
-           tf * 1e3, dense / tf / 1e9, tb * 1e3, tw * 1e3, T, g_d.inter, g_d.hidden, ref_gf);
+    printf(
+        "  F %.3f ms (%.2f GFLOP/s dense)  B %.3f ms  W %.3f ms  | sgemm %dx%dx%d %.2f GFLOP/s\n",
+        tf * 1e3, dense / tf / 1e9, tb * 1e3, tw * 1e3, T, g_d.inter, g_d.hidden, ref_gf);
 
     float *embed = s_rand(V * H, 1.0f, 0, 7), *norm = s_rand(H, 0.1f, 1.0f, 8);
     float *head = s_rand(V * H, 0.1f, 0, 9);
@@ -81,8 +82,13 @@ int main(void)
     for (int i = 0; i < MB * (T + 1); i++)
         tok[i] = (int32_t)((i * 7 + i / 5) % V);
     pl_adamw_cfg_t opt = pl_adamw_cfg_default();
-    pl_train_local_cfg_t c = {.dims = g_d, .n_layers = NL, .vocab = V, .seq_len = T,
-                              .n_mb = MB, .inv_freq = inv, .opt = opt};
+    pl_train_local_cfg_t c = {.dims = g_d,
+                              .n_layers = NL,
+                              .vocab = V,
+                              .seq_len = T,
+                              .n_mb = MB,
+                              .inv_freq = inv,
+                              .opt = opt};
     static const int splits[3][3] = {{6}, {3, 3}, {2, 2, 2}};
     double one_stage_meas = 0, one_stage_pred = 0;
     printf("\n%-6s %-6s %12s %12s %8s %12s %12s  %s\n", "stages", "sched", "pred step ms",
