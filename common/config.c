@@ -176,6 +176,13 @@ static const pl_ys_field_t s_cluster_coordinator[] = {
     S_STR("endpoint", PL_YS_REQUIRED, pl_cfg_cluster_t, endpoint, s_check_endpoint),
     S_INT("heartbeat_ms", pl_cfg_cluster_t, heartbeat_ms, 10, 60000, 500),
     S_INT("dead_after_ms", pl_cfg_cluster_t, dead_after_ms, 20, 3600000, 3000),
+    S_STR("state_db", 0, pl_cfg_cluster_t, state_db, NULL),
+    S_INT("max_queued_jobs", pl_cfg_cluster_t, max_queued_jobs, 1, 1000000, 256),
+    S_INT("max_job_mb", pl_cfg_cluster_t, max_job_mb, 1, 4096, 64),
+    S_INT("results_kept", pl_cfg_cluster_t, results_kept, 1, 1000000, 1024),
+    S_INT("place_timeout_ms", pl_cfg_cluster_t, place_timeout_ms, 10, 86400000, 300000),
+    S_INT("load_timeout_ms", pl_cfg_cluster_t, load_timeout_ms, 10, 86400000, 300000),
+    S_INT("node_expire_ms", pl_cfg_cluster_t, node_expire_ms, 10, 86400000, 600000),
     {.type = PL_YS_END},
 };
 
