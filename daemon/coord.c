@@ -235,6 +235,19 @@ static void s_check_liveness(pl_coord_t *c)
     }
 }
 
+/* BYE: a daemon is stopping; its jobs fail now instead of after dead_after_ms of silence. */
+static void s_on_bye(pl_coord_t *c, const pl_tx_peer_t *from, const pl_msg_health_t *b)
+{
+    int i = pl_coord_find_node(c, b->node);
+    if (i < 0 || strlen(b->node) != from->len || memcmp(b->node, from->id, from->len) != 0 ||
+        !c->nodes[i].alive)
+        return; /* only a registered node may say goodbye for itself; nothing to answer */
+    pl_log_info("node %s: stopping (it said so)", c->nodes[i].name);
+    pl_coord_node_lost(c, i, "the daemon stopped");
+    c->nodes[i].alive = false;
+    c->nodes[i].lost_at = pl_now();
+}
+
 static void s_on_shutdown(pl_coord_t *c, const pl_tx_peer_t *from)
 {
     pl_msg_t m;
@@ -262,6 +275,7 @@ static void s_dispatch(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_t *m)
     case PL_MSG_HEALTH: pl_coord_on_health(c, from, m); break;
     case PL_MSG_SHUTDOWN: s_on_shutdown(c, from); break;
     case PL_MSG_PLAN: pl_coord_on_plan(c, from, m); break;
+    case PL_MSG_BYE: s_on_bye(c, from, &m->bye); break;
     default:
         pl_log_warn("'%.*s' sent %s, which the coordinator does not take", (int)from->len,
                     from->id, pl_msg_name(m->type));

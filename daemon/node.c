@@ -390,6 +390,14 @@ pl_status_t pl_node_run(const pl_cfg_node_t *cfg, volatile sig_atomic_t *stop)
             if (n.done_at[i] && now - n.done_at[i] > S_RELEASE_TIMEOUT_S)
                 s_drop_exec(&n, i);
     }
+    if (*stop && n.dealer) { /* a signal, not the coordinator's SHUTDOWN: tell it first */
+        pl_msg_t bye;
+        pl_msg_init(&bye, PL_MSG_BYE);
+        snprintf(bye.bye.node, sizeof(bye.bye.node), "%s", cfg->name);
+        s_send(&n, &bye);
+        usleep(100 * 1000); /* the socket does not linger: give the message time to leave */
+        pl_log_info("stopping: told the coordinator");
+    }
 out:
     while (n.n_execs > 0)
         s_drop_exec(&n, n.n_execs - 1);

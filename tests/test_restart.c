@@ -380,3 +380,50 @@ Test(restart, queue_bound_and_unplaceable_jobs_say_why)
     free(res);
     s_passed = 1;
 }
+
+/* A daemon stopped by SIGTERM tells the coordinator: its job fails at once naming why, the node
+ * shows lost (not planned onto), long before dead_after_ms (here 30 s) could say so. */
+Test(restart, a_stopping_daemon_tells_the_coordinator)
+{
+    s_coord("  dead_after_ms: 30000\n");
+    s_nodes(2);
+    tc_job(&s_c, "long", "m", "max_new_tokens: 2000\nstop_at_eos: false\nstages: 2\n");
+    cr_assert_eq(s_submit_nowait("long"), 1);
+    char *st = s_wait_status(1, "\"state\": \"running\"", 30);
+    cr_assert(strstr(st, "\"state\": \"running\""), "%s", st);
+    free(st);
+    kill(s_c.node[1], SIGTERM);
+    waitpid(s_c.node[1], NULL, 0);
+    s_c.node[1] = -1;
+    st = s_wait_status(1, "\"state\": \"failed\"", 5);
+    cr_assert(strstr(st, "\"state\": \"failed\"") && strstr(st, "the daemon stopped"), "%s", st);
+    free(st);
+    char *nodes = s_ctl(NULL, "%s", "-o json nodes");
+    cr_assert(strstr(nodes, "\"lost\""), "%s", nodes);
+    free(nodes);
+    s_passed = 1;
+}
+
+/* A stage that never reports READY (here a node that takes ASSIGN and says nothing more) fails
+ * the job after load_timeout_ms, naming the stage, and frees the node. */
+Test(restart, loading_has_a_timeout)
+{
+    s_coord("  load_timeout_ms: 800\n  dead_after_ms: 30000\n");
+    void *ctx = zmq_ctx_new(), *sock = s_fake_node(ctx, "mute0");
+    pl_msg_t m;
+    cr_assert(s_recv_msg(sock, PL_MSG_WELCOME, &m), "no WELCOME");
+    tc_job(&s_c, "j", "m", "max_new_tokens: 1\nstages: 1\n");
+    cr_assert_eq(s_submit_nowait("j"), 1);
+    cr_assert(s_recv_msg(sock, PL_MSG_ASSIGN, &m), "no ASSIGN");
+    pl_msg_clear(&m);
+    char *st = s_wait_status(1, "\"state\": \"failed\"", 10);
+    cr_assert(strstr(st, "\"state\": \"failed\"") && strstr(st, "load_timeout_ms") &&
+                  strstr(st, "stage 0 (mute0)"),
+              "%s", st);
+    free(st);
+    cr_assert(s_recv_msg(sock, PL_MSG_CANCEL, &m), "the stage was not canceled");
+    pl_msg_clear(&m);
+    zmq_close(sock);
+    zmq_ctx_term(ctx);
+    s_passed = 1;
+}

@@ -194,7 +194,8 @@ typedef struct {
         pl_msg_cancel_t cancel;
         pl_job_spec_t submit;     /* SUBMIT and PLAN */
         pl_msg_job_ref_t job_ref; /* STATUS, RESULTS, KILL */
-        pl_msg_health_t health;
+        pl_msg_health_t health;   /* HEALTH; BYE names the stopping node the same way */
+        pl_msg_health_t bye;
         pl_msg_reply_t reply;
         pl_msg_error_t error;
         /* NODES and SHUTDOWN carry nothing */
