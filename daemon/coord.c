@@ -12,12 +12,6 @@
 #include <string.h>
 #include <unistd.h>
 
-const char *pl_job_state_name(pl_job_state_t s)
-{
-    static const char *names[] = {"queued", "loading", "running", "done", "failed", "canceled"};
-    return names[s];
-}
-
 void pl_coord_reply_msg(pl_coord_t *c, const pl_tx_peer_t *to, const pl_msg_t *m)
 {
     if (pl_tx_send(c->router, to, m))

@@ -144,13 +144,15 @@ void pl_coord_forget_node(pl_coord_t *c, int node);
 /* coord_state.c */
 /* Save j's row and the counters (a no-op without a store); logs and returns the error. */
 pl_status_t pl_coord_persist(pl_coord_t *c, pl_coord_job_t *j);
-/* A job from a stored row, every field checked (errors name the field). */
-pl_status_t pl_coord_job_from_row(const pl_coord_row_t *r, pl_coord_job_t **job_p);
 /* Load the counters and jobs; unfinished jobs are queued again to run from the start. */
 pl_status_t pl_coord_restore(pl_coord_t *c);
 /* Append j to the job table (taken on success). */
 pl_status_t pl_coord_add_job(pl_coord_t *c, pl_coord_job_t *j);
 bool pl_coord_job_terminal(const pl_coord_job_t *j);
+
+/* coord_row.c */
+/* A job from a stored row, every field checked (errors name the field); nothing kept on error. */
+pl_status_t pl_coord_job_from_row(const pl_coord_row_t *r, pl_coord_job_t **job_p);
 
 /* coord_query.c */
 void pl_coord_on_status(pl_coord_t *c, const pl_tx_peer_t *from, const pl_msg_t *m);
