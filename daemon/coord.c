@@ -15,7 +15,7 @@
 void pl_coord_reply_msg(pl_coord_t *c, const pl_tx_peer_t *to, const pl_msg_t *m)
 {
     if (pl_tx_send(c->router, to, m))
-        pl_log_warn("reply to '%.*s': %s", (int)to->len, to->id, pl_error_msg());
+        pl_log_warn_limited("reply to '%.*s': %s", (int)to->len, to->id, pl_error_msg());
 }
 
 void pl_coord_reply(pl_coord_t *c, const pl_tx_peer_t *to, json_t *body)
@@ -271,7 +271,7 @@ static void s_dispatch(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_t *m)
     case PL_MSG_PLAN: pl_coord_on_plan(c, from, m); break;
     case PL_MSG_BYE: s_on_bye(c, from, &m->bye); break;
     default:
-        pl_log_warn("'%.*s' sent %s, which the coordinator does not take", (int)from->len,
+        pl_log_warn_limited("'%.*s' sent %s, which the coordinator does not take", (int)from->len,
                     from->id, pl_msg_name(m->type));
         pl_coord_reply_error(c, from, PL_ERR_PROTOCOL, "unexpected message type %s",
                              pl_msg_name(m->type));
@@ -308,7 +308,7 @@ pl_status_t pl_coord_run(const pl_cfg_cluster_t *cfg, const char *state_db,
             if (rs == PL_ERR_BUSY)
                 break;
             if (rs) {
-                pl_log_warn("dropped a message: %s", pl_error_msg());
+                pl_log_warn_limited("dropped a message: %s", pl_error_msg());
                 if (from.len)
                     pl_coord_reply_error(&c, &from, rs, "%s", pl_error_msg());
                 continue;

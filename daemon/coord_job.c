@@ -122,7 +122,7 @@ void pl_coord_on_submit(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_t *m)
     pl_coord_schedule(c);
     return;
 err:
-    pl_log_info("submission from '%.*s' rejected: %s", (int)from->len, from->id, pl_error_msg());
+    pl_log_info_limited("submission from '%.*s' rejected: %s", (int)from->len, from->id, pl_error_msg());
     pl_coord_reply_error(c, from, st, "job rejected: %s", pl_error_msg());
     pl_coord_job_free(j);
 }
@@ -284,7 +284,7 @@ void pl_coord_on_stage_msg(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_t *m)
     if (!j || pl_coord_job_terminal(j) || j->state == PL_JOB_QUEUED || epoch != j->epoch ||
         stage >= j->n_stages || j->stages[stage].node != ni) {
         /* an earlier assignment (before a restart or a re-plan), or not this node's stage */
-        pl_log_info("refused %s for job %u stage %d epoch %u from %s: %s", pl_msg_name(m->type),
+        pl_log_info_limited("refused %s for job %u stage %d epoch %u from %s: %s", pl_msg_name(m->type),
                     id, stage, epoch, node,
                     !j ? "no such job"
                     : pl_coord_job_terminal(j) || j->state == PL_JOB_QUEUED

@@ -272,7 +272,7 @@ static bool s_on_coord(s_node_t *n)
     if (st == PL_ERR_BUSY)
         return true;
     if (st) {
-        pl_log_warn("coordinator: %s", pl_error_msg());
+        pl_log_warn_limited("coordinator: %s", pl_error_msg());
         return true;
     }
     switch (m.type) {
