@@ -7,6 +7,7 @@
 #include "pipeline/exec.h"
 #include "transport/sock.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +42,8 @@ typedef struct {
     bool registered;
     double next_hb, next_hello;
     double hello_backoff; /* the next retry's base delay */
+    pthread_t reapers[S_MAX_EXECS]; /* threads that wait for canceled executors to end */
+    int n_reapers;
     unsigned rand_state;
 } s_node_t;
 
@@ -231,6 +234,41 @@ static void s_drop_exec(s_node_t *n, int i)
     n->epoch[i] = n->epoch[n->n_execs];
 }
 
+static void *s_reap_main(void *arg)
+{
+    pl_exec_t *x = arg;
+    pl_exec_destroy(&x); /* waits for the executor's current forward call */
+    return NULL;
+}
+
+/* Cancel executor i without waiting for it on this thread (the one that heartbeats): it leaves
+ * the table now, a reaper thread waits for its current call and frees it. */
+static void s_cancel_exec(s_node_t *n, int i)
+{
+    pl_exec_t *x = n->execs[i];
+    n->n_execs--;
+    n->execs[i] = n->execs[n->n_execs];
+    n->done_at[i] = n->done_at[n->n_execs];
+    n->epoch[i] = n->epoch[n->n_execs];
+    pl_exec_cancel(x);
+    if (n->n_reapers < S_MAX_EXECS &&
+        pthread_create(&n->reapers[n->n_reapers], NULL, s_reap_main, x) == 0) {
+        n->n_reapers++;
+        return;
+    }
+    pl_exec_destroy(&x); /* no thread to spare: wait here */
+}
+
+/* Join the reapers that are done; all of them when `all` (before the devices close). */
+static void s_reap(s_node_t *n, bool all)
+{
+    for (int i = n->n_reapers - 1; i >= 0; i--) {
+        if (all ? pthread_join(n->reapers[i], NULL) : pthread_tryjoin_np(n->reapers[i], NULL))
+            continue;
+        n->reapers[i] = n->reapers[--n->n_reapers];
+    }
+}
+
 static void s_on_assign(s_node_t *n, pl_msg_assign_t *a)
 {
     s_dev_t *d = s_find_dev(n, a->device);
@@ -244,7 +282,7 @@ static void s_on_assign(s_node_t *n, pl_msg_assign_t *a)
     while ((old = s_find_exec(n, a->job, a->stage, 0)) >= 0) { /* superseded by this one */
         pl_log_info("job %u stage %d: epoch %u replaced by epoch %u", a->job, a->stage,
                     n->epoch[old], a->epoch);
-        s_drop_exec(n, old);
+        s_cancel_exec(n, old);
     }
     pl_exec_params_t p = {.job_id = a->job, .stage = a->stage, .n_stages = a->n_stages,
                           .first_layer = a->first, .last_layer = a->last, .spec = a->spec,
@@ -297,7 +335,7 @@ static bool s_on_coord(s_node_t *n)
             if (!n->done_at[i])
                 pl_log_info("job %u stage %d: canceled by the coordinator",
                             pl_exec_job(n->execs[i]), pl_exec_stage(n->execs[i]));
-            s_drop_exec(n, i);
+            s_cancel_exec(n, i);
         }
         break;
     }
@@ -386,6 +424,7 @@ pl_status_t pl_node_run(const pl_cfg_node_t *cfg, volatile sig_atomic_t *stop)
         }
         if (!n.registered && now >= n.next_hello)
             s_hello(&n);
+        s_reap(&n, false);
         for (int i = n.n_execs - 1; i >= 0; i--) /* no release came (coordinator gone) */
             if (n.done_at[i] && now - n.done_at[i] > S_RELEASE_TIMEOUT_S)
                 s_drop_exec(&n, i);
@@ -401,6 +440,7 @@ pl_status_t pl_node_run(const pl_cfg_node_t *cfg, volatile sig_atomic_t *stop)
 out:
     while (n.n_execs > 0)
         s_drop_exec(&n, n.n_execs - 1);
+    s_reap(&n, true); /* no executor may outlive its device */
     for (int i = 0; i < n.n_devs; i++)
         pl_be_device_close(&n.devs[i].dev);
     pl_tx_sock_destroy(&n.dealer);

@@ -427,3 +427,53 @@ Test(restart, loading_has_a_timeout)
     zmq_ctx_term(ctx);
     s_passed = 1;
 }
+
+/* Cancel during a long forward call (a node slowed 300x for testing, a 2,000-token prefill)
+ * does not wait for that call on the thread that heartbeats: the node never looks lost. */
+Test(restart, cancel_does_not_block_heartbeats)
+{
+    s_coord("  heartbeat_ms: 200\n  dead_after_ms: 1500\n");
+    char path[512], text[512], cmd[1024], log[512];
+    snprintf(path, sizeof(path), "%s/slow.yaml", s_c.dir);
+    snprintf(text, sizeof(text),
+             "name: slow0\ncoordinator: %s\nthreads: 1\nheartbeat_ms: 200\nslowdown: 300\n",
+             s_c.ep);
+    tc_write(path, text);
+    snprintf(log, sizeof(log), "%s/slow0.log", s_c.dir);
+    snprintf(cmd, sizeof(cmd), "exec %s/pipeld --config %s", tc_bin(), path);
+    s_c.node[s_c.n_nodes++] = tc_spawn((char *[]){"/bin/sh", "-c", cmd, NULL}, log);
+    cr_assert_eq(tc_wait_idle(&s_c, 1, 60), 0, "the slow node did not register");
+    snprintf(path, sizeof(path), "%s/long_prompt.jsonl", s_c.dir);
+    FILE *f = fopen(path, "w");
+    fputc('[', f);
+    for (int i = 0; i < 2000; i++)
+        fprintf(f, "%s%d", i ? "," : "", 1 + i % 200);
+    fputs("]\n", f);
+    fclose(f);
+    snprintf(path, sizeof(path), "%s/prefill.yaml", s_c.dir);
+    tc_write(path, "model: m\nprompts: long_prompt.jsonl\nmax_new_tokens: 1\n");
+    cr_assert_eq(s_submit_nowait("prefill"), 1);
+    char *st = s_wait_status(1, "\"state\": \"running\"", 30);
+    cr_assert(strstr(st, "\"state\": \"running\""), "%s", st);
+    free(st);
+    usleep(300 * 1000); /* inside the prefill */
+    int rc;
+    char *out = s_ctl(&rc, "%s", "cancel 1");
+    cr_assert_eq(rc, 0, "%s", out);
+    free(out);
+    for (int i = 0; i < 15; i++) { /* 3 s: twice dead_after_ms */
+        char *nodes = s_ctl(NULL, "%s", "-o json nodes");
+        cr_assert(!strstr(nodes, "\"lost\""), "the node looked lost after cancel: %s", nodes);
+        char *p = strstr(nodes, "\"last_seen_s\": ");
+        cr_assert(p && atof(p + 15) < 1.0, "heartbeats stopped after cancel: %s", nodes);
+        free(nodes);
+        usleep(200 * 1000);
+    }
+    tc_sh(&out, "grep -c 'lost' %s/pipecoord.log", s_c.dir);
+    cr_assert_eq(atoi(out), 0, "the coordinator declared a node lost");
+    free(out);
+    kill(s_c.node[0], SIGKILL); /* its reaper may still wait out the slowed call */
+    waitpid(s_c.node[0], NULL, 0);
+    s_c.node[0] = -1;
+    s_passed = 1;
+}
