@@ -1,5 +1,6 @@
 /* A job's stored row read back: the one decoder of what the state database holds, every field
- * checked (the file is outside input), and the names of job states as rows and replies spell them. */
+ * checked (the file is outside input), and the names of job states as rows and replies spell them.
+ */
 #include "common/util.h"
 #include "daemon/coord_int.h"
 
@@ -102,4 +103,3 @@ err: /* nothing else is allocated yet */
     free(j);
     return st;
 }
-

@@ -88,8 +88,7 @@ static pl_status_t s_requeue(pl_coord_t *c, pl_coord_job_t **jp)
     pl_job_spec_init(&old->spec);
     pl_status_t st = pl_coord_job_new(&spec, &j);
     if (st) { /* keep it, failed, so its id and the reason stay visible */
-        snprintf(old->error, sizeof(old->error), "after a coordinator restart: %s",
-                 pl_error_msg());
+        snprintf(old->error, sizeof(old->error), "after a coordinator restart: %s", pl_error_msg());
         old->state = PL_JOB_FAILED;
         old->t_end = pl_now();
         pl_log_warn("job %u failed: %s", old->id, old->error);

@@ -91,8 +91,8 @@ static pl_status_t s_counter(pl_coord_store_t *s, const char *key, uint32_t *out
     if (rc == SQLITE_ROW) {
         sqlite3_int64 v = sqlite3_column_int64(q, 0);
         if (sqlite3_column_type(q, 0) != SQLITE_INTEGER || v < 1 || v > UINT32_MAX)
-            st = pl_error(PL_ERR_INVALID, "state db %s: meta '%s': %lld is not in 1..%u",
-                          s->path, key, (long long)v, UINT32_MAX);
+            st = pl_error(PL_ERR_INVALID, "state db %s: meta '%s': %lld is not in 1..%u", s->path,
+                          key, (long long)v, UINT32_MAX);
         else
             *out = (uint32_t)v;
     } else if (rc == SQLITE_DONE) {

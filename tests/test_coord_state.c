@@ -52,8 +52,13 @@ Test(coord_state, rows_and_counters_survive_a_reopen)
     cr_assert_eq(ne, 1);
     pl_coord_row_t r = {.id = 9, .state = "queued", .spec = s_spec, .n_seqs = 2};
     cr_assert_eq(pl_coord_store_put(s, &r, 10, 13), PL_OK, "%s", pl_error_msg());
-    r = (pl_coord_row_t){.id = 3, .state = "done", .spec = s_spec, .results = s_res,
-                         .n_seqs = 2, .epoch = 12, .submitted_at = 1700000000.5};
+    r = (pl_coord_row_t){.id = 3,
+                         .state = "done",
+                         .spec = s_spec,
+                         .results = s_res,
+                         .n_seqs = 2,
+                         .epoch = 12,
+                         .submitted_at = 1700000000.5};
     cr_assert_eq(pl_coord_store_put(s, &r, 10, 13), PL_OK);
     r.id = 4;
     cr_assert_eq(pl_coord_store_put(s, &r, 10, 13), PL_OK);
@@ -90,9 +95,17 @@ static void s_job_clear(pl_coord_job_t *j)
 
 Test(coord_state, a_saved_row_decodes_to_the_job)
 {
-    pl_coord_row_t r = {.id = 3, .state = "done", .spec = s_spec, .results = s_res,
-                        .plan = "{\"stages\": []}", .error = "", .n_seqs = 2, .n_layers = 4,
-                        .prompt_tokens = 3, .generated = 3, .epoch = 4000000000LL};
+    pl_coord_row_t r = {.id = 3,
+                        .state = "done",
+                        .spec = s_spec,
+                        .results = s_res,
+                        .plan = "{\"stages\": []}",
+                        .error = "",
+                        .n_seqs = 2,
+                        .n_layers = 4,
+                        .prompt_tokens = 3,
+                        .generated = 3,
+                        .epoch = 4000000000LL};
     pl_coord_job_t *j = NULL;
     cr_assert_eq(pl_coord_job_from_row(&r, &j), PL_OK, "%s", pl_error_msg());
     cr_assert_eq(j->id, 3);

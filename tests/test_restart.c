@@ -30,8 +30,9 @@ static void s_model(void)
     char path[512];
     snprintf(path, sizeof(path), "%s/prompts.jsonl", s_c.dir);
     tc_write(path, s_prompts);
-    cr_assert_eq(tc_make_model(s_c.dir, "m", "--layers 4 --hidden 64 --intermediate 160 "
-                                             "--heads 4 --kv-heads 2 --vocab 256 --seed 11"),
+    cr_assert_eq(tc_make_model(s_c.dir, "m",
+                               "--layers 4 --hidden 64 --intermediate 160 "
+                               "--heads 4 --kv-heads 2 --vocab 256 --seed 11"),
                  0);
 }
 
@@ -54,9 +55,8 @@ static void s_coord(const char *extra)
     snprintf(bin, sizeof(bin), "%s/pipecoord", tc_bin());
     snprintf(log, sizeof(log), "%s/pipecoord.log", s_c.dir);
     snprintf(db, sizeof(db), "%s/coord.db", s_c.dir);
-    s_c.coord = tc_spawn((char *[]){bin, "--cluster", path, "--state-db", db, "--log-level",
-                                    "debug", NULL},
-                         log);
+    s_c.coord = tc_spawn(
+        (char *[]){bin, "--cluster", path, "--state-db", db, "--log-level", "debug", NULL}, log);
 }
 
 static void s_restart_coord(void)
@@ -139,7 +139,8 @@ Test(restart, mid_job_ids_continue_and_each_job_gets_its_own_result)
     s_coord(NULL);
     s_nodes(2);
     tc_job(&s_c, "long", "m", "max_new_tokens: 400\nstop_at_eos: false\nstages: 2\n");
-    tc_job(&s_c, "short", "m", "max_new_tokens: 7\nstages: 2\nsampling:\n  temperature: 0.8\n  seed: 5\n");
+    tc_job(&s_c, "short", "m",
+           "max_new_tokens: 7\nstages: 2\nsampling:\n  temperature: 0.8\n  seed: 5\n");
     cr_assert_eq(s_submit_nowait("long"), 1);
     char *st = s_wait_status(1, "\"state\": \"running\"", 30);
     cr_assert(strstr(st, "\"state\": \"running\""), "job 1 never ran: %s", st);
@@ -246,8 +247,8 @@ static void *s_fake_node(void *ctx, const char *name)
     snprintf(m.hello.node, sizeof(m.hello.node), "%s", name);
     snprintf(m.hello.host, sizeof(m.hello.host), "fakehost");
     m.hello.n_devices = 1;
-    m.hello.devices[0] = (pl_msg_device_t){.cores = 1, .mem_bytes = 8ull << 30, .gflops = 5,
-                                           .mem_gbps = 5};
+    m.hello.devices[0] =
+        (pl_msg_device_t){.cores = 1, .mem_bytes = 8ull << 30, .gflops = 5, .mem_gbps = 5};
     snprintf(m.hello.devices[0].id, sizeof(m.hello.devices[0].id), "cpu:0");
     snprintf(m.hello.devices[0].backend, sizeof(m.hello.devices[0].backend), "cpu");
     snprintf(m.hello.devices[0].name, sizeof(m.hello.devices[0].name), "fake");
@@ -261,12 +262,12 @@ static void s_done(void *sock, uint32_t job, uint32_t epoch, int32_t token)
     pl_msg_result_t res[3];
     int32_t toks[3] = {token, token, token};
     for (int i = 0; i < 3; i++)
-        res[i] = (pl_msg_result_t){.seq = i, .n_tokens = 1, .tokens = &toks[i],
-                                   .finish = PL_FINISH_LENGTH};
+        res[i] = (pl_msg_result_t){
+            .seq = i, .n_tokens = 1, .tokens = &toks[i], .finish = PL_FINISH_LENGTH};
     pl_msg_t m;
     pl_msg_init(&m, PL_MSG_DONE);
-    m.done = (pl_msg_done_t){.job = job, .stage = 0, .epoch = epoch, .n_results = 3,
-                             .results = res};
+    m.done =
+        (pl_msg_done_t){.job = job, .stage = 0, .epoch = epoch, .n_results = 3, .results = res};
     m.done.stats = (pl_msg_stats_t){.wall_s = 1, .has_sink = true, .generated = 3};
     s_send_msg(sock, &m); /* borrowed results: not cleared */
 }

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *s_states[] = {"queued", "loading", "running", "done",
+static const char *s_states[] = {"queued", "loading",  "running", "done",
                                  "failed", "canceled", "bogus",   NULL};
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
