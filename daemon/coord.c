@@ -272,7 +272,7 @@ static void s_dispatch(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_t *m)
     case PL_MSG_BYE: s_on_bye(c, from, &m->bye); break;
     default:
         pl_log_warn_limited("'%.*s' sent %s, which the coordinator does not take", (int)from->len,
-                    from->id, pl_msg_name(m->type));
+                            from->id, pl_msg_name(m->type));
         pl_coord_reply_error(c, from, PL_ERR_PROTOCOL, "unexpected message type %s",
                              pl_msg_name(m->type));
     }
@@ -285,8 +285,7 @@ pl_status_t pl_coord_run(const pl_cfg_cluster_t *cfg, const char *state_db,
     pl_status_t st;
 
     /* the state first: no message is taken before the jobs and counters are back */
-    if (state_db && ((st = pl_coord_store_open(state_db, &c.store)) ||
-                     (st = pl_coord_restore(&c))))
+    if (state_db && ((st = pl_coord_store_open(state_db, &c.store)) || (st = pl_coord_restore(&c))))
         goto out;
     if ((st = pl_tx_ctx_new(&c.ctx)) || (st = pl_tx_sock_new(c.ctx, PL_TX_ROUTER, &c.router)) ||
         (st = pl_tx_sock_handover(c.router)))

@@ -87,7 +87,7 @@ typedef struct {
     pl_msg_result_t *results;
     char error[1024];
     double t_submit, t_start, t_run, t_end;
-    double t_queued; /* when it last entered the queue: place_timeout_ms counts from here */
+    double t_queued;   /* when it last entered the queue: place_timeout_ms counts from here */
     int64_t generated; /* tokens sampled so far, from the last stage's heartbeats */
 } pl_coord_job_t;
 

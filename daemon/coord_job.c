@@ -83,8 +83,10 @@ static pl_status_t s_admit(pl_coord_t *c, const pl_job_spec_t *spec)
     for (int i = 0; i < c->n_jobs; i++)
         unfinished += !pl_coord_job_terminal(c->jobs[i]);
     if (unfinished >= c->cfg->max_queued_jobs)
-        return pl_error(PL_ERR_BUSY, "the queue is full: %d unfinished jobs "
-                        "(coordinator.max_queued_jobs)", unfinished);
+        return pl_error(PL_ERR_BUSY,
+                        "the queue is full: %d unfinished jobs "
+                        "(coordinator.max_queued_jobs)",
+                        unfinished);
     json_t *body;
     pl_status_t st = pl_job_spec_encode(spec, &body);
     if (st)
@@ -92,8 +94,10 @@ static pl_status_t s_admit(pl_coord_t *c, const pl_job_spec_t *spec)
     size_t bytes = json_dumpb(body, NULL, 0, JSON_COMPACT);
     json_decref(body);
     if (bytes > (size_t)c->cfg->max_job_mb << 20)
-        return pl_error(PL_ERR_RANGE, "the job is %zu bytes, more than %d MiB "
-                        "(coordinator.max_job_mb)", bytes, c->cfg->max_job_mb);
+        return pl_error(PL_ERR_RANGE,
+                        "the job is %zu bytes, more than %d MiB "
+                        "(coordinator.max_job_mb)",
+                        bytes, c->cfg->max_job_mb);
     return PL_OK;
 }
 
@@ -122,7 +126,8 @@ void pl_coord_on_submit(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_t *m)
     pl_coord_schedule(c);
     return;
 err:
-    pl_log_info_limited("submission from '%.*s' rejected: %s", (int)from->len, from->id, pl_error_msg());
+    pl_log_info_limited("submission from '%.*s' rejected: %s", (int)from->len, from->id,
+                        pl_error_msg());
     pl_coord_reply_error(c, from, st, "job rejected: %s", pl_error_msg());
     pl_coord_job_free(j);
 }
@@ -172,9 +177,13 @@ static void s_assign(pl_coord_t *c, pl_coord_job_t *j)
         pl_coord_node_t *nd = &c->nodes[s->node];
         nd->busy_job = j->id;
         pl_msg_init(m, PL_MSG_ASSIGN);
-        m->assign = (pl_msg_assign_t){.job = j->id, .stage = i, .n_stages = j->n_stages,
+        m->assign = (pl_msg_assign_t){.job = j->id,
+                                      .stage = i,
+                                      .n_stages = j->n_stages,
                                       .epoch = j->epoch,
-                                      .first = s->first, .last = s->last, .max_ctx = j->max_ctx,
+                                      .first = s->first,
+                                      .last = s->last,
+                                      .max_ctx = j->max_ctx,
                                       .max_tokens = j->max_tokens,
                                       .microbatches = j->microbatches,
                                       .spec = j->spec}; /* borrowed for encoding, not cleared */
@@ -197,8 +206,10 @@ static void s_check_loading(pl_coord_t *c, pl_coord_job_t *j, double now)
         if (!j->stages[i].ready)
             len += (size_t)snprintf(missing + len, sizeof(missing) - len, "%s%d (%s)",
                                     len ? ", " : "", i, c->nodes[j->stages[i].node].name);
-    pl_coord_job_fail(c, j, "loading took longer than %.1f s (coordinator.load_timeout_ms); "
-                      "not ready: stage %s", limit, missing);
+    pl_coord_job_fail(c, j,
+                      "loading took longer than %.1f s (coordinator.load_timeout_ms); "
+                      "not ready: stage %s",
+                      limit, missing);
 }
 
 /* Forget the oldest finished jobs beyond results_kept (a job that waits blocks nothing). */
@@ -231,8 +242,10 @@ void pl_coord_schedule(pl_coord_t *c)
             if (pl_coord_plan_job(c, j))
                 s_assign(c, j);
             else if (j->state == PL_JOB_QUEUED && now - j->t_queued > place_limit)
-                pl_coord_job_fail(c, j, "could not be placed in %.1f s "
-                                  "(coordinator.place_timeout_ms): %s", place_limit, j->error);
+                pl_coord_job_fail(c, j,
+                                  "could not be placed in %.1f s "
+                                  "(coordinator.place_timeout_ms): %s",
+                                  place_limit, j->error);
         } else if (j->state == PL_JOB_LOADING) {
             s_check_loading(c, j, now);
         }
@@ -247,7 +260,9 @@ static void s_start(pl_coord_t *c, pl_coord_job_t *j)
         int n = j->n_stages;
         pl_msg_t m;
         pl_msg_init(&m, PL_MSG_START);
-        m.start = (pl_msg_start_t){.job = j->id, .stage = i, .epoch = j->epoch,
+        m.start = (pl_msg_start_t){.job = j->id,
+                                   .stage = i,
+                                   .epoch = j->epoch,
                                    .next = n > 1 ? j->stages[(i + 1) % n].ucx_addr : NULL,
                                    .prev = n > 1 ? j->stages[(i + n - 1) % n].ucx_addr : NULL};
         pl_coord_send_node(c, j->stages[i].node, &m); /* borrowed addresses, not cleared */
@@ -284,13 +299,13 @@ void pl_coord_on_stage_msg(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_t *m)
     if (!j || pl_coord_job_terminal(j) || j->state == PL_JOB_QUEUED || epoch != j->epoch ||
         stage >= j->n_stages || j->stages[stage].node != ni) {
         /* an earlier assignment (before a restart or a re-plan), or not this node's stage */
-        pl_log_info_limited("refused %s for job %u stage %d epoch %u from %s: %s", pl_msg_name(m->type),
-                    id, stage, epoch, node,
-                    !j ? "no such job"
-                    : pl_coord_job_terminal(j) || j->state == PL_JOB_QUEUED
-                        ? "the job is not running"
-                    : epoch != j->epoch ? "stale epoch"
-                                        : "not the stage's node");
+        pl_log_info_limited("refused %s for job %u stage %d epoch %u from %s: %s",
+                            pl_msg_name(m->type), id, stage, epoch, node,
+                            !j ? "no such job"
+                            : pl_coord_job_terminal(j) || j->state == PL_JOB_QUEUED
+                                ? "the job is not running"
+                            : epoch != j->epoch ? "stale epoch"
+                                                : "not the stage's node");
         return;
     }
     pl_coord_stage_t *s = &j->stages[stage];

@@ -141,9 +141,9 @@ bool pl_coord_plan_job(pl_coord_t *c, pl_coord_job_t *j)
     }
     int want = j->spec.stages ? j->spec.stages : PL_MIN(lv->n_alive, j->n_layers);
     if (want == 0 || lv->n_cand < want) {
-        int len = snprintf(j->error, sizeof(j->error),
-                           "waiting for %d idle device(s): %d idle, %d alive", PL_MAX(want, 1),
-                           lv->n_cand, lv->n_alive);
+        int len =
+            snprintf(j->error, sizeof(j->error), "waiting for %d idle device(s): %d idle, %d alive",
+                     PL_MAX(want, 1), lv->n_cand, lv->n_alive);
         for (int k = 0; k < j->spec.n_nodes && len > 0 && (size_t)len < sizeof(j->error); k++) {
             int ni = pl_coord_find_node(c, j->spec.nodes[k]);
             if (ni < 0 || !c->nodes[ni].alive)

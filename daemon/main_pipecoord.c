@@ -50,7 +50,9 @@ int main(int argc, char **argv)
         switch (o) {
         case 'c': cluster = optarg; break;
         case 'e': endpoint = optarg; break;
-        case 's': state_db = optarg; break;
+        case 's':
+            state_db = optarg;
+            break;
         case 'l':
             if ((lvl = pl_log_level_parse(optarg)) < 0) {
                 fprintf(stderr, "pipecoord: unknown log level '%s'\n", optarg);

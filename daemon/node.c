@@ -37,11 +37,11 @@ typedef struct {
     pl_msg_unavailable_t unavailable[PL_MSG_MAX_UNAVAILABLE];
     pl_exec_t *execs[S_MAX_EXECS];
     double done_at[S_MAX_EXECS]; /* when the executor reported DONE; 0 while it runs */
-    uint32_t epoch[S_MAX_EXECS];  /* the assignment each executor runs */
+    uint32_t epoch[S_MAX_EXECS]; /* the assignment each executor runs */
     int n_execs;
     bool registered;
     double next_hb, next_hello;
-    double hello_backoff; /* the next retry's base delay */
+    double hello_backoff;           /* the next retry's base delay */
     pthread_t reapers[S_MAX_EXECS]; /* threads that wait for canceled executors to end */
     int n_reapers;
     unsigned rand_state;
@@ -141,9 +141,11 @@ static void s_health(const s_node_t *n, pl_msg_heartbeat_t *h)
     memset(h, 0, sizeof(*h));
     snprintf(h->node, sizeof(h->node), "%s", n->cfg->name);
     for (int i = 0; i < n->n_execs && h->n_stages < PL_MSG_MAX_STAGES; i++)
-        h->stages[h->n_stages++] = (pl_msg_progress_t){
-            .job = pl_exec_job(n->execs[i]), .stage = pl_exec_stage(n->execs[i]),
-            .epoch = n->epoch[i], .generated = (int64_t)pl_exec_generated(n->execs[i])};
+        h->stages[h->n_stages++] =
+            (pl_msg_progress_t){.job = pl_exec_job(n->execs[i]),
+                                .stage = pl_exec_stage(n->execs[i]),
+                                .epoch = n->epoch[i],
+                                .generated = (int64_t)pl_exec_generated(n->execs[i])};
     h->rss_kb = rss_kb;
     h->load1 = load[0] > 0 ? load[0] : 0;
 }
@@ -218,8 +220,7 @@ static void s_fail(s_node_t *n, const pl_msg_assign_t *a, pl_status_t code, cons
 static int s_find_exec(s_node_t *n, uint32_t job, int stage, uint32_t epoch)
 {
     for (int i = 0; i < n->n_execs; i++)
-        if (pl_exec_job(n->execs[i]) == job &&
-            (stage < 0 || pl_exec_stage(n->execs[i]) == stage) &&
+        if (pl_exec_job(n->execs[i]) == job && (stage < 0 || pl_exec_stage(n->execs[i]) == stage) &&
             (epoch == 0 || n->epoch[i] == epoch))
             return i;
     return -1;
@@ -380,7 +381,8 @@ static void s_on_exec(s_node_t *n, int i)
 
 pl_status_t pl_node_run(const pl_cfg_node_t *cfg, volatile sig_atomic_t *stop)
 {
-    s_node_t n = {.cfg = cfg, .hello_backoff = S_HELLO_FIRST_S,
+    s_node_t n = {.cfg = cfg,
+                  .hello_backoff = S_HELLO_FIRST_S,
                   .rand_state = (unsigned)getpid() ^ (unsigned)time(NULL)};
     pl_status_t st;
 

@@ -118,8 +118,8 @@ static inline void tc_start_coord(tc_cluster_t *c, const char *bind_ep)
     snprintf(bin, sizeof(bin), "%s/pipecoord", tc_bin());
     snprintf(log, sizeof(log), "%s/pipecoord.log", c->dir);
     snprintf(db, sizeof(db), "%s/coord.db", c->dir); /* each test its own state: ids from 1 */
-    char *argv[] = {bin, "--endpoint", (char *)bind_ep, "--state-db", db, "--log-level", "debug",
-                    NULL};
+    char *argv[] = {bin, "--endpoint",  (char *)bind_ep, "--state-db",
+                    db,  "--log-level", "debug",         NULL};
     c->coord = tc_spawn(argv, log);
 }
 

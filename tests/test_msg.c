@@ -41,8 +41,8 @@ static void s_heartbeat(pl_msg_heartbeat_t *h)
     memset(h, 0, sizeof(*h));
     snprintf(h->node, sizeof(h->node), "node0");
     h->n_stages = 2;
-    h->stages[0] = (pl_msg_progress_t){.job = 7, .stage = 2, .epoch = 3000000000u,
-                                       .generated = 1234567890123};
+    h->stages[0] =
+        (pl_msg_progress_t){.job = 7, .stage = 2, .epoch = 3000000000u, .generated = 1234567890123};
     h->stages[1] = (pl_msg_progress_t){.job = 8, .stage = 0, .generated = 0};
     h->rss_kb = 5000;
     h->load1 = 0.75;

@@ -278,8 +278,8 @@ Test(msg_job, ready_and_start_with_and_without_addresses)
     pl_msg_clear(&out);
 
     pl_msg_init(&m, PL_MSG_START);
-    m.start = (pl_msg_start_t){.job = 9, .stage = 0, .epoch = UINT32_MAX, .next = "bmV4dA==",
-                               .prev = "cHJldg=="};
+    m.start = (pl_msg_start_t){
+        .job = 9, .stage = 0, .epoch = UINT32_MAX, .next = "bmV4dA==", .prev = "cHJldg=="};
     s_round_trip(&m, &out);
     cr_assert_eq(out.start.epoch, UINT32_MAX);
     cr_assert_str_eq(out.start.next, "bmV4dA==");
@@ -292,8 +292,10 @@ Test(msg_job, ready_and_start_with_and_without_addresses)
     pl_msg_clear(&out);
 
     s_refused(PL_MSG_READY, "{\"job\": 1, \"epoch\": 1, \"stage\": 64}", "stage");
-    s_refused(PL_MSG_READY, "{\"job\": 1, \"epoch\": 1, \"stage\": 0, \"ucx_addr\": 7}", "ucx_addr");
-    s_refused(PL_MSG_READY, "{\"job\": 1, \"epoch\": 1, \"stage\": 0, \"ucx_addr\": \"\"}", "ucx_addr");
+    s_refused(PL_MSG_READY, "{\"job\": 1, \"epoch\": 1, \"stage\": 0, \"ucx_addr\": 7}",
+              "ucx_addr");
+    s_refused(PL_MSG_READY, "{\"job\": 1, \"epoch\": 1, \"stage\": 0, \"ucx_addr\": \"\"}",
+              "ucx_addr");
     s_refused(PL_MSG_START, "{\"job\": 1, \"epoch\": 1, \"stage\": 0, \"next\": \"\"}", "next");
     s_refused(PL_MSG_START, "{\"stage\": 0}", "job");
     s_refused(PL_MSG_READY, "{\"job\": 1, \"stage\": 0}", "epoch"); /* every stage message */
@@ -388,7 +390,8 @@ Test(msg_job, done_round_trips_stats_probe_and_results)
     pl_msg_clear(&ok);
     snprintf(j, sizeof(j), "{\"job\": 1, \"epoch\": 1, \"stage\": 0, %s, \"wall_s\": -1}}", stats);
     s_refused(PL_MSG_DONE, j, "wall_s"); /* duplicate keys are refused by the framing */
-    snprintf(j, sizeof(j), "{\"job\": 1, \"epoch\": 1, \"stage\": 0, %s, \"probe\": {\"to_stage\": 1}}}", stats);
+    snprintf(j, sizeof(j),
+             "{\"job\": 1, \"epoch\": 1, \"stage\": 0, %s, \"probe\": {\"to_stage\": 1}}}", stats);
     s_refused(PL_MSG_DONE, j, "probe");
     snprintf(j, sizeof(j),
              "{\"job\": 1, \"epoch\": 1, \"stage\": 0, %s}, \"results\": [{\"seq\": 1, "
@@ -418,7 +421,8 @@ Test(msg_job, fail_carries_a_status_code_and_cancel_any_stage)
     cr_assert_eq(out.fail.code, PL_ERR_BACKEND);
     cr_assert_eq(out.fail.epoch, 6);
     cr_assert_str_eq(out.fail.error, "device lost: 'x'");
-    s_refused(PL_MSG_FAIL, "{\"job\": 1, \"epoch\": 1, \"stage\": 0, \"code\": 0, \"error\": \"x\"}", "code");
+    s_refused(PL_MSG_FAIL,
+              "{\"job\": 1, \"epoch\": 1, \"stage\": 0, \"code\": 0, \"error\": \"x\"}", "code");
     s_refused(PL_MSG_FAIL, "{\"job\": 1, \"epoch\": 1, \"stage\": 0, \"code\": -1}", "error");
 
     pl_msg_init(&m, PL_MSG_CANCEL);

@@ -168,11 +168,11 @@ pl_status_t pl_msg_assign_encode(const pl_msg_assign_t *m, json_t **body_p)
     pl_status_t st = pl_job_spec_encode(&m->spec, &spec);
     if (st)
         return st;
-    json_t *body =
-        json_pack("{s:I, s:i, s:I, s:i, s:s, s:i, s:i, s:i, s:i, s:i, s:o}", "job",
-                  (json_int_t)m->job, "stage", m->stage, "epoch", (json_int_t)m->epoch, "n_stages", m->n_stages, "device", m->device, "first",
-                  m->first, "last", m->last, "max_ctx", m->max_ctx, "max_tokens", m->max_tokens,
-                  "microbatches", m->microbatches, "spec", spec);
+    json_t *body = json_pack("{s:I, s:i, s:I, s:i, s:s, s:i, s:i, s:i, s:i, s:i, s:o}", "job",
+                             (json_int_t)m->job, "stage", m->stage, "epoch", (json_int_t)m->epoch,
+                             "n_stages", m->n_stages, "device", m->device, "first", m->first,
+                             "last", m->last, "max_ctx", m->max_ctx, "max_tokens", m->max_tokens,
+                             "microbatches", m->microbatches, "spec", spec);
     return pl_msg_int_done(body, "ASSIGN", body_p);
 }
 

@@ -25,9 +25,9 @@ static pl_status_t s_ids(const json_t *body, int64_t min_stage, uint32_t *job, i
 
 pl_status_t pl_msg_ready_encode(const pl_msg_ready_t *m, json_t **body_p)
 {
-    return pl_msg_int_done(json_pack("{s:I, s:i, s:I, s:s?}", "job", (json_int_t)m->job,
-                                     "stage", m->stage, "epoch", (json_int_t)m->epoch,
-                                     "ucx_addr", m->ucx_addr),
+    return pl_msg_int_done(json_pack("{s:I, s:i, s:I, s:s?}", "job", (json_int_t)m->job, "stage",
+                                     m->stage, "epoch", (json_int_t)m->epoch, "ucx_addr",
+                                     m->ucx_addr),
                            "READY", body_p);
 }
 
@@ -235,9 +235,8 @@ pl_status_t pl_msg_done_encode(const pl_msg_done_t *m, json_t **body_p)
         json_decref(stats);
         return st;
     }
-    json_t *body =
-        json_pack("{s:I, s:i, s:I, s:o}", "job", (json_int_t)m->job, "stage", m->stage,
-                  "epoch", (json_int_t)m->epoch, "stats", stats);
+    json_t *body = json_pack("{s:I, s:i, s:I, s:o}", "job", (json_int_t)m->job, "stage", m->stage,
+                             "epoch", (json_int_t)m->epoch, "stats", stats);
     if (body && res)
         json_object_set_new(body, "results", res);
     else
@@ -262,8 +261,9 @@ pl_status_t pl_msg_done_decode(const json_t *body, pl_msg_done_t *out)
 pl_status_t pl_msg_fail_encode(const pl_msg_fail_t *m, json_t **body_p)
 {
     return pl_msg_int_done(json_pack("{s:I, s:i, s:I, s:i, s:s, s:s}", "job", (json_int_t)m->job,
-                                     "stage", m->stage, "epoch", (json_int_t)m->epoch, "code", (int)m->code, "status",
-                                     pl_status_str(m->code), "error", m->error),
+                                     "stage", m->stage, "epoch", (json_int_t)m->epoch, "code",
+                                     (int)m->code, "status", pl_status_str(m->code), "error",
+                                     m->error),
                            "FAIL", body_p);
 }
 
@@ -283,8 +283,8 @@ pl_status_t pl_msg_fail_decode(const json_t *body, pl_msg_fail_t *out)
 
 pl_status_t pl_msg_cancel_encode(const pl_msg_cancel_t *m, json_t **body_p)
 {
-    return pl_msg_int_done(json_pack("{s:I, s:i, s:I}", "job", (json_int_t)m->job, "stage", m->stage,
-                                     "epoch", (json_int_t)m->epoch),
+    return pl_msg_int_done(json_pack("{s:I, s:i, s:I}", "job", (json_int_t)m->job, "stage",
+                                     m->stage, "epoch", (json_int_t)m->epoch),
                            "CANCEL", body_p);
 }
 
