@@ -207,6 +207,13 @@ static const pl_ys_field_t s_cluster_coordinator[] = {
      .type = PL_YS_MAP,
      .offset = offsetof(pl_cfg_cluster_t, http),
      .fields = s_http_fields},
+    S_STR("state_db", 0, pl_cfg_cluster_t, state_db, NULL),
+    S_INT("max_queued_jobs", pl_cfg_cluster_t, max_queued_jobs, 1, 1000000, 256),
+    S_INT("max_job_mb", pl_cfg_cluster_t, max_job_mb, 1, 4096, 64),
+    S_INT("results_kept", pl_cfg_cluster_t, results_kept, 1, 1000000, 1024),
+    S_INT("place_timeout_ms", pl_cfg_cluster_t, place_timeout_ms, 10, 86400000, 300000),
+    S_INT("load_timeout_ms", pl_cfg_cluster_t, load_timeout_ms, 10, 86400000, 300000),
+    S_INT("node_expire_ms", pl_cfg_cluster_t, node_expire_ms, 10, 86400000, 600000),
     {.type = PL_YS_END},
 };
 

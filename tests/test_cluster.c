@@ -425,7 +425,9 @@ Test(cluster, curve_encrypted_control_plane)
     tc_write(path, text);
     snprintf(bin, sizeof(bin), "%s/pipecoord", tc_bin());
     snprintf(log, sizeof(log), "%s/pipecoord.log", s_c.dir);
-    s_c.coord = tc_spawn((char *[]){bin, "--cluster", path, NULL}, log);
+    char db[512];
+    snprintf(db, sizeof(db), "%s/coord.db", s_c.dir);
+    s_c.coord = tc_spawn((char *[]){bin, "--cluster", path, "--state-db", db, NULL}, log);
     setenv("PIPELD_COORDINATOR_KEY", pub, 1); /* daemons and pipectl inherit it */
     tc_start_node(&s_c, "node0", 1, NULL);
     tc_start_node(&s_c, "node1", 1, NULL);

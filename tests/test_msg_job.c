@@ -201,6 +201,7 @@ Test(msg_job, assign_round_trips_the_plan_beside_the_spec)
     pl_msg_init(&m, PL_MSG_ASSIGN);
     m.assign = (pl_msg_assign_t){.job = 4000000000u,
                                  .stage = 2,
+                                 .epoch = 4000000001u,
                                  .n_stages = 3,
                                  .first = 5,
                                  .last = 7,
@@ -212,6 +213,7 @@ Test(msg_job, assign_round_trips_the_plan_beside_the_spec)
     s_round_trip(&m, &out);
     cr_assert_eq(out.assign.job, 4000000000u);
     cr_assert_eq(out.assign.stage, 2);
+    cr_assert_eq(out.assign.epoch, 4000000001u);
     cr_assert_eq(out.assign.n_stages, 3);
     cr_assert_str_eq(out.assign.device, "cpu:0");
     cr_assert_eq(out.assign.first, 5);
@@ -227,39 +229,47 @@ Test(msg_job, assign_round_trips_the_plan_beside_the_spec)
     const char *spec = "\"spec\": {\"model\": \"/m\", \"gen\": {\"prompts\": [[1]]}}";
     char j[512];
     snprintf(j, sizeof(j),
-             "{\"job\": 1, \"stage\": 2, \"n_stages\": 2, \"device\": \"cpu:0\", "
+             "{\"job\": 1, \"epoch\": 1, \"stage\": 2, \"n_stages\": 2, \"device\": \"cpu:0\", "
              "\"first\": 0, \"last\": 1, \"max_ctx\": 8, \"max_tokens\": 8, "
              "\"microbatches\": 1, %s}",
              spec);
     s_refused(PL_MSG_ASSIGN, j, "n_stages");
     snprintf(j, sizeof(j),
-             "{\"job\": 1, \"stage\": 0, \"n_stages\": 1, \"device\": \"cpu:0\", "
+             "{\"job\": 1, \"epoch\": 1, \"stage\": 0, \"n_stages\": 1, \"device\": \"cpu:0\", "
              "\"first\": 3, \"last\": 1, \"max_ctx\": 8, \"max_tokens\": 8, "
              "\"microbatches\": 1, %s}",
              spec);
     s_refused(PL_MSG_ASSIGN, j, "last");
     s_refused(PL_MSG_ASSIGN,
-              "{\"job\": 1, \"stage\": 0, \"n_stages\": 1, \"device\": \"cpu:0\", "
+              "{\"job\": 1, \"epoch\": 1, \"stage\": 0, \"n_stages\": 1, \"device\": \"cpu:0\", "
               "\"first\": 0, \"last\": 1, \"max_ctx\": 8, \"max_tokens\": 8, "
               "\"microbatches\": 1}",
               "spec");
     s_refused(PL_MSG_ASSIGN,
-              "{\"job\": 1, \"stage\": 0, \"n_stages\": 1, \"device\": \"cpu:0\", "
+              "{\"job\": 1, \"epoch\": 1, \"stage\": 0, \"n_stages\": 1, \"device\": \"cpu:0\", "
               "\"first\": 0, \"last\": 1, \"max_ctx\": 8, \"max_tokens\": 8, "
               "\"microbatches\": 1, \"spec\": {\"model\": \"/m\", \"gen\": "
               "{\"prompts\": [[]]}}}",
               "spec: prompt 0");
     s_refused(PL_MSG_ASSIGN, "{\"job\": 0}", "job");
+    /* an assignment always has an epoch (0 is only an executor's not-yet-stamped message) */
+    snprintf(j, sizeof(j),
+             "{\"job\": 1, \"stage\": 0, \"epoch\": 0, \"n_stages\": 1, \"device\": \"cpu:0\", "
+             "\"first\": 0, \"last\": 1, \"max_ctx\": 8, \"max_tokens\": 8, "
+             "\"microbatches\": 1, %s}",
+             spec);
+    s_refused(PL_MSG_ASSIGN, j, "epoch");
 }
 
 Test(msg_job, ready_and_start_with_and_without_addresses)
 {
     pl_msg_t m, out;
     pl_msg_init(&m, PL_MSG_READY);
-    m.ready = (pl_msg_ready_t){.job = 9, .stage = 1, .ucx_addr = "QUJD"};
+    m.ready = (pl_msg_ready_t){.job = 9, .stage = 1, .epoch = 77, .ucx_addr = "QUJD"};
     s_round_trip(&m, &out);
     cr_assert_eq(out.ready.job, 9);
     cr_assert_eq(out.ready.stage, 1);
+    cr_assert_eq(out.ready.epoch, 77);
     cr_assert_str_eq(out.ready.ucx_addr, "QUJD");
     pl_msg_clear(&out);
     m.ready.ucx_addr = NULL; /* a single-stage job has none */
@@ -268,8 +278,10 @@ Test(msg_job, ready_and_start_with_and_without_addresses)
     pl_msg_clear(&out);
 
     pl_msg_init(&m, PL_MSG_START);
-    m.start = (pl_msg_start_t){.job = 9, .stage = 0, .next = "bmV4dA==", .prev = "cHJldg=="};
+    m.start = (pl_msg_start_t){
+        .job = 9, .stage = 0, .epoch = UINT32_MAX, .next = "bmV4dA==", .prev = "cHJldg=="};
     s_round_trip(&m, &out);
+    cr_assert_eq(out.start.epoch, UINT32_MAX);
     cr_assert_str_eq(out.start.next, "bmV4dA==");
     cr_assert_str_eq(out.start.prev, "cHJldg==");
     pl_msg_clear(&out);
@@ -279,11 +291,16 @@ Test(msg_job, ready_and_start_with_and_without_addresses)
     cr_assert_null(out.start.prev);
     pl_msg_clear(&out);
 
-    s_refused(PL_MSG_READY, "{\"job\": 1, \"stage\": 64}", "stage");
-    s_refused(PL_MSG_READY, "{\"job\": 1, \"stage\": 0, \"ucx_addr\": 7}", "ucx_addr");
-    s_refused(PL_MSG_READY, "{\"job\": 1, \"stage\": 0, \"ucx_addr\": \"\"}", "ucx_addr");
-    s_refused(PL_MSG_START, "{\"job\": 1, \"stage\": 0, \"next\": \"\"}", "next");
+    s_refused(PL_MSG_READY, "{\"job\": 1, \"epoch\": 1, \"stage\": 64}", "stage");
+    s_refused(PL_MSG_READY, "{\"job\": 1, \"epoch\": 1, \"stage\": 0, \"ucx_addr\": 7}",
+              "ucx_addr");
+    s_refused(PL_MSG_READY, "{\"job\": 1, \"epoch\": 1, \"stage\": 0, \"ucx_addr\": \"\"}",
+              "ucx_addr");
+    s_refused(PL_MSG_START, "{\"job\": 1, \"epoch\": 1, \"stage\": 0, \"next\": \"\"}", "next");
     s_refused(PL_MSG_START, "{\"stage\": 0}", "job");
+    s_refused(PL_MSG_READY, "{\"job\": 1, \"stage\": 0}", "epoch"); /* every stage message */
+    s_refused(PL_MSG_START, "{\"job\": 1, \"stage\": 0, \"epoch\": -1}", "epoch");
+    s_refused(PL_MSG_DONE, "{\"job\": 1, \"stage\": 0, \"epoch\": 4294967296}", "epoch");
 }
 
 Test(msg_job, done_round_trips_stats_probe_and_results)
@@ -293,7 +310,7 @@ Test(msg_job, done_round_trips_stats_probe_and_results)
                              {.seq = 1, .n_tokens = 1, .tokens = t1, .finish = PL_FINISH_LENGTH}};
     pl_msg_t m, out;
     pl_msg_init(&m, PL_MSG_DONE);
-    m.done = (pl_msg_done_t){.job = 3, .stage = 1, .n_results = 2, .results = res};
+    m.done = (pl_msg_done_t){.job = 3, .stage = 1, .epoch = 5, .n_results = 2, .results = res};
     m.done.stats =
         (pl_msg_stats_t){.wall_s = 1.5,
                          .compute_s = 1.25,
@@ -313,6 +330,7 @@ Test(msg_job, done_round_trips_stats_probe_and_results)
     snprintf(m.done.stats.link, sizeof(m.done.stats.link), "tcp");
     snprintf(m.done.stats.probe.transport, sizeof(m.done.stats.probe.transport), "tcp");
     s_round_trip(&m, &out);
+    cr_assert_eq(out.done.epoch, 5);
     const pl_msg_stats_t *a = &m.done.stats, *b = &out.done.stats;
     cr_assert_eq(b->wall_s, a->wall_s);
     cr_assert_eq(b->compute_s, a->compute_s);
@@ -366,43 +384,46 @@ Test(msg_job, done_round_trips_stats_probe_and_results)
                         "\"prefill_calls\": 0, \"decode_compute_s\": 0, \"decode_calls\": 0, "
                         "\"freed_seqs\": 0";
     char j[1024];
-    snprintf(j, sizeof(j), "{\"job\": 1, \"stage\": 0, %s}}", stats);
+    snprintf(j, sizeof(j), "{\"job\": 1, \"epoch\": 1, \"stage\": 0, %s}}", stats);
     pl_msg_t ok;
     cr_assert_eq(pl_msg_decode_wire("DONE", 4, j, strlen(j), &ok), PL_OK, "%s", pl_error_msg());
     pl_msg_clear(&ok);
-    snprintf(j, sizeof(j), "{\"job\": 1, \"stage\": 0, %s, \"wall_s\": -1}}", stats);
+    snprintf(j, sizeof(j), "{\"job\": 1, \"epoch\": 1, \"stage\": 0, %s, \"wall_s\": -1}}", stats);
     s_refused(PL_MSG_DONE, j, "wall_s"); /* duplicate keys are refused by the framing */
-    snprintf(j, sizeof(j), "{\"job\": 1, \"stage\": 0, %s, \"probe\": {\"to_stage\": 1}}}", stats);
+    snprintf(j, sizeof(j),
+             "{\"job\": 1, \"epoch\": 1, \"stage\": 0, %s, \"probe\": {\"to_stage\": 1}}}", stats);
     s_refused(PL_MSG_DONE, j, "probe");
     snprintf(j, sizeof(j),
-             "{\"job\": 1, \"stage\": 0, %s}, \"results\": [{\"seq\": 1, "
+             "{\"job\": 1, \"epoch\": 1, \"stage\": 0, %s}, \"results\": [{\"seq\": 1, "
              "\"tokens\": [], \"finish\": \"eos\"}]}",
              stats);
     s_refused(PL_MSG_DONE, j, "result 0");
     snprintf(j, sizeof(j),
-             "{\"job\": 1, \"stage\": 0, %s}, \"results\": [{\"seq\": 0, "
+             "{\"job\": 1, \"epoch\": 1, \"stage\": 0, %s}, \"results\": [{\"seq\": 0, "
              "\"tokens\": [1], \"finish\": \"stop\"}]}",
              stats);
     s_refused(PL_MSG_DONE, j, "finish");
     snprintf(j, sizeof(j),
-             "{\"job\": 1, \"stage\": 0, %s}, \"results\": [{\"seq\": 0, "
+             "{\"job\": 1, \"epoch\": 1, \"stage\": 0, %s}, \"results\": [{\"seq\": 0, "
              "\"tokens\": [-3], \"finish\": \"eos\"}]}",
              stats);
     s_refused(PL_MSG_DONE, j, "token");
-    s_refused(PL_MSG_DONE, "{\"job\": 1, \"stage\": 0}", "stats");
+    s_refused(PL_MSG_DONE, "{\"job\": 1, \"epoch\": 1, \"stage\": 0}", "stats");
 }
 
 Test(msg_job, fail_carries_a_status_code_and_cancel_any_stage)
 {
     pl_msg_t m, out;
     pl_msg_init(&m, PL_MSG_FAIL);
-    m.fail = (pl_msg_fail_t){.job = 2, .stage = 1, .code = PL_ERR_BACKEND};
+    m.fail = (pl_msg_fail_t){.job = 2, .stage = 1, .epoch = 6, .code = PL_ERR_BACKEND};
     snprintf(m.fail.error, sizeof(m.fail.error), "device lost: 'x'");
     s_round_trip(&m, &out);
     cr_assert_eq(out.fail.code, PL_ERR_BACKEND);
+    cr_assert_eq(out.fail.epoch, 6);
     cr_assert_str_eq(out.fail.error, "device lost: 'x'");
-    s_refused(PL_MSG_FAIL, "{\"job\": 1, \"stage\": 0, \"code\": 0, \"error\": \"x\"}", "code");
-    s_refused(PL_MSG_FAIL, "{\"job\": 1, \"stage\": 0, \"code\": -1}", "error");
+    s_refused(PL_MSG_FAIL,
+              "{\"job\": 1, \"epoch\": 1, \"stage\": 0, \"code\": 0, \"error\": \"x\"}", "code");
+    s_refused(PL_MSG_FAIL, "{\"job\": 1, \"epoch\": 1, \"stage\": 0, \"code\": -1}", "error");
 
     pl_msg_init(&m, PL_MSG_CANCEL);
     cr_assert_eq(m.cancel.stage, -1, "a fresh CANCEL means every stage of the job");
@@ -410,8 +431,11 @@ Test(msg_job, fail_carries_a_status_code_and_cancel_any_stage)
     s_round_trip(&m, &out);
     cr_assert_eq(out.cancel.job, 12);
     cr_assert_eq(out.cancel.stage, -1);
+    cr_assert_eq(out.cancel.epoch, 0, "epoch 0: every assignment of the job");
     m.cancel.stage = 3;
+    m.cancel.epoch = 9;
     s_round_trip(&m, &out);
     cr_assert_eq(out.cancel.stage, 3);
-    s_refused(PL_MSG_CANCEL, "{\"job\": 1, \"stage\": -2}", "stage");
+    cr_assert_eq(out.cancel.epoch, 9);
+    s_refused(PL_MSG_CANCEL, "{\"job\": 1, \"epoch\": 1, \"stage\": -2}", "stage");
 }

@@ -168,23 +168,24 @@ pl_status_t pl_msg_assign_encode(const pl_msg_assign_t *m, json_t **body_p)
     pl_status_t st = pl_job_spec_encode(&m->spec, &spec);
     if (st)
         return st;
-    json_t *body =
-        json_pack("{s:I, s:i, s:i, s:s, s:i, s:i, s:i, s:i, s:i, s:o}", "job", (json_int_t)m->job,
-                  "stage", m->stage, "n_stages", m->n_stages, "device", m->device, "first",
-                  m->first, "last", m->last, "max_ctx", m->max_ctx, "max_tokens", m->max_tokens,
-                  "microbatches", m->microbatches, "spec", spec);
+    json_t *body = json_pack("{s:I, s:i, s:I, s:i, s:s, s:i, s:i, s:i, s:i, s:i, s:o}", "job",
+                             (json_int_t)m->job, "stage", m->stage, "epoch", (json_int_t)m->epoch,
+                             "n_stages", m->n_stages, "device", m->device, "first", m->first,
+                             "last", m->last, "max_ctx", m->max_ctx, "max_tokens", m->max_tokens,
+                             "microbatches", m->microbatches, "spec", spec);
     return pl_msg_int_done(body, "ASSIGN", body_p);
 }
 
 pl_status_t pl_msg_assign_decode(const json_t *body, pl_msg_assign_t *out)
 {
-    int64_t job, stage, n_stages, first, last, max_ctx, max_tokens, mb;
+    int64_t job, stage, epoch, n_stages, first, last, max_ctx, max_tokens, mb;
     pl_msg_assign_t *m = calloc(1, sizeof(*m));
     pl_status_t st;
     if (!m)
         return pl_error(PL_ERR_NOMEM, "ASSIGN: out of memory");
     if ((st = pl_json_int(body, "job", 1, UINT32_MAX, &job)) ||
         (st = pl_json_int(body, "stage", 0, PL_MSG_MAX_STAGES - 1, &stage)) ||
+        (st = pl_json_int(body, "epoch", 1, UINT32_MAX, &epoch)) ||
         (st = pl_json_int(body, "n_stages", stage + 1, PL_MSG_MAX_STAGES, &n_stages)) ||
         (st = pl_json_str(body, "device", m->device, sizeof(m->device) - 1)) ||
         (st = pl_json_int(body, "first", 0, 4096, &first)) ||
@@ -204,6 +205,7 @@ pl_status_t pl_msg_assign_decode(const json_t *body, pl_msg_assign_t *out)
     }
     m->job = (uint32_t)job;
     m->stage = (int)stage;
+    m->epoch = (uint32_t)epoch;
     m->n_stages = (int)n_stages;
     m->first = (int)first;
     m->last = (int)last;

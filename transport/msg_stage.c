@@ -7,23 +7,27 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* job and stage, the first fields of every stage message */
-static pl_status_t s_ids(const json_t *body, int64_t min_stage, uint32_t *job, int *stage)
+/* job, stage and epoch, the first fields of every stage message */
+static pl_status_t s_ids(const json_t *body, int64_t min_stage, uint32_t *job, int *stage,
+                         uint32_t *epoch)
 {
-    int64_t j, s;
+    int64_t j, s, e;
     pl_status_t st;
     if ((st = pl_json_int(body, "job", 1, UINT32_MAX, &j)) ||
-        (st = pl_json_int(body, "stage", min_stage, PL_MSG_MAX_STAGES - 1, &s)))
+        (st = pl_json_int(body, "stage", min_stage, PL_MSG_MAX_STAGES - 1, &s)) ||
+        (st = pl_json_int(body, "epoch", 0, UINT32_MAX, &e)))
         return st;
     *job = (uint32_t)j;
     *stage = (int)s;
+    *epoch = (uint32_t)e;
     return PL_OK;
 }
 
 pl_status_t pl_msg_ready_encode(const pl_msg_ready_t *m, json_t **body_p)
 {
-    return pl_msg_int_done(json_pack("{s:I, s:i, s:s?}", "job", (json_int_t)m->job, "stage",
-                                     m->stage, "ucx_addr", m->ucx_addr),
+    return pl_msg_int_done(json_pack("{s:I, s:i, s:I, s:s?}", "job", (json_int_t)m->job, "stage",
+                                     m->stage, "epoch", (json_int_t)m->epoch, "ucx_addr",
+                                     m->ucx_addr),
                            "READY", body_p);
 }
 
@@ -31,7 +35,7 @@ pl_status_t pl_msg_ready_decode(const json_t *body, pl_msg_ready_t *out)
 {
     pl_msg_ready_t m = {0};
     pl_status_t st;
-    if ((st = s_ids(body, 0, &m.job, &m.stage)) ||
+    if ((st = s_ids(body, 0, &m.job, &m.stage, &m.epoch)) ||
         (st = pl_msg_int_strdup_opt(body, "ucx_addr", PL_MSG_MAX_ADDR, &m.ucx_addr)))
         return st;
     *out = m;
@@ -40,8 +44,9 @@ pl_status_t pl_msg_ready_decode(const json_t *body, pl_msg_ready_t *out)
 
 pl_status_t pl_msg_start_encode(const pl_msg_start_t *m, json_t **body_p)
 {
-    return pl_msg_int_done(json_pack("{s:I, s:i, s:s?, s:s?}", "job", (json_int_t)m->job, "stage",
-                                     m->stage, "next", m->next, "prev", m->prev),
+    return pl_msg_int_done(json_pack("{s:I, s:i, s:I, s:s?, s:s?}", "job", (json_int_t)m->job,
+                                     "stage", m->stage, "epoch", (json_int_t)m->epoch, "next",
+                                     m->next, "prev", m->prev),
                            "START", body_p);
 }
 
@@ -49,7 +54,7 @@ pl_status_t pl_msg_start_decode(const json_t *body, pl_msg_start_t *out)
 {
     pl_msg_start_t m = {0};
     pl_status_t st;
-    if ((st = s_ids(body, 0, &m.job, &m.stage)) ||
+    if ((st = s_ids(body, 0, &m.job, &m.stage, &m.epoch)) ||
         (st = pl_msg_int_strdup_opt(body, "next", PL_MSG_MAX_ADDR, &m.next)) ||
         (st = pl_msg_int_strdup_opt(body, "prev", PL_MSG_MAX_ADDR, &m.prev))) {
         free(m.next);
@@ -230,8 +235,8 @@ pl_status_t pl_msg_done_encode(const pl_msg_done_t *m, json_t **body_p)
         json_decref(stats);
         return st;
     }
-    json_t *body =
-        json_pack("{s:I, s:i, s:o}", "job", (json_int_t)m->job, "stage", m->stage, "stats", stats);
+    json_t *body = json_pack("{s:I, s:i, s:I, s:o}", "job", (json_int_t)m->job, "stage", m->stage,
+                             "epoch", (json_int_t)m->epoch, "stats", stats);
     if (body && res)
         json_object_set_new(body, "results", res);
     else
@@ -243,7 +248,7 @@ pl_status_t pl_msg_done_decode(const json_t *body, pl_msg_done_t *out)
 {
     pl_msg_done_t m = {0};
     pl_status_t st;
-    if ((st = s_ids(body, 0, &m.job, &m.stage)) ||
+    if ((st = s_ids(body, 0, &m.job, &m.stage, &m.epoch)) ||
         (st = pl_msg_stats_decode(json_object_get(body, "stats"), &m.stats)))
         return st;
     const json_t *res = json_object_get(body, "results");
@@ -255,9 +260,10 @@ pl_status_t pl_msg_done_decode(const json_t *body, pl_msg_done_t *out)
 
 pl_status_t pl_msg_fail_encode(const pl_msg_fail_t *m, json_t **body_p)
 {
-    return pl_msg_int_done(json_pack("{s:I, s:i, s:i, s:s, s:s}", "job", (json_int_t)m->job,
-                                     "stage", m->stage, "code", (int)m->code, "status",
-                                     pl_status_str(m->code), "error", m->error),
+    return pl_msg_int_done(json_pack("{s:I, s:i, s:I, s:i, s:s, s:s}", "job", (json_int_t)m->job,
+                                     "stage", m->stage, "epoch", (json_int_t)m->epoch, "code",
+                                     (int)m->code, "status", pl_status_str(m->code), "error",
+                                     m->error),
                            "FAIL", body_p);
 }
 
@@ -266,7 +272,7 @@ pl_status_t pl_msg_fail_decode(const json_t *body, pl_msg_fail_t *out)
     pl_msg_fail_t m = {0};
     int64_t code;
     pl_status_t st;
-    if ((st = s_ids(body, 0, &m.job, &m.stage)) ||
+    if ((st = s_ids(body, 0, &m.job, &m.stage, &m.epoch)) ||
         (st = pl_json_int(body, "code", PL_MSG_MIN_CODE, -1, &code)) ||
         (st = pl_json_str(body, "error", m.error, sizeof(m.error) - 1)))
         return st;
@@ -277,14 +283,15 @@ pl_status_t pl_msg_fail_decode(const json_t *body, pl_msg_fail_t *out)
 
 pl_status_t pl_msg_cancel_encode(const pl_msg_cancel_t *m, json_t **body_p)
 {
-    return pl_msg_int_done(json_pack("{s:I, s:i}", "job", (json_int_t)m->job, "stage", m->stage),
+    return pl_msg_int_done(json_pack("{s:I, s:i, s:I}", "job", (json_int_t)m->job, "stage",
+                                     m->stage, "epoch", (json_int_t)m->epoch),
                            "CANCEL", body_p);
 }
 
 pl_status_t pl_msg_cancel_decode(const json_t *body, pl_msg_cancel_t *out)
 {
     pl_msg_cancel_t m;
-    pl_status_t st = s_ids(body, -1, &m.job, &m.stage);
+    pl_status_t st = s_ids(body, -1, &m.job, &m.stage, &m.epoch);
     if (st)
         return st;
     *out = m;

@@ -6,8 +6,8 @@
  *       transport/ctl.c transport/msg*.c common/status.c common/json.c common/job_spec.c \
  *       -ljansson -lzmq -o /tmp/fuzz_ctl
  *   /tmp/fuzz_ctl -max_total_time=60 -max_len=65536 /tmp/fuzz_ctl_corpus
- * Input: one byte n, then n bytes of type name (n taken modulo 48; 0..20 pick a real type's
- * name so the typed decoders are reached), then the body. */
+ * Input: one byte n, then n bytes of type name (n taken modulo 48; 0..PL_MSG_COUNT_-2 pick a real
+ * type's name so the typed decoders are reached), then the body. */
 #include "transport/ctl.h"
 #include "transport/msg.h"
 
