@@ -353,6 +353,7 @@ static const pl_ys_field_t s_job_fields[] = {
     S_INT("max_new_tokens", pl_cfg_job_t, max_new_tokens, 1, 65536, 16),
     {.key = "sampling", .type = PL_YS_MAP, .fields = s_job_sampling},
     S_INT("microbatches", pl_cfg_job_t, microbatches, 0, 1024, 0),
+    S_INT("prefill_chunk", pl_cfg_job_t, prefill_chunk, 0, 65536, 0),
     S_INT("stages", pl_cfg_job_t, stages, 0, 64, 0),
     {.key = "planner",
      .type = PL_YS_STR,

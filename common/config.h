@@ -87,6 +87,7 @@ typedef struct {
     float top_p;            /* sampling.top_p, default 1 (off) */
     uint64_t seed;          /* sampling.seed, default 0 */
     int microbatches;       /* default 0: as many as stages */
+    int prefill_chunk;      /* prompt tokens per prefill message and sequence; default 0: whole */
     int stages;             /* default 0: every live node */
     char planner[16];       /* "auto" (default: may leave devices out), "optimal", "even" */
     bool stop_at_eos;       /* default true */

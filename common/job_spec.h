@@ -40,6 +40,7 @@ typedef struct {
     uint64_t seed;
     /* Planning and placement. */
     int microbatches;     /* 0: the planner's choice */
+    int prefill_chunk;    /* prompt tokens per prefill message and sequence; 0: whole prompts */
     int stages;           /* 0: as the planner mode decides */
     pl_planner_t planner; /* default PL_PLANNER_AUTO */
     int n_nodes;          /* allowed node names; 0: any */

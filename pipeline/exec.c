@@ -208,6 +208,8 @@ static pl_status_t s_emit(pl_exec_t *x, pl_gen_sink_t *sink, s_fifo_t *fifo, pl_
     if (st)
         return st;
     atomic_store(&x->generated, pl_gen_sink_generated(sink));
+    if (fifo->hdr[at].n_seq == 0)
+        return PL_OK; /* an earlier prefill chunk: nothing sampled */
     memcpy(fifo->seqs + (size_t)at * fifo->stride, x->seqs_out, hdr->n_seq * sizeof(pl_act_seq_t));
     fifo->count++;
     return PL_OK;
@@ -236,8 +238,11 @@ static pl_status_t s_run_first(pl_exec_t *x, pl_gen_sink_t *sink)
         goto out;
     }
     for (int mb = 0; mb < x->job.microbatches && !st; mb++) {
-        pl_gen_feed_prefill(feed, x->p.job_id, mb, &hdr, x->seqs_in, x->tokens);
-        st = s_emit(x, sink, fq, &hdr, x->seqs_in);
+        int chunks = pl_gen_feed_prefill_chunks(feed, mb);
+        for (int c = 0; c < chunks && !st; c++) {
+            pl_gen_feed_prefill(feed, x->p.job_id, mb, c, &hdr, x->seqs_in, x->tokens);
+            st = s_emit(x, sink, fq, &hdr, x->seqs_in);
+        }
     }
     while (!st && pl_gen_feed_active(feed) > 0) {
         void *buf = NULL;
@@ -304,7 +309,7 @@ static pl_status_t s_run_rest(pl_exec_t *x, pl_gen_sink_t *sink)
         if (last) {
             st = pl_gen_sink_sample(sink, &hdr, x->seqs_in, x->out, &out, x->seqs_out);
             atomic_store(&x->generated, pl_gen_sink_generated(sink));
-            if (!st)
+            if (!st && out.n_seq > 0) /* none after an earlier prefill chunk */
                 st = s_send(x, &out, x->seqs_out, NULL);
         } else {
             st = s_send(x, &hdr, x->seqs_in, x->out);

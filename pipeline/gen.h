@@ -24,10 +24,11 @@ typedef struct {
     int n_eos;
     int eos[PL_MODEL_MAX_EOS];
     int microbatches; /* sequence s belongs to microbatch s % microbatches */
+    int prefill_chunk; /* most prompt tokens of one sequence per prefill message; 0: whole */
 } pl_gen_job_t;
 
 /* Fill a job from the JSON form the coordinator sends ("prompts", "max_new_tokens", "sampling",
- * "stop_at_eos", "microbatches"); the EOS ids come from the model config. Token ids are checked
+ * "stop_at_eos", "microbatches", "prefill_chunk"); the EOS ids come from the model config. Token ids are checked
  * against vocab. Free with pl_gen_job_clear. */
 pl_status_t pl_gen_job_from_json(const json_t *obj, const pl_model_config_t *cfg, pl_gen_job_t *job);
 /* Parse prompts JSONL text: one JSON array of token ids per non-empty line. */
@@ -47,9 +48,15 @@ void pl_gen_batch(const pl_act_hdr_t *hdr, const pl_act_seq_t *seqs, int *ints,
 typedef struct pl_gen_feed pl_gen_feed_t;
 pl_status_t pl_gen_feed_create(const pl_gen_job_t *job, pl_gen_feed_t **feed_p);
 void pl_gen_feed_destroy(pl_gen_feed_t **feed_p);
-/* The prefill message of microbatch mb: header, entries and the prompt tokens (n_tokens). */
-void pl_gen_feed_prefill(pl_gen_feed_t *feed, uint32_t job_id, int mb, pl_act_hdr_t *hdr,
-                         pl_act_seq_t *seqs, int32_t *tokens);
+/* Prefill messages of microbatch mb: its prompts cut into chunks of at most job->prefill_chunk
+ * tokens per sequence (one chunk when 0), aligned on the prompts' ends, so that every sequence
+ * of the microbatch ends its prompt in the last chunk (and is sampled there), while a
+ * sequence's first chunk may be short. */
+int pl_gen_feed_prefill_chunks(const pl_gen_feed_t *feed, int mb);
+/* Prefill chunk `chunk` (0 .. chunks - 1, in order) of microbatch mb: header, entries and the
+ * prompt tokens (n_tokens). Sequences with no tokens in the chunk are left out. */
+void pl_gen_feed_prefill(pl_gen_feed_t *feed, uint32_t job_id, int mb, int chunk,
+                         pl_act_hdr_t *hdr, pl_act_seq_t *seqs, int32_t *tokens);
 /* Given the sampled tokens of a microbatch (a PL_ACT_TOKENS message), the next decode message:
  * unfinished sequences with their new token at their next position. hdr->n_seq == 0 means the
  * microbatch is finished. PL_ERR_PROTOCOL if the message does not fit what was sent. */
@@ -63,7 +70,10 @@ typedef struct pl_gen_sink pl_gen_sink_t;
 pl_status_t pl_gen_sink_create(const pl_gen_job_t *job, int vocab, pl_gen_sink_t **sink_p);
 void pl_gen_sink_destroy(pl_gen_sink_t **sink_p);
 /* Sample one token per sequence of the message `hdr`/`seqs` from logits [n_seq][vocab], record
- * them, and fill the PL_ACT_TOKENS message for stage 0. */
+ * them, and fill the PL_ACT_TOKENS message for stage 0. A message that ends no sequence's
+ * prompt (an earlier prefill chunk) samples nothing: out->n_seq is 0 and nothing is to be sent.
+ * Every entry must end where its sequence stands (its prompt, plus the tokens sampled so far),
+ * or, for all entries at once, inside its prompt; else PL_ERR_PROTOCOL and nothing recorded. */
 pl_status_t pl_gen_sink_sample(pl_gen_sink_t *sink, const pl_act_hdr_t *hdr,
                                const pl_act_seq_t *seqs, const float *logits, pl_act_hdr_t *out,
                                pl_act_seq_t *out_seqs);

@@ -49,7 +49,7 @@ pl_status_t pl_gen_job_from_json(const json_t *obj, const pl_model_config_t *cfg
 {
     pl_gen_job_t j = {0};
     json_t *prompts, *sampling;
-    int64_t v = 16, k = 0, mb = 0;
+    int64_t v = 16, k = 0, mb = 0, chunk = 0;
     double temp = 0, top_p = 1;
     const char *seed_s = NULL;
     pl_status_t st;
@@ -64,8 +64,10 @@ pl_status_t pl_gen_job_from_json(const json_t *obj, const pl_model_config_t *cfg
     j.stop_at_eos = true;
     if ((st = pl_json_bool_opt(obj, "stop_at_eos", &j.stop_at_eos)))
         return st;
-    if ((st = pl_json_int_opt(obj, "microbatches", 0, 1024, &mb)))
+    if ((st = pl_json_int_opt(obj, "microbatches", 0, 1024, &mb)) ||
+        (st = pl_json_int_opt(obj, "prefill_chunk", 0, 65536, &chunk)))
         return st;
+    j.prefill_chunk = (int)chunk;
     sampling = json_object_get(obj, "sampling");
     if (sampling && !json_is_object(sampling))
         return pl_error(PL_ERR_INVALID, "field 'sampling': expected an object");

@@ -48,7 +48,7 @@ static pl_status_t s_enqueue(pl_gen_sink_t *sink, const pl_gen_job_t *job, const
     int at = (q_head + *q_count) % job->microbatches;
     pl_status_t st = pl_gen_sink_sample(sink, hdr, seqs, logits, &q_hdr[at],
                                         q_seqs + (size_t)at * job->n_seqs);
-    if (!st)
+    if (!st && q_hdr[at].n_seq > 0) /* none after an earlier prefill chunk */
         (*q_count)++;
     return st;
 }
@@ -116,12 +116,15 @@ pl_status_t pl_gen_local_run(const char *model_dir, const json_t *job_json, cons
     stats->load_s = pl_now() - t0;
     t0 = pl_now();
     for (int mb = 0; mb < job.microbatches && !st; mb++) {
-        float *logits;
-        pl_gen_feed_prefill(feed, 0, mb, &hdr, seqs, tokens);
-        stats->prompt_tokens += hdr.n_tokens;
-        if ((st = s_chain(&c, &hdr, seqs, tokens, &logits)))
-            break;
-        st = s_enqueue(sink, &job, &hdr, seqs, logits, q_hdr, q_seqs, q_head, &q_count);
+        int chunks = pl_gen_feed_prefill_chunks(feed, mb);
+        for (int k = 0; k < chunks && !st; k++) {
+            float *logits;
+            pl_gen_feed_prefill(feed, 0, mb, k, &hdr, seqs, tokens);
+            stats->prompt_tokens += hdr.n_tokens;
+            if ((st = s_chain(&c, &hdr, seqs, tokens, &logits)))
+                break;
+            st = s_enqueue(sink, &job, &hdr, seqs, logits, q_hdr, q_seqs, q_head, &q_count);
+        }
     }
     while (!st && q_count > 0) {
         float *logits;

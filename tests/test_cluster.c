@@ -367,3 +367,40 @@ Test(cluster, curve_encrypted_control_plane)
     unsetenv("PIPELD_COORDINATOR_KEY");
     s_passed = 1;
 }
+
+Test(cluster, chunked_prefill_equals_whole_prefill)
+{
+    int rc;
+    s_start(3, NULL);
+    s_job("whole", "m", "max_new_tokens: 8\n");
+    /* chunks of 3 divide none of the prompts (4, 2, 9, 3, 5 tokens) */
+    s_job("chunk3", "m", "max_new_tokens: 8\nprefill_chunk: 3\n");
+    s_job("chunk2", "m", "max_new_tokens: 8\nprefill_chunk: 2\nstages: 2\nmicrobatches: 2\n");
+    char *ref = s_reference("whole");
+    char *got3 = s_submit("chunk3", &rc);
+    cr_assert_eq(rc, 0, "%s", s_err("chunk3"));
+    cr_assert_str_eq(got3, ref);
+    char *got2 = s_submit("chunk2", &rc);
+    cr_assert_eq(rc, 0, "%s", s_err("chunk2"));
+    cr_assert_str_eq(got2, ref);
+    /* the chunks went through the pipeline as separate messages: every stage ran more prefill
+     * calls than there are microbatches (9 tokens in chunks of 3 are 3 calls) */
+    char *st;
+    tc_sh(&st, "%s/pipectl -c %s -o json status 1", tc_bin(), s_c.ep);
+    json_t *o = json_loads(st, 0, NULL);
+    cr_assert_not_null(o, "%s", st);
+    json_int_t mb = json_integer_value(json_object_get(json_object_get(o, "plan"),
+                                                       "microbatches"));
+    json_t *stages = json_object_get(o, "stages");
+    cr_assert_eq(json_array_size(stages), 3, "%s", st);
+    cr_assert_gt(mb, 0, "%s", st);
+    for (size_t i = 0; i < 3; i++) {
+        json_t *stats = json_object_get(json_array_get(stages, i), "stats");
+        json_int_t calls = json_integer_value(json_object_get(stats, "prefill_calls"));
+        cr_assert_gt(calls, mb, "stage %zu: %lld prefill calls for %lld microbatches", i,
+                     (long long)calls, (long long)mb);
+    }
+    json_decref(o);
+    free(ref), free(got3), free(got2), free(st);
+    s_passed = 1;
+}
