@@ -147,10 +147,6 @@ int main(int argc, char **argv)
     char ident[96];
     snprintf(ident, sizeof(ident), "pipeld[%s]", cfg.name);
     pl_log_set_ident(ident);
-    /* Stages compute without progressing UCX, so a rendezvous send would wait for this stage's
-     * next receive and the pipeline would not overlap (2-stage decode: wall = sum of the stages'
-     * compute). Eager sends leave with the call. Set before any UCX context; a user's value wins. */
-    setenv("UCX_RNDV_THRESH", "inf", 0);
     signal(SIGINT, s_on_signal);
     signal(SIGTERM, s_on_signal);
     signal(SIGPIPE, SIG_IGN);

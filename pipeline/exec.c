@@ -21,6 +21,8 @@
 
 /* Longest wait for the coordinator's release after DONE. */
 #define S_LINGER_S 30.0
+/* Receive slots (credits) of a link carrying activations: one arriving while one is computed. */
+#define S_HIDDEN_CREDITS 2
 
 struct pl_exec {
     pl_exec_params_t p;
@@ -36,7 +38,9 @@ struct pl_exec {
     void *stage;
     pl_gen_job_t job;
     pl_ucx_t *ucx;
-    pl_ucx_ep_t *next, *prev; /* prev: only to answer its link probe */
+    pl_ucx_ep_t *next, *prev; /* prev: its probe is answered and its credits granted there */
+    pl_ucx_inbox_t *inbox;    /* messages from prev land here */
+    size_t out_max;           /* largest message this stage sends */
     json_t *probe;            /* the measured link to next, for DONE */
     pl_act_limits_t limits;
     int hidden, vocab;
@@ -150,42 +154,38 @@ static pl_status_t s_send(pl_exec_t *x, const pl_act_hdr_t *hdr, const pl_act_se
     if (st)
         return st;
     x->n_msgs++;
-    return pl_ucx_send(x->ucx, x->next,
-                       pl_act_tag(hdr->job, (pl_act_kind_t)hdr->kind, hdr->mb, hdr->step), buf,
-                       len);
+    return pl_ucx_send_credited(x->ucx, x->next,
+                                pl_act_tag(hdr->job, (pl_act_kind_t)hdr->kind, hdr->mb, hdr->step),
+                                buf, len, -1, (const volatile int *)&x->cancel);
 }
 
-/* Receive and validate the next data message of this job. *buf_p is the caller's to free. */
-static pl_status_t s_recv(pl_exec_t *x, pl_act_hdr_t *hdr, const void **payload, void **buf_p)
+/* Receive and validate the next data message of this job. It stays in its inbox slot (where
+ * *payload points) until s_release. */
+static pl_status_t s_recv(pl_exec_t *x, pl_act_hdr_t *hdr, const void **payload)
 {
-    size_t len, max = pl_act_size(&(pl_act_hdr_t){.kind = PL_ACT_HIDDEN,
-                                                  .n_seq = x->limits.max_seq,
-                                                  .n_tokens = x->limits.max_tokens,
-                                                  .dim = x->limits.dim});
     double t0 = pl_now();
-    uint64_t tag;
-    pl_status_t st;
-    max = PL_MAX(max, PL_PROBE_MAX_BYTES); /* a late probe message is dropped, not an error */
-    for (;;) {
-        st = pl_ucx_recv(x->ucx, pl_act_tag_job(x->p.job_id), PL_ACT_TAG_JOB_MASK, max, buf_p,
-                         &len, &tag, -1, (const volatile int *)&x->cancel);
-        if (st || !pl_probe_is_tag(tag))
-            break;
-        free(*buf_p);
-        *buf_p = NULL;
-    }
+    const void *buf;
+    size_t len;
+    pl_status_t st = pl_ucx_inbox_recv(x->inbox, &buf, &len, NULL, -1,
+                                       (const volatile int *)&x->cancel);
     x->wait_s += pl_now() - t0;
     if (st)
         return st;
-    st = pl_act_decode(*buf_p, len, &x->limits, hdr, x->seqs_in, payload);
+    st = pl_act_decode(buf, len, &x->limits, hdr, x->seqs_in, payload);
     if (!st && hdr->job != x->p.job_id)
         st = pl_error(PL_ERR_PROTOCOL, "data message for job %u on job %u's stage", hdr->job,
                       x->p.job_id);
     if (st) {
-        free(*buf_p);
-        *buf_p = NULL;
+        pl_status_t st2 = pl_ucx_inbox_release(x->inbox);
+        (void)st2; /* the decode error is the one to report */
     }
     return st;
+}
+
+/* Hand the received message's slot back (its credit goes to the previous stage). */
+static pl_status_t s_release(pl_exec_t *x)
+{
+    return pl_ucx_inbox_release(x->inbox);
 }
 
 /* Sampled microbatches of an all-in-one stage wait here instead of on the network. */
@@ -245,8 +245,8 @@ static pl_status_t s_run_first(pl_exec_t *x, pl_gen_sink_t *sink)
         }
     }
     while (!st && pl_gen_feed_active(feed) > 0) {
-        void *buf = NULL;
         const void *payload;
+        bool taken = false;
         const pl_act_seq_t *in = x->seqs_in;
         if (atomic_load(&x->cancel)) {
             st = pl_error(PL_ERR_CANCELED, "canceled");
@@ -257,14 +257,19 @@ static pl_status_t s_run_first(pl_exec_t *x, pl_gen_sink_t *sink)
             in = fifo.seqs + (size_t)fifo.head * fifo.stride;
             fifo.head = (fifo.head + 1) % fifo.cap;
             fifo.count--;
-        } else if ((st = s_recv(x, &tok, &payload, &buf))) {
+        } else if ((st = s_recv(x, &tok, &payload))) {
             break;
+        } else {
+            taken = true;
         }
         if (tok.kind != PL_ACT_TOKENS)
             st = pl_error(PL_ERR_PROTOCOL, "stage 0 expected tokens, got kind %u", tok.kind);
         else
             st = pl_gen_feed_decode(feed, &tok, in, &hdr, dec, x->tokens);
-        free(buf);
+        if (taken) { /* the entries were copied out: the slot can take the next message */
+            pl_status_t st2 = s_release(x);
+            st = st ? st : st2;
+        }
         if (!st && hdr.n_seq > 0)
             st = s_emit(x, sink, fq, &hdr, dec);
     }
@@ -287,24 +292,23 @@ static pl_status_t s_run_rest(pl_exec_t *x, pl_gen_sink_t *sink)
     while (!st) {
         pl_act_hdr_t hdr, out;
         const void *payload;
-        void *buf;
-        if ((st = s_recv(x, &hdr, &payload, &buf)))
+        if ((st = s_recv(x, &hdr, &payload)))
             break;
         if (hdr.kind == PL_ACT_STOP) {
-            free(buf);
-            if (!last)
+            if (!(st = s_release(x)) && !last)
                 st = s_send(x, &hdr, NULL, NULL);
             break;
         }
         if (hdr.kind != PL_ACT_HIDDEN) {
-            free(buf);
+            s_release(x);
             st = pl_error(PL_ERR_PROTOCOL, "stage %d expected activations, got kind %u",
                           x->p.stage, hdr.kind);
             break;
         }
+        /* computed straight from the slot it arrived in, which goes back before the send */
         st = s_forward(x, &hdr, x->seqs_in, payload);
-        free(buf);
-        if (st)
+        pl_status_t st2 = s_release(x);
+        if ((st = st ? st : st2))
             break;
         if (last) {
             st = pl_gen_sink_sample(sink, &hdr, x->seqs_in, x->out, &out, x->seqs_out);
@@ -335,9 +339,50 @@ static json_t *s_stats(pl_exec_t *x, pl_gen_sink_t *sink)
     json_object_set_new(s, "decode_calls", json_integer((json_int_t)x->phase_calls[1]));
     if (x->next)
         json_object_set_new(s, "link", json_string(pl_ucx_ep_transport(x->next)));
+    if (x->next && x->inbox) {
+        /* The data plane's memory: this stage's slots, and its sends in flight, which never
+         * outnumber the next stage's grants. */
+        pl_ucx_credit_stats_t cs;
+        pl_ucx_ep_credit_stats(x->next, &cs);
+        size_t in_bytes = pl_ucx_inbox_bytes(x->inbox);
+        json_object_set_new(
+            s, "data_plane",
+            json_pack("{s:i, s:I, s:I, s:I, s:I, s:b}", "inbox_slots",
+                      pl_ucx_inbox_slots(x->inbox), "inbox_bytes", (json_int_t)in_bytes,
+                      "send_credits", (json_int_t)cs.granted, "max_in_flight",
+                      (json_int_t)cs.max_in_flight, "bound_bytes",
+                      (json_int_t)(in_bytes + (size_t)cs.granted * x->out_max),
+                      "progress_thread", pl_ucx_has_progress(x->ucx)));
+    }
     if (x->probe)
         json_object_set_new(s, "probe", json_incref(x->probe));
     return s;
+}
+
+/* Credits both ways and the progress thread: messages from the previous stage land in this
+ * stage's inbox, whose slots are granted to it; sends to the next stage wait for its grants.
+ * Stage 0's inbox takes the sampled tokens, one message per microbatch at most, so it has a
+ * slot for each: the last stage then never waits, and the ring cannot deadlock. */
+static pl_status_t s_data_plane(pl_exec_t *x)
+{
+    pl_act_hdr_t hidden = {.kind = PL_ACT_HIDDEN, .n_seq = x->limits.max_seq,
+                           .n_tokens = x->limits.max_tokens, .dim = x->limits.dim};
+    pl_act_hdr_t tokens = {.kind = PL_ACT_TOKENS, .n_seq = x->limits.max_seq,
+                           .n_tokens = x->limits.max_seq};
+    bool first = x->p.stage == 0, last = x->p.stage == x->p.n_stages - 1;
+    const char *pt = getenv("PL_UCX_PROGRESS_THREAD"); /* "0": progress in calls only */
+    pl_status_t st;
+
+    x->out_max = pl_act_size(last ? &tokens : &hidden);
+    pl_ucx_ep_use_credits(x->next, pl_act_tag_credit(x->p.job_id));
+    if ((st = pl_ucx_inbox_create(x->ucx, x->prev, pl_act_tag_job(x->p.job_id),
+                                  PL_ACT_TAG_DATA_MASK, pl_act_tag_credit(x->p.job_id),
+                                  pl_act_size(first ? &tokens : &hidden),
+                                  first ? x->job.microbatches : S_HIDDEN_CREDITS, &x->inbox)))
+        return st;
+    if (!(pt && strcmp(pt, "0") == 0) && (st = pl_ucx_progress_start(x->ucx)))
+        return st;
+    return PL_OK;
 }
 
 /* Measure the link to the next stage and answer the previous stage's probe (link_probe.h). */
@@ -395,9 +440,12 @@ static void *s_thread(void *arg)
             st = pl_error(PL_ERR_PROTOCOL, "START without the next stage's address");
             goto fail;
         }
-        if ((st = pl_ucx_connect(x->ucx, next, &x->next)))
+        if (!prev) {
+            st = pl_error(PL_ERR_PROTOCOL, "START without the previous stage's address");
             goto fail;
-        if (prev && (st = s_probe(x, next, prev)))
+        }
+        if ((st = pl_ucx_connect(x->ucx, next, &x->next)) || (st = s_probe(x, next, prev)) ||
+            (st = s_data_plane(x)))
             goto fail;
     }
     if (last && (st = pl_gen_sink_create(&x->job, x->vocab, &sink)))
@@ -440,6 +488,7 @@ out:
     pl_gen_sink_destroy(&sink);
     if (x->ucx && x->next)
         pl_ucx_flush(x->ucx, 1000);
+    pl_ucx_inbox_destroy(&x->inbox);
     x->next = x->prev = NULL; /* closed with the worker */
     pl_ucx_destroy(&x->ucx);
     if (x->stage)

@@ -288,3 +288,8 @@ uint64_t pl_act_tag_job(uint32_t job)
 {
     return (uint64_t)(job & 0xfffffu) << 44;
 }
+
+uint64_t pl_act_tag_credit(uint32_t job)
+{
+    return pl_act_tag_job(job) | (uint64_t)PL_ACT_TAG_KIND_CREDIT << 40;
+}

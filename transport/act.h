@@ -73,5 +73,12 @@ pl_status_t pl_act_decode(const void *buf, size_t len, const pl_act_limits_t *li
 uint64_t pl_act_tag(uint32_t job, pl_act_kind_t kind, uint32_t mb, uint32_t step);
 #define PL_ACT_TAG_JOB_MASK 0xfffff00000000000ULL
 uint64_t pl_act_tag_job(uint32_t job);
+/* The tag's kind field beyond the message kinds: 4 carries the credit grants of the data plane
+ * (transport/ucx.h), 0xf the link probes. Message kinds (1..3) have the kind's bit 2 clear and
+ * those have it set, so (pl_act_tag_job(job), PL_ACT_TAG_DATA_MASK) matches a job's messages
+ * and nothing else. */
+#define PL_ACT_TAG_KIND_CREDIT 4u
+#define PL_ACT_TAG_DATA_MASK (PL_ACT_TAG_JOB_MASK | (4ULL << 40))
+uint64_t pl_act_tag_credit(uint32_t job);
 
 #endif

@@ -193,6 +193,11 @@ pl_status_t pl_ucx_progress_start(pl_ucx_t *ucx)
     return PL_OK;
 }
 
+bool pl_ucx_has_progress(const pl_ucx_t *ucx)
+{
+    return ucx->has_progress;
+}
+
 static void s_progress_stop(pl_ucx_t *ucx)
 {
     uint64_t one = 1;

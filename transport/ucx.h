@@ -8,6 +8,7 @@
 
 #include "common/status.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -19,6 +20,7 @@ pl_status_t pl_ucx_create(pl_ucx_t **ucx_p);
  * otherwise), so that sends and receives move on while the owner thread computes. The owner
  * keeps calling this API as before; both take turns on the worker. Stopped by destroy. */
 pl_status_t pl_ucx_progress_start(pl_ucx_t *ucx);
+bool pl_ucx_has_progress(const pl_ucx_t *ucx);
 /* Cancels outstanding operations, closes endpoints, frees; *ucx_p NULL; safe on NULL. Waits up to
  * 2 s for a message that is half-received; if it is still arriving then (its sender alive but
  * silent), the worker is left allocated (a logged leak), because UCX 1.13 aborts otherwise. */
