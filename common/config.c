@@ -346,6 +346,7 @@ static const pl_ys_field_t s_job_placement[] = {
 };
 
 static const char *const s_planners[] = {"optimal", "auto", "even", NULL};
+static const char *const s_wire_dtypes[] = {"f32", "bf16", "f16", NULL};
 
 static const pl_ys_field_t s_job_fields[] = {
     S_STR("model", PL_YS_REQUIRED, pl_cfg_job_t, model, s_resolve_path),
@@ -361,6 +362,12 @@ static const pl_ys_field_t s_job_fields[] = {
      .size = sizeof(((pl_cfg_job_t *)0)->planner),
      .def_str = "auto",
      .choices = s_planners},
+    {.key = "wire_dtype",
+     .type = PL_YS_STR,
+     .offset = offsetof(pl_cfg_job_t, wire_dtype),
+     .size = sizeof(((pl_cfg_job_t *)0)->wire_dtype),
+     .def_str = "f32",
+     .choices = s_wire_dtypes},
     {.key = "stop_at_eos",
      .type = PL_YS_BOOL,
      .offset = offsetof(pl_cfg_job_t, stop_at_eos),

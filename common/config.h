@@ -88,6 +88,7 @@ typedef struct {
     uint64_t seed;          /* sampling.seed, default 0 */
     int microbatches;       /* default 0: as many as stages */
     int prefill_chunk;      /* prompt tokens per prefill message and sequence; default 0: whole */
+    char wire_dtype[8];     /* "f32" (default), "bf16", "f16": activations between stages */
     int stages;             /* default 0: every live node */
     char planner[16];       /* "auto" (default: may leave devices out), "optimal", "even" */
     bool stop_at_eos;       /* default true */

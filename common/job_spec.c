@@ -30,6 +30,7 @@ void pl_job_spec_init(pl_job_spec_t *spec)
     spec->stop_at_eos = true;
     spec->top_p = 1.0f;
     spec->planner = PL_PLANNER_AUTO;
+    memcpy(spec->wire_dtype, "f32", 4);
 }
 
 void pl_job_spec_clear(pl_job_spec_t *spec)

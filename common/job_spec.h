@@ -41,6 +41,7 @@ typedef struct {
     /* Planning and placement. */
     int microbatches;     /* 0: the planner's choice */
     int prefill_chunk;    /* prompt tokens per prefill message and sequence; 0: whole prompts */
+    char wire_dtype[8];   /* "f32" (default), "bf16", "f16": how activations travel */
     int stages;           /* 0: as the planner mode decides */
     pl_planner_t planner; /* default PL_PLANNER_AUTO */
     int n_nodes;          /* allowed node names; 0: any */

@@ -46,12 +46,13 @@ struct pl_exec {
     int hidden, vocab;
     int32_t *tokens;
     float *out;
+    float *in_f32; /* received activations widened to f32, when the wire dtype is narrower */
     int *ints;
     pl_act_seq_t *seqs_in, *seqs_out;
     double compute_s, wait_s, t_start;
     double phase_s[2]; /* compute of prefill (step 0) and decode calls */
     uint64_t phase_calls[2];
-    uint64_t n_msgs, n_tokens;
+    uint64_t n_msgs, n_tokens, bytes_sent;
 };
 
 static pl_status_t s_send_main(pl_exec_t *x, pl_msg_type_t type, json_t *body)
@@ -88,10 +89,14 @@ static pl_status_t s_load(pl_exec_t *x)
         return st;
     x->limits = (pl_act_limits_t){.max_seq = (uint32_t)x->job.n_seqs,
                                   .max_tokens = (uint32_t)x->p.max_tokens,
-                                  .dim = (uint32_t)x->hidden, .max_pos = (uint32_t)x->p.max_ctx};
+                                  .dim = (uint32_t)x->hidden, .max_pos = (uint32_t)x->p.max_ctx,
+                                  .dtype = (uint32_t)x->job.wire_dtype};
     size_t nt = (size_t)x->p.max_tokens, ns = (size_t)x->job.n_seqs;
     x->tokens = malloc(nt * sizeof(int32_t));
     x->out = malloc(PL_MAX(nt * (size_t)x->hidden, ns * (size_t)x->vocab) * sizeof(float));
+    if (x->job.wire_dtype != PL_ACT_F32 && x->p.stage > 0 &&
+        !(x->in_f32 = malloc(nt * (size_t)x->hidden * sizeof(float))))
+        return pl_error(PL_ERR_NOMEM, "stage buffers: out of memory");
     x->ints = malloc(3 * ns * sizeof(int));
     x->seqs_in = malloc(ns * sizeof(pl_act_seq_t));
     x->seqs_out = malloc(ns * sizeof(pl_act_seq_t));
@@ -148,12 +153,15 @@ static pl_status_t s_send(pl_exec_t *x, const pl_act_hdr_t *hdr, const pl_act_se
     void *buf;
     size_t len;
     pl_act_hdr_t h = *hdr;
-    if (h.kind == PL_ACT_HIDDEN)
+    if (h.kind == PL_ACT_HIDDEN) {
         h.dim = (uint32_t)x->hidden;
+        h.dtype = (uint32_t)x->job.wire_dtype;
+    }
     pl_status_t st = pl_act_encode(&h, seqs, payload, &buf, &len);
     if (st)
         return st;
     x->n_msgs++;
+    x->bytes_sent += len;
     return pl_ucx_send_credited(x->ucx, x->next,
                                 pl_act_tag(hdr->job, (pl_act_kind_t)hdr->kind, hdr->mb, hdr->step),
                                 buf, len, -1, (const volatile int *)&x->cancel);
@@ -305,8 +313,11 @@ static pl_status_t s_run_rest(pl_exec_t *x, pl_gen_sink_t *sink)
                           x->p.stage, hdr.kind);
             break;
         }
-        /* computed straight from the slot it arrived in, which goes back before the send */
-        st = s_forward(x, &hdr, x->seqs_in, payload);
+        /* computed straight from the slot it arrived in (f32), which goes back before the
+         * send */
+        const float *in;
+        pl_act_payload_f32(&hdr, payload, x->in_f32, &in);
+        st = s_forward(x, &hdr, x->seqs_in, in);
         pl_status_t st2 = s_release(x);
         if ((st = st ? st : st2))
             break;
@@ -325,9 +336,11 @@ static pl_status_t s_run_rest(pl_exec_t *x, pl_gen_sink_t *sink)
 static json_t *s_stats(pl_exec_t *x, pl_gen_sink_t *sink)
 {
     double wall = pl_now() - x->t_start;
-    json_t *s = json_pack("{s:f, s:f, s:f, s:I, s:I}", "wall_s", wall, "compute_s", x->compute_s,
-                          "wait_s", x->wait_s, "messages", (json_int_t)x->n_msgs, "tokens",
-                          (json_int_t)x->n_tokens);
+    json_t *s = json_pack("{s:f, s:f, s:f, s:I, s:I, s:I, s:s}", "wall_s", wall, "compute_s",
+                          x->compute_s, "wait_s", x->wait_s, "messages", (json_int_t)x->n_msgs,
+                          "bytes_sent", (json_int_t)x->bytes_sent, "tokens",
+                          (json_int_t)x->n_tokens, "wire_dtype",
+                          pl_act_dtype_name(x->job.wire_dtype));
     if (sink) {
         double pf = pl_gen_sink_prefill_done_at(sink);
         json_object_set_new(s, "generated", json_integer((json_int_t)pl_gen_sink_generated(sink)));
@@ -498,6 +511,7 @@ out:
     pl_gen_job_clear(&x->job);
     free(x->tokens);
     free(x->out);
+    free(x->in_f32);
     free(x->ints);
     free(x->seqs_in);
     free(x->seqs_out);

@@ -25,10 +25,11 @@ typedef struct {
     int eos[PL_MODEL_MAX_EOS];
     int microbatches; /* sequence s belongs to microbatch s % microbatches */
     int prefill_chunk; /* most prompt tokens of one sequence per prefill message; 0: whole */
+    pl_act_dtype_t wire_dtype; /* how hidden states travel between stages */
 } pl_gen_job_t;
 
 /* Fill a job from the JSON form the coordinator sends ("prompts", "max_new_tokens", "sampling",
- * "stop_at_eos", "microbatches", "prefill_chunk"); the EOS ids come from the model config. Token ids are checked
+ * "stop_at_eos", "microbatches", "prefill_chunk", "wire_dtype"); the EOS ids come from the model config. Token ids are checked
  * against vocab. Free with pl_gen_job_clear. */
 pl_status_t pl_gen_job_from_json(const json_t *obj, const pl_model_config_t *cfg, pl_gen_job_t *job);
 /* Parse prompts JSONL text: one JSON array of token ids per non-empty line. */

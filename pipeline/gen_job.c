@@ -51,7 +51,7 @@ pl_status_t pl_gen_job_from_json(const json_t *obj, const pl_model_config_t *cfg
     json_t *prompts, *sampling;
     int64_t v = 16, k = 0, mb = 0, chunk = 0;
     double temp = 0, top_p = 1;
-    const char *seed_s = NULL;
+    const char *seed_s = NULL, *wire = NULL;
     pl_status_t st;
 
     if ((st = pl_json_array(obj, "prompts", PL_GEN_MAX_SEQS, &prompts)))
@@ -65,9 +65,12 @@ pl_status_t pl_gen_job_from_json(const json_t *obj, const pl_model_config_t *cfg
     if ((st = pl_json_bool_opt(obj, "stop_at_eos", &j.stop_at_eos)))
         return st;
     if ((st = pl_json_int_opt(obj, "microbatches", 0, 1024, &mb)) ||
-        (st = pl_json_int_opt(obj, "prefill_chunk", 0, 65536, &chunk)))
+        (st = pl_json_int_opt(obj, "prefill_chunk", 0, 65536, &chunk)) ||
+        (st = pl_json_str_opt(obj, "wire_dtype", 8, &wire)))
         return st;
     j.prefill_chunk = (int)chunk;
+    if (wire && (st = pl_act_dtype_parse(wire, &j.wire_dtype)))
+        return pl_error_prefix(st, "field 'wire_dtype': ");
     sampling = json_object_get(obj, "sampling");
     if (sampling && !json_is_object(sampling))
         return pl_error(PL_ERR_INVALID, "field 'sampling': expected an object");

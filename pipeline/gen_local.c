@@ -12,6 +12,8 @@
 
 typedef struct {
     const pl_be_ops_t *ops;
+    pl_act_dtype_t wire; /* activations between stages are rounded as the wire would */
+    int hidden;
     void *stage[S_MAX_STAGES];
     int n_stages;
     float *a, *b; /* ping-pong activations */
@@ -32,6 +34,8 @@ static pl_status_t s_chain(s_chain_t *c, const pl_act_hdr_t *hdr, const pl_act_s
         pl_status_t st = c->ops->stage_forward(c->stage[i], &batch, in, out);
         if (st)
             return pl_error_prefix(st, "stage %d: ", i);
+        if (i + 1 < c->n_stages)
+            pl_act_round(c->wire, out, (size_t)hdr->n_tokens * (size_t)c->hidden);
         in = out;
         out = out == c->a ? c->b : c->a;
     }
@@ -79,6 +83,8 @@ pl_status_t pl_gen_local_run(const char *model_dir, const json_t *job_json, cons
     if ((st = pl_gen_job_from_json(job_json, cfg, &job)))
         goto out;
     int max_tokens = pl_gen_job_max_tokens(&job), first = 0, total = 0;
+    c.wire = job.wire_dtype;
+    c.hidden = cfg->hidden;
     for (int i = 0; counts && i < n_stages; i++)
         total += counts[i];
     if (counts && total != cfg->n_layers) {

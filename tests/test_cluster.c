@@ -404,3 +404,41 @@ Test(cluster, chunked_prefill_equals_whole_prefill)
     free(ref), free(got3), free(got2), free(st);
     s_passed = 1;
 }
+
+Test(cluster, bf16_wire_halves_the_bytes_and_matches_its_reference)
+{
+    int rc;
+    s_start(2, NULL);
+    char path[512], text[1024];
+    const char *dts[] = {"f32", "bf16"};
+    json_int_t bytes[2];
+    for (int d = 0; d < 2; d++) {
+        snprintf(path, sizeof(path), "%s/w%s.yaml", s_c.dir, dts[d]);
+        snprintf(text, sizeof(text), "model: m\nprompts: prompts.jsonl\nplanner: even\n"
+                                     "stages: 2\nmax_new_tokens: 6\nwire_dtype: %s\n", dts[d]);
+        tc_write(path, text);
+        char name[16];
+        snprintf(name, sizeof(name), "w%s", dts[d]);
+        /* the reference: the same split in one process, rounding between stages alike */
+        char *ref;
+        cr_assert_eq(tc_sh(&ref, "%s/pl-generate --split 3,3 %s 2>/dev/null", tc_bin(), path),
+                     0);
+        char *got = s_submit(name, &rc);
+        cr_assert_eq(rc, 0, "%s", s_err(name));
+        cr_assert_str_eq(got, ref, "wire dtype %s", dts[d]);
+        char *st;
+        tc_sh(&st, "%s/pipectl -c %s -o json status %d", tc_bin(), s_c.ep, d + 1);
+        json_t *o = json_loads(st, 0, NULL);
+        cr_assert_not_null(o, "%s", st);
+        json_t *s0 = json_object_get(json_array_get(json_object_get(o, "stages"), 0), "stats");
+        cr_assert_str_eq(json_string_value(json_object_get(s0, "wire_dtype")), dts[d]);
+        bytes[d] = json_integer_value(json_object_get(s0, "bytes_sent"));
+        cr_assert_gt(bytes[d], 0, "%s", st);
+        json_decref(o);
+        free(ref), free(got), free(st);
+    }
+    double ratio = (double)bytes[1] / (double)bytes[0];
+    cr_assert(ratio > 0.45 && ratio < 0.55, "bf16 sent %lld bytes, f32 %lld", (long long)bytes[1],
+              (long long)bytes[0]);
+    s_passed = 1;
+}

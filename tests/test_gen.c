@@ -228,6 +228,17 @@ Test(gen, prefill_chunks_end_together_and_cover_each_prompt_once)
     cr_assert_eq(pl_gen_feed_prefill_chunks(f, 0), 1);
     pl_gen_feed_prefill(f, 7, 0, 0, &h, seqs, tokens);
     cr_assert_eq(h.n_tokens, 11);
+    /* the wire dtype: f32 unless asked, and only a known one */
+    cr_assert_eq(j.wire_dtype, PL_ACT_F32);
+    json_object_set_new(o, "wire_dtype", json_string("f16"));
+    pl_gen_job_t w;
+    cr_assert_eq(pl_gen_job_from_json(o, &cfg, &w), PL_OK, "%s", pl_error_msg());
+    cr_assert_eq(w.wire_dtype, PL_ACT_F16);
+    pl_gen_job_clear(&w);
+    json_object_set_new(o, "wire_dtype", json_string("int8"));
+    cr_assert_eq(pl_gen_job_from_json(o, &cfg, &w), PL_ERR_INVALID);
+    cr_assert(strstr(pl_error_msg(), "wire_dtype"), "%s", pl_error_msg());
+    json_object_del(o, "wire_dtype");
     /* out of range */
     json_object_set_new(o, "prefill_chunk", json_integer(-1));
     pl_gen_job_t bad;

@@ -265,10 +265,11 @@ static int s_job_body(const char *path, int stages, json_t **body_p)
     }
     char seed[24];
     snprintf(seed, sizeof(seed), "%llu", (unsigned long long)job.seed);
-    json_t *gen = json_pack("{s:o, s:i, s:b, s:i, s:i, s:{s:f, s:i, s:f, s:s}}", "prompts",
-                            prompts, "max_new_tokens", job.max_new_tokens, "stop_at_eos",
-                            job.stop_at_eos, "microbatches", job.microbatches, "prefill_chunk",
-                            job.prefill_chunk, "sampling", "temperature",
+    json_t *gen = json_pack("{s:o, s:i, s:b, s:i, s:i, s:s, s:{s:f, s:i, s:f, s:s}}",
+                            "prompts", prompts, "max_new_tokens", job.max_new_tokens,
+                            "stop_at_eos", job.stop_at_eos, "microbatches", job.microbatches,
+                            "prefill_chunk", job.prefill_chunk, "wire_dtype", job.wire_dtype,
+                            "sampling", "temperature",
                             (double)job.temperature, "top_k", job.top_k, "top_p",
                             (double)job.top_p, "seed", seed);
     json_t *nodes = json_array();

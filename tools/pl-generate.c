@@ -63,10 +63,11 @@ int main(int argc, char **argv)
     snprintf(seed, sizeof(seed), "%llu", (unsigned long long)job.seed);
     int stages = n_counts ? n_counts : 1;
     int want_mb = mb >= 0 ? mb : job.microbatches;
-    json_t *gen = json_pack("{s:o, s:i, s:b, s:i, s:i, s:{s:f, s:i, s:f, s:s}}", "prompts",
-                            prompts, "max_new_tokens", job.max_new_tokens, "stop_at_eos",
-                            job.stop_at_eos, "microbatches", PL_MAX(want_mb, stages), "prefill_chunk",
-                            job.prefill_chunk, "sampling", "temperature",
+    json_t *gen = json_pack("{s:o, s:i, s:b, s:i, s:i, s:s, s:{s:f, s:i, s:f, s:s}}",
+                            "prompts", prompts, "max_new_tokens", job.max_new_tokens,
+                            "stop_at_eos", job.stop_at_eos, "microbatches", PL_MAX(want_mb, stages),
+                            "prefill_chunk", job.prefill_chunk, "wire_dtype", job.wire_dtype,
+                            "sampling", "temperature",
                             (double)job.temperature, "top_k", job.top_k, "top_p",
                             (double)job.top_p, "seed", seed);
     const pl_be_ops_t *ops = pl_be_cpu_ops();
