@@ -7,9 +7,11 @@
 
 #include <criterion/criterion.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define S_DATA_TAG 0x100ULL
@@ -286,4 +288,112 @@ Test(ucx_inbox, oversized_message_and_bad_grants_are_refused)
                                      &(pl_ucx_inbox_t *){NULL}),
                  PL_ERR_RANGE);
     s_unlink(&l);
+}
+
+/* ---- a peer process that dies ---- */
+
+static void s_write_str(int fd, const char *s)
+{
+    size_t n = strlen(s) + 1;
+    if (write(fd, s, n) != (ssize_t)n)
+        _exit(3);
+}
+
+static void s_read_str(int fd, char *out, size_t cap)
+{
+    size_t got = 0;
+    for (ssize_t r; (got == 0 || out[got - 1] != '\0') && got < cap &&
+                    (r = read(fd, out + got, cap - got)) > 0;)
+        got += (size_t)r;
+    if (got == 0 || out[got - 1] != '\0')
+        out[0] = '\0';
+}
+
+/* Child: connect to the parent, send two credited messages, then hang until killed. */
+static void s_dying_child(int rd, int wr)
+{
+    char addr[8192];
+    pl_ucx_t *c = NULL;
+    pl_ucx_ep_t *ep = NULL;
+    char *mine = NULL;
+    s_read_str(rd, addr, sizeof(addr));
+    if (!addr[0] || pl_ucx_create_with(&(pl_ucx_params_t){.peer_timeout_ms = 1000}, &c) ||
+        pl_ucx_progress_start(c) || pl_ucx_connect(c, addr, &ep) || pl_ucx_address(c, &mine))
+        _exit(2);
+    pl_ucx_ep_use_credits(ep, S_CREDIT_TAG);
+    s_write_str(wr, mine);
+    for (unsigned i = 0; i < 2; i++)
+        if (pl_ucx_send_credited(c, ep, S_DATA_TAG | i, s_pattern(70000, i), 70000, 10000, NULL))
+            _exit(4);
+    for (;;)
+        pause();
+}
+
+static void s_peer_killed(const char *tls, const char *want_transport)
+{
+    int to_child[2], to_parent[2];
+    char addr[8192];
+    if (tls)
+        setenv("UCX_TLS", tls, 1);
+    cr_assert_eq(pipe(to_child), 0);
+    cr_assert_eq(pipe(to_parent), 0);
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        close(to_child[1]);
+        close(to_parent[0]);
+        s_dying_child(to_child[0], to_parent[1]);
+    }
+    close(to_child[0]);
+    close(to_parent[1]);
+    pl_ucx_t *p = NULL;
+    pl_ucx_ep_t *ep = NULL;
+    pl_ucx_inbox_t *in = NULL;
+    char *mine = NULL;
+    cr_assert_eq(pl_ucx_create_with(&(pl_ucx_params_t){.peer_timeout_ms = 1000}, &p), PL_OK);
+    cr_assert_eq(pl_ucx_progress_start(p), PL_OK);
+    cr_assert_eq(pl_ucx_address(p, &mine), PL_OK);
+    s_write_str(to_child[1], mine);
+    free(mine);
+    s_read_str(to_parent[0], addr, sizeof(addr));
+    cr_assert(addr[0], "the child sent no address");
+    cr_assert_eq(pl_ucx_connect(p, addr, &ep), PL_OK, "%s", pl_error_msg());
+    cr_assert_eq(pl_ucx_inbox_create(p, ep, S_DATA_TAG, S_DATA_MASK, S_CREDIT_TAG, 70000, 2, &in),
+                 PL_OK, "%s", pl_error_msg());
+    for (unsigned i = 0; i < 2; i++) {
+        const void *buf;
+        size_t len;
+        cr_assert_eq(pl_ucx_inbox_recv(in, &buf, &len, NULL, 10000, NULL), PL_OK, "%s",
+                     pl_error_msg());
+        cr_assert(len == 70000 && s_pattern_ok(buf, len, i));
+        cr_assert_eq(pl_ucx_inbox_release(in), PL_OK);
+    }
+    const char *tr = pl_ucx_ep_transport(ep);
+    cr_assert(strstr(tr, want_transport), "transport %s, expected %s", tr, want_transport);
+    /* the peer dies without a word (and is reaped: a zombie still looks alive to UCX's check
+     * of shared-memory peers): the link reports it within the configured second */
+    double t0 = pl_now();
+    cr_assert_eq(kill(pid, SIGKILL), 0);
+    cr_assert_eq(waitpid(pid, NULL, 0), pid);
+    const void *buf;
+    size_t len;
+    pl_status_t st = pl_ucx_inbox_recv(in, &buf, &len, NULL, 20000, NULL);
+    double took = pl_now() - t0;
+    cr_assert_eq(st, PL_ERR_TRANSPORT, "%s", pl_error_msg());
+    cr_log_info("%s: peer death reported after %.0f ms", tls ? tls : "default", took * 1e3);
+    cr_assert_lt(took, 2.0, "reported after %.2f s (timeout 1 s)", took);
+    cr_assert_eq(pl_ucx_ep_status(ep), PL_ERR_TRANSPORT);
+    pl_ucx_inbox_destroy(&in);
+    pl_ucx_destroy(&p);
+}
+
+Test(ucx_inbox, killed_peer_fails_its_link_in_time_over_shared_memory)
+{
+    s_peer_killed(NULL, "sysv");
+}
+
+Test(ucx_inbox, killed_peer_fails_its_link_in_time_over_tcp)
+{
+    /* the user's UCX_TLS is respected, and the transport really used is reported */
+    s_peer_killed("tcp", "tcp");
 }

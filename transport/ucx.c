@@ -76,16 +76,52 @@ static bool s_want_mm_error_handling(void)
            strstr(tls, "sysv") || strchr(tls, '^');
 }
 
+/* Set a UCX setting the user did not set (UCX_<env> in the environment). A transport's setting
+ * is modified without its transport prefix (UCX 1.13 matches it in every transport). */
+static void s_config_default(ucp_config_t *config, const char *env, const char *name,
+                             const char *value)
+{
+    char var[64];
+    snprintf(var, sizeof(var), "UCX_%s", env);
+    if (getenv(var))
+        return;
+    ucs_status_t us = ucp_config_modify(config, name, value);
+    if (us != UCS_OK)
+        pl_log_debug("ucx: cannot set %s=%s: %s", name, value, ucs_status_string(us));
+}
+
+/* Peer failure within timeout_ms: a UCX keepalive round every half of it (a peer process gone
+ * from shared memory), and TCP probes after half of it, three more in the other half (a cut
+ * link). */
+static void s_config_timeouts(ucp_config_t *config, int timeout_ms)
+{
+    char v[32];
+    snprintf(v, sizeof(v), "%dms", timeout_ms / 2);
+    s_config_default(config, "KEEPALIVE_INTERVAL", "KEEPALIVE_INTERVAL", v);
+    s_config_default(config, "TCP_KEEPIDLE", "KEEPIDLE", v);
+    snprintf(v, sizeof(v), "%dms", PL_MAX(timeout_ms / 6, 1));
+    s_config_default(config, "TCP_KEEPINTVL", "KEEPINTVL", v);
+    s_config_default(config, "TCP_KEEPCNT", "KEEPCNT", "3");
+}
+
 pl_status_t pl_ucx_create(pl_ucx_t **ucx_p)
+{
+    return pl_ucx_create_with(&(pl_ucx_params_t){0}, ucx_p);
+}
+
+pl_status_t pl_ucx_create_with(const pl_ucx_params_t *p, pl_ucx_t **ucx_p)
 {
     ucp_config_t *config = NULL;
     ucp_params_t params = {0};
     ucp_worker_params_t wparams = {0};
     ucs_status_t us;
     pl_status_t st;
-    pl_ucx_t *ucx = calloc(1, sizeof(*ucx));
+    int timeout_ms = p->peer_timeout_ms ? p->peer_timeout_ms : PL_UCX_PEER_TIMEOUT_MS;
+    pl_ucx_t *ucx;
 
-    if (!ucx)
+    if (timeout_ms < 100)
+        return pl_error(PL_ERR_RANGE, "ucx: peer timeout %d ms (at least 100)", timeout_ms);
+    if (!(ucx = calloc(1, sizeof(*ucx))))
         return pl_error(PL_ERR_NOMEM, "ucx: out of memory");
     ucx->pending.next = ucx->pending.prev = &ucx->pending;
     ucx->efd = -1;
@@ -99,6 +135,7 @@ pl_status_t pl_ucx_create(pl_ucx_t **ucx_p)
     }
     /* UCX 1.13's shared-memory transports only declare peer-failure support when asked to; without
      * it, the error-handling endpoints below would fall back to TCP over loopback on one host. */
+    s_config_timeouts(config, timeout_ms);
     if (s_want_mm_error_handling()) {
         us = ucp_config_modify(config, "MM_ERROR_HANDLING", "y");
         if (us != UCS_OK)

@@ -15,6 +15,16 @@
 typedef struct pl_ucx pl_ucx_t;
 typedef struct pl_ucx_ep pl_ucx_ep_t;
 
+/* How long a peer that stopped answering (process gone, link cut) may take to fail its
+ * endpoints: UCX keepalive rounds and TCP keepalive probes are set from it, unless the user set
+ * UCX_KEEPALIVE_INTERVAL / UCX_TCP_KEEP* (their UCX_* settings, UCX_TLS and UCX_NET_DEVICES
+ * included, always win). */
+#define PL_UCX_PEER_TIMEOUT_MS 3000
+typedef struct {
+    int peer_timeout_ms; /* 0: PL_UCX_PEER_TIMEOUT_MS; at least 100 */
+} pl_ucx_params_t;
+pl_status_t pl_ucx_create_with(const pl_ucx_params_t *params, pl_ucx_t **ucx_p);
+/* pl_ucx_create_with the defaults. */
 pl_status_t pl_ucx_create(pl_ucx_t **ucx_p);
 /* Start a thread that progresses the worker whenever it has events (sleeping on its event fd
  * otherwise), so that sends and receives move on while the owner thread computes. The owner
@@ -86,7 +96,9 @@ pl_status_t pl_ucx_inbox_create(pl_ucx_t *ucx, pl_ucx_ep_t *upstream, uint64_t w
 void pl_ucx_inbox_destroy(pl_ucx_inbox_t **inbox_p);
 /* The next message in the order sent: *buf_p points into its slot (64-byte aligned), where it
  * arrived, valid until pl_ucx_inbox_release; one message is taken at a time. PL_ERR_TIMEOUT,
- * PL_ERR_CANCELED as pl_ucx_recv; PL_ERR_TRANSPORT when the upstream peer failed; a message
+ * PL_ERR_CANCELED as pl_ucx_recv; PL_ERR_TRANSPORT when nothing came and an endpoint of the
+ * worker failed (the upstream peer's, or another: a stage then never waits on a broken ring,
+ * within the peer timeout); a message
  * longer than a slot is PL_ERR_PROTOCOL (its slot goes back, the link carries on). */
 pl_status_t pl_ucx_inbox_recv(pl_ucx_inbox_t *inbox, const void **buf_p, size_t *len_p,
                               uint64_t *tag_p, int timeout_ms, const volatile int *cancel);

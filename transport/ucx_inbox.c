@@ -229,9 +229,10 @@ pl_status_t pl_ucx_inbox_recv(pl_ucx_inbox_t *in, const void **buf_p, size_t *le
         }
         if (ucp_worker_progress(ucx->worker))
             continue;
-        if (in->up->status != UCS_OK) {
-            st = pl_error(PL_ERR_TRANSPORT, "ucx inbox: the sending peer failed: %s",
-                          ucs_status_string(in->up->status));
+        pl_ucx_ep_t *failed = pl_ucx_failed_ep(ucx); /* this link's peer, or another */
+        if (failed) {
+            st = pl_error(PL_ERR_TRANSPORT, "ucx inbox: %s peer endpoint failed: %s",
+                          failed == in->up ? "the sending" : "a", ucs_status_string(failed->status));
             goto out;
         }
         if (pl_now() >= deadline) {
