@@ -1,6 +1,7 @@
 /* Credit flow control on the UCX data plane: an inbox pre-posts receives into registered slots
  * and grants its sender one credit per slot; a credited send waits for a credit before it goes. */
 #include "transport/ucx.h"
+#include "transport/ucx_grant.h"
 #include "transport/ucx_impl.h"
 
 #include "common/log.h"
@@ -9,9 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* A grant on the wire: magic "PLC1", then the number of credits, both u32 little-endian. */
-#define S_GRANT_MAGIC 0x31434c50u
-#define S_GRANT_BYTES 8u
 #define S_SLOT_ALIGN 64u
 #define S_MEM_ALIGN 4096u
 
@@ -37,26 +35,14 @@ struct pl_ucx_inbox {
     bool taken; /* the head slot's message is with the caller */
 };
 
-static void s_put_u32(unsigned char *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static uint32_t s_get_u32(const unsigned char *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
 /* Send `n` credits to the inbox's sender (lock held). */
 static pl_status_t s_grant(pl_ucx_inbox_t *in, uint32_t n)
 {
-    unsigned char *g = malloc(S_GRANT_BYTES);
+    unsigned char *g = malloc(PL_UCX_GRANT_BYTES);
     if (!g)
         return pl_error(PL_ERR_NOMEM, "ucx inbox: out of memory");
-    s_put_u32(g, S_GRANT_MAGIC);
-    s_put_u32(g + 4, n);
-    return pl_ucx_send_locked(in->ucx, in->up, in->credit_tag, g, S_GRANT_BYTES);
+    pl_ucx_grant_encode(n, g);
+    return pl_ucx_send_locked(in->ucx, in->up, in->credit_tag, g, PL_UCX_GRANT_BYTES);
 }
 
 static void s_slot_done(void *request, ucs_status_t status, const ucp_tag_recv_info_t *info,
@@ -313,21 +299,21 @@ static pl_status_t s_take_grants(pl_ucx_t *ucx, pl_ucx_ep_t *ep)
     for (;;) {
         void *buf;
         size_t len;
-        pl_status_t st = pl_ucx_recv_locked(ucx, ep->credit_want, ep->credit_mask, S_GRANT_BYTES,
-                                            &buf, &len, NULL, 0, NULL);
+        uint32_t n;
+        pl_status_t st = pl_ucx_recv_locked(ucx, ep->credit_want, ep->credit_mask,
+                                            PL_UCX_GRANT_BYTES, &buf, &len, NULL, 0, NULL);
         if (st == PL_ERR_TIMEOUT) {
             pl_error_clear();
             return PL_OK;
         }
         if (st != PL_OK)
             return st;
-        uint32_t magic = len == S_GRANT_BYTES ? s_get_u32(buf) : 0;
-        uint32_t n = len == S_GRANT_BYTES ? s_get_u32((unsigned char *)buf + 4) : 0;
+        /* more than an inbox can have is a broken peer */
+        st = pl_ucx_grant_decode(buf, len,
+                                 (uint32_t)(PL_UCX_INBOX_MAX_SLOTS - ep->credits), &n);
         free(buf);
-        if (magic != S_GRANT_MAGIC || n == 0 || n > PL_UCX_INBOX_MAX_SLOTS ||
-            ep->credits + n > PL_UCX_INBOX_MAX_SLOTS)
-            return pl_error(PL_ERR_PROTOCOL, "ucx: bad credit grant (%zu bytes, magic 0x%08x, "
-                            "%u credits, %lld held)", len, magic, n, (long long)ep->credits);
+        if (st != PL_OK)
+            return st;
         if (ep->granted == 0)
             ep->first_grant = n;
         ep->granted += n;

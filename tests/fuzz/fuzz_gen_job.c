@@ -1,7 +1,8 @@
 /* libFuzzer harness for the job description a coordinator receives (pl_gen_job_from_json) and
  * the prompts JSONL pipectl reads (pl_gen_prompts_parse). Not built by CMake:
  *   clang -g -O1 -fsanitize=fuzzer,address,undefined -D_GNU_SOURCE -I. \
- *     tests/fuzz/fuzz_gen_job.c daemon/gen_job.c common/status.c common/json.c common/util.c \
+ *     tests/fuzz/fuzz_gen_job.c pipeline/gen_job.c transport/act_dtype.c common/status.c \
+ *     common/json.c common/util.c \
  *     $(pkg-config --cflags --libs jansson) -lm -o /tmp/fuzz_gen_job
  *   /tmp/fuzz_gen_job -max_total_time=60 -max_len=4096 */
 #include "pipeline/gen.h"
