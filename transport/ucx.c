@@ -35,10 +35,13 @@ void pl_ucx_lock(pl_ucx_t *ucx)
     atomic_fetch_add(&ucx->waiters, 1);
     pthread_mutex_lock(&ucx->lock);
     atomic_fetch_sub(&ucx->waiters, 1);
+    ucx->owner_in++;
 }
 
 void pl_ucx_unlock(pl_ucx_t *ucx)
 {
+    if (--ucx->owner_in == 0 && ucx->has_progress)
+        pthread_cond_signal(&ucx->idle); /* the owner went back to its own work */
     pthread_mutex_unlock(&ucx->lock);
 }
 
@@ -54,10 +57,10 @@ pl_status_t pl_ucx_sleep(pl_ucx_t *ucx, double deadline)
         return PL_OK; /* events came in meanwhile: progress again */
     if (us != UCS_OK)
         return pl_ucx_ucs_error(us, "worker arm");
-    pl_ucx_unlock(ucx);
+    pthread_mutex_unlock(&ucx->lock); /* still the owner's call: the progress thread stays off */
     rc = poll(&pfd, 1, ms);
     err = errno;
-    pl_ucx_lock(ucx);
+    pthread_mutex_lock(&ucx->lock);
     if (rc < 0 && err != EINTR)
         return pl_error(PL_ERR_TRANSPORT, "ucx: poll on the worker's event fd: %s",
                         strerror(err));
@@ -127,6 +130,7 @@ pl_status_t pl_ucx_create_with(const pl_ucx_params_t *p, pl_ucx_t **ucx_p)
     ucx->efd = -1;
     ucx->wake_fd = -1;
     pthread_mutex_init(&ucx->lock, NULL);
+    pthread_cond_init(&ucx->idle, NULL);
 
     us = ucp_config_read(NULL, NULL, &config);
     if (us != UCS_OK) {
@@ -177,39 +181,45 @@ err_worker:
 err_ctx:
     ucp_cleanup(ucx->ctx);
 err_free:
+    pthread_cond_destroy(&ucx->idle);
     pthread_mutex_destroy(&ucx->lock);
     free(ucx);
     return st;
 }
 
-/* The progress thread: progress whenever the worker has events, sleep on its event fd
- * otherwise, and let go of the lock at once when the owner thread wants it. */
+/* The progress thread: while the owner is away from this API (computing), progress whenever
+ * the worker has events and sleep on its event fd otherwise; while the owner is in a call it
+ * progresses itself, and the thread waits, so small messages never bounce between threads. */
 static void *s_progress_main(void *arg)
 {
     pl_ucx_t *ucx = arg;
     struct pollfd pfd[2] = {{.fd = ucx->efd, .events = POLLIN},
                             {.fd = ucx->wake_fd, .events = POLLIN}};
-    pl_ucx_lock(ucx);
+    pthread_mutex_lock(&ucx->lock);
     while (!atomic_load(&ucx->stop)) {
+        if (ucx->owner_in > 0) {
+            pthread_cond_wait(&ucx->idle, &ucx->lock);
+            continue;
+        }
         if (ucp_worker_progress(ucx->worker)) {
             if (atomic_load(&ucx->waiters) > 0) {
-                pl_ucx_unlock(ucx);
+                pthread_mutex_unlock(&ucx->lock);
                 sched_yield();
-                pl_ucx_lock(ucx);
+                pthread_mutex_lock(&ucx->lock);
             }
             continue;
         }
         ucs_status_t us = ucp_worker_arm(ucx->worker);
         if (us == UCS_ERR_BUSY)
             continue;
-        pl_ucx_unlock(ucx);
+        pthread_mutex_unlock(&ucx->lock);
         if (us != UCS_OK) /* cannot sleep on the fd: poll the worker gently instead */
             usleep(1000);
         else
             poll(pfd, 2, PL_UCX_POLL_MS);
-        pl_ucx_lock(ucx);
+        pthread_mutex_lock(&ucx->lock);
     }
-    pl_ucx_unlock(ucx);
+    pthread_mutex_unlock(&ucx->lock);
     return NULL;
 }
 
@@ -240,7 +250,10 @@ static void s_progress_stop(pl_ucx_t *ucx)
     uint64_t one = 1;
     if (!ucx->has_progress)
         return;
+    pthread_mutex_lock(&ucx->lock);
     atomic_store(&ucx->stop, true);
+    pthread_cond_signal(&ucx->idle);
+    pthread_mutex_unlock(&ucx->lock);
     if (write(ucx->wake_fd, &one, sizeof(one)) < 0)
         pl_log_debug("ucx: waking the progress thread: %s", strerror(errno));
     pthread_join(ucx->progress, NULL);
@@ -651,6 +664,7 @@ void pl_ucx_destroy(pl_ucx_t **ucx_p)
             free(ep);
         }
     }
+    pthread_cond_destroy(&ucx->idle);
     pthread_mutex_destroy(&ucx->lock);
     free(ucx);
 }

@@ -77,7 +77,9 @@ struct pl_ucx {
     /* Every use of the worker holds `lock`: the owner thread's calls and, when started, the
      * progress thread, which progresses the worker while the owner computes. */
     pthread_mutex_t lock;
-    atomic_int waiters; /* owner calls waiting for the lock: the progress thread lets go */
+    pthread_cond_t idle; /* signalled when the owner leaves its last call */
+    int owner_in;        /* owner calls under way (lock held, or let go only to sleep) */
+    atomic_int waiters;  /* owner calls waiting for the lock: the progress thread lets go */
     atomic_bool stop;
     bool has_progress;
     pthread_t progress;
@@ -89,6 +91,7 @@ struct pl_ucx {
 pl_status_t pl_ucx_ucs_error(ucs_status_t status, const char *what);
 /* Absolute deadline (pl_now() seconds) of a timeout; infinite when timeout_ms < 0. */
 double pl_ucx_deadline(int timeout_ms);
+/* The owner thread's entry to and exit from the worker (every public call). */
 void pl_ucx_lock(pl_ucx_t *ucx);
 void pl_ucx_unlock(pl_ucx_t *ucx);
 /* With the lock held: arm the worker and sleep (lock released) on its event fd until an event,
