@@ -31,25 +31,6 @@ static int s_die(const char *what)
     return 1;
 }
 
-/* Enter a named network namespace (ip netns) with fresh UTS and IPC namespaces, so that UCX sees
- * another host. */
-static int s_enter(const char *netns)
-{
-    char path[256];
-    if (!netns || !*netns)
-        return 0;
-    snprintf(path, sizeof(path), "/var/run/netns/%s", netns);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0 || setns(fd, CLONE_NEWNET) != 0 || unshare(CLONE_NEWUTS | CLONE_NEWIPC) != 0) {
-        fprintf(stderr, "bench_stream: entering %s: %s\n", netns, strerror(errno));
-        return 1;
-    }
-    close(fd);
-    char host[64];
-    snprintf(host, sizeof(host), "pl-bench-%s", netns);
-    return sethostname(host, strlen(host)) == 0 ? 0 : 1;
-}
-
 static int s_put(int fd, const char *s)
 {
     size_t n = strlen(s) + 1;
@@ -127,53 +108,90 @@ static int s_run(s_side_t *s, bool sender, size_t len, int iters, bool lat, doub
     return pl_ucx_flush(s->ucx, 30000) ? s_die("flush") : 0;
 }
 
+/* One side: the receiver (writes nothing back) or the sender (writes its figure to res). */
+static int s_side(bool sender, int rd, int wr, int res, bool lat, size_t len, int iters)
+{
+    s_side_t s = {0};
+    double v = 0;
+    char line[64];
+    if (s_setup(&s, rd, wr, len + 64, !sender) || s_run(&s, sender, len, iters, lat, &v))
+        return 1;
+    if (sender) {
+        snprintf(line, sizeof(line), "%.3f", v);
+        s_put(res, line);
+        if (s_get(rd, line, sizeof(line))) /* wait for the receiver's goodbye */
+            line[0] = 0;
+    } else {
+        if (s_get(res, line, sizeof(line)))
+            line[0] = 0;
+        s_put(wr, "bye");
+        /* bandwidth as the receiver saw it; latency as the sender timed it */
+        if (!lat)
+            snprintf(line, sizeof(line), "%.3f", v);
+        printf("%s\n", line);
+    }
+    pl_ucx_inbox_destroy(&s.in);
+    pl_ucx_destroy(&s.ucx);
+    return 0;
+}
+
+/* Run a side in network namespace `ns` with fresh UTS and IPC namespaces, so that UCX sees
+ * another host: through `ip netns exec` (which also shows the namespace's own /sys, where UCX
+ * finds its network devices) and `unshare`, both of which keep the pipes. */
+static int s_side_in(const char *ns, char *self, bool sender, int rd, int wr, int res,
+                     char **args)
+{
+    if (!ns || !*ns)
+        return s_side(sender, rd, wr, res, strcmp(args[0], "lat") == 0,
+                      strtoull(args[1], NULL, 10), atoi(args[2]));
+    char f[3][16], host[64];
+    snprintf(host, sizeof(host), "pl-bench-%s", ns);
+    setenv("PL_BENCH_HOSTNAME", host, 1);
+    snprintf(f[0], sizeof(f[0]), "%d", rd);
+    snprintf(f[1], sizeof(f[1]), "%d", wr);
+    snprintf(f[2], sizeof(f[2]), "%d", res);
+    char exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (n <= 0)
+        return 1;
+    exe[n] = '\0';
+    (void)self;
+    char *argv[] = {"ip", "netns", "exec", (char *)ns, "unshare", "--uts", "--ipc", "--", exe,
+                    "--side", sender ? "send" : "recv", f[0], f[1], f[2], args[0], args[1],
+                    args[2], NULL};
+    execvp("ip", argv);
+    fprintf(stderr, "bench_stream: exec: %s\n", strerror(errno));
+    return 1;
+}
+
 int main(int argc, char **argv)
 {
+    const char *host = getenv("PL_BENCH_HOSTNAME");
+    if (argc == 9 && strcmp(argv[1], "--side") == 0 && host && sethostname(host, strlen(host)))
+        fprintf(stderr, "bench_stream: hostname %s: %s\n", host, strerror(errno));
+    if (argc == 9 && strcmp(argv[1], "--side") == 0)
+        return s_side(strcmp(argv[2], "send") == 0, atoi(argv[3]), atoi(argv[4]),
+                      atoi(argv[5]), strcmp(argv[6], "lat") == 0, strtoull(argv[7], NULL, 10),
+                      atoi(argv[8]));
     if (argc < 4) {
         fprintf(stderr, "usage: bench_stream bw|lat SIZE ITERS [NETNS_A NETNS_B]\n"
                         "  prints MB/s (bw) or one-way microseconds (lat, ping-pong / 2)\n");
         return 2;
     }
-    bool lat = strcmp(argv[1], "lat") == 0;
-    size_t len = strtoull(argv[2], NULL, 10);
-    int iters = atoi(argv[3]);
     const char *ns_a = argc > 4 ? argv[4] : NULL, *ns_b = argc > 5 ? argv[5] : NULL;
     int ab[2], ba[2], res[2];
     if (pipe(ab) || pipe(ba) || pipe(res))
         return 1;
+    fflush(stdout);
     pid_t pid = fork();
     if (pid < 0)
         return 1;
-    s_side_t s = {0};
-    double v = 0;
-    if (pid == 0) { /* the sender */
-        if (s_enter(ns_b) || s_setup(&s, ab[0], ba[1], len + 64, false) ||
-            s_run(&s, true, len, iters, lat, &v))
-            _exit(1);
-        char line[64];
-        snprintf(line, sizeof(line), "%.3f", v);
-        s_put(res[1], line);
-        if (s_get(ab[0], line, sizeof(line))) /* wait for the receiver's goodbye */
-            line[0] = 0;
-        pl_ucx_inbox_destroy(&s.in);
-        pl_ucx_destroy(&s.ucx);
-        _exit(0);
-    }
-    if (s_enter(ns_a) || s_setup(&s, ba[0], ab[1], len + 64, true) ||
-        s_run(&s, false, len, iters, lat, &v)) {
+    if (pid == 0) /* the sender */
+        _exit(s_side_in(ns_b, argv[0], true, ab[0], ba[1], res[1], argv + 1));
+    int rc = s_side_in(ns_a, argv[0], false, ba[0], ab[1], res[0], argv + 1);
+    if (rc)
         kill(pid, SIGKILL);
-        waitpid(pid, NULL, 0);
-        return 1;
-    }
-    char line[64];
-    if (s_get(res[0], line, sizeof(line)))
-        line[0] = 0;
-    s_put(ab[1], "bye");
     int status = 0;
     waitpid(pid, &status, 0);
-    pl_ucx_inbox_destroy(&s.in);
-    pl_ucx_destroy(&s.ucx);
-    /* bandwidth as the receiver saw it; latency as the sender timed it */
-    printf("%s\n", lat ? line : (snprintf(line, sizeof(line), "%.3f", v), line));
-    return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 1;
+    return rc || !WIFEXITED(status) || WEXITSTATUS(status) != 0;
 }
