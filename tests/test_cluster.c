@@ -247,7 +247,20 @@ Test(cluster, daemon_lost_mid_job_fails_that_job_only)
     free(st);
     /* the results of a failed job are an error, not empty output */
     cr_assert_neq(tc_sh(NULL, "%s/pipectl -c %s results 1 2>/dev/null", tc_bin(), s_c.ep), 0);
-    /* the other two daemons take the next job */
+    /* the other two daemons take the next job, once the coordinator has marked the lost one:
+     * the job can fail sooner than that (its stages see the dead peer within the data plane's
+     * peer timeout), and until then the lost node still looks idle */
+    bool lost = false;
+    for (int i = 0; i < 150 && !lost; i++) {
+        char *nodes = NULL;
+        tc_sh(&nodes, "%s/pipectl -c %s --timeout 2 -o json nodes 2>/dev/null", tc_bin(),
+              s_c.ep);
+        lost = nodes && strstr(nodes, "\"state\": \"lost\"");
+        free(nodes);
+        if (!lost)
+            usleep(100 * 1000);
+    }
+    cr_assert(lost, "the coordinator never marked node1 lost");
     cr_assert_eq(tc_wait_idle(&s_c, 2, 15), 0, "survivors did not become idle");
     s_job("after", "m", "max_new_tokens: 6\nstages: 2\n");
     char *ref = s_reference("after"), *got = s_submit("after", &rc);
