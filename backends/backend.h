@@ -1,17 +1,20 @@
-/* The executor interface every backend implements (CPU built in; CUDA and HIP as plugins).
- * A backend is a versioned table of function pointers; devices and loaded stages are opaque
- * pointers owned by the backend. Activations cross this interface in host memory. */
+/* The executor interface every backend implements (CPU built in; CUDA and HIP as plugins),
+ * behind opaque handles: a backend, an opened device, a loaded stage, each used only through
+ * the functions below. Activations cross this interface in host memory. The function table the
+ * backends fill in is internal to backends/ (backend_impl.h). */
 #ifndef PL_BACKENDS_BACKEND_H
 #define PL_BACKENDS_BACKEND_H
 
 #include "common/status.h"
 #include "model/model.h"
 
+#include <jansson.h>
 #include <stdbool.h>
 #include <stdint.h>
 
-#define PL_BE_ABI_VERSION 1
-#define PL_BE_PLUGIN_SYMBOL "pl_be_plugin_ops"
+typedef struct pl_be pl_be_t;               /* a backend: "cpu", or a loaded GPU plugin */
+typedef struct pl_be_device pl_be_device_t; /* an opened device of a backend */
+typedef struct pl_be_stage pl_be_stage_t;   /* a layer range loaded on a device */
 
 typedef struct {
     char backend[16]; /* "cpu", "cuda", "hip" */
@@ -47,36 +50,10 @@ typedef struct {
     const int *n_tok;
 } pl_be_batch_t;
 
-typedef struct pl_be_ops {
-    int abi_version; /* PL_BE_ABI_VERSION */
-    const char *name;
-    /* List devices; when none, return PL_ERR_NO_DEVICE with the reason in pl_error_msg().
-     * Must not block for long. */
-    pl_status_t (*probe)(pl_be_device_info_t *infos, int max, int *n_p);
-    /* Open device `index`; threads is a CPU thread count (0: all), ignored by GPUs. */
-    pl_status_t (*open)(int index, int threads, void **dev_p);
-    void (*close)(void *dev);
-    /* Short measurement (well under a second) of compute and memory speed. */
-    pl_status_t (*calibrate)(void *dev, pl_be_calib_t *calib);
-    /* Load the stage's weights and allocate its KV cache. */
-    pl_status_t (*stage_load)(void *dev, pl_model_t *model, const pl_be_stage_params_t *params,
-                              void **stage_p);
-    /* Run one microbatch through the stage's layers.
-     * in:  has_embed ? int32 token ids [n_tokens] : float hidden [n_tokens][hidden]
-     * out: has_head  ? float logits [n_seq][vocab] (last token of each sequence)
-     *                : float hidden [n_tokens][hidden] */
-    pl_status_t (*stage_forward)(void *stage, const pl_be_batch_t *batch, const void *in,
-                                 void *out);
-    /* Forget the KV cache of one slot (its sequence finished). Optional (may be NULL). */
-    void (*stage_free_seq)(void *stage, int slot);
-    void (*stage_unload)(void *stage);
-} pl_be_ops_t;
-
-/* The built-in CPU backend (OpenBLAS GEMMs). */
-const pl_be_ops_t *pl_be_cpu_ops(void);
+/* ---- backends ---------------------------------------------------------------------------- */
 
 typedef struct {
-    const pl_be_ops_t *ops; /* NULL when the backend is unavailable */
+    const pl_be_t *backend; /* NULL when the backend is unavailable */
     char name[16];
     char why[256]; /* why it is unavailable, or "" */
 } pl_be_entry_t;
@@ -85,6 +62,48 @@ typedef struct {
  * dlopen when present. Returns the number of entries written. */
 int pl_be_registry_list(pl_be_entry_t *entries, int max);
 /* The backend named `name`, or NULL with the reason in pl_error_msg(). */
-const pl_be_ops_t *pl_be_registry_find(const char *name);
+const pl_be_t *pl_be_registry_find(const char *name);
+/* The built-in CPU backend (OpenBLAS GEMMs); always there. */
+const pl_be_t *pl_be_cpu(void);
+/* "cpu", "cuda", "hip". */
+const char *pl_be_name(const pl_be_t *be);
+
+/* List the backend's devices; PL_ERR_NO_DEVICE with the reason when there are none. */
+pl_status_t pl_be_probe(const pl_be_t *be, pl_be_device_info_t *infos, int max, int *n_p);
+
+/* ---- devices ----------------------------------------------------------------------------- */
+
+/* Open device `index` of the backend; threads is a CPU thread count (0: all), ignored by GPUs. */
+pl_status_t pl_be_device_open(const pl_be_t *be, int index, int threads, pl_be_device_t **dev_p);
+/* Close; nulls the pointer; safe on NULL. Every stage loaded on it must be unloaded first. */
+void pl_be_device_close(pl_be_device_t **dev_p);
+const pl_be_t *pl_be_device_backend(const pl_be_device_t *dev);
+/* Short measurement (well under a second) of compute and memory speed, as the device runs now
+ * (a slowed-down device reports its slowed rates). */
+pl_status_t pl_be_device_calibrate(pl_be_device_t *dev, pl_be_calib_t *calib);
+/* The device's health as a new JSON object (runtime and management-library figures);
+ * PL_ERR_UNSUPPORTED when the backend reports none (the CPU backend). */
+pl_status_t pl_be_device_health(pl_be_device_t *dev, json_t **health_p);
+/* Testing: make the device `factor` (>= 1) times slower. Every forward call on stages loaded
+ * afterwards is followed by (factor - 1) times its own duration of idling, and calibration
+ * divides its rates by factor to match. */
+void pl_be_device_set_slowdown(pl_be_device_t *dev, double factor);
+
+/* ---- stages ------------------------------------------------------------------------------ */
+
+/* Load the stage's weights and allocate its KV cache on the device. */
+pl_status_t pl_be_stage_load(pl_be_device_t *dev, pl_model_t *model,
+                             const pl_be_stage_params_t *params, pl_be_stage_t **stage_p);
+/* Run one microbatch through the stage's layers.
+ * in:  has_embed ? int32 token ids [n_tokens] : float hidden [n_tokens][hidden]
+ * out: has_head  ? float logits [n_seq][vocab] (last token of each sequence)
+ *                : float hidden [n_tokens][hidden] */
+pl_status_t pl_be_stage_forward(pl_be_stage_t *stage, const pl_be_batch_t *batch, const void *in,
+                                void *out);
+/* Forget the KV cache of one slot: its sequence finished, the slot may take a new one. Slots out
+ * of range are ignored. */
+void pl_be_stage_free_seq(pl_be_stage_t *stage, int slot);
+/* Free the stage's weights and cache; nulls the pointer; safe on NULL. */
+void pl_be_stage_unload(pl_be_stage_t **stage_p);
 
 #endif

@@ -1,6 +1,6 @@
 /* The backends this binary can use: the built-in CPU backend, and the CUDA / HIP plugins loaded
  * with dlopen from $PIPELD_PLUGIN_DIR, the build's plugin directory, or beside the executable. */
-#include "backends/backend.h"
+#include "backends/backend_impl.h"
 
 #include "common/log.h"
 #include "common/util.h"
@@ -29,68 +29,8 @@ static pthread_once_t s_once = PTHREAD_ONCE_INIT;
 static pl_be_entry_t s_entries[1 + PL_ARRAY_SIZE(s_plugins)];
 static int s_n_entries;
 
-/* A plugin links its own copy of pl_common, so its error messages live in its own per-thread
- * buffer. Each loaded plugin is called through a shim that copies the plugin's message into
- * ours when a call fails, so the daemon logs and reports the real reason. */
-typedef struct {
-    const pl_be_ops_t *real;
-    const char *(*msg)(void);
-    pl_be_ops_t ops;
-} s_shim_t;
-
-static s_shim_t s_shims[PL_ARRAY_SIZE(s_plugins)];
-
-static pl_status_t s_relay(const s_shim_t *sh, pl_status_t st)
-{
-    const char *m = st != PL_OK && sh->msg ? sh->msg() : NULL;
-    if (m && m[0])
-        pl_error(st, "%s", m);
-    return st;
-}
-
-#define S_SHIM(i)                                                                                  \
-    static pl_status_t s_probe_##i(pl_be_device_info_t *a, int max, int *n_p)                     \
-    {                                                                                              \
-        return s_relay(&s_shims[i], s_shims[i].real->probe(a, max, n_p));                         \
-    }                                                                                              \
-    static pl_status_t s_open_##i(int index, int threads, void **dev_p)                            \
-    {                                                                                              \
-        return s_relay(&s_shims[i], s_shims[i].real->open(index, threads, dev_p));                 \
-    }                                                                                              \
-    static pl_status_t s_calibrate_##i(void *dev, pl_be_calib_t *calib)                            \
-    {                                                                                              \
-        return s_relay(&s_shims[i], s_shims[i].real->calibrate(dev, calib));                       \
-    }                                                                                              \
-    static pl_status_t s_load_##i(void *dev, pl_model_t *model, const pl_be_stage_params_t *p,    \
-                                  void **stage_p)                                                  \
-    {                                                                                              \
-        return s_relay(&s_shims[i], s_shims[i].real->stage_load(dev, model, p, stage_p));          \
-    }                                                                                              \
-    static pl_status_t s_forward_##i(void *stage, const pl_be_batch_t *b, const void *in,          \
-                                     void *out)                                                    \
-    {                                                                                              \
-        return s_relay(&s_shims[i], s_shims[i].real->stage_forward(stage, b, in, out));            \
-    }                                                                                              \
-    static const pl_be_ops_t *s_shim_##i(const pl_be_ops_t *real, void *handle)                   \
-    {                                                                                              \
-        s_shim_t *sh = &s_shims[i];                                                                \
-        sh->real = real;                                                                           \
-        sh->msg = (const char *(*)(void))dlsym(handle, "pl_error_msg");                            \
-        sh->ops = *real;                                                                           \
-        sh->ops.probe = s_probe_##i;                                                               \
-        sh->ops.open = s_open_##i;                                                                 \
-        sh->ops.calibrate = s_calibrate_##i;                                                       \
-        sh->ops.stage_load = s_load_##i;                                                           \
-        sh->ops.stage_forward = s_forward_##i;                                                     \
-        return &sh->ops;                                                                           \
-    }
-
-S_SHIM(0)
-S_SHIM(1)
-
-static const pl_be_ops_t *(*const s_shim_make[])(const pl_be_ops_t *, void *) = {s_shim_0,
-                                                                                  s_shim_1};
-_Static_assert(PL_ARRAY_SIZE(s_shim_make) == PL_ARRAY_SIZE(s_plugins), "one shim per plugin");
+/* The backends: [0] the CPU, then one per plugin (ops NULL while unavailable). */
+static pl_be_t s_backends[1 + PL_ARRAY_SIZE(s_plugins)];
 
 /* Where plugins are looked for, in order: $PIPELD_PLUGIN_DIR, PL_PLUGIN_DIR, the executable's
  * directory and its ../lib. */
@@ -154,8 +94,8 @@ static void s_open_plugin(const char *path, size_t slot, pl_be_entry_t *e)
                  ops ? ops->abi_version : -1, PL_BE_ABI_VERSION);
         goto err_close;
     }
-    if (!ops->probe || !ops->open || !ops->close || !ops->stage_load || !ops->stage_forward ||
-        !ops->stage_unload) {
+    if (!ops->probe || !ops->open || !ops->close || !ops->calibrate || !ops->stage_load ||
+        !ops->stage_forward || !ops->stage_unload) {
         snprintf(e->why, sizeof(e->why), "plugin %.120s: function table incomplete", path);
         goto err_close;
     }
@@ -168,7 +108,9 @@ static void s_open_plugin(const char *path, size_t slot, pl_be_entry_t *e)
         snprintf(e->why, sizeof(e->why), "plugin %.120s: no device", path);
         return;
     }
-    e->ops = s_shim_make[slot](ops, handle);
+    s_backends[1 + slot] = (pl_be_t){
+        .ops = ops, .plugin_msg = (const char *(*)(void))dlsym(handle, "pl_error_msg")};
+    e->backend = &s_backends[1 + slot];
     pl_log_debug("backend %s: plugin %s, %d devices", e->name, path, n);
     return;
 
@@ -201,8 +143,9 @@ static void s_init(void)
 {
     pl_be_entry_t *e = &s_entries[s_n_entries++];
     memset(e, 0, sizeof(*e));
-    e->ops = pl_be_cpu_ops();
-    snprintf(e->name, sizeof(e->name), "%s", e->ops->name);
+    s_backends[0] = (pl_be_t){.ops = pl_be_cpu_ops()};
+    e->backend = &s_backends[0];
+    snprintf(e->name, sizeof(e->name), "%s", s_backends[0].ops->name);
     for (size_t i = 0; i < PL_ARRAY_SIZE(s_plugins); i++) {
         e = &s_entries[s_n_entries++];
         memset(e, 0, sizeof(*e));
@@ -221,7 +164,13 @@ int pl_be_registry_list(pl_be_entry_t *entries, int max)
     return n > 0 ? n : 0;
 }
 
-const pl_be_ops_t *pl_be_registry_find(const char *name)
+const pl_be_t *pl_be_cpu(void)
+{
+    pthread_once(&s_once, s_init);
+    return &s_backends[0];
+}
+
+const pl_be_t *pl_be_registry_find(const char *name)
 {
     pthread_once(&s_once, s_init);
     if (!name) {
@@ -231,9 +180,9 @@ const pl_be_ops_t *pl_be_registry_find(const char *name)
     for (int i = 0; i < s_n_entries; i++) {
         if (strcmp(s_entries[i].name, name) != 0)
             continue;
-        if (!s_entries[i].ops)
+        if (!s_entries[i].backend)
             pl_error(PL_ERR_NO_DEVICE, "backend %s unavailable: %s", name, s_entries[i].why);
-        return s_entries[i].ops;
+        return s_entries[i].backend;
     }
     pl_error(PL_ERR_NOT_FOUND, "unknown backend '%s' (known: cpu, cuda, hip)", name);
     return NULL;

@@ -243,8 +243,7 @@ static void s_rmdir(const char *dir)
 /* ---- the stage under test ---- */
 
 typedef struct {
-    const pl_be_ops_t *ops;
-    void *stage;
+    pl_be_stage_t *stage;
     pl_model_config_t cfg;
     int32_t *ids;
     float *out;
@@ -256,7 +255,7 @@ static pl_status_t s_forward(s_bench_t *b, int slot, int pos0, int n_tok)
                            .n_tok = &n_tok};
     for (int i = 0; i < n_tok; i++)
         b->ids[i] = (int32_t)(pl_rand_u64(7, (uint64_t)(pos0 + i)) % (uint64_t)b->cfg.vocab);
-    return b->ops->stage_forward(b->stage, &batch, b->ids, b->out);
+    return pl_be_stage_forward(b->stage, &batch, b->ids, b->out);
 }
 
 /* Bytes one decode token streams: every layer's matrices and norms plus final norm and head,
@@ -394,7 +393,7 @@ static pl_status_t s_bench_decode(s_bench_t *b, const s_opts_t *o, double *s_per
     double best = 1e30;
     pl_status_t st;
     for (int r = 0; r <= o->reps; r++) { /* r == 0 faults the weights in and warms OpenBLAS */
-        b->ops->stage_free_seq(b->stage, 1);
+        pl_be_stage_free_seq(b->stage, 1);
         if ((st = s_forward(b, 1, 0, 1)))
             return st;
         double t0 = pl_now();
@@ -413,7 +412,7 @@ static pl_status_t s_bench_prefill(s_bench_t *b, const s_opts_t *o, double *s_p)
     double best = 1e30;
     pl_status_t st;
     for (int r = 0; r <= o->reps; r++) {
-        b->ops->stage_free_seq(b->stage, 0);
+        pl_be_stage_free_seq(b->stage, 0);
         double t0 = pl_now();
         if ((st = s_forward(b, 0, 0, o->prefill)))
             return st;
@@ -624,8 +623,8 @@ int main(int argc, char **argv)
     char tmp[] = "/tmp/pl-bench-decode-XXXXXX";
     const char *dir;
     pl_model_t *model = NULL;
-    void *dev = NULL;
-    s_bench_t b = {.ops = pl_be_cpu_ops()};
+    pl_be_device_t *dev = NULL;
+    s_bench_t b = {0};
     s_res_t r = {0};
     int rc = 1;
 
@@ -640,7 +639,7 @@ int main(int argc, char **argv)
         }
         dir = tmp;
     }
-    if (pl_model_open(dir, &model) || b.ops->open(0, o.threads, &dev))
+    if (pl_model_open(dir, &model) || pl_be_device_open(pl_be_cpu(), 0, o.threads, &dev))
         goto err;
     b.cfg = *pl_model_config(model);
     pl_be_stage_params_t sp = {.first_layer = 0, .last_layer = b.cfg.n_layers - 1,
@@ -653,7 +652,7 @@ int main(int argc, char **argv)
     }
     b.ids = malloc((size_t)o.prefill * sizeof(int32_t));
     b.out = malloc((size_t)b.cfg.vocab * sizeof(float));
-    if (!b.ids || !b.out || b.ops->stage_load(dev, model, &sp, &b.stage))
+    if (!b.ids || !b.out || pl_be_stage_load(dev, model, &sp, &b.stage))
         goto err;
     s_machine(o.threads);
     printf("model: %s: %d layers, hidden %d, intermediate %d, heads %d/%d, vocab %d, "
@@ -667,7 +666,7 @@ int main(int argc, char **argv)
         goto err;
     r.wbytes = s_weight_bytes(&b.cfg);
     r.pf_flops = s_prefill_flops(&b.cfg, o.prefill);
-    if (s_machine_refs(model, &b.cfg, &o, &r) || b.ops->calibrate(dev, &r.calib))
+    if (s_machine_refs(model, &b.cfg, &o, &r) || pl_be_device_calibrate(dev, &r.calib))
         goto err;
     s_cpu_times(&m1, &self1);
     s_print(&b.cfg, &o, &r);
@@ -679,10 +678,8 @@ int main(int argc, char **argv)
 err:
     if (rc)
         fprintf(stderr, "bench_decode: %s\n", pl_error_msg());
-    if (b.stage)
-        b.ops->stage_unload(b.stage);
-    if (dev)
-        b.ops->close(dev);
+    pl_be_stage_unload(&b.stage);
+    pl_be_device_close(&dev);
     free(b.ids);
     free(b.out);
     pl_model_destroy(&model);

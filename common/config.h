@@ -4,6 +4,7 @@
 #ifndef PL_COMMON_CONFIG_H
 #define PL_COMMON_CONFIG_H
 
+#include "common/job_gen.h"
 #include "common/status.h"
 
 #include <limits.h>
@@ -81,17 +82,11 @@ typedef struct {
 typedef struct {
     char model[PATH_MAX];   /* resolved against the job file's directory */
     char prompts[PATH_MAX]; /* JSONL of token-id arrays, resolved likewise */
-    int max_new_tokens;     /* default 16, 1..65536 */
-    float temperature;      /* sampling.temperature, default 0 (greedy) */
-    int top_k;              /* sampling.top_k, default 0 (off) */
-    float top_p;            /* sampling.top_p, default 1 (off) */
-    uint64_t seed;          /* sampling.seed, default 0 */
+    pl_job_gen_t gen;       /* max_new_tokens, min_new_tokens, stop_at_eos, sampling.*,
+                             * prefill_chunk, wire_dtype */
     int microbatches;       /* default 0: as many as stages */
-    int prefill_chunk;      /* prompt tokens per prefill message and sequence; default 0: whole */
-    char wire_dtype[8];     /* "f32" (default), "bf16", "f16": activations between stages */
     int stages;             /* default 0: every live node */
     char planner[16];       /* "auto" (default: may leave devices out), "optimal", "even" */
-    bool stop_at_eos;       /* default true */
     int n_nodes;            /* placement.nodes: allowed node names; 0: any */
     char nodes[PL_CFG_MAX_NODES][PL_CFG_NAME_MAX + 1];
 } pl_cfg_job_t;

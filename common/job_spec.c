@@ -26,11 +26,11 @@ const char *pl_planner_name(pl_planner_t mode)
 void pl_job_spec_init(pl_job_spec_t *spec)
 {
     memset(spec, 0, sizeof(*spec));
-    spec->max_new_tokens = 16;
-    spec->stop_at_eos = true;
-    spec->top_p = 1.0f;
+    spec->gen.max_new_tokens = 16;
+    spec->gen.stop_at_eos = true;
+    spec->gen.top_p = 1.0f;
     spec->planner = PL_PLANNER_AUTO;
-    memcpy(spec->wire_dtype, "f32", 4);
+    memcpy(spec->gen.wire_dtype, "f32", 4);
 }
 
 void pl_job_spec_clear(pl_job_spec_t *spec)

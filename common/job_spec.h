@@ -6,6 +6,7 @@
 #define PL_COMMON_JOB_SPEC_H
 
 #include "common/config.h"
+#include "common/job_gen.h"
 #include "common/status.h"
 
 #include <limits.h>
@@ -30,18 +31,9 @@ typedef struct {
     int n_prompts;
     int32_t **prompts;
     int *prompt_len;
-    /* Generation. */
-    int max_new_tokens; /* 1..65536, default 16 */
-    bool stop_at_eos;   /* default true */
-    /* Sampling: temperature 0 is greedy; top_k 0 and top_p 1 are off. */
-    float temperature;
-    int top_k;
-    float top_p;
-    uint64_t seed;
+    pl_job_gen_t gen; /* generation and sampling settings */
     /* Planning and placement. */
     int microbatches;     /* 0: the planner's choice */
-    int prefill_chunk;    /* prompt tokens per prefill message and sequence; 0: whole prompts */
-    char wire_dtype[8];   /* "f32" (default), "bf16", "f16": how activations travel */
     int stages;           /* 0: as the planner mode decides */
     pl_planner_t planner; /* default PL_PLANNER_AUTO */
     int n_nodes;          /* allowed node names; 0: any */

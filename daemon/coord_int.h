@@ -3,8 +3,9 @@
 #define PL_DAEMON_COORD_INT_H
 
 #include "common/config.h"
-#include "daemon/planning.h"
-#include "transport/ctl.h"
+#include "common/job_spec.h"
+#include "scheduler/terms.h"
+#include "transport/sock.h"
 
 #include <jansson.h>
 #include <limits.h>
@@ -40,9 +41,11 @@ typedef struct {
     double last_seen, registered_at;
     int n_dev;
     pl_coord_dev_t dev[PL_COORD_MAX_DEVS];
-    json_t *hello;    /* registration body, for `pipectl health` */
-    json_t *health;   /* last heartbeat body */
-    uint32_t busy_job; /* 0: idle */
+    int n_unavailable; /* from the registration, for `pipectl health` */
+    pl_msg_unavailable_t unavailable[PL_MSG_MAX_UNAVAILABLE];
+    bool have_health;
+    pl_msg_heartbeat_t health; /* the last heartbeat */
+    uint32_t busy_job;         /* 0: idle */
 } pl_coord_node_t;
 
 typedef enum {
@@ -59,27 +62,25 @@ typedef struct {
     int first, last;
     bool ready, done;
     char *ucx_addr;
-    json_t *stats;
+    bool have_stats;
+    pl_msg_stats_t stats; /* from DONE */
     double used_gflops, used_gbps; /* the device figures the plan used */
-    pl_planning_terms_t terms;     /* its predicted roofline terms per call */
+    pl_sched_terms_t terms;        /* its predicted roofline terms per call */
     bool have_terms;
 } pl_coord_stage_t;
 
 typedef struct {
     uint32_t id;
     pl_job_state_t state;
-    char model[PATH_MAX];
-    json_t *gen; /* the generation settings and prompts every stage gets */
-    int want_stages;
-    pl_planner_t planner;
-    int n_allowed;
-    char allowed[PL_CFG_MAX_NODES][PL_CFG_NAME_MAX + 1];
-    int n_layers, max_ctx, max_tokens, n_seqs;
+    pl_job_spec_t spec; /* what the user asked, decoded once at SUBMIT */
+    int n_layers, max_ctx, n_seqs;
+    int microbatches, max_tokens; /* what the plan decided (with n_stages and stages[]) */
     uint64_t prompt_tokens;
     int n_stages;
     pl_coord_stage_t stages[PL_COORD_MAX_STAGES];
     json_t *plan;    /* printable plan */
-    json_t *results; /* from the last stage */
+    int n_results;   /* from the last stage's DONE */
+    pl_msg_result_t *results;
     char error[1024];
     double t_submit, t_start, t_run, t_end;
     int64_t generated; /* tokens sampled so far, from the last stage's heartbeats */
@@ -87,7 +88,8 @@ typedef struct {
 
 typedef struct {
     const pl_cfg_cluster_t *cfg;
-    void *router;
+    pl_tx_ctx_t *ctx;
+    pl_tx_sock_t *router;
     pl_coord_node_t nodes[PL_COORD_MAX_NODES];
     int n_nodes;
     pl_coord_link_t links[PL_COORD_MAX_NODES][PL_COORD_MAX_NODES]; /* [from node][to node] */
@@ -98,22 +100,26 @@ typedef struct {
 } pl_coord_t;
 
 const char *pl_job_state_name(pl_job_state_t s);
-void pl_coord_reply(pl_coord_t *c, const pl_ctl_msg_t *to, pl_msg_type_t type, json_t *body);
-void pl_coord_reply_error(pl_coord_t *c, const pl_ctl_msg_t *to, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-void pl_coord_send_node(pl_coord_t *c, int node, pl_msg_type_t type, json_t *body);
+/* Answer a request: a typed message; a REPLY with `body` (taken; NULL is out of memory); an
+ * ERROR with a status code the asker can branch on. */
+void pl_coord_reply_msg(pl_coord_t *c, const pl_tx_peer_t *to, const pl_msg_t *m);
+void pl_coord_reply(pl_coord_t *c, const pl_tx_peer_t *to, json_t *body);
+void pl_coord_reply_error(pl_coord_t *c, const pl_tx_peer_t *to, pl_status_t code,
+                          const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+void pl_coord_send_node(pl_coord_t *c, int node, const pl_msg_t *m);
 int pl_coord_find_node(const pl_coord_t *c, const char *name);
 pl_coord_job_t *pl_coord_find_job(pl_coord_t *c, int64_t id);
 
 /* coord_job.c */
-/* A job from a SUBMIT or PLAN body ("model", "gen", optional "stages", "nodes", "planner"),
- * validated against the model; the caller frees it with pl_coord_job_free. */
-pl_status_t pl_coord_job_parse(const json_t *body, pl_coord_job_t **job_p);
+/* A job from a SUBMIT or PLAN's spec (taken: *spec is left cleared), validated against the
+ * model; the caller frees it with pl_coord_job_free. */
+pl_status_t pl_coord_job_new(pl_job_spec_t *spec, pl_coord_job_t **job_p);
 void pl_coord_job_fail(pl_coord_t *c, pl_coord_job_t *j, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-void pl_coord_on_submit(pl_coord_t *c, const pl_ctl_msg_t *m);
-void pl_coord_on_stage_msg(pl_coord_t *c, const pl_ctl_msg_t *m); /* READY, DONE, FAIL */
-void pl_coord_on_kill(pl_coord_t *c, const pl_ctl_msg_t *m);
+void pl_coord_on_submit(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_t *m);
+/* READY, DONE, FAIL */
+void pl_coord_on_stage_msg(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_t *m);
+void pl_coord_on_kill(pl_coord_t *c, const pl_tx_peer_t *from, const pl_msg_t *m);
 void pl_coord_schedule(pl_coord_t *c);
 void pl_coord_node_lost(pl_coord_t *c, int node, const char *why);
 void pl_coord_job_free(pl_coord_job_t *j);
@@ -123,16 +129,16 @@ void pl_coord_job_free(pl_coord_job_t *j);
  * when it must wait, false with the job failed when no plan fits. */
 bool pl_coord_plan_job(pl_coord_t *c, pl_coord_job_t *j);
 /* PLAN: the plan a job would get on the alive devices now, without submitting it. */
-void pl_coord_on_plan(pl_coord_t *c, const pl_ctl_msg_t *m);
+void pl_coord_on_plan(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_t *m);
 /* A finished job's lessons: link profiles its stages measured, effective device rates. */
 void pl_coord_learn(pl_coord_t *c, const pl_coord_job_t *j);
 /* A node (re-)registered: forget what was measured about its links. */
 void pl_coord_forget_node(pl_coord_t *c, int node);
 
 /* coord_query.c */
-void pl_coord_on_status(pl_coord_t *c, const pl_ctl_msg_t *m);
-void pl_coord_on_results(pl_coord_t *c, const pl_ctl_msg_t *m);
-void pl_coord_on_nodes(pl_coord_t *c, const pl_ctl_msg_t *m);
-void pl_coord_on_health(pl_coord_t *c, const pl_ctl_msg_t *m);
+void pl_coord_on_status(pl_coord_t *c, const pl_tx_peer_t *from, const pl_msg_t *m);
+void pl_coord_on_results(pl_coord_t *c, const pl_tx_peer_t *from, const pl_msg_t *m);
+void pl_coord_on_nodes(pl_coord_t *c, const pl_tx_peer_t *from);
+void pl_coord_on_health(pl_coord_t *c, const pl_tx_peer_t *from, const pl_msg_t *m);
 
 #endif

@@ -1,6 +1,5 @@
 /* The job lifecycle in the coordinator: submit (validated against the model), queue, plan,
  * assign, start, finish or fail; and what happens to a job when one of its nodes is lost. */
-#include "common/json.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "daemon/coord_int.h"
@@ -18,13 +17,11 @@ void pl_coord_job_free(pl_coord_job_t *j)
 {
     if (!j)
         return;
-    json_decref(j->gen);
+    pl_job_spec_clear(&j->spec);
     json_decref(j->plan);
-    json_decref(j->results);
-    for (int i = 0; i < j->n_stages; i++) {
+    pl_msg_results_free(j->results, j->n_results);
+    for (int i = 0; i < j->n_stages; i++)
         free(j->stages[i].ucx_addr);
-        json_decref(j->stages[i].stats);
-    }
     free(j);
 }
 
@@ -38,11 +35,11 @@ static pl_status_t s_validate(pl_coord_job_t *j)
 {
     pl_model_t *model = NULL;
     pl_gen_job_t g = {0};
-    pl_status_t st = pl_model_open(j->model, &model);
+    pl_status_t st = pl_model_open(j->spec.model, &model);
     if (st)
-        return pl_error_prefix(st, "model %s: ", j->model);
+        return pl_error_prefix(st, "model %s: ", j->spec.model);
     const pl_model_config_t *cfg = pl_model_config(model);
-    if ((st = pl_gen_job_from_json(j->gen, cfg, &g))) {
+    if ((st = pl_gen_job_from_spec(&j->spec, j->spec.microbatches, cfg, &g))) {
         pl_model_destroy(&model);
         return st;
     }
@@ -56,49 +53,21 @@ static pl_status_t s_validate(pl_coord_job_t *j)
     return PL_OK;
 }
 
-pl_status_t pl_coord_job_parse(const json_t *body, pl_coord_job_t **job_p)
+pl_status_t pl_coord_job_new(pl_job_spec_t *spec, pl_coord_job_t **job_p)
 {
     pl_coord_job_t *j = calloc(1, sizeof(*j));
-    json_t *nodes = json_object_get(body, "nodes"), *gen = json_object_get(body, "gen");
-    const char *planner = NULL;
-    int64_t stages = 0;
     pl_status_t st;
 
-    if (!j)
+    if (!j) {
+        pl_job_spec_clear(spec);
         return pl_error(PL_ERR_NOMEM, "coordinator out of memory");
-    j->planner = PL_PLANNER_AUTO; /* the fastest plan, even if it leaves devices out */
-    if ((st = pl_json_str(body, "model", j->model, sizeof(j->model) - 1)) ||
-        (st = pl_json_int_opt(body, "stages", 0, PL_COORD_MAX_STAGES, &stages)) ||
-        (st = pl_json_str_opt(body, "planner", 16, &planner)) ||
-        (planner && (st = pl_planner_parse(planner, &j->planner))))
-        goto err;
-    if (!json_is_object(gen)) {
-        st = pl_error(PL_ERR_INVALID, "field 'gen': expected an object");
-        goto err;
     }
-    if (nodes && (!json_is_array(nodes) || json_array_size(nodes) > PL_CFG_MAX_NODES)) {
-        st = pl_error(PL_ERR_INVALID, "field 'nodes': expected an array of at most %d names",
-                      PL_CFG_MAX_NODES);
-        goto err;
-    }
-    for (size_t i = 0; nodes && i < json_array_size(nodes); i++) {
-        json_t *v = json_array_get(nodes, i);
-        if (!json_is_string(v) || json_string_length(v) > PL_CFG_NAME_MAX) {
-            st = pl_error(PL_ERR_INVALID, "field 'nodes': entry %zu is not a node name", i);
-            goto err;
-        }
-        snprintf(j->allowed[j->n_allowed++], PL_CFG_NAME_MAX + 1, "%s", json_string_value(v));
-    }
-    j->want_stages = (int)stages;
-    j->gen = json_deep_copy(gen);
-    if (!j->gen) {
-        st = pl_error(PL_ERR_NOMEM, "coordinator out of memory");
-        goto err;
-    }
+    j->spec = *spec;
+    pl_job_spec_init(spec); /* moved into the job */
     if ((st = s_validate(j)))
         goto err;
-    if (j->want_stages > j->n_layers) {
-        st = pl_error(PL_ERR_RANGE, "%d stages asked for a model of %d layers", j->want_stages,
+    if (j->spec.stages > j->n_layers) {
+        st = pl_error(PL_ERR_RANGE, "%d stages asked for a model of %d layers", j->spec.stages,
                       j->n_layers);
         goto err;
     }
@@ -109,12 +78,12 @@ err:
     return st;
 }
 
-void pl_coord_on_submit(pl_coord_t *c, const pl_ctl_msg_t *m)
+void pl_coord_on_submit(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_t *m)
 {
     pl_coord_job_t *j = NULL;
     pl_status_t st;
 
-    if ((st = pl_coord_job_parse(m->body, &j)))
+    if ((st = pl_coord_job_new(&m->submit, &j)))
         goto err;
     if (c->n_jobs == c->cap_jobs) {
         int cap = c->cap_jobs ? 2 * c->cap_jobs : 16;
@@ -131,14 +100,16 @@ void pl_coord_on_submit(pl_coord_t *c, const pl_ctl_msg_t *m)
     j->t_submit = pl_now();
     c->jobs[c->n_jobs++] = j;
     pl_log_info("job %u: submitted, %d sequences, model %s (%d layers)", j->id, j->n_seqs,
-                j->model, j->n_layers);
-    pl_coord_reply(c, m, PL_MSG_REPLY, json_pack("{s:i, s:s}", "job", j->id, "state", "queued"));
+                j->spec.model, j->n_layers);
+    json_t *body;
+    if (pl_msg_job_state_encode(&(pl_msg_job_state_t){.job = j->id, .state = "queued"}, &body))
+        body = NULL;
+    pl_coord_reply(c, from, body);
     pl_coord_schedule(c);
     return;
 err:
-    pl_log_info("submission from '%.*s' rejected: %s", (int)m->identity_len, m->identity,
-                pl_error_msg());
-    pl_coord_reply_error(c, m, "job rejected: %s", pl_error_msg());
+    pl_log_info("submission from '%.*s' rejected: %s", (int)from->len, from->id, pl_error_msg());
+    pl_coord_reply_error(c, from, st, "job rejected: %s", pl_error_msg());
     pl_coord_job_free(j);
 }
 
@@ -147,9 +118,12 @@ static void s_end_job(pl_coord_t *c, pl_coord_job_t *j, pl_job_state_t state, bo
     for (int i = 0; i < j->n_stages; i++) {
         pl_coord_node_t *n = &c->nodes[j->stages[i].node];
         /* cancels running stages, releases finished ones (they keep endpoints until then) */
-        if (cancel_stages && n->alive)
-            pl_coord_send_node(c, j->stages[i].node, PL_MSG_CANCEL,
-                               json_pack("{s:i, s:i}", "job", j->id, "stage", i));
+        if (cancel_stages && n->alive) {
+            pl_msg_t m;
+            pl_msg_init(&m, PL_MSG_CANCEL);
+            m.cancel = (pl_msg_cancel_t){.job = j->id, .stage = i};
+            pl_coord_send_node(c, j->stages[i].node, &m);
+        }
         if (n->busy_job == j->id)
             n->busy_job = 0;
     }
@@ -169,17 +143,25 @@ void pl_coord_job_fail(pl_coord_t *c, pl_coord_job_t *j, const char *fmt, ...)
 
 static void s_assign(pl_coord_t *c, pl_coord_job_t *j)
 {
+    pl_msg_t *m = malloc(sizeof(*m));
+    if (!m) {
+        pl_coord_job_fail(c, j, "coordinator out of memory");
+        return;
+    }
     for (int i = 0; i < j->n_stages; i++) {
         pl_coord_stage_t *s = &j->stages[i];
         pl_coord_node_t *nd = &c->nodes[s->node];
         nd->busy_job = j->id;
-        pl_coord_send_node(
-            c, s->node, PL_MSG_ASSIGN,
-            json_pack("{s:i, s:i, s:i, s:s, s:i, s:i, s:s, s:i, s:i, s:O}", "job", j->id, "stage",
-                      i, "n_stages", j->n_stages, "device", nd->dev[s->dev].id, "first", s->first,
-                      "last", s->last, "model", j->model, "max_ctx", j->max_ctx, "max_tokens",
-                      j->max_tokens, "gen", j->gen));
+        pl_msg_init(m, PL_MSG_ASSIGN);
+        m->assign = (pl_msg_assign_t){.job = j->id, .stage = i, .n_stages = j->n_stages,
+                                      .first = s->first, .last = s->last, .max_ctx = j->max_ctx,
+                                      .max_tokens = j->max_tokens,
+                                      .microbatches = j->microbatches,
+                                      .spec = j->spec}; /* borrowed for encoding, not cleared */
+        snprintf(m->assign.device, sizeof(m->assign.device), "%s", nd->dev[s->dev].id);
+        pl_coord_send_node(c, s->node, m);
     }
+    free(m);
     j->state = PL_JOB_LOADING;
     j->t_start = pl_now();
     pl_log_info("job %u: %d stage(s) assigned", j->id, j->n_stages);
@@ -205,11 +187,12 @@ static void s_start(pl_coord_t *c, pl_coord_job_t *j)
     for (int i = 0; i < j->n_stages; i++) {
         /* next: where activations go; prev: the stage whose link probe this one answers */
         int n = j->n_stages;
-        const char *next = n > 1 ? j->stages[(i + 1) % n].ucx_addr : NULL;
-        const char *prev = n > 1 ? j->stages[(i + n - 1) % n].ucx_addr : NULL;
-        pl_coord_send_node(c, j->stages[i].node, PL_MSG_START,
-                           json_pack("{s:i, s:i, s:s?, s:s?}", "job", j->id, "stage", i, "next",
-                                     next, "prev", prev));
+        pl_msg_t m;
+        pl_msg_init(&m, PL_MSG_START);
+        m.start = (pl_msg_start_t){.job = j->id, .stage = i,
+                                   .next = n > 1 ? j->stages[(i + 1) % n].ucx_addr : NULL,
+                                   .prev = n > 1 ? j->stages[(i + n - 1) % n].ucx_addr : NULL};
+        pl_coord_send_node(c, j->stages[i].node, &m); /* borrowed addresses, not cleared */
     }
     j->state = PL_JOB_RUNNING;
     j->t_run = pl_now();
@@ -224,44 +207,40 @@ static void s_finish(pl_coord_t *c, pl_coord_job_t *j)
     pl_log_info("job %u: done in %.2f s", j->id, j->t_end - j->t_run);
 }
 
-void pl_coord_on_stage_msg(pl_coord_t *c, const pl_ctl_msg_t *m)
+void pl_coord_on_stage_msg(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_t *m)
 {
-    int64_t id, stage;
+    uint32_t id = m->type == PL_MSG_READY  ? m->ready.job
+                  : m->type == PL_MSG_DONE ? m->done.job
+                                           : m->fail.job;
+    int stage = m->type == PL_MSG_READY  ? m->ready.stage
+                : m->type == PL_MSG_DONE ? m->done.stage
+                                         : m->fail.stage;
     char node[PL_CFG_NAME_MAX + 1];
-    if (pl_json_int(m->body, "job", 1, UINT32_MAX, &id) ||
-        pl_json_int(m->body, "stage", 0, PL_COORD_MAX_STAGES - 1, &stage)) {
-        pl_log_warn("%s from '%.*s': %s", pl_msg_name(m->type), (int)m->identity_len,
-                    m->identity, pl_error_msg());
-        return;
-    }
-    snprintf(node, sizeof(node), "%.*s", (int)PL_MIN(m->identity_len, PL_CFG_NAME_MAX),
-             m->identity);
+    snprintf(node, sizeof(node), "%.*s", (int)PL_MIN(from->len, PL_CFG_NAME_MAX), from->id);
     pl_coord_job_t *j = pl_coord_find_job(c, id);
     int ni = pl_coord_find_node(c, node);
     if (!j || s_terminal(j) || stage >= j->n_stages || j->stages[stage].node != ni) {
-        pl_log_debug("stale %s for job %lld stage %lld from %s", pl_msg_name(m->type),
-                     (long long)id, (long long)stage, node);
+        pl_log_debug("stale %s for job %u stage %d from %s", pl_msg_name(m->type), id, stage,
+                     node);
         return;
     }
     pl_coord_stage_t *s = &j->stages[stage];
     const char *dev = c->nodes[ni].dev[s->dev].id;
     if (m->type == PL_MSG_FAIL) {
-        const char *e = NULL;
-        pl_json_str_opt(m->body, "error", 4096, &e);
         char where[160];
-        snprintf(where, sizeof(where), "stage %lld (%s, %s)", (long long)stage, node, dev);
+        snprintf(where, sizeof(where), "stage %d (%s, %s)", stage, node, dev);
         s->done = true; /* its executor is gone already */
-        pl_coord_job_fail(c, j, "%s: %s", where, e ? e : "failed");
+        pl_coord_job_fail(c, j, "%s: %s", where, m->fail.error[0] ? m->fail.error : "failed");
         return;
     }
     if (m->type == PL_MSG_READY) {
-        const char *addr = NULL;
-        if (pl_json_str_opt(m->body, "ucx_addr", 1 << 16, &addr) || (j->n_stages > 1 && !addr)) {
+        if (j->n_stages > 1 && !m->ready.ucx_addr) {
             pl_coord_job_fail(c, j, "stage on %s sent READY without a valid ucx_addr", node);
             return;
         }
         free(s->ucx_addr);
-        s->ucx_addr = addr ? strdup(addr) : NULL;
+        s->ucx_addr = m->ready.ucx_addr; /* taken */
+        m->ready.ucx_addr = NULL;
         s->ready = true;
         bool all = true;
         for (int i = 0; i < j->n_stages; i++)
@@ -271,18 +250,19 @@ void pl_coord_on_stage_msg(pl_coord_t *c, const pl_ctl_msg_t *m)
         return;
     }
     /* DONE */
-    json_t *stats = json_object_get(m->body, "stats");
-    json_decref(s->stats);
-    s->stats = json_is_object(stats) ? json_incref(stats) : NULL;
+    s->stats = m->done.stats;
+    s->have_stats = true;
     s->done = true;
     if (stage == j->n_stages - 1) {
-        json_t *res = json_object_get(m->body, "results");
-        if (!json_is_array(res) || json_array_size(res) != (size_t)j->n_seqs) {
+        if (m->done.n_results != j->n_seqs) {
             pl_coord_job_fail(c, j, "last stage on %s sent malformed results", node);
             return;
         }
-        json_decref(j->results);
-        j->results = json_incref(res);
+        pl_msg_results_free(j->results, j->n_results);
+        j->results = m->done.results; /* taken */
+        j->n_results = m->done.n_results;
+        m->done.results = NULL;
+        m->done.n_results = 0;
     }
     bool all = true;
     for (int i = 0; i < j->n_stages; i++)
@@ -291,16 +271,11 @@ void pl_coord_on_stage_msg(pl_coord_t *c, const pl_ctl_msg_t *m)
         s_finish(c, j);
 }
 
-void pl_coord_on_kill(pl_coord_t *c, const pl_ctl_msg_t *m)
+void pl_coord_on_kill(pl_coord_t *c, const pl_tx_peer_t *from, const pl_msg_t *m)
 {
-    int64_t id;
-    if (pl_json_int(m->body, "job", 1, UINT32_MAX, &id)) {
-        pl_coord_reply_error(c, m, "%s", pl_error_msg());
-        return;
-    }
-    pl_coord_job_t *j = pl_coord_find_job(c, id);
+    pl_coord_job_t *j = pl_coord_find_job(c, m->job_ref.job);
     if (!j) {
-        pl_coord_reply_error(c, m, "no job %lld", (long long)id);
+        pl_coord_reply_error(c, from, PL_ERR_NOT_FOUND, "no job %u", m->job_ref.job);
         return;
     }
     if (!s_terminal(j)) {
@@ -308,8 +283,12 @@ void pl_coord_on_kill(pl_coord_t *c, const pl_ctl_msg_t *m)
         s_end_job(c, j, PL_JOB_CANCELED, true);
         pl_log_info("job %u: canceled", j->id);
     }
-    pl_coord_reply(c, m, PL_MSG_REPLY,
-                   json_pack("{s:i, s:s}", "job", j->id, "state", pl_job_state_name(j->state)));
+    pl_msg_job_state_t r = {.job = j->id};
+    json_t *body;
+    snprintf(r.state, sizeof(r.state), "%s", pl_job_state_name(j->state));
+    if (pl_msg_job_state_encode(&r, &body))
+        body = NULL;
+    pl_coord_reply(c, from, body);
 }
 
 void pl_coord_node_lost(pl_coord_t *c, int node, const char *why)

@@ -1,11 +1,12 @@
 /* The coordinator's side of planning: the live cluster as the planner's input (devices in
  * node-name order with their calibrated or learned rates, links the daemons measured), the plan
  * of a queued job, PLAN requests, and what a finished job teaches about devices and links. */
-#include "common/json.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "daemon/coord_int.h"
 #include "pipeline/gen.h"
+#include "scheduler/inputs.h"
+#include "scheduler/modes.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,10 +29,10 @@ typedef struct {
 
 static bool s_allowed(const pl_coord_job_t *j, const char *node)
 {
-    if (j->n_allowed == 0)
+    if (j->spec.n_nodes == 0)
         return true;
-    for (int i = 0; i < j->n_allowed; i++)
-        if (strcmp(j->allowed[i], node) == 0)
+    for (int i = 0; i < j->spec.n_nodes; i++)
+        if (strcmp(j->spec.nodes[i], node) == 0)
             return true;
     return false;
 }
@@ -99,15 +100,15 @@ static pl_status_t s_plan(const pl_coord_job_t *j, s_live_t *lv, pl_sched_model_
 {
     pl_model_config_t cfg;
     pl_status_t st;
-    if ((st = pl_model_config_load(j->model, &cfg)))
-        return pl_error_prefix(st, "model %s: ", j->model);
-    if ((st = pl_planning_model(j->model, &cfg, lv->any_cpu, model)))
+    if ((st = pl_model_config_load(j->spec.model, &cfg)))
+        return pl_error_prefix(st, "model %s: ", j->spec.model);
+    if ((st = pl_sched_model_from_config(&cfg, lv->any_cpu, model)))
         return st;
     *in = (pl_plan_input_t){
         .model = model, .devices = lv->devs, .n_devices = lv->n, .links = lv->links};
-    if ((st = pl_planning_shape(j->gen, &cfg, &in->job)))
+    if ((st = pl_sched_job_from_spec(&j->spec, &cfg, &in->job)))
         return st;
-    return pl_planning_run(in, lv->cand, j->planner, j->want_stages, plan_p);
+    return pl_sched_plan_mode(in, lv->cand, j->spec.planner, j->spec.stages, plan_p);
 }
 
 /* Say for each stage's link whether the daemons measured it or the planner's default stood in. */
@@ -137,7 +138,7 @@ bool pl_coord_plan_job(pl_coord_t *c, pl_coord_job_t *j)
         snprintf(j->error, sizeof(j->error), "waiting: coordinator out of memory");
         goto out;
     }
-    int want = j->want_stages ? j->want_stages : PL_MIN(lv->n_alive, j->n_layers);
+    int want = j->spec.stages ? j->spec.stages : PL_MIN(lv->n_alive, j->n_layers);
     if (want == 0 || lv->n_cand < want) {
         snprintf(j->error, sizeof(j->error), "waiting for %d idle device(s): %d idle, %d alive",
                  PL_MAX(want, 1), lv->n_cand, lv->n_alive);
@@ -147,7 +148,7 @@ bool pl_coord_plan_job(pl_coord_t *c, pl_coord_job_t *j)
         pl_coord_job_fail(c, j, "no feasible plan: %s", pl_error_msg());
         goto out;
     }
-    if (pl_planning_waves_note(plan, note, sizeof(note))) {
+    if (pl_sched_waves_note(plan, note, sizeof(note))) {
         pl_coord_job_fail(c, j, "%s", note);
         goto out;
     }
@@ -156,17 +157,18 @@ bool pl_coord_plan_job(pl_coord_t *c, pl_coord_job_t *j)
                           PL_COORD_MAX_STAGES);
         goto out;
     }
-    int64_t mb = plan->microbatches;
-    json_object_set_new(j->gen, "microbatches", json_integer(mb));
+    int mb = plan->microbatches;
     pl_model_config_t cfg;
     pl_gen_job_t g;
-    if (pl_model_config_load(j->model, &cfg) || pl_gen_job_from_json(j->gen, &cfg, &g)) {
+    if (pl_model_config_load(j->spec.model, &cfg) ||
+        pl_gen_job_from_spec(&j->spec, mb, &cfg, &g)) {
         pl_coord_job_fail(c, j, "%s", pl_error_msg());
         goto out;
     }
-    j->max_tokens = PL_MAX(pl_gen_job_max_tokens(&g), (int)((j->n_seqs + mb - 1) / mb));
+    j->microbatches = g.microbatches;
+    j->max_tokens = PL_MAX(pl_gen_job_max_tokens(&g), (j->n_seqs + mb - 1) / mb);
     pl_gen_job_clear(&g);
-    json_t *pj = pl_planning_json(plan, &in, j->planner);
+    json_t *pj = pl_plan_to_json_full(plan, &in, j->spec.planner);
     if (!pj) {
         pl_coord_job_fail(c, j, "coordinator out of memory");
         goto out;
@@ -186,10 +188,10 @@ bool pl_coord_plan_job(pl_coord_t *c, pl_coord_job_t *j)
                                  .last = s->last_layer,
                                  .used_gflops = lv->devs[s->device].gflops,
                                  .used_gbps = lv->devs[s->device].mem_gbps};
-        cs->have_terms = pl_planning_terms(&in, plan, i, &cs->terms) == PL_OK;
+        cs->have_terms = pl_sched_terms(&in, plan, i, &cs->terms) == PL_OK;
     }
     pl_log_info("job %u: planned %d stage(s) (%s, %s search), predicted %.3f s, %.1f decode tok/s",
-                j->id, plan->n_stages, pl_planner_name(j->planner), plan->search,
+                j->id, plan->n_stages, pl_planner_name(j->spec.planner), plan->search,
                 plan->job_time, plan->decode_tok_s);
     j->error[0] = '\0';
     ok = true;
@@ -201,7 +203,7 @@ out:
     return ok;
 }
 
-void pl_coord_on_plan(pl_coord_t *c, const pl_ctl_msg_t *m)
+void pl_coord_on_plan(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_t *m)
 {
     pl_coord_job_t *j = NULL;
     s_live_t *lv = NULL;
@@ -209,26 +211,28 @@ void pl_coord_on_plan(pl_coord_t *c, const pl_ctl_msg_t *m)
     pl_plan_input_t in;
     pl_plan_t *plan = NULL;
     char note[256] = "";
-    if (pl_coord_job_parse(m->body, &j)) {
-        pl_coord_reply_error(c, m, "cannot plan: %s", pl_error_msg());
+    pl_status_t st;
+    if ((st = pl_coord_job_new(&m->submit, &j))) {
+        pl_coord_reply_error(c, from, st, "cannot plan: %s", pl_error_msg());
         return;
     }
     lv = calloc(1, sizeof(*lv));
     if (!lv || s_live(c, j, false, lv)) {
-        pl_coord_reply_error(c, m, "coordinator out of memory");
+        pl_coord_reply_error(c, from, PL_ERR_NOMEM, "coordinator out of memory");
         goto out;
     }
     if (lv->n_cand == 0) {
-        pl_coord_reply_error(c, m, "cannot plan: no alive node%s has a usable device",
-                             j->n_allowed ? " allowed by the job" : "");
+        pl_coord_reply_error(c, from, PL_ERR_NO_DEVICE,
+                             "cannot plan: no alive node%s has a usable device",
+                             j->spec.n_nodes ? " allowed by the job" : "");
         goto out;
     }
-    if (s_plan(j, lv, &model, &in, &plan)) {
-        pl_coord_reply_error(c, m, "no feasible plan: %s", pl_error_msg());
+    if ((st = s_plan(j, lv, &model, &in, &plan))) {
+        pl_coord_reply_error(c, from, st, "no feasible plan: %s", pl_error_msg());
         goto out;
     }
-    pl_planning_waves_note(plan, note, sizeof(note));
-    json_t *pj = pl_planning_json(plan, &in, j->planner), *busy = json_array();
+    pl_sched_waves_note(plan, note, sizeof(note));
+    json_t *pj = pl_plan_to_json_full(plan, &in, j->spec.planner), *busy = json_array();
     for (int i = 0; i < plan->n_stages; i++) {
         const pl_coord_node_t *nd = &c->nodes[lv->node[plan->stages[i].device]];
         if (nd->busy_job)
@@ -237,12 +241,11 @@ void pl_coord_on_plan(pl_coord_t *c, const pl_ctl_msg_t *m)
     }
     if (!pj) {
         json_decref(busy);
-        pl_coord_reply_error(c, m, "coordinator out of memory");
+        pl_coord_reply_error(c, from, PL_ERR_NOMEM, "coordinator out of memory");
         goto out;
     }
     s_mark_links(c, lv, plan, pj);
-    pl_coord_reply(c, m, PL_MSG_REPLY,
-                   json_pack("{s:o, s:s, s:o}", "plan", pj, "note", note, "busy", busy));
+    pl_coord_reply(c, from, json_pack("{s:o, s:s, s:o}", "plan", pj, "note", note, "busy", busy));
 out:
     pl_plan_destroy(&plan);
     if (lv)
@@ -259,23 +262,20 @@ void pl_coord_forget_node(pl_coord_t *c, int node)
     }
 }
 
-/* The link stage s measured to the next stage ("probe" in its DONE statistics). */
+/* The link stage s measured to the next stage (the probe in its DONE statistics). */
 static void s_learn_link(pl_coord_t *c, const pl_coord_job_t *j, int s)
 {
-    const json_t *p = json_object_get(j->stages[s].stats, "probe");
-    double gbps = 0, lat = 0;
-    const char *tr = NULL;
-    if (!json_is_object(p) || pl_json_num(p, "gbps", 1e-6, 1e6, &gbps) ||
-        pl_json_num(p, "latency_s", 0, 10, &lat) || pl_json_str_opt(p, "transport", 64, &tr)) {
-        pl_error_clear();
+    const pl_msg_probe_t *p = &j->stages[s].stats.probe;
+    if (!j->stages[s].stats.has_probe || !(p->gbps >= 1e-6 && p->gbps <= 1e6) ||
+        !(p->latency_s <= 10))
         return;
-    }
     int a = j->stages[s].node, b = j->stages[(s + 1) % j->n_stages].node;
     pl_coord_link_t *l = &c->links[a][b];
-    *l = (pl_coord_link_t){.valid = true, .gbps = gbps, .latency_s = lat, .at = pl_now()};
-    snprintf(l->transport, sizeof(l->transport), "%s", tr ? tr : "");
-    pl_log_debug("link %s -> %s: %.2f GB/s, %.1f us (%s)", c->nodes[a].name, c->nodes[b].name, gbps,
-                 lat * 1e6, l->transport);
+    *l = (pl_coord_link_t){.valid = true, .gbps = p->gbps, .latency_s = p->latency_s,
+                           .at = pl_now()};
+    snprintf(l->transport, sizeof(l->transport), "%s", p->transport);
+    pl_log_debug("link %s -> %s: %.2f GB/s, %.1f us (%s)", c->nodes[a].name, c->nodes[b].name,
+                 p->gbps, p->latency_s * 1e6, l->transport);
 }
 
 /* Effective rates from a stage's measured compute: each phase charges the resource that bound
@@ -283,17 +283,12 @@ static void s_learn_link(pl_coord_t *c, const pl_coord_job_t *j, int s)
 static void s_learn_rates(pl_coord_t *c, const pl_coord_job_t *j, int s)
 {
     const pl_coord_stage_t *cs = &j->stages[s];
-    const json_t *st = cs->stats;
-    double pre_s = 0, dec_s = 0;
-    int64_t pre_n = 0, dec_n = 0;
-    if (!cs->have_terms || pl_json_num(st, "prefill_compute_s", 0, 1e9, &pre_s) ||
-        pl_json_num(st, "decode_compute_s", 0, 1e9, &dec_s) ||
-        pl_json_int(st, "prefill_calls", 0, INT32_MAX, &pre_n) ||
-        pl_json_int(st, "decode_calls", 0, INT32_MAX, &dec_n)) {
-        pl_error_clear();
+    const pl_msg_stats_t *st = &cs->stats;
+    double pre_s = st->prefill_compute_s, dec_s = st->decode_compute_s;
+    int64_t pre_n = st->prefill_calls, dec_n = st->decode_calls;
+    if (!cs->have_terms || pre_s > 1e9 || dec_s > 1e9 || pre_n > INT32_MAX || dec_n > INT32_MAX)
         return;
-    }
-    const pl_planning_terms_t *t = &cs->terms;
+    const pl_sched_terms_t *t = &cs->terms;
     double pred[2] = {0, 0}, meas[2] = {0, 0}; /* [0] compute, [1] memory */
     const double ph[2][3] = {{t->pre_flop_s, t->pre_mem_s, (double)pre_n},
                              {t->dec_flop_s, t->dec_mem_s, (double)dec_n}};
@@ -326,7 +321,7 @@ static void s_learn_rates(pl_coord_t *c, const pl_coord_job_t *j, int s)
 void pl_coord_learn(pl_coord_t *c, const pl_coord_job_t *j)
 {
     for (int s = 0; s < j->n_stages; s++) {
-        if (!json_is_object(j->stages[s].stats) || !c->nodes[j->stages[s].node].alive)
+        if (!j->stages[s].have_stats || !c->nodes[j->stages[s].node].alive)
             continue;
         if (j->n_stages > 1)
             s_learn_link(c, j, s);

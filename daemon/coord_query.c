@@ -1,36 +1,27 @@
 /* The coordinator's answers to pipectl: job status with its plan and throughput, results,
  * the node table, and one node's health. */
-#include "common/json.h"
 #include "common/util.h"
 #include "daemon/coord_int.h"
 
 #include <stdio.h>
 #include <string.h>
 
-static pl_coord_job_t *s_job_arg(pl_coord_t *c, const pl_ctl_msg_t *m)
+static pl_coord_job_t *s_job_arg(pl_coord_t *c, const pl_tx_peer_t *from, const pl_msg_t *m)
 {
-    int64_t id;
-    if (pl_json_int(m->body, "job", 1, UINT32_MAX, &id)) {
-        pl_coord_reply_error(c, m, "%s", pl_error_msg());
-        return NULL;
-    }
-    pl_coord_job_t *j = pl_coord_find_job(c, id);
+    pl_coord_job_t *j = pl_coord_find_job(c, m->job_ref.job);
     if (!j)
-        pl_coord_reply_error(c, m, "no job %lld", (long long)id);
+        pl_coord_reply_error(c, from, PL_ERR_NOT_FOUND, "no job %u", m->job_ref.job);
     return j;
 }
 
 /* Throughput from the last stage's clock: prefill ends when every sequence has its first token. */
 static json_t *s_throughput(const pl_coord_job_t *j)
 {
-    const json_t *ls = j->n_stages ? j->stages[j->n_stages - 1].stats : NULL;
-    double wall = 0, prefill = 0;
-    int64_t gen = 0;
-    if (!ls)
+    const pl_coord_stage_t *ls = j->n_stages ? &j->stages[j->n_stages - 1] : NULL;
+    if (!ls || !ls->have_stats)
         return json_null();
-    pl_json_num_opt(ls, "wall_s", 0, 1e12, &wall);
-    pl_json_num_opt(ls, "prefill_s", 0, 1e12, &prefill);
-    pl_json_int_opt(ls, "generated", 0, INT64_MAX, &gen);
+    double wall = ls->stats.wall_s, prefill = ls->stats.has_sink ? ls->stats.prefill_s : 0;
+    int64_t gen = ls->stats.has_sink ? ls->stats.generated : 0;
     double decode_s = wall - prefill;
     int64_t decoded = gen - j->n_seqs;
     return json_pack("{s:f, s:f, s:I, s:I, s:f, s:f, s:f}", "wall_s", wall, "prefill_s", prefill,
@@ -41,43 +32,52 @@ static json_t *s_throughput(const pl_coord_job_t *j)
                      wall > 0 ? (double)gen / wall : 0.0);
 }
 
-void pl_coord_on_status(pl_coord_t *c, const pl_ctl_msg_t *m)
+void pl_coord_on_status(pl_coord_t *c, const pl_tx_peer_t *from, const pl_msg_t *m)
 {
-    pl_coord_job_t *j = s_job_arg(c, m);
+    pl_coord_job_t *j = s_job_arg(c, from, m);
     if (!j)
         return;
     json_t *stages = json_array();
-    for (int i = 0; i < j->n_stages; i++)
-        json_array_append_new(stages, json_pack("{s:i, s:b, s:b, s:O?}", "stage", i, "ready",
+    for (int i = 0; i < j->n_stages; i++) {
+        json_t *stats = NULL;
+        if (j->stages[i].have_stats && pl_msg_stats_encode(&j->stages[i].stats, &stats))
+            stats = NULL;
+        json_array_append_new(stages, json_pack("{s:i, s:b, s:b, s:o?}", "stage", i, "ready",
                                                 j->stages[i].ready, "done", j->stages[i].done,
-                                                "stats", j->stages[i].stats));
+                                                "stats", stats));
+    }
     double now = pl_now(), end = j->t_end > 0 ? j->t_end : now;
-    int64_t max_new = 16;
-    pl_json_int_opt(j->gen, "max_new_tokens", 1, 65536, &max_new);
     json_t *body = json_pack("{s:i, s:s, s:s, s:s, s:i, s:O?, s:o, s:o, s:f}", "job", j->id,
-                             "state", pl_job_state_name(j->state), "model", j->model, "note",
-                             j->error, "sequences", j->n_seqs, "plan", j->plan, "stages", stages,
-                             "throughput", s_throughput(j), "elapsed_s", end - j->t_submit);
+                             "state", pl_job_state_name(j->state), "model", j->spec.model,
+                             "note", j->error, "sequences", j->n_seqs, "plan", j->plan, "stages",
+                             stages, "throughput", s_throughput(j), "elapsed_s",
+                             end - j->t_submit);
     /* progress: tokens sampled so far (from heartbeats), and the most the job can produce */
-    json_object_set_new(body, "progress",
-                        json_pack("{s:I, s:I}", "generated", (json_int_t)j->generated, "at_most",
-                                  (json_int_t)(j->n_seqs * max_new)));
-    pl_coord_reply(c, m, PL_MSG_REPLY, body);
+    if (body)
+        json_object_set_new(body, "progress",
+                            json_pack("{s:I, s:I}", "generated", (json_int_t)j->generated,
+                                      "at_most",
+                                      (json_int_t)j->n_seqs * j->spec.gen.max_new_tokens));
+    pl_coord_reply(c, from, body);
 }
 
-void pl_coord_on_results(pl_coord_t *c, const pl_ctl_msg_t *m)
+void pl_coord_on_results(pl_coord_t *c, const pl_tx_peer_t *from, const pl_msg_t *m)
 {
-    pl_coord_job_t *j = s_job_arg(c, m);
+    pl_coord_job_t *j = s_job_arg(c, from, m);
     if (!j)
         return;
     if (j->state != PL_JOB_DONE) {
-        pl_coord_reply_error(c, m, "job %u is %s%s%s", j->id, pl_job_state_name(j->state),
-                             j->error[0] ? ": " : "", j->error);
+        pl_coord_reply_error(c, from, PL_ERR_BUSY, "job %u is %s%s%s", j->id,
+                             pl_job_state_name(j->state), j->error[0] ? ": " : "", j->error);
         return;
     }
-    pl_coord_reply(c, m, PL_MSG_REPLY,
-                   json_pack("{s:i, s:s, s:O, s:o}", "job", j->id, "state", "done", "results",
-                             j->results, "throughput", s_throughput(j)));
+    pl_msg_results_reply_t r = {.job = j->id, .n_results = j->n_results, .results = j->results,
+                                .throughput = s_throughput(j)};
+    json_t *body;
+    if (pl_msg_results_reply_encode(&r, &body))
+        body = NULL;
+    json_decref(r.throughput);
+    pl_coord_reply(c, from, body);
 }
 
 static json_t *s_node_json(const pl_coord_node_t *n)
@@ -100,7 +100,7 @@ static json_t *s_node_json(const pl_coord_node_t *n)
                      pl_now() - n->last_seen, "job", n->busy_job, "devices", devs);
 }
 
-void pl_coord_on_nodes(pl_coord_t *c, const pl_ctl_msg_t *m)
+void pl_coord_on_nodes(pl_coord_t *c, const pl_tx_peer_t *from)
 {
     json_t *arr = json_array();
     for (int i = 0; i < c->n_nodes; i++)
@@ -112,26 +112,26 @@ void pl_coord_on_nodes(pl_coord_t *c, const pl_ctl_msg_t *m)
                                                  c->cfg->nodes[i].name, "host",
                                                  c->cfg->nodes[i].address, "state", "missing",
                                                  "last_seen_s", "job", 0, "devices"));
-    pl_coord_reply(c, m, PL_MSG_REPLY, json_pack("{s:o}", "nodes", arr));
+    pl_coord_reply(c, from, json_pack("{s:o}", "nodes", arr));
 }
 
-void pl_coord_on_health(pl_coord_t *c, const pl_ctl_msg_t *m)
+void pl_coord_on_health(pl_coord_t *c, const pl_tx_peer_t *from, const pl_msg_t *m)
 {
-    char name[PL_CFG_NAME_MAX + 1];
-    if (pl_json_str(m->body, "node", name, PL_CFG_NAME_MAX)) {
-        pl_coord_reply_error(c, m, "%s", pl_error_msg());
-        return;
-    }
-    int i = pl_coord_find_node(c, name);
+    int i = pl_coord_find_node(c, m->health.node);
     if (i < 0) {
-        pl_coord_reply_error(c, m, "no node '%s'", name);
+        pl_coord_reply_error(c, from, PL_ERR_NOT_FOUND, "no node '%s'", m->health.node);
         return;
     }
     const pl_coord_node_t *n = &c->nodes[i];
-    json_t *body = s_node_json(n);
-    json_t *unav = n->hello ? json_object_get(n->hello, "unavailable") : NULL;
-    json_object_set_new(body, "unavailable", unav ? json_incref(unav) : json_array());
-    json_object_set_new(body, "heartbeat", n->health ? json_incref(n->health) : json_null());
+    json_t *body = s_node_json(n), *unav = json_array(), *hb = NULL;
+    for (int k = 0; unav && k < n->n_unavailable; k++)
+        json_array_append_new(unav, json_pack("{s:s, s:s}", "backend",
+                                              n->unavailable[k].backend, "why",
+                                              n->unavailable[k].why));
+    if (n->have_health && pl_msg_heartbeat_encode(&n->health, &hb))
+        hb = NULL;
+    json_object_set_new(body, "unavailable", unav);
+    json_object_set_new(body, "heartbeat", hb ? hb : json_null());
     json_object_set_new(body, "uptime_s", json_real(pl_now() - n->registered_at));
-    pl_coord_reply(c, m, PL_MSG_REPLY, body);
+    pl_coord_reply(c, from, body);
 }

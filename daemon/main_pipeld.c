@@ -3,6 +3,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "daemon/node.h"
+#include "transport/ucx.h"
 
 #include <getopt.h>
 #include <signal.h>

@@ -2,107 +2,37 @@
 #include "daemon/node.h"
 
 #include "backends/backend.h"
-#include "common/json.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "pipeline/exec.h"
-#include "transport/ctl.h"
+#include "transport/sock.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-#include <zmq.h>
 
 #define S_MAX_DEVS 16
 #define S_MAX_EXECS 16
 #define S_HELLO_RETRY_S 2.0
 #define S_RELEASE_TIMEOUT_S 60.0
 
-/* A device slowed down for testing (node file `slowdown`): every forward call is followed by
- * (factor - 1) times its own duration of idling, so the device really is factor times slower
- * and its advertised calibration is divided by factor to match. */
 typedef struct {
-    const pl_be_ops_t *ops;
-    void *dev;
-    double factor;
-} s_slow_dev_t;
-
-typedef struct {
-    const pl_be_ops_t *ops;
-    void *stage;
-    double factor;
-} s_slow_stage_t;
-
-static pl_status_t s_slow_load(void *dev, pl_model_t *model, const pl_be_stage_params_t *params,
-                               void **stage_p)
-{
-    s_slow_dev_t *d = dev;
-    s_slow_stage_t *s = calloc(1, sizeof(*s));
-    if (!s)
-        return pl_error(PL_ERR_NOMEM, "slow stage: out of memory");
-    pl_status_t st = d->ops->stage_load(d->dev, model, params, &s->stage);
-    if (st) {
-        free(s);
-        return st;
-    }
-    s->ops = d->ops;
-    s->factor = d->factor;
-    *stage_p = s;
-    return PL_OK;
-}
-
-static pl_status_t s_slow_forward(void *stage, const pl_be_batch_t *batch, const void *in,
-                                  void *out)
-{
-    s_slow_stage_t *s = stage;
-    double t0 = pl_now();
-    pl_status_t st = s->ops->stage_forward(s->stage, batch, in, out);
-    double idle = (pl_now() - t0) * (s->factor - 1.0);
-    struct timespec ts = {.tv_sec = (time_t)idle, .tv_nsec = (long)((idle - (time_t)idle) * 1e9)};
-    while (idle > 0 && nanosleep(&ts, &ts) != 0)
-        ;
-    return st;
-}
-
-static void s_slow_free_seq(void *stage, int slot)
-{
-    s_slow_stage_t *s = stage;
-    if (s->ops->stage_free_seq)
-        s->ops->stage_free_seq(s->stage, slot);
-}
-
-static void s_slow_unload(void *stage)
-{
-    s_slow_stage_t *s = stage;
-    s->ops->stage_unload(s->stage);
-    free(s);
-}
-
-/* Only the stage slots are used through this table (the executor's view of a device). */
-static const pl_be_ops_t s_slow_ops = {.abi_version = PL_BE_ABI_VERSION,
-                                       .name = "slowed",
-                                       .stage_load = s_slow_load,
-                                       .stage_forward = s_slow_forward,
-                                       .stage_free_seq = s_slow_free_seq,
-                                       .stage_unload = s_slow_unload};
-
-typedef struct {
-    const pl_be_ops_t *ops;
-    void *dev;
+    pl_be_device_t *dev;
     pl_be_device_info_t info;
     pl_be_calib_t calib;
     char id[32];
-    s_slow_dev_t slow; /* used when slow.factor > 1 */
 } s_dev_t;
 
 typedef struct {
     const pl_cfg_node_t *cfg;
-    void *zctx, *dealer;
+    pl_tx_ctx_t *ctx;
+    pl_tx_sock_t *dealer;
     s_dev_t devs[S_MAX_DEVS];
     int n_devs;
-    json_t *unavailable;
+    int n_unavailable;
+    pl_msg_unavailable_t unavailable[PL_MSG_MAX_UNAVAILABLE];
     pl_exec_t *execs[S_MAX_EXECS];
     double done_at[S_MAX_EXECS]; /* when the executor reported DONE; 0 while it runs */
     int n_execs;
@@ -120,51 +50,57 @@ static bool s_backend_wanted(const pl_cfg_node_t *cfg, const char *name)
     return false;
 }
 
+/* A backend that offers no device, for HELLO (and so for `pipectl health`). */
+static void s_unavailable(s_node_t *n, const char *backend, const char *why)
+{
+    if (n->n_unavailable == PL_MSG_MAX_UNAVAILABLE)
+        return;
+    pl_msg_unavailable_t *u = &n->unavailable[n->n_unavailable++];
+    snprintf(u->backend, sizeof(u->backend), "%s", backend);
+    snprintf(u->why, sizeof(u->why), "%s", why);
+}
+
 static pl_status_t s_discover(s_node_t *n)
 {
     pl_be_entry_t be[8];
     int nb = pl_be_registry_list(be, 8);
-    n->unavailable = json_array();
     for (int b = 0; b < nb; b++) {
         if (!s_backend_wanted(n->cfg, be[b].name))
             continue;
         pl_be_device_info_t infos[S_MAX_DEVS];
         int nd = 0;
-        if (!be[b].ops) {
+        if (!be[b].backend) {
             pl_log_info("backend %s: unavailable: %s", be[b].name, be[b].why);
-            json_array_append_new(n->unavailable,
-                                  json_pack("{s:s, s:s}", "backend", be[b].name, "why", be[b].why));
+            s_unavailable(n, be[b].name, be[b].why);
             continue;
         }
-        pl_status_t st = be[b].ops->probe(infos, S_MAX_DEVS, &nd);
+        pl_status_t st = pl_be_probe(be[b].backend, infos, S_MAX_DEVS, &nd);
         if (st) {
             pl_log_info("backend %s: no devices: %s", be[b].name, pl_error_msg());
-            json_array_append_new(n->unavailable, json_pack("{s:s, s:s}", "backend", be[b].name,
-                                                            "why", pl_error_msg()));
+            s_unavailable(n, be[b].name, pl_error_msg());
             continue;
         }
         for (int d = 0; d < nd && n->n_devs < S_MAX_DEVS; d++) {
             s_dev_t *dv = &n->devs[n->n_devs];
-            dv->ops = be[b].ops;
             dv->info = infos[d];
-            if ((st = dv->ops->open(infos[d].index, n->cfg->threads, &dv->dev))) {
+            if ((st = pl_be_device_open(be[b].backend, infos[d].index, n->cfg->threads,
+                                        &dv->dev))) {
                 pl_log_warn("device %s:%d: cannot open: %s", be[b].name, d, pl_error_msg());
                 continue;
             }
+            /* testing (node file `slowdown`): the device really runs that many times slower,
+             * and calibrates accordingly */
+            if (n->cfg->slowdown > 1.0f && !strcmp(infos[d].backend, "cpu")) {
+                pl_be_device_set_slowdown(dv->dev, n->cfg->slowdown);
+                pl_log_warn("device %s:%d: slowed down %.2fx for testing", be[b].name, d,
+                            (double)n->cfg->slowdown);
+            }
             double t0 = pl_now();
-            if ((st = dv->ops->calibrate(dv->dev, &dv->calib))) {
+            if ((st = pl_be_device_calibrate(dv->dev, &dv->calib))) {
                 pl_log_warn("device %s:%d: calibration failed: %s", be[b].name, d,
                             pl_error_msg());
-                dv->ops->close(dv->dev);
+                pl_be_device_close(&dv->dev);
                 continue;
-            }
-            if (n->cfg->slowdown > 1.0f && !strcmp(infos[d].backend, "cpu")) {
-                dv->slow = (s_slow_dev_t){.ops = dv->ops, .dev = dv->dev,
-                                          .factor = n->cfg->slowdown};
-                dv->calib.gflops /= dv->slow.factor;
-                dv->calib.mem_gbps /= dv->slow.factor;
-                pl_log_warn("device %s:%d: slowed down %.2fx for testing", be[b].name, d,
-                            dv->slow.factor);
             }
             uint64_t reserve = (uint64_t)n->cfg->memory_reserve_mb << 20;
             dv->info.mem_bytes = dv->info.mem_bytes > reserve ? dv->info.mem_bytes - reserve : 0;
@@ -183,7 +119,7 @@ static pl_status_t s_discover(s_node_t *n)
     return PL_OK;
 }
 
-static json_t *s_health(const s_node_t *n)
+static void s_health(const s_node_t *n, pl_msg_heartbeat_t *h)
 {
     double load[3] = {0};
     long rss_kb = 0;
@@ -195,41 +131,48 @@ static json_t *s_health(const s_node_t *n)
         fclose(f);
     }
     getloadavg(load, 3);
-    json_t *stages = json_array();
-    for (int i = 0; i < n->n_execs; i++)
-        json_array_append_new(stages,
-                              json_pack("{s:i, s:i, s:I}", "job", pl_exec_job(n->execs[i]), "stage",
-                                        pl_exec_stage(n->execs[i]), "generated",
-                                        (json_int_t)pl_exec_generated(n->execs[i])));
-    return json_pack("{s:s, s:o, s:I, s:f}", "node", n->cfg->name, "stages", stages, "rss_kb",
-                     (json_int_t)rss_kb, "load1", load[0]);
+    memset(h, 0, sizeof(*h));
+    snprintf(h->node, sizeof(h->node), "%s", n->cfg->name);
+    for (int i = 0; i < n->n_execs && h->n_stages < PL_MSG_MAX_STAGES; i++)
+        h->stages[h->n_stages++] = (pl_msg_progress_t){
+            .job = pl_exec_job(n->execs[i]), .stage = pl_exec_stage(n->execs[i]),
+            .generated = (int64_t)pl_exec_generated(n->execs[i])};
+    h->rss_kb = rss_kb;
+    h->load1 = load[0] > 0 ? load[0] : 0;
 }
 
-static void s_send(s_node_t *n, pl_msg_type_t type, json_t *body)
+static void s_send(s_node_t *n, const pl_msg_t *m)
 {
-    pl_status_t st = pl_ctl_send(n->dealer, NULL, 0, type, body);
+    pl_status_t st = pl_tx_send(n->dealer, NULL, m);
     if (st && st != PL_ERR_BUSY)
-        pl_log_warn("coordinator: cannot send %s: %s", pl_msg_name(type), pl_error_msg());
-    json_decref(body);
+        pl_log_warn("coordinator: cannot send %s: %s", pl_msg_name(m->type), pl_error_msg());
 }
 
 static void s_hello(s_node_t *n)
 {
-    char host[256] = "";
-    json_t *devs = json_array();
-    gethostname(host, sizeof(host) - 1);
-    for (int i = 0; i < n->n_devs; i++) {
+    pl_msg_t m;
+    pl_msg_hello_t *h = &m.hello;
+    pl_msg_init(&m, PL_MSG_HELLO);
+    h->proto = PL_PROTO_VERSION;
+    snprintf(h->node, sizeof(h->node), "%s", n->cfg->name);
+    gethostname(h->host, sizeof(h->host) - 1);
+    h->pid = (int)getpid();
+    for (int i = 0; i < n->n_devs && h->n_devices < PL_MSG_MAX_DEVICES; i++) {
         const s_dev_t *d = &n->devs[i];
-        json_array_append_new(
-            devs, json_pack("{s:s, s:s, s:s, s:i, s:I, s:s, s:f, s:f}", "id", d->id, "backend",
-                            d->info.backend, "name", d->info.name, "cores", d->info.cores,
-                            "mem_bytes", (json_int_t)d->info.mem_bytes, "isa", d->info.isa,
-                            "gflops", d->calib.gflops, "mem_gbps", d->calib.mem_gbps));
+        pl_msg_device_t *v = &h->devices[h->n_devices++];
+        snprintf(v->id, sizeof(v->id), "%s", d->id);
+        snprintf(v->backend, sizeof(v->backend), "%s", d->info.backend);
+        snprintf(v->name, sizeof(v->name), "%s", d->info.name);
+        snprintf(v->isa, sizeof(v->isa), "%s", d->info.isa);
+        v->cores = d->info.cores;
+        v->mem_bytes = d->info.mem_bytes;
+        v->gflops = d->calib.gflops;
+        v->mem_gbps = d->calib.mem_gbps;
     }
-    s_send(n, PL_MSG_HELLO,
-           json_pack("{s:i, s:s, s:s, s:i, s:o, s:O, s:o}", "proto", PL_PROTO_VERSION, "node",
-                     n->cfg->name, "host", host, "pid", (int)getpid(), "devices", devs,
-                     "unavailable", n->unavailable, "health", s_health(n)));
+    h->n_unavailable = n->n_unavailable;
+    memcpy(h->unavailable, n->unavailable, sizeof(h->unavailable));
+    s_health(n, &h->health);
+    s_send(n, &m);
     n->next_hello = pl_now() + S_HELLO_RETRY_S;
 }
 
@@ -241,67 +184,47 @@ static s_dev_t *s_find_dev(s_node_t *n, const char *id)
     return NULL;
 }
 
-static void s_fail(s_node_t *n, int64_t job, int64_t stage, const char *why)
+static void s_fail(s_node_t *n, const pl_msg_assign_t *a, pl_status_t code, const char *why)
 {
-    pl_log_error("job %lld stage %lld: %s", (long long)job, (long long)stage, why);
-    s_send(n, PL_MSG_FAIL, json_pack("{s:I, s:I, s:s}", "job", (json_int_t)job, "stage",
-                                     (json_int_t)stage, "error", why));
+    pl_msg_t m;
+    pl_log_error("job %u stage %d: %s", a->job, a->stage, why);
+    pl_msg_init(&m, PL_MSG_FAIL);
+    m.fail = (pl_msg_fail_t){.job = a->job, .stage = a->stage, .code = code};
+    snprintf(m.fail.error, sizeof(m.fail.error), "%s", why);
+    s_send(n, &m);
 }
 
-static void s_on_assign(s_node_t *n, json_t *b)
+static void s_on_assign(s_node_t *n, pl_msg_assign_t *a)
 {
-    int64_t job = -1, stage = -1, n_stages, first, last, max_ctx, max_tokens;
-    char model[PATH_MAX], dev_id[32];
-    json_t *gen = json_object_get(b, "gen");
+    s_dev_t *d = s_find_dev(n, a->device);
     pl_status_t st;
-    if ((st = pl_json_int(b, "job", 1, UINT32_MAX, &job)) ||
-        (st = pl_json_int(b, "stage", 0, 63, &stage)) ||
-        (st = pl_json_int(b, "n_stages", stage + 1, 64, &n_stages)) ||
-        (st = pl_json_int(b, "first", 0, 4096, &first)) ||
-        (st = pl_json_int(b, "last", first, 4096, &last)) ||
-        (st = pl_json_int(b, "max_ctx", 1, 1 << 24, &max_ctx)) ||
-        (st = pl_json_int(b, "max_tokens", 1, 1 << 24, &max_tokens)) ||
-        (st = pl_json_str(b, "model", model, sizeof(model) - 1)) ||
-        (st = pl_json_str(b, "device", dev_id, sizeof(dev_id) - 1))) {
-        s_fail(n, job, stage, pl_error_msg());
+    if (!d || n->n_execs == S_MAX_EXECS) {
+        s_fail(n, a, !d ? PL_ERR_NOT_FOUND : PL_ERR_BUSY,
+               !d ? "assignment names an unknown device" : "too many stages on this node");
         return;
     }
-    s_dev_t *d = s_find_dev(n, dev_id);
-    if (!d || !json_is_object(gen) || n->n_execs == S_MAX_EXECS) {
-        s_fail(n, job, stage, !d ? "assignment names an unknown device"
-                              : !json_is_object(gen) ? "assignment without a 'gen' object"
-                                                     : "too many stages on this node");
-        return;
-    }
-    pl_exec_params_t p = {.job_id = (uint32_t)job, .stage = (int)stage,
-                          .n_stages = (int)n_stages, .first_layer = (int)first,
-                          .last_layer = (int)last, .job = json_deep_copy(gen),
-                          .max_ctx = (int)max_ctx, .max_tokens = (int)max_tokens, .ops = d->ops,
-                          .dev = d->dev, .threads = n->cfg->threads};
-    if (d->slow.factor > 1.0) {
-        p.ops = &s_slow_ops;
-        p.dev = &d->slow;
-    }
-    snprintf(p.model_dir, sizeof(p.model_dir), "%s", model);
+    pl_exec_params_t p = {.job_id = a->job, .stage = a->stage, .n_stages = a->n_stages,
+                          .first_layer = a->first, .last_layer = a->last, .spec = a->spec,
+                          .microbatches = a->microbatches, .max_ctx = a->max_ctx,
+                          .max_tokens = a->max_tokens, .dev = d->dev,
+                          .threads = n->cfg->threads};
+    pl_job_spec_init(&a->spec); /* moved into the params */
     pl_exec_t *x;
-    if ((st = pl_exec_start(n->zctx, &p, &x))) {
-        s_fail(n, job, stage, pl_error_msg());
+    if ((st = pl_exec_start(n->ctx, &p, &x))) {
+        s_fail(n, a, st, pl_error_msg());
         return;
     }
     n->done_at[n->n_execs] = 0;
     n->execs[n->n_execs++] = x;
-    pl_log_info("job %lld: stage %lld/%lld, layers %lld-%lld on %s", (long long)job,
-                (long long)stage, (long long)n_stages, (long long)first, (long long)last, dev_id);
+    pl_log_info("job %u: stage %d/%d, layers %d-%d on %s", a->job, a->stage, a->n_stages,
+                a->first, a->last, a->device);
 }
 
-static int s_find_exec(s_node_t *n, const json_t *b)
+/* The executor of (job, stage); stage -1: any stage of the job. */
+static int s_find_exec(s_node_t *n, uint32_t job, int stage)
 {
-    int64_t job = -1, stage = -1;
-    if (pl_json_int(b, "job", 0, UINT32_MAX, &job) ||
-        pl_json_int_opt(b, "stage", -1, 63, &stage))
-        return -1;
     for (int i = 0; i < n->n_execs; i++)
-        if (pl_exec_job(n->execs[i]) == (uint32_t)job &&
+        if (pl_exec_job(n->execs[i]) == job &&
             (stage < 0 || pl_exec_stage(n->execs[i]) == stage))
             return i;
     return -1;
@@ -318,8 +241,8 @@ static void s_drop_exec(s_node_t *n, int i)
 /* Returns false when the daemon should stop. */
 static bool s_on_coord(s_node_t *n)
 {
-    pl_ctl_msg_t m;
-    pl_status_t st = pl_ctl_recv(n->dealer, false, ZMQ_DONTWAIT, &m);
+    pl_msg_t m;
+    pl_status_t st = pl_tx_recv(n->dealer, 0, NULL, NULL, &m);
     if (st == PL_ERR_BUSY)
         return true;
     if (st) {
@@ -333,17 +256,17 @@ static bool s_on_coord(s_node_t *n)
         n->registered = true;
         break;
     case PL_MSG_ASSIGN:
-        s_on_assign(n, m.body);
+        s_on_assign(n, &m.assign);
         break;
     case PL_MSG_START: {
-        int i = s_find_exec(n, m.body);
-        if (i < 0 || pl_ctl_send(pl_exec_socket(n->execs[i]), NULL, 0, PL_MSG_START, m.body))
+        int i = s_find_exec(n, m.start.job, m.start.stage);
+        if (i < 0 || pl_tx_send(pl_exec_socket(n->execs[i]), NULL, &m))
             pl_log_warn("START for a stage this node does not run");
         break;
     }
     case PL_MSG_CANCEL: { /* also the release of a finished job's stages */
         int i;
-        while ((i = s_find_exec(n, m.body)) >= 0) {
+        while ((i = s_find_exec(n, m.cancel.job, m.cancel.stage)) >= 0) {
             if (!n->done_at[i])
                 pl_log_info("job %u stage %d: canceled by the coordinator",
                             pl_exec_job(n->execs[i]), pl_exec_stage(n->execs[i]));
@@ -351,41 +274,38 @@ static bool s_on_coord(s_node_t *n)
         }
         break;
     }
-    case PL_MSG_ERROR: {
-        const char *e = NULL;
-        pl_json_str_opt(m.body, "error", 4096, &e);
-        pl_log_warn("coordinator says: %s", e ? e : "(no reason)");
-        if (e && strstr(e, "not registered")) {
+    case PL_MSG_ERROR:
+        pl_log_warn("coordinator says: %s", m.error.message);
+        if (m.error.code == PL_ERR_NOT_FOUND) { /* it does not know this node (it restarted) */
             n->registered = false;
             s_hello(n);
         }
         break;
-    }
     case PL_MSG_SHUTDOWN:
         pl_log_info("shutdown requested by the coordinator");
-        pl_ctl_msg_clear(&m);
+        pl_msg_clear(&m);
         return false;
     default:
         pl_log_warn("coordinator: unexpected %s", pl_msg_name(m.type));
     }
-    pl_ctl_msg_clear(&m);
+    pl_msg_clear(&m);
     return true;
 }
 
+/* Pass an executor's READY, DONE or FAIL on to the coordinator. */
 static void s_on_exec(s_node_t *n, int i)
 {
-    pl_ctl_msg_t m;
-    if (pl_ctl_recv(pl_exec_socket(n->execs[i]), false, ZMQ_DONTWAIT, &m))
+    pl_msg_t m;
+    if (pl_tx_recv(pl_exec_socket(n->execs[i]), 0, NULL, NULL, &m))
         return;
-    json_object_set_new(m.body, "node", json_string(n->cfg->name));
-    pl_status_t st = pl_ctl_send(n->dealer, NULL, 0, m.type, m.body);
+    pl_status_t st = pl_tx_send(n->dealer, NULL, &m);
     if (st)
         pl_log_warn("coordinator: cannot forward %s: %s", pl_msg_name(m.type), pl_error_msg());
     if (m.type == PL_MSG_FAIL)
         s_drop_exec(n, i);
     else if (m.type == PL_MSG_DONE) /* its endpoints stay up until the job is released */
         n->done_at[i] = pl_now();
-    pl_ctl_msg_clear(&m);
+    pl_msg_clear(&m);
 }
 
 pl_status_t pl_node_run(const pl_cfg_node_t *cfg, volatile sig_atomic_t *stop)
@@ -393,50 +313,44 @@ pl_status_t pl_node_run(const pl_cfg_node_t *cfg, volatile sig_atomic_t *stop)
     s_node_t n = {.cfg = cfg};
     pl_status_t st;
 
-    if ((st = s_discover(&n)))
+    if ((st = s_discover(&n)) || (st = pl_tx_ctx_new(&n.ctx)) ||
+        (st = pl_tx_sock_new(n.ctx, PL_TX_DEALER, &n.dealer)) ||
+        (st = pl_tx_sock_identity(n.dealer, cfg->name)))
         goto out;
-    n.zctx = zmq_ctx_new();
-    n.dealer = zmq_socket(n.zctx, ZMQ_DEALER);
-    pl_ctl_socket_setup(n.dealer);
-    zmq_setsockopt(n.dealer, ZMQ_ROUTING_ID, cfg->name, strlen(cfg->name));
-    if (cfg->coordinator_key[0] && (st = pl_ctl_curve_client(n.dealer, cfg->coordinator_key)))
+    if (cfg->coordinator_key[0] && (st = pl_tx_sock_curve_client(n.dealer, cfg->coordinator_key)))
         goto out;
-    if (zmq_connect(n.dealer, cfg->coordinator) != 0) {
-        st = pl_error(PL_ERR_TRANSPORT, "coordinator %s: %s", cfg->coordinator,
-                      zmq_strerror(zmq_errno()));
+    if ((st = pl_tx_sock_connect(n.dealer, cfg->coordinator))) {
+        pl_error_prefix(st, "coordinator: ");
         goto out;
     }
     pl_log_info("node %s: connecting to %s", cfg->name, cfg->coordinator);
     s_hello(&n);
     n.next_hb = pl_now() + cfg->heartbeat_ms / 1000.0;
     while (!*stop) {
-        zmq_pollitem_t items[1 + S_MAX_EXECS];
-        int ni = 0;
-        items[ni++] = (zmq_pollitem_t){.socket = n.dealer, .events = ZMQ_POLLIN};
+        pl_tx_sock_t *socks[1 + S_MAX_EXECS];
+        bool ready[1 + S_MAX_EXECS];
+        int ns = 0;
+        socks[ns++] = n.dealer;
         for (int i = 0; i < n.n_execs; i++)
-            items[ni++] =
-                (zmq_pollitem_t){.socket = pl_exec_socket(n.execs[i]), .events = ZMQ_POLLIN};
+            socks[ns++] = pl_exec_socket(n.execs[i]);
         double now = pl_now(), due = n.next_hb;
         if (!n.registered && n.next_hello < due)
             due = n.next_hello;
         long wait_ms = due > now ? (long)((due - now) * 1000) + 1 : 0;
-        int rc = zmq_poll(items, ni, wait_ms);
-        if (rc < 0 && zmq_errno() != EINTR) {
-            st = pl_error(PL_ERR_TRANSPORT, "poll: %s", zmq_strerror(zmq_errno()));
+        if ((st = pl_tx_poll(socks, ns, wait_ms, ready)))
             break;
-        }
-        if (rc > 0) {
-            if ((items[0].revents & ZMQ_POLLIN) && !s_on_coord(&n))
-                break;
-            /* walk backwards: a finished executor is swapped with the last one */
-            for (int i = ni - 1; i >= 1; i--)
-                if ((items[i].revents & ZMQ_POLLIN) && i - 1 < n.n_execs &&
-                    items[i].socket == pl_exec_socket(n.execs[i - 1]))
-                    s_on_exec(&n, i - 1);
-        }
+        if (ready[0] && !s_on_coord(&n))
+            break;
+        /* walk backwards: a finished executor is swapped with the last one */
+        for (int i = ns - 1; i >= 1; i--)
+            if (ready[i] && i - 1 < n.n_execs && socks[i] == pl_exec_socket(n.execs[i - 1]))
+                s_on_exec(&n, i - 1);
         now = pl_now();
         if (now >= n.next_hb) {
-            s_send(&n, PL_MSG_HEARTBEAT, s_health(&n));
+            pl_msg_t hb;
+            pl_msg_init(&hb, PL_MSG_HEARTBEAT);
+            s_health(&n, &hb.heartbeat);
+            s_send(&n, &hb);
             n.next_hb = now + cfg->heartbeat_ms / 1000.0;
         }
         if (!n.registered && now >= n.next_hello)
@@ -449,11 +363,8 @@ out:
     while (n.n_execs > 0)
         s_drop_exec(&n, n.n_execs - 1);
     for (int i = 0; i < n.n_devs; i++)
-        n.devs[i].ops->close(n.devs[i].dev);
-    json_decref(n.unavailable);
-    if (n.dealer)
-        zmq_close(n.dealer);
-    if (n.zctx)
-        zmq_ctx_term(n.zctx);
+        pl_be_device_close(&n.devs[i].dev);
+    pl_tx_sock_destroy(&n.dealer);
+    pl_tx_ctx_destroy(&n.ctx);
     return st;
 }

@@ -161,6 +161,32 @@ static pl_status_t s_check_unsupported(const json_t *root)
     return PL_OK;
 }
 
+/* torch_dtype, the element type the weights were saved in (Hugging Face spells float32 also
+ * "float", float16 also "half"); bf16 when absent, as most Llama checkpoints are. */
+static pl_status_t s_torch_dtype(const json_t *root, pl_model_config_t *c)
+{
+    static const struct {
+        const char *name;
+        pl_dtype_t dt;
+    } names[] = {{"float32", PL_DT_F32}, {"float", PL_DT_F32},    {"float16", PL_DT_F16},
+                 {"half", PL_DT_F16},    {"bfloat16", PL_DT_BF16}};
+    const char *dt = NULL;
+    pl_status_t st = pl_json_str_opt(root, "torch_dtype", 32, &dt);
+    if (st)
+        return st;
+    c->dtype = PL_DT_BF16;
+    if (!dt)
+        return PL_OK;
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if (strcmp(dt, names[i].name) == 0) {
+            c->dtype = names[i].dt;
+            return PL_OK;
+        }
+    return pl_error(PL_ERR_UNSUPPORTED,
+                    "field 'torch_dtype': '%s' is not supported (float32, float16, bfloat16 are)",
+                    dt);
+}
+
 static pl_status_t s_parse_root(const json_t *root, pl_model_config_t *c)
 {
     double d;
@@ -219,7 +245,9 @@ static pl_status_t s_parse_root(const json_t *root, pl_model_config_t *c)
     if ((st = s_eos(root, c)))
         return st;
     c->bos_id = -1;
-    return s_int_opt(root, "bos_token_id", 0, c->vocab - 1, &c->bos_id);
+    if ((st = s_int_opt(root, "bos_token_id", 0, c->vocab - 1, &c->bos_id)))
+        return st;
+    return s_torch_dtype(root, c);
 }
 
 pl_status_t pl_model_config_parse(const char *text, size_t len, pl_model_config_t *cfg)

@@ -13,6 +13,10 @@
 #define PL_MODEL_MAX_EOS 8
 #define PL_MODEL_CONFIG_MAX_BYTES (1u << 20)
 
+typedef enum { PL_DT_F32 = 0, PL_DT_F16 = 1, PL_DT_BF16 = 2 } pl_dtype_t;
+size_t pl_dtype_size(pl_dtype_t dt);
+const char *pl_dtype_name(pl_dtype_t dt);
+
 typedef enum { PL_ROPE_NONE = 0, PL_ROPE_LLAMA3 = 1 } pl_rope_scaling_t;
 
 typedef struct {
@@ -33,6 +37,7 @@ typedef struct {
     int n_eos;
     int eos_ids[PL_MODEL_MAX_EOS]; /* eos_token_id: int or list */
     int bos_id;                    /* -1 when absent */
+    pl_dtype_t dtype; /* torch_dtype: the weights' element type as stored (bf16 when absent) */
 } pl_model_config_t;
 
 /* Parse and validate config.json text. Rejects models that are not Llama-family
@@ -40,10 +45,6 @@ typedef struct {
 pl_status_t pl_model_config_parse(const char *text, size_t len, pl_model_config_t *cfg);
 /* Read dir/config.json and parse it. */
 pl_status_t pl_model_config_load(const char *dir, pl_model_config_t *cfg);
-
-typedef enum { PL_DT_F32 = 0, PL_DT_F16 = 1, PL_DT_BF16 = 2 } pl_dtype_t;
-size_t pl_dtype_size(pl_dtype_t dt);
-const char *pl_dtype_name(pl_dtype_t dt);
 
 /* A tensor in a mapped shard: data points into the mapping (borrowed, valid until the model is
  * destroyed). */

@@ -5,10 +5,9 @@
 
 #include "common/log.h"
 #include "common/util.h"
-#include "common/json.h"
 #include "pipeline/gen.h"
 #include "pipeline/link_probe.h"
-#include "transport/ctl.h"
+#include "transport/sock.h"
 #include "transport/ucx.h"
 
 #include <pthread.h>
@@ -17,7 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include <zmq.h>
 
 /* Longest wait for the coordinator's release after DONE. */
 #define S_LINGER_S 30.0
@@ -26,22 +24,23 @@
 
 struct pl_exec {
     pl_exec_params_t p;
-    void *zctx;
-    void *main_sock; /* PAIR, caller's side */
+    pl_tx_ctx_t *ctx;
+    pl_tx_sock_t *main_sock; /* PAIR, caller's side */
     char endpoint[64];
     pthread_t thread;
     atomic_int cancel;
     atomic_ullong generated; /* last stage: tokens sampled so far, read by the node's heartbeat */
     /* executor-thread state */
-    void *sock;
+    pl_tx_sock_t *sock;
     pl_model_t *model;
-    void *stage;
+    pl_be_stage_t *stage;
     pl_gen_job_t job;
     pl_ucx_t *ucx;
     pl_ucx_ep_t *next, *prev; /* prev: its probe is answered and its credits granted there */
     pl_ucx_inbox_t *inbox;    /* messages from prev land here */
     size_t out_max;           /* largest message this stage sends */
-    json_t *probe;            /* the measured link to next, for DONE */
+    bool have_probe;          /* the measured link to next, for DONE */
+    pl_msg_probe_t probe;
     pl_act_limits_t limits;
     int hidden, vocab;
     int32_t *tokens;
@@ -53,14 +52,22 @@ struct pl_exec {
     double phase_s[2]; /* compute of prefill (step 0) and decode calls */
     uint64_t phase_calls[2];
     uint64_t n_msgs, n_tokens, bytes_sent;
+    uint64_t n_freed; /* KV slots freed because their sequence finished */
 };
 
-static pl_status_t s_send_main(pl_exec_t *x, pl_msg_type_t type, json_t *body)
+/* READY, DONE or FAIL to the node's main thread; job and stage are filled in here. */
+static pl_status_t s_send_main(pl_exec_t *x, pl_msg_t *m)
 {
-    json_object_set_new(body, "job", json_integer(x->p.job_id));
-    json_object_set_new(body, "stage", json_integer(x->p.stage));
-    pl_status_t st = pl_ctl_send(x->sock, NULL, 0, type, body);
-    json_decref(body);
+    if (m->type == PL_MSG_READY)
+        m->ready.job = x->p.job_id, m->ready.stage = x->p.stage;
+    else if (m->type == PL_MSG_DONE)
+        m->done.job = x->p.job_id, m->done.stage = x->p.stage;
+    else
+        m->fail.job = x->p.job_id, m->fail.stage = x->p.stage;
+    pl_status_t st = pl_tx_send(x->sock, NULL, m);
+    if (st)
+        pl_log_error("job %u stage %d: cannot report %s: %s", x->p.job_id, x->p.stage,
+                     pl_msg_name(m->type), pl_error_msg());
     return st;
 }
 
@@ -70,10 +77,10 @@ static pl_status_t s_load(pl_exec_t *x)
     const pl_model_config_t *cfg;
     pl_be_stage_params_t sp;
 
-    if ((st = pl_model_open(x->p.model_dir, &x->model)))
+    if ((st = pl_model_open(x->p.spec.model, &x->model)))
         return st;
     cfg = pl_model_config(x->model);
-    if ((st = pl_gen_job_from_json(x->p.job, cfg, &x->job)))
+    if ((st = pl_gen_job_from_spec(&x->p.spec, x->p.microbatches, cfg, &x->job)))
         return st;
     x->hidden = cfg->hidden;
     x->vocab = cfg->vocab;
@@ -85,7 +92,7 @@ static pl_status_t s_load(pl_exec_t *x)
     if (sp.max_ctx < pl_gen_job_max_ctx(&x->job) || sp.max_tokens < pl_gen_job_max_tokens(&x->job))
         return pl_error(PL_ERR_INVALID, "assignment: max_ctx %d / max_tokens %d smaller than the "
                         "job needs", sp.max_ctx, sp.max_tokens);
-    if ((st = x->p.ops->stage_load(x->p.dev, x->model, &sp, &x->stage)))
+    if ((st = pl_be_stage_load(x->p.dev, x->model, &sp, &x->stage)))
         return st;
     x->limits = (pl_act_limits_t){.max_seq = (uint32_t)x->job.n_seqs,
                                   .max_tokens = (uint32_t)x->p.max_tokens,
@@ -110,24 +117,21 @@ static pl_status_t s_load(pl_exec_t *x)
 static pl_status_t s_wait_start(pl_exec_t *x, char **next_p, char **prev_p)
 {
     while (!atomic_load(&x->cancel)) {
-        zmq_pollitem_t it = {.socket = x->sock, .events = ZMQ_POLLIN};
-        if (zmq_poll(&it, 1, 100) <= 0)
+        pl_msg_t msg;
+        pl_status_t st = pl_tx_recv(x->sock, 100, NULL, NULL, &msg);
+        if (st == PL_ERR_BUSY)
             continue;
-        pl_ctl_msg_t msg;
-        pl_status_t st = pl_ctl_recv(x->sock, false, 0, &msg);
         if (st)
             return st;
         if (msg.type != PL_MSG_START) {
-            pl_ctl_msg_clear(&msg);
+            pl_msg_clear(&msg);
             continue;
         }
-        const char *next = NULL, *prev = NULL;
-        if (!(st = pl_json_str_opt(msg.body, "next", 1 << 16, &next)))
-            st = pl_json_str_opt(msg.body, "prev", 1 << 16, &prev);
-        *next_p = next ? strdup(next) : NULL;
-        *prev_p = prev ? strdup(prev) : NULL;
-        pl_ctl_msg_clear(&msg);
-        return st;
+        *next_p = msg.start.next;
+        *prev_p = msg.start.prev;
+        msg.start.next = msg.start.prev = NULL;
+        pl_msg_clear(&msg);
+        return PL_OK;
     }
     return pl_error(PL_ERR_CANCELED, "canceled before start");
 }
@@ -138,7 +142,7 @@ static pl_status_t s_forward(pl_exec_t *x, const pl_act_hdr_t *hdr, const pl_act
     pl_be_batch_t batch;
     double t0 = pl_now();
     pl_gen_batch(hdr, seqs, x->ints, &batch);
-    pl_status_t st = x->p.ops->stage_forward(x->stage, &batch, in, x->out);
+    pl_status_t st = pl_be_stage_forward(x->stage, &batch, in, x->out);
     double dt = pl_now() - t0;
     x->compute_s += dt;
     x->phase_s[hdr->step > 0] += dt;
@@ -196,6 +200,33 @@ static pl_status_t s_release(pl_exec_t *x)
     return pl_ucx_inbox_release(x->inbox);
 }
 
+/* Free this stage's KV slot of every sequence a PL_ACT_TOKENS message marks finished; copy
+ * those entries to done (may be NULL). Returns how many there were. The last stage frees when it
+ * samples, stage 0 when the tokens come back, the stages between when stage 0 passes the
+ * finished entries on (a PL_ACT_TOKENS message down the pipeline, stopping before the last). */
+static uint32_t s_free_finished(pl_exec_t *x, const pl_act_hdr_t *hdr, const pl_act_seq_t *seqs,
+                                pl_act_seq_t *done)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < hdr->n_seq; i++) {
+        if (!(seqs[i].flags & PL_ACT_FINISHED))
+            continue;
+        pl_be_stage_free_seq(x->stage, (int)seqs[i].seq);
+        x->n_freed++;
+        if (done)
+            done[n] = seqs[i];
+        n++;
+    }
+    return n;
+}
+
+/* Whether finished-sequence notices go on from this stage: only stages before the one ahead of
+ * the last (the last frees by itself). */
+static bool s_notice_onward(const pl_exec_t *x)
+{
+    return x->p.stage + 2 < x->p.n_stages;
+}
+
 /* Sampled microbatches of an all-in-one stage wait here instead of on the network. */
 typedef struct {
     pl_act_hdr_t *hdr;
@@ -218,6 +249,7 @@ static pl_status_t s_emit(pl_exec_t *x, pl_gen_sink_t *sink, s_fifo_t *fifo, pl_
     atomic_store(&x->generated, pl_gen_sink_generated(sink));
     if (fifo->hdr[at].n_seq == 0)
         return PL_OK; /* an earlier prefill chunk: nothing sampled */
+    s_free_finished(x, &fifo->hdr[at], x->seqs_out, NULL);
     memcpy(fifo->seqs + (size_t)at * fifo->stride, x->seqs_out, hdr->n_seq * sizeof(pl_act_seq_t));
     fifo->count++;
     return PL_OK;
@@ -227,13 +259,14 @@ static pl_status_t s_run_first(pl_exec_t *x, pl_gen_sink_t *sink)
 {
     pl_gen_feed_t *feed = NULL;
     pl_act_hdr_t hdr, tok;
-    pl_act_seq_t *dec = NULL;
+    pl_act_seq_t *dec = NULL, *fin = NULL;
     s_fifo_t fifo = {0}, *fq = NULL;
     pl_status_t st;
 
     if ((st = pl_gen_feed_create(&x->job, &feed)))
         return st;
     dec = malloc((size_t)x->job.n_seqs * sizeof(*dec));
+    fin = malloc((size_t)x->job.n_seqs * sizeof(*fin));
     if (x->p.n_stages == 1) {
         fifo.cap = x->job.microbatches;
         fifo.stride = x->job.n_seqs;
@@ -241,7 +274,7 @@ static pl_status_t s_run_first(pl_exec_t *x, pl_gen_sink_t *sink)
         fifo.seqs = calloc((size_t)fifo.cap * (size_t)fifo.stride, sizeof(*fifo.seqs));
         fq = &fifo;
     }
-    if (!dec || (fq && (!fifo.hdr || !fifo.seqs))) {
+    if (!dec || !fin || (fq && (!fifo.hdr || !fifo.seqs))) {
         st = pl_error(PL_ERR_NOMEM, "out of memory");
         goto out;
     }
@@ -270,10 +303,17 @@ static pl_status_t s_run_first(pl_exec_t *x, pl_gen_sink_t *sink)
         } else {
             taken = true;
         }
-        if (tok.kind != PL_ACT_TOKENS)
+        if (tok.kind != PL_ACT_TOKENS) {
             st = pl_error(PL_ERR_PROTOCOL, "stage 0 expected tokens, got kind %u", tok.kind);
-        else
+        } else {
             st = pl_gen_feed_decode(feed, &tok, in, &hdr, dec, x->tokens);
+            uint32_t n_fin = fq ? 0 : s_free_finished(x, &tok, in, fin);
+            if (!st && n_fin > 0 && s_notice_onward(x)) {
+                pl_act_hdr_t notice = {.kind = PL_ACT_TOKENS, .job = x->p.job_id, .mb = tok.mb,
+                                       .step = tok.step, .n_seq = n_fin, .n_tokens = n_fin};
+                st = s_send(x, &notice, fin, NULL);
+            }
+        }
         if (taken) { /* the entries were copied out: the slot can take the next message */
             pl_status_t st2 = s_release(x);
             st = st ? st : st2;
@@ -289,6 +329,7 @@ out:
     free(fifo.hdr);
     free(fifo.seqs);
     free(dec);
+    free(fin);
     pl_gen_feed_destroy(&feed);
     return st;
 }
@@ -307,6 +348,13 @@ static pl_status_t s_run_rest(pl_exec_t *x, pl_gen_sink_t *sink)
                 st = s_send(x, &hdr, NULL, NULL);
             break;
         }
+        if (hdr.kind == PL_ACT_TOKENS && !last) { /* finished sequences: free, pass on */
+            s_free_finished(x, &hdr, x->seqs_in, NULL);
+            pl_status_t st2 = s_release(x); /* the entries are in seqs_in */
+            st = s_notice_onward(x) ? s_send(x, &hdr, x->seqs_in, NULL) : PL_OK;
+            st = st ? st : st2;
+            continue;
+        }
         if (hdr.kind != PL_ACT_HIDDEN) {
             s_release(x);
             st = pl_error(PL_ERR_PROTOCOL, "stage %d expected activations, got kind %u",
@@ -324,8 +372,10 @@ static pl_status_t s_run_rest(pl_exec_t *x, pl_gen_sink_t *sink)
         if (last) {
             st = pl_gen_sink_sample(sink, &hdr, x->seqs_in, x->out, &out, x->seqs_out);
             atomic_store(&x->generated, pl_gen_sink_generated(sink));
-            if (!st && out.n_seq > 0) /* none after an earlier prefill chunk */
+            if (!st && out.n_seq > 0) { /* none after an earlier prefill chunk */
+                s_free_finished(x, &out, x->seqs_out, NULL);
                 st = s_send(x, &out, x->seqs_out, NULL);
+            }
         } else {
             st = s_send(x, &hdr, x->seqs_in, x->out);
         }
@@ -333,43 +383,42 @@ static pl_status_t s_run_rest(pl_exec_t *x, pl_gen_sink_t *sink)
     return st;
 }
 
-static json_t *s_stats(pl_exec_t *x, pl_gen_sink_t *sink)
+static void s_stats(pl_exec_t *x, pl_gen_sink_t *sink, pl_msg_stats_t *s)
 {
     double wall = pl_now() - x->t_start;
-    json_t *s = json_pack("{s:f, s:f, s:f, s:I, s:I, s:I, s:s}", "wall_s", wall, "compute_s",
-                          x->compute_s, "wait_s", x->wait_s, "messages", (json_int_t)x->n_msgs,
-                          "bytes_sent", (json_int_t)x->bytes_sent, "tokens",
-                          (json_int_t)x->n_tokens, "wire_dtype",
-                          pl_act_dtype_name(x->job.wire_dtype));
+    *s = (pl_msg_stats_t){.wall_s = wall, .compute_s = x->compute_s, .wait_s = x->wait_s,
+                          .messages = (int64_t)x->n_msgs, .tokens = (int64_t)x->n_tokens,
+                          .prefill_compute_s = x->phase_s[0],
+                          .prefill_calls = (int64_t)x->phase_calls[0],
+                          .decode_compute_s = x->phase_s[1],
+                          .decode_calls = (int64_t)x->phase_calls[1],
+                          .freed_seqs = (int64_t)x->n_freed,
+                          .bytes_sent = (int64_t)x->bytes_sent,
+                          .has_probe = x->have_probe, .probe = x->probe};
     if (sink) {
         double pf = pl_gen_sink_prefill_done_at(sink);
-        json_object_set_new(s, "generated", json_integer((json_int_t)pl_gen_sink_generated(sink)));
-        json_object_set_new(s, "prefill_s", json_real(pf > 0 ? pf - x->t_start : wall));
+        s->has_sink = true;
+        s->generated = (int64_t)pl_gen_sink_generated(sink);
+        s->prefill_s = pf > 0 ? pf - x->t_start : wall;
     }
-    json_object_set_new(s, "prefill_compute_s", json_real(x->phase_s[0]));
-    json_object_set_new(s, "prefill_calls", json_integer((json_int_t)x->phase_calls[0]));
-    json_object_set_new(s, "decode_compute_s", json_real(x->phase_s[1]));
-    json_object_set_new(s, "decode_calls", json_integer((json_int_t)x->phase_calls[1]));
+    snprintf(s->wire_dtype, sizeof(s->wire_dtype), "%s", pl_act_dtype_name(x->job.wire_dtype));
     if (x->next)
-        json_object_set_new(s, "link", json_string(pl_ucx_ep_transport(x->next)));
+        snprintf(s->link, sizeof(s->link), "%s", pl_ucx_ep_transport(x->next));
     if (x->next && x->inbox) {
         /* The data plane's memory: this stage's slots, and its sends in flight, which never
          * outnumber the next stage's grants. */
         pl_ucx_credit_stats_t cs;
         pl_ucx_ep_credit_stats(x->next, &cs);
         size_t in_bytes = pl_ucx_inbox_bytes(x->inbox);
-        json_object_set_new(
-            s, "data_plane",
-            json_pack("{s:i, s:I, s:I, s:I, s:I, s:b}", "inbox_slots",
-                      pl_ucx_inbox_slots(x->inbox), "inbox_bytes", (json_int_t)in_bytes,
-                      "send_credits", (json_int_t)cs.granted, "max_in_flight",
-                      (json_int_t)cs.max_in_flight, "bound_bytes",
-                      (json_int_t)(in_bytes + (size_t)cs.granted * x->out_max),
-                      "progress_thread", pl_ucx_has_progress(x->ucx)));
+        s->has_data_plane = true;
+        s->data_plane = (pl_msg_data_plane_t){
+            .inbox_slots = pl_ucx_inbox_slots(x->inbox),
+            .inbox_bytes = (int64_t)in_bytes,
+            .send_credits = cs.granted,
+            .max_in_flight = cs.max_in_flight,
+            .bound_bytes = (int64_t)(in_bytes + (size_t)cs.granted * x->out_max),
+            .progress_thread = pl_ucx_has_progress(x->ucx)};
     }
-    if (x->probe)
-        json_object_set_new(s, "probe", json_incref(x->probe));
-    return s;
 }
 
 /* Credits both ways and the progress thread: messages from the previous stage land in this
@@ -379,7 +428,8 @@ static json_t *s_stats(pl_exec_t *x, pl_gen_sink_t *sink)
 static pl_status_t s_data_plane(pl_exec_t *x)
 {
     pl_act_hdr_t hidden = {.kind = PL_ACT_HIDDEN, .n_seq = x->limits.max_seq,
-                           .n_tokens = x->limits.max_tokens, .dim = x->limits.dim};
+                           .n_tokens = x->limits.max_tokens, .dim = x->limits.dim,
+                           .dtype = x->limits.dtype};
     pl_act_hdr_t tokens = {.kind = PL_ACT_TOKENS, .n_seq = x->limits.max_seq,
                            .n_tokens = x->limits.max_seq};
     bool first = x->p.stage == 0, last = x->p.stage == x->p.n_stages - 1;
@@ -415,10 +465,10 @@ static pl_status_t s_probe(pl_exec_t *x, const char *next, const char *prev)
                     x->p.stage, r.took_s);
         return PL_OK;
     }
-    x->probe = json_pack("{s:i, s:f, s:f, s:s, s:f}", "to_stage",
-                         (x->p.stage + 1) % x->p.n_stages, "gbps", r.gbps, "latency_s",
-                         r.latency_s, "transport", pl_ucx_ep_transport(x->next), "took_s",
-                         r.took_s);
+    x->probe = (pl_msg_probe_t){.to_stage = (x->p.stage + 1) % x->p.n_stages, .gbps = r.gbps,
+                                .latency_s = r.latency_s, .took_s = r.took_s};
+    snprintf(x->probe.transport, sizeof(x->probe.transport), "%s", pl_ucx_ep_transport(x->next));
+    x->have_probe = true;
     pl_log_debug("job %u stage %d: link to the next stage %.2f GB/s, %.1f us (%s), probed in "
                  "%.1f ms", x->p.job_id, x->p.stage, r.gbps, r.latency_s * 1e6,
                  pl_ucx_ep_transport(x->next), r.took_s * 1e3);
@@ -433,10 +483,12 @@ static void *s_thread(void *arg)
     pl_status_t st;
     bool last = x->p.stage == x->p.n_stages - 1;
 
-    x->sock = zmq_socket(x->zctx, ZMQ_PAIR);
-    if (!x->sock || zmq_connect(x->sock, x->endpoint) != 0) {
+    pl_msg_t m;
+    if ((st = pl_tx_sock_new(x->ctx, PL_TX_PAIR, &x->sock)) ||
+        (st = pl_tx_sock_connect(x->sock, x->endpoint))) {
         pl_log_error("job %u stage %d: inproc socket: %s", x->p.job_id, x->p.stage,
-                     zmq_strerror(zmq_errno()));
+                     pl_error_msg());
+        pl_tx_sock_destroy(&x->sock);
         return NULL;
     }
     if ((st = s_load(x)))
@@ -445,7 +497,9 @@ static void *s_thread(void *arg)
         if ((st = pl_ucx_create(&x->ucx)) || (st = pl_ucx_address(x->ucx, &addr)))
             goto fail;
     }
-    s_send_main(x, PL_MSG_READY, json_pack("{s:s?}", "ucx_addr", addr));
+    pl_msg_init(&m, PL_MSG_READY);
+    m.ready.ucx_addr = addr; /* borrowed */
+    s_send_main(x, &m);
     if ((st = s_wait_start(x, &next, &prev)))
         goto fail;
     if (x->p.n_stages > 1) {
@@ -472,12 +526,12 @@ static void *s_thread(void *arg)
         st = pl_ucx_flush(x->ucx, 10000);
     if (st)
         goto fail;
-    {
-        json_t *body = json_pack("{s:o}", "stats", s_stats(x, sink));
-        if (sink)
-            json_object_set_new(body, "results", pl_gen_sink_results(sink));
-        s_send_main(x, PL_MSG_DONE, body);
-    }
+    pl_msg_init(&m, PL_MSG_DONE);
+    s_stats(x, sink, &m.done.stats);
+    if (sink && (st = pl_gen_sink_collect(sink, &m.done.results, &m.done.n_results)))
+        goto fail;
+    s_send_main(x, &m);
+    pl_msg_clear(&m);
     /* Keep the worker and its endpoints until the whole job is over: a peer that still waits
      * for STOP would otherwise see this endpoint close and fail (TCP reports it at once). */
     for (double t0 = pl_now(); x->ucx && !atomic_load(&x->cancel) && pl_now() - t0 < S_LINGER_S;) {
@@ -489,24 +543,22 @@ fail:
     if (st != PL_ERR_CANCELED)
         pl_log_error("job %u stage %d: %s", x->p.job_id, x->p.stage,
                      pl_error_msg()[0] ? pl_error_msg() : pl_status_str(st));
-    s_send_main(x, PL_MSG_FAIL,
-                json_pack("{s:s, s:s}", "error",
-                          pl_error_msg()[0] ? pl_error_msg() : pl_status_str(st), "status",
-                          pl_status_str(st)));
+    pl_msg_init(&m, PL_MSG_FAIL);
+    m.fail.code = st;
+    snprintf(m.fail.error, sizeof(m.fail.error), "%s",
+             pl_error_msg()[0] ? pl_error_msg() : pl_status_str(st));
+    s_send_main(x, &m);
 out:
     free(addr);
     free(next);
     free(prev);
-    json_decref(x->probe);
     pl_gen_sink_destroy(&sink);
     if (x->ucx && x->next)
         pl_ucx_flush(x->ucx, 1000);
     pl_ucx_inbox_destroy(&x->inbox);
     x->next = x->prev = NULL; /* closed with the worker */
     pl_ucx_destroy(&x->ucx);
-    if (x->stage)
-        x->p.ops->stage_unload(x->stage);
-    x->stage = NULL;
+    pl_be_stage_unload(&x->stage);
     pl_model_destroy(&x->model);
     pl_gen_job_clear(&x->job);
     free(x->tokens);
@@ -515,43 +567,41 @@ out:
     free(x->ints);
     free(x->seqs_in);
     free(x->seqs_out);
-    zmq_close(x->sock);
+    pl_tx_sock_destroy(&x->sock);
     return NULL;
 }
 
-pl_status_t pl_exec_start(void *zctx, pl_exec_params_t *params, pl_exec_t **exec_p)
+pl_status_t pl_exec_start(pl_tx_ctx_t *ctx, pl_exec_params_t *params, pl_exec_t **exec_p)
 {
     static atomic_uint s_counter;
     pl_exec_t *x = calloc(1, sizeof(*x));
-    if (!x)
+    pl_status_t st;
+    if (!x) {
+        pl_job_spec_clear(&params->spec);
         return pl_error(PL_ERR_NOMEM, "executor: out of memory");
+    }
     x->p = *params;
-    params->job = NULL;
-    x->zctx = zctx;
+    pl_job_spec_init(&params->spec); /* moved into the exec */
+    x->ctx = ctx;
     snprintf(x->endpoint, sizeof(x->endpoint), "inproc://exec-%u-%u", x->p.job_id,
              atomic_fetch_add(&s_counter, 1));
-    x->main_sock = zmq_socket(zctx, ZMQ_PAIR);
-    if (!x->main_sock || zmq_bind(x->main_sock, x->endpoint) != 0) {
-        pl_status_t st = pl_error(PL_ERR_TRANSPORT, "inproc bind: %s", zmq_strerror(zmq_errno()));
-        if (x->main_sock)
-            zmq_close(x->main_sock);
-        json_decref(x->p.job);
-        free(x);
-        return st;
-    }
-    int linger = 0;
-    zmq_setsockopt(x->main_sock, ZMQ_LINGER, &linger, sizeof(linger));
+    if ((st = pl_tx_sock_new(ctx, PL_TX_PAIR, &x->main_sock)) ||
+        (st = pl_tx_sock_bind(x->main_sock, x->endpoint)))
+        goto err;
     if (pthread_create(&x->thread, NULL, s_thread, x) != 0) {
-        zmq_close(x->main_sock);
-        json_decref(x->p.job);
-        free(x);
-        return pl_error(PL_ERR_NOMEM, "cannot start executor thread");
+        st = pl_error(PL_ERR_NOMEM, "cannot start executor thread");
+        goto err;
     }
     *exec_p = x;
     return PL_OK;
+err:
+    pl_tx_sock_destroy(&x->main_sock);
+    pl_job_spec_clear(&x->p.spec);
+    free(x);
+    return st;
 }
 
-void *pl_exec_socket(pl_exec_t *x)
+pl_tx_sock_t *pl_exec_socket(pl_exec_t *x)
 {
     return x->main_sock;
 }
@@ -583,8 +633,8 @@ void pl_exec_destroy(pl_exec_t **exec_p)
         return;
     pl_exec_cancel(x);
     pthread_join(x->thread, NULL);
-    zmq_close(x->main_sock);
-    json_decref(x->p.job);
+    pl_tx_sock_destroy(&x->main_sock);
+    pl_job_spec_clear(&x->p.spec);
     free(x);
     *exec_p = NULL;
 }

@@ -1,33 +1,34 @@
 /* A stage executor: one thread that loads a stage's layers, talks UCX to its neighbours and runs
- * microbatches until the job ends. It reports to the node's main thread over an inproc ZeroMQ
- * PAIR socket with control messages (READY, DONE, FAIL) and receives START on the same socket. */
+ * microbatches until the job ends. It reports to the node's main thread over an inproc PAIR
+ * socket with typed control messages (READY, DONE, FAIL) and receives START on the same socket. */
 #ifndef PL_PIPELINE_EXEC_H
 #define PL_PIPELINE_EXEC_H
 
 #include "backends/backend.h"
+#include "common/job_spec.h"
+#include "transport/sock.h"
 
-#include <jansson.h>
 #include <limits.h>
 #include <stdint.h>
 
+/* A stage's assignment (the ASSIGN message's values) and the device to run it on. */
 typedef struct {
     uint32_t job_id;
     int stage, n_stages;
     int first_layer, last_layer;
-    char model_dir[PATH_MAX];
-    json_t *job;  /* generation settings and prompts (pl_gen_job_from_json); owned by the exec */
+    pl_job_spec_t spec; /* the job as the user asked it (model, prompts, settings); moved in */
+    int microbatches;   /* what the plan decided */
     int max_ctx, max_tokens;
-    const pl_be_ops_t *ops;
-    void *dev;    /* opened device; borrowed, outlives the exec */
+    pl_be_device_t *dev; /* opened device; borrowed, outlives the exec */
     int threads;
 } pl_exec_params_t;
 
 typedef struct pl_exec pl_exec_t;
 
-/* Start the executor thread; params->job is taken (set to NULL). The returned exec's PAIR socket
- * (pl_exec_socket) is for the caller's poll loop. */
-pl_status_t pl_exec_start(void *zctx, pl_exec_params_t *params, pl_exec_t **exec_p);
-void *pl_exec_socket(pl_exec_t *exec);
+/* Start the executor thread; params->spec is taken (left cleared), also on error. The returned
+ * exec's PAIR socket (pl_exec_socket) is for the caller's poll loop. */
+pl_status_t pl_exec_start(pl_tx_ctx_t *ctx, pl_exec_params_t *params, pl_exec_t **exec_p);
+pl_tx_sock_t *pl_exec_socket(pl_exec_t *exec);
 uint32_t pl_exec_job(const pl_exec_t *exec);
 int pl_exec_stage(const pl_exec_t *exec);
 /* Tokens the (last) stage has sampled so far; 0 for other stages. Safe from any thread. */

@@ -5,35 +5,42 @@
 #define PL_PIPELINE_GEN_H
 
 #include "backends/backend.h"
+#include "common/job_spec.h"
 #include "model/sample.h"
 #include "transport/act.h"
+#include "transport/msg.h"
 
 #include <jansson.h>
 #include <stdbool.h>
 #include <stdint.h>
 
-#define PL_GEN_MAX_SEQS 4096
+#define PL_GEN_MAX_SEQS PL_JOB_MAX_SEQS
 
 typedef struct {
     int n_seqs;
     int32_t **prompts; /* [n_seqs][prompt_len[i]] */
     int *prompt_len;
-    int max_new_tokens;
-    bool stop_at_eos;
-    pl_sample_params_t sampling;
+    pl_job_gen_t gen;            /* the spec's generation settings */
+    pl_sample_params_t sampling; /* gen's sampling settings, as the sampler takes them */
     int n_eos;
     int eos[PL_MODEL_MAX_EOS];
     int microbatches; /* sequence s belongs to microbatch s % microbatches */
-    int prefill_chunk; /* most prompt tokens of one sequence per prefill message; 0: whole */
-    pl_act_dtype_t wire_dtype; /* how hidden states travel between stages */
+    pl_act_dtype_t wire_dtype; /* gen.wire_dtype: how hidden states travel between stages */
 } pl_gen_job_t;
 
-/* Fill a job from the JSON form the coordinator sends ("prompts", "max_new_tokens", "sampling",
- * "stop_at_eos", "microbatches", "prefill_chunk", "wire_dtype"); the EOS ids come from the model config. Token ids are checked
- * against vocab. Free with pl_gen_job_clear. */
-pl_status_t pl_gen_job_from_json(const json_t *obj, const pl_model_config_t *cfg, pl_gen_job_t *job);
-/* Parse prompts JSONL text: one JSON array of token ids per non-empty line. */
-pl_status_t pl_gen_prompts_parse(const char *text, size_t len, const char *origin, json_t **prompts_p);
+/* The runtime's job from the typed spec and the microbatch count the plan chose (0 or less: one
+ * microbatch; at most one per sequence); the EOS ids come from the model config. Token ids are
+ * checked against the vocabulary, prompt lengths (+ max_new_tokens) against the model's
+ * positions. Free with pl_gen_job_clear. */
+pl_status_t pl_gen_job_from_spec(const pl_job_spec_t *spec, int microbatches,
+                                 const pl_model_config_t *cfg, pl_gen_job_t *job);
+/* Parse prompts JSONL text (one JSON array of token ids per non-empty line) into spec's prompts,
+ * replacing any it had; errors name origin:line. */
+pl_status_t pl_gen_prompts_parse(const char *text, size_t len, const char *origin,
+                                 pl_job_spec_t *spec);
+/* The spec of a job file: its settings, the model directory made absolute (it must exist) and
+ * the prompts file read. *spec is set only on success (pl_job_spec_clear frees it). */
+pl_status_t pl_gen_spec_from_file(const pl_cfg_job_t *cfg, pl_job_spec_t *spec);
 void pl_gen_job_clear(pl_gen_job_t *job);
 /* Largest context any sequence reaches, and largest token count of one microbatch message. */
 int pl_gen_job_max_ctx(const pl_gen_job_t *job);
@@ -80,7 +87,10 @@ pl_status_t pl_gen_sink_sample(pl_gen_sink_t *sink, const pl_act_hdr_t *hdr,
                                pl_act_seq_t *out_seqs);
 /* True when every sequence has finished. */
 bool pl_gen_sink_done(const pl_gen_sink_t *sink);
-/* Results in prompt order: [{"seq": i, "tokens": [...], "finish": "eos"|"length"}]. New ref. */
+/* Results in prompt order, as DONE carries them (*r_p: free with pl_msg_results_free). */
+pl_status_t pl_gen_sink_collect(const pl_gen_sink_t *sink, pl_msg_result_t **r_p, int *n_p);
+/* The same as JSON: [{"seq": i, "tokens": [...], "finish": "eos"|"length"}]. New ref; NULL when
+ * out of memory. */
 json_t *pl_gen_sink_results(const pl_gen_sink_t *sink);
 /* Tokens generated so far, and how many of them came from prefill (first tokens). */
 uint64_t pl_gen_sink_generated(const pl_gen_sink_t *sink);

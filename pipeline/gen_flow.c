@@ -4,6 +4,7 @@
 
 #include "common/util.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -47,9 +48,9 @@ int pl_gen_feed_prefill_chunks(const pl_gen_feed_t *f, int mb)
     int longest = 0;
     for (int s = mb; s < job->n_seqs; s += job->microbatches)
         longest = PL_MAX(longest, job->prompt_len[s]);
-    if (job->prefill_chunk <= 0 || longest <= job->prefill_chunk)
+    if (job->gen.prefill_chunk <= 0 || longest <= job->gen.prefill_chunk)
         return 1;
-    return (longest + job->prefill_chunk - 1) / job->prefill_chunk;
+    return (longest + job->gen.prefill_chunk - 1) / job->gen.prefill_chunk;
 }
 
 void pl_gen_feed_prefill(pl_gen_feed_t *f, uint32_t job_id, int mb, int chunk, pl_act_hdr_t *hdr,
@@ -61,8 +62,8 @@ void pl_gen_feed_prefill(pl_gen_feed_t *f, uint32_t job_id, int mb, int chunk, p
     for (int s = mb; s < job->n_seqs; s += job->microbatches) {
         int len = job->prompt_len[s], end = len, start = 0;
         if (chunks > 1) { /* counted back from the prompt's end */
-            end = len - (chunks - 1 - chunk) * job->prefill_chunk;
-            start = PL_MAX(0, end - job->prefill_chunk);
+            end = len - (chunks - 1 - chunk) * job->gen.prefill_chunk;
+            start = PL_MAX(0, end - job->gen.prefill_chunk);
         }
         if (end <= 0)
             continue;
@@ -128,7 +129,7 @@ struct pl_gen_sink {
     int n_first;       /* sequences that have their first token */
     uint64_t generated;
     double prefill_done_at;
-    float *scratch;
+    float *scratch; /* 2 * vocab for the sampler, then one logits row with EOS masked */
 };
 
 pl_status_t pl_gen_sink_create(const pl_gen_job_t *job, int vocab, pl_gen_sink_t **sink_p)
@@ -141,11 +142,11 @@ pl_status_t pl_gen_sink_create(const pl_gen_job_t *job, int vocab, pl_gen_sink_t
     k->out = calloc((size_t)job->n_seqs, sizeof(*k->out));
     k->n_out = calloc((size_t)job->n_seqs, sizeof(int));
     k->finish = calloc((size_t)job->n_seqs, sizeof(int));
-    k->scratch = malloc(2 * (size_t)vocab * sizeof(float));
+    k->scratch = malloc(3 * (size_t)vocab * sizeof(float));
     if (!k->out || !k->n_out || !k->finish || !k->scratch)
         goto err;
     for (int s = 0; s < job->n_seqs; s++)
-        if (!(k->out[s] = malloc((size_t)job->max_new_tokens * sizeof(int32_t))))
+        if (!(k->out[s] = malloc((size_t)job->gen.max_new_tokens * sizeof(int32_t))))
             goto err;
     *sink_p = k;
     return PL_OK;
@@ -209,16 +210,24 @@ pl_status_t pl_gen_sink_sample(pl_gen_sink_t *k, const pl_act_hdr_t *hdr,
     for (uint32_t i = 0; i < hdr->n_seq; i++) {
         uint32_t s = seqs[i].seq;
         int step = k->n_out[s];
-        int tok = pl_sample(logits + (size_t)i * (size_t)k->vocab, k->vocab, &job->sampling, s,
-                            (uint64_t)step, k->scratch);
+        const float *row = logits + (size_t)i * (size_t)k->vocab;
+        if (step < job->gen.min_new_tokens) { /* too early for EOS: it cannot be drawn */
+            float *masked = k->scratch + 2 * (size_t)k->vocab;
+            memcpy(masked, row, (size_t)k->vocab * sizeof(float));
+            for (int e = 0; e < job->n_eos; e++)
+                if (job->eos[e] >= 0 && job->eos[e] < k->vocab)
+                    masked[job->eos[e]] = -INFINITY;
+            row = masked;
+        }
+        int tok = pl_sample(row, k->vocab, &job->sampling, s, (uint64_t)step, k->scratch);
         k->out[s][k->n_out[s]++] = tok;
         k->generated++;
         if (step == 0 && ++k->n_first == job->n_seqs)
             k->prefill_done_at = pl_now();
         uint32_t flags = 0;
-        if (job->stop_at_eos && s_is_eos(job, tok))
+        if (job->gen.stop_at_eos && s_is_eos(job, tok))
             k->finish[s] = 1;
-        else if (k->n_out[s] >= job->max_new_tokens)
+        else if (k->n_out[s] >= job->gen.max_new_tokens)
             k->finish[s] = 2;
         if (k->finish[s]) {
             flags = PL_ACT_FINISHED;
@@ -237,17 +246,38 @@ bool pl_gen_sink_done(const pl_gen_sink_t *k)
     return k->n_done == k->job->n_seqs;
 }
 
+pl_status_t pl_gen_sink_collect(const pl_gen_sink_t *k, pl_msg_result_t **r_p, int *n_p)
+{
+    pl_msg_result_t *r = calloc((size_t)k->job->n_seqs, sizeof(*r));
+    if (!r)
+        return pl_error(PL_ERR_NOMEM, "results: out of memory");
+    for (int s = 0; s < k->job->n_seqs; s++) {
+        r[s].seq = s;
+        r[s].n_tokens = k->n_out[s];
+        r[s].finish = k->finish[s] == 1   ? PL_FINISH_EOS
+                      : k->finish[s] == 2 ? PL_FINISH_LENGTH
+                                          : PL_FINISH_NONE;
+        if (k->n_out[s] && !(r[s].tokens = malloc((size_t)k->n_out[s] * sizeof(int32_t)))) {
+            pl_msg_results_free(r, k->job->n_seqs);
+            return pl_error(PL_ERR_NOMEM, "results: out of memory");
+        }
+        if (k->n_out[s])
+            memcpy(r[s].tokens, k->out[s], (size_t)k->n_out[s] * sizeof(int32_t));
+    }
+    *r_p = r;
+    *n_p = k->job->n_seqs;
+    return PL_OK;
+}
+
 json_t *pl_gen_sink_results(const pl_gen_sink_t *k)
 {
-    json_t *arr = json_array();
-    for (int s = 0; s < k->job->n_seqs; s++) {
-        json_t *toks = json_array();
-        for (int t = 0; t < k->n_out[s]; t++)
-            json_array_append_new(toks, json_integer(k->out[s][t]));
-        const char *fin = k->finish[s] == 1 ? "eos" : k->finish[s] == 2 ? "length" : "none";
-        json_array_append_new(arr, json_pack("{s:i, s:o, s:s}", "seq", s, "tokens", toks,
-                                             "finish", fin));
-    }
+    pl_msg_result_t *r;
+    json_t *arr = NULL;
+    int n;
+    if (pl_gen_sink_collect(k, &r, &n))
+        return NULL;
+    pl_msg_results_encode(r, n, &arr);
+    pl_msg_results_free(r, n);
     return arr;
 }
 

@@ -1,8 +1,7 @@
-/* A generation job's description: prompts, stop rules, sampling, microbatch plan; parsed from
- * the coordinator's JSON and from prompts JSONL, every value checked. */
+/* A generation job as the runtime runs it: built from the typed spec and the plan's microbatch
+ * count, checked against the model; and the prompts JSONL a job file names, read into a spec. */
 #include "pipeline/gen.h"
 
-#include "common/json.h"
 #include "common/util.h"
 
 #include <stdlib.h>
@@ -18,80 +17,55 @@ void pl_gen_job_clear(pl_gen_job_t *job)
     memset(job, 0, sizeof(*job));
 }
 
-static pl_status_t s_prompt(const json_t *arr, int idx, const pl_model_config_t *cfg,
+/* A copy of prompt idx, checked against the model: ids in the vocabulary, length in positions. */
+static pl_status_t s_prompt(const pl_job_spec_t *spec, int idx, const pl_model_config_t *cfg,
                             pl_gen_job_t *job)
 {
-    size_t n = json_array_size(arr);
-    if (!json_is_array(arr) || n == 0)
+    int n = spec->prompt_len[idx];
+    if (n <= 0)
         return pl_error(PL_ERR_INVALID, "prompt %d: expected a non-empty array of token ids", idx);
-    if (n > (size_t)cfg->max_pos)
-        return pl_error(PL_ERR_RANGE, "prompt %d: %zu tokens, the model allows %d positions", idx,
+    if (n > cfg->max_pos)
+        return pl_error(PL_ERR_RANGE, "prompt %d: %d tokens, the model allows %d positions", idx,
                         n, cfg->max_pos);
-    job->prompts[idx] = malloc(n * sizeof(int32_t));
+    job->prompts[idx] = malloc((size_t)n * sizeof(int32_t));
     if (!job->prompts[idx])
         return pl_error(PL_ERR_NOMEM, "prompt %d: out of memory", idx);
-    for (size_t t = 0; t < n; t++) {
-        json_t *v = json_array_get(arr, t);
-        if (!json_is_integer(v))
-            return pl_error(PL_ERR_INVALID, "prompt %d, token %zu: expected an integer", idx, t);
-        json_int_t id = json_integer_value(v);
+    for (int t = 0; t < n; t++) {
+        int32_t id = spec->prompts[idx][t];
         if (id < 0 || id >= cfg->vocab)
             return pl_error(PL_ERR_RANGE,
-                            "prompt %d, token %zu: id %lld outside the vocabulary [0, %d)", idx, t,
+                            "prompt %d, token %d: id %lld outside the vocabulary [0, %d)", idx, t,
                             (long long)id, cfg->vocab);
-        job->prompts[idx][t] = (int32_t)id;
+        job->prompts[idx][t] = id;
     }
-    job->prompt_len[idx] = (int)n;
+    job->prompt_len[idx] = n;
     return PL_OK;
 }
 
-pl_status_t pl_gen_job_from_json(const json_t *obj, const pl_model_config_t *cfg, pl_gen_job_t *job)
+pl_status_t pl_gen_job_from_spec(const pl_job_spec_t *spec, int microbatches,
+                                 const pl_model_config_t *cfg, pl_gen_job_t *job)
 {
     pl_gen_job_t j = {0};
-    json_t *prompts, *sampling;
-    int64_t v = 16, k = 0, mb = 0, chunk = 0;
-    double temp = 0, top_p = 1;
-    const char *seed_s = NULL, *wire = NULL;
     pl_status_t st;
 
-    if ((st = pl_json_array(obj, "prompts", PL_GEN_MAX_SEQS, &prompts)))
-        return st;
-    if (json_array_size(prompts) == 0)
-        return pl_error(PL_ERR_INVALID, "field 'prompts': no prompts");
-    if ((st = pl_json_int_opt(obj, "max_new_tokens", 1, 65536, &v)))
-        return st;
-    j.max_new_tokens = (int)v;
-    j.stop_at_eos = true;
-    if ((st = pl_json_bool_opt(obj, "stop_at_eos", &j.stop_at_eos)))
-        return st;
-    if ((st = pl_json_int_opt(obj, "microbatches", 0, 1024, &mb)) ||
-        (st = pl_json_int_opt(obj, "prefill_chunk", 0, 65536, &chunk)) ||
-        (st = pl_json_str_opt(obj, "wire_dtype", 8, &wire)))
-        return st;
-    j.prefill_chunk = (int)chunk;
-    if (wire && (st = pl_act_dtype_parse(wire, &j.wire_dtype)))
+    if (spec->n_prompts <= 0 || spec->n_prompts > PL_GEN_MAX_SEQS)
+        return pl_error(PL_ERR_INVALID, "field 'prompts': %d prompts, 1 to %d allowed",
+                        spec->n_prompts, PL_GEN_MAX_SEQS);
+    if (spec->gen.max_new_tokens < 1 || spec->gen.max_new_tokens > PL_JOB_MAX_NEW_TOKENS)
+        return pl_error(PL_ERR_RANGE, "field 'max_new_tokens': %d not in [1, %d]",
+                        spec->gen.max_new_tokens, PL_JOB_MAX_NEW_TOKENS);
+    if (spec->gen.prefill_chunk < 0 || spec->gen.prefill_chunk > PL_JOB_MAX_PREFILL_CHUNK)
+        return pl_error(PL_ERR_RANGE, "field 'prefill_chunk': %d not in [0, %d]",
+                        spec->gen.prefill_chunk, PL_JOB_MAX_PREFILL_CHUNK);
+    if (spec->gen.wire_dtype[0] && (st = pl_act_dtype_parse(spec->gen.wire_dtype, &j.wire_dtype)))
         return pl_error_prefix(st, "field 'wire_dtype': ");
-    sampling = json_object_get(obj, "sampling");
-    if (sampling && !json_is_object(sampling))
-        return pl_error(PL_ERR_INVALID, "field 'sampling': expected an object");
-    if (sampling) {
-        if ((st = pl_json_num_opt(sampling, "temperature", 0, 100, &temp)) ||
-            (st = pl_json_int_opt(sampling, "top_k", 0, 1000000, &k)) ||
-            (st = pl_json_num_opt(sampling, "top_p", 1e-6, 1, &top_p)) ||
-            (st = pl_json_str_opt(sampling, "seed", 20, &seed_s)))
-            return pl_error_prefix(st, "sampling: ");
-        if (seed_s) {
-            char *end;
-            j.sampling.seed = strtoull(seed_s, &end, 10);
-            if (!*seed_s || *end)
-                return pl_error(PL_ERR_INVALID, "field 'sampling.seed': not a decimal number");
-        }
-    }
-    j.sampling.temperature = (float)temp;
-    j.sampling.top_k = (int)k;
-    j.sampling.top_p = (float)top_p;
-    j.n_seqs = (int)json_array_size(prompts);
-    j.microbatches = mb > 0 ? (int)PL_MIN(mb, j.n_seqs) : 1;
+    j.gen = spec->gen;
+    j.sampling = (pl_sample_params_t){.temperature = spec->gen.temperature,
+                                      .top_k = spec->gen.top_k,
+                                      .top_p = spec->gen.top_p,
+                                      .seed = spec->gen.seed};
+    j.n_seqs = spec->n_prompts;
+    j.microbatches = microbatches > 0 ? PL_MIN(microbatches, j.n_seqs) : 1;
     j.n_eos = cfg->n_eos;
     memcpy(j.eos, cfg->eos_ids, sizeof(j.eos));
     j.prompts = calloc((size_t)j.n_seqs, sizeof(*j.prompts));
@@ -101,14 +75,14 @@ pl_status_t pl_gen_job_from_json(const json_t *obj, const pl_model_config_t *cfg
         goto err;
     }
     for (int i = 0; i < j.n_seqs; i++)
-        if ((st = s_prompt(json_array_get(prompts, (size_t)i), i, cfg, &j)))
+        if ((st = s_prompt(spec, i, cfg, &j)))
             goto err;
     for (int i = 0; i < j.n_seqs; i++)
-        if (j.prompt_len[i] + j.max_new_tokens > cfg->max_pos) {
+        if (j.prompt_len[i] + j.gen.max_new_tokens > cfg->max_pos) {
             st = pl_error(PL_ERR_RANGE,
                           "prompt %d: %d tokens + max_new_tokens %d exceed the model's %d "
                           "positions",
-                          i, j.prompt_len[i], j.max_new_tokens, cfg->max_pos);
+                          i, j.prompt_len[i], j.gen.max_new_tokens, cfg->max_pos);
             goto err;
         }
     *job = j;
@@ -118,11 +92,55 @@ err:
     return st;
 }
 
-pl_status_t pl_gen_prompts_parse(const char *text, size_t len, const char *origin, json_t **out)
+/* One JSONL line: a JSON array of non-negative int32 token ids. */
+static pl_status_t s_line(const char *text, size_t len, const char *origin, size_t line_no,
+                          int32_t **ids_p, int *n_p)
 {
-    json_t *arr = json_array();
+    json_error_t jerr;
+    json_t *v = json_loadb(text, len, JSON_DISABLE_EOF_CHECK, &jerr);
+    pl_status_t st = PL_OK;
+    if (!v || !json_is_array(v) || json_array_size(v) == 0 ||
+        json_array_size(v) > (size_t)INT32_MAX) {
+        st = pl_error(PL_ERR_INVALID, "%s:%zu: expected a non-empty JSON array of token ids%s%s",
+                      origin, line_no, v ? "" : ": ", v ? "" : jerr.text);
+        json_decref(v);
+        return st;
+    }
+    size_t n = json_array_size(v);
+    int32_t *ids = malloc(n * sizeof(int32_t));
+    if (!ids)
+        st = pl_error(PL_ERR_NOMEM, "%s:%zu: out of memory", origin, line_no);
+    for (size_t t = 0; !st && t < n; t++) {
+        json_t *e = json_array_get(v, t);
+        if (!json_is_integer(e) || json_integer_value(e) < 0 ||
+            json_integer_value(e) > INT32_MAX)
+            st = pl_error(PL_ERR_INVALID, "%s:%zu: token %zu is not a token id", origin, line_no,
+                          t);
+        else
+            ids[t] = (int32_t)json_integer_value(e);
+    }
+    json_decref(v);
+    if (st) {
+        free(ids);
+        return st;
+    }
+    *ids_p = ids;
+    *n_p = (int)n;
+    return PL_OK;
+}
+
+pl_status_t pl_gen_prompts_parse(const char *text, size_t len, const char *origin,
+                                 pl_job_spec_t *spec)
+{
+    int32_t **prompts = calloc(PL_GEN_MAX_SEQS, sizeof(*prompts));
+    int *lens = calloc(PL_GEN_MAX_SEQS, sizeof(*lens)), n = 0;
     size_t line_no = 0, i = 0;
-    while (i < len) {
+    pl_status_t st = PL_OK;
+    if (!prompts || !lens) {
+        st = pl_error(PL_ERR_NOMEM, "%s: out of memory", origin);
+        goto out;
+    }
+    while (i < len && !st) {
         size_t end = i;
         while (end < len && text[end] != '\n')
             end++;
@@ -131,37 +149,71 @@ pl_status_t pl_gen_prompts_parse(const char *text, size_t len, const char *origi
         while (a < end && (text[a] == ' ' || text[a] == '\t' || text[a] == '\r'))
             a++;
         if (a < end) {
-            json_error_t jerr;
-            json_t *v = json_loadb(text + a, end - a, JSON_DISABLE_EOF_CHECK, &jerr);
-            if (!v || !json_is_array(v)) {
-                json_decref(v);
-                json_decref(arr);
-                return pl_error(PL_ERR_INVALID, "%s:%zu: expected a JSON array of token ids%s%s",
-                                origin, line_no, v ? "" : ": ", v ? "" : jerr.text);
-            }
-            if (json_array_size(arr) >= PL_GEN_MAX_SEQS) {
-                json_decref(v);
-                json_decref(arr);
-                return pl_error(PL_ERR_RANGE, "%s: more than %d prompts", origin,
-                                PL_GEN_MAX_SEQS);
-            }
-            json_array_append_new(arr, v);
+            if (n == PL_GEN_MAX_SEQS)
+                st = pl_error(PL_ERR_RANGE, "%s: more than %d prompts", origin, PL_GEN_MAX_SEQS);
+            else if (!(st = s_line(text + a, end - a, origin, line_no, &prompts[n], &lens[n])))
+                n++;
         }
         i = end + 1;
     }
-    if (json_array_size(arr) == 0) {
-        json_decref(arr);
-        return pl_error(PL_ERR_INVALID, "%s: no prompts", origin);
+    if (!st && n == 0)
+        st = pl_error(PL_ERR_INVALID, "%s: no prompts", origin);
+    if (!st) {
+        for (int k = 0; spec->prompts && k < spec->n_prompts; k++)
+            free(spec->prompts[k]);
+        free(spec->prompts);
+        free(spec->prompt_len);
+        spec->prompts = prompts;
+        spec->prompt_len = lens;
+        spec->n_prompts = n;
+        return PL_OK;
     }
-    *out = arr;
+out:
+    for (int k = 0; prompts && k < n; k++)
+        free(prompts[k]);
+    free(prompts);
+    free(lens);
+    return st;
+}
+
+pl_status_t pl_gen_spec_from_file(const pl_cfg_job_t *cfg, pl_job_spec_t *spec)
+{
+    pl_job_spec_t *s = malloc(sizeof(*s));
+    char *text = NULL;
+    size_t len;
+    pl_status_t st;
+    if (!s)
+        return pl_error(PL_ERR_NOMEM, "job: out of memory");
+    pl_job_spec_init(s);
+    if (!realpath(cfg->model, s->model)) {
+        st = pl_error(PL_ERR_NOT_FOUND, "model directory %s does not exist", cfg->model);
+        goto err;
+    }
+    if ((st = pl_planner_parse(cfg->planner, &s->planner)) ||
+        (st = pl_file_read(cfg->prompts, 64u << 20, &text, &len)) ||
+        (st = pl_gen_prompts_parse(text, len, cfg->prompts, s)))
+        goto err;
+    s->gen = cfg->gen;
+    s->microbatches = cfg->microbatches;
+    s->stages = cfg->stages;
+    s->n_nodes = cfg->n_nodes;
+    memcpy(s->nodes, cfg->nodes, sizeof(s->nodes));
+    free(text);
+    *spec = *s;
+    free(s);
     return PL_OK;
+err:
+    free(text);
+    pl_job_spec_clear(s);
+    free(s);
+    return st;
 }
 
 int pl_gen_job_max_ctx(const pl_gen_job_t *job)
 {
     int m = 0;
     for (int i = 0; i < job->n_seqs; i++)
-        m = PL_MAX(m, job->prompt_len[i] + job->max_new_tokens);
+        m = PL_MAX(m, job->prompt_len[i] + job->gen.max_new_tokens);
     return m;
 }
 

@@ -11,10 +11,9 @@
 #define S_MAX_STAGES 64
 
 typedef struct {
-    const pl_be_ops_t *ops;
     pl_act_dtype_t wire; /* activations between stages are rounded as the wire would */
     int hidden;
-    void *stage[S_MAX_STAGES];
+    pl_be_stage_t *stage[S_MAX_STAGES];
     int n_stages;
     float *a, *b; /* ping-pong activations */
     int *ints;
@@ -31,7 +30,7 @@ static pl_status_t s_chain(s_chain_t *c, const pl_act_hdr_t *hdr, const pl_act_s
     double t0 = pl_now();
     pl_gen_batch(hdr, seqs, c->ints, &batch);
     for (int i = 0; i < c->n_stages; i++) {
-        pl_status_t st = c->ops->stage_forward(c->stage[i], &batch, in, out);
+        pl_status_t st = pl_be_stage_forward(c->stage[i], &batch, in, out);
         if (st)
             return pl_error_prefix(st, "stage %d: ", i);
         if (i + 1 < c->n_stages)
@@ -44,28 +43,37 @@ static pl_status_t s_chain(s_chain_t *c, const pl_act_hdr_t *hdr, const pl_act_s
     return PL_OK;
 }
 
-/* Sample a microbatch's logits into the next free slot of the FIFO of sampled microbatches. */
-static pl_status_t s_enqueue(pl_gen_sink_t *sink, const pl_gen_job_t *job, const pl_act_hdr_t *hdr,
-                             const pl_act_seq_t *seqs, const float *logits, pl_act_hdr_t *q_hdr,
-                             pl_act_seq_t *q_seqs, int q_head, int *q_count)
+/* Sample a microbatch's logits into the next free slot of the FIFO of sampled microbatches; a
+ * sequence that finished gives its KV slot back on every stage. */
+static pl_status_t s_enqueue(s_chain_t *c, pl_gen_sink_t *sink, const pl_gen_job_t *job,
+                             const pl_act_hdr_t *hdr, const pl_act_seq_t *seqs,
+                             const float *logits, pl_act_hdr_t *q_hdr, pl_act_seq_t *q_seqs,
+                             int q_head, int *q_count, pl_gen_local_stats_t *stats)
 {
     int at = (q_head + *q_count) % job->microbatches;
-    pl_status_t st = pl_gen_sink_sample(sink, hdr, seqs, logits, &q_hdr[at],
-                                        q_seqs + (size_t)at * job->n_seqs);
-    if (!st && q_hdr[at].n_seq > 0) /* none after an earlier prefill chunk */
-        (*q_count)++;
-    return st;
+    pl_act_seq_t *out = q_seqs + (size_t)at * job->n_seqs;
+    pl_status_t st = pl_gen_sink_sample(sink, hdr, seqs, logits, &q_hdr[at], out);
+    if (st || q_hdr[at].n_seq == 0) /* nothing sampled after an earlier prefill chunk */
+        return st;
+    for (uint32_t i = 0; i < q_hdr[at].n_seq; i++)
+        if (out[i].flags & PL_ACT_FINISHED)
+            for (int k = 0; k < c->n_stages; k++) {
+                pl_be_stage_free_seq(c->stage[k], (int)out[i].seq);
+                stats->freed++;
+            }
+    (*q_count)++;
+    return PL_OK;
 }
 
-pl_status_t pl_gen_local_run(const char *model_dir, const json_t *job_json, const pl_be_ops_t *ops,
-                             void *dev, const int *counts, int n_stages, json_t **results_p,
-                             pl_gen_local_stats_t *stats)
+pl_status_t pl_gen_local_run(const char *model_dir, const pl_job_spec_t *spec,
+                             pl_be_device_t *dev, const int *counts, int n_stages,
+                             json_t **results_p, pl_gen_local_stats_t *stats)
 {
     pl_model_t *model = NULL;
     pl_gen_job_t job = {0};
     pl_gen_feed_t *feed = NULL;
     pl_gen_sink_t *sink = NULL;
-    s_chain_t c = {.ops = ops, .n_stages = counts ? n_stages : 1};
+    s_chain_t c = {.n_stages = counts ? n_stages : 1};
     pl_act_hdr_t *q_hdr = NULL, hdr;
     pl_act_seq_t *q_seqs = NULL, *seqs = NULL;
     int32_t *tokens = NULL;
@@ -80,7 +88,7 @@ pl_status_t pl_gen_local_run(const char *model_dir, const json_t *job_json, cons
     if ((st = pl_model_open(model_dir, &model)))
         return st;
     const pl_model_config_t *cfg = pl_model_config(model);
-    if ((st = pl_gen_job_from_json(job_json, cfg, &job)))
+    if ((st = pl_gen_job_from_spec(spec, spec->microbatches, cfg, &job)))
         goto out;
     int max_tokens = pl_gen_job_max_tokens(&job), first = 0, total = 0;
     c.wire = job.wire_dtype;
@@ -99,7 +107,7 @@ pl_status_t pl_gen_local_run(const char *model_dir, const json_t *job_json, cons
                                    .max_seqs = job.n_seqs, .max_ctx = pl_gen_job_max_ctx(&job),
                                    .max_tokens = max_tokens};
         first += n;
-        if ((st = ops->stage_load(dev, model, &sp, &c.stage[i]))) {
+        if ((st = pl_be_stage_load(dev, model, &sp, &c.stage[i]))) {
             pl_error_prefix(st, "stage %d: ", i);
             goto out;
         }
@@ -129,7 +137,8 @@ pl_status_t pl_gen_local_run(const char *model_dir, const json_t *job_json, cons
             stats->prompt_tokens += hdr.n_tokens;
             if ((st = s_chain(&c, &hdr, seqs, tokens, &logits)))
                 break;
-            st = s_enqueue(sink, &job, &hdr, seqs, logits, q_hdr, q_seqs, q_head, &q_count);
+            st = s_enqueue(&c, sink, &job, &hdr, seqs, logits, q_hdr, q_seqs, q_head, &q_count,
+                           stats);
         }
     }
     while (!st && q_count > 0) {
@@ -142,7 +151,8 @@ pl_status_t pl_gen_local_run(const char *model_dir, const json_t *job_json, cons
             continue;
         if ((st = s_chain(&c, &hdr, seqs, tokens, &logits)))
             break;
-        st = s_enqueue(sink, &job, &hdr, seqs, logits, q_hdr, q_seqs, q_head, &q_count);
+        st = s_enqueue(&c, sink, &job, &hdr, seqs, logits, q_hdr, q_seqs, q_head, &q_count,
+                       stats);
     }
     if (!st) {
         double pf = pl_gen_sink_prefill_done_at(sink);
@@ -150,12 +160,12 @@ pl_status_t pl_gen_local_run(const char *model_dir, const json_t *job_json, cons
         stats->prefill_s = pf > 0 ? pf - t0 : stats->total_s;
         stats->compute_s = c.compute_s;
         stats->generated = pl_gen_sink_generated(sink);
-        *results_p = pl_gen_sink_results(sink);
+        if (!(*results_p = pl_gen_sink_results(sink)))
+            st = pl_error(PL_ERR_NOMEM, "results: out of memory");
     }
 out:
     for (int i = 0; i < c.n_stages; i++)
-        if (c.stage[i])
-            ops->stage_unload(c.stage[i]);
+        pl_be_stage_unload(&c.stage[i]);
     free(c.a);
     free(c.b);
     free(c.ints);
@@ -167,5 +177,22 @@ out:
     pl_gen_sink_destroy(&sink);
     pl_gen_job_clear(&job);
     pl_model_destroy(&model);
+    return st;
+}
+
+pl_status_t pl_gen_local_run_on(const char *model_dir, const pl_job_spec_t *spec,
+                                const char *backend,
+                                int threads, const int *counts, int n_stages, json_t **results_p,
+                                pl_gen_local_stats_t *stats)
+{
+    const pl_be_t *be = pl_be_registry_find(backend);
+    pl_be_device_t *dev = NULL;
+    pl_status_t st;
+    if (!be)
+        return pl_error_prefix(PL_ERR_NO_DEVICE, "in-process run: ");
+    if ((st = pl_be_device_open(be, 0, threads, &dev)))
+        return st;
+    st = pl_gen_local_run(model_dir, spec, dev, counts, n_stages, results_p, stats);
+    pl_be_device_close(&dev);
     return st;
 }

@@ -5,18 +5,26 @@
 #define PL_PIPELINE_GEN_LOCAL_H
 
 #include "backends/backend.h"
+#include "common/job_spec.h"
 
 #include <jansson.h>
 
 typedef struct {
     double load_s, prefill_s, total_s, compute_s;
     uint64_t prompt_tokens, generated;
+    uint64_t freed; /* KV slots given back as sequences finished, summed over the stages */
 } pl_gen_local_stats_t;
 
-/* Run `job` (the coordinator's JSON form) over the model in model_dir with n_stages stages of
- * counts[i] layers each (counts NULL: one stage). *results_p gets the sink's results array. */
-pl_status_t pl_gen_local_run(const char *model_dir, const json_t *job, const pl_be_ops_t *ops,
-                             void *dev, const int *counts, int n_stages, json_t **results_p,
-                             pl_gen_local_stats_t *stats);
+/* Run the job `spec` (its microbatches as given, at least one) over the model in model_dir with
+ * n_stages stages of counts[i] layers each (counts NULL: one stage), all on the opened device
+ * dev. *results_p gets the sink's results array. */
+pl_status_t pl_gen_local_run(const char *model_dir, const pl_job_spec_t *spec,
+                             pl_be_device_t *dev, const int *counts, int n_stages,
+                             json_t **results_p, pl_gen_local_stats_t *stats);
+/* The same on device 0 of the backend named `backend` ("cpu"), opened with `threads` (0: all)
+ * for this run and closed after: what pl-generate calls, so tools need no backend API. */
+pl_status_t pl_gen_local_run_on(const char *model_dir, const pl_job_spec_t *spec,
+                                const char *backend, int threads, const int *counts, int n_stages,
+                                json_t **results_p, pl_gen_local_stats_t *stats);
 
 #endif

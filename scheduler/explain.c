@@ -4,6 +4,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define S_GIB (1024.0 * 1024.0 * 1024.0)
@@ -38,8 +39,7 @@ static void s_put(s_out_t *o, const char *fmt, ...)
     va_end(ap);
 }
 
-/* A duration with a unit that keeps 3-4 significant digits. */
-static const char *s_time(double s, char *b, size_t n)
+const char *pl_sched_fmt_time(double s, char *b, size_t n)
 {
     if (s <= 0)
         snprintf(b, n, "0");
@@ -76,12 +76,13 @@ static void s_write(const pl_plan_t *p, s_out_t *o)
         else
             snprintf(link, sizeof(link), "%s %d: %.2f GB/s, %s, %s%s",
                      i + 1 < p->n_stages ? "stage" : "ring to stage", s->next_stage, s->link.gbps,
-                     s_time(s->link.latency_s, t1, sizeof(t1)),
+                     pl_sched_fmt_time(s->link.latency_s, t1, sizeof(t1)),
                      s->link_same_host ? "same host" : "cross host",
                      i + 1 < p->n_stages ? "" : " (token ids)");
         s_put(o, "%-5d %-12.12s %-28.28s %-16s %-10s %-10s %-10s %-19s %s\n", i, s->node, dev,
-              layers, s_time(s->cost, t1, sizeof(t1)), s_time(s->t_prefill, t2, sizeof(t2)),
-              s_time(s->t_decode, t3, sizeof(t3)), mem, link);
+              layers, pl_sched_fmt_time(s->cost, t1, sizeof(t1)),
+              pl_sched_fmt_time(s->t_prefill, t2, sizeof(t2)),
+              pl_sched_fmt_time(s->t_decode, t3, sizeof(t3)), mem, link);
     }
     if (p->n_left_out > 0) {
         s_put(o, "left out (they would not lower the bottleneck, or do not fit):");
@@ -92,7 +93,7 @@ static void s_write(const pl_plan_t *p, s_out_t *o)
     if (p->n_stages > 0) {
         const pl_plan_stage_t *b = &p->stages[p->bottleneck_stage];
         s_put(o, "bottleneck: stage %d (%s on %s), cost %s per microbatch\n", p->bottleneck_stage,
-              b->device_name, b->node, s_time(p->bottleneck, t1, sizeof(t1)));
+              b->device_name, b->node, pl_sched_fmt_time(p->bottleneck, t1, sizeof(t1)));
     }
     s_put(o,
           "microbatches: %d x %d sequences; %d of %d sequences resident (%d wave%s); ctx %d; "
@@ -100,20 +101,20 @@ static void s_write(const pl_plan_t *p, s_out_t *o)
           p->microbatches, p->microbatch_size, p->resident_seqs, p->n_seqs, p->waves,
           p->waves == 1 ? "" : "s", p->ctx, p->max_tokens);
     s_put(o, "prefill: %.1f tokens/s, %s per wave, bubble %.1f%%\n", p->prefill_tok_s,
-          s_time(p->prefill_time, t1, sizeof(t1)), 100.0 * p->bubble_prefill);
+          pl_sched_fmt_time(p->prefill_time, t1, sizeof(t1)), 100.0 * p->bubble_prefill);
     s_put(o, "decode: %.1f tokens/s, %s per step, bubble %.1f%% (ring %s)\n", p->decode_tok_s,
-          s_time(p->decode_period, t1, sizeof(t1)), 100.0 * p->bubble_decode,
-          s_time(p->ring_s, t2, sizeof(t2)));
-    s_put(o, "job: %s predicted", s_time(p->job_time, t1, sizeof(t1)));
+          pl_sched_fmt_time(p->decode_period, t1, sizeof(t1)), 100.0 * p->bubble_decode,
+          pl_sched_fmt_time(p->ring_s, t2, sizeof(t2)));
+    s_put(o, "job: %s predicted", pl_sched_fmt_time(p->job_time, t1, sizeof(t1)));
     if (p->speedup_even > 0)
         s_put(o, "; %.2fx over an even split (%s)", p->speedup_even,
-              s_time(p->even_job_time, t2, sizeof(t2)));
+              pl_sched_fmt_time(p->even_job_time, t2, sizeof(t2)));
     else
         s_put(o, "; an even split does not fit");
     if (p->speedup_single > 0)
         s_put(o, "; %.2fx over the fastest single device that fits (%s on %s, %s)",
               p->speedup_single, p->single.device_name, p->single.node,
-              s_time(p->single_job_time, t3, sizeof(t3)));
+              pl_sched_fmt_time(p->single_job_time, t3, sizeof(t3)));
     else
         s_put(o, "; no single device fits");
     s_put(o, "\n");
@@ -137,4 +138,17 @@ void pl_plan_print(const pl_plan_t *plan, FILE *stream)
         return;
     s_out_t o = {.f = stream};
     s_write(plan, &o);
+}
+
+char *pl_plan_explain_new(const pl_plan_t *plan)
+{
+    for (size_t len = 16384; len <= (1u << 22); len *= 8) {
+        char *buf = malloc(len);
+        if (!buf)
+            return NULL;
+        if (pl_plan_explain(plan, buf, len) == PL_OK)
+            return buf;
+        free(buf);
+    }
+    return NULL;
 }

@@ -55,6 +55,7 @@
 #ifndef PL_SCHEDULER_PLAN_H
 #define PL_SCHEDULER_PLAN_H
 
+#include "common/job_spec.h"
 #include "common/status.h"
 
 #include <jansson.h>
@@ -224,16 +225,32 @@ pl_status_t pl_plan(const pl_plan_input_t *in, pl_plan_t **plan_p);
 /* Re-plan after a node was lost or joined: as pl_plan over the devices with alive[i] true;
  * device indices in the plan still refer to in->devices. */
 pl_status_t pl_replan(const pl_plan_input_t *in, const bool *alive, pl_plan_t **plan_p);
+/* The even split over the devices with alive[i] (NULL: all) in input order: equal layer counts
+ * on the first min(n, layers) of them, every sequence resident, microbatches as requested (else
+ * one per stage). The benchmarks' baseline; search "even", baselines as pl_plan's over the same
+ * devices. PL_ERR_INFEASIBLE naming the first stage that does not fit. */
+pl_status_t pl_plan_even(const pl_plan_input_t *in, const bool *alive, pl_plan_t **plan_p);
 /* Free a plan; nulls the pointer; safe on NULL and twice. */
 void pl_plan_destroy(pl_plan_t **plan_p);
 
 /* Write the plan table (stages, bottleneck, throughput, bubble, speed-ups) into buf as a
  * NUL-terminated string; PL_ERR_RANGE when it does not fit (buf then holds a truncated table). */
 pl_status_t pl_plan_explain(const pl_plan_t *plan, char *buf, size_t len);
+/* The same table as a new string (the caller frees); NULL when out of memory. */
+char *pl_plan_explain_new(const pl_plan_t *plan);
 /* Print the same table to a stream the caller owns. */
 void pl_plan_print(const pl_plan_t *plan, FILE *stream);
 /* The plan as a new JSON object (every number of the table); NULL when out of memory. */
 json_t *pl_plan_to_json(const pl_plan_t *plan);
+/* pl_plan_to_json plus "planner" (the mode's name), "table" (the explained plan) and per stage
+ * "device_id" (backend:index), "gflops", "mem_gbps" (the device figures of `in` it used) and
+ * "compute_prefill_s", "compute_decode_s" (predicted compute per call, without the transfer).
+ * What the coordinator stores and pipectl shows; NULL when out of memory. */
+json_t *pl_plan_to_json_full(const pl_plan_t *plan, const pl_plan_input_t *in, pl_planner_t mode);
+
+/* A duration with a unit that keeps 3-4 significant digits ("12.5 us", "3.20 ms", "1.250 s";
+ * "0" for s <= 0), as the plan table writes them; returns buf. */
+const char *pl_sched_fmt_time(double s, char *buf, size_t len);
 
 /* ---- building blocks (exposed for tests, benchmarks and what-if tools) ------------------- */
 

@@ -1,6 +1,9 @@
-/* The plan as JSON for `pipectl -o json`: every number of the table, units in the key names
- * (_s seconds, bytes unsuffixed). */
+/* The plan as JSON for `pipectl -o json` and the coordinator's job record: every number of the
+ * table, units in the key names (_s seconds, bytes unsuffixed). */
 #include "scheduler/plan.h"
+
+#include <stdio.h>
+#include <stdlib.h>
 
 typedef struct {
     bool ok;
@@ -126,6 +129,40 @@ json_t *pl_plan_to_json(const pl_plan_t *p)
     s_set(&js, base, "single", p->single.device >= 0 ? s_ref(&js, &p->single) : json_null());
     s_set(&js, o, "baselines", base);
     if (!js.ok) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
+json_t *pl_plan_to_json_full(const pl_plan_t *plan, const pl_plan_input_t *in, pl_planner_t mode)
+{
+    json_t *o = pl_plan_to_json(plan);
+    char *table = plan ? pl_plan_explain_new(plan) : NULL;
+    if (!o || !table || !in) {
+        json_decref(o);
+        free(table);
+        return NULL;
+    }
+    bool ok = json_object_set_new(o, "planner", json_string(pl_planner_name(mode))) == 0 &&
+              json_object_set_new(o, "table", json_string(table)) == 0;
+    free(table);
+    json_t *stages = json_object_get(o, "stages");
+    for (int i = 0; ok && i < plan->n_stages; i++) {
+        const pl_plan_stage_t *s = &plan->stages[i];
+        const pl_sched_device_t *d = &in->devices[s->device];
+        char id[48];
+        snprintf(id, sizeof(id), "%s:%d", s->backend, s->device_index);
+        json_t *js = json_array_get(stages, (size_t)i);
+        ok = js && json_object_set_new(js, "device_id", json_string(id)) == 0 &&
+             json_object_set_new(js, "gflops", json_real(d->gflops)) == 0 &&
+             json_object_set_new(js, "mem_gbps", json_real(d->mem_gbps)) == 0 &&
+             json_object_set_new(js, "compute_prefill_s",
+                                 json_real(s->t_prefill - s->xfer_prefill)) == 0 &&
+             json_object_set_new(js, "compute_decode_s",
+                                 json_real(s->t_decode - s->xfer_decode)) == 0;
+    }
+    if (!ok) {
         json_decref(o);
         return NULL;
     }

@@ -382,6 +382,68 @@ out:
     return st;
 }
 
+/* The even split: equal layer counts (the first L % n stages one more) over the first
+ * min(n, L) alive devices in input order, every sequence resident. */
+static pl_status_t s_even_split(s_ctx_t *c, pl_sched_split_t *s)
+{
+    const pl_sched_eval_t *ev = c->ev;
+    int L = ev->L, n = c->n < L ? c->n : L;
+    *s = (pl_sched_split_t){.n_stages = n};
+    for (int i = 0, a = 0; i < n; i++) {
+        int cnt = L / n + (i < L % n ? 1 : 0), d = c->devs[i];
+        double mem = pl_sched_mem(ev, a, a + cnt);
+        if (mem > ev->cap[d])
+            return pl_error(PL_ERR_INFEASIBLE,
+                            "even split: stage %d (%s on %s, layers %d-%d) needs %.2f GiB but "
+                            "%.2f GiB are usable",
+                            i, s_dev(c, d)->name, s_dev(c, d)->node, a, a + cnt - 1, mem / S_GIB,
+                            ev->cap[d] / S_GIB);
+        s->device[i] = d;
+        s->first[i] = a;
+        a += cnt;
+    }
+    s->bottleneck = pl_sched_split_bottleneck(ev, s);
+    return PL_OK;
+}
+
+pl_status_t pl_plan_even(const pl_plan_input_t *in, const bool *alive, pl_plan_t **plan_p)
+{
+    s_ctx_t c = {0};
+    pl_status_t st;
+    if (!in || !plan_p)
+        return pl_error(PL_ERR_INVALID, "plan: missing input");
+    if ((st = pl_sched_options_resolve(&in->options, &c.opt)))
+        return st;
+    int R = in->job.n_seqs;
+    if ((st = pl_sched_eval_new(in, R > 0 ? R : 1, 1, &c.ev)))
+        return st;
+    for (int i = 0; i < in->n_devices; i++)
+        if (!alive || alive[i])
+            c.devs[c.n++] = i;
+    if (c.n == 0) {
+        st = pl_error(PL_ERR_NO_DEVICE, "plan: none of the %d devices is alive", in->n_devices);
+        goto out;
+    }
+    c.requested_m = in->job.microbatches;
+    int S = c.n < c.ev->L ? c.n : c.ev->L, M = pl_sched_default_m(c.requested_m, R, S);
+    pl_sched_eval_set_batch(c.ev, R, pl_sched_mb_size(R, M));
+    pl_sched_split_t s;
+    if ((st = s_even_split(&c, &s)))
+        goto out;
+    /* the baselines over the same devices: even is this plan itself, single its own */
+    s_base_t base;
+    s_baselines(&c, &base);
+    pl_sched_pred_t pr;
+    pl_sched_eval_set_batch_light(c.ev, R, pl_sched_mb_size(R, M));
+    pl_sched_predict(c.ev, &s, M, &pr);
+    base.even_t = pr.job_time;
+    pl_error_clear();
+    st = s_build(&c, &s, R, M, "even", &base, plan_p);
+out:
+    pl_sched_eval_destroy(&c.ev);
+    return st;
+}
+
 pl_status_t pl_plan(const pl_plan_input_t *in, pl_plan_t **plan_p)
 {
     return s_plan(in, NULL, plan_p);

@@ -73,6 +73,21 @@ Test(cluster, three_daemons_greedy_equal_single_process)
     cr_assert(strstr(st, "\"node0\"") && strstr(st, "\"node1\"") && strstr(st, "\"node2\""),
               "%s", st);
     cr_assert(strstr(st, "\"decode_tok_s\""), "%s", st);
+    /* every stage gave back the KV slot of every sequence when it finished */
+    json_t *sj = json_loads(st, 0, NULL);
+    cr_assert_not_null(sj, "%s", st);
+    json_int_t n_seqs = json_integer_value(json_object_get(sj, "sequences"));
+    json_t *stages = json_object_get(sj, "stages");
+    cr_assert_eq(json_array_size(stages), 3, "%s", st);
+    cr_assert_gt(n_seqs, 0);
+    for (size_t i = 0; i < 3; i++) {
+        json_t *ss = json_object_get(json_array_get(stages, i), "stats");
+        cr_expect_eq(json_integer_value(json_object_get(ss, "freed_seqs")), n_seqs,
+                     "stage %zu freed %lld of %lld slots", i,
+                     (long long)json_integer_value(json_object_get(ss, "freed_seqs")),
+                     (long long)n_seqs);
+    }
+    json_decref(sj);
     char *err = s_err("greedy");
     cr_assert(strstr(err, "decode"), "no throughput line: %s", err);
     free(ref), free(got), free(st), free(err);
@@ -104,6 +119,55 @@ Test(cluster, seeded_sampling_two_and_three_stages_equal_single_process)
     cr_assert_eq(rc, 0);
     cr_assert_str_neq(other, ref);
     free(ref), free(got3), free(got2), free(other);
+    s_passed = 1;
+}
+
+/* Token ids of the first result line of JSONL `out`, into ids (at most cap); returns the count,
+ * and the line's "finish" in *finish (NUL-terminated, fits 16). */
+static int s_first_tokens(const char *out, int *ids, int cap, char *finish)
+{
+    const char *nl = strchr(out, '\n');
+    json_t *r = json_loadb(out, nl ? (size_t)(nl - out) : strlen(out), 0, NULL);
+    cr_assert_not_null(r, "not a result line: %s", out);
+    json_t *toks = json_object_get(r, "tokens");
+    int n = (int)json_array_size(toks);
+    for (int i = 0; i < n && i < cap; i++)
+        ids[i] = (int)json_integer_value(json_array_get(toks, (size_t)i));
+    snprintf(finish, 16, "%s", json_string_value(json_object_get(r, "finish")));
+    json_decref(r);
+    return n;
+}
+
+Test(cluster, min_new_tokens_holds_eos_back_on_every_stage)
+{
+    int rc, ids[16];
+    char finish[16];
+    s_start(2, NULL);
+    /* make the second token greedy decoding gives the first prompt the model's EOS */
+    s_job("probe", "m", "max_new_tokens: 8\n");
+    char *probe = s_reference("probe");
+    cr_assert_geq(s_first_tokens(probe, ids, 16, finish), 2);
+    free(probe);
+    tc_sh(NULL, "mkdir -p %s/e && ln -sf %s/m/model.safetensors %s/e/ && "
+                "sed 's/\"eos_token_id\": *[0-9]*/\"eos_token_id\": %d/' %s/m/config.json > "
+                "%s/e/config.json",
+          s_c.dir, s_c.dir, s_c.dir, ids[1], s_c.dir, s_c.dir);
+    s_job("plain", "e", "max_new_tokens: 8\n");
+    char *plain = s_reference("plain");
+    cr_assert_leq(s_first_tokens(plain, ids, 16, finish), 2, "EOS did not stop it: %s", plain);
+    cr_assert_str_eq(finish, "eos");
+    free(plain);
+    /* the same job with min_new_tokens, over the wire to two stages and in one process */
+    s_job("minj", "e", "max_new_tokens: 8\nmin_new_tokens: 5\nstages: 2\n");
+    char *ref = s_reference("minj"), *got = s_submit("minj", &rc);
+    cr_assert_eq(rc, 0, "%s", s_err("minj"));
+    cr_assert_str_eq(got, ref);
+    cr_assert_geq(s_first_tokens(got, ids, 16, finish), 5, "%s", got);
+    for (const char *l = got; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+        int n = s_first_tokens(l, ids, 16, finish);
+        cr_assert(strcmp(finish, "eos") || n >= 5, "EOS after %d tokens: %s", n, got);
+    }
+    free(ref), free(got);
     s_passed = 1;
 }
 
@@ -309,6 +373,28 @@ Test(cluster, cancel_frees_the_nodes)
     s_job("next", "m", "max_new_tokens: 5\n");
     char *ref = s_reference("next"), *got = s_submit("next", &rc);
     cr_assert_eq(rc, 0, "%s", s_err("next"));
+    cr_assert_str_eq(got, ref);
+    free(ref), free(got);
+    s_passed = 1;
+}
+
+Test(cluster, a_restarted_coordinator_gets_its_daemons_back)
+{
+    int rc;
+    s_start(2, NULL);
+    kill(s_c.coord, SIGKILL);
+    waitpid(s_c.coord, NULL, 0);
+    /* the new coordinator answers the daemons' heartbeats with ERROR PL_ERR_NOT_FOUND, which
+     * (by its code) makes them register again */
+    tc_start_coord(&s_c, s_c.ep);
+    cr_assert_eq(tc_wait_idle(&s_c, 2, 20), 0, "the daemons did not register again");
+    char *log = NULL;
+    tc_sh(&log, "cat %s/node0.log", s_c.dir);
+    cr_assert(strstr(log, "is not registered"), "node0 was never told: %s", log);
+    free(log);
+    s_job("again", "m", "max_new_tokens: 4\nstages: 2\n");
+    char *ref = s_reference("again"), *got = s_submit("again", &rc);
+    cr_assert_eq(rc, 0, "%s", s_err("again"));
     cr_assert_str_eq(got, ref);
     free(ref), free(got);
     s_passed = 1;

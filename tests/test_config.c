@@ -65,6 +65,7 @@ static const char s_node_full[] = "name: gpu0\n"
 static const char s_job_full[] = "model: /models/llama\n"
                                  "prompts: /data/p.jsonl\n"
                                  "max_new_tokens: 128\n"
+                                 "min_new_tokens: 12\n"
                                  "sampling:\n"
                                  "  temperature: 0.7\n"
                                  "  top_k: 40\n"
@@ -125,16 +126,17 @@ Test(config, job_every_key)
     cr_assert_eq(s_job(s_job_full, &j), PL_OK, "%s", pl_error_msg());
     cr_assert_str_eq(j.model, "/models/llama");
     cr_assert_str_eq(j.prompts, "/data/p.jsonl");
-    cr_assert_eq(j.max_new_tokens, 128);
-    cr_assert_float_eq(j.temperature, 0.7f, 1e-7);
-    cr_assert_eq(j.top_k, 40);
-    cr_assert_float_eq(j.top_p, 0.95f, 1e-7);
-    cr_assert_eq(j.seed, UINT64_MAX);
+    cr_assert_eq(j.gen.max_new_tokens, 128);
+    cr_assert_eq(j.gen.min_new_tokens, 12);
+    cr_assert_float_eq(j.gen.temperature, 0.7f, 1e-7);
+    cr_assert_eq(j.gen.top_k, 40);
+    cr_assert_float_eq(j.gen.top_p, 0.95f, 1e-7);
+    cr_assert_eq(j.gen.seed, UINT64_MAX);
     cr_assert_eq(j.microbatches, 8);
-    cr_assert_eq(j.prefill_chunk, 256);
-    cr_assert_str_eq(j.wire_dtype, "bf16");
+    cr_assert_eq(j.gen.prefill_chunk, 256);
+    cr_assert_str_eq(j.gen.wire_dtype, "bf16");
     cr_assert_eq(j.stages, 4);
-    cr_assert_eq(j.stop_at_eos, false);
+    cr_assert_eq(j.gen.stop_at_eos, false);
     cr_assert_eq(j.n_nodes, 2);
     cr_assert_str_eq(j.nodes[0], "node0");
     cr_assert_str_eq(j.nodes[1], "node1");
@@ -177,22 +179,23 @@ Test(config, job_defaults)
     cr_assert_eq(s_job(JOB_HEAD, &j), PL_OK, "%s", pl_error_msg());
     cr_assert_str_eq(j.model, "m");
     cr_assert_str_eq(j.prompts, "p.jsonl");
-    cr_assert_eq(j.max_new_tokens, 16);
-    cr_assert_eq(j.temperature, 0.0f);
-    cr_assert_eq(j.top_k, 0);
-    cr_assert_eq(j.top_p, 1.0f);
-    cr_assert_eq(j.seed, 0);
+    cr_assert_eq(j.gen.max_new_tokens, 16);
+    cr_assert_eq(j.gen.min_new_tokens, 0);
+    cr_assert_eq(j.gen.temperature, 0.0f);
+    cr_assert_eq(j.gen.top_k, 0);
+    cr_assert_eq(j.gen.top_p, 1.0f);
+    cr_assert_eq(j.gen.seed, 0);
     cr_assert_eq(j.microbatches, 0);
-    cr_assert_eq(j.prefill_chunk, 0);
-    cr_assert_str_eq(j.wire_dtype, "f32");
+    cr_assert_eq(j.gen.prefill_chunk, 0);
+    cr_assert_str_eq(j.gen.wire_dtype, "f32");
     cr_assert_eq(j.stages, 0);
-    cr_assert_eq(j.stop_at_eos, true);
+    cr_assert_eq(j.gen.stop_at_eos, true);
     cr_assert_eq(j.n_nodes, 0);
     /* A partly given mapping keeps the defaults of its other keys. */
     cr_assert_eq(s_job(JOB_HEAD "sampling:\n  top_k: 5\n", &j), PL_OK, "%s", pl_error_msg());
-    cr_assert_eq(j.top_k, 5);
-    cr_assert_eq(j.top_p, 1.0f);
-    cr_assert_eq(j.temperature, 0.0f);
+    cr_assert_eq(j.gen.top_k, 5);
+    cr_assert_eq(j.gen.top_p, 1.0f);
+    cr_assert_eq(j.gen.temperature, 0.0f);
 }
 
 /* ---- values ---- */
@@ -209,7 +212,7 @@ Test(config, booleans)
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         snprintf(yaml, sizeof(yaml), JOB_HEAD "stop_at_eos: %s\n", cases[i].text);
         cr_assert_eq(s_job(yaml, &j), PL_OK, "%s: %s", cases[i].text, pl_error_msg());
-        cr_assert_eq(j.stop_at_eos, cases[i].value, "%s", cases[i].text);
+        cr_assert_eq(j.gen.stop_at_eos, cases[i].value, "%s", cases[i].text);
     }
     EXPECT_ERR(s_job(JOB_HEAD "stop_at_eos: maybe\n", &j), PL_ERR_INVALID,
                "j.yaml:3:14: key 'stop_at_eos': expected a boolean (true, false, yes, no)");
@@ -226,14 +229,14 @@ Test(config, numbers)
                                 "1e-3, top_k: +7}\n",
                        &j),
                  PL_OK, "%s", pl_error_msg());
-    cr_assert_eq(j.max_new_tokens, 65536);
-    cr_assert_eq(j.temperature, 100.0f);
-    cr_assert_float_eq(j.top_p, 0.001f, 1e-9);
-    cr_assert_eq(j.top_k, 7);
+    cr_assert_eq(j.gen.max_new_tokens, 65536);
+    cr_assert_eq(j.gen.temperature, 100.0f);
+    cr_assert_float_eq(j.gen.top_p, 0.001f, 1e-9);
+    cr_assert_eq(j.gen.top_k, 7);
     cr_assert_eq(s_job(JOB_HEAD "max_new_tokens: 1\nsampling: {top_p: .5}\n", &j), PL_OK, "%s",
                  pl_error_msg());
-    cr_assert_eq(j.max_new_tokens, 1);
-    cr_assert_eq(j.top_p, 0.5f);
+    cr_assert_eq(j.gen.max_new_tokens, 1);
+    cr_assert_eq(j.gen.top_p, 0.5f);
 }
 
 /* ---- errors, each with its exact position and key ---- */

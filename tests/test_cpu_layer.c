@@ -330,14 +330,13 @@ static const shape_t k_gqa = {.hidden = 32,
                               .llama3 = true};
 
 typedef struct {
-    void *dev;
-    void *stage;
+    pl_be_device_t *dev;
+    pl_be_stage_t *stage;
 } exec_t;
 
 static pl_status_t exec_open(exec_t *e, tmodel_t *m, int first, int last, bool embed, bool head,
                              int max_seqs, int max_ctx, int max_tokens)
 {
-    const pl_be_ops_t *ops = pl_be_cpu_ops();
     pl_be_stage_params_t p = {.first_layer = first,
                               .last_layer = last,
                               .has_embed = embed,
@@ -345,15 +344,16 @@ static pl_status_t exec_open(exec_t *e, tmodel_t *m, int first, int last, bool e
                               .max_seqs = max_seqs,
                               .max_ctx = max_ctx,
                               .max_tokens = max_tokens};
-    cr_assert(ops->open(0, 2, &e->dev) == PL_OK, "open: %s", pl_error_msg());
+    cr_assert(pl_be_device_open(pl_be_cpu(), 0, 2, &e->dev) == PL_OK, "open: %s",
+              pl_error_msg());
     e->stage = NULL;
-    return ops->stage_load(e->dev, m->model, &p, &e->stage);
+    return pl_be_stage_load(e->dev, m->model, &p, &e->stage);
 }
 
 static void exec_close(exec_t *e)
 {
-    pl_be_cpu_ops()->stage_unload(e->stage);
-    pl_be_cpu_ops()->close(e->dev);
+    pl_be_stage_unload(&e->stage);
+    pl_be_device_close(&e->dev);
 }
 
 static pl_status_t fwd(exec_t *e, int n_seq, const int *slot, const int *pos0, const int *n_tok,
@@ -364,7 +364,7 @@ static pl_status_t fwd(exec_t *e, int n_seq, const int *slot, const int *pos0, c
         total += n_tok[i];
     pl_be_batch_t b = {
         .n_seq = n_seq, .n_tokens = total, .slot = slot, .pos0 = pos0, .n_tok = n_tok};
-    return pl_be_cpu_ops()->stage_forward(e->stage, &b, in, out);
+    return pl_be_stage_forward(e->stage, &b, in, out);
 }
 
 /* One sequence's whole prompt in one call. */
@@ -559,7 +559,7 @@ static void expect_reject(exec_t *e, pl_status_t want, const char *needle, int n
     pl_be_batch_t b = {
         .n_seq = n_seq, .n_tokens = n_tokens, .slot = slot, .pos0 = pos0, .n_tok = n_tok};
     pl_error_clear();
-    pl_status_t st = pl_be_cpu_ops()->stage_forward(e->stage, &b, in, out);
+    pl_status_t st = pl_be_stage_forward(e->stage, &b, in, out);
     cr_expect(st == want, "want %s, got %s (%s)", pl_status_str(want), pl_status_str(st),
               pl_error_msg());
     cr_expect(strstr(pl_error_msg(), needle) != NULL, "message '%s' lacks '%s'", pl_error_msg(),
@@ -611,8 +611,8 @@ Test(cpu_layer, free_seq_forgets_slot)
     tmodel_make(&m, k_small, 6);
     cr_assert(exec_open(&e, &m, 0, 1, true, true, 2, 8, 8) == PL_OK);
     fwd1(&e, 1, 0, 4, tok, a);
-    pl_be_cpu_ops()->stage_free_seq(e.stage, 1);
-    pl_be_cpu_ops()->stage_free_seq(e.stage, 99); /* out of range: ignored */
+    pl_be_stage_free_seq(e.stage, 1);
+    pl_be_stage_free_seq(e.stage, 99); /* out of range: ignored */
     int slot = 1, pos0 = 4, n = 1;
     cr_expect(fwd(&e, 1, &slot, &pos0, &n, tok + 4, b) == PL_ERR_INVALID);
     fwd1(&e, 1, 0, 4, tok, b); /* reused from scratch: same result */
@@ -628,19 +628,19 @@ Test(cpu_layer, load_failures)
     tmodel_make(&m, k_small, 8);
     cr_expect(exec_open(&e, &m, 1, 2, true, true, 1, 8, 8) == PL_ERR_RANGE);
     cr_expect(strstr(pl_error_msg(), "layers 1..2") != NULL, "%s", pl_error_msg());
-    pl_be_cpu_ops()->close(e.dev);
+    pl_be_device_close(&e.dev);
     cr_expect(exec_open(&e, &m, 0, 1, true, true, 1, 0, 8) == PL_ERR_INVALID);
-    pl_be_cpu_ops()->close(e.dev);
+    pl_be_device_close(&e.dev);
     cr_expect(exec_open(&e, &m, 0, 1, true, true, 1, 8, -1) == PL_ERR_INVALID);
-    pl_be_cpu_ops()->close(e.dev);
+    pl_be_device_close(&e.dev);
     /* 2^30 slots x 2^30 positions: the KV cache size overflows or exceeds memory */
     cr_expect(exec_open(&e, &m, 0, 1, false, false, 1 << 30, 1 << 30, 8) == PL_ERR_NOMEM);
     cr_expect(strstr(pl_error_msg(), "kv cache") != NULL, "%s", pl_error_msg());
-    pl_be_cpu_ops()->close(e.dev);
+    pl_be_device_close(&e.dev);
     /* a cache that fits no machine, without overflow: the message says how many bytes */
     cr_expect(exec_open(&e, &m, 0, 1, false, false, 1 << 20, 1 << 20, 8) == PL_ERR_NOMEM);
     cr_expect(strstr(pl_error_msg(), "bytes") != NULL, "%s", pl_error_msg());
-    pl_be_cpu_ops()->close(e.dev);
+    pl_be_device_close(&e.dev);
     exec_close(&(exec_t){.dev = NULL, .stage = NULL}); /* unload and close accept NULL */
     tmodel_free(&m);
 }

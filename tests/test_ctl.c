@@ -92,7 +92,7 @@ Test(ctl, names_round_trip)
 {
     static const char *const expected[] = {
         NULL,      "HELLO",  "WELCOME", "HEARTBEAT", "ASSIGN", "READY",  "START",
-        "RESULT",  "DONE",   "FAIL",    "CANCEL",    "SUBMIT", "STATUS", "RESULTS",
+        "DONE",   "FAIL",    "CANCEL",    "SUBMIT", "STATUS", "RESULTS",
         "KILL",    "NODES",  "HEALTH",  "REPLY",     "ERROR",  "SHUTDOWN", "PLAN"};
     cr_assert_eq(sizeof(expected) / sizeof(expected[0]), PL_MSG_COUNT_);
     for (int t = 1; t < PL_MSG_COUNT_; t++) {
@@ -256,8 +256,8 @@ Test(ctl, rejects_oversized_body)
     memset(big, ' ', n);
     big[0] = '{';
     big[n - 1] = '}';
-    const char *parts[] = {"RESULT", big};
-    const size_t lens[] = {6, n};
+    const char *parts[] = {"DONE", big};
+    const size_t lens[] = {4, n};
     s_expect_rejected(2, parts, lens, "exceeds");
     free(big);
 }
@@ -270,8 +270,8 @@ Test(ctl, body_at_the_limit_is_accepted)
     memset(big, ' ', n);
     memcpy(big, "{\"k\":1", 6);
     big[n - 1] = '}';
-    cr_assert_eq(pl_ctl_decode("RESULT", 6, big, n, &msg), PL_OK, "%s", pl_error_msg());
-    cr_assert_eq(msg.type, PL_MSG_RESULT);
+    cr_assert_eq(pl_ctl_decode("DONE", 4, big, n, &msg), PL_OK, "%s", pl_error_msg());
+    cr_assert_eq(msg.type, PL_MSG_DONE);
     cr_assert_eq(json_integer_value(json_object_get(msg.body, "k")), 1);
     pl_ctl_msg_clear(&msg);
     free(big);
@@ -421,13 +421,13 @@ Test(ctl, tcp_round_trip_large_body)
     json_t *body = json_pack("{s:s}", "blob", s);
     /* The DEALER may not be connected yet: retry while busy. */
     pl_status_t st;
-    for (int i = 0; (st = pl_ctl_send(dealer, NULL, 0, PL_MSG_RESULT, body)) == PL_ERR_BUSY &&
+    for (int i = 0; (st = pl_ctl_send(dealer, NULL, 0, PL_MSG_DONE, body)) == PL_ERR_BUSY &&
                     i < 200;
          i++)
         zmq_poll(NULL, 0, 10);
     cr_assert_eq(st, PL_OK, "%s", pl_error_msg());
     cr_assert_eq(s_recv(router, true, &msg), PL_OK, "%s", pl_error_msg());
-    cr_assert_eq(msg.type, PL_MSG_RESULT);
+    cr_assert_eq(msg.type, PL_MSG_DONE);
     cr_assert_str_eq(json_string_value(json_object_get(msg.body, "blob")), s);
     pl_ctl_msg_clear(&msg);
     json_decref(body);

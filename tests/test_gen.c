@@ -1,6 +1,7 @@
 /* Generation bookkeeping: job parsing and validation, prompts JSONL, the feeder's microbatch
  * plan and positions, the sink's stop rules and results. */
 #include "pipeline/gen.h"
+#include "transport/msg.h"
 
 #include <criterion/criterion.h>
 #include <string.h>
@@ -17,6 +18,25 @@ static json_t *s_job(void)
                      6, 7, 8, 9, 10, 11, "max_new_tokens", 3, "microbatches", 2);
 }
 
+/* The job a stage builds from its JSON form: the spec's codec, then pl_gen_job_from_spec with
+ * the job's microbatch count (the coordinator sends "microbatches" beside "gen"). */
+static pl_status_t pl_gen_job_from_json(const json_t *gen, const pl_model_config_t *cfg,
+                                        pl_gen_job_t *job)
+{
+    json_t *g = json_deep_copy(gen), *mb = json_object_get(g, "microbatches");
+    json_t *body = json_pack("{s:s, s:O, s:O?}", "model", "/m", "gen", g, "microbatches", mb);
+    json_object_del(g, "microbatches");
+    pl_job_spec_t spec;
+    pl_status_t st = pl_job_spec_decode(body, &spec);
+    json_decref(body);
+    json_decref(g);
+    if (st)
+        return st;
+    st = pl_gen_job_from_spec(&spec, spec.microbatches, cfg, job);
+    pl_job_spec_clear(&spec);
+    return st;
+}
+
 Test(gen, job_from_json_defaults_and_plan)
 {
     pl_model_config_t cfg = s_cfg();
@@ -25,7 +45,7 @@ Test(gen, job_from_json_defaults_and_plan)
     cr_assert_eq(pl_gen_job_from_json(o, &cfg, &j), PL_OK, "%s", pl_error_msg());
     cr_assert_eq(j.n_seqs, 5);
     cr_assert_eq(j.microbatches, 2);
-    cr_assert(j.stop_at_eos);
+    cr_assert(j.gen.stop_at_eos);
     cr_assert_float_eq(j.sampling.temperature, 0.0f, 0);
     cr_assert_eq(pl_gen_job_max_ctx(&j), 4 + 3);
     /* microbatch 0: seqs 0, 2, 4 (3 + 2 + 1 tokens); microbatch 1: seqs 1, 3 (1 + 4) */
@@ -68,17 +88,20 @@ Test(gen, job_from_json_rejects_bad_fields)
 
 Test(gen, prompts_jsonl)
 {
-    json_t *p;
+    pl_job_spec_t p;
+    pl_job_spec_init(&p);
     const char *ok = "[1, 2]\n\n  [3]\r\n[4,5,6]";
     cr_assert_eq(pl_gen_prompts_parse(ok, strlen(ok), "p.jsonl", &p), PL_OK, "%s", pl_error_msg());
-    cr_assert_eq(json_array_size(p), 3);
-    cr_assert_eq(json_array_size(json_array_get(p, 2)), 3);
-    json_decref(p);
+    cr_assert_eq(p.n_prompts, 3);
+    cr_assert_eq(p.prompt_len[2], 3);
+    cr_assert_eq(p.prompts[2][2], 6);
     const char *bad = "[1, 2]\n{\"a\": 1}\n";
     cr_assert_neq(pl_gen_prompts_parse(bad, strlen(bad), "p.jsonl", &p), PL_OK);
     cr_assert(strstr(pl_error_msg(), "p.jsonl:2"), "%s", pl_error_msg());
     cr_assert_neq(pl_gen_prompts_parse("\n\n", 2, "e.jsonl", &p), PL_OK);
     cr_assert_neq(pl_gen_prompts_parse("[1,", 3, "t.jsonl", &p), PL_OK);
+    cr_assert_eq(p.n_prompts, 3, "the spec is untouched on error");
+    pl_job_spec_clear(&p);
 }
 
 Test(gen, feeder_positions_and_retirement)
@@ -184,7 +207,7 @@ Test(gen, prefill_chunks_end_together_and_cover_each_prompt_once)
     int32_t tokens[16];
     float logits[3 * 50] = {0};
     cr_assert_eq(pl_gen_job_from_json(o, &cfg, &j), PL_OK, "%s", pl_error_msg());
-    cr_assert_eq(j.prefill_chunk, 3);
+    cr_assert_eq(j.gen.prefill_chunk, 3);
     cr_assert_eq(pl_gen_feed_create(&j, &f), PL_OK);
     cr_assert_eq(pl_gen_sink_create(&j, 50, &k), PL_OK);
     /* 7 tokens in chunks of 3, counted from the end: 1 + 3 + 3; the others join at the end */
@@ -245,6 +268,41 @@ Test(gen, prefill_chunks_end_together_and_cover_each_prompt_once)
     cr_assert_eq(pl_gen_job_from_json(o, &cfg, &bad), PL_ERR_RANGE, "%s", pl_error_msg());
     cr_assert(strstr(pl_error_msg(), "prefill_chunk"), "%s", pl_error_msg());
     pl_gen_feed_destroy(&f);
+    pl_gen_sink_destroy(&k);
+    pl_gen_job_clear(&j);
+    json_decref(o);
+}
+
+Test(gen, sink_holds_eos_back_until_min_new_tokens)
+{
+    pl_model_config_t cfg = s_cfg();
+    pl_gen_job_t j;
+    pl_gen_sink_t *k;
+    json_t *o = s_job();
+    json_object_set_new(o, "min_new_tokens", json_integer(2));
+    float logits[50] = {0};
+    pl_act_hdr_t h = {.kind = PL_ACT_HIDDEN, .mb = 1, .n_seq = 1, .n_tokens = 1}, out;
+    pl_act_seq_t seqs[1] = {{.seq = 1, .pos0 = 1, .n_tok = 1}}, res[1];
+    cr_assert_eq(pl_gen_job_from_json(o, &cfg, &j), PL_OK, "%s", pl_error_msg());
+    cr_assert_eq(j.gen.min_new_tokens, 2);
+    cr_assert_eq(pl_gen_sink_create(&j, 50, &k), PL_OK);
+    logits[2] = 5; /* EOS is the best token every step */
+    logits[7] = 4; /* the runner-up */
+    for (int step = 0; step < 2; step++) {
+        seqs[0].pos0 = (uint32_t)step; /* where the sequence stands: prompt of 1, then 1 more */
+        cr_assert_eq(pl_gen_sink_sample(k, &h, seqs, logits, &out, res), PL_OK, "%s",
+                     pl_error_msg());
+        cr_assert_eq(res[0].token, 7, "step %d: EOS drawn before min_new_tokens", step);
+        cr_assert_eq(res[0].flags, 0);
+    }
+    seqs[0].pos0 = 2;
+    cr_assert_eq(pl_gen_sink_sample(k, &h, seqs, logits, &out, res), PL_OK);
+    cr_assert_eq(res[0].token, 2, "from the third token on EOS is allowed");
+    cr_assert_eq(res[0].flags, PL_ACT_FINISHED);
+    json_t *r = pl_gen_sink_results(k);
+    cr_assert_str_eq(json_string_value(json_object_get(json_array_get(r, 1), "finish")), "eos");
+    cr_assert_eq(json_array_size(json_object_get(json_array_get(r, 1), "tokens")), 3);
+    json_decref(r);
     pl_gen_sink_destroy(&k);
     pl_gen_job_clear(&j);
     json_decref(o);

@@ -68,6 +68,25 @@ Test(model_config, defaults)
     cr_assert_eq(c.tie_embeddings, false);
     cr_assert_eq(c.n_eos, 0);
     cr_assert_eq(c.bos_id, -1);
+    cr_assert_eq(c.dtype, PL_DT_BF16); /* no torch_dtype */
+}
+
+Test(model_config, torch_dtype)
+{
+    static const struct {
+        const char *json;
+        pl_dtype_t want;
+    } ok[] = {{"\"float32\"", PL_DT_F32}, {"\"float\"", PL_DT_F32},
+              {"\"float16\"", PL_DT_F16}, {"\"half\"", PL_DT_F16},
+              {"\"bfloat16\"", PL_DT_BF16}};
+    for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+        pl_model_config_t c;
+        cr_assert_eq(s_parse_with("torch_dtype", ok[i].json, &c), PL_OK, "%s: %s", ok[i].json,
+                     pl_error_msg());
+        cr_expect_eq(c.dtype, ok[i].want, "%s", ok[i].json);
+    }
+    s_expect_error("torch_dtype", "\"int8\"", PL_ERR_UNSUPPORTED, "torch_dtype");
+    s_expect_error("torch_dtype", "32", PL_ERR_INVALID, "torch_dtype");
 }
 
 Test(model_config, gqa_head_dim_and_tie)

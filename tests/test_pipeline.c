@@ -2,6 +2,7 @@
  * same token ids, greedy and seeded sampling, whatever the microbatching; errors are reported. */
 #include "cluster_util.h"
 #include "pipeline/gen_local.h"
+#include "transport/msg.h"
 
 #include <criterion/criterion.h>
 
@@ -32,17 +33,37 @@ static json_t *s_job(double temperature, int mb, int max_new)
                      "top_p", 0.9, "seed", "77");
 }
 
+/* pl_gen_local_run over the job in its JSON form ("microbatches" beside the settings), decoded
+ * by the spec's codec. */
+static pl_status_t s_local(const char *model, const json_t *gen, pl_be_device_t *dev,
+                           const int *counts, int n, json_t **res, pl_gen_local_stats_t *stats)
+{
+    json_t *g = json_deep_copy(gen), *mb = json_object_get(g, "microbatches");
+    json_t *body = json_pack("{s:s, s:O, s:O?}", "model", "/m", "gen", g, "microbatches", mb);
+    json_object_del(g, "microbatches");
+    pl_job_spec_t spec;
+    pl_status_t st = pl_job_spec_decode(body, &spec);
+    json_decref(body);
+    json_decref(g);
+    cr_assert_eq(st, PL_OK, "%s", pl_error_msg());
+    st = pl_gen_local_run(model, &spec, dev, counts, n, res, stats);
+    pl_job_spec_clear(&spec);
+    return st;
+}
+
 static json_t *s_run(const json_t *job, const int *counts, int n)
 {
-    const pl_be_ops_t *ops = pl_be_cpu_ops();
-    void *dev;
+    pl_be_device_t *dev;
     json_t *res = NULL;
     pl_gen_local_stats_t stats;
-    cr_assert_eq(ops->open(0, 1, &dev), PL_OK);
-    pl_status_t st = pl_gen_local_run(s_model, job, ops, dev, counts, n, &res, &stats);
+    cr_assert_eq(pl_be_device_open(pl_be_cpu(), 0, 1, &dev), PL_OK);
+    pl_status_t st = s_local(s_model, job, dev, counts, n, &res, &stats);
     cr_assert_eq(st, PL_OK, "run failed: %s", pl_error_msg());
     cr_assert_eq(stats.generated, 5 * 12);
-    ops->close(dev);
+    /* every sequence finished and gave its KV slot back on every stage */
+    cr_assert_eq(stats.freed, (uint64_t)(counts ? n : 1) * 5, "freed %llu slots",
+                 (unsigned long long)stats.freed);
+    pl_be_device_close(&dev);
     return res;
 }
 
@@ -101,41 +122,39 @@ Test(pipeline, eos_stops_a_sequence)
                 "%s/e/config.json",
           s_dir, s_dir, s_dir, (long long)second, s_dir, s_dir);
     json_object_set_new(job, "stop_at_eos", json_true());
-    const pl_be_ops_t *ops = pl_be_cpu_ops();
-    void *dev;
+    pl_be_device_t *dev;
     json_t *res = NULL;
     pl_gen_local_stats_t stats;
     char edir[300];
     snprintf(edir, sizeof(edir), "%s/e", s_dir);
-    cr_assert_eq(ops->open(0, 1, &dev), PL_OK);
-    cr_assert_eq(pl_gen_local_run(edir, job, ops, dev, NULL, 1, &res, &stats), PL_OK, "%s",
+    cr_assert_eq(pl_be_device_open(pl_be_cpu(), 0, 1, &dev), PL_OK);
+    cr_assert_eq(s_local(edir, job, dev, NULL, 1, &res, &stats), PL_OK, "%s",
                  pl_error_msg());
     json_t *r0 = json_array_get(res, 0);
     cr_assert_str_eq(json_string_value(json_object_get(r0, "finish")), "eos");
     json_t *toks = json_object_get(r0, "tokens");
     cr_assert_leq(json_array_size(toks), 2);
     cr_assert_eq(json_integer_value(json_array_get(toks, json_array_size(toks) - 1)), second);
-    ops->close(dev);
+    pl_be_device_close(&dev);
     json_decref(res), json_decref(ref), json_decref(job);
 }
 
 Test(pipeline, bad_partition_and_bad_tokens_are_errors)
 {
-    const pl_be_ops_t *ops = pl_be_cpu_ops();
-    void *dev;
+    pl_be_device_t *dev;
     json_t *res = NULL;
     pl_gen_local_stats_t stats;
     json_t *job = s_job(0, 1, 4);
-    cr_assert_eq(ops->open(0, 1, &dev), PL_OK);
-    cr_assert_neq(pl_gen_local_run(s_model, job, ops, dev, (int[]){2, 2}, 2, &res, &stats),
+    cr_assert_eq(pl_be_device_open(pl_be_cpu(), 0, 1, &dev), PL_OK);
+    cr_assert_neq(s_local(s_model, job, dev, (int[]){2, 2}, 2, &res, &stats),
                   PL_OK);
     cr_assert(strstr(pl_error_msg(), "layers"), "%s", pl_error_msg());
     json_array_append_new(json_object_get(job, "prompts"), json_pack("[i]", 300));
-    cr_assert_neq(pl_gen_local_run(s_model, job, ops, dev, NULL, 1, &res, &stats), PL_OK);
+    cr_assert_neq(s_local(s_model, job, dev, NULL, 1, &res, &stats), PL_OK);
     cr_assert(strstr(pl_error_msg(), "vocabulary"), "%s", pl_error_msg());
-    cr_assert_neq(pl_gen_local_run("/nonexistent", job, ops, dev, NULL, 1, &res, &stats), PL_OK);
+    cr_assert_neq(s_local("/nonexistent", job, dev, NULL, 1, &res, &stats), PL_OK);
     cr_assert_null(res);
-    ops->close(dev);
+    pl_be_device_close(&dev);
     json_decref(job);
 }
 
@@ -154,16 +173,15 @@ static json_t *s_chunked_job(double temperature, int mb, int chunk)
 static json_t *s_run_n(const json_t *job, const int *counts, int n, int n_seqs,
                        uint64_t *prompt_tokens)
 {
-    const pl_be_ops_t *ops = pl_be_cpu_ops();
-    void *dev;
+    pl_be_device_t *dev;
     json_t *res = NULL;
     pl_gen_local_stats_t stats;
-    cr_assert_eq(ops->open(0, 1, &dev), PL_OK);
-    pl_status_t st = pl_gen_local_run(s_model, job, ops, dev, counts, n, &res, &stats);
+    cr_assert_eq(pl_be_device_open(pl_be_cpu(), 0, 1, &dev), PL_OK);
+    pl_status_t st = s_local(s_model, job, dev, counts, n, &res, &stats);
     cr_assert_eq(st, PL_OK, "run failed: %s", pl_error_msg());
     cr_assert_eq(stats.generated, (uint64_t)n_seqs * 12);
     *prompt_tokens = stats.prompt_tokens;
-    ops->close(dev);
+    pl_be_device_close(&dev);
     return res;
 }
 

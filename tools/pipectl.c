@@ -2,25 +2,26 @@
  * nodes, ask a node's health. Tables by default, -o json for scripts; exit 0 on success,
  * non-zero with a one-line error otherwise. */
 #include "common/config.h"
-#include "common/json.h"
 #include "common/util.h"
 #include "pipeline/gen.h"
-#include "daemon/planning.h"
 #include "scheduler/catalog.h"
-#include "transport/ctl.h"
+#include "scheduler/inputs.h"
+#include "scheduler/modes.h"
+#include "scheduler/whatif.h"
+#include "transport/sock.h"
 
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include <zmq.h>
 
 typedef struct {
     const char *endpoint;
     bool json;
     double timeout_s;
-    void *zctx, *sock;
+    pl_tx_ctx_t *ctx;
+    pl_tx_sock_t *sock;
 } s_ctl_t;
 
 static int s_die(const char *fmt, const char *a)
@@ -32,35 +33,42 @@ static int s_die(const char *fmt, const char *a)
 }
 
 /* One request, one answer. *reply_p is the REPLY body; an ERROR answer is printed and fails. */
-static int s_call(s_ctl_t *c, pl_msg_type_t type, json_t *body, json_t **reply_p)
+static int s_call(s_ctl_t *c, const pl_msg_t *req, json_t **reply_p)
 {
-    pl_ctl_msg_t m;
-    pl_status_t st = pl_ctl_send(c->sock, NULL, 0, type, body);
-    json_decref(body);
+    pl_msg_t m;
+    pl_status_t st = pl_tx_send(c->sock, NULL, req);
     if (st)
         return s_die("cannot send to the coordinator: %s", pl_error_msg());
-    zmq_pollitem_t it = {.socket = c->sock, .events = ZMQ_POLLIN};
-    if (zmq_poll(&it, 1, (long)(c->timeout_s * 1000)) <= 0) {
+    st = pl_tx_recv(c->sock, (int)(c->timeout_s * 1000), NULL, NULL, &m);
+    if (st == PL_ERR_BUSY) {
         fprintf(stderr, "pipectl: no answer from the coordinator at %s within %.0f s\n",
                 c->endpoint, c->timeout_s);
         return 1;
     }
-    if ((st = pl_ctl_recv(c->sock, false, 0, &m)))
+    if (st)
         return s_die("bad answer from the coordinator: %s", pl_error_msg());
     if (m.type == PL_MSG_ERROR) {
-        const char *e = NULL;
-        pl_json_str_opt(m.body, "error", 1 << 16, &e);
-        fprintf(stderr, "pipectl: %s\n", e ? e : "the coordinator refused");
-        pl_ctl_msg_clear(&m);
+        fprintf(stderr, "pipectl: %s\n",
+                m.error.message[0] ? m.error.message : "the coordinator refused");
+        pl_msg_clear(&m);
         return 1;
     }
     if (m.type != PL_MSG_REPLY) {
-        pl_ctl_msg_clear(&m);
+        pl_msg_clear(&m);
         return s_die("unexpected answer %s", pl_msg_name(m.type));
     }
-    *reply_p = json_incref(m.body);
-    pl_ctl_msg_clear(&m);
+    *reply_p = m.reply.body; /* taken */
+    m.reply.body = NULL;
     return 0;
+}
+
+/* A query about one job (STATUS, RESULTS, KILL). */
+static int s_call_job(s_ctl_t *c, pl_msg_type_t type, int64_t id, json_t **reply_p)
+{
+    pl_msg_t m;
+    pl_msg_init(&m, type);
+    m.job_ref.job = (uint32_t)id;
+    return s_call(c, &m, reply_p);
 }
 
 static void s_print_json(const json_t *v)
@@ -89,17 +97,13 @@ static double s_num(const json_t *o, const char *k)
     return json_number_value(json_object_get(o, k));
 }
 
-/* A duration with a unit, as the plan table writes them. */
+/* A duration as the plan table writes it; "-" when not measured. */
 static const char *s_dur(double v, char *b, size_t n)
 {
     if (v <= 0)
         snprintf(b, n, "-");
-    else if (v < 1e-3)
-        snprintf(b, n, "%.1f us", v * 1e6);
-    else if (v < 1.0)
-        snprintf(b, n, "%.2f ms", v * 1e3);
     else
-        snprintf(b, n, "%.3f s", v);
+        pl_sched_fmt_time(v, b, n);
     return b;
 }
 
@@ -166,7 +170,7 @@ static void s_print_throughput(FILE *f, const json_t *t)
 static int s_status(s_ctl_t *c, int64_t id)
 {
     json_t *r;
-    if (s_call(c, PL_MSG_STATUS, json_pack("{s:I}", "job", (json_int_t)id), &r))
+    if (s_call_job(c, PL_MSG_STATUS, id, &r))
         return 1;
     if (c->json) {
         s_print_json(r);
@@ -186,22 +190,31 @@ static int s_status(s_ctl_t *c, int64_t id)
 
 static int s_results(s_ctl_t *c, int64_t id)
 {
-    json_t *r, *res;
+    json_t *r, *arr = NULL, *e;
+    pl_msg_results_reply_t res = {0};
     size_t i;
-    if (s_call(c, PL_MSG_RESULTS, json_pack("{s:I}", "job", (json_int_t)id), &r))
+    if (s_call_job(c, PL_MSG_RESULTS, id, &r))
         return 1;
     if (c->json) {
         s_print_json(r);
-    } else { /* the job's output: JSONL in prompt order */
-        json_array_foreach(json_object_get(r, "results"), i, res)
-        {
-            char *line = json_dumps(res, JSON_COMPACT | JSON_PRESERVE_ORDER);
-            puts(line ? line : "{}");
-            free(line);
-        }
-        s_print_throughput(stderr, json_object_get(r, "throughput"));
+        json_decref(r);
+        return 0;
     }
+    pl_status_t st = pl_msg_results_reply_decode(r, &res);
     json_decref(r);
+    if (st || (st = pl_msg_results_encode(res.results, res.n_results, &arr))) {
+        pl_msg_results_reply_clear(&res);
+        return s_die("bad results from the coordinator: %s", pl_error_msg());
+    }
+    json_array_foreach(arr, i, e) /* the job's output: JSONL in prompt order */
+    {
+        char *line = json_dumps(e, JSON_COMPACT | JSON_PRESERVE_ORDER);
+        puts(line ? line : "{}");
+        free(line);
+    }
+    s_print_throughput(stderr, res.throughput);
+    json_decref(arr);
+    pl_msg_results_reply_clear(&res);
     return 0;
 }
 
@@ -212,7 +225,7 @@ static int s_wait(s_ctl_t *c, int64_t id)
     int64_t shown = 0;
     for (;;) {
         json_t *r;
-        if (s_call(c, PL_MSG_STATUS, json_pack("{s:I}", "job", (json_int_t)id), &r))
+        if (s_call_job(c, PL_MSG_STATUS, id, &r))
             return 1;
         char state[32];
         snprintf(state, sizeof(state), "%s", s_str(r, "state"));
@@ -242,57 +255,39 @@ static int s_wait(s_ctl_t *c, int64_t id)
     }
 }
 
-/* The SUBMIT / PLAN body of a job file: model (absolute), generation settings, placement. */
-static int s_job_body(const char *path, int stages, json_t **body_p)
+/* The SUBMIT / PLAN request of a job file: its typed spec, --stages overriding the file's. */
+static int s_job_msg(const char *path, int stages, pl_msg_type_t type, pl_msg_t *m)
 {
     static pl_cfg_job_t job;
-    char *text = NULL, model[PATH_MAX];
-    size_t len;
-    json_t *prompts;
-
-    if (pl_cfg_job_load(path, &job))
+    pl_msg_init(m, type);
+    if (pl_cfg_job_load(path, &job) || pl_gen_spec_from_file(&job, &m->submit))
         return s_die("%s", pl_error_msg());
-    if (pl_file_read(job.prompts, 64u << 20, &text, &len))
-        return s_die("%s", pl_error_msg());
-    if (pl_gen_prompts_parse(text, len, job.prompts, &prompts)) {
-        free(text);
-        return s_die("%s", pl_error_msg());
-    }
-    free(text);
-    if (!realpath(job.model, model)) {
-        json_decref(prompts);
-        return s_die("model directory %s does not exist", job.model);
-    }
-    char seed[24];
-    snprintf(seed, sizeof(seed), "%llu", (unsigned long long)job.seed);
-    json_t *gen = json_pack("{s:o, s:i, s:b, s:i, s:i, s:s, s:{s:f, s:i, s:f, s:s}}",
-                            "prompts", prompts, "max_new_tokens", job.max_new_tokens,
-                            "stop_at_eos", job.stop_at_eos, "microbatches", job.microbatches,
-                            "prefill_chunk", job.prefill_chunk, "wire_dtype", job.wire_dtype,
-                            "sampling", "temperature",
-                            (double)job.temperature, "top_k", job.top_k, "top_p",
-                            (double)job.top_p, "seed", seed);
-    json_t *nodes = json_array();
-    for (int i = 0; i < job.n_nodes; i++)
-        json_array_append_new(nodes, json_string(job.nodes[i]));
-    *body_p = json_pack("{s:s, s:o, s:i, s:o, s:s}", "model", model, "gen", gen, "stages",
-                        stages >= 0 ? stages : job.stages, "nodes", nodes, "planner",
-                        job.planner);
-    return *body_p ? 0 : s_die("%s", "out of memory");
+    if (stages >= 0)
+        m->submit.stages = stages;
+    return 0;
 }
 
 static int s_submit(s_ctl_t *c, const char *path, bool wait, int stages)
 {
-    json_t *body, *r;
-    if (s_job_body(path, stages, &body) || s_call(c, PL_MSG_SUBMIT, body, &r))
+    pl_msg_t *m = malloc(sizeof(*m));
+    json_t *r;
+    pl_msg_job_state_t js;
+    int rc = !m || s_job_msg(path, stages, PL_MSG_SUBMIT, m) || s_call(c, m, &r);
+    if (m)
+        pl_msg_clear(m);
+    free(m);
+    if (rc)
         return 1;
-    int64_t id = (int64_t)s_num(r, "job");
+    if (pl_msg_job_state_decode(r, &js)) {
+        json_decref(r);
+        return s_die("bad answer to SUBMIT: %s", pl_error_msg());
+    }
     if (c->json && !wait)
         s_print_json(r);
     else
-        fprintf(wait ? stderr : stdout, "job %lld submitted\n", (long long)id);
+        fprintf(wait ? stderr : stdout, "job %u submitted\n", js.job);
     json_decref(r);
-    return wait ? s_wait(c, id) : 0;
+    return wait ? s_wait(c, js.job) : 0;
 }
 
 /* A plan reply {"plan", "note", "busy"} as a table, or as it is with -o json. */
@@ -314,43 +309,46 @@ static int s_show_plan(const s_ctl_t *c, json_t *r)
 }
 
 /* Plan on a described cluster, here, without a coordinator. */
-static int s_plan_whatif(const s_ctl_t *c, json_t *body, const char *cluster_path)
+static int s_plan_whatif(const s_ctl_t *c, const pl_job_spec_t *spec, const char *cluster_path)
 {
     static pl_cfg_cluster_t cl;
     pl_sched_device_t *devs = NULL;
     pl_sched_link_t *links = NULL;
     pl_model_config_t cfg;
     pl_sched_model_t model;
-    pl_planner_t mode;
     pl_plan_t *plan = NULL;
     int n = 0, rc = 1;
-    const char *model_dir = s_str(body, "model");
     pl_plan_input_t in = {.model = &model};
 
-    if (pl_cfg_cluster_load(cluster_path, &cl) || pl_planning_whatif(&cl, &devs, &n, &links)) {
+    if (pl_cfg_cluster_load(cluster_path, &cl) || pl_sched_whatif(&cl, &devs, &n, &links)) {
         rc = s_die("%s", pl_error_msg());
         goto out;
     }
     bool any_cpu = false;
     for (int i = 0; i < n; i++)
         any_cpu |= !strcmp(devs[i].backend, "cpu");
-    if (pl_model_config_load(model_dir, &cfg) ||
-        pl_planning_model(model_dir, &cfg, any_cpu, &model) ||
-        pl_planning_shape(json_object_get(body, "gen"), &cfg, &in.job) ||
-        pl_planner_parse(s_str(body, "planner"), &mode)) {
+    pl_gen_job_t g; /* the coordinator's checks: token ids in the vocabulary, positions */
+    if (pl_model_config_load(spec->model, &cfg) ||
+        pl_gen_job_from_spec(spec, spec->microbatches, &cfg, &g)) {
+        rc = s_die("%s", pl_error_msg());
+        goto out;
+    }
+    pl_gen_job_clear(&g);
+    if (pl_sched_model_from_config(&cfg, any_cpu, &model) ||
+        pl_sched_job_from_spec(spec, &cfg, &in.job)) {
         rc = s_die("%s", pl_error_msg());
         goto out;
     }
     in.devices = devs;
     in.n_devices = n;
     in.links = links;
-    if (pl_planning_run(&in, NULL, mode, (int)s_num(body, "stages"), &plan)) {
+    if (pl_sched_plan_mode(&in, NULL, spec->planner, spec->stages, &plan)) {
         rc = s_die("no feasible plan: %s", pl_error_msg());
         goto out;
     }
     char note[256] = "";
-    pl_planning_waves_note(plan, note, sizeof(note));
-    json_t *pj = pl_planning_json(plan, &in, mode);
+    pl_sched_waves_note(plan, note, sizeof(note));
+    json_t *pj = pl_plan_to_json_full(plan, &in, spec->planner);
     json_t *r = pj ? json_pack("{s:o, s:s, s:[]}", "plan", pj, "note", note, "busy") : NULL;
     if (!r) {
         rc = s_die("%s", "out of memory");
@@ -362,21 +360,26 @@ out:
     pl_plan_destroy(&plan);
     free(devs);
     free(links);
-    json_decref(body);
     return rc;
 }
 
 static int s_plan(s_ctl_t *c, const char *path, int stages, const char *cluster)
 {
-    json_t *body, *r;
-    if (s_job_body(path, stages, &body))
-        return 1;
-    if (cluster)
-        return s_plan_whatif(c, body, cluster);
-    if (s_call(c, PL_MSG_PLAN, body, &r))
-        return 1;
-    int rc = s_show_plan(c, r);
-    json_decref(r);
+    pl_msg_t *m = malloc(sizeof(*m));
+    json_t *r;
+    int rc;
+    if (!m)
+        return s_die("%s", "out of memory");
+    if (s_job_msg(path, stages, PL_MSG_PLAN, m))
+        rc = 1;
+    else if (cluster)
+        rc = s_plan_whatif(c, &m->submit, cluster);
+    else if (!(rc = s_call(c, m, &r))) {
+        rc = s_show_plan(c, r);
+        json_decref(r);
+    }
+    pl_msg_clear(m);
+    free(m);
     return rc;
 }
 
@@ -411,7 +414,9 @@ static int s_nodes(s_ctl_t *c)
 {
     json_t *r, *n;
     size_t i;
-    if (s_call(c, PL_MSG_NODES, json_object(), &r))
+    pl_msg_t q;
+    pl_msg_init(&q, PL_MSG_NODES);
+    if (s_call(c, &q, &r))
         return 1;
     if (c->json) {
         s_print_json(r);
@@ -437,7 +442,12 @@ static int s_health(s_ctl_t *c, const char *node)
 {
     json_t *r, *d;
     size_t i;
-    if (s_call(c, PL_MSG_HEALTH, json_pack("{s:s}", "node", node), &r))
+    pl_msg_t q;
+    pl_msg_init(&q, PL_MSG_HEALTH);
+    if (strlen(node) > PL_CFG_NAME_MAX)
+        return s_die("no node '%s'", node);
+    snprintf(q.health.node, sizeof(q.health.node), "%s", node);
+    if (s_call(c, &q, &r))
         return 1;
     if (c->json) {
         s_print_json(r);
@@ -536,12 +546,11 @@ int main(int argc, char **argv)
     }
     const char *cmd = argv[optind], *arg = optind + 1 < argc ? argv[optind + 1] : NULL;
     int nargs = argc - optind - 1;
-    c.zctx = zmq_ctx_new();
-    c.sock = zmq_socket(c.zctx, ZMQ_DEALER);
-    pl_ctl_socket_setup(c.sock);
-    if (key && *key && pl_ctl_curve_client(c.sock, key)) {
+    if (pl_tx_ctx_new(&c.ctx) || pl_tx_sock_new(c.ctx, PL_TX_DEALER, &c.sock)) {
         rc = s_die("%s", pl_error_msg());
-    } else if (zmq_connect(c.sock, c.endpoint) != 0) {
+    } else if (key && *key && pl_tx_sock_curve_client(c.sock, key)) {
+        rc = s_die("%s", pl_error_msg());
+    } else if (pl_tx_sock_connect(c.sock, c.endpoint)) {
         rc = s_die("bad coordinator endpoint '%s'", c.endpoint);
     } else if (!strcmp(cmd, "submit") && nargs == 1) {
         rc = s_submit(&c, arg, wait, stages);
@@ -556,9 +565,13 @@ int main(int argc, char **argv)
             rc = s_results(&c, id);
         else {
             json_t *r;
-            rc = s_call(&c, PL_MSG_KILL, json_pack("{s:I}", "job", (json_int_t)id), &r);
+            pl_msg_job_state_t js;
+            rc = s_call_job(&c, PL_MSG_KILL, id, &r);
             if (!rc) {
-                printf("job %lld %s\n", (long long)id, s_str(r, "state"));
+                if (pl_msg_job_state_decode(r, &js))
+                    rc = s_die("bad answer to KILL: %s", pl_error_msg());
+                else
+                    printf("job %u %s\n", js.job, js.state);
                 json_decref(r);
             }
         }
@@ -572,7 +585,9 @@ int main(int argc, char **argv)
         rc = s_health(&c, arg);
     } else if (!strcmp(cmd, "shutdown") && nargs == 0) {
         json_t *r;
-        rc = s_call(&c, PL_MSG_SHUTDOWN, json_object(), &r);
+        pl_msg_t q;
+        pl_msg_init(&q, PL_MSG_SHUTDOWN);
+        rc = s_call(&c, &q, &r);
         if (!rc)
             json_decref(r);
     } else {
@@ -580,7 +595,7 @@ int main(int argc, char **argv)
         s_usage(stderr);
         rc = 2;
     }
-    zmq_close(c.sock);
-    zmq_ctx_term(c.zctx);
+    pl_tx_sock_destroy(&c.sock);
+    pl_tx_ctx_destroy(&c.ctx);
     return rc;
 }

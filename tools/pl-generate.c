@@ -1,6 +1,5 @@
 /* pl-generate: run a job file in this one process (no daemons, no network), optionally split
  * into stages run back to back. The reference the pipeline is compared with. */
-#include "backends/backend.h"
 #include "common/config.h"
 #include "common/util.h"
 #include "pipeline/gen.h"
@@ -26,10 +25,8 @@ int main(int argc, char **argv)
                                          {NULL, 0, NULL, 0}};
     static pl_cfg_job_t job;
     int counts[64], n_counts = 0, threads = 0, mb = -1, o;
-    char *text = NULL;
-    size_t len;
-    json_t *prompts, *results = NULL;
-    void *dev = NULL;
+    static pl_job_spec_t spec;
+    json_t *results = NULL;
     pl_gen_local_stats_t stats;
 
     while ((o = getopt_long(argc, argv, "s:t:m:h", opts, NULL)) != -1) {
@@ -52,32 +49,14 @@ int main(int argc, char **argv)
     }
     if (optind + 1 != argc)
         return s_die("usage: pl-generate [--split N,N,...] [--threads N] JOB.yaml");
-    if (pl_cfg_job_load(argv[optind], &job) ||
-        pl_file_read(job.prompts, 64u << 20, &text, &len) ||
-        pl_gen_prompts_parse(text, len, job.prompts, &prompts)) {
-        free(text);
+    if (pl_cfg_job_load(argv[optind], &job) || pl_gen_spec_from_file(&job, &spec))
         return s_die(pl_error_msg());
-    }
-    free(text);
-    char seed[24];
-    snprintf(seed, sizeof(seed), "%llu", (unsigned long long)job.seed);
     int stages = n_counts ? n_counts : 1;
     int want_mb = mb >= 0 ? mb : job.microbatches;
-    json_t *gen = json_pack("{s:o, s:i, s:b, s:i, s:i, s:s, s:{s:f, s:i, s:f, s:s}}",
-                            "prompts", prompts, "max_new_tokens", job.max_new_tokens,
-                            "stop_at_eos", job.stop_at_eos, "microbatches", PL_MAX(want_mb, stages),
-                            "prefill_chunk", job.prefill_chunk, "wire_dtype", job.wire_dtype,
-                            "sampling", "temperature",
-                            (double)job.temperature, "top_k", job.top_k, "top_p",
-                            (double)job.top_p, "seed", seed);
-    const pl_be_ops_t *ops = pl_be_cpu_ops();
-    if (ops->open(0, threads, &dev)) {
-        json_decref(gen);
-        return s_die(pl_error_msg());
-    }
-    pl_status_t st = pl_gen_local_run(job.model, gen, ops, dev, n_counts ? counts : NULL,
-                                      stages, &results, &stats);
-    json_decref(gen);
+    spec.microbatches = PL_MAX(want_mb, stages);
+    pl_status_t st = pl_gen_local_run_on(spec.model, &spec, "cpu", threads,
+                                         n_counts ? counts : NULL, stages, &results, &stats);
+    pl_job_spec_clear(&spec);
     if (!st) {
         size_t i;
         json_t *r;
@@ -96,6 +75,5 @@ int main(int argc, char **argv)
                 decode_s > 0 ? (stats.generated - json_array_size(results)) / decode_s : 0);
         json_decref(results);
     }
-    ops->close(dev);
     return st ? s_die(pl_error_msg()) : 0;
 }

@@ -19,7 +19,7 @@ static const char *const s_names[PL_MSG_COUNT_] = {
     [PL_MSG_HELLO] = "HELLO",         [PL_MSG_WELCOME] = "WELCOME",
     [PL_MSG_HEARTBEAT] = "HEARTBEAT", [PL_MSG_ASSIGN] = "ASSIGN",
     [PL_MSG_READY] = "READY",         [PL_MSG_START] = "START",
-    [PL_MSG_RESULT] = "RESULT",       [PL_MSG_DONE] = "DONE",
+    [PL_MSG_DONE] = "DONE",
     [PL_MSG_FAIL] = "FAIL",           [PL_MSG_CANCEL] = "CANCEL",
     [PL_MSG_SUBMIT] = "SUBMIT",       [PL_MSG_STATUS] = "STATUS",
     [PL_MSG_RESULTS] = "RESULTS",     [PL_MSG_KILL] = "KILL",

@@ -1,7 +1,7 @@
-/* The ZeroMQ control plane: each message is multipart [identity (ROUTER side)][type][JSON body].
- * The type is an ASCII name; the body is a JSON object of at most PL_CTL_MAX_BODY bytes.
- * Receiving validates framing, size, type and that the body is an object; the per-type fields
- * are validated by whoever handles the message, with the json getters. */
+/* The ZeroMQ control plane's framing: each message is multipart [identity (ROUTER side)][type]
+ * [JSON body]. The type is an ASCII name; the body is a JSON object of at most PL_CTL_MAX_BODY
+ * bytes. Receiving validates framing, size, type and that the body is an object; the per-type
+ * fields are msg.h's typed codecs, and processes use sock.h rather than these socket calls. */
 #ifndef PL_TRANSPORT_CTL_H
 #define PL_TRANSPORT_CTL_H
 
@@ -11,7 +11,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#define PL_PROTO_VERSION 1
+#define PL_PROTO_VERSION 2 /* 2: typed messages (ERROR codes, ASSIGN's spec) */
 #define PL_CTL_MAX_BODY (8u << 20)
 #define PL_CTL_MAX_IDENTITY 255
 
@@ -19,11 +19,10 @@ typedef enum {
     PL_MSG_HELLO = 1,  /* daemon -> coord: register node and devices */
     PL_MSG_WELCOME,    /* coord -> daemon */
     PL_MSG_HEARTBEAT,  /* daemon -> coord */
-    PL_MSG_ASSIGN,     /* coord -> daemon: load a stage */
+    PL_MSG_ASSIGN,     /* coord -> daemon: load a stage (the job spec and the plan's decisions) */
     PL_MSG_READY,      /* daemon -> coord: stage loaded, here is its UCX address */
-    PL_MSG_START,      /* coord -> daemon: peers' addresses, prompts; run */
-    PL_MSG_RESULT,     /* daemon -> coord: finished sequences of a job */
-    PL_MSG_DONE,       /* daemon -> coord: stage finished with statistics */
+    PL_MSG_START,      /* coord -> daemon: the neighbours' UCX addresses; run */
+    PL_MSG_DONE,       /* daemon -> coord: stage finished with statistics (last stage: results) */
     PL_MSG_FAIL,       /* daemon -> coord: stage failed */
     PL_MSG_CANCEL,     /* coord -> daemon: stop and release a job's stage */
     PL_MSG_SUBMIT,     /* pipectl -> coord */
@@ -33,7 +32,7 @@ typedef enum {
     PL_MSG_NODES,      /* pipectl -> coord */
     PL_MSG_HEALTH,     /* pipectl -> coord */
     PL_MSG_REPLY,      /* coord -> pipectl: success */
-    PL_MSG_ERROR,      /* coord -> pipectl / daemon: failure, body {"error": "..."} */
+    PL_MSG_ERROR,      /* coord -> pipectl / daemon: failure, {"code": status, "error": "..."} */
     PL_MSG_SHUTDOWN,   /* pipectl -> coord, coord -> daemons: stop the cluster */
     PL_MSG_PLAN,       /* pipectl -> coord: plan a job on the live cluster without submitting */
     PL_MSG_COUNT_

@@ -1,5 +1,6 @@
 /* The CPU executor: loads a stage's layer range as f32, keeps its KV cache, runs microbatches
  * through the kernels of cpu_ops.c. Also the CPU backend's function table. */
+#include "backends/backend_impl.h"
 #include "backends/cpu/cpu_dev.h"
 #include "backends/cpu/cpu_ops.h"
 

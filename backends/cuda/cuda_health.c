@@ -215,8 +215,7 @@ static void s_nvml_fields(int rt, json_t *o)
 
 /* Health of CUDA device `index` (as probe numbers them) as a new JSON object: runtime facts
  * plus NVML readings when NVML loads ("nvml": false and the reason otherwise). */
-__attribute__((visibility("default"))) pl_status_t pl_be_cuda_health(int index, json_t **out);
-__attribute__((visibility("default"))) pl_status_t pl_be_cuda_health(int index, json_t **out)
+pl_status_t pl_gpu_health(int index, json_t **out)
 {
     json_t *o = NULL;
     int rt = -1;

@@ -4,7 +4,7 @@
 #ifndef PL_BACKENDS_GPU_GPU_INTERNAL_H
 #define PL_BACKENDS_GPU_GPU_INTERNAL_H
 
-#include "backends/backend.h"
+#include "backends/backend_impl.h"
 #include "backends/gpu/gpu_kernels.h"
 #include "backends/gpu/gpu_plan.h"
 
@@ -57,6 +57,9 @@ pl_status_t pl_gpu_smi_memory(int index, uint64_t *free_p, uint64_t *total_p);
 /* Runtime-level health of backend device `index` (name, PCI bus id, capability, memory,
  * versions) as a new JSON object; *rt_p gets the runtime index. */
 pl_status_t pl_gpu_health_base(int index, json_t **out_p, int *rt_p);
+/* The whole health of backend device `index` (the table's health slot): the runtime's part and
+ * the management library's. Implemented per vendor. */
+pl_status_t pl_gpu_health(int index, json_t **out_p);
 
 /* ---- stages ---- */
 typedef struct {
@@ -108,8 +111,8 @@ pl_status_t pl_gpu_stage_forward(void *stage, const pl_be_batch_t *batch, const 
 /* Drop every captured graph (after a failure, or at unload). */
 void pl_gpu_graphs_clear(pl_gpu_stage_t *st);
 
-/* The table of this build (statically linked users such as the parity test call it directly;
- * the plugin entry point wraps it to carry error messages across the library boundary). */
+/* The table of this build: the plugin's entry point returns it; statically linked users such as
+ * the parity test call it directly. */
 const pl_be_ops_t *pl_gpu_ops(void);
 
 /* Environment switches, read when a stage loads: PL_GPU_GEMM=builtin|vendor,

@@ -1,5 +1,5 @@
-/* The GPU backend's table of functions, as statically linked programs (the parity test, the
- * benchmark) use it; the plugin's exported table in gpu_plugin.c wraps these. */
+/* The GPU backend's table of functions: what the plugin exports (gpu_plugin.c) and what
+ * statically linked programs (the parity test, the benchmark) call. */
 #include "backends/gpu/gpu_internal.h"
 
 static const pl_be_ops_t s_ops = {
@@ -13,6 +13,7 @@ static const pl_be_ops_t s_ops = {
     .stage_forward = pl_gpu_stage_forward,
     .stage_free_seq = pl_gpu_stage_free_seq,
     .stage_unload = pl_gpu_stage_unload,
+    .health = pl_gpu_health,
 };
 
 const pl_be_ops_t *pl_gpu_ops(void)

@@ -11,8 +11,7 @@ pl_status_t pl_gpu_smi_memory(int index, uint64_t *free_p, uint64_t *total_p)
 }
 
 /* Health of HIP device `index` (as probe numbers them) as a new JSON object. */
-__attribute__((visibility("default"))) pl_status_t pl_be_hip_health(int index, json_t **out);
-__attribute__((visibility("default"))) pl_status_t pl_be_hip_health(int index, json_t **out)
+pl_status_t pl_gpu_health(int index, json_t **out)
 {
     json_t *o = NULL;
     int rt = -1;

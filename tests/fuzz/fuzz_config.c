@@ -64,7 +64,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     static pl_cfg_job_t j;
     st = pl_cfg_job_parse(text, size, "f", "/base", &j);
     if (st == PL_OK) {
-        if (j.max_new_tokens < 1 || j.max_new_tokens > 65536 || !(j.top_p > 0 && j.top_p <= 1) ||
+        if (j.gen.max_new_tokens < 1 || j.gen.max_new_tokens > 65536 ||
+            j.gen.min_new_tokens < 0 || j.gen.min_new_tokens > 65536 ||
+            !(j.gen.top_p > 0 && j.gen.top_p <= 1) ||
             j.n_nodes < 0 || j.n_nodes > PL_CFG_MAX_NODES || j.model[0] != '/')
             abort();
         s_check_str(j.model, sizeof(j.model));

@@ -1,21 +1,53 @@
-/* libFuzzer harness for control-message validation (the socket-free half of pl_ctl_recv): no
- * input may crash it, and an accepted body must survive a compact re-serialization. Not part of
- * the CMake build:
- *   clang -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -I. \
- *       tests/fuzz/fuzz_ctl.c transport/ctl.c common/status.c -ljansson -lzmq -o /tmp/fuzz_ctl
+/* libFuzzer harness for control messages off the wire: the framing (pl_ctl_decode) and every
+ * typed decoder behind it (pl_msg_decode_wire). No input may crash either; an accepted body
+ * must survive a compact re-serialization, and an accepted typed message must encode, and
+ * decode again from its own encoding to the same encoding. Not part of the CMake build:
+ *   clang -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -I. tests/fuzz/fuzz_ctl.c \
+ *       transport/ctl.c transport/msg*.c common/status.c common/json.c common/job_spec.c \
+ *       -ljansson -lzmq -o /tmp/fuzz_ctl
  *   /tmp/fuzz_ctl -max_total_time=60 -max_len=65536 /tmp/fuzz_ctl_corpus
- * Input: one byte n, then n bytes of type name (n taken modulo 48), then the body. */
+ * Input: one byte n, then n bytes of type name (n taken modulo 48; 0..20 pick a real type's
+ * name so the typed decoders are reached), then the body. */
 #include "transport/ctl.h"
+#include "transport/msg.h"
 
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+static void s_typed(const char *type, size_t type_len, const char *body, size_t body_len)
+{
+    pl_msg_t m, again;
+    json_t *enc, *enc2;
+    memset(&m, 0x5a, sizeof(m));
+    if (pl_msg_decode_wire(type, type_len, body, body_len, &m) != PL_OK) {
+        if (((unsigned char *)&m)[0] != 0x5a)
+            abort(); /* output must be untouched on error */
+        return;
+    }
+    if (pl_msg_encode(&m, &enc) != PL_OK)
+        abort();
+    char *text = json_dumps(enc, JSON_COMPACT | JSON_SORT_KEYS);
+    if (!text || pl_msg_decode_wire(type, type_len, text, strlen(text), &again) != PL_OK)
+        abort();
+    if (pl_msg_encode(&again, &enc2) != PL_OK)
+        abort();
+    char *text2 = json_dumps(enc2, JSON_COMPACT | JSON_SORT_KEYS);
+    if (!text2 || strcmp(text, text2) != 0)
+        abort();
+    free(text);
+    free(text2);
+    json_decref(enc);
+    json_decref(enc2);
+    pl_msg_clear(&again);
+    pl_msg_clear(&m);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     pl_ctl_msg_t msg = {0}, again = {0};
     char shown[4 * 64 + 1];
-    size_t type_len;
+    size_t type_len, body_len;
     char *type, *body, *text;
 
     if (size < 1)
@@ -23,14 +55,25 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     type_len = data[0] % 48;
     if (type_len > size - 1)
         type_len = size - 1;
+    body_len = size - 1 - type_len;
     /* Exact-size heap copies of both parts, so any read past either end is caught. */
-    type = malloc(type_len ? type_len : 1);
-    body = malloc(size - 1 - type_len ? size - 1 - type_len : 1);
-    memcpy(type, data + 1, type_len);
-    memcpy(body, data + 1 + type_len, size - 1 - type_len);
+    if (data[0] % 48 < PL_MSG_COUNT_ - 1) { /* a real type's name, the input is all body */
+        const char *name = pl_msg_name((pl_msg_type_t)(data[0] % 48 + 1));
+        type_len = strlen(name);
+        type = malloc(type_len);
+        memcpy(type, name, type_len);
+        body_len = size - 1;
+        body = malloc(body_len ? body_len : 1);
+        memcpy(body, data + 1, body_len);
+    } else {
+        type = malloc(type_len ? type_len : 1);
+        body = malloc(body_len ? body_len : 1);
+        memcpy(type, data + 1, type_len);
+        memcpy(body, data + 1 + type_len, body_len);
+    }
 
     pl_ctl_escape(type, type_len, shown, sizeof(shown));
-    if (pl_ctl_decode(type, type_len, body, size - 1 - type_len, &msg) == PL_OK) {
+    if (pl_ctl_decode(type, type_len, body, body_len, &msg) == PL_OK) {
         if (msg.type <= 0 || msg.type >= PL_MSG_COUNT_ || !json_is_object(msg.body))
             abort();
         if (strlen(pl_msg_name(msg.type)) != type_len ||
@@ -45,6 +88,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         free(text);
         pl_ctl_msg_clear(&again);
         pl_ctl_msg_clear(&msg);
+        s_typed(type, type_len, body, body_len);
     } else if (msg.body) {
         abort(); /* output must be untouched on error */
     }

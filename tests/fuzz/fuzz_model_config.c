@@ -16,7 +16,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (c.hidden < 1 || c.hidden > 65536 || c.n_layers < 1 || c.n_layers > 1024 ||
         c.vocab < 1 || c.vocab > (1 << 22) || c.intermediate < 1 || c.n_heads < 1 ||
         c.n_kv_heads < 1 || c.n_heads % c.n_kv_heads != 0 || c.head_dim < 2 ||
-        c.head_dim % 2 != 0 || c.max_pos < 1 || !(c.rms_eps > 0) || !(c.rope_theta > 0))
+        c.head_dim % 2 != 0 || c.max_pos < 1 || !(c.rms_eps > 0) || !(c.rope_theta > 0) ||
+        (c.dtype != PL_DT_F32 && c.dtype != PL_DT_F16 && c.dtype != PL_DT_BF16))
         abort();
     if (c.n_eos < 0 || c.n_eos > PL_MODEL_MAX_EOS || c.bos_id < -1 || c.bos_id >= c.vocab)
         abort();

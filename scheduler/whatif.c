@@ -1,6 +1,6 @@
 /* Described ("what-if") clusters: the devices and links of a cluster file's nodes[].devices and
  * links, for planning before anything is bought or started. */
-#include "daemon/planning.h"
+#include "scheduler/whatif.h"
 
 #include "common/util.h"
 #include "scheduler/catalog.h"
@@ -47,7 +47,7 @@ static pl_status_t s_device(const pl_cfg_node_entry_t *nd, int k, const pl_cfg_d
     return PL_OK;
 }
 
-pl_status_t pl_planning_whatif(const pl_cfg_cluster_t *cl, pl_sched_device_t **devs_p, int *n_p,
+pl_status_t pl_sched_whatif(const pl_cfg_cluster_t *cl, pl_sched_device_t **devs_p, int *n_p,
                                pl_sched_link_t **links_p)
 {
     int n = 0, node_of[PL_SCHED_MAX_DEVICES];

@@ -1,0 +1,24 @@
+/* The planner's inputs from what the system already parsed: the model's shape and element sizes
+ * from its config (model/), the job's shape from the typed job spec (common/job_spec.h). */
+#ifndef PL_SCHEDULER_INPUTS_H
+#define PL_SCHEDULER_INPUTS_H
+
+#include "common/job_spec.h"
+#include "model/model.h"
+#include "scheduler/plan.h"
+
+#include <stdbool.h>
+
+/* The planner's model: shape from the config; weight and KV element sizes 4 when any CPU device
+ * is among the candidates (the CPU backend holds both as f32 whatever the file's dtype), else
+ * the size of the config's dtype (torch_dtype). */
+pl_status_t pl_sched_model_from_config(const pl_model_config_t *cfg, bool any_cpu,
+                                       pl_sched_model_t *m);
+
+/* The job shape of a spec: sequences, average and longest prompt, max_new_tokens, the requested
+ * microbatches, and ctx = the longest prompt + max_new_tokens. Checked against the model's
+ * positions; PL_ERR_INVALID / PL_ERR_RANGE naming the prompt or field. */
+pl_status_t pl_sched_job_from_spec(const pl_job_spec_t *spec, const pl_model_config_t *cfg,
+                                   pl_sched_job_t *job);
+
+#endif

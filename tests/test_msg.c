@@ -1,0 +1,348 @@
+/* The node and query messages (HELLO, WELCOME, HEARTBEAT, ERROR, STATUS/RESULTS/KILL, HEALTH,
+ * NODES, SHUTDOWN, REPLY and the typed replies) round trip field by field, refuse bad bodies
+ * naming the field; and the socket wrapper carries typed messages both ways, naming the sender
+ * and the type of a message that breaks the protocol. */
+#include "transport/sock.h"
+
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zmq.h>
+
+static void s_round_trip(const pl_msg_t *m, pl_msg_t *out)
+{
+    json_t *body;
+    cr_assert_eq(pl_msg_encode(m, &body), PL_OK, "%s", pl_error_msg());
+    char *text = json_dumps(body, JSON_COMPACT);
+    const char *name = pl_msg_name(m->type);
+    cr_assert_eq(pl_msg_decode_wire(name, strlen(name), text, strlen(text), out), PL_OK, "%s: %s",
+                 text, pl_error_msg());
+    cr_assert_eq(out->type, m->type);
+    free(text);
+    json_decref(body);
+}
+
+static void s_refused(pl_msg_type_t type, const char *json, const char *needle)
+{
+    pl_msg_t out;
+    memset(&out, 0x5a, sizeof(out));
+    cr_assert_eq(
+        pl_msg_decode_wire(pl_msg_name(type), strlen(pl_msg_name(type)), json, strlen(json), &out),
+        PL_ERR_PROTOCOL, "%s accepted: %s", pl_msg_name(type), json);
+    cr_assert(strstr(pl_error_msg(), needle), "'%s' not in '%s'", needle, pl_error_msg());
+    unsigned char *p = (unsigned char *)&out;
+    for (size_t i = 0; i < sizeof(out); i++)
+        cr_assert_eq(p[i], 0x5a, "output written on error (byte %zu)", i);
+}
+
+static void s_heartbeat(pl_msg_heartbeat_t *h)
+{
+    memset(h, 0, sizeof(*h));
+    snprintf(h->node, sizeof(h->node), "node0");
+    h->n_stages = 2;
+    h->stages[0] = (pl_msg_progress_t){.job = 7, .stage = 2, .generated = 1234567890123};
+    h->stages[1] = (pl_msg_progress_t){.job = 8, .stage = 0, .generated = 0};
+    h->rss_kb = 5000;
+    h->load1 = 0.75;
+}
+
+static void s_heartbeat_eq(const pl_msg_heartbeat_t *a, const pl_msg_heartbeat_t *b)
+{
+    cr_assert_str_eq(a->node, b->node);
+    cr_assert_eq(a->n_stages, b->n_stages);
+    for (int i = 0; i < a->n_stages; i++) {
+        cr_assert_eq(a->stages[i].job, b->stages[i].job);
+        cr_assert_eq(a->stages[i].stage, b->stages[i].stage);
+        cr_assert_eq(a->stages[i].generated, b->stages[i].generated);
+    }
+    cr_assert_eq(a->rss_kb, b->rss_kb);
+    cr_assert_eq(a->load1, b->load1);
+}
+
+Test(msg, hello_round_trips_devices_and_health)
+{
+    pl_msg_t m, out;
+    pl_msg_init(&m, PL_MSG_HELLO);
+    pl_msg_hello_t *h = &m.hello;
+    h->proto = PL_PROTO_VERSION;
+    snprintf(h->node, sizeof(h->node), "node0");
+    snprintf(h->host, sizeof(h->host), "box.example");
+    h->pid = 4242;
+    h->n_devices = 2;
+    h->devices[0] = (pl_msg_device_t){.id = "cpu:0",
+                                      .backend = "cpu",
+                                      .name = "Xeon",
+                                      .isa = "avx2",
+                                      .cores = 16,
+                                      .mem_bytes = 1ull << 40,
+                                      .gflops = 123.5,
+                                      .mem_gbps = 45.25};
+    h->devices[1] = (pl_msg_device_t){.id = "cuda:1",
+                                      .backend = "cuda",
+                                      .name = "H200",
+                                      .cores = 132,
+                                      .mem_bytes = 141ull << 30,
+                                      .gflops = 9e5,
+                                      .mem_gbps = 4800};
+    h->n_unavailable = 1;
+    snprintf(h->unavailable[0].backend, 16, "hip");
+    snprintf(h->unavailable[0].why, 256, "libamdhip64.so: not found");
+    s_heartbeat(&h->health);
+    s_round_trip(&m, &out);
+    const pl_msg_hello_t *g = &out.hello;
+    cr_assert_eq(g->proto, PL_PROTO_VERSION);
+    cr_assert_str_eq(g->node, "node0");
+    cr_assert_str_eq(g->host, "box.example");
+    cr_assert_eq(g->pid, 4242);
+    cr_assert_eq(g->n_devices, 2);
+    for (int i = 0; i < 2; i++) {
+        cr_assert_str_eq(g->devices[i].id, h->devices[i].id);
+        cr_assert_str_eq(g->devices[i].backend, h->devices[i].backend);
+        cr_assert_str_eq(g->devices[i].name, h->devices[i].name);
+        cr_assert_str_eq(g->devices[i].isa, h->devices[i].isa);
+        cr_assert_eq(g->devices[i].cores, h->devices[i].cores);
+        cr_assert_eq(g->devices[i].mem_bytes, h->devices[i].mem_bytes);
+        cr_assert_eq(g->devices[i].gflops, h->devices[i].gflops);
+        cr_assert_eq(g->devices[i].mem_gbps, h->devices[i].mem_gbps);
+    }
+    cr_assert_eq(g->n_unavailable, 1);
+    cr_assert_str_eq(g->unavailable[0].why, "libamdhip64.so: not found");
+    s_heartbeat_eq(&h->health, &g->health);
+
+    s_refused(PL_MSG_HELLO, "{\"proto\": 1}", "node");
+    s_refused(PL_MSG_HELLO,
+              "{\"proto\": 2, \"node\": \"n\", \"host\": \"h\", \"devices\": "
+              "[{\"id\": \"cpu:0\", \"backend\": \"cpu\", \"name\": \"x\", "
+              "\"cores\": -1, \"mem_bytes\": 0, \"gflops\": 1, \"mem_gbps\": 1}]}",
+              "device 0: field 'cores'");
+    s_refused(PL_MSG_HELLO,
+              "{\"proto\": 2, \"node\": \"n\", \"host\": \"h\", \"devices\": "
+              "[1,2,3,4,5,6,7,8,9]}",
+              "devices");
+    s_refused(PL_MSG_HELLO, "{\"proto\": 2, \"node\": \"\", \"host\": \"h\", \"devices\": []}",
+              "node");
+}
+
+Test(msg, heartbeat_and_welcome)
+{
+    pl_msg_t m, out;
+    pl_msg_init(&m, PL_MSG_HEARTBEAT);
+    s_heartbeat(&m.heartbeat);
+    s_round_trip(&m, &out);
+    s_heartbeat_eq(&m.heartbeat, &out.heartbeat);
+    s_refused(PL_MSG_HEARTBEAT,
+              "{\"node\": \"n\", \"stages\": [{\"job\": 0, \"stage\": 0, "
+              "\"generated\": 0}], \"rss_kb\": 1, \"load1\": 0}",
+              "stages[0]: field 'job'");
+    s_refused(PL_MSG_HEARTBEAT, "{\"node\": \"n\", \"stages\": [], \"rss_kb\": 1}", "load1");
+
+    pl_msg_init(&m, PL_MSG_WELCOME);
+    m.welcome = (pl_msg_welcome_t){.heartbeat_ms = 500, .dead_after_ms = 3000};
+    s_round_trip(&m, &out);
+    cr_assert_eq(out.welcome.heartbeat_ms, 500);
+    cr_assert_eq(out.welcome.dead_after_ms, 3000);
+    s_refused(PL_MSG_WELCOME, "{\"heartbeat_ms\": 0, \"dead_after_ms\": 1}", "heartbeat_ms");
+}
+
+Test(msg, error_carries_the_code)
+{
+    pl_msg_t m, out;
+    json_t *body;
+    pl_msg_init(&m, PL_MSG_ERROR);
+    m.error.code = PL_ERR_NOT_FOUND;
+    snprintf(m.error.message, sizeof(m.error.message), "node 'n' is not registered");
+    cr_assert_eq(pl_msg_encode(&m, &body), PL_OK);
+    char *text = json_dumps(body, JSON_COMPACT | JSON_SORT_KEYS);
+    cr_assert_str_eq(text, "{\"code\":-4,\"error\":\"node 'n' is not registered\","
+                           "\"status\":\"not found\"}");
+    free(text);
+    json_decref(body);
+    s_round_trip(&m, &out);
+    cr_assert_eq(out.error.code, PL_ERR_NOT_FOUND);
+    cr_assert_str_eq(out.error.message, "node 'n' is not registered");
+    s_refused(PL_MSG_ERROR, "{\"error\": \"x\"}", "code");
+    s_refused(PL_MSG_ERROR, "{\"code\": 3, \"error\": \"x\"}", "code");
+    s_refused(PL_MSG_ERROR, "{\"code\": -1}", "error");
+}
+
+Test(msg, queries_and_replies)
+{
+    pl_msg_t m, out;
+    const pl_msg_type_t jobs[] = {PL_MSG_STATUS, PL_MSG_RESULTS, PL_MSG_KILL};
+    for (int i = 0; i < 3; i++) {
+        pl_msg_init(&m, jobs[i]);
+        m.job_ref.job = UINT32_MAX;
+        s_round_trip(&m, &out);
+        cr_assert_eq(out.job_ref.job, UINT32_MAX);
+        s_refused(jobs[i], "{\"job\": \"abc\"}", "job");
+        s_refused(jobs[i], "{\"job\": 0}", "job");
+    }
+    pl_msg_init(&m, PL_MSG_HEALTH);
+    snprintf(m.health.node, sizeof(m.health.node), "node2");
+    s_round_trip(&m, &out);
+    cr_assert_str_eq(out.health.node, "node2");
+    s_refused(PL_MSG_HEALTH, "{}", "node");
+    pl_msg_init(&m, PL_MSG_NODES);
+    s_round_trip(&m, &out);
+    pl_msg_init(&m, PL_MSG_SHUTDOWN);
+    s_round_trip(&m, &out);
+
+    pl_msg_init(&m, PL_MSG_REPLY);
+    m.reply.body = json_pack("{s:i, s:[s]}", "a", 1, "b", "x");
+    s_round_trip(&m, &out);
+    cr_assert(json_equal(out.reply.body, m.reply.body));
+    pl_msg_clear(&out);
+    cr_assert_null(out.reply.body);
+    pl_msg_clear(&m);
+
+    /* the typed replies */
+    pl_msg_job_state_t js = {.job = 5, .state = "queued"}, js2;
+    json_t *b;
+    cr_assert_eq(pl_msg_job_state_encode(&js, &b), PL_OK);
+    cr_assert_eq(pl_msg_job_state_decode(b, &js2), PL_OK);
+    cr_assert_eq(js2.job, 5);
+    cr_assert_str_eq(js2.state, "queued");
+    json_decref(b);
+
+    int32_t toks[] = {4, 2};
+    pl_msg_result_t res = {.seq = 0, .n_tokens = 2, .tokens = toks, .finish = PL_FINISH_EOS};
+    pl_msg_results_reply_t rr = {.job = 5,
+                                 .n_results = 1,
+                                 .results = &res,
+                                 .throughput = json_pack("{s:f}", "tok_s", 12.5)},
+                           rr2;
+    cr_assert_eq(pl_msg_results_reply_encode(&rr, &b), PL_OK);
+    cr_assert_str_eq(json_string_value(json_object_get(b, "state")), "done");
+    cr_assert_eq(pl_msg_results_reply_decode(b, &rr2), PL_OK, "%s", pl_error_msg());
+    cr_assert_eq(rr2.job, 5);
+    cr_assert_eq(rr2.n_results, 1);
+    cr_assert_arr_eq(rr2.results[0].tokens, toks, sizeof(toks));
+    cr_assert(json_equal(rr2.throughput, rr.throughput));
+    pl_msg_results_reply_clear(&rr2);
+    json_decref(rr.throughput);
+    json_decref(b);
+}
+
+Test(msg, every_type_has_a_codec)
+{
+    for (int t = 1; t < PL_MSG_COUNT_; t++) {
+        pl_msg_t m;
+        json_t *body;
+        pl_msg_init(&m, t);
+        if (t == PL_MSG_REPLY)
+            m.reply.body = json_object();
+        cr_assert_eq(pl_msg_encode(&m, &body), PL_OK, "%s: %s", pl_msg_name(t), pl_error_msg());
+        cr_assert(json_is_object(body));
+        json_decref(body);
+        pl_msg_clear(&m);
+    }
+    pl_msg_t m = {.type = PL_MSG_COUNT_};
+    json_t *body;
+    cr_assert_eq(pl_msg_encode(&m, &body), PL_ERR_INVALID);
+}
+
+/* ROUTER on inproc, DEALER "node1" connected. */
+typedef struct {
+    pl_tx_ctx_t *ctx;
+    pl_tx_sock_t *router, *dealer;
+} s_pair_t;
+
+static s_pair_t s_pair(void)
+{
+    s_pair_t p;
+    cr_assert_eq(pl_tx_ctx_new(&p.ctx), PL_OK);
+    cr_assert_eq(pl_tx_sock_new(p.ctx, PL_TX_ROUTER, &p.router), PL_OK);
+    cr_assert_eq(pl_tx_sock_new(p.ctx, PL_TX_DEALER, &p.dealer), PL_OK);
+    cr_assert_eq(pl_tx_sock_identity(p.dealer, "node1"), PL_OK);
+    cr_assert_eq(pl_tx_sock_bind(p.router, "inproc://msg-test"), PL_OK, "%s", pl_error_msg());
+    cr_assert_eq(pl_tx_sock_connect(p.dealer, "inproc://msg-test"), PL_OK);
+    return p;
+}
+
+static void s_unpair(s_pair_t *p)
+{
+    pl_tx_sock_destroy(&p->dealer);
+    pl_tx_sock_destroy(&p->router);
+    pl_tx_sock_destroy(&p->router); /* twice is harmless */
+    pl_tx_ctx_destroy(&p->ctx);
+    cr_assert_null(p->ctx);
+}
+
+Test(msg, sockets_carry_typed_messages_both_ways)
+{
+    s_pair_t p = s_pair();
+    pl_msg_t m, out;
+    pl_tx_peer_t from;
+    pl_msg_type_t type;
+    bool ready[2];
+    pl_tx_sock_t *socks[2] = {p.router, p.dealer};
+    cr_assert_eq(pl_tx_recv(p.router, 0, &from, &type, &out), PL_ERR_BUSY);
+    cr_assert_eq(pl_tx_poll(socks, 2, 0, ready), PL_OK);
+    cr_assert(!ready[0] && !ready[1]);
+
+    pl_msg_init(&m, PL_MSG_HEARTBEAT);
+    s_heartbeat(&m.heartbeat);
+    cr_assert_eq(pl_tx_send(p.dealer, NULL, &m), PL_OK, "%s", pl_error_msg());
+    cr_assert_eq(pl_tx_poll(socks, 2, 2000, ready), PL_OK);
+    cr_assert(ready[0] && !ready[1]);
+    cr_assert_eq(pl_tx_recv(p.router, 2000, &from, &type, &out), PL_OK, "%s", pl_error_msg());
+    cr_assert_eq(type, PL_MSG_HEARTBEAT);
+    cr_assert_eq(from.len, 5);
+    cr_assert_str_eq(from.id, "node1");
+    s_heartbeat_eq(&m.heartbeat, &out.heartbeat);
+
+    pl_msg_init(&m, PL_MSG_ERROR);
+    m.error.code = PL_ERR_NOT_FOUND;
+    snprintf(m.error.message, sizeof(m.error.message), "who?");
+    cr_assert_eq(pl_tx_send(p.router, &from, &m), PL_OK, "%s", pl_error_msg());
+    cr_assert_eq(pl_tx_recv(p.dealer, 2000, NULL, NULL, &out), PL_OK, "%s", pl_error_msg());
+    cr_assert_eq(out.type, PL_MSG_ERROR);
+    cr_assert_eq(out.error.code, PL_ERR_NOT_FOUND);
+
+    /* to a peer that is not there: an error, not a silent drop */
+    pl_tx_peer_t nobody = {.id = "ghost", .len = 5};
+    cr_assert_eq(pl_tx_send(p.router, &nobody, &m), PL_ERR_TRANSPORT);
+    s_unpair(&p);
+}
+
+Test(msg, a_bad_field_names_the_sender_and_the_type)
+{
+    /* a raw ZeroMQ peer (over ipc, another context) sends what no typed sender would */
+    char ep[96];
+    snprintf(ep, sizeof(ep), "ipc:///tmp/pl-msg-test-%d", (int)getpid());
+    pl_tx_ctx_t *ctx;
+    pl_tx_sock_t *router;
+    cr_assert_eq(pl_tx_ctx_new(&ctx), PL_OK);
+    cr_assert_eq(pl_tx_sock_new(ctx, PL_TX_ROUTER, &router), PL_OK);
+    cr_assert_eq(pl_tx_sock_bind(router, ep), PL_OK, "%s", pl_error_msg());
+    void *zctx = zmq_ctx_new(), *raw = zmq_socket(zctx, ZMQ_DEALER);
+    int zero = 0;
+    zmq_setsockopt(raw, ZMQ_LINGER, &zero, sizeof(zero));
+    zmq_setsockopt(raw, ZMQ_ROUTING_ID, "raw1", 4);
+    cr_assert_eq(zmq_connect(raw, ep), 0);
+    zmq_send(raw, "STATUS", 6, ZMQ_SNDMORE);
+    zmq_send(raw, "{\"job\": \"abc\"}", 14, 0);
+    zmq_send(raw, "HEALTH", 6, ZMQ_SNDMORE);
+    zmq_send(raw, "{\"node\": \"n1\"}", 14, 0);
+
+    pl_msg_t out;
+    pl_tx_peer_t from;
+    pl_msg_type_t type;
+    memset(&out, 0x5a, sizeof(out));
+    cr_assert_eq(pl_tx_recv(router, 2000, &from, &type, &out), PL_ERR_PROTOCOL);
+    cr_assert_eq(type, PL_MSG_STATUS);
+    cr_assert_str_eq(from.id, "raw1");
+    cr_assert(strstr(pl_error_msg(), "control message from 'raw1': STATUS: field 'job'"), "%s",
+              pl_error_msg());
+    cr_assert_eq(((unsigned char *)&out)[0], 0x5a, "output untouched");
+    /* the socket carries on with the next message */
+    cr_assert_eq(pl_tx_recv(router, 2000, &from, &type, &out), PL_OK, "%s", pl_error_msg());
+    cr_assert_eq(out.type, PL_MSG_HEALTH);
+    cr_assert_str_eq(out.health.node, "n1");
+    zmq_close(raw);
+    zmq_ctx_term(zctx);
+    pl_tx_sock_destroy(&router);
+    pl_tx_ctx_destroy(&ctx);
+    unlink(ep + 6);
+}

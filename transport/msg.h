@@ -1,0 +1,281 @@
+/* Typed control messages: one C struct per message type, one encode (struct -> JSON body) and one
+ * decode (JSON body -> struct, every field checked, errors naming the field) each. The framing
+ * ([type][JSON body]) is ctl.h's; the sockets that carry these are sock.h's. */
+#ifndef PL_TRANSPORT_MSG_H
+#define PL_TRANSPORT_MSG_H
+
+#include "common/job_spec.h"
+#include "common/status.h"
+#include "transport/ctl.h"
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#define PL_MSG_MAX_DEVICES 8      /* devices one node registers */
+#define PL_MSG_MAX_UNAVAILABLE 8  /* backends a node reports missing */
+#define PL_MSG_MAX_STAGES 64      /* stages of a job; progress entries of a heartbeat */
+#define PL_MSG_MAX_ADDR (1 << 16) /* a UCX worker address, base64 */
+#define PL_MSG_TEXT_MAX 4095      /* error messages */
+#define PL_MSG_MIN_CODE (-127)    /* status codes on the wire: [PL_MSG_MIN_CODE, -1] */
+
+/* HELLO: one device of the registering node, with its calibration. */
+typedef struct {
+    char id[32]; /* "cpu:0" */
+    char backend[16];
+    char name[128];
+    char isa[32];
+    int cores;
+    uint64_t mem_bytes;
+    double gflops, mem_gbps;
+} pl_msg_device_t;
+
+typedef struct {
+    char backend[16];
+    char why[256];
+} pl_msg_unavailable_t;
+
+/* HEARTBEAT: tokens the last stage of a running job has sampled so far. */
+typedef struct {
+    uint32_t job;
+    int stage;
+    int64_t generated;
+} pl_msg_progress_t;
+
+typedef struct {
+    char node[PL_CFG_NAME_MAX + 1];
+    int n_stages;
+    pl_msg_progress_t stages[PL_MSG_MAX_STAGES];
+    int64_t rss_kb;
+    double load1;
+} pl_msg_heartbeat_t;
+
+typedef struct {
+    int proto; /* PL_PROTO_VERSION */
+    char node[PL_CFG_NAME_MAX + 1];
+    char host[256];
+    int pid;
+    int n_devices;
+    pl_msg_device_t devices[PL_MSG_MAX_DEVICES];
+    int n_unavailable;
+    pl_msg_unavailable_t unavailable[PL_MSG_MAX_UNAVAILABLE];
+    pl_msg_heartbeat_t health;
+} pl_msg_hello_t;
+
+typedef struct {
+    int heartbeat_ms, dead_after_ms;
+} pl_msg_welcome_t;
+
+/* ASSIGN: what the coordinator decided for one stage, beside the job as the user asked it. */
+typedef struct {
+    uint32_t job;
+    int stage, n_stages;
+    char device[32];
+    int first, last;  /* layer range */
+    int max_ctx;      /* KV positions per sequence */
+    int max_tokens;   /* largest token count of one microbatch message */
+    int microbatches; /* the plan's microbatch count */
+    pl_job_spec_t spec;
+} pl_msg_assign_t;
+
+/* READY: the stage is loaded; its UCX worker address (NULL for a single-stage job). */
+typedef struct {
+    uint32_t job;
+    int stage;
+    char *ucx_addr; /* owned */
+} pl_msg_ready_t;
+
+/* START: where activations go (next) and whose link probe to answer (prev); NULL when alone. */
+typedef struct {
+    uint32_t job;
+    int stage;
+    char *next, *prev; /* owned */
+} pl_msg_start_t;
+
+/* The link a stage measured to the next one. */
+typedef struct {
+    int to_stage;
+    double gbps, latency_s, took_s;
+    char transport[64];
+} pl_msg_probe_t;
+
+/* A stage's data plane (transport/ucx.h credits): its inbox, the credits the next stage granted,
+ * the most sends it had in flight, and the memory bound those make. */
+typedef struct {
+    int inbox_slots;
+    int64_t inbox_bytes, send_credits, max_in_flight, bound_bytes;
+    bool progress_thread;
+} pl_msg_data_plane_t;
+
+/* A stage's statistics, in DONE (has_sink: the last stage, which samples). */
+typedef struct {
+    double wall_s, compute_s, wait_s;
+    int64_t messages, tokens;
+    bool has_sink;
+    int64_t generated;
+    double prefill_s;
+    double prefill_compute_s, decode_compute_s;
+    int64_t prefill_calls, decode_calls;
+    int64_t freed_seqs; /* KV slots freed because their sequence finished */
+    int64_t bytes_sent; /* data-plane bytes this stage sent */
+    char wire_dtype[8]; /* how its activations travelled ("f32", "bf16", "f16"); "" unknown */
+    char link[64]; /* transport to the next stage; "" when none */
+    bool has_data_plane;
+    pl_msg_data_plane_t data_plane;
+    bool has_probe;
+    pl_msg_probe_t probe;
+} pl_msg_stats_t;
+
+typedef enum { PL_FINISH_NONE = 0, PL_FINISH_EOS = 1, PL_FINISH_LENGTH = 2 } pl_finish_t;
+
+/* One finished sequence. */
+typedef struct {
+    int seq;
+    int n_tokens;
+    int32_t *tokens; /* owned */
+    pl_finish_t finish;
+} pl_msg_result_t;
+
+typedef struct {
+    uint32_t job;
+    int stage;
+    pl_msg_stats_t stats;
+    int n_results;            /* the last stage: one per sequence in prompt order; others 0 */
+    pl_msg_result_t *results; /* owned */
+} pl_msg_done_t;
+
+typedef struct {
+    uint32_t job;
+    int stage;
+    pl_status_t code;
+    char error[PL_MSG_TEXT_MAX + 1];
+} pl_msg_fail_t;
+
+/* CANCEL: stop (or release) a job's stage; stage -1 is every stage of the job on the node. */
+typedef struct {
+    uint32_t job;
+    int stage;
+} pl_msg_cancel_t;
+
+/* ERROR: callers branch on code (a negative pl_status_t), the message is for people. */
+typedef struct {
+    pl_status_t code;
+    char message[PL_MSG_TEXT_MAX + 1];
+} pl_msg_error_t;
+
+/* STATUS, RESULTS, KILL: which job. */
+typedef struct {
+    uint32_t job;
+} pl_msg_job_ref_t;
+
+/* HEALTH: which node. */
+typedef struct {
+    char node[PL_CFG_NAME_MAX + 1];
+} pl_msg_health_t;
+
+/* REPLY: the answer to a query. Which query it answers is the asker's knowledge, so the body is
+ * a JSON object here; pl_msg_reply_* below give the typed replies where a program reads them. */
+typedef struct {
+    json_t *body; /* owned */
+} pl_msg_reply_t;
+
+typedef struct {
+    pl_msg_type_t type;
+    union {
+        pl_msg_hello_t hello;
+        pl_msg_welcome_t welcome;
+        pl_msg_heartbeat_t heartbeat;
+        pl_msg_assign_t assign;
+        pl_msg_ready_t ready;
+        pl_msg_start_t start;
+        pl_msg_done_t done;
+        pl_msg_fail_t fail;
+        pl_msg_cancel_t cancel;
+        pl_job_spec_t submit;     /* SUBMIT and PLAN */
+        pl_msg_job_ref_t job_ref; /* STATUS, RESULTS, KILL */
+        pl_msg_health_t health;
+        pl_msg_reply_t reply;
+        pl_msg_error_t error;
+        /* NODES and SHUTDOWN carry nothing */
+    };
+} pl_msg_t;
+
+/* A message of `type` with every field zero (the spec of SUBMIT / PLAN / ASSIGN at its
+ * defaults), ready to fill. */
+void pl_msg_init(pl_msg_t *msg, pl_msg_type_t type);
+/* Free what the message owns and zero it; safe twice. */
+void pl_msg_clear(pl_msg_t *msg);
+
+/* The JSON body of msg (new reference in *body_p). Encoders trust our own values (decoders check
+ * what arrives); PL_ERR_INVALID when a body cannot be built (a NaN, no memory). */
+pl_status_t pl_msg_encode(const pl_msg_t *msg, json_t **body_p);
+/* The typed message of `type` from its JSON body; *msg is set only on success. Errors name the
+ * message and the field: "HELLO: field 'devices': ...". */
+pl_status_t pl_msg_decode(pl_msg_type_t type, const json_t *body, pl_msg_t *msg);
+/* Type part and body part off the wire (pl_ctl_decode, then pl_msg_decode). */
+pl_status_t pl_msg_decode_wire(const void *type, size_t type_len, const void *body, size_t body_len,
+                               pl_msg_t *msg);
+
+/* The codecs per type (msg_node.c, msg_job.c, msg_query.c). Decoders write *out only on
+ * success; encoders return a new object or an error. */
+pl_status_t pl_msg_hello_encode(const pl_msg_hello_t *m, json_t **body_p);
+pl_status_t pl_msg_hello_decode(const json_t *body, pl_msg_hello_t *out);
+pl_status_t pl_msg_welcome_encode(const pl_msg_welcome_t *m, json_t **body_p);
+pl_status_t pl_msg_welcome_decode(const json_t *body, pl_msg_welcome_t *out);
+pl_status_t pl_msg_heartbeat_encode(const pl_msg_heartbeat_t *m, json_t **body_p);
+pl_status_t pl_msg_heartbeat_decode(const json_t *body, pl_msg_heartbeat_t *out);
+pl_status_t pl_msg_error_encode(const pl_msg_error_t *m, json_t **body_p);
+pl_status_t pl_msg_error_decode(const json_t *body, pl_msg_error_t *out);
+
+/* The job spec's one JSON form: {"model", "gen": {"prompts", "max_new_tokens", ...,
+ * "sampling": {...}}, "microbatches"... }. Decode checks every field's type and range (token ids
+ * non-negative; the model's own limits are pipeline/gen.h's to check). */
+pl_status_t pl_job_spec_encode(const pl_job_spec_t *spec, json_t **body_p);
+pl_status_t pl_job_spec_decode(const json_t *body, pl_job_spec_t *out);
+
+pl_status_t pl_msg_assign_encode(const pl_msg_assign_t *m, json_t **body_p);
+pl_status_t pl_msg_assign_decode(const json_t *body, pl_msg_assign_t *out);
+pl_status_t pl_msg_ready_encode(const pl_msg_ready_t *m, json_t **body_p);
+pl_status_t pl_msg_ready_decode(const json_t *body, pl_msg_ready_t *out);
+pl_status_t pl_msg_start_encode(const pl_msg_start_t *m, json_t **body_p);
+pl_status_t pl_msg_start_decode(const json_t *body, pl_msg_start_t *out);
+pl_status_t pl_msg_stats_encode(const pl_msg_stats_t *m, json_t **body_p);
+pl_status_t pl_msg_stats_decode(const json_t *body, pl_msg_stats_t *out);
+/* Results as the array users see: [{"seq", "tokens", "finish": "eos"|"length"|"none"}]. */
+pl_status_t pl_msg_results_encode(const pl_msg_result_t *r, int n, json_t **arr_p);
+pl_status_t pl_msg_results_decode(const json_t *arr, pl_msg_result_t **r_p, int *n_p);
+void pl_msg_results_free(pl_msg_result_t *r, int n);
+pl_status_t pl_msg_done_encode(const pl_msg_done_t *m, json_t **body_p);
+pl_status_t pl_msg_done_decode(const json_t *body, pl_msg_done_t *out);
+pl_status_t pl_msg_fail_encode(const pl_msg_fail_t *m, json_t **body_p);
+pl_status_t pl_msg_fail_decode(const json_t *body, pl_msg_fail_t *out);
+pl_status_t pl_msg_cancel_encode(const pl_msg_cancel_t *m, json_t **body_p);
+pl_status_t pl_msg_cancel_decode(const json_t *body, pl_msg_cancel_t *out);
+
+pl_status_t pl_msg_job_ref_encode(const pl_msg_job_ref_t *m, json_t **body_p);
+pl_status_t pl_msg_job_ref_decode(const json_t *body, pl_msg_job_ref_t *out);
+pl_status_t pl_msg_health_encode(const pl_msg_health_t *m, json_t **body_p);
+pl_status_t pl_msg_health_decode(const json_t *body, pl_msg_health_t *out);
+
+/* Typed replies. SUBMIT and KILL are answered {"job", "state"}; RESULTS {"job", "state",
+ * "results", "throughput"}. STATUS, NODES, HEALTH and PLAN replies are tables for people and
+ * `-o json`, kept as JSON objects (the coordinator builds them, pipectl shows them). */
+typedef struct {
+    uint32_t job;
+    char state[16];
+} pl_msg_job_state_t;
+
+typedef struct {
+    uint32_t job;
+    int n_results;
+    pl_msg_result_t *results; /* owned; free with pl_msg_results_free */
+    json_t *throughput;       /* owned; shown as it is */
+} pl_msg_results_reply_t;
+
+pl_status_t pl_msg_job_state_encode(const pl_msg_job_state_t *m, json_t **body_p);
+pl_status_t pl_msg_job_state_decode(const json_t *body, pl_msg_job_state_t *out);
+pl_status_t pl_msg_results_reply_encode(const pl_msg_results_reply_t *m, json_t **body_p);
+pl_status_t pl_msg_results_reply_decode(const json_t *body, pl_msg_results_reply_t *out);
+void pl_msg_results_reply_clear(pl_msg_results_reply_t *m);
+
+#endif

@@ -1,0 +1,165 @@
+/* The messages of a node's life: HELLO (registration with devices and calibration), WELCOME,
+ * HEARTBEAT (health and job progress), and ERROR, the failure answer to any request. */
+#include "common/json.h"
+#include "transport/msg.h"
+#include "transport/msg_int.h"
+
+#include <stdio.h>
+#include <string.h>
+
+pl_status_t pl_msg_heartbeat_encode(const pl_msg_heartbeat_t *m, json_t **body_p)
+{
+    json_t *stages = json_array();
+    for (int i = 0; stages && i < m->n_stages; i++)
+        json_array_append_new(
+            stages, json_pack("{s:I, s:i, s:I}", "job", (json_int_t)m->stages[i].job, "stage",
+                              m->stages[i].stage, "generated", (json_int_t)m->stages[i].generated));
+    return pl_msg_int_done(json_pack("{s:s, s:o, s:I, s:f}", "node", m->node, "stages", stages,
+                                     "rss_kb", (json_int_t)m->rss_kb, "load1", m->load1),
+                           "HEARTBEAT", body_p);
+}
+
+pl_status_t pl_msg_heartbeat_decode(const json_t *body, pl_msg_heartbeat_t *out)
+{
+    pl_msg_heartbeat_t m = {0};
+    json_t *stages;
+    pl_status_t st;
+    if ((st = pl_msg_int_name(body, "node", m.node, PL_CFG_NAME_MAX)) ||
+        (st = pl_json_array(body, "stages", PL_MSG_MAX_STAGES, &stages)) ||
+        (st = pl_json_int(body, "rss_kb", 0, INT64_MAX, &m.rss_kb)) ||
+        (st = pl_json_num(body, "load1", 0, 1e9, &m.load1)))
+        return st;
+    for (size_t i = 0; i < json_array_size(stages); i++) {
+        const json_t *e = json_array_get(stages, i);
+        int64_t job, stage;
+        pl_msg_progress_t *p = &m.stages[m.n_stages++];
+        if ((st = pl_json_int(e, "job", 1, UINT32_MAX, &job)) ||
+            (st = pl_json_int(e, "stage", 0, PL_MSG_MAX_STAGES - 1, &stage)) ||
+            (st = pl_json_int(e, "generated", 0, INT64_MAX, &p->generated)))
+            return pl_error_prefix(st, "stages[%zu]: ", i);
+        p->job = (uint32_t)job;
+        p->stage = (int)stage;
+    }
+    *out = m;
+    return PL_OK;
+}
+
+pl_status_t pl_msg_hello_encode(const pl_msg_hello_t *m, json_t **body_p)
+{
+    json_t *devs = json_array(), *unav = json_array(), *health;
+    pl_status_t st;
+    for (int i = 0; devs && i < m->n_devices; i++) {
+        const pl_msg_device_t *d = &m->devices[i];
+        json_array_append_new(devs,
+                              json_pack("{s:s, s:s, s:s, s:i, s:I, s:s, s:f, s:f}", "id", d->id,
+                                        "backend", d->backend, "name", d->name, "cores", d->cores,
+                                        "mem_bytes", (json_int_t)d->mem_bytes, "isa", d->isa,
+                                        "gflops", d->gflops, "mem_gbps", d->mem_gbps));
+    }
+    for (int i = 0; unav && i < m->n_unavailable; i++)
+        json_array_append_new(unav, json_pack("{s:s, s:s}", "backend", m->unavailable[i].backend,
+                                              "why", m->unavailable[i].why));
+    if ((st = pl_msg_heartbeat_encode(&m->health, &health))) {
+        json_decref(devs);
+        json_decref(unav);
+        return st;
+    }
+    return pl_msg_int_done(json_pack("{s:i, s:s, s:s, s:i, s:o, s:o, s:o}", "proto", m->proto,
+                                     "node", m->node, "host", m->host, "pid", m->pid, "devices",
+                                     devs, "unavailable", unav, "health", health),
+                           "HELLO", body_p);
+}
+
+static pl_status_t s_device(const json_t *d, pl_msg_device_t *v)
+{
+    int64_t cores = 0, mem = 0;
+    const char *isa = NULL;
+    pl_status_t st;
+    if ((st = pl_msg_int_name(d, "id", v->id, sizeof(v->id) - 1)) ||
+        (st = pl_msg_int_name(d, "backend", v->backend, sizeof(v->backend) - 1)) ||
+        (st = pl_json_str(d, "name", v->name, sizeof(v->name) - 1)) ||
+        (st = pl_json_int(d, "cores", 0, 1 << 20, &cores)) ||
+        (st = pl_json_int(d, "mem_bytes", 0, INT64_MAX, &mem)) ||
+        (st = pl_json_num(d, "gflops", 0, 1e9, &v->gflops)) ||
+        (st = pl_json_num(d, "mem_gbps", 0, 1e7, &v->mem_gbps)) ||
+        (st = pl_json_str_opt(d, "isa", sizeof(v->isa) - 1, &isa)))
+        return st;
+    v->cores = (int)cores;
+    v->mem_bytes = (uint64_t)mem;
+    snprintf(v->isa, sizeof(v->isa), "%s", isa ? isa : "");
+    return PL_OK;
+}
+
+pl_status_t pl_msg_hello_decode(const json_t *body, pl_msg_hello_t *out)
+{
+    pl_msg_hello_t m = {0};
+    int64_t proto, pid = 0;
+    json_t *devs, *unav = NULL;
+    pl_status_t st;
+    if ((st = pl_json_int(body, "proto", 0, INT32_MAX, &proto)) ||
+        (st = pl_msg_int_name(body, "node", m.node, PL_CFG_NAME_MAX)) ||
+        (st = pl_json_str(body, "host", m.host, sizeof(m.host) - 1)) ||
+        (st = pl_json_int_opt(body, "pid", 0, INT32_MAX, &pid)) ||
+        (st = pl_json_array(body, "devices", PL_MSG_MAX_DEVICES, &devs)))
+        return st;
+    if (json_object_get(body, "unavailable") &&
+        (st = pl_json_array(body, "unavailable", PL_MSG_MAX_UNAVAILABLE, &unav)))
+        return st;
+    for (size_t i = 0; i < json_array_size(devs); i++)
+        if ((st = s_device(json_array_get(devs, i), &m.devices[m.n_devices++])))
+            return pl_error_prefix(st, "device %zu: ", i);
+    for (size_t i = 0; i < json_array_size(unav); i++) {
+        const json_t *u = json_array_get(unav, i);
+        pl_msg_unavailable_t *v = &m.unavailable[m.n_unavailable++];
+        if ((st = pl_msg_int_name(u, "backend", v->backend, sizeof(v->backend) - 1)) ||
+            (st = pl_json_str(u, "why", v->why, sizeof(v->why) - 1)))
+            return pl_error_prefix(st, "unavailable[%zu]: ", i);
+    }
+    const json_t *h = json_object_get(body, "health");
+    if (!h)
+        return pl_error(PL_ERR_INVALID, "missing field 'health'");
+    if ((st = pl_msg_heartbeat_decode(h, &m.health)))
+        return pl_error_prefix(st, "health: ");
+    m.proto = (int)proto;
+    m.pid = (int)pid;
+    *out = m;
+    return PL_OK;
+}
+
+pl_status_t pl_msg_welcome_encode(const pl_msg_welcome_t *m, json_t **body_p)
+{
+    return pl_msg_int_done(
+        json_pack("{s:i, s:i}", "heartbeat_ms", m->heartbeat_ms, "dead_after_ms", m->dead_after_ms),
+        "WELCOME", body_p);
+}
+
+pl_status_t pl_msg_welcome_decode(const json_t *body, pl_msg_welcome_t *out)
+{
+    int64_t hb, dead;
+    pl_status_t st;
+    if ((st = pl_json_int(body, "heartbeat_ms", 1, 3600000, &hb)) ||
+        (st = pl_json_int(body, "dead_after_ms", 1, 3600000, &dead)))
+        return st;
+    *out = (pl_msg_welcome_t){.heartbeat_ms = (int)hb, .dead_after_ms = (int)dead};
+    return PL_OK;
+}
+
+pl_status_t pl_msg_error_encode(const pl_msg_error_t *m, json_t **body_p)
+{
+    return pl_msg_int_done(json_pack("{s:i, s:s, s:s}", "code", (int)m->code, "status",
+                                     pl_status_str(m->code), "error", m->message),
+                           "ERROR", body_p);
+}
+
+pl_status_t pl_msg_error_decode(const json_t *body, pl_msg_error_t *out)
+{
+    pl_msg_error_t m;
+    int64_t code;
+    pl_status_t st;
+    if ((st = pl_json_int(body, "code", PL_MSG_MIN_CODE, -1, &code)) ||
+        (st = pl_json_str(body, "error", m.message, sizeof(m.message) - 1)))
+        return st;
+    m.code = (pl_status_t)code;
+    *out = m;
+    return PL_OK;
+}

@@ -1,0 +1,234 @@
+/* The job spec's one JSON codec (SUBMIT, PLAN, and inside ASSIGN) and the ASSIGN message: what the
+ * user asked for, and what the coordinator decided for one stage, as separate values. */
+#include "common/json.h"
+#include "transport/act.h"
+#include "transport/msg.h"
+#include "transport/msg_int.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+pl_status_t pl_job_spec_encode(const pl_job_spec_t *s, json_t **body_p)
+{
+    char seed[24];
+    json_t *prompts = json_array(), *nodes = json_array();
+    for (int i = 0; prompts && i < s->n_prompts; i++) {
+        json_t *p = json_array();
+        for (int t = 0; p && t < s->prompt_len[i]; t++)
+            json_array_append_new(p, json_integer(s->prompts[i][t]));
+        json_array_append_new(prompts, p);
+    }
+    for (int i = 0; nodes && i < s->n_nodes; i++)
+        json_array_append_new(nodes, json_string(s->nodes[i]));
+    snprintf(seed, sizeof(seed), "%llu", (unsigned long long)s->gen.seed);
+    json_t *body = json_pack(
+        "{s:s, s:{s:o, s:i, s:i, s:b, s:{s:f, s:i, s:f, s:s}}, s:i, s:i, s:s, s:o}", "model",
+        s->model, "gen", "prompts", prompts, "max_new_tokens", s->gen.max_new_tokens,
+        "min_new_tokens", s->gen.min_new_tokens, "stop_at_eos", s->gen.stop_at_eos, "sampling",
+        "temperature", (double)s->gen.temperature, "top_k", s->gen.top_k, "top_p",
+        (double)s->gen.top_p, "seed", seed, "microbatches", s->microbatches, "stages", s->stages,
+        "planner", pl_planner_name(s->planner), "nodes", nodes);
+    json_t *g = json_object_get(body, "gen");
+    if (g) { /* the data plane's settings */
+        json_object_set_new(g, "prefill_chunk", json_integer(s->gen.prefill_chunk));
+        json_object_set_new(g, "wire_dtype",
+                            json_string(s->gen.wire_dtype[0] ? s->gen.wire_dtype : "f32"));
+    }
+    return pl_msg_int_done(body, "job", body_p);
+}
+
+/* One prompt: a non-empty array of non-negative int32 token ids. */
+static pl_status_t s_prompt(const json_t *arr, int idx, pl_job_spec_t *s)
+{
+    size_t n = json_array_size(arr);
+    if (!json_is_array(arr) || n == 0)
+        return pl_error(PL_ERR_INVALID, "prompt %d: expected a non-empty array of token ids", idx);
+    if (!(s->prompts[idx] = malloc(n * sizeof(int32_t))))
+        return pl_error(PL_ERR_NOMEM, "prompt %d: out of memory", idx);
+    s->prompt_len[idx] = (int)n;
+    for (size_t t = 0; t < n; t++) {
+        json_t *v = json_array_get(arr, t);
+        if (!json_is_integer(v))
+            return pl_error(PL_ERR_INVALID, "prompt %d, token %zu: expected an integer", idx, t);
+        json_int_t id = json_integer_value(v);
+        if (id < 0 || id > INT32_MAX)
+            return pl_error(PL_ERR_RANGE, "prompt %d, token %zu: id %lld outside the vocabulary",
+                            idx, t, (long long)id);
+        s->prompts[idx][t] = (int32_t)id;
+    }
+    return PL_OK;
+}
+
+static pl_status_t s_sampling(const json_t *sampling, pl_job_gen_t *g)
+{
+    double temp = g->temperature, top_p = g->top_p;
+    int64_t k = g->top_k;
+    const char *seed = NULL;
+    pl_status_t st;
+    if (!sampling || json_is_null(sampling))
+        return PL_OK;
+    if (!json_is_object(sampling))
+        return pl_error(PL_ERR_INVALID, "field 'sampling': expected an object");
+    if ((st = pl_json_num_opt(sampling, "temperature", 0, 100, &temp)) ||
+        (st = pl_json_int_opt(sampling, "top_k", 0, 1000000, &k)) ||
+        (st = pl_json_num_opt(sampling, "top_p", 1e-6, 1, &top_p)) ||
+        (st = pl_json_str_opt(sampling, "seed", 20, &seed)))
+        return pl_error_prefix(st, "sampling: ");
+    if (seed) {
+        char *end;
+        errno = 0;
+        unsigned long long v = strtoull(seed, &end, 10);
+        if (!*seed || *end || *seed < '0' || *seed > '9' || errno == ERANGE)
+            return pl_error(PL_ERR_INVALID, "field 'sampling.seed': not a decimal number");
+        g->seed = v;
+    }
+    g->temperature = (float)temp;
+    g->top_k = (int)k;
+    g->top_p = (float)top_p;
+    return PL_OK;
+}
+
+static pl_status_t s_gen(const json_t *gen, pl_job_spec_t *s)
+{
+    json_t *prompts;
+    int64_t max_new = s->gen.max_new_tokens, min_new = s->gen.min_new_tokens;
+    int64_t chunk = s->gen.prefill_chunk;
+    const char *wire = NULL;
+    pl_act_dtype_t dt;
+    pl_status_t st;
+    if (!json_is_object(gen))
+        return pl_error(PL_ERR_INVALID, "field 'gen': expected an object");
+    if ((st = pl_json_array(gen, "prompts", PL_JOB_MAX_SEQS, &prompts)))
+        return st;
+    if (json_array_size(prompts) == 0)
+        return pl_error(PL_ERR_INVALID, "field 'prompts': no prompts");
+    if ((st = pl_json_int_opt(gen, "max_new_tokens", 1, PL_JOB_MAX_NEW_TOKENS, &max_new)) ||
+        (st = pl_json_int_opt(gen, "min_new_tokens", 0, max_new, &min_new)) ||
+        (st = pl_json_bool_opt(gen, "stop_at_eos", &s->gen.stop_at_eos)) ||
+        (st = s_sampling(json_object_get(gen, "sampling"), &s->gen)) ||
+        (st = pl_json_int_opt(gen, "prefill_chunk", 0, PL_JOB_MAX_PREFILL_CHUNK, &chunk)) ||
+        (st = pl_json_str_opt(gen, "wire_dtype", sizeof(s->gen.wire_dtype) - 1, &wire)))
+        return st;
+    if (wire && (st = pl_act_dtype_parse(wire, &dt)))
+        return pl_error_prefix(st, "field 'wire_dtype': ");
+    if (wire)
+        snprintf(s->gen.wire_dtype, sizeof(s->gen.wire_dtype), "%s", wire);
+    s->gen.prefill_chunk = (int)chunk;
+    s->gen.max_new_tokens = (int)max_new;
+    s->gen.min_new_tokens = (int)min_new;
+    s->n_prompts = (int)json_array_size(prompts);
+    s->prompts = calloc((size_t)s->n_prompts, sizeof(*s->prompts));
+    s->prompt_len = calloc((size_t)s->n_prompts, sizeof(*s->prompt_len));
+    if (!s->prompts || !s->prompt_len)
+        return pl_error(PL_ERR_NOMEM, "prompts: out of memory");
+    for (int i = 0; i < s->n_prompts; i++)
+        if ((st = s_prompt(json_array_get(prompts, (size_t)i), i, s)))
+            return st;
+    return PL_OK;
+}
+
+static pl_status_t s_nodes(const json_t *nodes, pl_job_spec_t *s)
+{
+    if (!nodes || json_is_null(nodes))
+        return PL_OK;
+    if (!json_is_array(nodes) || json_array_size(nodes) > PL_CFG_MAX_NODES)
+        return pl_error(PL_ERR_INVALID, "field 'nodes': expected an array of at most %d names",
+                        PL_CFG_MAX_NODES);
+    for (size_t i = 0; i < json_array_size(nodes); i++) {
+        json_t *v = json_array_get(nodes, i);
+        size_t n = json_string_length(v);
+        if (!json_is_string(v) || n == 0 || n > PL_CFG_NAME_MAX ||
+            strlen(json_string_value(v)) != n)
+            return pl_error(PL_ERR_INVALID, "field 'nodes': entry %zu is not a node name", i);
+        memcpy(s->nodes[s->n_nodes++], json_string_value(v), n + 1);
+    }
+    return PL_OK;
+}
+
+pl_status_t pl_job_spec_decode(const json_t *body, pl_job_spec_t *out)
+{
+    pl_job_spec_t *s = malloc(sizeof(*s));
+    int64_t mb = 0, stages = 0;
+    const char *planner = NULL;
+    pl_status_t st;
+    if (!s)
+        return pl_error(PL_ERR_NOMEM, "job: out of memory");
+    pl_job_spec_init(s);
+    if ((st = pl_json_str(body, "model", s->model, sizeof(s->model) - 1)))
+        goto err;
+    if (s->model[0] != '/') {
+        st = pl_error(PL_ERR_INVALID, "field 'model': expected an absolute path");
+        goto err;
+    }
+    if ((st = pl_json_int_opt(body, "microbatches", 0, 1024, &mb)) ||
+        (st = pl_json_int_opt(body, "stages", 0, PL_MSG_MAX_STAGES, &stages)) ||
+        (st = pl_json_str_opt(body, "planner", 16, &planner)) ||
+        (planner && (st = pl_planner_parse(planner, &s->planner))) ||
+        (st = s_nodes(json_object_get(body, "nodes"), s)) ||
+        (st = s_gen(json_object_get(body, "gen"), s)))
+        goto err;
+    s->microbatches = (int)mb;
+    s->stages = (int)stages;
+    *out = *s;
+    free(s);
+    return PL_OK;
+err:
+    pl_job_spec_clear(s);
+    free(s);
+    return st;
+}
+
+pl_status_t pl_msg_assign_encode(const pl_msg_assign_t *m, json_t **body_p)
+{
+    json_t *spec;
+    pl_status_t st = pl_job_spec_encode(&m->spec, &spec);
+    if (st)
+        return st;
+    json_t *body =
+        json_pack("{s:I, s:i, s:i, s:s, s:i, s:i, s:i, s:i, s:i, s:o}", "job", (json_int_t)m->job,
+                  "stage", m->stage, "n_stages", m->n_stages, "device", m->device, "first",
+                  m->first, "last", m->last, "max_ctx", m->max_ctx, "max_tokens", m->max_tokens,
+                  "microbatches", m->microbatches, "spec", spec);
+    return pl_msg_int_done(body, "ASSIGN", body_p);
+}
+
+pl_status_t pl_msg_assign_decode(const json_t *body, pl_msg_assign_t *out)
+{
+    int64_t job, stage, n_stages, first, last, max_ctx, max_tokens, mb;
+    pl_msg_assign_t *m = calloc(1, sizeof(*m));
+    pl_status_t st;
+    if (!m)
+        return pl_error(PL_ERR_NOMEM, "ASSIGN: out of memory");
+    if ((st = pl_json_int(body, "job", 1, UINT32_MAX, &job)) ||
+        (st = pl_json_int(body, "stage", 0, PL_MSG_MAX_STAGES - 1, &stage)) ||
+        (st = pl_json_int(body, "n_stages", stage + 1, PL_MSG_MAX_STAGES, &n_stages)) ||
+        (st = pl_json_str(body, "device", m->device, sizeof(m->device) - 1)) ||
+        (st = pl_json_int(body, "first", 0, 4096, &first)) ||
+        (st = pl_json_int(body, "last", first, 4096, &last)) ||
+        (st = pl_json_int(body, "max_ctx", 1, 1 << 24, &max_ctx)) ||
+        (st = pl_json_int(body, "max_tokens", 1, 1 << 24, &max_tokens)) ||
+        (st = pl_json_int(body, "microbatches", 1, 1024, &mb)))
+        goto out;
+    json_t *spec = json_object_get(body, "spec");
+    if (!json_is_object(spec)) {
+        st = pl_error(PL_ERR_INVALID, "field 'spec': expected an object");
+        goto out;
+    }
+    if ((st = pl_job_spec_decode(spec, &m->spec))) {
+        pl_error_prefix(st, "spec: ");
+        goto out;
+    }
+    m->job = (uint32_t)job;
+    m->stage = (int)stage;
+    m->n_stages = (int)n_stages;
+    m->first = (int)first;
+    m->last = (int)last;
+    m->max_ctx = (int)max_ctx;
+    m->max_tokens = (int)max_tokens;
+    m->microbatches = (int)mb;
+    *out = *m;
+out:
+    free(m);
+    return st;
+}

@@ -1,0 +1,60 @@
+/* The ZeroMQ socket wrapper the processes use: a context, ROUTER / DEALER / PAIR sockets with the
+ * control plane's options, CURVE, bind / connect, typed send / receive (msg.h) and poll. Nothing
+ * outside transport/ includes zmq.h. */
+#ifndef PL_TRANSPORT_SOCK_H
+#define PL_TRANSPORT_SOCK_H
+
+#include "common/status.h"
+#include "transport/msg.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+
+typedef struct pl_tx_ctx pl_tx_ctx_t;
+typedef struct pl_tx_sock pl_tx_sock_t;
+
+typedef enum {
+    PL_TX_ROUTER, /* the coordinator: many peers, addressed by identity */
+    PL_TX_DEALER, /* a daemon or pipectl talking to the coordinator */
+    PL_TX_PAIR,   /* a node's main thread and one executor thread (inproc) */
+} pl_tx_kind_t;
+
+/* Who sent a message to a ROUTER (its identity), and where a ROUTER's message goes. */
+typedef struct {
+    char id[PL_CTL_MAX_IDENTITY + 1]; /* NUL-terminated for logs; may hold binary bytes */
+    size_t len;
+} pl_tx_peer_t;
+
+pl_status_t pl_tx_ctx_new(pl_tx_ctx_t **ctx_p);
+/* Terminate the context (every socket closed first); *ctx_p NULL; safe on NULL. */
+void pl_tx_ctx_destroy(pl_tx_ctx_t **ctx_p);
+
+/* A socket with pl_ctl_socket_setup's options (size limit, linger 0, high-water marks, ROUTER
+ * mandatory routing). */
+pl_status_t pl_tx_sock_new(pl_tx_ctx_t *ctx, pl_tx_kind_t kind, pl_tx_sock_t **sock_p);
+void pl_tx_sock_destroy(pl_tx_sock_t **sock_p);
+/* Options, before bind / connect: the DEALER's identity; the ROUTER taking over an identity a
+ * restarted peer reuses; CURVE as server (secret key) or client (the server's public key). */
+pl_status_t pl_tx_sock_identity(pl_tx_sock_t *s, const char *name);
+pl_status_t pl_tx_sock_handover(pl_tx_sock_t *s);
+pl_status_t pl_tx_sock_curve_server(pl_tx_sock_t *s, const char *secret_z85);
+pl_status_t pl_tx_sock_curve_client(pl_tx_sock_t *s, const char *server_public_z85);
+pl_status_t pl_tx_sock_bind(pl_tx_sock_t *s, const char *endpoint);
+pl_status_t pl_tx_sock_connect(pl_tx_sock_t *s, const char *endpoint);
+
+/* Send a typed message; `to` is the peer on a ROUTER, NULL otherwise. Never blocks: a full queue
+ * is PL_ERR_BUSY; an unknown peer is PL_ERR_TRANSPORT. */
+pl_status_t pl_tx_send(pl_tx_sock_t *s, const pl_tx_peer_t *to, const pl_msg_t *msg);
+/* Receive one typed message, waiting up to timeout_ms (0: only what is queued; -1: forever).
+ * PL_ERR_BUSY when nothing came. A message that breaks the protocol (framing or any field) is
+ * PL_ERR_PROTOCOL with the sender (ROUTER) in *from and, when its type part was known, that type
+ * in *type_p (else PL_MSG_COUNT_), so the sender can be answered. *msg is set only on success;
+ * the caller clears it with pl_msg_clear. from and type_p may be NULL. */
+pl_status_t pl_tx_recv(pl_tx_sock_t *s, int timeout_ms, pl_tx_peer_t *from, pl_msg_type_t *type_p,
+                       pl_msg_t *msg);
+
+/* Wait until one of n sockets has a message or timeout_ms passes (-1: forever); ready[i] says
+ * which. A signal is not an error (nothing ready). */
+pl_status_t pl_tx_poll(pl_tx_sock_t *const *socks, int n, long timeout_ms, bool *ready);
+
+#endif
