@@ -42,6 +42,9 @@ pl_status_t pl_gen_prompts_parse(const char *text, size_t len, const char *origi
  * the prompts file read. *spec is set only on success (pl_job_spec_clear frees it). */
 pl_status_t pl_gen_spec_from_file(const pl_cfg_job_t *cfg, pl_job_spec_t *spec);
 void pl_gen_job_clear(pl_gen_job_t *job);
+/* Bytes of one activation value on the links for this spec's wire dtype (4 for f32 and for an
+ * unknown name, 2 for bf16 and f16): what the planner charges a link per hidden element. */
+double pl_gen_spec_wire_bytes(const pl_job_spec_t *spec);
 /* Largest context any sequence reaches, and largest token count of one microbatch message. */
 int pl_gen_job_max_ctx(const pl_gen_job_t *job);
 int pl_gen_job_max_tokens(const pl_gen_job_t *job);

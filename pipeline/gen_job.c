@@ -250,3 +250,13 @@ void pl_gen_batch(const pl_act_hdr_t *hdr, const pl_act_seq_t *seqs, int *ints,
     batch->pos0 = pos0;
     batch->n_tok = ntok;
 }
+
+double pl_gen_spec_wire_bytes(const pl_job_spec_t *spec)
+{
+    pl_act_dtype_t dt = PL_ACT_F32;
+    if (spec->gen.wire_dtype[0] && pl_act_dtype_parse(spec->gen.wire_dtype, &dt) != PL_OK) {
+        pl_error_clear(); /* decoding refused such specs; charge as f32 */
+        dt = PL_ACT_F32;
+    }
+    return (double)pl_act_dtype_size(dt);
+}

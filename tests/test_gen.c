@@ -262,6 +262,14 @@ Test(gen, prefill_chunks_end_together_and_cover_each_prompt_once)
     cr_assert_eq(pl_gen_job_from_json(o, &cfg, &w), PL_ERR_INVALID);
     cr_assert(strstr(pl_error_msg(), "wire_dtype"), "%s", pl_error_msg());
     json_object_del(o, "wire_dtype");
+    /* what the planner charges per activation value on a link */
+    pl_job_spec_t sp;
+    pl_job_spec_init(&sp);
+    cr_assert_eq(pl_gen_spec_wire_bytes(&sp), 4.0);
+    snprintf(sp.gen.wire_dtype, sizeof(sp.gen.wire_dtype), "bf16");
+    cr_assert_eq(pl_gen_spec_wire_bytes(&sp), 2.0);
+    snprintf(sp.gen.wire_dtype, sizeof(sp.gen.wire_dtype), "f16");
+    cr_assert_eq(pl_gen_spec_wire_bytes(&sp), 2.0);
     /* out of range */
     json_object_set_new(o, "prefill_chunk", json_integer(-1));
     pl_gen_job_t bad;
