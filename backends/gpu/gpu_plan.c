@@ -11,6 +11,14 @@ pl_status_t pl_gpu_stage_check(const pl_model_config_t *cfg, const pl_be_stage_p
     if (cfg->hidden <= 0 || cfg->intermediate <= 0 || cfg->n_heads <= 0 || cfg->n_kv_heads <= 0 ||
         cfg->head_dim <= 0 || cfg->vocab <= 0 || cfg->n_layers < 0)
         return pl_error(PL_ERR_INVALID, "model config: non-positive size");
+    if (cfg->qkv_bias || cfg->qk_norm)
+        return pl_error(PL_ERR_UNSUPPORTED, "%s: the GPU kernels have no %s yet (place this "
+                        "stage on a CPU)", pl_model_family_name(cfg->family),
+                        cfg->qkv_bias ? "q/k/v biases" : "per-head q/k norms");
+    if (cfg->sliding_window > 0 && p->max_ctx > cfg->sliding_window)
+        return pl_error(PL_ERR_UNSUPPORTED, "stage: max_ctx %d is past the model's sliding "
+                        "window of %d positions; sliding-window attention is not implemented",
+                        p->max_ctx, cfg->sliding_window);
     if (cfg->head_dim % 2 || cfg->head_dim > PL_GPU_PLAN_MAX_HEAD_DIM)
         return pl_error(PL_ERR_UNSUPPORTED,
                         "head_dim %d: the GPU kernels need an even head_dim "
