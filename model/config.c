@@ -1,6 +1,7 @@
 /* config.json of a Hugging Face decoder (Llama, Mistral, Qwen2, Qwen3): parsing, defaults and
  * sanity bounds, so that a hostile file can neither pick an unsupported architecture nor request
  * absurd sizes. */
+#include "model/gguf_model.h"
 #include "model/model.h"
 
 #include "common/json.h"
@@ -331,9 +332,11 @@ pl_status_t pl_model_config_load(const char *dir, pl_model_config_t *cfg)
     char path[4096];
     char *text;
     size_t len;
-    pl_status_t st = pl_path_join(dir, "config.json", path, sizeof(path));
+    pl_status_t st;
 
-    if (st)
+    if (pl_gguf_is_file(dir)) /* a model is a directory or a GGUF file */
+        return pl_gguf_config_load(dir, cfg);
+    if ((st = pl_path_join(dir, "config.json", path, sizeof(path))))
         return st;
     if ((st = pl_file_read(path, PL_MODEL_CONFIG_MAX_BYTES, &text, &len)))
         return st;

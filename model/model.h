@@ -1,6 +1,7 @@
-/* A decoder model (Llama, Mistral, Qwen2, Qwen3) read from a Hugging Face directory: config.json plus model.safetensors or
- * the shards named in model.safetensors.index.json. Shards are mmapped on first use, so a stage
- * touches only the pages of its own layers. Every header field is checked before use. */
+/* A decoder model (Llama, Mistral, Qwen2, Qwen3) read from a Hugging Face directory (config.json
+ * plus model.safetensors or the shards named in model.safetensors.index.json) or a GGUF file.
+ * Files are mmapped, so a stage touches only the pages of its own layers. Every header field is
+ * checked before use. */
 #ifndef PL_MODEL_MODEL_H
 #define PL_MODEL_MODEL_H
 
@@ -91,6 +92,9 @@ pl_status_t pl_model_open(const char *dir, pl_model_t **model_p);
 void pl_model_destroy(pl_model_t **model_p);
 const pl_model_config_t *pl_model_config(const pl_model_t *model);
 const char *pl_model_dir(const pl_model_t *model);
+/* The GGUF file of a model opened from one (its tokenizer keys: model/gguf_vocab.h); NULL for a
+ * Hugging Face directory. Borrowed, valid until the model is destroyed. */
+const struct pl_gguf *pl_model_gguf(const pl_model_t *model);
 /* Total bytes of all tensors as stored. */
 uint64_t pl_model_weight_bytes(const pl_model_t *model);
 

@@ -2,6 +2,8 @@
  * Hugging Face layout (config.json, safetensors shards, index), for tests and benchmarks. */
 #include "common/status.h"
 #include "common/util.h"
+#include "model/gguf_model.h"
+#include "model/gguf_write.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
 
@@ -34,6 +36,8 @@ typedef struct {
     int layers, hidden, inter, heads, kv_heads, head_dim, vocab, max_pos, shards;
     pl_dtype_t dtype;
     pl_model_family_t family;
+    bool gguf;        /* --format gguf: --out is a .gguf file */
+    pl_wtype_t wtype; /* --type: the matrices' type in a GGUF file */
     uint64_t seed;
     bool tie, rope_llama3;
     int n_eos, eos[PL_MODEL_MAX_EOS];
@@ -241,6 +245,117 @@ static int s_write_data(FILE *f, const char *path, const s_opts_t *o, const s_te
     return 0;
 }
 
+/* The GGUF file: the family's metadata, matrices in o->wtype (a llama's q/k rows in llama.cpp's
+ * rope order), norms and biases in f32, as llama.cpp's converter writes them. Values are the
+ * safetensors ones. */
+/* GGUF's architecture name: Mistral files use llama's. */
+static const char *s_gguf_arch(const s_opts_t *o)
+{
+    return o->family == PL_FAMILY_QWEN2 ? "qwen2" : o->family == PL_FAMILY_QWEN3 ? "qwen3"
+                                                                                : "llama";
+}
+
+static pl_status_t s_gguf_meta(pl_gguf_writer_t *w, const s_opts_t *o)
+{
+    const char *arch = s_gguf_arch(o);
+    char k[16][96];
+    static const char *const suffix[] = {
+        "context_length", "embedding_length", "block_count", "feed_forward_length",
+        "attention.head_count", "attention.head_count_kv", "attention.key_length",
+        "attention.value_length", "rope.dimension_count", "vocab_size",
+        "attention.layer_norm_rms_epsilon", "rope.freq_base"};
+    const int v[] = {o->max_pos, o->hidden, o->layers, o->inter, o->heads, o->kv_heads,
+                     o->head_dim, o->head_dim, o->head_dim, o->vocab};
+    pl_status_t st;
+
+    for (size_t i = 0; i < PL_ARRAY_SIZE(suffix); i++)
+        snprintf(k[i], sizeof(k[i]), "%s.%s", arch, suffix[i]);
+    if ((st = pl_gguf_writer_str(w, "general.architecture", arch)) ||
+        (st = pl_gguf_writer_str(w, "general.name", "pl-mkmodel")))
+        return st;
+    for (size_t i = 0; i < PL_ARRAY_SIZE(v); i++)
+        if ((st = pl_gguf_writer_u32(w, k[i], (uint32_t)v[i])))
+            return st;
+    if ((st = pl_gguf_writer_f32(w, k[10], 1e-5f)) ||
+        (st = pl_gguf_writer_f32(w, k[11], 10000.0f)) ||
+        (st = pl_gguf_writer_u32(w, "tokenizer.ggml.bos_token_id", o->vocab > 1 ? 1 : 0)) ||
+        (st = pl_gguf_writer_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)o->eos[0])))
+        return st;
+    return PL_OK;
+}
+
+static pl_wtype_t s_gguf_type(const s_opts_t *o, const s_tensor_t *t)
+{
+    return t->ndim == 2 ? o->wtype : PL_WT_F32;
+}
+
+/* Hugging Face row of GGUF row r: a llama-architecture q or k matrix is stored in llama.cpp's
+ * rope order, other rows where they are. */
+static int64_t s_hf_row(const s_opts_t *o, const s_tensor_t *t, int64_t r)
+{
+    bool qk = t->ndim == 2 && strcmp(s_gguf_arch(o), "llama") == 0 &&
+              (strstr(t->name, "q_proj") || strstr(t->name, "k_proj"));
+    return qk ? pl_gguf_llama_qk_row(r, o->head_dim) : r;
+}
+
+static int s_write_gguf(const s_opts_t *o, const s_tensor_t *t, size_t n, uint64_t *bytes_p)
+{
+    pl_gguf_writer_t *w = NULL;
+    FILE *f = NULL;
+    float *row = NULL;
+    unsigned char *q = NULL;
+    char gname[128];
+    int64_t max_in = PL_MAX(o->hidden, o->inter);
+    size_t row_bytes;
+    pl_status_t st;
+    int rc = 1;
+
+    if ((st = pl_gguf_writer_new(&w)) || (st = s_gguf_meta(w, o)))
+        goto out_err;
+    for (size_t i = 0; i < n; i++) {
+        int64_t ne[2] = {t[i].ndim == 1 ? t[i].shape[0] : t[i].shape[1], t[i].shape[0]};
+        if (!pl_gguf_name_of(t[i].name, gname, sizeof(gname))) {
+            st = pl_error(PL_ERR_INVALID, "no GGUF name for tensor '%s'", t[i].name);
+            goto out_err;
+        }
+        if ((st = pl_gguf_writer_tensor(w, gname, s_gguf_type(o, &t[i]), t[i].ndim, ne)))
+            goto out_err;
+    }
+    row = malloc((size_t)PL_MAX(max_in, o->vocab) * sizeof(float));
+    q = malloc((size_t)PL_MAX(max_in, o->vocab) * sizeof(float));
+    if (!row || !q || !(f = fopen(o->out, "wb"))) {
+        s_fail("%s: %s", o->out, row && q ? strerror(errno) : "out of memory");
+        goto out;
+    }
+    if ((st = pl_gguf_writer_header(w, f)))
+        goto out_err;
+    for (size_t i = 0; i < n; i++) {
+        int64_t in = t[i].ndim == 1 ? t[i].shape[0] : t[i].shape[1];
+        int64_t rows = t[i].ndim == 1 ? 1 : t[i].shape[0];
+        pl_wtype_t dt = s_gguf_type(o, &t[i]);
+        if ((st = pl_wtype_row_bytes(dt, in, &row_bytes)))
+            goto out_err;
+        for (int64_t r = 0; r < rows; r++) {
+            s_values(o, &t[i], s_hf_row(o, &t[i], r) * in, (size_t)in, row);
+            pl_wtype_from_f32(dt, row, (size_t)in, q);
+            if ((st = pl_gguf_writer_data(w, f, q, row_bytes)))
+                goto out_err;
+        }
+        *bytes_p += (uint64_t)rows * row_bytes;
+    }
+    rc = pl_gguf_writer_done(w) ? 0 : s_fail("%s: tensors incomplete", o->out);
+    goto out;
+out_err:
+    s_fail("%s: %s", o->out, pl_error_msg());
+out:
+    if (f && fclose(f) != 0 && rc == 0)
+        rc = s_fail("%s: close: %s", o->out, strerror(errno));
+    free(row);
+    free(q);
+    pl_gguf_writer_destroy(&w);
+    return rc;
+}
+
 static void s_shard_name(const s_opts_t *o, int shard, char *out, size_t len)
 {
     if (o->shards == 1)
@@ -394,8 +509,10 @@ static void s_usage(FILE *f)
                "       [--dtype f32|f16|bf16] [--family llama|mistral|qwen2|qwen3]\n"
                "       [--seed 1] [--shards 1] [--tie] [--rope-llama3]\n"
                "       [--max-pos 2048] [--eos 2[,ID...]] [--tokenizer DIR]\n"
+               "       [--format safetensors|gguf] [--type f32|f16|bf16|q8_0|q4_0|q4_k|q5_k|q6_k]\n"
                "  --tokenizer DIR: copy DIR's tokenizer.json and tokenizer_config.json in; the\n"
-               "       vocabulary size, BOS and EOS come from them\n");
+               "       vocabulary size, BOS and EOS come from them\n"
+               "  --format gguf writes one GGUF file at --out, its matrices in --type (f32)\n");
 }
 
 static int s_parse_args(int argc, char **argv, s_opts_t *o)
@@ -409,9 +526,9 @@ static int s_parse_args(int argc, char **argv, s_opts_t *o)
         {"shards", required_argument, 0, 'n'}, {"tie", no_argument, 0, 'T'},
         {"rope-llama3", no_argument, 0, 'r'},  {"max-pos", required_argument, 0, 'm'},
         {"eos", required_argument, 0, 'e'},    {"help", no_argument, 0, 'h'},
-        {"tokenizer", required_argument, 0, 'z'},
         {"family", required_argument, 0, 'f'},
-        {0, 0, 0, 0}};
+        {"format", required_argument, 0, 'F'}, {"type", required_argument, 0, 'W'},
+        {"tokenizer", required_argument, 0, 'z'}, {0, 0, 0, 0}};
     int c, li = 0, *target;
     char *end;
 
@@ -451,6 +568,15 @@ static int s_parse_args(int argc, char **argv, s_opts_t *o)
             o->family = (pl_model_family_t)f;
             break;
         }
+        case 'F':
+            if (strcmp(optarg, "gguf") != 0 && strcmp(optarg, "safetensors") != 0)
+                return s_fail("--format: '%s' is not safetensors or gguf", optarg);
+            o->gguf = strcmp(optarg, "gguf") == 0;
+            break;
+        case 'W':
+            if (pl_wtype_parse(optarg, &o->wtype))
+                return s_fail("--type: %s", pl_error_msg());
+            break;
         case 's':
             errno = 0;
             o->seed = strtoull(optarg, &end, 0);
@@ -482,8 +608,20 @@ static int s_parse_args(int argc, char **argv, s_opts_t *o)
     }
     if (o->shards > o->layers)
         return s_fail("--shards %d is more than --layers %d", o->shards, o->layers);
+    if (o->gguf && o->tokenizer)
+        return s_fail("--tokenizer writes tokenizer.json beside safetensors; a GGUF file's "
+                      "vocabulary (tokenizer.ggml.*) is not written yet");
     if (o->tokenizer && s_tokenizer_opts(o))
         return 1;
+    if (o->gguf && (o->shards != 1 || o->rope_llama3 || o->n_eos != 1))
+        return s_fail("--format gguf writes one file with one eos id and no llama3 rope scaling "
+                      "(--shards, --rope-llama3 and a list of --eos are for safetensors)");
+    if (o->gguf) {
+        int blk = pl_wtype_info(o->wtype)->block;
+        if (o->hidden % blk || o->inter % blk || ((int64_t)o->heads * o->head_dim) % blk)
+            return s_fail("--type %s: --hidden, --intermediate and heads * head_dim must be "
+                          "multiples of %d", pl_wtype_name(o->wtype), blk);
+    }
     for (int i = 0; i < o->n_eos; i++)
         if (o->eos[i] >= o->vocab)
             return s_fail("--eos %d is not below --vocab %d", o->eos[i], o->vocab);
@@ -513,6 +651,20 @@ int main(int argc, char **argv)
     /* The reader's own validation is the authority on what a valid model is. */
     if (!text || pl_model_config_parse(text, strlen(text), &cfg) != PL_OK) {
         s_fail("invalid model shape: %s", pl_error_msg());
+        goto err_config;
+    }
+    if (o.gguf) {
+        t = s_tensor_list(&o, &n);
+        if (!t) {
+            s_fail("out of memory");
+            goto err_config;
+        }
+        if (s_write_gguf(&o, t, n, &bytes) == 0) {
+            printf("pl-mkmodel: %s: %d layers, hidden %d, %llu bytes GGUF %s\n", o.out, o.layers,
+                   o.hidden, (unsigned long long)bytes, pl_wtype_name(o.wtype));
+            rc = 0;
+        }
+        free(t);
         goto err_config;
     }
     if (mkdir(o.out, 0777) != 0 && errno != EEXIST) {

@@ -2,6 +2,7 @@
  * the run-time choice of instruction set, the batch-invariant product that decode batches use,
  * and OpenBLAS on converted tiles for whole long sequences. */
 #include "backends/cpu/cpu_gemm.h"
+#include "backends/cpu/cpu_qdot.h"
 
 #include "common/util.h"
 
@@ -29,6 +30,16 @@ static const pl_cpu_wkernel_t s_kernels[PL_WT_COUNT] = {
     [PL_WT_F32] = {.block = S_PATHS(pl_cpu_block_f32_)},
     [PL_WT_F16] = {.block = S_PATHS(pl_cpu_block_f16_), .to_f32 = S_PATHS(pl_cpu_to_f32_f16_)},
     [PL_WT_BF16] = {.block = S_PATHS(pl_cpu_block_bf16_), .to_f32 = S_PATHS(pl_cpu_to_f32_bf16_)},
+#define S_QUANT(WT, type)                                                                          \
+    [WT] = {.x_bytes = pl_cpu_qx_bytes_##type,                                                     \
+            .x_prep = pl_cpu_qx_prep_##type,                                                       \
+            .block = S_PATHS(pl_cpu_qblock_##type##_)}
+    S_QUANT(PL_WT_Q8_0, q8_0),
+    S_QUANT(PL_WT_Q4_0, q4_0),
+    S_QUANT(PL_WT_Q4_K, q4_k),
+    S_QUANT(PL_WT_Q5_K, q5_k),
+    S_QUANT(PL_WT_Q6_K, q6_k),
+#undef S_QUANT
 };
 
 const pl_cpu_wkernel_t *pl_cpu_wkernel(pl_wtype_t t)
