@@ -91,6 +91,8 @@ struct pl_ucx {
 pl_status_t pl_ucx_ucs_error(ucs_status_t status, const char *what);
 /* Absolute deadline (pl_now() seconds) of a timeout; infinite when timeout_ms < 0. */
 double pl_ucx_deadline(int timeout_ms);
+/* Stop and join the progress thread, if any (ucx_progress.c); before the worker goes. */
+void pl_ucx_progress_stop(pl_ucx_t *ucx);
 /* The owner thread's entry to and exit from the worker (every public call). */
 void pl_ucx_lock(pl_ucx_t *ucx);
 void pl_ucx_unlock(pl_ucx_t *ucx);
