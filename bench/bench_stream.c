@@ -72,8 +72,7 @@ static int s_send(s_side_t *s, size_t len)
 {
     void *buf = malloc(len ? len : 1);
     memset(buf, 0x5a, len);
-    return pl_ucx_send_credited(s->ucx, s->ep, S_DATA, buf, len, 30000, NULL) ? s_die("send")
-                                                                              : 0;
+    return pl_ucx_send_credited(s->ucx, s->ep, S_DATA, buf, len, 30000, NULL) ? s_die("send") : 0;
 }
 
 static int s_recv(s_side_t *s)
@@ -138,12 +137,11 @@ static int s_side(bool sender, int rd, int wr, int res, bool lat, size_t len, in
 /* Run a side in network namespace `ns` with fresh UTS and IPC namespaces, so that UCX sees
  * another host: through `ip netns exec` (which also shows the namespace's own /sys, where UCX
  * finds its network devices) and `unshare`, both of which keep the pipes. */
-static int s_side_in(const char *ns, char *self, bool sender, int rd, int wr, int res,
-                     char **args)
+static int s_side_in(const char *ns, char *self, bool sender, int rd, int wr, int res, char **args)
 {
     if (!ns || !*ns)
-        return s_side(sender, rd, wr, res, strcmp(args[0], "lat") == 0,
-                      strtoull(args[1], NULL, 10), atoi(args[2]));
+        return s_side(sender, rd, wr, res, strcmp(args[0], "lat") == 0, strtoull(args[1], NULL, 10),
+                      atoi(args[2]));
     char f[3][16], host[64];
     snprintf(host, sizeof(host), "pl-bench-%s", ns);
     setenv("PL_BENCH_HOSTNAME", host, 1);
@@ -156,9 +154,24 @@ static int s_side_in(const char *ns, char *self, bool sender, int rd, int wr, in
         return 1;
     exe[n] = '\0';
     (void)self;
-    char *argv[] = {"ip", "netns", "exec", (char *)ns, "unshare", "--uts", "--ipc", "--", exe,
-                    "--side", sender ? "send" : "recv", f[0], f[1], f[2], args[0], args[1],
-                    args[2], NULL};
+    char *argv[] = {"ip",
+                    "netns",
+                    "exec",
+                    (char *)ns,
+                    "unshare",
+                    "--uts",
+                    "--ipc",
+                    "--",
+                    exe,
+                    "--side",
+                    sender ? "send" : "recv",
+                    f[0],
+                    f[1],
+                    f[2],
+                    args[0],
+                    args[1],
+                    args[2],
+                    NULL};
     execvp("ip", argv);
     fprintf(stderr, "bench_stream: exec: %s\n", strerror(errno));
     return 1;
@@ -170,9 +183,8 @@ int main(int argc, char **argv)
     if (argc == 9 && strcmp(argv[1], "--side") == 0 && host && sethostname(host, strlen(host)))
         fprintf(stderr, "bench_stream: hostname %s: %s\n", host, strerror(errno));
     if (argc == 9 && strcmp(argv[1], "--side") == 0)
-        return s_side(strcmp(argv[2], "send") == 0, atoi(argv[3]), atoi(argv[4]),
-                      atoi(argv[5]), strcmp(argv[6], "lat") == 0, strtoull(argv[7], NULL, 10),
-                      atoi(argv[8]));
+        return s_side(strcmp(argv[2], "send") == 0, atoi(argv[3]), atoi(argv[4]), atoi(argv[5]),
+                      strcmp(argv[6], "lat") == 0, strtoull(argv[7], NULL, 10), atoi(argv[8]));
     if (argc < 4) {
         fprintf(stderr, "usage: bench_stream bw|lat SIZE ITERS [NETNS_A NETNS_B]\n"
                         "  prints MB/s (bw) or one-way microseconds (lat, ping-pong / 2)\n");

@@ -45,8 +45,8 @@ static void s_link(s_link_t *l, size_t slot_bytes, int slots)
     l->ab = s_connect(l->a, l->b);
     l->ba = s_connect(l->b, l->a);
     pl_ucx_ep_use_credits(l->ab, S_CREDIT_TAG);
-    cr_assert_eq(pl_ucx_inbox_create(l->b, l->ba, S_DATA_TAG, S_DATA_MASK, S_CREDIT_TAG,
-                                     slot_bytes, slots, &l->in),
+    cr_assert_eq(pl_ucx_inbox_create(l->b, l->ba, S_DATA_TAG, S_DATA_MASK, S_CREDIT_TAG, slot_bytes,
+                                     slots, &l->in),
                  PL_OK, "%s", pl_error_msg());
 }
 
@@ -91,8 +91,7 @@ static void *s_sender_main(void *arg)
     s_sender_t *s = arg;
     for (int i = 0; i < s->n; i++) {
         s->st = pl_ucx_send_credited(s->l->a, s->l->ab, S_DATA_TAG | (uint64_t)(i & 0xff),
-                                     s_pattern(s->sizes[i], (unsigned)i), s->sizes[i], 30000,
-                                     NULL);
+                                     s_pattern(s->sizes[i], (unsigned)i), s->sizes[i], 30000, NULL);
         int p = pl_ucx_pending(s->l->a);
         if (p > s->max_pending)
             s->max_pending = p;
@@ -125,9 +124,9 @@ static void s_receive_all(s_link_t *l, const size_t *sizes, int n, int hold_us)
             usleep((useconds_t)hold_us);
             void *extra;
             size_t elen;
-            cr_assert_eq(pl_ucx_recv(l->b, S_DATA_TAG, S_DATA_MASK, 1u << 30, &extra, &elen,
-                                     NULL, 0, NULL),
-                         PL_ERR_TIMEOUT, "a message arrived beyond the credits");
+            cr_assert_eq(
+                pl_ucx_recv(l->b, S_DATA_TAG, S_DATA_MASK, 1u << 30, &extra, &elen, NULL, 0, NULL),
+                PL_ERR_TIMEOUT, "a message arrived beyond the credits");
         }
         cr_assert_eq(pl_ucx_inbox_release(l->in), PL_OK, "%s", pl_error_msg());
     }
@@ -159,10 +158,15 @@ TestSuite(ucx_inbox, .timeout = 120);
 
 Test(ucx_inbox, few_bytes_to_64_mib_arrive_bit_exact)
 {
-    static const size_t sizes[] = {0,       1,          3,           8,         63,
-                                   64,      65,         4095,        4097,      8191,
-                                   65537,   (1u << 20) + 13, 3u << 20,   (8u << 20) - 1,
-                                   17,      64u << 20,  5,           (32u << 20) + 3};
+    static const size_t sizes[] = {0,        1,
+                                   3,        8,
+                                   63,       64,
+                                   65,       4095,
+                                   4097,     8191,
+                                   65537,    (1u << 20) + 13,
+                                   3u << 20, (8u << 20) - 1,
+                                   17,       64u << 20,
+                                   5,        (32u << 20) + 3};
     s_sender_t s;
     s_run(64u << 20, 2, sizes, (int)(sizeof(sizes) / sizeof(sizes[0])), 0, &s);
 }
@@ -202,14 +206,13 @@ Test(ucx_inbox, held_slots_hold_the_sender)
                      PL_OK, "%s", pl_error_msg());
     /* three slots granted, three used: the fourth waits and times out */
     double t0 = pl_now();
-    cr_assert_eq(pl_ucx_send_credited(l.a, l.ab, S_DATA_TAG | 3, s_pattern(100, 3), 100, 300,
-                                      NULL),
+    cr_assert_eq(pl_ucx_send_credited(l.a, l.ab, S_DATA_TAG | 3, s_pattern(100, 3), 100, 300, NULL),
                  PL_ERR_TIMEOUT, "%s", pl_error_msg());
     cr_assert_geq(pl_now() - t0, 0.29);
     volatile int cancel = 1;
-    cr_assert_eq(pl_ucx_send_credited(l.a, l.ab, S_DATA_TAG | 3, s_pattern(100, 3), 100, -1,
-                                      &cancel),
-                 PL_ERR_CANCELED);
+    cr_assert_eq(
+        pl_ucx_send_credited(l.a, l.ab, S_DATA_TAG | 3, s_pattern(100, 3), 100, -1, &cancel),
+        PL_ERR_CANCELED);
     pl_ucx_credit_stats_t cs;
     pl_ucx_ep_credit_stats(l.ab, &cs);
     cr_assert_eq(cs.in_flight, 3);
@@ -224,11 +227,10 @@ Test(ucx_inbox, held_slots_hold_the_sender)
     cr_assert_eq(pl_ucx_inbox_recv(l.in, &buf, &len, &tag, 5000, NULL), PL_ERR_INVALID);
     /* its release returns one credit: one more send goes, and no other */
     cr_assert_eq(pl_ucx_inbox_release(l.in), PL_OK);
-    cr_assert_eq(pl_ucx_send_credited(l.a, l.ab, S_DATA_TAG | 3, s_pattern(100, 3), 100, 5000,
-                                      NULL),
-                 PL_OK, "%s", pl_error_msg());
-    cr_assert_eq(pl_ucx_send_credited(l.a, l.ab, S_DATA_TAG | 4, s_pattern(100, 4), 100, 200,
-                                      NULL),
+    cr_assert_eq(
+        pl_ucx_send_credited(l.a, l.ab, S_DATA_TAG | 3, s_pattern(100, 3), 100, 5000, NULL), PL_OK,
+        "%s", pl_error_msg());
+    cr_assert_eq(pl_ucx_send_credited(l.a, l.ab, S_DATA_TAG | 4, s_pattern(100, 4), 100, 200, NULL),
                  PL_ERR_TIMEOUT);
     for (unsigned i = 1; i <= 3; i++) {
         cr_assert_eq(pl_ucx_inbox_recv(l.in, &buf, &len, &tag, 5000, NULL), PL_OK);

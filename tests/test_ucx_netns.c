@@ -95,8 +95,19 @@ static unsigned char s_byte(size_t i, unsigned seed)
 
 static size_t s_size(int i)
 {
-    static const size_t fixed[] = {0, 1, 3, 8, 63, 65, 4097, 65537, (1u << 20) + 13,
-                                   (8u << 20) - 1, 64u << 20, 17, (32u << 20) + 3};
+    static const size_t fixed[] = {0,
+                                   1,
+                                   3,
+                                   8,
+                                   63,
+                                   65,
+                                   4097,
+                                   65537,
+                                   (1u << 20) + 13,
+                                   (8u << 20) - 1,
+                                   64u << 20,
+                                   17,
+                                   (32u << 20) + 3};
     int nf = (int)(sizeof(fixed) / sizeof(fixed[0]));
     if (i < nf)
         return fixed[i];

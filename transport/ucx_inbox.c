@@ -71,8 +71,8 @@ static pl_status_t s_post(pl_ucx_inbox_t *in, s_slot_t *sl)
     param.user_data = sl;
     param.memh = in->memh;
     param.recv_info.tag_info = &sl->info;
-    req = ucp_tag_recv_nbx(in->ucx->worker, sl->buf, in->slot_bytes, in->want & in->mask,
-                           in->mask, &param);
+    req = ucp_tag_recv_nbx(in->ucx->worker, sl->buf, in->slot_bytes, in->want & in->mask, in->mask,
+                           &param);
     if (UCS_PTR_IS_ERR(req))
         return pl_ucx_ucs_error(UCS_PTR_STATUS(req), "inbox receive");
     if (req == NULL) { /* completed at once; info is filled in */
@@ -105,9 +105,9 @@ static bool s_cancel_all(pl_ucx_inbox_t *in)
     return !busy;
 }
 
-pl_status_t pl_ucx_inbox_create(pl_ucx_t *ucx, pl_ucx_ep_t *upstream, uint64_t want,
-                                uint64_t mask, uint64_t credit_tag, size_t slot_bytes,
-                                int n_slots, pl_ucx_inbox_t **inbox_p)
+pl_status_t pl_ucx_inbox_create(pl_ucx_t *ucx, pl_ucx_ep_t *upstream, uint64_t want, uint64_t mask,
+                                uint64_t credit_tag, size_t slot_bytes, int n_slots,
+                                pl_ucx_inbox_t **inbox_p)
 {
     ucp_mem_map_params_t mp = {0};
     pl_ucx_inbox_t *in;
@@ -117,8 +117,10 @@ pl_status_t pl_ucx_inbox_create(pl_ucx_t *ucx, pl_ucx_ep_t *upstream, uint64_t w
 
     if (n_slots < 1 || n_slots > PL_UCX_INBOX_MAX_SLOTS || slot_bytes == 0 ||
         slot_bytes > PL_UCX_INBOX_MAX_SLOT_BYTES)
-        return pl_error(PL_ERR_RANGE, "ucx inbox: %d slots of %zu bytes (1..%d slots of at most "
-                        "%zu bytes)", n_slots, slot_bytes, PL_UCX_INBOX_MAX_SLOTS,
+        return pl_error(PL_ERR_RANGE,
+                        "ucx inbox: %d slots of %zu bytes (1..%d slots of at most "
+                        "%zu bytes)",
+                        n_slots, slot_bytes, PL_UCX_INBOX_MAX_SLOTS,
                         (size_t)PL_UCX_INBOX_MAX_SLOT_BYTES);
     slot_bytes = (slot_bytes + S_SLOT_ALIGN - 1) / S_SLOT_ALIGN * S_SLOT_ALIGN;
     total = slot_bytes * (size_t)n_slots;
@@ -217,8 +219,9 @@ pl_status_t pl_ucx_inbox_recv(pl_ucx_inbox_t *in, const void **buf_p, size_t *le
             continue;
         pl_ucx_ep_t *failed = pl_ucx_failed_ep(ucx); /* this link's peer, or another */
         if (failed) {
-            st = pl_error(PL_ERR_TRANSPORT, "ucx inbox: %s peer endpoint failed: %s",
-                          failed == in->up ? "the sending" : "a", ucs_status_string(failed->status));
+            st =
+                pl_error(PL_ERR_TRANSPORT, "ucx inbox: %s peer endpoint failed: %s",
+                         failed == in->up ? "the sending" : "a", ucs_status_string(failed->status));
             goto out;
         }
         if (pl_now() >= deadline) {
@@ -230,9 +233,10 @@ pl_status_t pl_ucx_inbox_recv(pl_ucx_inbox_t *in, const void **buf_p, size_t *le
     }
     if (sl->status != UCS_OK) {
         if (sl->status == UCS_ERR_MESSAGE_TRUNCATED)
-            st = pl_error(PL_ERR_PROTOCOL, "ucx inbox: message of %zu bytes (tag 0x%016llx) "
-                          "exceeds the %zu-byte slot", sl->info.length,
-                          (unsigned long long)sl->info.sender_tag, in->slot_bytes);
+            st = pl_error(PL_ERR_PROTOCOL,
+                          "ucx inbox: message of %zu bytes (tag 0x%016llx) "
+                          "exceeds the %zu-byte slot",
+                          sl->info.length, (unsigned long long)sl->info.sender_tag, in->slot_bytes);
         else
             st = pl_ucx_ucs_error(sl->status, "inbox receive");
         /* The slot goes back at once, so the link carries on after a bad message. */
@@ -273,7 +277,8 @@ void pl_ucx_inbox_destroy(pl_ucx_inbox_t **in_p)
     if (!s_cancel_all(in)) {
         /* UCX may still write into a slot: its memory stays, mapped (a logged leak). */
         pl_log_warn("ucx inbox: a message was still arriving after %.0f s; leaving its %zu "
-                    "bytes in place", PL_UCX_CLOSE_S, pl_ucx_inbox_bytes(in));
+                    "bytes in place",
+                    PL_UCX_CLOSE_S, pl_ucx_inbox_bytes(in));
         pl_ucx_unlock(ucx);
         return;
     }
@@ -309,8 +314,7 @@ static pl_status_t s_take_grants(pl_ucx_t *ucx, pl_ucx_ep_t *ep)
         if (st != PL_OK)
             return st;
         /* more than an inbox can have is a broken peer */
-        st = pl_ucx_grant_decode(buf, len,
-                                 (uint32_t)(PL_UCX_INBOX_MAX_SLOTS - ep->credits), &n);
+        st = pl_ucx_grant_decode(buf, len, (uint32_t)(PL_UCX_INBOX_MAX_SLOTS - ep->credits), &n);
         free(buf);
         if (st != PL_OK)
             return st;
