@@ -54,12 +54,19 @@ typedef struct {
     pl_cfg_device_t devices[PL_CFG_MAX_NODE_DEVICES];
 } pl_cfg_node_entry_t;
 
+/* An HTTP listener for /metrics, /livez, /readyz: an IP literal and a port; port 0: off. */
+typedef struct {
+    char address[64]; /* default 127.0.0.1 */
+    int port;         /* required when the section is present */
+} pl_cfg_http_t;
+
 typedef struct {
     char endpoint[256];  /* coordinator.endpoint, e.g. tcp://127.0.0.1:5555 (required) */
     int heartbeat_ms;    /* coordinator.heartbeat_ms, default 500 */
     int dead_after_ms;   /* coordinator.dead_after_ms, default 3000 */
     char public_key[64]; /* security.coordinator_public_key (Z85, 40 chars), "" = none */
     char secret_key[64]; /* security.coordinator_secret_key */
+    pl_cfg_http_t http;  /* coordinator.http: the coordinator's HTTP front; off when absent */
     int n_nodes;
     pl_cfg_node_entry_t nodes[PL_CFG_MAX_NODES];
     int n_links; /* described links (what-if planning) */
@@ -77,6 +84,7 @@ typedef struct {
     char log_level[16];             /* default "info" */
     char coordinator_key[64];       /* coordinator_public_key: CURVE (Z85), "" = plaintext */
     float slowdown;                 /* testing: run the CPU device this many times slower, >= 1 */
+    pl_cfg_http_t http;             /* http: the daemon's HTTP front; off when absent */
 } pl_cfg_node_t;
 
 typedef struct {
@@ -102,6 +110,10 @@ pl_status_t pl_cfg_node_parse(const char *text, size_t len, const char *origin,
 pl_status_t pl_cfg_job_load(const char *path, pl_cfg_job_t *out);
 pl_status_t pl_cfg_job_parse(const char *text, size_t len, const char *origin,
                              const char *base_dir, pl_cfg_job_t *out);
+
+/* An HTTP listener from a command line flag, "ADDRESS:PORT" ("[V6]:PORT" for IPv6), checked as
+ * the files' http sections are; errors name `origin` (the flag). */
+pl_status_t pl_cfg_http_parse(const char *text, const char *origin, pl_cfg_http_t *out);
 
 /* The embedded default cluster: a coordinator on loopback and local nodes. */
 extern const char pl_cfg_default_cluster_yaml[];

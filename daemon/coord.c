@@ -5,6 +5,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "daemon/coord_int.h"
+#include "daemon/front.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -88,6 +89,16 @@ static bool s_valid_name(const char *s, size_t len)
     return true;
 }
 
+/* WELCOME answers a registration and every heartbeat, so a daemon knows its link is alive. */
+static void s_welcome(pl_coord_t *c, const pl_tx_peer_t *to)
+{
+    pl_msg_t w;
+    pl_msg_init(&w, PL_MSG_WELCOME);
+    w.welcome = (pl_msg_welcome_t){.heartbeat_ms = c->cfg->heartbeat_ms,
+                                   .dead_after_ms = c->cfg->dead_after_ms};
+    pl_coord_reply_msg(c, to, &w);
+}
+
 static void s_on_hello(pl_coord_t *c, const pl_tx_peer_t *from, const pl_msg_hello_t *h)
 {
     pl_coord_node_t tmp = {0};
@@ -136,11 +147,7 @@ static void s_on_hello(pl_coord_t *c, const pl_tx_peer_t *from, const pl_msg_hel
     pl_coord_forget_node(c, i);
     pl_log_info("node %s registered from %s: %d device(s)%s%s", n->name, n->host, n->n_dev,
                 n->n_dev ? ", first " : "", n->n_dev ? n->dev[0].id : "");
-    pl_msg_t w;
-    pl_msg_init(&w, PL_MSG_WELCOME);
-    w.welcome = (pl_msg_welcome_t){.heartbeat_ms = c->cfg->heartbeat_ms,
-                                   .dead_after_ms = c->cfg->dead_after_ms};
-    pl_coord_reply_msg(c, from, &w);
+    s_welcome(c, from);
     pl_coord_schedule(c);
 }
 
@@ -155,6 +162,7 @@ static void s_on_heartbeat(pl_coord_t *c, const pl_tx_peer_t *from, const pl_msg
         return;
     }
     c->nodes[i].last_seen = pl_now();
+    s_welcome(c, from); /* the answer a daemon's readiness waits for */
     c->nodes[i].health = *h;
     c->nodes[i].have_health = true;
     /* progress of the jobs whose last stage runs here */
@@ -220,7 +228,12 @@ static void s_dispatch(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_t *m)
 pl_status_t pl_coord_run(const pl_cfg_cluster_t *cfg, volatile sig_atomic_t *stop)
 {
     pl_coord_t c = {.cfg = cfg, .next_job = 1};
+    pl_front_t *front = NULL;
     pl_status_t st;
+
+    if ((st = pl_front_start(&cfg->http, NULL, 0, &front)) ||
+        (st = pl_coord_metrics_init(&c, pl_front_metrics(front))))
+        goto out;
 
     if ((st = pl_tx_ctx_new(&c.ctx)) || (st = pl_tx_sock_new(c.ctx, PL_TX_ROUTER, &c.router)) ||
         (st = pl_tx_sock_handover(c.router)))
@@ -231,6 +244,7 @@ pl_status_t pl_coord_run(const pl_cfg_cluster_t *cfg, volatile sig_atomic_t *sto
         goto out;
     pl_log_info("coordinator listening on %s%s", cfg->endpoint,
                 cfg->secret_key[0] ? " (CURVE encrypted)" : "");
+    pl_front_set_ready(front, true, NULL); /* listening, and its state is loaded */
     while (!*stop && !c.shutdown) {
         bool ready = false;
         if ((st = pl_tx_poll(&c.router, 1, PL_MAX(50, cfg->heartbeat_ms / 2), &ready)))
@@ -252,10 +266,12 @@ pl_status_t pl_coord_run(const pl_cfg_cluster_t *cfg, volatile sig_atomic_t *sto
         }
         s_check_liveness(&c);
         pl_coord_schedule(&c);
+        pl_coord_metrics_update(&c);
     }
     if (c.shutdown) /* let the SHUTDOWN replies leave before the socket closes */
         usleep(200 * 1000);
 out:
+    pl_front_stop(&front); /* its threads read nothing of c, but stop them first all the same */
     for (int i = 0; i < c.n_jobs; i++)
         pl_coord_job_free(c.jobs[i]);
     free(c.jobs);

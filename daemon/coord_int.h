@@ -4,6 +4,7 @@
 
 #include "common/config.h"
 #include "common/job_spec.h"
+#include "common/metrics.h"
 #include "scheduler/terms.h"
 #include "transport/sock.h"
 
@@ -84,7 +85,15 @@ typedef struct {
     char error[1024];
     double t_submit, t_start, t_run, t_end;
     int64_t generated; /* tokens sampled so far, from the last stage's heartbeats */
+    int64_t metered_tokens; /* of those, counted in the metrics */
+    bool metered;           /* its latency is in the metrics */
 } pl_coord_job_t;
+
+/* The coordinator's metric families (coord_metrics.c); NULL ones record nothing. */
+typedef struct {
+    pl_metric_t *jobs, *queue, *nodes, *tokens, *job_s, *started;
+    double next_sweep;
+} pl_coord_metrics_t;
 
 typedef struct {
     const pl_cfg_cluster_t *cfg;
@@ -97,6 +106,7 @@ typedef struct {
     int n_jobs, cap_jobs;
     uint32_t next_job;
     bool shutdown;
+    pl_coord_metrics_t metrics;
 } pl_coord_t;
 
 const char *pl_job_state_name(pl_job_state_t s);
@@ -134,6 +144,12 @@ void pl_coord_on_plan(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_t *m);
 void pl_coord_learn(pl_coord_t *c, const pl_coord_job_t *j);
 /* A node (re-)registered: forget what was measured about its links. */
 void pl_coord_forget_node(pl_coord_t *c, int node);
+
+/* coord_metrics.c */
+/* Register the coordinator's metric families in r. */
+pl_status_t pl_coord_metrics_init(pl_coord_t *c, pl_metrics_t *r);
+/* Refresh them from the coordinator's state (cheap when called often: it sweeps 4 times a s). */
+void pl_coord_metrics_update(pl_coord_t *c);
 
 /* coord_query.c */
 void pl_coord_on_status(pl_coord_t *c, const pl_tx_peer_t *from, const pl_msg_t *m);

@@ -19,9 +19,11 @@ static void s_on_signal(int sig)
 
 static void s_usage(FILE *f)
 {
-    fprintf(f, "usage: pipecoord [--cluster FILE] [--endpoint ENDPOINT] [--log-level LEVEL]\n"
+    fprintf(f, "usage: pipecoord [--cluster FILE] [--endpoint ENDPOINT] [--http ADDR:PORT]\n"
+               "                 [--log-level LEVEL]\n"
                "  --cluster FILE      cluster YAML (default: the embedded local cluster)\n"
                "  --endpoint EP       override coordinator.endpoint, e.g. tcp://0.0.0.0:5555\n"
+               "  --http ADDR:PORT    serve /metrics, /livez, /readyz (override coordinator.http)\n"
                "  --log-level LEVEL   error | warn | info | debug (default info)\n");
 }
 
@@ -29,19 +31,21 @@ int main(int argc, char **argv)
 {
     static const struct option opts[] = {{"cluster", required_argument, NULL, 'c'},
                                          {"endpoint", required_argument, NULL, 'e'},
+                                         {"http", required_argument, NULL, 'H'},
                                          {"log-level", required_argument, NULL, 'l'},
                                          {"help", no_argument, NULL, 'h'},
                                          {NULL, 0, NULL, 0}};
-    const char *cluster = NULL, *endpoint = NULL;
+    const char *cluster = NULL, *endpoint = NULL, *http = NULL;
     static pl_cfg_cluster_t cfg;
     int o, lvl;
     pl_status_t st;
 
     pl_log_set_ident("pipecoord");
-    while ((o = getopt_long(argc, argv, "c:e:l:h", opts, NULL)) != -1) {
+    while ((o = getopt_long(argc, argv, "c:e:H:l:h", opts, NULL)) != -1) {
         switch (o) {
         case 'c': cluster = optarg; break;
         case 'e': endpoint = optarg; break;
+        case 'H': http = optarg; break;
         case 'l':
             if ((lvl = pl_log_level_parse(optarg)) < 0) {
                 fprintf(stderr, "pipecoord: unknown log level '%s'\n", optarg);
@@ -64,6 +68,10 @@ int main(int argc, char **argv)
     if (st) {
         fprintf(stderr, "pipecoord: %s\n", pl_error_msg());
         return 1;
+    }
+    if (http && pl_cfg_http_parse(http, "--http", &cfg.http)) {
+        fprintf(stderr, "pipecoord: %s\n", pl_error_msg());
+        return 2;
     }
     if (endpoint)
         snprintf(cfg.endpoint, sizeof(cfg.endpoint), "%s", endpoint);

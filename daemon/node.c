@@ -4,6 +4,8 @@
 #include "backends/backend.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "daemon/front.h"
+#include "daemon/node_metrics.h"
 #include "pipeline/exec.h"
 #include "transport/sock.h"
 
@@ -17,12 +19,14 @@
 #define S_MAX_EXECS 16
 #define S_HELLO_RETRY_S 2.0
 #define S_RELEASE_TIMEOUT_S 60.0
+#define S_DEVICE_HEALTH_S 5.0 /* how often device health feeds the metrics */
 
 typedef struct {
     pl_be_device_t *dev;
     pl_be_device_info_t info;
     pl_be_calib_t calib;
     char id[32];
+    bool failed; /* its health call failed: the node is not ready */
 } s_dev_t;
 
 typedef struct {
@@ -38,6 +42,12 @@ typedef struct {
     int n_execs;
     bool registered;
     double next_hb, next_hello;
+    pl_front_t *front;
+    pl_node_metrics_t metrics;
+    uint64_t gen_seen[S_MAX_EXECS]; /* of each executor's tokens, counted in the metrics */
+    bool hb_unanswered;             /* a heartbeat left since the last WELCOME */
+    double last_welcome, next_dev_health;
+    int dead_after_ms; /* from WELCOME */
 } s_node_t;
 
 static bool s_backend_wanted(const pl_cfg_node_t *cfg, const char *name)
@@ -207,7 +217,7 @@ static void s_on_assign(s_node_t *n, pl_msg_assign_t *a)
                           .first_layer = a->first, .last_layer = a->last, .spec = a->spec,
                           .microbatches = a->microbatches, .max_ctx = a->max_ctx,
                           .max_tokens = a->max_tokens, .dev = d->dev,
-                          .threads = n->cfg->threads};
+                          .threads = n->cfg->threads, .metrics = n->metrics.exec};
     pl_job_spec_init(&a->spec); /* moved into the params */
     pl_exec_t *x;
     if ((st = pl_exec_start(n->ctx, &p, &x))) {
@@ -215,6 +225,7 @@ static void s_on_assign(s_node_t *n, pl_msg_assign_t *a)
         return;
     }
     n->done_at[n->n_execs] = 0;
+    n->gen_seen[n->n_execs] = 0;
     n->execs[n->n_execs++] = x;
     pl_log_info("job %u: stage %d/%d, layers %d-%d on %s", a->job, a->stage, a->n_stages,
                 a->first, a->last, a->device);
@@ -230,12 +241,54 @@ static int s_find_exec(s_node_t *n, uint32_t job, int stage)
     return -1;
 }
 
+/* Tokens the executors sampled since last counted, into the metrics. */
+static void s_count_tokens(s_node_t *n)
+{
+    for (int i = 0; i < n->n_execs; i++) {
+        uint64_t g = pl_exec_generated(n->execs[i]);
+        if (g > n->gen_seen[i]) {
+            pl_metrics_add(n->metrics.tokens, NULL, (double)(g - n->gen_seen[i]));
+            n->gen_seen[i] = g;
+        }
+    }
+}
+
 static void s_drop_exec(s_node_t *n, int i)
 {
+    s_count_tokens(n);
     pl_exec_destroy(&n->execs[i]);
     n->n_execs--;
     n->execs[i] = n->execs[n->n_execs];
     n->done_at[i] = n->done_at[n->n_execs];
+    n->gen_seen[i] = n->gen_seen[n->n_execs];
+}
+
+/* The node's metrics and readiness, from the event loop: ready while registered, the
+ * coordinator answered within dead_after, and no device failed. */
+static void s_publish(s_node_t *n, double now)
+{
+    char why[256] = "";
+    if (now >= n->next_dev_health) {
+        n->next_dev_health = now + S_DEVICE_HEALTH_S;
+        for (int i = 0; i < n->n_devs; i++) {
+            pl_status_t st = pl_node_metrics_device(&n->metrics, n->devs[i].id, n->devs[i].dev);
+            bool failed = st && st != PL_ERR_UNSUPPORTED;
+            if (failed && !n->devs[i].failed)
+                pl_log_warn("device %s: health: %s", n->devs[i].id, pl_error_msg());
+            n->devs[i].failed = failed;
+        }
+    }
+    s_count_tokens(n);
+    pl_metrics_set(n->metrics.stages, NULL, n->n_execs);
+    double silent = now - n->last_welcome, limit = n->dead_after_ms / 1000.0;
+    if (!n->registered)
+        snprintf(why, sizeof(why), "not registered with the coordinator");
+    else if (silent > limit)
+        snprintf(why, sizeof(why), "the coordinator has not answered for %.1f s", silent);
+    for (int i = 0; i < n->n_devs && !why[0]; i++)
+        if (n->devs[i].failed)
+            snprintf(why, sizeof(why), "device %s failed", n->devs[i].id);
+    pl_front_set_ready(n->front, !why[0], why);
 }
 
 /* Returns false when the daemon should stop. */
@@ -250,10 +303,14 @@ static bool s_on_coord(s_node_t *n)
         return true;
     }
     switch (m.type) {
-    case PL_MSG_WELCOME:
+    case PL_MSG_WELCOME: /* to HELLO, and to every heartbeat */
         if (!n->registered)
             pl_log_info("registered with the coordinator");
         n->registered = true;
+        n->hb_unanswered = false;
+        n->last_welcome = pl_now();
+        if (m.welcome.dead_after_ms > 0)
+            n->dead_after_ms = m.welcome.dead_after_ms;
         break;
     case PL_MSG_ASSIGN:
         s_on_assign(n, &m.assign);
@@ -310,9 +367,12 @@ static void s_on_exec(s_node_t *n, int i)
 
 pl_status_t pl_node_run(const pl_cfg_node_t *cfg, volatile sig_atomic_t *stop)
 {
-    s_node_t n = {.cfg = cfg};
+    s_node_t n = {.cfg = cfg, .dead_after_ms = 6 * cfg->heartbeat_ms};
     pl_status_t st;
 
+    if ((st = pl_front_start(&cfg->http, NULL, 0, &n.front)) ||
+        (st = pl_node_metrics_init(&n.metrics, pl_front_metrics(n.front))))
+        goto out;
     if ((st = s_discover(&n)) || (st = pl_tx_ctx_new(&n.ctx)) ||
         (st = pl_tx_sock_new(n.ctx, PL_TX_DEALER, &n.dealer)) ||
         (st = pl_tx_sock_identity(n.dealer, cfg->name)))
@@ -350,6 +410,10 @@ pl_status_t pl_node_run(const pl_cfg_node_t *cfg, volatile sig_atomic_t *stop)
             pl_msg_t hb;
             pl_msg_init(&hb, PL_MSG_HEARTBEAT);
             s_health(&n, &hb.heartbeat);
+            pl_metrics_set(n.metrics.rss, NULL, hb.heartbeat.rss_kb * 1024.0);
+            if (n.registered && n.hb_unanswered)
+                pl_metrics_add(n.metrics.hb_misses, NULL, 1);
+            n.hb_unanswered = true;
             s_send(&n, &hb);
             n.next_hb = now + cfg->heartbeat_ms / 1000.0;
         }
@@ -358,6 +422,7 @@ pl_status_t pl_node_run(const pl_cfg_node_t *cfg, volatile sig_atomic_t *stop)
         for (int i = n.n_execs - 1; i >= 0; i--) /* no release came (coordinator gone) */
             if (n.done_at[i] && now - n.done_at[i] > S_RELEASE_TIMEOUT_S)
                 s_drop_exec(&n, i);
+        s_publish(&n, now);
     }
 out:
     while (n.n_execs > 0)
@@ -366,5 +431,6 @@ out:
         pl_be_device_close(&n.devs[i].dev);
     pl_tx_sock_destroy(&n.dealer);
     pl_tx_ctx_destroy(&n.ctx);
+    pl_front_stop(&n.front);
     return st;
 }

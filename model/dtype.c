@@ -8,6 +8,11 @@
 
 #include <string.h>
 
+/* model.h's comment: a tensor's stored weight type has its dtype's value for the float types. */
+_Static_assert((int)PL_DT_F32 == (int)PL_WT_F32 && (int)PL_DT_F16 == (int)PL_WT_F16 &&
+                   (int)PL_DT_BF16 == (int)PL_WT_BF16,
+               "pl_dtype_t and pl_wtype_t share their float values");
+
 size_t pl_dtype_size(pl_dtype_t dt)
 {
     switch (dt) {

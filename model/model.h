@@ -18,9 +18,6 @@
 /* Element types of activations and of safetensors tensors; a tensor's stored weight type
  * (model/wtype.h, which adds block-quantized types) has the same value for these three. */
 typedef enum { PL_DT_F32 = 0, PL_DT_F16 = 1, PL_DT_BF16 = 2 } pl_dtype_t;
-_Static_assert((int)PL_DT_F32 == (int)PL_WT_F32 && (int)PL_DT_F16 == (int)PL_WT_F16 &&
-                   (int)PL_DT_BF16 == (int)PL_WT_BF16,
-               "pl_dtype_t and pl_wtype_t share their float values");
 size_t pl_dtype_size(pl_dtype_t dt);
 const char *pl_dtype_name(pl_dtype_t dt);
 

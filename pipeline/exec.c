@@ -53,6 +53,8 @@ struct pl_exec {
     uint64_t phase_calls[2];
     uint64_t n_msgs, n_tokens, bytes_sent;
     uint64_t n_freed; /* KV slots freed because their sequence finished */
+    int kv_held;      /* KV slots counted in the metrics */
+    char peer[24];    /* the next stage, as the link metric's label */
 };
 
 /* READY, DONE or FAIL to the node's main thread; job and stage are filled in here. */
@@ -94,6 +96,9 @@ static pl_status_t s_load(pl_exec_t *x)
                         "job needs", sp.max_ctx, sp.max_tokens);
     if ((st = pl_be_stage_load(x->p.dev, x->model, &sp, &x->stage)))
         return st;
+    x->kv_held = x->job.n_seqs;
+    pl_metrics_add(x->p.metrics.kv_slots, NULL, x->kv_held);
+    snprintf(x->peer, sizeof(x->peer), "stage %d", (x->p.stage + 1) % x->p.n_stages);
     x->limits = (pl_act_limits_t){.max_seq = (uint32_t)x->job.n_seqs,
                                   .max_tokens = (uint32_t)x->p.max_tokens,
                                   .dim = (uint32_t)x->hidden, .max_pos = (uint32_t)x->p.max_ctx,
@@ -148,6 +153,8 @@ static pl_status_t s_forward(pl_exec_t *x, const pl_act_hdr_t *hdr, const pl_act
     x->phase_s[hdr->step > 0] += dt;
     x->phase_calls[hdr->step > 0]++;
     x->n_tokens += hdr->n_tokens;
+    pl_metrics_observe(x->p.metrics.compute_s, NULL, dt);
+    pl_metrics_add(x->p.metrics.microbatches, NULL, 1);
     return st;
 }
 
@@ -166,6 +173,7 @@ static pl_status_t s_send(pl_exec_t *x, const pl_act_hdr_t *hdr, const pl_act_se
         return st;
     x->n_msgs++;
     x->bytes_sent += len;
+    pl_metrics_add(x->p.metrics.link_bytes, x->peer, (double)len);
     return pl_ucx_send_credited(x->ucx, x->next,
                                 pl_act_tag(hdr->job, (pl_act_kind_t)hdr->kind, hdr->mb, hdr->step),
                                 buf, len, -1, (const volatile int *)&x->cancel);
@@ -213,6 +221,10 @@ static uint32_t s_free_finished(pl_exec_t *x, const pl_act_hdr_t *hdr, const pl_
             continue;
         pl_be_stage_free_seq(x->stage, (int)seqs[i].seq);
         x->n_freed++;
+        if (x->kv_held > 0) {
+            x->kv_held--;
+            pl_metrics_add(x->p.metrics.kv_slots, NULL, -1);
+        }
         if (done)
             done[n] = seqs[i];
         n++;
@@ -558,6 +570,8 @@ out:
     pl_ucx_inbox_destroy(&x->inbox);
     x->next = x->prev = NULL; /* closed with the worker */
     pl_ucx_destroy(&x->ucx);
+    pl_metrics_add(x->p.metrics.kv_slots, NULL, -x->kv_held);
+    x->kv_held = 0;
     pl_be_stage_unload(&x->stage);
     pl_model_destroy(&x->model);
     pl_gen_job_clear(&x->job);
