@@ -105,6 +105,7 @@ static pl_status_t s_plan(const pl_coord_job_t *j, s_live_t *lv, pl_sched_model_
         return pl_error_prefix(st, "model %s: ", j->spec.model);
     if ((st = pl_sched_model_from_config(&cfg, lv->any_cpu, model)))
         return st;
+    model->act_bytes = pl_gen_spec_wire_bytes(&j->spec); /* the links carry the wire dtype */
     *in = (pl_plan_input_t){
         .model = model, .devices = lv->devs, .n_devices = lv->n, .links = lv->links};
     if ((st = pl_sched_job_from_spec(&j->spec, &cfg, &in->job)))

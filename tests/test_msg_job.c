@@ -56,7 +56,9 @@ static void s_spec(pl_job_spec_t *s)
                             .temperature = 0.7f,
                             .top_k = 40,
                             .top_p = 0.95f,
-                            .seed = UINT64_MAX};
+                            .seed = UINT64_MAX,
+                            .prefill_chunk = 64,
+                            .wire_dtype = "bf16"};
     s->microbatches = 3;
     s->stages = 2;
     s->planner = PL_PLANNER_EVEN;
@@ -75,6 +77,8 @@ static void s_spec_eq(const pl_job_spec_t *a, const pl_job_spec_t *b)
     }
     cr_assert_eq(a->gen.max_new_tokens, b->gen.max_new_tokens);
     cr_assert_eq(a->gen.min_new_tokens, b->gen.min_new_tokens);
+    cr_assert_eq(a->gen.prefill_chunk, b->gen.prefill_chunk);
+    cr_assert_str_eq(a->gen.wire_dtype, b->gen.wire_dtype);
     cr_assert_eq(a->gen.stop_at_eos, b->gen.stop_at_eos);
     cr_assert_eq(a->gen.temperature, b->gen.temperature);
     cr_assert_eq(a->gen.top_k, b->gen.top_k);
@@ -131,7 +135,8 @@ Test(msg_job, spec_wire_shape)
         "{\"model\": \"/models/tiny\", \"gen\": {\"prompts\": [[1, 2, 3], [2147483647]], "
         "\"max_new_tokens\": 77, \"min_new_tokens\": 5, \"stop_at_eos\": false, "
         "\"sampling\": {\"temperature\": 0.699999988079071, \"top_k\": 40, "
-        "\"top_p\": 0.949999988079071, \"seed\": \"18446744073709551615\"}}, "
+        "\"top_p\": 0.949999988079071, \"seed\": \"18446744073709551615\"}, "
+        "\"prefill_chunk\": 64, \"wire_dtype\": \"bf16\"}, "
         "\"microbatches\": 3, \"stages\": 2, \"planner\": \"even\", "
         "\"nodes\": [\"node0\", \"node-1.b\"]}",
         0, NULL);
@@ -169,6 +174,10 @@ Test(msg_job, spec_bad_fields_are_named)
     s_refused(PL_MSG_SUBMIT, G("\"prompts\": [[1]], \"max_new_tokens\": 4, \"min_new_tokens\": 5"),
               "min_new_tokens");
     s_refused(PL_MSG_SUBMIT, G("\"prompts\": [[1]], \"min_new_tokens\": -1"), "min_new_tokens");
+    s_refused(PL_MSG_SUBMIT, G("\"prompts\": [[1]], \"prefill_chunk\": -1"), "prefill_chunk");
+    s_refused(PL_MSG_SUBMIT, G("\"prompts\": [[1]], \"prefill_chunk\": 65537"), "prefill_chunk");
+    s_refused(PL_MSG_SUBMIT, G("\"prompts\": [[1]], \"wire_dtype\": \"fp8\""), "wire_dtype");
+    s_refused(PL_MSG_SUBMIT, G("\"prompts\": [[1]], \"wire_dtype\": 16"), "wire_dtype");
     s_refused(PL_MSG_SUBMIT, G("\"prompts\": [[1]], \"sampling\": 3"), "sampling");
     s_refused(PL_MSG_SUBMIT, G("\"prompts\": [[1]], \"sampling\": {\"top_p\": 2}"), "top_p");
     s_refused(PL_MSG_SUBMIT, G("\"prompts\": [[1]], \"sampling\": {\"temperature\": -1}"),
@@ -325,6 +334,12 @@ Test(msg_job, done_round_trips_stats_probe_and_results)
                          .prefill_calls = 2,
                          .decode_calls = 38,
                          .freed_seqs = 2,
+                         .bytes_sent = 123456,
+                         .wire_dtype = "f16",
+                         .has_data_plane = true,
+                         .data_plane = {.inbox_slots = 2, .inbox_bytes = 4096,
+                                        .send_credits = 3, .max_in_flight = 3,
+                                        .bound_bytes = 10240, .progress_thread = true},
                          .has_probe = true,
                          .probe = {.to_stage = 0, .gbps = 3.5, .latency_s = 1e-5, .took_s = 0.01}};
     snprintf(m.done.stats.link, sizeof(m.done.stats.link), "tcp");
@@ -345,6 +360,15 @@ Test(msg_job, done_round_trips_stats_probe_and_results)
     cr_assert_eq(b->prefill_calls, 2);
     cr_assert_eq(b->decode_calls, 38);
     cr_assert_eq(b->freed_seqs, 2);
+    cr_assert_eq(b->bytes_sent, 123456);
+    cr_assert_str_eq(b->wire_dtype, "f16");
+    cr_assert(b->has_data_plane);
+    cr_assert_eq(b->data_plane.inbox_slots, 2);
+    cr_assert_eq(b->data_plane.inbox_bytes, 4096);
+    cr_assert_eq(b->data_plane.send_credits, 3);
+    cr_assert_eq(b->data_plane.max_in_flight, 3);
+    cr_assert_eq(b->data_plane.bound_bytes, 10240);
+    cr_assert(b->data_plane.progress_thread);
     cr_assert_str_eq(b->link, "tcp");
     cr_assert(b->has_probe);
     cr_assert_eq(b->probe.gbps, 3.5);

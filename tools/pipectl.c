@@ -339,6 +339,7 @@ static int s_plan_whatif(const s_ctl_t *c, const pl_job_spec_t *spec, const char
         rc = s_die("%s", pl_error_msg());
         goto out;
     }
+    model.act_bytes = pl_gen_spec_wire_bytes(spec); /* the links carry the wire dtype */
     in.devices = devs;
     in.n_devices = n;
     in.links = links;

@@ -108,6 +108,14 @@ typedef struct {
     char transport[64];
 } pl_msg_probe_t;
 
+/* A stage's data plane (transport/ucx.h credits): its inbox, the credits the next stage granted,
+ * the most sends it had in flight, and the memory bound those make. */
+typedef struct {
+    int inbox_slots;
+    int64_t inbox_bytes, send_credits, max_in_flight, bound_bytes;
+    bool progress_thread;
+} pl_msg_data_plane_t;
+
 /* A stage's statistics, in DONE (has_sink: the last stage, which samples). */
 typedef struct {
     double wall_s, compute_s, wait_s;
@@ -118,7 +126,11 @@ typedef struct {
     double prefill_compute_s, decode_compute_s;
     int64_t prefill_calls, decode_calls;
     int64_t freed_seqs; /* KV slots freed because their sequence finished */
+    int64_t bytes_sent; /* data-plane bytes this stage sent */
+    char wire_dtype[8]; /* how its activations travelled ("f32", "bf16", "f16"); "" unknown */
     char link[64]; /* transport to the next stage; "" when none */
+    bool has_data_plane;
+    pl_msg_data_plane_t data_plane;
     bool has_probe;
     pl_msg_probe_t probe;
 } pl_msg_stats_t;

@@ -1,6 +1,7 @@
 /* The job spec's one JSON codec (SUBMIT, PLAN, and inside ASSIGN) and the ASSIGN message: what the
  * user asked for, and what the coordinator decided for one stage, as separate values. */
 #include "common/json.h"
+#include "transport/act.h"
 #include "transport/msg.h"
 #include "transport/msg_int.h"
 
@@ -28,6 +29,12 @@ pl_status_t pl_job_spec_encode(const pl_job_spec_t *s, json_t **body_p)
         "temperature", (double)s->gen.temperature, "top_k", s->gen.top_k, "top_p",
         (double)s->gen.top_p, "seed", seed, "microbatches", s->microbatches, "stages", s->stages,
         "planner", pl_planner_name(s->planner), "nodes", nodes);
+    json_t *g = json_object_get(body, "gen");
+    if (g) { /* the data plane's settings */
+        json_object_set_new(g, "prefill_chunk", json_integer(s->gen.prefill_chunk));
+        json_object_set_new(g, "wire_dtype",
+                            json_string(s->gen.wire_dtype[0] ? s->gen.wire_dtype : "f32"));
+    }
     return pl_msg_int_done(body, "job", body_p);
 }
 
@@ -86,6 +93,9 @@ static pl_status_t s_gen(const json_t *gen, pl_job_spec_t *s)
 {
     json_t *prompts;
     int64_t max_new = s->gen.max_new_tokens, min_new = s->gen.min_new_tokens;
+    int64_t chunk = s->gen.prefill_chunk;
+    const char *wire = NULL;
+    pl_act_dtype_t dt;
     pl_status_t st;
     if (!json_is_object(gen))
         return pl_error(PL_ERR_INVALID, "field 'gen': expected an object");
@@ -96,8 +106,15 @@ static pl_status_t s_gen(const json_t *gen, pl_job_spec_t *s)
     if ((st = pl_json_int_opt(gen, "max_new_tokens", 1, PL_JOB_MAX_NEW_TOKENS, &max_new)) ||
         (st = pl_json_int_opt(gen, "min_new_tokens", 0, max_new, &min_new)) ||
         (st = pl_json_bool_opt(gen, "stop_at_eos", &s->gen.stop_at_eos)) ||
-        (st = s_sampling(json_object_get(gen, "sampling"), &s->gen)))
+        (st = s_sampling(json_object_get(gen, "sampling"), &s->gen)) ||
+        (st = pl_json_int_opt(gen, "prefill_chunk", 0, PL_JOB_MAX_PREFILL_CHUNK, &chunk)) ||
+        (st = pl_json_str_opt(gen, "wire_dtype", sizeof(s->gen.wire_dtype) - 1, &wire)))
         return st;
+    if (wire && (st = pl_act_dtype_parse(wire, &dt)))
+        return pl_error_prefix(st, "field 'wire_dtype': ");
+    if (wire)
+        snprintf(s->gen.wire_dtype, sizeof(s->gen.wire_dtype), "%s", wire);
+    s->gen.prefill_chunk = (int)chunk;
     s->gen.max_new_tokens = (int)max_new;
     s->gen.min_new_tokens = (int)min_new;
     s->n_prompts = (int)json_array_size(prompts);

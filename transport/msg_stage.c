@@ -80,8 +80,25 @@ pl_status_t pl_msg_stats_encode(const pl_msg_stats_t *m, json_t **body_p)
     json_object_set_new(s, "decode_compute_s", json_real(m->decode_compute_s));
     json_object_set_new(s, "decode_calls", json_integer((json_int_t)m->decode_calls));
     json_object_set_new(s, "freed_seqs", json_integer((json_int_t)m->freed_seqs));
+    json_object_set_new(s, "bytes_sent", json_integer((json_int_t)m->bytes_sent));
+    if (m->wire_dtype[0])
+        json_object_set_new(s, "wire_dtype", json_string(m->wire_dtype));
     if (m->link[0])
         json_object_set_new(s, "link", json_string(m->link));
+    if (m->has_data_plane) {
+        const pl_msg_data_plane_t *d = &m->data_plane;
+        json_t *dj = json_pack("{s:i, s:I, s:I, s:I, s:I, s:b}", "inbox_slots", d->inbox_slots,
+                               "inbox_bytes", (json_int_t)d->inbox_bytes, "send_credits",
+                               (json_int_t)d->send_credits, "max_in_flight",
+                               (json_int_t)d->max_in_flight, "bound_bytes",
+                               (json_int_t)d->bound_bytes, "progress_thread",
+                               d->progress_thread);
+        if (!dj) {
+            json_decref(s);
+            return pl_msg_int_done(NULL, "stats.data_plane", body_p);
+        }
+        json_object_set_new(s, "data_plane", dj);
+    }
     if (m->has_probe) {
         const pl_msg_probe_t *p = &m->probe;
         json_t *pj =
@@ -102,7 +119,7 @@ pl_status_t pl_msg_stats_encode(const pl_msg_stats_t *m, json_t **body_p)
 pl_status_t pl_msg_stats_decode(const json_t *body, pl_msg_stats_t *out)
 {
     pl_msg_stats_t m = {0};
-    const char *link = NULL;
+    const char *link = NULL, *wire = NULL;
     pl_status_t st;
     if (!json_is_object(body))
         return pl_error(PL_ERR_INVALID, "field 'stats': expected an object");
@@ -116,8 +133,28 @@ pl_status_t pl_msg_stats_decode(const json_t *body, pl_msg_stats_t *out)
         (st = pl_json_num(body, "decode_compute_s", 0, S_MAX_S, &m.decode_compute_s)) ||
         (st = pl_json_int(body, "decode_calls", 0, S_MAX_N, &m.decode_calls)) ||
         (st = pl_json_int(body, "freed_seqs", 0, S_MAX_N, &m.freed_seqs)) ||
+        (st = pl_json_int_opt(body, "bytes_sent", 0, S_MAX_N, &m.bytes_sent)) ||
+        (st = pl_json_str_opt(body, "wire_dtype", sizeof(m.wire_dtype) - 1, &wire)) ||
         (st = pl_json_str_opt(body, "link", sizeof(m.link) - 1, &link)))
         return pl_error_prefix(st, "stats: ");
+    if (wire)
+        snprintf(m.wire_dtype, sizeof(m.wire_dtype), "%s", wire);
+    const json_t *dp = json_object_get(body, "data_plane");
+    if (dp && !json_is_null(dp)) {
+        pl_msg_data_plane_t *d = &m.data_plane;
+        int64_t slots = 0;
+        if (!json_is_object(dp))
+            return pl_error(PL_ERR_INVALID, "stats: field 'data_plane': expected an object");
+        if ((st = pl_json_int(dp, "inbox_slots", 0, 1 << 20, &slots)) ||
+            (st = pl_json_int(dp, "inbox_bytes", 0, S_MAX_N, &d->inbox_bytes)) ||
+            (st = pl_json_int(dp, "send_credits", 0, S_MAX_N, &d->send_credits)) ||
+            (st = pl_json_int(dp, "max_in_flight", 0, S_MAX_N, &d->max_in_flight)) ||
+            (st = pl_json_int(dp, "bound_bytes", 0, S_MAX_N, &d->bound_bytes)) ||
+            (st = pl_json_bool_opt(dp, "progress_thread", &d->progress_thread)))
+            return pl_error_prefix(st, "stats.data_plane: ");
+        d->inbox_slots = (int)slots;
+        m.has_data_plane = true;
+    }
     m.has_sink = json_object_get(body, "generated") != NULL;
     if (m.has_sink && ((st = pl_json_int(body, "generated", 0, S_MAX_N, &m.generated)) ||
                        (st = pl_json_num(body, "prefill_s", 0, S_MAX_S, &m.prefill_s))))
