@@ -102,7 +102,7 @@ mkdir -p "$WORK/logs"
 for _ in $(seq 20); do
     port=$((20000 + RANDOM % 40000))
     [ -n "$(ss -Htln "sport = :$port" 2>/dev/null)" ] && continue
-    "$B/pipecoord" --endpoint "tcp://127.0.0.1:$port" >"$WORK/logs/pipecoord.log" 2>&1 &
+    "$B/pipecoord" --endpoint "tcp://127.0.0.1:$port" --state-db "$WORK/coord-$port.db" >"$WORK/logs/pipecoord.log" 2>&1 &
     cpid=$!
     sleep 0.3
     if kill -0 "$cpid" 2>/dev/null; then
