@@ -7,6 +7,8 @@
 #include <stdint.h>
 
 #define PL_JOB_MAX_NEW_TOKENS 65536
+#define PL_JOB_MAX_STOP 8      /* stop strings of a job */
+#define PL_JOB_STOP_MAX 127    /* bytes of one stop string */
 
 typedef struct {
     int max_new_tokens; /* 1..PL_JOB_MAX_NEW_TOKENS, default 16 */
@@ -17,6 +19,10 @@ typedef struct {
     int top_k;
     float top_p;
     uint64_t seed;
+    /* Stop strings: a sequence ends when its decoded text contains one (finish "stop"); the
+     * text is cut before it. Non-empty UTF-8; they need the model's tokenizer. */
+    int n_stop;
+    char stop[PL_JOB_MAX_STOP][PL_JOB_STOP_MAX + 1];
 } pl_job_gen_t;
 
 #endif

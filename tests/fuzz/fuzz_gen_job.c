@@ -18,7 +18,7 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t len)
     pl_model_config_t cfg = {.hidden = 8, .vocab = 100, .max_pos = 64, .n_eos = 1, .eos_ids = {2}};
     pl_job_spec_t spec;
     pl_job_spec_init(&spec);
-    if (pl_gen_prompts_parse((const char *)data, len, "fuzz", &spec) == PL_OK) {
+    if (pl_gen_prompts_parse((const char *)data, len, "fuzz", NULL, &spec) == PL_OK) {
         if (spec.n_prompts < 1 || spec.n_prompts > PL_GEN_MAX_SEQS)
             __builtin_trap();
         for (int s = 0; s < spec.n_prompts; s++)
