@@ -199,6 +199,8 @@ static size_t s_run(pl_gen_text_t *t, const int32_t *ids, size_t n, char *stream
         const char *text = pl_gen_text_get(t, 0, &after);
         cr_assert_geq(st, sent, "the stable text shrank");
         cr_assert_lt(st, cap);
+        cr_assert(st == after || ((unsigned char)text[st] & 0xC0) != 0x80,
+                  "a streamed piece ends inside a character");
         memcpy(streamed + sent, text + sent, st - sent);
         sent = st;
         streamed[sent] = '\0';
@@ -235,8 +237,8 @@ Test(gen_text, streaming_holds_a_split_character_and_equals_the_text, .timeout =
 Test(gen_text, a_stop_string_ends_the_text_where_the_unstopped_run_shows_it, .timeout = 60)
 {
     pl_tokenizer_t *tok = s_load();
-    const char *full = "The answer is 42.\nUser: and then? END of the story END again";
-    const char *stops[] = {"END", "\nUser:", "ory E", "42", "ag"};
+    const char *full = "The answer is 42.\nUser: and then? END of the story END again 龘 🦙 Z";
+    const char *stops[] = {"END", "\nUser:", "ory E", "42", "ag", "龘 🦙 Z"};
     int32_t *ids;
     size_t n;
     cr_assert_eq(pl_tokenizer_encode(tok, full, strlen(full), 0, &ids, &n), PL_OK);
