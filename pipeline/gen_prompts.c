@@ -28,8 +28,7 @@ static pl_status_t s_ids(s_parser_t *p, const json_t *v, int32_t **ids_p, size_t
         return pl_error(PL_ERR_NOMEM, "%s:%zu: out of memory", p->origin, p->line);
     for (size_t t = 0; t < n; t++) {
         json_t *e = json_array_get(v, t);
-        if (!json_is_integer(e) || json_integer_value(e) < 0 ||
-            json_integer_value(e) > INT32_MAX) {
+        if (!json_is_integer(e) || json_integer_value(e) < 0 || json_integer_value(e) > INT32_MAX) {
             free(ids);
             return pl_error(PL_ERR_INVALID, "%s:%zu: token %zu is not a token id", p->origin,
                             p->line, t);
@@ -46,12 +45,11 @@ static pl_status_t s_string(s_parser_t *p, const json_t *v, const char *what, co
                             size_t *len_p)
 {
     if (!json_is_string(v))
-        return pl_error(PL_ERR_INVALID, "%s:%zu: %s: expected a string", p->origin, p->line,
-                        what);
+        return pl_error(PL_ERR_INVALID, "%s:%zu: %s: expected a string", p->origin, p->line, what);
     size_t n = json_string_length(v);
     if (strlen(json_string_value(v)) != n)
-        return pl_error(PL_ERR_INVALID, "%s:%zu: %s: contains a NUL character", p->origin,
-                        p->line, what);
+        return pl_error(PL_ERR_INVALID, "%s:%zu: %s: contains a NUL character", p->origin, p->line,
+                        what);
     *s_p = json_string_value(v);
     *len_p = n;
     return PL_OK;
@@ -111,8 +109,8 @@ static pl_status_t s_messages(s_parser_t *p, const json_t *v, int32_t **ids_p, s
             goto out;
     }
     const char *fmt = p->ctx->chat_format && p->ctx->chat_format[0] ? p->ctx->chat_format : NULL;
-    if (!p->tmpl && (st = pl_chat_template_for(p->ctx->tok, fmt, "tokenizer_config.json",
-                                               &p->tmpl))) {
+    if (!p->tmpl &&
+        (st = pl_chat_template_for(p->ctx->tok, fmt, "tokenizer_config.json", &p->tmpl))) {
         pl_error_prefix(st, "%s:%zu: ", p->origin, p->line);
         goto out;
     }
@@ -159,8 +157,8 @@ static pl_status_t s_line(s_parser_t *p, const char *text, size_t len, int32_t *
                         p->line);
     }
     const pl_gen_prompts_ctx_t *c = p->ctx;
-    if (c && c->max_pos > 0 && (n > (size_t)c->max_pos ||
-                                (int)n + c->max_new_tokens > c->max_pos)) {
+    if (c && c->max_pos > 0 &&
+        (n > (size_t)c->max_pos || (int)n + c->max_new_tokens > c->max_pos)) {
         free(ids);
         return pl_error(PL_ERR_RANGE,
                         "%s:%zu: the prompt is %zu tokens; with max_new_tokens %d it exceeds the "

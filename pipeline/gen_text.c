@@ -21,7 +21,7 @@ struct pl_gen_text {
     int n_stop;
     const char *stop[PL_JOB_MAX_STOP];
     size_t stop_len[PL_JOB_MAX_STOP];
-    size_t hold; /* longest stop string - 1: bytes that may still begin one */
+    size_t hold;      /* longest stop string - 1: bytes that may still begin one */
     pl_job_gen_t gen; /* owns the stop strings */
 };
 
@@ -111,8 +111,7 @@ static bool s_find_stop(const pl_gen_text_t *t, const s_seq_t *q, size_t from, s
     return found;
 }
 
-pl_status_t pl_gen_text_push(pl_gen_text_t *t, int seq, int32_t token, bool last,
-                             bool *stopped_p)
+pl_status_t pl_gen_text_push(pl_gen_text_t *t, int seq, int32_t token, bool last, bool *stopped_p)
 {
     s_seq_t *q = &t->seqs[seq];
     const char *piece;

@@ -20,8 +20,7 @@ void pl_gen_text_destroy(pl_gen_text_t **text_p);
 /* Append sequence seq's next token; `last`: the sequence ends with it (a held incomplete
  * character becomes U+FFFD). *stopped_p: the text now contains a stop string and was cut before
  * it; the sequence is over. PL_ERR_RANGE for a token the tokenizer lacks. */
-pl_status_t pl_gen_text_push(pl_gen_text_t *t, int seq, int32_t token, bool last,
-                             bool *stopped_p);
+pl_status_t pl_gen_text_push(pl_gen_text_t *t, int seq, int32_t token, bool last, bool *stopped_p);
 /* The text of seq so far (NUL-terminated, borrowed until the next push). */
 const char *pl_gen_text_get(const pl_gen_text_t *t, int seq, size_t *len_p);
 /* How many leading bytes of seq's text no later token can change: all of it once the sequence

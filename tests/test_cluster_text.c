@@ -168,8 +168,8 @@ Test(cluster_text, text_errors_are_named_and_the_cluster_keeps_running)
     s_start(2);
     char path[512];
     /* a model without tokenizer.json: a text line is an error naming the line */
-    tc_sh(NULL, "mkdir -p %s/bare && cp %s/t/config.json %s/t/model.safetensors %s/bare/",
-          s_c.dir, s_c.dir, s_c.dir, s_c.dir);
+    tc_sh(NULL, "mkdir -p %s/bare && cp %s/t/config.json %s/t/model.safetensors %s/bare/", s_c.dir,
+          s_c.dir, s_c.dir, s_c.dir);
     tc_job(&s_c, "bare", "bare", "");
     char *out = tc_submit(&s_c, "bare", &rc), *err = tc_err(&s_c, "bare");
     cr_assert_neq(rc, 0);

@@ -55,16 +55,18 @@ static void s_refused(const char *text, const pl_gen_prompts_ctx_t *ctx, const c
     pl_job_spec_init(&spec);
     cr_assert_neq(pl_gen_prompts_parse(text, strlen(text), "p.jsonl", ctx, &spec), PL_OK,
                   "accepted: %s", text);
-    cr_assert(strstr(pl_error_msg(), needle), "'%s' not in '%s' (input %s)", needle,
-              pl_error_msg(), text);
+    cr_assert(strstr(pl_error_msg(), needle), "'%s' not in '%s' (input %s)", needle, pl_error_msg(),
+              text);
     cr_assert_eq(spec.n_prompts, 0, "half-done on error");
     pl_job_spec_clear(&spec);
 }
 
 static void s_ids_eq(const pl_job_spec_t *spec, int idx, const json_t *ref_ids)
 {
-    cr_assert_eq((size_t)spec->prompt_len[idx], json_array_size(ref_ids), "prompt %d: %d ids, "
-                 "the reference %zu", idx, spec->prompt_len[idx], json_array_size(ref_ids));
+    cr_assert_eq((size_t)spec->prompt_len[idx], json_array_size(ref_ids),
+                 "prompt %d: %d ids, "
+                 "the reference %zu",
+                 idx, spec->prompt_len[idx], json_array_size(ref_ids));
     for (int t = 0; t < spec->prompt_len[idx]; t++)
         cr_assert_eq(spec->prompts[idx][t], json_integer_value(json_array_get(ref_ids, (size_t)t)),
                      "prompt %d, token %d", idx, t);
@@ -105,9 +107,9 @@ Test(gen_text, messages_render_through_the_template_as_jinja_does, .timeout = 60
 {
     pl_tokenizer_t *tok = s_load();
     pl_gen_prompts_ctx_t ctx = {.tok = tok};
-    json_t *msgs = json_pack("[{s:s,s:s},{s:s,s:s}]", "role", "system", "content",
-                             "You answer in one word.", "role", "user", "content",
-                             "Capital of France? ça va — 世界");
+    json_t *msgs =
+        json_pack("[{s:s,s:s},{s:s,s:s}]", "role", "system", "content", "You answer in one word.",
+                  "role", "user", "content", "Capital of France? ça va — 世界");
     json_t *lines = json_pack("[{s:O}]", "messages", msgs);
     char *file = s_file(lines);
     pl_job_spec_t spec;
@@ -115,10 +117,10 @@ Test(gen_text, messages_render_through_the_template_as_jinja_does, .timeout = 60
     cr_assert(spec.text);
     /* the reference: @huggingface/jinja renders the real template, then the reference
      * tokenizer encodes the text without adding special tokens (apply_chat_template) */
-    json_t *in = json_pack("{s:s,s:s,s:s,s:[{s:O,s:b}]}", "template",
-                           pl_tokenizer_chat_template(tok), "bos_token",
-                           pl_tokenizer_bos_text(tok), "eos_token", pl_tokenizer_eos_text(tok),
-                           "cases", "messages", msgs, "add_generation_prompt", 1);
+    json_t *in =
+        json_pack("{s:s,s:s,s:s,s:[{s:O,s:b}]}", "template", pl_tokenizer_chat_template(tok),
+                  "bos_token", pl_tokenizer_bos_text(tok), "eos_token", pl_tokenizer_eos_text(tok),
+                  "cases", "messages", msgs, "add_generation_prompt", 1);
     json_t *rendered = js_ref_run("chat.mjs", "-", in);
     const char *text = json_string_value(json_object_get(json_array_get(rendered, 0), "text"));
     cr_assert_not_null(text);
@@ -146,8 +148,8 @@ Test(gen_text, bad_prompt_lines_name_the_line, .timeout = 60)
     s_refused("[1, 2] [3]\n", &ctx, "p.jsonl:1");
     s_refused("[1]\n[1, 2] [3]\n", &ctx, "p.jsonl:2");
     s_refused("[1]\n{\"text\": \"a\"} x\n", &ctx, "p.jsonl:2");
-    s_refused("[1]\n\n{\"text\": \"caf\xff\"}\n", &ctx, "p.jsonl:3");   /* invalid UTF-8 */
-    s_refused("{\"text\": \"\\udc00\"}\n", &ctx, "p.jsonl:1");           /* a lone surrogate */
+    s_refused("[1]\n\n{\"text\": \"caf\xff\"}\n", &ctx, "p.jsonl:3"); /* invalid UTF-8 */
+    s_refused("{\"text\": \"\\udc00\"}\n", &ctx, "p.jsonl:1");        /* a lone surrogate */
     s_refused("{\"text\": \"a\\u0000b\"}\n", &ctx, "p.jsonl:1");
     s_refused("{\"text\": 5}\n", &ctx, "field 'text'");
     s_refused("{\"text\": \"a\", \"extra\": 1}\n", &ctx, "exactly one key");
@@ -172,8 +174,9 @@ Test(gen_text, bad_prompt_lines_name_the_line, .timeout = 60)
     s_refused(two, &ctx, "context of 64 positions");
     /* no tokenizer: a text or messages line is an error naming it */
     pl_gen_prompts_ctx_t none = {0};
-    s_refused("[1]\n{\"text\": \"hi\"}\n", &none, "p.jsonl:2: a text prompt needs the model's "
-                                                   "tokenizer");
+    s_refused("[1]\n{\"text\": \"hi\"}\n", &none,
+              "p.jsonl:2: a text prompt needs the model's "
+              "tokenizer");
     s_refused("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}]}\n", NULL,
               "p.jsonl:1: a messages prompt");
     pl_tokenizer_destroy(&tok);
@@ -266,8 +269,8 @@ Test(gen_text, a_stop_string_ends_the_text_where_the_unstopped_run_shows_it, .ti
         size_t got_tok = s_run(t, ids, n, streamed, sizeof(streamed), &held);
         size_t len;
         const char *got = pl_gen_text_get(t, 0, &len);
-        cr_assert_eq(got_tok, want_tok, "stop '%s': stopped at token %zu, expected %zu",
-                     stops[s], got_tok, want_tok);
+        cr_assert_eq(got_tok, want_tok, "stop '%s': stopped at token %zu, expected %zu", stops[s],
+                     got_tok, want_tok);
         cr_assert_eq(len, want_len, "stop '%s': '%s'", stops[s], got);
         cr_assert(strncmp(got, full, want_len) == 0);
         cr_assert_str_eq(streamed, got, "stop '%s': streamed text differs", stops[s]);
