@@ -195,6 +195,14 @@ static void s_on_shutdown(pl_coord_t *c, const pl_tx_peer_t *from)
 
 static void s_dispatch(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_t *m)
 {
+    if (!pl_coord_auth_check(c, from, m->type))
+        return;
+    if ((m->type == PL_MSG_SUBMIT || m->type == PL_MSG_PLAN) &&
+        pl_coord_auth_model(c, m->submit.model)) {
+        pl_log_info("job from '%s' refused: %s", from->user, pl_error_msg());
+        pl_coord_reply_error(c, from, PL_ERR_PERMISSION, "%s", pl_error_msg());
+        return;
+    }
     switch (m->type) {
     case PL_MSG_HELLO: s_on_hello(c, from, &m->hello); break;
     case PL_MSG_HEARTBEAT: s_on_heartbeat(c, from, &m->heartbeat); break;
@@ -217,6 +225,21 @@ static void s_dispatch(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_t *m)
     }
 }
 
+/* Handshakes the router refused (NULL mechanism, wrong server key): logged once a second. */
+static void s_check_handshakes(pl_coord_t *c)
+{
+    char why[256];
+    while (pl_tx_sock_handshake_error(c->router, why, sizeof(why))) {
+        double now = pl_now();
+        c->refused_handshakes++;
+        if (now - c->last_refusal_log >= 1.0) {
+            c->last_refusal_log = now;
+            pl_log_warn("refused a control-plane connection: %s (%ld so far)", why,
+                        c->refused_handshakes + pl_tx_zap_refused(c->zap));
+        }
+    }
+}
+
 pl_status_t pl_coord_run(const pl_cfg_cluster_t *cfg, volatile sig_atomic_t *stop)
 {
     pl_coord_t c = {.cfg = cfg, .next_job = 1};
@@ -225,12 +248,16 @@ pl_status_t pl_coord_run(const pl_cfg_cluster_t *cfg, volatile sig_atomic_t *sto
     if ((st = pl_tx_ctx_new(&c.ctx)) || (st = pl_tx_sock_new(c.ctx, PL_TX_ROUTER, &c.router)) ||
         (st = pl_tx_sock_handover(c.router)))
         goto out;
-    if (cfg->secret_key[0] && (st = pl_tx_sock_curve_server(c.router, cfg->secret_key)))
+    if ((st = pl_coord_auth_start(&c)))
         goto out;
     if ((st = pl_tx_sock_bind(c.router, cfg->endpoint)))
         goto out;
-    pl_log_info("coordinator listening on %s%s", cfg->endpoint,
-                cfg->secret_key[0] ? " (CURVE encrypted)" : "");
+    if (c.insecure)
+        pl_log_warn("coordinator listening on %s, INSECURE: no encryption, no authentication",
+                    cfg->endpoint);
+    else
+        pl_log_info("coordinator listening on %s (CURVE, %d client key(s) allowed)",
+                    cfg->endpoint, c.n_clients);
     while (!*stop && !c.shutdown) {
         bool ready = false;
         if ((st = pl_tx_poll(&c.router, 1, PL_MAX(50, cfg->heartbeat_ms / 2), &ready)))
@@ -250,6 +277,7 @@ pl_status_t pl_coord_run(const pl_cfg_cluster_t *cfg, volatile sig_atomic_t *sto
             s_dispatch(&c, &from, &m);
             pl_msg_clear(&m);
         }
+        s_check_handshakes(&c);
         s_check_liveness(&c);
         pl_coord_schedule(&c);
     }
@@ -260,6 +288,7 @@ out:
         pl_coord_job_free(c.jobs[i]);
     free(c.jobs);
     pl_tx_sock_destroy(&c.router);
+    pl_tx_zap_stop(&c.zap);
     pl_tx_ctx_destroy(&c.ctx);
     return st;
 }

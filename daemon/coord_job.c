@@ -95,6 +95,7 @@ void pl_coord_on_submit(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_t *m)
         c->jobs = nj;
         c->cap_jobs = cap;
     }
+    snprintf(j->owner, sizeof(j->owner), "%s", from->user);
     j->id = c->next_job++;
     j->state = PL_JOB_QUEUED;
     j->t_submit = pl_now();
@@ -219,7 +220,14 @@ void pl_coord_on_stage_msg(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_t *m)
     snprintf(node, sizeof(node), "%.*s", (int)PL_MIN(from->len, PL_CFG_NAME_MAX), from->id);
     pl_coord_job_t *j = pl_coord_find_job(c, id);
     int ni = pl_coord_find_node(c, node);
-    if (!j || s_terminal(j) || stage >= j->n_stages || j->stages[stage].node != ni) {
+    if (j && stage < j->n_stages && j->stages[stage].node != ni) {
+        char what[96]; /* results only from the stage the coordinator assigned */
+        snprintf(what, sizeof(what), "%s for job %u stage %d, assigned to another node",
+                 pl_msg_name(m->type), id, stage);
+        pl_coord_auth_stage_refused(c, from, what);
+        return;
+    }
+    if (!j || s_terminal(j) || stage >= j->n_stages) {
         pl_log_debug("stale %s for job %u stage %d from %s", pl_msg_name(m->type), id, stage,
                      node);
         return;
@@ -276,6 +284,10 @@ void pl_coord_on_kill(pl_coord_t *c, const pl_tx_peer_t *from, const pl_msg_t *m
     pl_coord_job_t *j = pl_coord_find_job(c, m->job_ref.job);
     if (!j) {
         pl_coord_reply_error(c, from, PL_ERR_NOT_FOUND, "no job %u", m->job_ref.job);
+        return;
+    }
+    if (!pl_coord_auth_may_see(c, from, j)) {
+        pl_coord_reply_error(c, from, PL_ERR_PERMISSION, "job %u belongs to another user", j->id);
         return;
     }
     if (!s_terminal(j)) {

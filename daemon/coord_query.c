@@ -9,8 +9,12 @@
 static pl_coord_job_t *s_job_arg(pl_coord_t *c, const pl_tx_peer_t *from, const pl_msg_t *m)
 {
     pl_coord_job_t *j = pl_coord_find_job(c, m->job_ref.job);
-    if (!j)
+    if (!j) {
         pl_coord_reply_error(c, from, PL_ERR_NOT_FOUND, "no job %u", m->job_ref.job);
+    } else if (!pl_coord_auth_may_see(c, from, j)) {
+        pl_coord_reply_error(c, from, PL_ERR_PERMISSION, "job %u belongs to another user", j->id);
+        j = NULL;
+    }
     return j;
 }
 
@@ -112,7 +116,12 @@ void pl_coord_on_nodes(pl_coord_t *c, const pl_tx_peer_t *from)
                                                  c->cfg->nodes[i].name, "host",
                                                  c->cfg->nodes[i].address, "state", "missing",
                                                  "last_seen_s", "job", 0, "devices"));
-    pl_coord_reply(c, from, json_pack("{s:o}", "nodes", arr));
+    json_t *sec = json_pack("{s:b, s:i, s:I, s:I, s:I}", "insecure", c->insecure, "client_keys",
+                            c->n_clients, "refused_handshakes",
+                            (json_int_t)(c->refused_handshakes + pl_tx_zap_refused(c->zap)),
+                            "refused_messages", (json_int_t)c->refused_msgs,
+                            "refused_stage_messages", (json_int_t)c->refused_stage_msgs);
+    pl_coord_reply(c, from, json_pack("{s:o, s:o?}", "nodes", arr, "security", sec));
 }
 
 void pl_coord_on_health(pl_coord_t *c, const pl_tx_peer_t *from, const pl_msg_t *m)
