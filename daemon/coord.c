@@ -240,7 +240,7 @@ static void s_check_handshakes(pl_coord_t *c)
     }
 }
 
-pl_status_t pl_coord_run(const pl_cfg_cluster_t *cfg, volatile sig_atomic_t *stop)
+pl_status_t pl_coord_run(const pl_cfg_cluster_t *cfg, bool embedded, volatile sig_atomic_t *stop)
 {
     pl_coord_t c = {.cfg = cfg, .next_job = 1};
     pl_status_t st;
@@ -248,7 +248,7 @@ pl_status_t pl_coord_run(const pl_cfg_cluster_t *cfg, volatile sig_atomic_t *sto
     if ((st = pl_tx_ctx_new(&c.ctx)) || (st = pl_tx_sock_new(c.ctx, PL_TX_ROUTER, &c.router)) ||
         (st = pl_tx_sock_handover(c.router)))
         goto out;
-    if ((st = pl_coord_auth_start(&c)))
+    if ((st = pl_coord_auth_start(&c, embedded)))
         goto out;
     if ((st = pl_tx_sock_bind(c.router, cfg->endpoint)))
         goto out;

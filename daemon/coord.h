@@ -5,8 +5,11 @@
 #include "common/config.h"
 
 #include <signal.h>
+#include <stdbool.h>
 
-/* Serve the cluster until SHUTDOWN or *stop. */
-pl_status_t pl_coord_run(const pl_cfg_cluster_t *cfg, volatile sig_atomic_t *stop);
+/* Serve the cluster until SHUTDOWN or *stop. Embedded: cfg is the embedded default cluster,
+ * whose keys come from the local state directory whatever the endpoint (a cluster file without
+ * keys gets them only on a loopback endpoint). */
+pl_status_t pl_coord_run(const pl_cfg_cluster_t *cfg, bool embedded, volatile sig_atomic_t *stop);
 
 #endif

@@ -40,7 +40,7 @@ static pl_status_t s_file_clients(const pl_cfg_cluster_t *cfg, pl_tx_client_t *o
     return PL_OK;
 }
 
-pl_status_t pl_coord_auth_start(pl_coord_t *c)
+pl_status_t pl_coord_auth_start(pl_coord_t *c, bool embedded)
 {
     const pl_cfg_cluster_t *cfg = c->cfg;
     pl_tx_client_t *clients = calloc(PL_CFG_MAX_CLIENTS + 2, sizeof(*clients));
@@ -61,7 +61,7 @@ pl_status_t pl_coord_auth_start(pl_coord_t *c)
                     "authenticated; anyone who reaches it may submit, read and shut down",
                     cfg->endpoint);
         goto out;
-    } else if (!s_loopback(cfg->endpoint)) {
+    } else if (!embedded && !s_loopback(cfg->endpoint)) {
         st = pl_error(PL_ERR_INVALID, "refusing to listen on %s without keys: set "
                       "security.coordinator_secret_key_file and security.clients (pipectl "
                       "keygen makes them), or security.insecure: true", cfg->endpoint);

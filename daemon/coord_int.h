@@ -146,9 +146,9 @@ void pl_coord_forget_node(pl_coord_t *c, int node);
 
 /* coord_auth.c */
 /* Set up authentication on c->router before it binds: the cluster file's keys and allow-list;
- * without keys on a local endpoint, the user's state directory (made at first start); without
- * keys elsewhere an error unless security.insecure. */
-pl_status_t pl_coord_auth_start(pl_coord_t *c);
+ * without keys on a local endpoint (or any endpoint of the embedded cluster), the user's state
+ * directory (made at first start); without keys elsewhere an error unless security.insecure. */
+pl_status_t pl_coord_auth_start(pl_coord_t *c, bool embedded);
 /* May this peer send this type? False: refused, counted, logged (rate-limited) and answered. */
 bool pl_coord_auth_check(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_type_t type);
 /* May this peer see or cancel job j? False: counted and logged; the caller answers. */
