@@ -197,7 +197,8 @@ bool pl_tx_sock_handshake_error(pl_tx_sock_t *s, char *why, size_t why_len)
                 snprintf(why, why_len, "CURVE handshake with %s failed (protocol error 0x%x): "
                          "wrong coordinator key, or one side without CURVE", ep, value);
             else
-                snprintf(why, why_len, "handshake with %s failed: %s", ep, zmq_strerror((int)value));
+                snprintf(why, why_len, "handshake with %s failed (%s): wrong coordinator key, or "
+                         "one side without CURVE", ep, zmq_strerror((int)value));
             got = got || s->kind != PL_TX_ROUTER || event != ZMQ_EVENT_HANDSHAKE_FAILED_AUTH;
         }
         zmq_msg_close(&ev);
