@@ -214,8 +214,8 @@ pl_status_t pl_tx_key_client_setup(pl_tx_sock_t *s, const char *server_public,
     char dir[PATH_MAX], path[PATH_MAX + 32], server[PL_TX_KEY_LEN + 1];
     const char *how;
     pl_status_t st;
-    struct stat sb;
-    bool has_server = server_public && *server_public;
+    const char *ins = getenv("PIPELD_INSECURE");
+    bool has_server = server_public && *server_public, insecure = ins && strcmp(ins, "1") == 0;
     if (key_file && *key_file) {
         if (!has_server)
             return pl_error(PL_ERR_INVALID, "key file %s given without the coordinator's "
@@ -228,15 +228,18 @@ pl_status_t pl_tx_key_client_setup(pl_tx_sock_t *s, const char *server_public,
         if ((st = pl_tx_sock_curve_client(s, server_public)))
             return st;
         how = "CURVE with a throwaway key (admitted by no allow-list: give a key file)";
-    } else if (pl_tx_key_local_dir(dir, sizeof(dir)) == PL_OK && lstat(dir, &sb) == 0) {
+    } else if (insecure) {
+        how = "no CURVE ($PIPELD_INSECURE: for a coordinator with security.insecure)";
+    } else {
+        /* whoever of the local processes starts first makes the directory */
+        if ((st = pl_tx_key_local_dir(dir, sizeof(dir))) || (st = pl_tx_key_local_ensure(dir)))
+            return st;
         snprintf(path, sizeof(path), "%s/coordinator.pub", dir);
         if ((st = pl_tx_key_local_pair(dir, local_role, &p)) ||
             (st = pl_tx_key_load_public(path, server)) ||
             (st = pl_tx_sock_curve_client_pair(s, server, p.public_key, p.secret_key)))
             return st;
         how = "CURVE with the local state directory's keys";
-    } else {
-        how = "no CURVE (no keys given, no local state directory)";
     }
     if ((st = pl_tx_sock_monitor(s)))
         return st;

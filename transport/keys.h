@@ -37,10 +37,11 @@ pl_status_t pl_tx_key_local_pair(const char *dir, const char *which, pl_tx_keypa
 
 /* CURVE for a client socket (pipeld, pipectl), before connect, and a handshake monitor:
  * with key_file, that pair and the coordinator's public key server_public (required); with only
- * server_public, a throwaway pair (admitted only by a coordinator that lists no keys... which
- * never happens: it is refused, and the monitor says so); with neither, the local state
- * directory's pair `local_role` ("node", "admin") and its coordinator.pub when the directory
- * exists; otherwise no CURVE (a coordinator with security.insecure). *how_p (may be NULL) says
+ * server_public, a throwaway pair (which no allow-list admits: the coordinator refuses it and
+ * the monitor says so); with neither, no CURVE when
+ * $PIPELD_INSECURE is 1 (a coordinator with security.insecure), else the local state
+ * directory's pair `local_role` ("node", "admin") and its coordinator.pub, the directory made
+ * here when this process is the first of the local cluster to start. *how_p (may be NULL) says
  * which, for logs. */
 pl_status_t pl_tx_key_client_setup(pl_tx_sock_t *s, const char *server_public,
                                    const char *key_file, const char *local_role,
