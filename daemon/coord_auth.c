@@ -62,9 +62,11 @@ pl_status_t pl_coord_auth_start(pl_coord_t *c, bool embedded)
                     cfg->endpoint);
         goto out;
     } else if (!embedded && !s_loopback(cfg->endpoint)) {
-        st = pl_error(PL_ERR_INVALID, "refusing to listen on %s without keys: set "
+        st = pl_error(PL_ERR_INVALID,
+                      "refusing to listen on %s without keys: set "
                       "security.coordinator_secret_key_file and security.clients (pipectl "
-                      "keygen makes them), or security.insecure: true", cfg->endpoint);
+                      "keygen makes them), or security.insecure: true",
+                      cfg->endpoint);
         goto out;
     } else {
         /* local: keys in the user's 0700 state directory, which local pipeld and pipectl read */
@@ -122,16 +124,20 @@ static bool s_role_may(pl_tx_role_t role, pl_msg_type_t t)
     case PL_MSG_HEARTBEAT:
     case PL_MSG_READY:
     case PL_MSG_DONE:
-    case PL_MSG_FAIL: return role == PL_TX_ROLE_NODE;
-    case PL_MSG_SHUTDOWN: return role == PL_TX_ROLE_ADMIN;
+    case PL_MSG_FAIL:
+        return role == PL_TX_ROLE_NODE;
+    case PL_MSG_SHUTDOWN:
+        return role == PL_TX_ROLE_ADMIN;
     case PL_MSG_SUBMIT:
     case PL_MSG_STATUS:
     case PL_MSG_RESULTS:
     case PL_MSG_KILL:
     case PL_MSG_NODES:
     case PL_MSG_HEALTH:
-    case PL_MSG_PLAN: return role == PL_TX_ROLE_USER || role == PL_TX_ROLE_ADMIN;
-    default: return true; /* the dispatcher refuses the rest itself */
+    case PL_MSG_PLAN:
+        return role == PL_TX_ROLE_USER || role == PL_TX_ROLE_ADMIN;
+    default:
+        return true; /* the dispatcher refuses the rest itself */
     }
 }
 
@@ -203,8 +209,10 @@ pl_status_t pl_coord_auth_model(const pl_coord_t *c, const char *model)
     if (!realpath(model, real))
         return pl_error(PL_ERR_PERMISSION, "model '%.200s': %s", model, strerror(errno));
     if (!s_allowed(c->cfg, real))
-        return pl_error(PL_ERR_PERMISSION, "model '%.200s' is outside the directories the "
-                        "cluster file allows (models.allow)", model);
+        return pl_error(PL_ERR_PERMISSION,
+                        "model '%.200s' is outside the directories the "
+                        "cluster file allows (models.allow)",
+                        model);
     DIR *d = opendir(real);
     if (!d)
         return pl_error(PL_ERR_PERMISSION, "model '%.200s': %s", model, strerror(errno));
@@ -214,10 +222,13 @@ pl_status_t pl_coord_auth_model(const pl_coord_t *c, const char *model)
             continue;
         snprintf(entry, sizeof(entry), "%s/%s", real, e->d_name);
         if (!realpath(entry, target) || !s_allowed(c->cfg, target)) {
-            closedir(d);
-            return pl_error(PL_ERR_PERMISSION, "model '%.200s': '%.200s' leads outside the "
-                            "directories the cluster file allows (models.allow)", model,
-                            e->d_name);
+            pl_status_t st = pl_error(PL_ERR_PERMISSION,
+                                      "model '%.200s': '%.200s' leads "
+                                      "outside the directories the cluster file allows "
+                                      "(models.allow)",
+                                      model, e->d_name);
+            closedir(d); /* e lives in d */
+            return st;
         }
     }
     closedir(d);

@@ -89,28 +89,30 @@ Test(security, null_and_unknown_key_clients_are_refused_and_told_why)
     cr_assert_eq(tc_cluster_start(&s_c, 1, NULL), 0);
     char *err, *log, *server = s_local_server_pub(), fresh[41];
     /* NULL mechanism: a client that does not use CURVE */
-    cr_expect_neq(tc_sh(&err, "PIPELD_INSECURE=1 %s/pipectl -c %s --timeout 2 nodes 2>&1",
-                        tc_bin(), s_c.ep),
-                  0);
+    cr_expect_neq(
+        tc_sh(&err, "PIPELD_INSECURE=1 %s/pipectl -c %s --timeout 2 nodes 2>&1", tc_bin(), s_c.ep),
+        0);
     cr_expect(strstr(err, "not admitted"), "client side says why: %s", err);
     free(err);
     /* a CURVE client whose key is on no allow-list */
     s_keygen("stranger", fresh);
-    cr_expect_neq(tc_sh(&err, "%s/pipectl -c %s -k '%s' --key %s/stranger.key --timeout 2 nodes "
-                              "2>&1",
+    cr_expect_neq(tc_sh(&err,
+                        "%s/pipectl -c %s -k '%s' --key %s/stranger.key --timeout 2 nodes "
+                        "2>&1",
                         tc_bin(), s_c.ep, server, s_c.dir),
                   0);
     cr_expect(strstr(err, "refused this client's key (ZAP status 400)"), "%s", err);
     free(err);
     /* a throwaway key (only the server's public key known): refused as well */
-    cr_expect_neq(tc_sh(&err, "%s/pipectl -c %s -k '%s' --timeout 2 nodes 2>&1", tc_bin(),
-                        s_c.ep, server),
-                  0);
+    cr_expect_neq(
+        tc_sh(&err, "%s/pipectl -c %s -k '%s' --timeout 2 nodes 2>&1", tc_bin(), s_c.ep, server),
+        0);
     cr_expect(strstr(err, "not admitted"), "%s", err);
     free(err);
     /* a daemon with no keys never registers, and logs why */
-    tc_sh(NULL, "PIPELD_INSECURE=1 timeout 3 %s/pipeld --name ghost --coordinator %s "
-                "--threads 1 >%s/ghost.log 2>&1",
+    tc_sh(NULL,
+          "PIPELD_INSECURE=1 timeout 3 %s/pipeld --name ghost --coordinator %s "
+          "--threads 1 >%s/ghost.log 2>&1",
           tc_bin(), s_c.ep, s_c.dir);
     tc_sh(&err, "cat %s/ghost.log", s_c.dir);
     cr_expect(strstr(err, "coordinator refused the connection"), "%s", err);
@@ -147,8 +149,9 @@ Test(security, roles_user_cannot_shut_down_or_read_others_jobs)
     server = s_local_server_pub();
     snprintf(extra, sizeof(extra), "%s/prompts.jsonl", s_c.dir);
     tc_write(extra, s_prompts);
-    cr_assert_eq(tc_make_model(s_c.dir, "m", "--layers 2 --hidden 64 --intermediate 160 "
-                                             "--heads 4 --kv-heads 2 --vocab 256 --seed 3"),
+    cr_assert_eq(tc_make_model(s_c.dir, "m",
+                               "--layers 2 --hidden 64 --intermediate 160 "
+                               "--heads 4 --kv-heads 2 --vocab 256 --seed 3"),
                  0);
     tc_job(&s_c, "j", "m", "max_new_tokens: 4\n");
 #define AS(who) "%s/pipectl -c %s -k '%s' --key %s/" who ".key --timeout 5 "
@@ -165,8 +168,7 @@ Test(security, roles_user_cannot_shut_down_or_read_others_jobs)
     cr_expect_neq(tc_sh(&err, AS("bob") "cancel 1 2>&1", tc_bin(), s_c.ep, server, dir), 0);
     cr_expect(strstr(err, "belongs to another user"), "%s", err);
     free(err);
-    cr_expect_eq(tc_sh(NULL, AS("alice") "results 1 >/dev/null", tc_bin(), s_c.ep, server, dir),
-                 0);
+    cr_expect_eq(tc_sh(NULL, AS("alice") "results 1 >/dev/null", tc_bin(), s_c.ep, server, dir), 0);
     cr_expect_eq(tc_sh(NULL, "%s/pipectl -c %s results 1 >/dev/null", tc_bin(), s_c.ep), 0);
     /* a user key cannot shut the cluster down */
     cr_expect_neq(tc_sh(&err, AS("alice") "shutdown 2>&1", tc_bin(), s_c.ep, server, dir), 0);
@@ -178,6 +180,7 @@ Test(security, roles_user_cannot_shut_down_or_read_others_jobs)
     cr_expect_geq(s_counter("refused_messages"), 3);
 #undef AS
     free(server);
+    tc_sh(NULL, "rm -rf %s", dir);
     s_passed = 1;
 }
 
@@ -284,6 +287,7 @@ Test(security, forged_hello_is_refused)
     free(out);
     cr_expect_geq(s_counter("refused_messages"), 2);
     free(server);
+    tc_sh(NULL, "rm -rf %s", keydir);
     s_passed = 1;
 }
 
@@ -294,13 +298,13 @@ Test(security, forged_done_for_another_nodes_stage_is_refused_and_counted)
     cr_assert_eq(tc_cluster_start(&s_c, 2, NULL), 0);
     snprintf(path, sizeof(path), "%s/prompts.jsonl", s_c.dir);
     tc_write(path, s_prompts);
-    cr_assert_eq(tc_make_model(s_c.dir, "m", "--layers 4 --hidden 64 --intermediate 160 "
-                                             "--heads 4 --kv-heads 2 --vocab 256 --seed 5"),
+    cr_assert_eq(tc_make_model(s_c.dir, "m",
+                               "--layers 4 --hidden 64 --intermediate 160 "
+                               "--heads 4 --kv-heads 2 --vocab 256 --seed 5"),
                  0);
     tc_job(&s_c, "j", "m", "max_new_tokens: 24\n");
-    cr_assert_eq(tc_sh(NULL, "%s/pipectl -c %s submit %s/j.yaml >/dev/null", tc_bin(), s_c.ep,
-                       s_c.dir),
-                 0);
+    cr_assert_eq(
+        tc_sh(NULL, "%s/pipectl -c %s submit %s/j.yaml >/dev/null", tc_bin(), s_c.ep, s_c.dir), 0);
     /* a process holding a node key, but not assigned the job's last stage, reports it done */
     void *ctx = zmq_ctx_new(), *s = s_raw(ctx, "mallory", NULL, NULL);
     pl_msg_t m;
@@ -359,9 +363,10 @@ Test(security, models_outside_models_allow_are_refused_without_quoting_files)
     cr_assert_eq(tc_make_model(d, "models/ok", mk), 0);
     cr_assert_eq(tc_make_model(d, "outside/m", mk), 0);
     /* a model dir inside whose config.json is a link to a file outside */
-    tc_sh(NULL, "mkdir %s/models/evil && cp %s/models/ok/*.safetensors %s/models/evil/ && "
-                "printf 'secretword other\\n' >%s/outside/secret && "
-                "ln -s %s/outside/secret %s/models/evil/config.json",
+    tc_sh(NULL,
+          "mkdir %s/models/evil && cp %s/models/ok/*.safetensors %s/models/evil/ && "
+          "printf 'secretword other\\n' >%s/outside/secret && "
+          "ln -s %s/outside/secret %s/models/evil/config.json",
           d, d, d, d, d, d);
     tc_sh(NULL, "ln -s %s/outside/m %s/models/link", d, d);
     const char *models[] = {"outside/m", "models/../outside/m", "models/link", "models/evil"};

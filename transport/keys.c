@@ -81,16 +81,18 @@ static pl_status_t s_read_key(const char *path, bool secret, char *out)
     }
     if (secret && (sb.st_mode & 077)) {
         close(fd);
-        return pl_error(PL_ERR_INVALID, "key file %s: mode %04o lets others read it; it must be "
-                        "0600 (chmod 600 %s)", path, (unsigned)(sb.st_mode & 07777), path);
+        return pl_error(PL_ERR_INVALID,
+                        "key file %s: mode %04o lets others read it; it must be "
+                        "0600 (chmod 600 %s)",
+                        path, (unsigned)(sb.st_mode & 07777), path);
     }
     ssize_t n = read(fd, buf, sizeof(buf));
     close(fd);
     if (n == PL_TX_KEY_LEN + 1 && buf[PL_TX_KEY_LEN] == '\n')
         n = PL_TX_KEY_LEN;
     if (n != PL_TX_KEY_LEN || !s_is_z85(buf, PL_TX_KEY_LEN))
-        return pl_error(PL_ERR_INVALID, "key file %s: expected one Z85 key of %d characters",
-                        path, PL_TX_KEY_LEN);
+        return pl_error(PL_ERR_INVALID, "key file %s: expected one Z85 key of %d characters", path,
+                        PL_TX_KEY_LEN);
     memcpy(out, buf, PL_TX_KEY_LEN);
     out[PL_TX_KEY_LEN] = '\0';
     return PL_OK;
@@ -137,8 +139,10 @@ static pl_status_t s_check_dir(const char *dir)
     if (lstat(dir, &sb) != 0)
         return pl_error(PL_ERR_IO, "state directory %s: %s", dir, strerror(errno));
     if (!S_ISDIR(sb.st_mode) || sb.st_uid != geteuid() || (sb.st_mode & 077))
-        return pl_error(PL_ERR_INVALID, "state directory %s must be a directory of this user "
-                        "with mode 0700 (it is %04o)", dir, (unsigned)(sb.st_mode & 07777));
+        return pl_error(PL_ERR_INVALID,
+                        "state directory %s must be a directory of this user "
+                        "with mode 0700 (it is %04o)",
+                        dir, (unsigned)(sb.st_mode & 07777));
     return PL_OK;
 }
 
@@ -206,9 +210,8 @@ pl_status_t pl_tx_key_local_pair(const char *dir, const char *which, pl_tx_keypa
     return pl_tx_key_load_secret(path, pair_p);
 }
 
-pl_status_t pl_tx_key_client_setup(pl_tx_sock_t *s, const char *server_public,
-                                   const char *key_file, const char *local_role,
-                                   const char **how_p)
+pl_status_t pl_tx_key_client_setup(pl_tx_sock_t *s, const char *server_public, const char *key_file,
+                                   const char *local_role, const char **how_p)
 {
     pl_tx_keypair_t p;
     char dir[PATH_MAX], path[PATH_MAX + 32], server[PL_TX_KEY_LEN + 1];
@@ -218,8 +221,10 @@ pl_status_t pl_tx_key_client_setup(pl_tx_sock_t *s, const char *server_public,
     bool has_server = server_public && *server_public, insecure = ins && strcmp(ins, "1") == 0;
     if (key_file && *key_file) {
         if (!has_server)
-            return pl_error(PL_ERR_INVALID, "key file %s given without the coordinator's "
-                            "public key", key_file);
+            return pl_error(PL_ERR_INVALID,
+                            "key file %s given without the coordinator's "
+                            "public key",
+                            key_file);
         if ((st = pl_tx_key_load_secret(key_file, &p)) ||
             (st = pl_tx_sock_curve_client_pair(s, server_public, p.public_key, p.secret_key)))
             return st;

@@ -43,8 +43,7 @@ pl_status_t pl_tx_key_local_pair(const char *dir, const char *which, pl_tx_keypa
  * directory's pair `local_role` ("node", "admin") and its coordinator.pub, the directory made
  * here when this process is the first of the local cluster to start. *how_p (may be NULL) says
  * which, for logs. */
-pl_status_t pl_tx_key_client_setup(pl_tx_sock_t *s, const char *server_public,
-                                   const char *key_file, const char *local_role,
-                                   const char **how_p);
+pl_status_t pl_tx_key_client_setup(pl_tx_sock_t *s, const char *server_public, const char *key_file,
+                                   const char *local_role, const char **how_p);
 
 #endif

@@ -69,8 +69,7 @@ static void s_handle(pl_tx_zap_t *z, zmq_msg_t *p, int n)
         return;
     }
     if (strcmp(mech, "CURVE") != 0 || n != S_ZAP_PARTS || zmq_msg_size(&p[6]) != 32) {
-        snprintf(why, sizeof(why), "mechanism %s (only CURVE with a listed key is admitted)",
-                 mech);
+        snprintf(why, sizeof(why), "mechanism %s (only CURVE with a listed key is admitted)", mech);
         s_refuse_log(z, addr, why);
         s_reply(z->rep, id, "400", "only CURVE clients with a listed key are admitted", "");
         return;
