@@ -26,6 +26,7 @@ typedef struct {
     double gflops, mem_gbps;         /* the daemon's calibration */
     double eff_gflops, eff_mem_gbps; /* learned from finished stages (n_obs > 0) */
     int n_obs;
+    bool flagged; /* measured far below its claimed rates (the learned rates replace them) */
 } pl_coord_dev_t;
 
 /* A link profile measured by the daemons over the job's UCX path (stage -> next stage). */

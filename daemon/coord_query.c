@@ -93,6 +93,9 @@ static json_t *s_node_json(const pl_coord_node_t *n)
                                v->backend, "name", v->name, "cores", v->cores, "mem_bytes",
                                (json_int_t)v->mem_bytes, "gflops", v->gflops, "mem_gbps",
                                v->mem_gbps);
+        if (v->flagged)
+            json_object_set_new(dj, "flagged", json_string("measured far below its claimed "
+                                                           "rates"));
         if (v->n_obs) /* what the planner uses once stages have run on the device */
             json_object_set_new(dj, "learned", json_pack("{s:f, s:f, s:i}", "gflops",
                                                          v->eff_gflops, "mem_gbps",
