@@ -1,201 +1,35 @@
-/* bench_decode: one CPU stage holding every layer; decode at batch 1 as weight bytes streamed per
- * second beside this machine's memory read bandwidth, and batched prefill beside OpenBLAS sgemm. */
+/* bench_decode: one CPU stage holding every layer. Decode at batch 1, 4 and 8 on 1 and 2 threads
+ * as weight bytes streamed per second beside the machine's best read bandwidth, and a 512-token
+ * prefill beside OpenBLAS sgemm on the same shapes; f32, f16 or bf16 weights as stored. */
+#include "bench/bench_parts.h"
+#include "bench/bench_ref.h"
+
 #include "backends/backend.h"
+#include "backends/cpu/cpu_gemm.h"
 #include "backends/cpu/cpu_ops.h"
 #include "common/util.h"
 #include "model/model.h"
 
-#include <cblas.h>
 #include <dirent.h>
 #include <getopt.h>
 #include <limits.h>
-#include <pthread.h>
-#include <sched.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/resource.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
 #include <time.h>
-#include <unistd.h>
 
-#define S_MAX_THREADS 64
-/* Untimed runs first: OpenBLAS's threads, and a second core woken from idle, can run at half
- * speed for the first few tenths of a second. */
-#define S_WARM_S 0.5
+#define S_MAX_BATCH 8
+#define S_MAX_TLIST 4
 
 typedef struct {
-    int threads, steps, prefill, reps;
-    const char *model_dir;
+    int threads[S_MAX_TLIST], n_threads, steps, prefill, reps;
+    const char *model; /* "small", "1b" or a directory */
+    const char *dtype;
+    int isa; /* -1: the machine's best */
 } s_opts_t;
 
-/* ---- the machine's own references: read and copy bandwidth, sgemm ---- */
+/* ---- the model: made here for the presets ---- */
 
-typedef struct {
-    const uint64_t *src;
-    uint64_t *dst;
-    size_t n; /* words */
-    uint64_t sum;
-} s_mem_job_t;
-
-/* A plain sum: integer adds are associative, so the compiler vectorises the loop freely.
- * Always inlined so that the AVX2 copy below is compiled with 256-bit loads. */
-static inline __attribute__((always_inline)) uint64_t s_sum(const uint64_t *p, size_t n)
-{
-    uint64_t a[8] = {0};
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; j++)
-            a[j] += p[i + j];
-    for (; i < n; i++)
-        a[0] += p[i];
-    return a[0] + a[1] + a[2] + a[3] + a[4] + a[5] + a[6] + a[7];
-}
-
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-/* The same loop with 256-bit loads: one core reaches ~25% more bandwidth with them here. */
-__attribute__((target("avx2"))) static uint64_t s_sum_avx2(const uint64_t *p, size_t n)
-{
-    return s_sum(p, n);
-}
-#endif
-
-static void *s_sum_thread(void *arg)
-{
-    s_mem_job_t *j = arg;
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    if (__builtin_cpu_supports("avx2")) {
-        j->sum = s_sum_avx2(j->src, j->n);
-        return NULL;
-    }
-#endif
-    j->sum = s_sum(j->src, j->n);
-    return NULL;
-}
-
-static void *s_copy_thread(void *arg)
-{
-    s_mem_job_t *j = arg;
-    memcpy(j->dst, j->src, j->n * sizeof(uint64_t));
-    return NULL;
-}
-
-/* Best time over reps of `fn` run by `threads` threads over n words split evenly, after
- * warm_s seconds of untimed runs. */
-static double s_mem_time(void *(*fn)(void *), const uint64_t *src, uint64_t *dst, size_t n,
-                         int threads, int reps, double warm_s)
-{
-    s_mem_job_t jobs[S_MAX_THREADS];
-    pthread_t tids[S_MAX_THREADS];
-    bool started[S_MAX_THREADS];
-    volatile uint64_t sink = 0;
-    double best = 1e30, start = pl_now();
-
-    for (int timed = 0; timed < reps;) {
-        double t0 = pl_now();
-        for (int i = 0; i < threads; i++) {
-            size_t lo = n / threads * i, hi = i == threads - 1 ? n : n / threads * (i + 1);
-            jobs[i] = (s_mem_job_t){.src = src + lo, .dst = dst ? dst + lo : NULL, .n = hi - lo};
-            started[i] = i > 0 && pthread_create(&tids[i], NULL, fn, &jobs[i]) == 0;
-        }
-        for (int i = 0; i < threads; i++) /* job 0, and any whose thread did not start */
-            if (!started[i])
-                fn(&jobs[i]);
-        for (int i = 1; i < threads; i++)
-            if (started[i])
-                pthread_join(tids[i], NULL);
-        double t = pl_now() - t0;
-        for (int i = 0; i < threads; i++)
-            sink += jobs[i].sum;
-        if (t0 - start >= warm_s && ++timed)
-            best = PL_MIN(best, t);
-    }
-    (void)sink;
-    return best;
-}
-
-/* Seconds of one cblas_sgemm y[m][n] = x[m][k] @ w[n][k]^T (the backend's layout), best of reps. */
-static double s_sgemm_time(int m, int n, int k, int reps)
-{
-    float *x = malloc((size_t)m * k * sizeof(float)), *w = malloc((size_t)n * k * sizeof(float));
-    float *y = malloc((size_t)m * n * sizeof(float));
-    double best = -1.0;
-
-    if (x && w && y) {
-        for (size_t i = 0; i < (size_t)m * k; i++)
-            x[i] = pl_rand_uniform(1, i) - 0.5f;
-        for (size_t i = 0; i < (size_t)n * k; i++)
-            w[i] = pl_rand_uniform(2, i) - 0.5f;
-        double start = pl_now();
-        best = 1e30;
-        for (int timed = 0; timed < reps;) {
-            double t0 = pl_now();
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, x, k, w, k, 0.0f,
-                        y, n);
-            double t = pl_now() - t0;
-            if (t0 - start >= S_WARM_S && ++timed)
-                best = PL_MIN(best, t);
-        }
-    }
-    free(x);
-    free(w);
-    free(y);
-    return best;
-}
-
-typedef enum { S_VIA_ROWS, S_VIA_SGEMM, S_VIA_SGEMV } s_via_t;
-
-/* GB/s of batch-1 products y[n] = w[n][k] @ x[k] streamed over a pool of distinct matrices
- * totalling `bytes` (so nothing stays in cache), through the backend's decode kernel
- * pl_cpu_matmul_rows on `threads` threads, sgemm with one row, or sgemv. Best of reps passes;
- * -1 when out of memory. */
-static double s_stream_gbps(s_via_t via, int threads, int n, int k, double bytes, int reps)
-{
-    pl_cpu_pool_t *pool = NULL;
-    int row0 = 0;
-    size_t mat = (size_t)n * k, count = (size_t)(bytes / (mat * sizeof(float))) + 1;
-    float *w = malloc(count * mat * sizeof(float)), *x = malloc((size_t)k * sizeof(float));
-    float *y = malloc((size_t)n * sizeof(float));
-    double best = 1e30;
-
-    if (!w || !x || !y || (via == S_VIA_ROWS && pl_cpu_pool_create(threads, &pool))) {
-        best = -1.0;
-        goto out;
-    }
-    for (size_t i = 0; i < count * mat; i++)
-        w[i] = (float)(i % 13) * 0.01f;
-    for (int i = 0; i < k; i++)
-        x[i] = pl_rand_uniform(3, (uint64_t)i) - 0.5f;
-    double start = pl_now();
-    for (int timed = 0; timed < reps;) {
-        double t0 = pl_now();
-        for (size_t m = 0; m < count; m++) {
-            const float *wm = w + m * mat;
-            if (via == S_VIA_ROWS)
-                pl_cpu_matmul_rows(pool, x, &row0, 1, k, wm, n, y);
-            else if (via == S_VIA_SGEMV)
-                cblas_sgemv(CblasRowMajor, CblasNoTrans, n, k, 1.0f, wm, k, x, 1, 0.0f, y, 1);
-            else
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, 1, n, k, 1.0f, x, k, wm, k,
-                            0.0f, y, n);
-        }
-        double t = pl_now() - t0;
-        if (t0 - start >= S_WARM_S && ++timed)
-            best = PL_MIN(best, t);
-    }
-    best = (double)(count * mat * sizeof(float)) / best / 1e9;
-out:
-    pl_cpu_pool_destroy(&pool);
-    free(w);
-    free(x);
-    free(y);
-    return best;
-}
-
-/* ---- the model: made here when none is given ---- */
-
-static int s_run_mkmodel(const char *dir)
+static int s_run_mkmodel(const char *dir, const char *preset, const char *dtype)
 {
     char exe[PATH_MAX], bin[PATH_MAX], tool[PATH_MAX + 16];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
@@ -204,11 +38,22 @@ static int s_run_mkmodel(const char *dir)
     exe[n] = '\0';
     pl_path_dirname(exe, bin, sizeof(bin));
     snprintf(tool, sizeof(tool), "%s/pl-mkmodel", bin);
-    /* ~340 MB f32: far beyond any L3, so decode streams from memory */
-    char *argv[] = {tool, "--out", (char *)dir, "--layers", "6", "--hidden", "1024",
-                    "--intermediate", "2816", "--heads", "16", "--kv-heads", "8", "--vocab",
-                    "8192", "--dtype", "f32", "--seed", "1", "--max-pos", "4096", NULL};
-    fprintf(stderr, "bench_decode: making a model with %s\n", tool);
+    /* small: hidden 768, 12 layers, ~110 M parameters, where per-token overheads show;
+     * 1b: TinyLlama-1.1B's shape, 1.1 G parameters */
+    char *small[] = {"--layers", "12",      "--hidden", "768",        "--intermediate",
+                     "2048",     "--heads", "12",       "--kv-heads", "12",
+                     "--vocab",  "32000",   NULL};
+    char *big[] = {"--layers", "22",      "--hidden", "2048",       "--intermediate",
+                   "5632",     "--heads", "32",       "--kv-heads", "4",
+                   "--vocab",  "32000",   NULL};
+    char **shape = strcmp(preset, "1b") == 0 ? big : small;
+    char *argv[32] = {tool,     "--out", (char *)dir, "--dtype", (char *)dtype,
+                      "--seed", "1",     "--max-pos", "4096"};
+    int a = 9;
+    for (int i = 0; shape[i]; i++)
+        argv[a++] = shape[i];
+    argv[a] = NULL;
+    fprintf(stderr, "bench_decode: making the %s model (%s) with %s\n", preset, dtype, tool);
     pid_t pid = fork();
     if (pid < 0)
         return -1;
@@ -243,33 +88,92 @@ static void s_rmdir(const char *dir)
 /* ---- the stage under test ---- */
 
 typedef struct {
+    pl_be_device_t *dev;
     pl_be_stage_t *stage;
     pl_model_config_t cfg;
     int32_t *ids;
     float *out;
 } s_bench_t;
 
-static pl_status_t s_forward(s_bench_t *b, int slot, int pos0, int n_tok)
+/* One step: n_seq sequences in slots 0.. with n_tok tokens each from position pos0. */
+static pl_status_t s_forward(s_bench_t *b, int n_seq, int pos0, int n_tok)
 {
-    pl_be_batch_t batch = {.n_seq = 1, .n_tokens = n_tok, .slot = &slot, .pos0 = &pos0,
-                           .n_tok = &n_tok};
-    for (int i = 0; i < n_tok; i++)
-        b->ids[i] = (int32_t)(pl_rand_u64(7, (uint64_t)(pos0 + i)) % (uint64_t)b->cfg.vocab);
+    int slot[S_MAX_BATCH], p0[S_MAX_BATCH], nt[S_MAX_BATCH];
+    for (int i = 0; i < n_seq; i++)
+        slot[i] = i, p0[i] = pos0, nt[i] = n_tok;
+    pl_be_batch_t batch = {
+        .n_seq = n_seq, .n_tokens = n_seq * n_tok, .slot = slot, .pos0 = p0, .n_tok = nt};
+    for (int i = 0; i < n_seq * n_tok; i++)
+        b->ids[i] = (int32_t)(pl_rand_u64(7, (uint64_t)(pos0 * 131 + i)) % (uint64_t)b->cfg.vocab);
     return pl_be_stage_forward(b->stage, &batch, b->ids, b->out);
 }
 
-/* Bytes one decode token streams: every layer's matrices and norms plus final norm and head,
- * as f32 (the CPU backend holds f32 whatever the file's dtype). */
-static double s_weight_bytes(const pl_model_config_t *c)
+/* Seconds per decode step of `batch` sequences: one token each, then `steps` timed steps. */
+static pl_status_t s_bench_decode(s_bench_t *b, const s_opts_t *o, int batch, double *s_p)
 {
-    double h = c->hidden, q = (double)c->n_heads * c->head_dim,
-           kv = (double)c->n_kv_heads * c->head_dim, in = c->intermediate;
-    double layer = h * q * 2 + h * kv * 2 + h * in * 3 + 2 * h;
-    return 4.0 * (layer * c->n_layers + (double)c->vocab * h + h);
+    double best = 1e30, start = pl_now();
+    pl_status_t st;
+    for (int r = 0; r <= o->reps || pl_now() - start < S_WARM_S; r++) {
+        for (int i = 0; i < batch; i++)
+            pl_be_stage_free_seq(b->stage, i);
+        if ((st = s_forward(b, batch, 0, 1)))
+            return st;
+        double t0 = pl_now();
+        for (int i = 1; i <= o->steps; i++)
+            if ((st = s_forward(b, batch, i, 1)))
+                return st;
+        if (r > 0)
+            best = PL_MIN(best, (pl_now() - t0) / o->steps);
+    }
+    *s_p = best;
+    return PL_OK;
 }
 
-/* FLOPs of a prefill of T tokens in one sequence: matrix products, causal attention (scores
- * and weighted sum over positions 0..p for each token p), and the head on the last token. */
+static pl_status_t s_bench_prefill(s_bench_t *b, const s_opts_t *o, int reps, double *s_p)
+{
+    double best = 1e30;
+    pl_status_t st;
+    for (int r = 0; r <= reps; r++) {
+        pl_be_stage_free_seq(b->stage, 0);
+        double t0 = pl_now();
+        if ((st = s_forward(b, 1, 0, o->prefill)))
+            return st;
+        if (r > 0)
+            best = PL_MIN(best, pl_now() - t0);
+    }
+    *s_p = best;
+    return PL_OK;
+}
+
+/* Bytes one decode step reads from the weights as stored: every layer's tensors, the final norm
+ * and the head (the embedding's few rows are left out). */
+static double s_weight_bytes(pl_model_t *m, const pl_model_config_t *c)
+{
+    static const char *const names[] = {
+        "input_layernorm.weight",  "self_attn.q_proj.weight", "self_attn.k_proj.weight",
+        "self_attn.v_proj.weight", "self_attn.o_proj.weight", "post_attention_layernorm.weight",
+        "mlp.gate_proj.weight",    "mlp.up_proj.weight",      "mlp.down_proj.weight",
+        "self_attn.q_proj.bias",   "self_attn.k_proj.bias",   "self_attn.v_proj.bias",
+        "self_attn.q_norm.weight", "self_attn.k_norm.weight"};
+    pl_tensor_view_t v;
+    char name[128];
+    double bytes = 0;
+    for (int l = 0; l < c->n_layers; l++)
+        for (size_t i = 0; i < PL_ARRAY_SIZE(names); i++) {
+            snprintf(name, sizeof(name), "model.layers.%d.%s", l, names[i]);
+            if (pl_model_tensor(m, name, &v) == PL_OK)
+                bytes += (double)v.nbytes;
+        }
+    if (pl_model_tensor(m, "model.norm.weight", &v) == PL_OK)
+        bytes += (double)v.nbytes;
+    if (pl_model_tensor(m, "lm_head.weight", &v) == PL_OK ||
+        pl_model_tensor(m, "model.embed_tokens.weight", &v) == PL_OK)
+        bytes += (double)v.nbytes;
+    return bytes;
+}
+
+/* FLOPs of a prefill of T tokens in one sequence: matrix products, causal attention and the
+ * head on the last token. */
 static double s_prefill_flops(const pl_model_config_t *c, int T)
 {
     double h = c->hidden, q = (double)c->n_heads * c->head_dim,
@@ -279,8 +183,8 @@ static double s_prefill_flops(const pl_model_config_t *c, int T)
     return (mm + att) * c->n_layers + 2.0 * (double)c->vocab * h;
 }
 
-/* The same prefill's matrix products timed one shape at a time through plain cblas_sgemm:
- * what the backend would reach if its GEMMs were all it did. */
+/* The same prefill's matrix products (all layers) timed one shape at a time through plain
+ * cblas_sgemm: what the stage would reach if its GEMMs were all it did. */
 static double s_prefill_sgemm_ideal(const pl_model_config_t *c, int T, int reps, double *flops_p)
 {
     int h = c->hidden, q = c->n_heads * c->head_dim, kv = c->n_kv_heads * c->head_dim,
@@ -290,41 +194,72 @@ static double s_prefill_sgemm_ideal(const pl_model_config_t *c, int T, int reps,
     } shapes[] = {{q, h, 1}, {kv, h, 2}, {h, q, 1}, {in, h, 2}, {h, in, 1}};
     double t = 0, f = 0;
     for (size_t i = 0; i < PL_ARRAY_SIZE(shapes); i++) {
-        double s = s_sgemm_time(T, shapes[i].n, shapes[i].k, 3 * reps); /* cheap calls */
+        double s = s_sgemm_time(T, shapes[i].n, shapes[i].k, reps);
         if (s < 0)
             return -1;
         t += s * shapes[i].count;
         f += 2.0 * T * shapes[i].n * shapes[i].k * shapes[i].count;
     }
-    *flops_p = f;
-    return t;
+    *flops_p = f * c->n_layers;
+    return t * c->n_layers;
 }
 
-/* Seconds of CPU time the whole machine spent busy (/proc/stat) and this process used. */
-static void s_cpu_times(double *machine_p, double *self_p)
+/* GB/s of the decode kernel alone: batch-1 products over a pool of distinct [n][k] matrices of
+ * type t totalling `bytes` (nothing stays cached), on `threads` threads. -1: out of memory. */
+static double s_kernel_gbps(pl_wtype_t t, int threads, int n, int k, double bytes, int reps)
 {
-    unsigned long long v[8] = {0};
-    struct rusage ru;
-    FILE *f = fopen("/proc/stat", "r");
-    if (!f || fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3],
-                     &v[4], &v[5], &v[6], &v[7]) != 8)
-        memset(v, 0, sizeof(v));
-    if (f)
-        fclose(f);
-    *machine_p = (double)(v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / sysconf(_SC_CLK_TCK);
-    getrusage(RUSAGE_SELF, &ru);
-    *self_p = ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 + ru.ru_stime.tv_sec +
-              ru.ru_stime.tv_usec * 1e-6;
+    pl_cpu_pool_t *pool = NULL;
+    size_t rb = (size_t)k * (t == PL_WT_F32 ? 4 : 2), mat = rb * (size_t)n;
+    /* one pass over the pool per rep: no fewer than 8 matrices */
+    size_t count = (size_t)(bytes / (double)mat) + 1;
+    unsigned char *w = malloc(count * mat);
+    float *x = malloc((size_t)k * sizeof(float)), *y = malloc((size_t)n * sizeof(float));
+    double best = 1e30, start;
+    int row0 = 0;
+
+    if (!w || !x || !y || pl_cpu_pool_create(threads, &pool)) {
+        best = -1.0;
+        goto out;
+    }
+    /* normal values: denormal weights would time the CPU's microcode assists instead */
+    for (size_t i = 0; i < count * mat / (t == PL_WT_F32 ? 4 : 2); i++) {
+        float f = 0.01f * (float)(i % 97) - 0.4f;
+        uint16_t h = t == PL_WT_F16 ? pl_f32_to_f16(f) : pl_f32_to_bf16(f);
+        if (t == PL_WT_F32)
+            memcpy(w + 4 * i, &f, 4);
+        else
+            memcpy(w + 2 * i, &h, 2);
+    }
+    for (int i = 0; i < k; i++)
+        x[i] = pl_rand_uniform(3, (uint64_t)i) - 0.5f;
+    start = pl_now();
+    for (int timed = 0; timed < reps;) {
+        double t0 = pl_now();
+        for (size_t m = 0; m < count; m++) {
+            pl_cpu_wmat_t wm = {
+                .type = t, .rows = n, .cols = k, .row_bytes = rb, .data = w + m * mat};
+            pl_cpu_gemm_rows(pool, x, &row0, 1, &wm, y);
+        }
+        double el = pl_now() - t0;
+        if (t0 - start >= S_WARM_S && ++timed)
+            best = PL_MIN(best, el);
+    }
+    best = (double)(count * mat) / best / 1e9;
+out:
+    pl_cpu_pool_destroy(&pool);
+    free(w);
+    free(x);
+    free(y);
+    return best;
 }
 
-static void s_machine(int threads)
+static void s_machine(void)
 {
-    char name[128] = "unknown", line[256];
+    char name[128] = "unknown", line[256], date[64];
     struct utsname u;
     FILE *f = fopen("/proc/cpuinfo", "r");
     double load[3] = {0};
     time_t now = time(NULL);
-    char date[64];
 
     while (f && fgets(line, sizeof(line), f))
         if (!strncmp(line, "model name", 10) && strchr(line, ':')) {
@@ -337,284 +272,232 @@ static void s_machine(int threads)
     uname(&u);
     getloadavg(load, 3);
     strftime(date, sizeof(date), "%Y-%m-%d %H:%M %Z", localtime(&now));
-    printf("machine: %s, %ld online cores, %s %s; %s\n", name, sysconf(_SC_NPROCESSORS_ONLN),
-           u.sysname, u.release, date);
-    printf("threads: %d (OpenBLAS %s); load average before the run %.2f %.2f %.2f\n\n", threads,
-           openblas_get_config(), load[0], load[1], load[2]);
+    printf("machine: %s, %ld online cores, last-level cache %zu MB, %s %s; %s\n", name,
+           sysconf(_SC_NPROCESSORS_ONLN), s_llc_bytes() >> 20, u.sysname, u.release, date);
+    printf("OpenBLAS %s; kernels: %s; load average before the run %.2f %.2f %.2f\n\n",
+           openblas_get_config(), pl_cpu_isa_name(pl_cpu_isa()), load[0], load[1], load[2]);
 }
 
 static int s_usage(FILE *f, int rc)
 {
-    fprintf(f, "usage: bench_decode [--threads N] [--steps N] [--prefill N] [--reps N] "
-               "[MODEL_DIR]\n"
-               "  MODEL_DIR    a Llama model (default: a ~340 MB f32 random model made with\n"
-               "               pl-mkmodel from this binary's directory into a temporary dir)\n"
-               "  --threads N  CPU threads for the stage and every reference (default: all)\n"
-               "  --steps N    timed decode steps at batch 1 (default 32)\n"
-               "  --prefill N  tokens in the prefill batch (default 512)\n"
-               "  --reps N     repetitions; the best is reported (default 5)\n");
+    fprintf(f,
+            "usage: bench_decode [--model small|1b|DIR] [--dtype f32|f16|bf16] [--threads 1,2]\n"
+            "                    [--steps N] [--prefill N] [--reps N] [--isa scalar|avx2|avx512]\n"
+            "  --model     small: hidden 768, 12 layers (default); 1b: 1.1 G parameters (both\n"
+            "              made with pl-mkmodel in a temporary directory); or a model directory\n"
+            "  --dtype     weight type of a made model (default f32)\n"
+            "  --threads   thread counts to decode with (default 1,2); prefill uses the last\n"
+            "  --steps N   timed decode steps (default 32); --prefill N tokens (default 512,\n"
+            "              0 skips it); --reps N repetitions, the best is kept (default 5)\n"
+            "  --isa       cap the kernels' instruction set\n");
     return rc;
 }
 
 static int s_parse(int argc, char **argv, s_opts_t *o)
 {
-    static const struct option opts[] = {{"threads", required_argument, NULL, 't'},
+    static const struct option opts[] = {{"model", required_argument, NULL, 'm'},
+                                         {"dtype", required_argument, NULL, 'd'},
+                                         {"threads", required_argument, NULL, 't'},
                                          {"steps", required_argument, NULL, 's'},
                                          {"prefill", required_argument, NULL, 'p'},
                                          {"reps", required_argument, NULL, 'r'},
+                                         {"isa", required_argument, NULL, 'i'},
                                          {"help", no_argument, NULL, 'h'},
                                          {NULL, 0, NULL, 0}};
-    cpu_set_t set;
     int c;
-    *o = (s_opts_t){.steps = 32, .prefill = 512, .reps = 5};
-    if (sched_getaffinity(0, sizeof(set), &set) == 0)
-        o->threads = CPU_COUNT(&set);
-    o->threads = o->threads > 0 ? o->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
-    while ((c = getopt_long(argc, argv, "t:s:p:r:h", opts, NULL)) != -1) {
+    char *save, *tok, buf[64];
+    *o = (s_opts_t){.threads = {1, 2},
+                    .n_threads = 2,
+                    .steps = 32,
+                    .prefill = 512,
+                    .reps = 5,
+                    .model = "small",
+                    .dtype = "f32",
+                    .isa = -1};
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
-        case 't': o->threads = atoi(optarg); break;
-        case 's': o->steps = atoi(optarg); break;
-        case 'p': o->prefill = atoi(optarg); break;
-        case 'r': o->reps = atoi(optarg); break;
-        case 'h': exit(s_usage(stdout, 0));
-        default: return -1;
+        case 'm':
+            o->model = optarg;
+            break;
+        case 'd':
+            o->dtype = optarg;
+            break;
+        case 's':
+            o->steps = atoi(optarg);
+            break;
+        case 'p':
+            o->prefill = atoi(optarg);
+            break;
+        case 'r':
+            o->reps = atoi(optarg);
+            break;
+        case 'i':
+            for (o->isa = 0; o->isa < PL_CPU_ISA_COUNT; o->isa++)
+                if (!strcmp(optarg, pl_cpu_isa_name((pl_cpu_isa_t)o->isa)))
+                    break;
+            if (o->isa == PL_CPU_ISA_COUNT)
+                return -1;
+            break;
+        case 't':
+            snprintf(buf, sizeof(buf), "%s", optarg);
+            o->n_threads = 0;
+            for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+                if (o->n_threads == S_MAX_TLIST || atoi(tok) < 1 || atoi(tok) > S_MAX_THREADS)
+                    return -1;
+                o->threads[o->n_threads++] = atoi(tok);
+            }
+            break;
+        case 'h':
+            exit(s_usage(stdout, 0));
+        default:
+            return -1;
         }
     }
-    if (optind + 1 < argc || o->threads < 1 || o->threads > S_MAX_THREADS || o->steps < 1 ||
-        o->prefill < 1 || o->reps < 1)
+    if (optind != argc || o->n_threads < 1 || o->steps < 1 || o->prefill < 0 || o->reps < 1 ||
+        (strcmp(o->dtype, "f32") && strcmp(o->dtype, "f16") && strcmp(o->dtype, "bf16")))
         return -1;
-    o->model_dir = optind < argc ? argv[optind] : NULL;
     return 0;
 }
 
-/* Decode: prefill one token, then time `steps` single-token steps; best of reps. */
-static pl_status_t s_bench_decode(s_bench_t *b, const s_opts_t *o, double *s_per_tok_p)
+/* The best read bandwidth per thread count over every read kind, printed as a table. */
+static void s_read_refs(const s_opts_t *o, double wbytes, double *best)
 {
-    double best = 1e30;
-    pl_status_t st;
-    for (int r = 0; r <= o->reps; r++) { /* r == 0 faults the weights in and warms OpenBLAS */
-        pl_be_stage_free_seq(b->stage, 1);
-        if ((st = s_forward(b, 1, 0, 1)))
-            return st;
-        double t0 = pl_now();
-        for (int i = 1; i <= o->steps; i++)
-            if ((st = s_forward(b, 1, i, 1)))
-                return st;
-        if (r > 0)
-            best = PL_MIN(best, (pl_now() - t0) / o->steps);
-    }
-    *s_per_tok_p = best;
-    return PL_OK;
-}
+    size_t bytes = PL_MAX((size_t)1 << 30, 4 * s_llc_bytes()), words = bytes / 8;
+    uint64_t *src = malloc(bytes);
+    double gbps[S_READ_COUNT][S_MAX_TLIST] = {{0}};
 
-static pl_status_t s_bench_prefill(s_bench_t *b, const s_opts_t *o, double *s_p)
-{
-    double best = 1e30;
-    pl_status_t st;
-    for (int r = 0; r <= o->reps; r++) {
-        pl_be_stage_free_seq(b->stage, 0);
-        double t0 = pl_now();
-        if ((st = s_forward(b, 0, 0, o->prefill)))
-            return st;
-        if (r > 0)
-            best = PL_MIN(best, pl_now() - t0);
-    }
-    *s_p = best;
-    return PL_OK;
-}
-
-/* Sum every f32 matrix of the model in place, through its own mapping: the decode's read
- * pattern (many page-cache-backed arrays) without any compute. -1 when not all are f32. */
-static double s_mapped_read_gbps(pl_model_t *model, const pl_model_config_t *c, int reps)
-{
-    static const char *const names[] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
-                                        "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj",
-                                        "mlp.down_proj"};
-    double best = 1e30, bytes = 0;
-    char name[128];
-    for (int r = 0; r <= reps; r++) { /* r == 0 warms up */
-        double t = 0;
-        bytes = 0;
-        for (int l = 0; l < c->n_layers; l++) {
-            for (size_t i = 0; i < PL_ARRAY_SIZE(names); i++) {
-                pl_tensor_view_t v;
-                snprintf(name, sizeof(name), "model.layers.%d.%s.weight", l, names[i]);
-                if (pl_model_tensor(model, name, &v) || v.dtype != PL_DT_F32)
-                    return -1;
-                t += s_mem_time(s_sum_thread, v.data, NULL, v.nbytes / 8, 1, 1, 0.0);
-                bytes += (double)v.nbytes;
-            }
-        }
-        best = r > 0 ? PL_MIN(best, t) : best;
-    }
-    return bytes / best / 1e9;
-}
-
-typedef struct {
-    double tok_s, pf_s, wbytes, pf_flops;    /* the backend: decode s/token, prefill s */
-    double read_gbps, read1_gbps, copy_gbps; /* the machine */
-    double mapped_gbps, rows_gbps, gemm1_gbps, gemv_gbps;
-    double big_gflops, ideal_s, ideal_flops;
-    double att_s, swiglu_s, norm_s, rope_s; /* prefill's other kernels, all layers */
-    pl_be_calib_t calib;
-} s_res_t;
-
-/* Time the prefill's kernels other than the matrix products, called as the backend calls them
- * for one sequence of T tokens, over all layers. */
-static pl_status_t s_prefill_parts(const pl_model_config_t *c, int T, int reps, s_res_t *r)
-{
-    size_t q_dim = (size_t)c->n_heads * c->head_dim, kv_dim = (size_t)c->n_kv_heads * c->head_dim;
-    size_t TI = (size_t)T * c->intermediate, half = (size_t)c->head_dim / 2;
-    size_t sizes[] = {T * q_dim, T * kv_dim, T * kv_dim, T * q_dim, (size_t)PL_CPU_ATT_ROWS * T,
-                      TI, TI, TI, (size_t)T * c->hidden, T * half, T * half};
-    float *buf[PL_ARRAY_SIZE(sizes)] = {0};
-    double *inv = malloc(half * sizeof(double));
-    int *pos = malloc((size_t)T * sizeof(int));
-    pl_status_t st = inv && pos ? PL_OK : pl_error(PL_ERR_NOMEM, "prefill part buffers");
-
-    for (size_t i = 0; i < PL_ARRAY_SIZE(sizes) && !st; i++) {
-        if (!(buf[i] = malloc(sizes[i] * sizeof(float))))
-            st = pl_error(PL_ERR_NOMEM, "prefill part buffers");
-        for (size_t j = 0; !st && j < sizes[i]; j++)
-            buf[i][j] = pl_rand_uniform(10 + i, j) - 0.5f;
-    }
-    if (!st) { /* real rotations, so that repeated rope keeps q and k at their size */
-        for (int i = 0; i < T; i++)
-            pos[i] = i;
-        pl_model_rope_inv_freq(c, inv);
-        pl_cpu_rope_table(inv, (int)half, pos, T, buf[9], buf[10]);
-    }
-    r->att_s = r->swiglu_s = r->norm_s = r->rope_s = 1e30;
-    for (int rep = 0; rep <= reps && !st; rep++) {
-        double att = 0, sw = 0, norm = 0, rope = 0, t0;
-        for (int l = 0; l < c->n_layers; l++) {
-            t0 = pl_now();
-            pl_cpu_rmsnorm(buf[8], buf[6], T, c->hidden, c->rms_eps, buf[8]);
-            norm += pl_now() - t0;
-            t0 = pl_now();
-            pl_cpu_rope_apply(buf[0], T, (int)q_dim, c->n_heads, c->head_dim, buf[9], buf[10]);
-            pl_cpu_rope_apply(buf[1], T, (int)kv_dim, c->n_kv_heads, c->head_dim, buf[9],
-                              buf[10]);
-            rope += pl_now() - t0;
-            t0 = pl_now();
-            pl_cpu_attention(buf[0], T, 0, buf[1], buf[2], c->n_heads, c->n_kv_heads,
-                             c->head_dim, buf[4], buf[3]);
-            att += pl_now() - t0;
-            t0 = pl_now();
-            pl_cpu_rmsnorm(buf[8], buf[6], T, c->hidden, c->rms_eps, buf[8]);
-            norm += pl_now() - t0;
-            memcpy(buf[5], buf[7], TI * sizeof(float)); /* swiglu works in place: fresh input */
-            t0 = pl_now();
-            pl_cpu_swiglu(buf[5], buf[6], TI);
-            sw += pl_now() - t0;
-        }
-        if (rep == 0) /* warm-up */
-            continue;
-        r->att_s = PL_MIN(r->att_s, att);
-        r->swiglu_s = PL_MIN(r->swiglu_s, sw);
-        r->norm_s = PL_MIN(r->norm_s, norm);
-        r->rope_s = PL_MIN(r->rope_s, rope);
-    }
-    for (size_t i = 0; i < PL_ARRAY_SIZE(sizes); i++)
-        free(buf[i]);
-    free(inv);
-    free(pos);
-    return st;
-}
-
-/* (b) and the references: read and copy over a buffer as large as the weights, sgemm. */
-static pl_status_t s_machine_refs(pl_model_t *model, const pl_model_config_t *c,
-                                  const s_opts_t *o, s_res_t *r)
-{
-    size_t words = (size_t)(r->wbytes / 8);
-    uint64_t *src = malloc(words * 8), *dst = malloc(words * 8);
-    if (!src || !dst) {
-        free(src);
-        free(dst);
-        return pl_error(PL_ERR_NOMEM, "bandwidth buffers of %zu bytes", words * 8);
+    for (int t = 0; t < o->n_threads; t++)
+        best[t] = -1;
+    if (!src) {
+        printf("(no memory for the %zu MB read buffer)\n\n", bytes >> 20);
+        return;
     }
     for (size_t i = 0; i < words; i++)
         src[i] = i;
-    memset(dst, 0, words * 8);
-    double bytes = (double)words * 8;
-    int th = o->threads, reps = o->reps;
-    r->read_gbps = bytes / s_mem_time(s_sum_thread, src, NULL, words, th, reps, S_WARM_S) / 1e9;
-    r->copy_gbps = bytes / s_mem_time(s_copy_thread, src, dst, words, th, reps, S_WARM_S) / 1e9;
-    r->read1_gbps = bytes / s_mem_time(s_sum_thread, src, NULL, words, 1, reps, S_WARM_S) / 1e9;
+    printf("| read bandwidth, %zu MB buffer (%.1fx the last-level cache; the model streams %.0f MB "
+           "per token) |",
+           bytes >> 20, (double)bytes / (double)PL_MAX(s_llc_bytes(), 1), wbytes / 1e6);
+    for (int t = 0; t < o->n_threads; t++)
+        printf(" %d thread(s) |", o->threads[t]);
+    printf("\n| --- |");
+    for (int t = 0; t < o->n_threads; t++)
+        printf(" ---: |");
+    printf("\n");
+    for (int k = 0; k < S_READ_COUNT; k++) {
+        if (!s_read_supported((s_read_kind_t)k))
+            continue;
+        printf("| %s |", s_read_names[k]);
+        for (int t = 0; t < o->n_threads; t++) {
+            double s = s_read_time((s_read_kind_t)k, src, words, o->threads[t], o->reps, S_WARM_S);
+            gbps[k][t] = (double)bytes / s / 1e9;
+            best[t] = PL_MAX(best[t], gbps[k][t]);
+            printf(" %.2f GB/s |", gbps[k][t]);
+        }
+        printf("\n");
+    }
+    printf("| **best (the reference below)** |");
+    for (int t = 0; t < o->n_threads; t++)
+        printf(" **%.2f GB/s** |", best[t]);
+    printf("\n\n");
     free(src);
-    free(dst);
-    r->mapped_gbps = s_mapped_read_gbps(model, c, o->reps);
-
-    openblas_set_num_threads(o->threads);
-    r->ideal_s = s_prefill_sgemm_ideal(c, o->prefill, o->reps, &r->ideal_flops);
-    double big_s = s_sgemm_time(o->prefill, c->intermediate, c->hidden, 3 * o->reps);
-    int in = c->intermediate, h = c->hidden;
-    r->rows_gbps = s_stream_gbps(S_VIA_ROWS, th, in, h, r->wbytes, reps);
-    r->gemm1_gbps = s_stream_gbps(S_VIA_SGEMM, th, in, h, r->wbytes, reps);
-    r->gemv_gbps = s_stream_gbps(S_VIA_SGEMV, th, in, h, r->wbytes, reps);
-    if (r->ideal_s <= 0 || big_s <= 0 || r->rows_gbps <= 0 || r->gemm1_gbps <= 0 ||
-        r->gemv_gbps <= 0)
-        return pl_error(PL_ERR_NOMEM, "sgemm reference buffers");
-    r->big_gflops = 2.0 * o->prefill * c->intermediate * c->hidden / big_s / 1e9;
-    return s_prefill_parts(c, o->prefill, o->reps, r);
 }
 
-static void s_print(const pl_model_config_t *c, const s_opts_t *o, const s_res_t *r)
+typedef struct {
+    double step_s[S_MAX_TLIST][3]; /* batch 1, 4, 8 */
+    double kernel_gbps[S_MAX_TLIST];
+    double pf_s, ideal_s, ideal_flops;
+    s_parts_t parts;
+} s_res_t;
+
+static const int s_batches[3] = {1, 4, 8};
+
+/* Decode (every thread count) and prefill (the last) through one stage with every layer. */
+static pl_status_t s_run_stage(pl_model_t *model, const s_opts_t *o, s_res_t *r)
 {
-    double dec_gbps = r->wbytes / r->tok_s / 1e9, pf_gflops = r->pf_flops / r->pf_s / 1e9;
-    double gemm_s = r->ideal_s * c->n_layers, T = o->prefill;
-    double rest = r->pf_s - gemm_s - r->att_s - r->swiglu_s - r->norm_s - r->rope_s;
+    s_bench_t b = {0};
+    pl_status_t st = PL_OK;
+    b.cfg = *pl_model_config(model);
+    pl_be_stage_params_t sp = {.first_layer = 0,
+                               .last_layer = b.cfg.n_layers - 1,
+                               .has_embed = true,
+                               .has_head = true,
+                               .max_seqs = S_MAX_BATCH,
+                               .max_ctx = PL_MAX(o->prefill, o->steps + 2),
+                               .max_tokens = PL_MAX(o->prefill, S_MAX_BATCH)};
+    if (sp.max_ctx > b.cfg.max_pos)
+        return pl_error(PL_ERR_RANGE, "--prefill / --steps need %d positions, the model has %d",
+                        sp.max_ctx, b.cfg.max_pos);
+    b.ids = malloc((size_t)sp.max_tokens * sizeof(int32_t));
+    b.out = malloc((size_t)S_MAX_BATCH * b.cfg.vocab * sizeof(float));
+    if (!b.ids || !b.out)
+        st = pl_error(PL_ERR_NOMEM, "bench buffers");
+    for (int t = 0; t < o->n_threads && !st; t++) {
+        if ((st = pl_be_device_open(pl_be_cpu(), 0, o->threads[t], &b.dev)) ||
+            (st = pl_be_stage_load(b.dev, model, &sp, &b.stage))) {
+            pl_be_device_close(&b.dev);
+            break;
+        }
+        for (int i = 0; i < 3 && !st; i++)
+            st = s_bench_decode(&b, o, s_batches[i], &r->step_s[t][i]);
+        if (!st && t == o->n_threads - 1 && o->prefill > 0)
+            st = s_bench_prefill(&b, o, PL_MAX(1, o->reps / 2), &r->pf_s);
+        pl_be_stage_unload(&b.stage);
+        pl_be_device_close(&b.dev);
+    }
+    free(b.ids);
+    free(b.out);
+    return st;
+}
 
-    printf("| measure | ours | machine reference | ratio | target |\n");
-    printf("| --- | ---: | ---: | ---: | --- |\n");
-    printf("| decode, batch 1: time per token | %.1f ms (%.1f tok/s) | | | |\n", r->tok_s * 1e3,
-           1.0 / r->tok_s);
-    printf("| decode, batch 1: weight bytes streamed | %.2f GB/s (%.1f MB/token) | %.2f GB/s "
-           "plain sum, %d thread(s) | %.0f%% | >= 60%% |\n", dec_gbps, r->wbytes / 1e6,
-           r->read_gbps, o->threads, 100.0 * dec_gbps / r->read_gbps);
-    printf("| prefill, %d tokens | %.1f GFLOP/s (%.0f tok/s) | %.1f GFLOP/s sgemm %dx%dx%d | "
-           "%.0f%% | |\n\n", o->prefill, pf_gflops, T / r->pf_s, r->big_gflops, o->prefill,
-           c->intermediate, c->hidden, 100.0 * pf_gflops / r->big_gflops);
-
-    printf("| where the prefill's %.0f ms go (%d tokens, %d layers) | ms | share |\n",
-           r->pf_s * 1e3, o->prefill, c->n_layers);
-    printf("| --- | ---: | ---: |\n");
-    printf("| matrix products, timed as plain sgemm on the same shapes (%.1f GFLOP/s) | %.1f | "
-           "%.0f%% |\n", r->ideal_flops / r->ideal_s / 1e9, gemm_s * 1e3, 100 * gemm_s / r->pf_s);
-    printf("| attention (pl_cpu_attention) | %.1f | %.0f%% |\n", r->att_s * 1e3,
-           100 * r->att_s / r->pf_s);
-    printf("| swiglu (pl_cpu_swiglu, one thread) | %.1f | %.0f%% |\n", r->swiglu_s * 1e3,
-           100 * r->swiglu_s / r->pf_s);
-    printf("| rmsnorm + rope (one thread) | %.1f | %.0f%% |\n", (r->norm_s + r->rope_s) * 1e3,
-           100 * (r->norm_s + r->rope_s) / r->pf_s);
-    if (rest >= 0)
-        printf("| the rest (head, adds, copies, GEMMs slower in place than alone) | %.1f | "
-               "%.0f%% |\n\n", rest * 1e3, 100 * rest / r->pf_s);
-    else /* the parts were timed separately, some under more load than the prefill */
-        printf("| the rest: below zero, %.1f ms (timing noise: rerun on a quiet machine) | | |"
-               "\n\n", rest * 1e3);
-
-    double mb = r->wbytes / 1e6;
-    printf("| machine reference | value |\n| --- | ---: |\n");
-    printf("| read (plain sum), %.0f MB, %d thread(s) | %.2f GB/s |\n", mb, o->threads,
-           r->read_gbps);
-    if (o->threads > 1)
-        printf("| read (plain sum), %.0f MB, 1 thread | %.2f GB/s |\n", mb, r->read1_gbps);
-    if (r->mapped_gbps > 0)
-        printf("| read (plain sum), 1 thread, of the model's own f32 matrices in their file "
-               "mapping | %.2f GB/s |\n", r->mapped_gbps);
-    printf("| memcpy, %.0f MB, %d thread(s) (bytes copied; twice that crosses the bus) | "
-           "%.2f GB/s |\n", mb, o->threads, r->copy_gbps);
-    printf("| sgemm %dx%dx%d, %d thread(s) | %.1f GFLOP/s |\n", o->prefill, c->intermediate,
-           c->hidden, o->threads, r->big_gflops);
-    printf("| batch-1 products %dx%d over %.0f MB: pl_cpu_matmul_rows (the backend's decode "
-           "kernel) | %.2f GB/s |\n", c->intermediate, c->hidden, mb, r->rows_gbps);
-    printf("| batch-1 products %dx%d over %.0f MB: sgemm with 1 row | %.2f GB/s |\n",
-           c->intermediate, c->hidden, mb, r->gemm1_gbps);
-    printf("| batch-1 products %dx%d over %.0f MB: sgemv | %.2f GB/s |\n", c->intermediate,
-           c->hidden, mb, r->gemv_gbps);
-    printf("| backend calibrate(): sgemm / memory read | %.1f GFLOP/s / %.2f GB/s |\n",
-           r->calib.gflops, r->calib.mem_gbps);
+static void s_print(const pl_model_config_t *c, const s_opts_t *o, const s_res_t *r, double wbytes,
+                    const double *best, const char *wt)
+{
+    printf("| decode, %s weights | threads | batch | ms per step | tok/s | weight bytes streamed | "
+           "best read, same threads | ratio |\n",
+           wt);
+    printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+    for (int t = 0; t < o->n_threads; t++)
+        for (int i = 0; i < 3; i++) {
+            double s = r->step_s[t][i], gbps = wbytes / s / 1e9;
+            printf("| %s | %d | %d | %.2f | %.1f | %.2f GB/s | %.2f GB/s | %.0f%% |\n",
+                   i == 0 ? "the stage" : "", o->threads[t], s_batches[i], s * 1e3,
+                   s_batches[i] / s, gbps, best[t], 100.0 * gbps / best[t]);
+        }
+    for (int t = 0; t < o->n_threads; t++)
+        if (r->kernel_gbps[t] > 0)
+            printf("| the decode kernel alone (batch-1 products %dx%d) | %d | 1 | | | %.2f GB/s | "
+                   "%.2f GB/s | %.0f%% |\n",
+                   c->intermediate, c->hidden, o->threads[t], r->kernel_gbps[t], best[t],
+                   100.0 * r->kernel_gbps[t] / best[t]);
+    printf("\n");
+    if (o->prefill > 0 && r->pf_s > 0) {
+        double flops = s_prefill_flops(c, o->prefill), T = o->prefill;
+        int th = o->threads[o->n_threads - 1];
+        printf("| prefill, %d tokens, %d thread(s) | ours | OpenBLAS sgemm on the same shapes | "
+               "ratio |\n| --- | ---: | ---: | ---: |\n",
+               o->prefill, th);
+        printf("| %s weights | %.1f GFLOP/s (%.0f tok/s, %.0f ms) | %.1f GFLOP/s (matrix products "
+               "only: %.0f ms) | %.0f%% |\n\n",
+               wt, flops / r->pf_s / 1e9, T / r->pf_s, r->pf_s * 1e3,
+               r->ideal_flops / r->ideal_s / 1e9, r->ideal_s * 1e3,
+               100.0 * (flops / r->pf_s) / (r->ideal_flops / r->ideal_s));
+        double rest = r->pf_s - r->ideal_s - r->parts.att_s - r->parts.swiglu_s - r->parts.norm_s -
+                      r->parts.rope_s;
+        printf("| where the prefill's %.0f ms go | ms | share |\n| --- | ---: | ---: |\n",
+               r->pf_s * 1e3);
+        printf("| matrix products, timed as plain sgemm on the same shapes (the stage uses %s) | "
+               "%.0f | %.0f%% |\n",
+               pl_cpu_gemm_seq_uses_blas() ? "OpenBLAS" : "its own kernel", r->ideal_s * 1e3,
+               100 * r->ideal_s / r->pf_s);
+        printf("| attention (pl_cpu_attention) | %.0f | %.0f%% |\n", r->parts.att_s * 1e3,
+               100 * r->parts.att_s / r->pf_s);
+        printf("| swiglu, rmsnorm, rope (one thread) | %.0f | %.0f%% |\n",
+               (r->parts.swiglu_s + r->parts.norm_s + r->parts.rope_s) * 1e3,
+               100 * (r->parts.swiglu_s + r->parts.norm_s + r->parts.rope_s) / r->pf_s);
+        printf("| the rest (head, adds, copies; below zero when the parts ran under more load, "
+               "or the stage's GEMMs beat sgemm) | %.0f | %.0f%% |\n\n",
+               rest * 1e3, 100 * rest / r->pf_s);
+    }
 }
 
 int main(int argc, char **argv)
@@ -622,55 +505,57 @@ int main(int argc, char **argv)
     s_opts_t o;
     char tmp[] = "/tmp/pl-bench-decode-XXXXXX";
     const char *dir;
+    bool made = false;
     pl_model_t *model = NULL;
-    pl_be_device_t *dev = NULL;
-    s_bench_t b = {0};
     s_res_t r = {0};
+    double best[S_MAX_TLIST], m0, self0, m1, self1, t0;
+    pl_tensor_view_t v;
     int rc = 1;
 
     if (s_parse(argc, argv, &o))
         return s_usage(stderr, 2);
-    dir = o.model_dir;
-    if (!dir) {
-        if (!mkdtemp(tmp) || s_run_mkmodel(tmp)) {
+    if (o.isa >= 0)
+        pl_cpu_isa_cap((pl_cpu_isa_t)o.isa);
+    dir = o.model;
+    if (!strcmp(o.model, "small") || !strcmp(o.model, "1b")) {
+        if (!mkdtemp(tmp) || s_run_mkmodel(tmp, o.model, o.dtype)) {
             fprintf(stderr, "bench_decode: could not make a model in %s\n", tmp);
             s_rmdir(tmp);
             return 1;
         }
         dir = tmp;
+        made = true;
     }
-    if (pl_model_open(dir, &model) || pl_be_device_open(pl_be_cpu(), 0, o.threads, &dev))
+    if (pl_model_open(dir, &model) ||
+        pl_model_tensor(model, "model.layers.0.self_attn.q_proj.weight", &v))
         goto err;
-    b.cfg = *pl_model_config(model);
-    pl_be_stage_params_t sp = {.first_layer = 0, .last_layer = b.cfg.n_layers - 1,
-                               .has_embed = true, .has_head = true, .max_seqs = 2,
-                               .max_ctx = PL_MAX(o.prefill, o.steps + 1), .max_tokens = o.prefill};
-    if (sp.max_ctx > b.cfg.max_pos) {
-        pl_error(PL_ERR_RANGE, "--prefill / --steps need %d positions, the model has %d",
-                 sp.max_ctx, b.cfg.max_pos);
-        goto err;
-    }
-    b.ids = malloc((size_t)o.prefill * sizeof(int32_t));
-    b.out = malloc((size_t)b.cfg.vocab * sizeof(float));
-    if (!b.ids || !b.out || pl_be_stage_load(dev, model, &sp, &b.stage))
-        goto err;
-    s_machine(o.threads);
-    printf("model: %s: %d layers, hidden %d, intermediate %d, heads %d/%d, vocab %d, "
-           "%.1f MB as stored\n\n", dir, b.cfg.n_layers, b.cfg.hidden, b.cfg.intermediate,
-           b.cfg.n_heads, b.cfg.n_kv_heads, b.cfg.vocab, pl_model_weight_bytes(model) / 1e6);
+    const pl_model_config_t *c = pl_model_config(model);
+    double wbytes = s_weight_bytes(model, c);
+    s_machine();
+    printf("model: %s (%s): %s, %d layers, hidden %d, intermediate %d, heads %d/%d, vocab %d, "
+           "%s weights, %.1f MB as stored\n\n",
+           o.model, dir, pl_model_family_name(c->family), c->n_layers, c->hidden, c->intermediate,
+           c->n_heads, c->n_kv_heads, c->vocab, pl_wtype_name(v.wtype),
+           pl_model_weight_bytes(model) / 1e6);
     fflush(stdout);
-    double m0, self0, m1, self1, t0 = pl_now();
+    t0 = pl_now();
     s_cpu_times(&m0, &self0);
-    /* (a) decode at batch 1 and (c) prefill, through the backend */
-    if (s_bench_decode(&b, &o, &r.tok_s) || s_bench_prefill(&b, &o, &r.pf_s))
+    s_read_refs(&o, wbytes, best);
+    fflush(stdout);
+    if (s_run_stage(model, &o, &r))
         goto err;
-    r.wbytes = s_weight_bytes(&b.cfg);
-    r.pf_flops = s_prefill_flops(&b.cfg, o.prefill);
-    if (s_machine_refs(model, &b.cfg, &o, &r) || pl_be_device_calibrate(dev, &r.calib))
-        goto err;
+    for (int t = 0; t < o.n_threads; t++)
+        r.kernel_gbps[t] = s_kernel_gbps(v.wtype, o.threads[t], c->intermediate, c->hidden,
+                                         PL_MAX(1073741824.0, 4.0 * (double)s_llc_bytes()), o.reps);
+    if (o.prefill > 0) {
+        openblas_set_num_threads(o.threads[o.n_threads - 1]);
+        r.ideal_s = s_prefill_sgemm_ideal(c, o.prefill, o.reps, &r.ideal_flops);
+        if (s_prefill_parts(c, o.prefill, PL_MAX(1, o.reps / 2), &r.parts))
+            goto err;
+    }
     s_cpu_times(&m1, &self1);
-    s_print(&b.cfg, &o, &r);
-    printf("\nother processes kept %.2f of %ld cores busy on average during the measurements "
+    s_print(c, &o, &r, wbytes, best, pl_wtype_name(v.wtype));
+    printf("other processes kept %.2f of %ld cores busy on average during the measurements "
            "(figures are comparable only when this is near 0)\n",
            PL_MAX(0.0, (m1 - m0) - (self1 - self0)) / (pl_now() - t0),
            sysconf(_SC_NPROCESSORS_ONLN));
@@ -678,12 +563,8 @@ int main(int argc, char **argv)
 err:
     if (rc)
         fprintf(stderr, "bench_decode: %s\n", pl_error_msg());
-    pl_be_stage_unload(&b.stage);
-    pl_be_device_close(&dev);
-    free(b.ids);
-    free(b.out);
     pl_model_destroy(&model);
-    if (!o.model_dir)
+    if (made)
         s_rmdir(tmp);
     return rc;
 }

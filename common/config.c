@@ -5,6 +5,7 @@
 #include "common/util.h"
 #include "common/yaml_schema.h"
 
+#include <arpa/inet.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +34,16 @@ static bool s_check_host(char *value, size_t size, void *user, char *err, size_t
         }
     }
     return true;
+}
+
+/* What an HTTP listener binds: an IPv4 or IPv6 literal (a name would need a resolver). */
+static bool s_check_ip(char *value, size_t size, void *user, char *err, size_t err_len)
+{
+    unsigned char buf[sizeof(struct in6_addr)];
+    if (inet_pton(AF_INET, value, buf) == 1 || inet_pton(AF_INET6, value, buf) == 1)
+        return true;
+    snprintf(err, err_len, "'%s' is not an IPv4 or IPv6 address", value);
+    return false;
 }
 
 /* A ZeroMQ endpoint we can use: tcp://, ipc:// or inproc:// with something after it. */
@@ -191,10 +202,37 @@ static bool s_post_link(void *base, void *user, char *err, size_t err_len)
 static const pl_ys_field_t s_name_elem = {
     .type = PL_YS_STR, .size = PL_CFG_NAME_MAX + 1, .check = s_check_name};
 
+static const pl_ys_field_t s_http_fields[] = {
+    {.key = "address",
+     .type = PL_YS_STR,
+     .offset = offsetof(pl_cfg_http_t, address),
+     .size = sizeof(((pl_cfg_http_t *)0)->address),
+     .def_str = "127.0.0.1",
+     .check = s_check_ip},
+    {.key = "port",
+     .type = PL_YS_INT,
+     .flags = PL_YS_REQUIRED,
+     .offset = offsetof(pl_cfg_http_t, port),
+     .min = 1,
+     .max = 65535},
+    {.type = PL_YS_END},
+};
+
 static const pl_ys_field_t s_cluster_coordinator[] = {
     S_STR("endpoint", PL_YS_REQUIRED, pl_cfg_cluster_t, endpoint, s_check_endpoint),
     S_INT("heartbeat_ms", pl_cfg_cluster_t, heartbeat_ms, 10, 60000, 500),
     S_INT("dead_after_ms", pl_cfg_cluster_t, dead_after_ms, 20, 3600000, 3000),
+    {.key = "http",
+     .type = PL_YS_MAP,
+     .offset = offsetof(pl_cfg_cluster_t, http),
+     .fields = s_http_fields},
+    S_STR("state_db", 0, pl_cfg_cluster_t, state_db, NULL),
+    S_INT("max_queued_jobs", pl_cfg_cluster_t, max_queued_jobs, 1, 1000000, 256),
+    S_INT("max_job_mb", pl_cfg_cluster_t, max_job_mb, 1, 4096, 64),
+    S_INT("results_kept", pl_cfg_cluster_t, results_kept, 1, 1000000, 1024),
+    S_INT("place_timeout_ms", pl_cfg_cluster_t, place_timeout_ms, 10, 86400000, 300000),
+    S_INT("load_timeout_ms", pl_cfg_cluster_t, load_timeout_ms, 10, 86400000, 300000),
+    S_INT("node_expire_ms", pl_cfg_cluster_t, node_expire_ms, 10, 86400000, 600000),
     {.type = PL_YS_END},
 };
 
@@ -376,6 +414,10 @@ static const pl_ys_field_t s_node_fields[] = {
     S_FLOAT("slowdown", 0, pl_cfg_node_t, slowdown, 1, 1000, 1),
     S_STR("coordinator_public_key", 0, pl_cfg_node_t, coordinator_key, s_check_z85_key),
     S_STR("key_file", 0, pl_cfg_node_t, key_file, NULL),
+    {.key = "http",
+     .type = PL_YS_MAP,
+     .offset = offsetof(pl_cfg_node_t, http),
+     .fields = s_http_fields},
     {.type = PL_YS_END},
 };
 
@@ -413,6 +455,7 @@ static const pl_ys_field_t s_job_placement[] = {
 };
 
 static const char *const s_planners[] = {"optimal", "auto", "even", NULL};
+static const char *const s_wire_dtypes[] = {"f32", "bf16", "f16", NULL};
 
 static const pl_ys_field_t s_job_fields[] = {
     S_STR("model", PL_YS_REQUIRED, pl_cfg_job_t, model, s_resolve_path),
@@ -421,6 +464,7 @@ static const pl_ys_field_t s_job_fields[] = {
     S_INT("min_new_tokens", pl_cfg_job_t, gen.min_new_tokens, 0, PL_JOB_MAX_NEW_TOKENS, 0),
     {.key = "sampling", .type = PL_YS_MAP, .fields = s_job_sampling},
     S_INT("microbatches", pl_cfg_job_t, microbatches, 0, 1024, 0),
+    S_INT("prefill_chunk", pl_cfg_job_t, gen.prefill_chunk, 0, PL_JOB_MAX_PREFILL_CHUNK, 0),
     S_INT("stages", pl_cfg_job_t, stages, 0, 64, 0),
     {.key = "planner",
      .type = PL_YS_STR,
@@ -428,6 +472,12 @@ static const pl_ys_field_t s_job_fields[] = {
      .size = sizeof(((pl_cfg_job_t *)0)->planner),
      .def_str = "auto",
      .choices = s_planners},
+    {.key = "wire_dtype",
+     .type = PL_YS_STR,
+     .offset = offsetof(pl_cfg_job_t, gen.wire_dtype),
+     .size = sizeof(((pl_cfg_job_t *)0)->gen.wire_dtype),
+     .def_str = "f32",
+     .choices = s_wire_dtypes},
     {.key = "stop_at_eos",
      .type = PL_YS_BOOL,
      .offset = offsetof(pl_cfg_job_t, gen.stop_at_eos),
@@ -525,4 +575,26 @@ pl_status_t pl_cfg_node_load(const char *path, pl_cfg_node_t *out)
 pl_status_t pl_cfg_job_load(const char *path, pl_cfg_job_t *out)
 {
     return s_load(path, s_job_parse_cb, out);
+}
+
+pl_status_t pl_cfg_http_parse(const char *text, const char *origin, pl_cfg_http_t *out)
+{
+    pl_cfg_http_t h = {0};
+    char err[160];
+    const char *colon = strrchr(text, ':');
+    size_t alen = colon ? (size_t)(colon - text) : 0;
+    if (alen >= 2 && text[0] == '[' && text[alen - 1] == ']') /* [::1]:9100 */
+        text++, alen -= 2;
+    if (!colon || alen == 0 || alen >= sizeof(h.address))
+        return pl_error(PL_ERR_INVALID, "%s: '%s' is not ADDRESS:PORT", origin, text);
+    memcpy(h.address, text, alen);
+    if (!s_check_ip(h.address, sizeof(h.address), NULL, err, sizeof(err)))
+        return pl_error(PL_ERR_INVALID, "%s: %s", origin, err);
+    char *end;
+    long port = strtol(colon + 1, &end, 10);
+    if (!colon[1] || *end || port < 1 || port > 65535)
+        return pl_error(PL_ERR_RANGE, "%s: port '%s' is not 1-65535", origin, colon + 1);
+    h.port = (int)port;
+    *out = h;
+    return PL_OK;
 }

@@ -65,11 +65,23 @@ typedef struct {
     char public_key[64];            /* Z85, or "" with public_key_file */
     char public_key_file[256];
 } pl_cfg_client_t;
+/* An HTTP listener for /metrics, /livez, /readyz: an IP literal and a port; port 0: off. */
+typedef struct {
+    char address[64]; /* default 127.0.0.1 */
+    int port;         /* required when the section is present */
+} pl_cfg_http_t;
 
 typedef struct {
     char endpoint[256];  /* coordinator.endpoint, e.g. tcp://127.0.0.1:5555 (required) */
     int heartbeat_ms;    /* coordinator.heartbeat_ms, default 500 */
     int dead_after_ms;   /* coordinator.dead_after_ms, default 3000 */
+    char state_db[PATH_MAX]; /* coordinator.state_db: SQLite file; "" = pl_state_dir()/coord.db */
+    int max_queued_jobs;     /* coordinator.max_queued_jobs: jobs not yet finished, default 256 */
+    int max_job_mb;          /* coordinator.max_job_mb: one job's spec as stored, default 64 */
+    int results_kept;        /* coordinator.results_kept: finished jobs kept, default 1024 */
+    int place_timeout_ms;    /* coordinator.place_timeout_ms: unplaceable job fails, def. 300000 */
+    int load_timeout_ms;     /* coordinator.load_timeout_ms: stages READY by then, def. 300000 */
+    int node_expire_ms;      /* coordinator.node_expire_ms: lost nodes forgotten, def. 600000 */
     char public_key[64]; /* security.coordinator_public_key (Z85, 40 chars), "" = none */
     char secret_key[64]; /* security.coordinator_secret_key */
     char secret_key_file[PATH_MAX]; /* security.coordinator_secret_key_file (0600), "" = none */
@@ -78,6 +90,7 @@ typedef struct {
     bool insecure;                  /* security.insecure: no keys on a non-loopback address */
     int n_model_dirs;               /* models.allow; 0: any path */
     char model_dirs[PL_CFG_MAX_MODEL_DIRS][PATH_MAX];
+    pl_cfg_http_t http;  /* coordinator.http: the coordinator's HTTP front; off when absent */
     int n_nodes;
     pl_cfg_node_entry_t nodes[PL_CFG_MAX_NODES];
     int n_links; /* described links (what-if planning) */
@@ -96,12 +109,14 @@ typedef struct {
     char coordinator_key[64];       /* coordinator_public_key: CURVE (Z85), "" = plaintext */
     char key_file[PATH_MAX];        /* key_file: this node's secret key (0600) for CURVE */
     float slowdown;                 /* testing: run the CPU device this many times slower, >= 1 */
+    pl_cfg_http_t http;             /* http: the daemon's HTTP front; off when absent */
 } pl_cfg_node_t;
 
 typedef struct {
     char model[PATH_MAX];   /* resolved against the job file's directory */
     char prompts[PATH_MAX]; /* JSONL of token-id arrays, resolved likewise */
-    pl_job_gen_t gen;       /* max_new_tokens, min_new_tokens, stop_at_eos, sampling.* */
+    pl_job_gen_t gen;       /* max_new_tokens, min_new_tokens, stop_at_eos, sampling.*,
+                             * prefill_chunk, wire_dtype */
     int microbatches;       /* default 0: as many as stages */
     int stages;             /* default 0: every live node */
     char planner[16];       /* "auto" (default: may leave devices out), "optimal", "even" */
@@ -120,6 +135,10 @@ pl_status_t pl_cfg_node_parse(const char *text, size_t len, const char *origin,
 pl_status_t pl_cfg_job_load(const char *path, pl_cfg_job_t *out);
 pl_status_t pl_cfg_job_parse(const char *text, size_t len, const char *origin,
                              const char *base_dir, pl_cfg_job_t *out);
+
+/* An HTTP listener from a command line flag, "ADDRESS:PORT" ("[V6]:PORT" for IPv6), checked as
+ * the files' http sections are; errors name `origin` (the flag). */
+pl_status_t pl_cfg_http_parse(const char *text, const char *origin, pl_cfg_http_t *out);
 
 /* The embedded default cluster: a coordinator on loopback and local nodes. */
 extern const char pl_cfg_default_cluster_yaml[];

@@ -75,7 +75,8 @@ static pl_status_t s_live(pl_coord_t *c, const pl_coord_job_t *j, bool idle_only
                 sd->gflops = sd->mem_gbps = 1.0;
             lv->node[lv->n] = order[oi];
             lv->dev[lv->n] = d;
-            lv->cand[lv->n] = ok && usable && (!idle_only || !nd->busy_job);
+            /* a node still running stages of an earlier assignment is not idle until they go */
+            lv->cand[lv->n] = ok && usable && (!idle_only || (!nd->busy_job && !nd->n_stale));
             lv->n_alive += ok;
             lv->n_cand += lv->cand[lv->n];
             lv->any_cpu |= lv->cand[lv->n] && !strcmp(dv->backend, "cpu");
@@ -107,6 +108,7 @@ static pl_status_t s_plan(const pl_coord_job_t *j, s_live_t *lv, pl_sched_model_
         return pl_error_prefix(st, "model %s: ", j->spec.model);
     if ((st = pl_sched_model_from_config(&cfg, lv->any_cpu, model)))
         return st;
+    model->act_bytes = pl_gen_spec_wire_bytes(&j->spec); /* the links carry the wire dtype */
     *in = (pl_plan_input_t){
         .model = model, .devices = lv->devs, .n_devices = lv->n, .links = lv->links};
     if ((st = pl_sched_job_from_spec(&j->spec, &cfg, &in->job)))
@@ -143,8 +145,16 @@ bool pl_coord_plan_job(pl_coord_t *c, pl_coord_job_t *j)
     }
     int want = j->spec.stages ? j->spec.stages : PL_MIN(lv->n_alive, j->n_layers);
     if (want == 0 || lv->n_cand < want) {
-        snprintf(j->error, sizeof(j->error), "waiting for %d idle device(s): %d idle, %d alive",
-                 PL_MAX(want, 1), lv->n_cand, lv->n_alive);
+        int len =
+            snprintf(j->error, sizeof(j->error), "waiting for %d idle device(s): %d idle, %d alive",
+                     PL_MAX(want, 1), lv->n_cand, lv->n_alive);
+        for (int k = 0; k < j->spec.n_nodes && len > 0 && (size_t)len < sizeof(j->error); k++) {
+            int ni = pl_coord_find_node(c, j->spec.nodes[k]);
+            if (ni < 0 || !c->nodes[ni].alive)
+                len += snprintf(j->error + len, sizeof(j->error) - (size_t)len,
+                                "; placement names node '%s', which is %s", j->spec.nodes[k],
+                                ni < 0 ? "not registered" : "lost");
+        }
         goto out;
     }
     if (s_plan(j, lv, &model, &in, &plan)) {

@@ -24,7 +24,8 @@ static void s_usage(FILE *f)
 {
     fprintf(f,
             "usage: pipeld [--config NODE.yaml] [--name NAME] [--coordinator ENDPOINT]\n"
-            "              [--threads N] [--devices cpu,cuda,hip] [--log-level LEVEL]\n"
+            "              [--threads N] [--devices cpu,cuda,hip] [--http ADDR:PORT]\n"
+            "              [--log-level LEVEL]\n"
             "  --config FILE        node YAML (etc/pipeld.yaml); flags override its values\n"
             "  --cluster FILE       take the coordinator and this node's threads from a cluster\n"
             "                       file (with --name; the embedded default when FILE is '-')\n"
@@ -32,6 +33,7 @@ static void s_usage(FILE *f)
             "  --coordinator EP     coordinator endpoint (default tcp://127.0.0.1:5555)\n"
             "  --threads N          CPU threads for the CPU device (0: all cores)\n"
             "  --devices LIST       backends to use (default: every one found)\n"
+            "  --http ADDR:PORT     serve /metrics, /livez, /readyz (override the node file's http)\n"
             "A coordinator with CURVE keys needs its public key: coordinator_public_key in the\n"
             "node file, the cluster file's security section, or $PIPELD_COORDINATOR_KEY.\n");
 }
@@ -60,16 +62,17 @@ int main(int argc, char **argv)
                                          {"coordinator", required_argument, NULL, 'c'},
                                          {"threads", required_argument, NULL, 't'},
                                          {"devices", required_argument, NULL, 'd'},
+                                         {"http", required_argument, NULL, 'H'},
                                          {"log-level", required_argument, NULL, 'l'},
                                          {"help", no_argument, NULL, 'h'},
                                          {NULL, 0, NULL, 0}};
     static pl_cfg_node_t cfg;
     static pl_cfg_cluster_t cluster;
     const char *config = NULL, *cluster_file = NULL, *name = NULL, *coord = NULL, *devices = NULL,
-               *level = NULL;
+               *level = NULL, *http = NULL;
     int threads = -1, o;
 
-    while ((o = getopt_long(argc, argv, "f:C:n:c:t:d:l:h", opts, NULL)) != -1) {
+    while ((o = getopt_long(argc, argv, "f:C:n:c:t:d:H:l:h", opts, NULL)) != -1) {
         switch (o) {
         case 'f': config = optarg; break;
         case 'C': cluster_file = optarg; break;
@@ -86,6 +89,7 @@ int main(int argc, char **argv)
             break;
         }
         case 'd': devices = optarg; break;
+        case 'H': http = optarg; break;
         case 'l': level = optarg; break;
         case 'h': s_usage(stdout); return 0;
         default: s_usage(stderr); return 2;
@@ -140,6 +144,10 @@ int main(int argc, char **argv)
         cfg.threads = threads;
     if (devices && s_devices(&cfg, devices))
         return 2;
+    if (http && pl_cfg_http_parse(http, "--http", &cfg.http)) {
+        fprintf(stderr, "pipeld: %s\n", pl_error_msg());
+        return 2;
+    }
     if (level)
         snprintf(cfg.log_level, sizeof(cfg.log_level), "%s", level);
     int lvl = pl_log_level_parse(cfg.log_level);
@@ -151,7 +159,6 @@ int main(int argc, char **argv)
     char ident[96];
     snprintf(ident, sizeof(ident), "pipeld[%s]", cfg.name);
     pl_log_set_ident(ident);
-    pl_ucx_tune_for_stages(); /* before any UCX context exists */
     signal(SIGINT, s_on_signal);
     signal(SIGTERM, s_on_signal);
     signal(SIGPIPE, SIG_IGN);

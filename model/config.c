@@ -1,5 +1,7 @@
-/* config.json of a Hugging Face Llama-family model: parsing, defaults and sanity bounds, so that
- * a hostile file can neither pick an unsupported architecture nor request absurd sizes. */
+/* config.json of a Hugging Face decoder (Llama, Mistral, Qwen2, Qwen3): parsing, defaults and
+ * sanity bounds, so that a hostile file can neither pick an unsupported architecture nor request
+ * absurd sizes. */
+#include "model/gguf_model.h"
 #include "model/model.h"
 
 #include "common/json.h"
@@ -17,29 +19,59 @@
 #define S_MAX_VOCAB (1 << 22)
 #define S_MAX_POS (1 << 24)
 
-/* Accept model_type "llama" or an architectures list naming LlamaForCausalLM. */
-static pl_status_t s_check_family(const json_t *root)
+#define S_FAMILIES "Llama, Mistral, Qwen2, Qwen3"
+
+static const struct {
+    const char *type, *arch;
+} s_families[PL_FAMILY_COUNT] = {
+    [PL_FAMILY_LLAMA] = {"llama", "LlamaForCausalLM"},
+    [PL_FAMILY_MISTRAL] = {"mistral", "MistralForCausalLM"},
+    [PL_FAMILY_QWEN2] = {"qwen2", "Qwen2ForCausalLM"},
+    [PL_FAMILY_QWEN3] = {"qwen3", "Qwen3ForCausalLM"},
+};
+
+const char *pl_model_family_name(pl_model_family_t f)
 {
-    const char *type = NULL;
+    return (unsigned)f < PL_FAMILY_COUNT ? s_families[f].type : "?";
+}
+
+/* The family named by model_type, else by the first architecture we know; anything else is
+ * refused with the name the file gave. */
+static pl_status_t s_family(const json_t *root, pl_model_family_t *family_p)
+{
+    const char *type = NULL, *first_arch = NULL;
     json_t *arch = json_object_get(root, "architectures");
     pl_status_t st = pl_json_str_opt(root, "model_type", 64, &type);
 
     if (st)
         return st;
-    if (type && strcmp(type, "llama") == 0)
-        return PL_OK;
-    if (json_is_array(arch)) {
+    for (int f = 0; type && f < PL_FAMILY_COUNT; f++)
+        if (strcmp(type, s_families[f].type) == 0) {
+            *family_p = (pl_model_family_t)f;
+            return PL_OK;
+        }
+    if (!type && json_is_array(arch)) {
         size_t i;
         json_t *a;
         json_array_foreach(arch, i, a) {
-            if (json_is_string(a) && strcmp(json_string_value(a), "LlamaForCausalLM") == 0)
-                return PL_OK;
+            if (!json_is_string(a))
+                continue;
+            first_arch = first_arch ? first_arch : json_string_value(a);
+            for (int f = 0; f < PL_FAMILY_COUNT; f++)
+                if (strcmp(json_string_value(a), s_families[f].arch) == 0) {
+                    *family_p = (pl_model_family_t)f;
+                    return PL_OK;
+                }
         }
     }
     if (type)
-        return pl_error(PL_ERR_UNSUPPORTED, "not a Llama-family model (model_type '%s')", type);
-    return pl_error(PL_ERR_UNSUPPORTED, "not a Llama-family model (neither model_type 'llama' "
-                    "nor architectures containing LlamaForCausalLM)");
+        return pl_error(PL_ERR_UNSUPPORTED, "model family '%s' (model_type) is not supported "
+                        "(" S_FAMILIES " are)", type);
+    if (first_arch)
+        return pl_error(PL_ERR_UNSUPPORTED, "model architecture '%.64s' is not supported "
+                        "(" S_FAMILIES " are)", first_arch);
+    return pl_error(PL_ERR_UNSUPPORTED, "no model family: neither model_type nor architectures "
+                    "name one (" S_FAMILIES " are supported)");
 }
 
 static pl_status_t s_int(const json_t *root, const char *key, int64_t min, int64_t max, int *out)
@@ -139,25 +171,47 @@ static pl_status_t s_eos(const json_t *root, pl_model_config_t *cfg)
     return PL_OK;
 }
 
-/* Fields that would change the computation in ways this project does not implement. */
-static pl_status_t s_check_unsupported(const json_t *root)
+/* Fields that would change the computation in ways this project does not implement, and the
+ * per-family structure: Qwen2's q/k/v biases, Qwen3's q/k norms, Mistral's sliding window. */
+static pl_status_t s_family_features(const json_t *root, pl_model_config_t *c)
 {
     const char *act = NULL;
-    bool bias = false;
+    bool bias = false, sliding = c->family == PL_FAMILY_MISTRAL;
     pl_status_t st = pl_json_str_opt(root, "hidden_act", 64, &act);
 
     if (st)
         return st;
     if (act && strcmp(act, "silu") != 0)
         return pl_error(PL_ERR_UNSUPPORTED, "hidden_act '%s' is not supported (silu is)", act);
-    if ((st = pl_json_bool_opt(root, "attention_bias", &bias)))
-        return st;
-    if (bias)
-        return pl_error(PL_ERR_UNSUPPORTED, "attention_bias true is not supported");
+    /* Qwen2 always has q/k/v biases and no o_proj bias, whatever attention_bias says; elsewhere
+     * attention_bias also biases o_proj, which this project does not implement. */
+    if (c->family != PL_FAMILY_QWEN2) {
+        if ((st = pl_json_bool_opt(root, "attention_bias", &bias)))
+            return st;
+        if (bias)
+            return pl_error(PL_ERR_UNSUPPORTED, "attention_bias true is not supported for %s",
+                            pl_model_family_name(c->family));
+    }
+    c->qkv_bias = c->family == PL_FAMILY_QWEN2;
+    c->qk_norm = c->family == PL_FAMILY_QWEN3;
+    bias = false;
     if ((st = pl_json_bool_opt(root, "mlp_bias", &bias)))
         return st;
     if (bias)
         return pl_error(PL_ERR_UNSUPPORTED, "mlp_bias true is not supported");
+    /* Qwen configs carry a window that applies only with use_sliding_window true. */
+    if ((st = pl_json_bool_opt(root, "use_sliding_window", &sliding)))
+        return st;
+    c->sliding_window = 0;
+    if (sliding) {
+        json_t *w = json_object_get(root, "sliding_window");
+        if (c->family != PL_FAMILY_MISTRAL)
+            return pl_error(PL_ERR_UNSUPPORTED, "use_sliding_window true is not supported for %s",
+                            pl_model_family_name(c->family));
+        if (w && !json_is_null(w) &&
+            (st = s_int_opt(root, "sliding_window", 1, S_MAX_POS, &c->sliding_window)))
+            return st;
+    }
     return PL_OK;
 }
 
@@ -195,7 +249,7 @@ static pl_status_t s_parse_root(const json_t *root, pl_model_config_t *c)
 
     if (!json_is_object(root))
         return pl_error(PL_ERR_INVALID, "config is not a JSON object");
-    if ((st = s_check_family(root)) || (st = s_check_unsupported(root)))
+    if ((st = s_family(root, &c->family)) || (st = s_family_features(root, c)))
         return st;
     if ((st = s_int(root, "hidden_size", 1, S_MAX_HIDDEN, &c->hidden)) ||
         (st = s_int(root, "intermediate_size", 1, S_MAX_INTER, &c->intermediate)) ||
@@ -278,9 +332,11 @@ pl_status_t pl_model_config_load(const char *dir, pl_model_config_t *cfg)
     char path[4096];
     char *text;
     size_t len;
-    pl_status_t st = pl_path_join(dir, "config.json", path, sizeof(path));
+    pl_status_t st;
 
-    if (st)
+    if (pl_gguf_is_file(dir)) /* a model is a directory or a GGUF file */
+        return pl_gguf_config_load(dir, cfg);
+    if ((st = pl_path_join(dir, "config.json", path, sizeof(path))))
         return st;
     if ((st = pl_file_read(path, PL_MODEL_CONFIG_MAX_BYTES, &text, &len)))
         return st;

@@ -2,10 +2,16 @@
  * Conversions use the project's own f16/bf16 helpers so every backend rounds the same way. */
 #include "model/model.h"
 #include "model/safetensors.h"
+#include "model/wtype.h"
 
 #include "common/util.h"
 
 #include <string.h>
+
+/* model.h's comment: a tensor's stored weight type has its dtype's value for the float types. */
+_Static_assert((int)PL_DT_F32 == (int)PL_WT_F32 && (int)PL_DT_F16 == (int)PL_WT_F16 &&
+                   (int)PL_DT_BF16 == (int)PL_WT_BF16,
+               "pl_dtype_t and pl_wtype_t share their float values");
 
 size_t pl_dtype_size(pl_dtype_t dt)
 {
@@ -49,23 +55,5 @@ pl_status_t pl_dtype_parse(const char *name, pl_dtype_t *dt_p)
 
 void pl_dtype_to_f32(pl_dtype_t dt, const void *src, size_t n, float *dst)
 {
-    const unsigned char *p = src;
-    uint16_t h;
-    switch (dt) {
-    case PL_DT_F32:
-        memcpy(dst, src, n * 4);
-        return;
-    case PL_DT_F16:
-        for (size_t i = 0; i < n; i++) {
-            memcpy(&h, p + 2 * i, 2); /* the mapping need not be 2-byte aligned */
-            dst[i] = pl_f16_to_f32(h);
-        }
-        return;
-    case PL_DT_BF16:
-        for (size_t i = 0; i < n; i++) {
-            memcpy(&h, p + 2 * i, 2);
-            dst[i] = pl_bf16_to_f32(h);
-        }
-        return;
-    }
+    pl_wtype_to_f32((pl_wtype_t)dt, src, n, dst); /* one conversion, in wtype.c */
 }

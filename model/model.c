@@ -1,6 +1,8 @@
-/* A model directory: config.json plus one or more safetensors shards, a sorted name table over
- * all their tensors, the Llama tensor-shape check, and f32 access to any tensor. */
+/* A model: a directory (config.json plus safetensors shards) or a GGUF file; a sorted name table
+ * over all its tensors, the family's tensor-shape check, and access to any tensor as stored or
+ * f32. */
 #include "model/model.h"
+#include "model/gguf_model.h"
 #include "model/safetensors.h"
 
 #include "common/json.h"
@@ -8,6 +10,7 @@
 #include "common/util.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,8 +23,11 @@
 #define S_MAX_SHARD_NAME 255
 
 typedef struct {
-    const pl_st_entry_t *entry; /* owned by the shard */
-    pl_st_file_t *shard;
+    const pl_st_entry_t *entry; /* owned by the shard, or by the model for a GGUF file */
+    pl_st_file_t *shard;        /* NULL: in the GGUF file */
+    pl_wtype_t wtype;           /* as stored */
+    int unpermute_heads;        /* > 0: rows in llama.cpp's rope order, this many heads */
+    unsigned char *fixed;       /* the rows back in Hugging Face order, made on first use */
 } s_tensor_t;
 
 struct pl_model {
@@ -29,9 +35,12 @@ struct pl_model {
     pl_model_config_t cfg;
     pl_st_file_t **shards;
     size_t n_shards;
+    pl_gguf_t *gguf;
+    pl_st_entry_t *gguf_entries;
     s_tensor_t *tensors; /* sorted by name */
     size_t n_tensors;
     uint64_t weight_bytes;
+    pthread_mutex_t lock; /* guards the lazily fixed tensors */
 };
 
 static pl_status_t s_shard_add(pl_model_t *m, const char *name)
@@ -84,7 +93,21 @@ static s_tensor_t *s_lookup(const pl_model_t *m, const char *name)
     return bsearch(&k, m->tensors, m->n_tensors, sizeof(k), s_by_name);
 }
 
-/* Collect every shard's tensors into one sorted table; a name may appear only once. */
+/* Sort the table; a name may appear only once. */
+static pl_status_t s_sort_table(pl_model_t *m)
+{
+    qsort(m->tensors, m->n_tensors, sizeof(*m->tensors), s_by_name);
+    for (size_t i = 1; i < m->n_tensors; i++) {
+        const s_tensor_t *a = &m->tensors[i - 1], *b = &m->tensors[i];
+        if (strcmp(a->entry->name, b->entry->name) == 0)
+            return pl_error(PL_ERR_INVALID, "tensor '%s' appears in both %s and %s",
+                            b->entry->name, a->shard ? a->shard->path : m->dir,
+                            b->shard ? b->shard->path : m->dir);
+    }
+    return PL_OK;
+}
+
+/* Collect every shard's tensors into one sorted table. */
 static pl_status_t s_build_table(pl_model_t *m)
 {
     size_t n = 0;
@@ -96,17 +119,57 @@ static pl_status_t s_build_table(pl_model_t *m)
     for (size_t i = 0; i < m->n_shards; i++) {
         for (size_t j = 0; j < m->shards[i]->hdr.n_entries; j++) {
             const pl_st_entry_t *e = &m->shards[i]->hdr.entries[j];
-            m->tensors[m->n_tensors++] = (s_tensor_t){.entry = e, .shard = m->shards[i]};
+            m->tensors[m->n_tensors++] =
+                (s_tensor_t){.entry = e, .shard = m->shards[i], .wtype = (pl_wtype_t)e->dtype};
             m->weight_bytes += e->end - e->begin;
         }
     }
-    qsort(m->tensors, m->n_tensors, sizeof(*m->tensors), s_by_name);
-    for (size_t i = 1; i < m->n_tensors; i++)
-        if (strcmp(m->tensors[i - 1].entry->name, m->tensors[i].entry->name) == 0)
-            return pl_error(PL_ERR_INVALID, "tensor '%s' appears in both %s and %s",
-                            m->tensors[i].entry->name, m->tensors[i - 1].shard->path,
-                            m->tensors[i].shard->path);
-    return PL_OK;
+    return s_sort_table(m);
+}
+
+static bool s_ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+/* A GGUF file's tensors under their Hugging Face names and shapes (dimensions reversed). */
+static pl_status_t s_open_gguf(pl_model_t *m, const char *path)
+{
+    bool permute;
+    pl_status_t st;
+
+    if ((st = pl_gguf_open(path, &m->gguf)) ||
+        (st = pl_gguf_model_config(m->gguf, &m->cfg, &permute)))
+        return st;
+    m->gguf_entries = calloc(m->gguf->n_tensors + 1, sizeof(*m->gguf_entries));
+    m->tensors = calloc(m->gguf->n_tensors + 1, sizeof(*m->tensors));
+    if (!m->gguf_entries || !m->tensors)
+        return pl_error(PL_ERR_NOMEM, "out of memory for %zu tensors", m->gguf->n_tensors);
+    for (size_t i = 0; i < m->gguf->n_tensors; i++) {
+        const pl_gguf_tensor_t *g = &m->gguf->tensors[i];
+        pl_st_entry_t *e = &m->gguf_entries[i];
+        char name[PL_GGUF_MAX_NAME + 64];
+        pl_gguf_hf_name(g->name, name, sizeof(name));
+        if (!(e->name = strdup(name)))
+            return pl_error(PL_ERR_NOMEM, "out of memory");
+        /* the dtype of a view is meaningful only for the float types */
+        e->dtype = g->wtype <= PL_WT_BF16 ? (pl_dtype_t)g->wtype : PL_DT_F32;
+        e->ndim = g->ndim;
+        for (int d = 0; d < g->ndim; d++)
+            e->shape[d] = g->ne[g->ndim - 1 - d];
+        e->numel = g->numel;
+        e->begin = g->off;
+        e->end = g->off + g->nbytes;
+        m->tensors[m->n_tensors] = (s_tensor_t){.entry = e, .wtype = g->wtype};
+        if (permute && g->ndim == 2 && s_ends_with(name, ".self_attn.q_proj.weight"))
+            m->tensors[m->n_tensors].unpermute_heads = m->cfg.n_heads;
+        if (permute && g->ndim == 2 && s_ends_with(name, ".self_attn.k_proj.weight"))
+            m->tensors[m->n_tensors].unpermute_heads = m->cfg.n_kv_heads;
+        m->n_tensors++;
+        m->weight_bytes += g->nbytes;
+    }
+    return s_sort_table(m);
 }
 
 /* Open the shards named by the index and check each listed tensor is where the index says. */
@@ -178,7 +241,7 @@ static pl_status_t s_expect(pl_model_t *m, const char *name, int ndim, int64_t d
     return pl_model_tensor_shaped(m, name, ndim, shape, NULL);
 }
 
-/* Every tensor a Llama decoder needs must exist with the shape the config implies. */
+/* Every tensor the family's decoder needs must exist with the shape the config implies. */
 static pl_status_t s_check_llama(pl_model_t *m)
 {
     const pl_model_config_t *c = &m->cfg;
@@ -211,6 +274,17 @@ static pl_status_t s_check_llama(pl_model_t *m)
             snprintf(name, sizeof(name), "model.layers.%d.%s.weight", l, mats[i].name);
             if ((st = s_expect(m, name, 2, mats[i].d0, mats[i].d1)))
                 return st;
+            if (c->qkv_bias && i < 3) { /* q, k, v */
+                snprintf(name, sizeof(name), "model.layers.%d.%s.bias", l, mats[i].name);
+                if ((st = s_expect(m, name, 1, mats[i].d0, 0)))
+                    return st;
+            }
+        }
+        for (int i = 0; c->qk_norm && i < 2; i++) {
+            snprintf(name, sizeof(name), "model.layers.%d.self_attn.%s_norm.weight", l,
+                     i ? "k" : "q");
+            if ((st = s_expect(m, name, 1, c->head_dim, 0)))
+                return st;
         }
     }
     return PL_OK;
@@ -225,16 +299,18 @@ pl_status_t pl_model_open(const char *dir, pl_model_t **model_p)
 
     if (!m)
         return pl_error(PL_ERR_NOMEM, "out of memory");
+    pthread_mutex_init(&m->lock, NULL);
     m->dir = strdup(dir);
     if (!m->dir) {
         st = pl_error(PL_ERR_NOMEM, "out of memory");
         goto err;
     }
-    if ((st = pl_model_config_load(dir, &m->cfg)))
+    if (pl_gguf_is_file(dir)) {
+        st = s_open_gguf(m, dir);
+    } else if ((st = pl_model_config_load(dir, &m->cfg)) ||
+               (st = pl_path_join(dir, S_INDEX_NAME, path, sizeof(path)))) {
         goto err;
-    if ((st = pl_path_join(dir, S_INDEX_NAME, path, sizeof(path))))
-        goto err;
-    if (stat(path, &sb) == 0) {
+    } else if (stat(path, &sb) == 0) {
         st = s_open_index(m, path);
     } else if (errno == ENOENT) {
         st = s_shard_add(m, S_SINGLE_NAME);
@@ -263,6 +339,13 @@ void pl_model_destroy(pl_model_t **model_p)
     for (size_t i = 0; i < m->n_shards; i++)
         pl_st_close(&m->shards[i]);
     free(m->shards);
+    for (size_t i = 0; i < m->n_tensors; i++)
+        free(m->tensors[i].fixed);
+    for (size_t i = 0; m->gguf && i < m->gguf->n_tensors; i++)
+        free(m->gguf_entries[i].name);
+    free(m->gguf_entries);
+    pl_gguf_free(&m->gguf);
+    pthread_mutex_destroy(&m->lock);
     free(m->tensors);
     free(m->dir);
     free(m);
@@ -279,9 +362,45 @@ const char *pl_model_dir(const pl_model_t *model)
     return model->dir;
 }
 
+const struct pl_gguf *pl_model_gguf(const pl_model_t *model)
+{
+    return model->gguf;
+}
+
 uint64_t pl_model_weight_bytes(const pl_model_t *model)
 {
     return model->weight_bytes;
+}
+
+/* A llama model's q/k rows in llama.cpp's order (pl_gguf_llama_qk_row): a copy back in Hugging
+ * Face order (whole rows, so any weight type), made once, on first use. */
+static pl_status_t s_unpermute(pl_model_t *m, s_tensor_t *t, const unsigned char *src)
+{
+    int64_t rows = t->entry->shape[0], hd = rows / t->unpermute_heads;
+    size_t row_bytes = 0;
+    unsigned char *out;
+    pl_status_t st = PL_OK;
+
+    pthread_mutex_lock(&m->lock);
+    if (t->fixed)
+        goto out;
+    if (rows % t->unpermute_heads || hd % 2 ||
+        (st = pl_wtype_row_bytes(t->wtype, t->entry->shape[1], &row_bytes))) {
+        st = pl_error(PL_ERR_INVALID, "%s: tensor '%s': %lld rows do not split into %d heads of "
+                      "even size", m->dir, t->entry->name, (long long)rows, t->unpermute_heads);
+        goto out;
+    }
+    if (!(out = malloc((size_t)rows * row_bytes + 1))) {
+        st = pl_error(PL_ERR_NOMEM, "tensor '%s': out of memory", t->entry->name);
+        goto out;
+    }
+    for (int64_t r = 0; r < rows; r++) /* GGUF row r is Hugging Face row qk_row(r) */
+        memcpy(out + (size_t)pl_gguf_llama_qk_row(r, hd) * row_bytes, src + (size_t)r * row_bytes,
+               row_bytes);
+    t->fixed = out;
+out:
+    pthread_mutex_unlock(&m->lock);
+    return st;
 }
 
 pl_status_t pl_model_tensor(pl_model_t *model, const char *name, pl_tensor_view_t *view)
@@ -292,13 +411,18 @@ pl_status_t pl_model_tensor(pl_model_t *model, const char *name, pl_tensor_view_
 
     if (!t)
         return pl_error(PL_ERR_NOT_FOUND, "%s: no tensor '%s'", model->dir, name);
-    if ((st = pl_st_data(t->shard, &data)))
+    if (t->shard && (st = pl_st_data(t->shard, &data)))
+        return st;
+    if (!t->shard)
+        data = model->gguf->buf + model->gguf->data_off;
+    if (t->unpermute_heads && (st = s_unpermute(model, t, data + t->entry->begin)))
         return st;
     view->dtype = t->entry->dtype;
+    view->wtype = t->wtype;
     view->ndim = t->entry->ndim;
     memcpy(view->shape, t->entry->shape, sizeof(view->shape));
     view->numel = t->entry->numel;
-    view->data = data + t->entry->begin;
+    view->data = t->fixed ? t->fixed : data + t->entry->begin;
     view->nbytes = (size_t)(t->entry->end - t->entry->begin);
     return PL_OK;
 }
@@ -342,7 +466,7 @@ pl_status_t pl_model_tensor_f32(pl_model_t *model, const char *name, int ndim,
 
     if (st)
         return st;
-    if (v.dtype == PL_DT_F32 && ((uintptr_t)v.data & 3) == 0) {
+    if (v.wtype == PL_WT_F32 && ((uintptr_t)v.data & 3) == 0) {
         *data_p = (float *)v.data; /* read-only mapping: callers must not write */
         *owned_p = false;
         return PL_OK;
@@ -351,7 +475,7 @@ pl_status_t pl_model_tensor_f32(pl_model_t *model, const char *name, int ndim,
     if (!out)
         return pl_error(PL_ERR_NOMEM, "tensor '%s': out of memory for %lld floats", name,
                         (long long)v.numel);
-    pl_dtype_to_f32(v.dtype, v.data, (size_t)v.numel, out);
+    pl_wtype_to_f32(v.wtype, v.data, (size_t)v.numel, out);
     *data_p = out;
     *owned_p = true;
     return PL_OK;

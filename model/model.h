@@ -1,10 +1,12 @@
-/* A Llama-family model read from a Hugging Face directory: config.json plus model.safetensors or
- * the shards named in model.safetensors.index.json. Shards are mmapped on first use, so a stage
- * touches only the pages of its own layers. Every header field is checked before use. */
+/* A decoder model (Llama, Mistral, Qwen2, Qwen3) read from a Hugging Face directory (config.json
+ * plus model.safetensors or the shards named in model.safetensors.index.json) or a GGUF file.
+ * Files are mmapped, so a stage touches only the pages of its own layers. Every header field is
+ * checked before use. */
 #ifndef PL_MODEL_MODEL_H
 #define PL_MODEL_MODEL_H
 
 #include "common/status.h"
+#include "model/wtype.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -13,13 +15,31 @@
 #define PL_MODEL_MAX_EOS 8
 #define PL_MODEL_CONFIG_MAX_BYTES (1u << 20)
 
+/* Element types of activations and of safetensors tensors; a tensor's stored weight type
+ * (model/wtype.h, which adds block-quantized types) has the same value for these three. */
 typedef enum { PL_DT_F32 = 0, PL_DT_F16 = 1, PL_DT_BF16 = 2 } pl_dtype_t;
 size_t pl_dtype_size(pl_dtype_t dt);
 const char *pl_dtype_name(pl_dtype_t dt);
 
 typedef enum { PL_ROPE_NONE = 0, PL_ROPE_LLAMA3 = 1 } pl_rope_scaling_t;
 
+/* Decoder families: one Llama-shaped layer with the differences below. */
+typedef enum {
+    PL_FAMILY_LLAMA = 0, /* Llama 1, 2, 3.x */
+    PL_FAMILY_MISTRAL,   /* Llama's layer; a sliding window in v0.1 */
+    PL_FAMILY_QWEN2,     /* Qwen2 and Qwen2.5: biases on q, k and v */
+    PL_FAMILY_QWEN3,     /* RMSNorm over each head of q and k before RoPE */
+    PL_FAMILY_COUNT
+} pl_model_family_t;
+
+/* "llama", "mistral", "qwen2", "qwen3"; "?" outside the enum. */
+const char *pl_model_family_name(pl_model_family_t f);
+
 typedef struct {
+    pl_model_family_t family; /* model_type, else architectures */
+    bool qkv_bias;            /* q/k/v projections have biases (Qwen2) */
+    bool qk_norm;             /* per-head RMSNorm of q and k (Qwen3) */
+    int sliding_window;       /* attention reaches this many positions back; 0: unlimited */
     int hidden;        /* hidden_size */
     int intermediate;  /* intermediate_size */
     int n_layers;      /* num_hidden_layers */
@@ -40,8 +60,9 @@ typedef struct {
     pl_dtype_t dtype; /* torch_dtype: the weights' element type as stored (bf16 when absent) */
 } pl_model_config_t;
 
-/* Parse and validate config.json text. Rejects models that are not Llama-family
- * (model_type "llama" or architectures containing "LlamaForCausalLM") with the reason. */
+/* Parse and validate config.json text. The family comes from model_type ("llama", "mistral",
+ * "qwen2", "qwen3"), else from architectures (LlamaForCausalLM, ...); any other is refused with
+ * its name, as are features of a family this project does not implement. */
 pl_status_t pl_model_config_parse(const char *text, size_t len, pl_model_config_t *cfg);
 /* Read dir/config.json and parse it. */
 pl_status_t pl_model_config_load(const char *dir, pl_model_config_t *cfg);
@@ -49,7 +70,8 @@ pl_status_t pl_model_config_load(const char *dir, pl_model_config_t *cfg);
 /* A tensor in a mapped shard: data points into the mapping (borrowed, valid until the model is
  * destroyed). */
 typedef struct {
-    pl_dtype_t dtype;
+    pl_dtype_t dtype; /* meaningful when wtype is F32, F16 or BF16 */
+    pl_wtype_t wtype; /* how the elements are stored */
     int ndim;
     int64_t shape[4];
     int64_t numel;
@@ -67,6 +89,9 @@ pl_status_t pl_model_open(const char *dir, pl_model_t **model_p);
 void pl_model_destroy(pl_model_t **model_p);
 const pl_model_config_t *pl_model_config(const pl_model_t *model);
 const char *pl_model_dir(const pl_model_t *model);
+/* The GGUF file of a model opened from one (its tokenizer keys: model/gguf_vocab.h); NULL for a
+ * Hugging Face directory. Borrowed, valid until the model is destroyed. */
+const struct pl_gguf *pl_model_gguf(const pl_model_t *model);
 /* Total bytes of all tensors as stored. */
 uint64_t pl_model_weight_bytes(const pl_model_t *model);
 

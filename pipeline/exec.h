@@ -6,10 +6,19 @@
 
 #include "backends/backend.h"
 #include "common/job_spec.h"
+#include "common/metrics.h"
 #include "transport/sock.h"
 
 #include <limits.h>
 #include <stdint.h>
+
+/* Where a stage records as it runs: families the daemon registered (borrowed; any may be NULL). */
+typedef struct {
+    pl_metric_t *compute_s;    /* histogram: seconds of one forward call */
+    pl_metric_t *microbatches; /* counter: forward calls, one microbatch step each */
+    pl_metric_t *link_bytes;   /* counter, label peer ("stage N"): bytes sent to the next stage */
+    pl_metric_t *kv_slots;     /* gauge: KV slots (sequences) the stage holds on its device */
+} pl_exec_metrics_t;
 
 /* A stage's assignment (the ASSIGN message's values) and the device to run it on. */
 typedef struct {
@@ -21,6 +30,7 @@ typedef struct {
     int max_ctx, max_tokens;
     pl_be_device_t *dev; /* opened device; borrowed, outlives the exec */
     int threads;
+    pl_exec_metrics_t metrics;
 } pl_exec_params_t;
 
 typedef struct pl_exec pl_exec_t;

@@ -143,11 +143,13 @@ static inline void tc_curve_local(void *sock, const char *which)
 
 static inline void tc_start_coord(tc_cluster_t *c, const char *bind_ep)
 {
-    char bin[512], log[512];
+    char bin[512], log[512], db[512];
     tc_use_state_dir(c);
     snprintf(bin, sizeof(bin), "%s/pipecoord", tc_bin());
     snprintf(log, sizeof(log), "%s/pipecoord.log", c->dir);
-    char *argv[] = {bin, "--endpoint", (char *)bind_ep, "--log-level", "debug", NULL};
+    snprintf(db, sizeof(db), "%s/coord.db", c->dir); /* each test its own state: ids from 1 */
+    char *argv[] = {bin, "--endpoint",  (char *)bind_ep, "--state-db",
+                    db,  "--log-level", "debug",         NULL};
     c->coord = tc_spawn(argv, log);
 }
 

@@ -1,6 +1,7 @@
-/* Tests of the CPU executor on small Llama models written by the test: whole-stage forward
- * against a scalar double-precision reference, KV-cache decode, stage splits, batch invariance,
- * rejected inputs and load failures. */
+/* Tests of the CPU executor on small models written by the test (Llama, Mistral, Qwen2 with q/k/v
+ * biases, Qwen3 with q/k norms; f32, f16 and bf16 weights): whole-stage forward against a scalar
+ * double-precision reference, KV-cache decode, stage splits, batch invariance, rejected inputs
+ * and load failures. */
 #include "backends/backend.h"
 
 #include "common/util.h"
@@ -14,13 +15,18 @@
 
 /* ---- a small model: shape, weights (kept for the reference), and its files ---- */
 
+typedef enum { F_LLAMA, F_MISTRAL, F_QWEN2, F_QWEN3 } family_t;
+
 typedef struct {
     int hidden, inter, n_layers, n_heads, n_kv, head_dim, vocab;
-    bool llama3, tied, bf16;
+    bool llama3, tied, bf16, f16;
+    family_t family;
+    int window; /* mistral's sliding_window; 0: null */
 } shape_t;
 
 typedef struct {
     float *attn_norm, *wq, *wk, *wv, *wo, *ffn_norm, *wg, *wu, *wd;
+    float *bq, *bk, *bv, *qn, *kn; /* NULL unless the family has them */
 } ref_layer_t;
 
 typedef struct {
@@ -46,6 +52,8 @@ static float rnd(void)
     return (float)((g_rng >> 40) & 0xffffff) / 8388608.0f - 1.0f;
 }
 
+static shape_t g_shape; /* the model being made: its dtype */
+
 static float *rnd_tensor(size_t n, float scale, float offset, bool bf16)
 {
     float *p = malloc(n * sizeof(float));
@@ -54,6 +62,8 @@ static float *rnd_tensor(size_t n, float scale, float offset, bool bf16)
         p[i] = offset + scale * rnd();
         if (bf16) /* the reference sees exactly what the file holds */
             p[i] = pl_bf16_to_f32(pl_f32_to_bf16(p[i]));
+        else if (g_shape.f16)
+            p[i] = pl_f16_to_f32(pl_f32_to_f16(p[i]));
     }
     return p;
 }
@@ -61,14 +71,16 @@ static float *rnd_tensor(size_t n, float scale, float offset, bool bf16)
 static void write_safetensors(const char *path, tensor_t *t, int n, bool bf16)
 {
     char *hdr = malloc(65536);
-    size_t len = 0, off = 0, esz = bf16 ? 2 : 4;
+    bool f16 = g_shape.f16;
+    size_t len = 0, off = 0, esz = bf16 || f16 ? 2 : 4;
     cr_assert(hdr);
     len += (size_t)sprintf(hdr + len, "{");
     for (int i = 0; i < n; i++) {
         size_t numel = (size_t)t[i].shape[0] * (t[i].ndim == 2 ? (size_t)t[i].shape[1] : 1);
         len +=
             (size_t)sprintf(hdr + len, "%s\"%s\":{\"dtype\":\"%s\",\"shape\":[%lld", i ? "," : "",
-                            t[i].name, bf16 ? "BF16" : "F32", (long long)t[i].shape[0]);
+                            t[i].name, bf16 ? "BF16" : f16 ? "F16" : "F32",
+                            (long long)t[i].shape[0]);
         if (t[i].ndim == 2)
             len += (size_t)sprintf(hdr + len, ",%lld", (long long)t[i].shape[1]);
         len += (size_t)sprintf(hdr + len, "],\"data_offsets\":[%zu,%zu]}", off, off + numel * esz);
@@ -85,8 +97,8 @@ static void write_safetensors(const char *path, tensor_t *t, int n, bool bf16)
     for (int i = 0; i < n; i++) {
         size_t numel = (size_t)t[i].shape[0] * (t[i].ndim == 2 ? (size_t)t[i].shape[1] : 1);
         for (size_t j = 0; j < numel; j++) {
-            if (bf16) {
-                uint16_t b = pl_f32_to_bf16(t[i].data[j]);
+            if (bf16 || f16) {
+                uint16_t b = bf16 ? pl_f32_to_bf16(t[i].data[j]) : pl_f32_to_f16(t[i].data[j]);
                 fwrite(&b, 2, 1, f);
             } else {
                 fwrite(&t[i].data[j], 4, 1, f);
@@ -110,12 +122,13 @@ static void add_tensor(tensor_t *t, int *n, const char *name, float *data, int64
 static void tmodel_make(tmodel_t *m, shape_t s, uint64_t seed)
 {
     int H = s.hidden, Q = s.n_heads * s.head_dim, KV = s.n_kv * s.head_dim, F = s.inter;
-    tensor_t *t = calloc((size_t)(9 * s.n_layers + 3), sizeof(tensor_t));
+    tensor_t *t = calloc((size_t)(14 * s.n_layers + 3), sizeof(tensor_t));
     int n = 0;
     char name[96], path[128];
 
     memset(m, 0, sizeof(*m));
     m->s = s;
+    g_shape = s;
     g_rng = seed;
     snprintf(m->dir, sizeof(m->dir), "/tmp/pl_cpu_layer_XXXXXX");
     cr_assert(mkdtemp(m->dir));
@@ -150,6 +163,23 @@ static void tmodel_make(tmodel_t *m, shape_t s, uint64_t seed)
         S_ADD(wg, "mlp.gate_proj", F, H);
         S_ADD(wu, "mlp.up_proj", F, H);
         S_ADD(wd, "mlp.down_proj", H, F);
+        if (s.family == F_QWEN2) { /* biases big enough to matter */
+            L->bq = rnd_tensor((size_t)Q, 0.5f, 0.0f, s.bf16);
+            L->bk = rnd_tensor((size_t)KV, 0.5f, 0.0f, s.bf16);
+            L->bv = rnd_tensor((size_t)KV, 0.5f, 0.0f, s.bf16);
+            snprintf(name, sizeof(name), "model.layers.%d.self_attn.q_proj.bias", l);
+            add_tensor(t, &n, name, L->bq, Q, 0);
+            snprintf(name, sizeof(name), "model.layers.%d.self_attn.k_proj.bias", l);
+            add_tensor(t, &n, name, L->bk, KV, 0);
+            snprintf(name, sizeof(name), "model.layers.%d.self_attn.v_proj.bias", l);
+            add_tensor(t, &n, name, L->bv, KV, 0);
+        }
+        if (s.family == F_QWEN3) {
+            L->qn = rnd_tensor((size_t)s.head_dim, 0.4f, 1.0f, s.bf16);
+            L->kn = rnd_tensor((size_t)s.head_dim, 0.4f, 1.0f, s.bf16);
+            S_ADD(qn, "self_attn.q_norm", s.head_dim, 0);
+            S_ADD(kn, "self_attn.k_norm", s.head_dim, 0);
+        }
 #undef S_ADD
     }
     snprintf(path, sizeof(path), "%s/model.safetensors", m->dir);
@@ -158,13 +188,16 @@ static void tmodel_make(tmodel_t *m, shape_t s, uint64_t seed)
     snprintf(path, sizeof(path), "%s/config.json", m->dir);
     FILE *f = fopen(path, "w");
     cr_assert(f);
+    static const char *const types[] = {"llama", "mistral", "qwen2", "qwen3"};
     fprintf(f,
-            "{\"model_type\": \"llama\", \"hidden_size\": %d, \"intermediate_size\": %d, "
+            "{\"model_type\": \"%s\", \"hidden_size\": %d, \"intermediate_size\": %d, "
             "\"num_hidden_layers\": %d, \"num_attention_heads\": %d, "
             "\"num_key_value_heads\": %d, \"head_dim\": %d, \"vocab_size\": %d, "
             "\"max_position_embeddings\": 512, \"rms_norm_eps\": 1e-5, "
             "\"rope_theta\": 10000.0, \"tie_word_embeddings\": %s, \"eos_token_id\": 2",
-            H, F, s.n_layers, s.n_heads, s.n_kv, s.head_dim, s.vocab, s.tied ? "true" : "false");
+            types[s.family], H, F, s.n_layers, s.n_heads, s.n_kv, s.head_dim, s.vocab, s.tied ? "true" : "false");
+    if (s.family == F_MISTRAL && s.window)
+        fprintf(f, ", \"sliding_window\": %d", s.window);
     if (s.llama3)
         fprintf(f, ", \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 4.0, "
                    "\"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, "
@@ -186,7 +219,8 @@ static void tmodel_free(tmodel_t *m)
     rmdir(m->dir);
     for (int l = 0; l < m->s.n_layers; l++) {
         ref_layer_t *L = &m->layers[l];
-        float *all[] = {L->attn_norm, L->wq, L->wk, L->wv, L->wo, L->ffn_norm, L->wg, L->wu, L->wd};
+        float *all[] = {L->attn_norm, L->wq, L->wk, L->wv, L->wo, L->ffn_norm, L->wg,
+                        L->wu,        L->wd, L->bq, L->bk, L->bv, L->qn,       L->kn};
         for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
             free(all[i]);
     }
@@ -207,6 +241,17 @@ static void ref_rmsnorm(const double *x, const float *w, int n, double *y)
     double r = 1.0 / sqrt(ss / n + 1e-5);
     for (int i = 0; i < n; i++)
         y[i] = x[i] * r * w[i];
+}
+
+static void ref_linear_b(const double *x, const float *w, const float *b, int in, int out,
+                         double *y)
+{
+    for (int o = 0; o < out; o++) {
+        double s = b ? b[o] : 0;
+        for (int i = 0; i < in; i++)
+            s += x[i] * w[(size_t)o * in + i];
+        y[o] = s;
+    }
 }
 
 static void ref_linear(const double *x, const float *w, int in, int out, double *y)
@@ -263,9 +308,13 @@ static void ref_forward(const tmodel_t *m, const int32_t *tokens, int n, int n_l
         const ref_layer_t *L = &m->layers[l];
         for (int t = 0; t < n; t++) {
             ref_rmsnorm(x + t * H, L->attn_norm, H, xn);
-            ref_linear(xn, L->wq, H, Q, q + t * Q);
-            ref_linear(xn, L->wk, H, KV, k + t * KV);
-            ref_linear(xn, L->wv, H, KV, v + t * KV);
+            ref_linear_b(xn, L->wq, L->bq, H, Q, q + t * Q);
+            ref_linear_b(xn, L->wk, L->bk, H, KV, k + t * KV);
+            ref_linear_b(xn, L->wv, L->bv, H, KV, v + t * KV);
+            for (int h = 0; L->qn && h < s->n_heads; h++) /* qwen3: each head normalised */
+                ref_rmsnorm(q + t * Q + h * hd, L->qn, hd, q + t * Q + h * hd);
+            for (int h = 0; L->kn && h < s->n_kv; h++)
+                ref_rmsnorm(k + t * KV + h * hd, L->kn, hd, k + t * KV + h * hd);
             for (int h = 0; h < s->n_heads; h++)
                 ref_rope(s, q + t * Q + h * hd, t);
             for (int h = 0; h < s->n_kv; h++)
@@ -428,6 +477,97 @@ Test(cpu_layer, tied_bf16_matches_reference)
     s.tied = true;
     s.bf16 = true; /* converted (owned) tensors on the load path */
     check_prefill(s, 9);
+}
+
+static shape_t with_family(shape_t s, family_t f)
+{
+    s.family = f;
+    return s;
+}
+
+/* Qwen2: q/k/v biases, on the short-sequence path (9 tokens) and the sgemm one (45). */
+Test(cpu_layer, qwen2_biases_match_reference)
+{
+    check_prefill(with_family(k_gqa, F_QWEN2), 9);
+    check_prefill(with_family(k_gqa, F_QWEN2), 45);
+}
+
+/* Qwen3: per-head q/k RMSNorm before RoPE; tied bf16 as small Qwen3 models ship. */
+Test(cpu_layer, qwen3_qk_norm_matches_reference)
+{
+    shape_t s = with_family(k_gqa, F_QWEN3);
+    check_prefill(s, 9);
+    check_prefill(s, 45);
+    s.tied = s.bf16 = true;
+    check_prefill(s, 33);
+}
+
+/* Mistral: Llama's layer; a context within the sliding window loads and matches, one past it is
+ * refused rather than computed with full attention. */
+Test(cpu_layer, mistral_matches_reference_within_its_window)
+{
+    shape_t s = with_family(k_gqa, F_MISTRAL);
+    s.window = 64;
+    check_prefill(s, 40);
+    tmodel_t m;
+    exec_t e;
+    tmodel_make(&m, s, 3);
+    cr_expect(exec_open(&e, &m, 0, s.n_layers - 1, true, true, 1, 65, 8) == PL_ERR_UNSUPPORTED);
+    cr_expect(strstr(pl_error_msg(), "sliding window of 64") != NULL, "%s", pl_error_msg());
+    pl_be_device_close(&e.dev);
+    tmodel_free(&m);
+}
+
+/* f16 weights as stored: converted in registers (decode rows) and by tiles (sgemm). */
+Test(cpu_layer, f16_matches_reference)
+{
+    shape_t s = k_gqa;
+    s.f16 = true;
+    check_prefill(s, 9);
+    check_prefill(s, 45);
+}
+
+/* Every family and weight type: 2 and 3 stages give bitwise the 1-stage logits, in prefill
+ * (short and long sequences) and in the decode steps after it. */
+Test(cpu_layer, families_and_types_split_equal_single_stage)
+{
+    static const family_t fams[] = {F_LLAMA, F_MISTRAL, F_QWEN2, F_QWEN3};
+    int V = k_gqa.vocab, H = k_gqa.hidden;
+    for (size_t fi = 0; fi < sizeof(fams) / sizeof(fams[0]); fi++) {
+        for (int dt = 0; dt < 3; dt++) {
+            shape_t s = with_family(k_gqa, fams[fi]);
+            s.f16 = dt == 1;
+            s.bf16 = dt == 2;
+            tmodel_t m;
+            exec_t one, a2, b2, a3, b3, c3;
+            int32_t tok[40];
+            static float hid[40 * 32], hid2[40 * 32], l1[64], l2[64], l3[64];
+            tmodel_make(&m, s, 20 + fi * 3 + (unsigned)dt);
+            cr_assert(exec_open(&one, &m, 0, 2, true, true, 1, 48, 40) == PL_OK, "%s",
+                      pl_error_msg());
+            cr_assert(exec_open(&a2, &m, 0, 1, true, false, 1, 48, 40) == PL_OK);
+            cr_assert(exec_open(&b2, &m, 2, 2, false, true, 1, 48, 40) == PL_OK);
+            cr_assert(exec_open(&a3, &m, 0, 0, true, false, 1, 48, 40) == PL_OK);
+            cr_assert(exec_open(&b3, &m, 1, 1, false, false, 1, 48, 40) == PL_OK);
+            cr_assert(exec_open(&c3, &m, 2, 2, false, true, 1, 48, 40) == PL_OK);
+            for (int n = 5, pos = 0; pos + n <= 40; pos += n, n = n == 5 ? 34 : 1) {
+                tokens_for(tok, 40, V, (int)fi + dt);
+                fwd1(&one, 0, pos, n, tok + pos, l1);
+                fwd1(&a2, 0, pos, n, tok + pos, hid);
+                fwd1(&b2, 0, pos, n, hid, l2);
+                fwd1(&a3, 0, pos, n, tok + pos, hid);
+                fwd1(&b3, 0, pos, n, hid, hid2);
+                fwd1(&c3, 0, pos, n, hid2, l3);
+                cr_expect(memcmp(l1, l2, (size_t)V * 4) == 0 && memcmp(l1, l3, (size_t)V * 4) == 0,
+                          "family %d dtype %d: %d tokens at %d: split stages differ", (int)fi, dt,
+                          n, pos);
+            }
+            (void)H;
+            exec_close(&one), exec_close(&a2), exec_close(&b2);
+            exec_close(&a3), exec_close(&b3), exec_close(&c3);
+            tmodel_free(&m);
+        }
+    }
 }
 
 /* Prefill 6 tokens then decode one at a time: each step's logits equal the reference over the

@@ -1,6 +1,8 @@
 /* Tests of the CPU kernels against plain scalar references computed in double: GEMM, RMSNorm,
  * RoPE (with llama3 scaling), causal GQA attention, SwiGLU, embedding, residual add. */
+#include "backends/cpu/cpu_gemm.h"
 #include "backends/cpu/cpu_ops.h"
+#include "common/util.h"
 
 #include <cblas.h>
 #include <criterion/criterion.h>
@@ -376,7 +378,19 @@ Test(cpu_ops, swiglu_add_embed)
         table[i] = (float)i;
     int32_t ids[3] = {3, 0, 3};
     float e[9];
-    pl_cpu_embed(table, 3, ids, 3, e);
+    pl_cpu_wmat_t tab = {.type = PL_WT_F32, .rows = 4, .cols = 3, .row_bytes = 12, .data = table};
+    pl_cpu_embed(&tab, ids, 3, e);
     float want[9] = {9, 10, 11, 0, 1, 2, 9, 10, 11};
     cr_expect(memcmp(e, want, sizeof(e)) == 0);
+    uint16_t half[4 * 3]; /* a bf16 table widens exactly */
+    for (int i = 0; i < 12; i++)
+        half[i] = pl_f32_to_bf16((float)i);
+    tab = (pl_cpu_wmat_t){.type = PL_WT_BF16, .rows = 4, .cols = 3, .row_bytes = 6, .data = half};
+    pl_cpu_embed(&tab, ids, 3, e);
+    cr_expect(memcmp(e, want, sizeof(e)) == 0);
+
+    float y[2 * 3] = {1, 2, 3, 4, 5, 6}, bias[3] = {10, 20, 30};
+    pl_cpu_add_bias(y, bias, 2, 3);
+    float want_b[6] = {11, 22, 33, 14, 25, 36};
+    cr_expect(memcmp(y, want_b, sizeof(y)) == 0);
 }

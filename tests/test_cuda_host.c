@@ -166,6 +166,60 @@ Test(gpu_plan, stage_check_accepts_and_rejects)
     cr_assert_eq(pl_gpu_stage_check(&c, &p), PL_ERR_INVALID);
 }
 
+/* Every grid dimension the stage can launch stays within the 65,535-block limit of y and z; the
+ * values just past it fail with a message naming the field. */
+Test(gpu_plan, stage_check_caps_the_launch_grids)
+{
+    pl_model_config_t c = s_cfg();
+    pl_be_stage_params_t p = s_params();
+    p.max_seqs = 65535;
+    cr_assert_eq(pl_gpu_stage_check(&c, &p), PL_OK, "%s", pl_error_msg());
+    p.max_seqs = 65536; /* accepted before: the attention grids' z then overflows */
+    cr_assert_eq(pl_gpu_stage_check(&c, &p), PL_ERR_RANGE);
+    cr_assert(strstr(pl_error_msg(), "max_seqs 65536 above 65535"), "%s", pl_error_msg());
+
+    p = s_params();
+    p.max_tokens = 65535 * 64; /* the built-in GEMM's 64-row tiles on grid y */
+    cr_assert_eq(pl_gpu_stage_check(&c, &p), PL_OK, "%s", pl_error_msg());
+    p.max_tokens = 65535 * 64 + 1;
+    cr_assert_eq(pl_gpu_stage_check(&c, &p), PL_ERR_RANGE);
+    cr_assert(strstr(pl_error_msg(), "max_tokens 4194241"), "%s", pl_error_msg());
+
+    p = s_params();
+    c.n_heads = 65536;
+    c.n_kv_heads = 1;
+    cr_assert_eq(pl_gpu_stage_check(&c, &p), PL_ERR_UNSUPPORTED);
+    cr_assert(strstr(pl_error_msg(), "num_attention_heads 65536"), "%s", pl_error_msg());
+
+    /* the largest context and one sequence: the most decode splits there can be */
+    c = s_cfg();
+    p = s_params();
+    p.max_ctx = 1 << 24;
+    cr_assert_eq(pl_gpu_stage_check(&c, &p), PL_OK, "%s", pl_error_msg());
+    int splits = 0, chunk = 0;
+    for (int heads = 1; heads <= 64; heads *= 4) {
+        pl_gpu_decode_split(1 << 24, 1, heads, &splits, &chunk);
+        cr_assert_leq(splits, 65535, "heads %d: %d splits", heads, splits);
+        cr_assert_geq((int64_t)splits * chunk, 1 << 24);
+    }
+    p.max_ctx = (1 << 24) + 1;
+    cr_assert_eq(pl_gpu_stage_check(&c, &p), PL_ERR_RANGE);
+    cr_assert(strstr(pl_error_msg(), "max_ctx"), "%s", pl_error_msg());
+}
+
+/* The built-in GEMV's columns per block follow the warp width: 8 on NVIDIA and RDNA's wave32
+ * (gfx1030), 4 on CDNA's wave64, so a wave32 part launches no idle blocks. */
+Test(gpu_plan, gemv_columns_follow_the_warp_width)
+{
+    cr_assert_eq(pl_gpu_gemv_cols(256, 32), 8);
+    cr_assert_eq(pl_gpu_gemv_cols(256, 64), 4);
+    cr_assert_eq(pl_gpu_gemv_cols(128, 32), 4);
+    /* an answer no device gives: the fewest columns, which the kernel covers with any warps */
+    cr_assert_eq(pl_gpu_gemv_cols(256, 0), 4);
+    cr_assert_eq(pl_gpu_gemv_cols(256, 48), 4);
+    cr_assert_eq(pl_gpu_gemv_cols(32, 64), 1);
+}
+
 Test(gpu_plan, batch_check_valid)
 {
     int slot[] = {2, 0}, pos0[] = {5, 0}, n_tok[] = {1, 4};
@@ -232,6 +286,31 @@ Test(gpu_plan, batch_check_errors_name_the_field)
 }
 
 /* ---- flash-decoding splits ---- */
+
+/* Families whose extra parts the GPU kernels lack, and a context past a sliding window, are
+ * refused by name rather than computed wrongly. */
+Test(gpu_plan, stage_check_refuses_unimplemented_family_parts)
+{
+    pl_model_config_t c = s_cfg();
+    pl_be_stage_params_t p = s_params();
+    c.family = PL_FAMILY_QWEN2;
+    c.qkv_bias = true;
+    cr_assert_eq(pl_gpu_stage_check(&c, &p), PL_ERR_UNSUPPORTED);
+    cr_assert(strstr(pl_error_msg(), "qwen2: the GPU kernels have no q/k/v biases"), "%s",
+              pl_error_msg());
+    c = s_cfg();
+    c.family = PL_FAMILY_QWEN3;
+    c.qk_norm = true;
+    cr_assert_eq(pl_gpu_stage_check(&c, &p), PL_ERR_UNSUPPORTED);
+    cr_assert(strstr(pl_error_msg(), "qwen3"), "%s", pl_error_msg());
+    c = s_cfg();
+    c.family = PL_FAMILY_MISTRAL;
+    c.sliding_window = p.max_ctx;
+    cr_assert_eq(pl_gpu_stage_check(&c, &p), PL_OK, "%s", pl_error_msg());
+    c.sliding_window = p.max_ctx - 1;
+    cr_assert_eq(pl_gpu_stage_check(&c, &p), PL_ERR_UNSUPPORTED);
+    cr_assert(strstr(pl_error_msg(), "sliding window"), "%s", pl_error_msg());
+}
 
 Test(gpu_plan, decode_split_covers_context_and_caps_blocks)
 {
@@ -339,6 +418,42 @@ Test(gpu_plan, layout_sizes_by_hand)
     p.max_seqs = 1 << 16;
     c.hidden = 1 << 27; /* 8 PiB of residual stream */
     cr_assert_eq(pl_gpu_layout(&c, &p, PL_DT_F32, PL_DT_F32, PL_DT_F32, &t), PL_ERR_RANGE);
+}
+
+/* ---- the GEMM context, with the real cuBLAS and no driver ---- */
+
+/* Without a driver the real cuBLAS loads but cublasCreate fails: stage load and calibration must
+ * still get a context, running the built-in GEMM and saying why. Checked through the parity
+ * program, which links the plugins' host code statically. */
+Test(gpu_blas, cublas_that_loads_but_cannot_start_falls_back_to_builtin)
+{
+    const char *bin = getenv("PL_BIN_DIR"), *cublas = "/usr/local/cuda/lib64/libcublas.so.13";
+    char prog[4096], cmd[8400], line[512];
+    snprintf(prog, sizeof(prog), "%s/pl-cuda-parity", bin && *bin ? bin : PL_BIN_DIR);
+    if (access(prog, X_OK) != 0)
+        cr_skip_test("pl-cuda-parity not built (no nvcc here)");
+    if (access(cublas, R_OK) != 0)
+        cr_skip_test("no %s to load", cublas);
+    void *drv = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+    if (drv) {
+        dlclose(drv);
+        cr_skip_test("a CUDA driver is present: cuBLAS may start here");
+    }
+    snprintf(cmd, sizeof(cmd), "PL_CUBLAS_LIB=%s timeout 60 %s --host-only 2>&1", cublas, prog);
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    bool fell_back = false, named = false;
+    int fails = 0;
+    while (fgets(line, sizeof(line), p)) {
+        fell_back |= strstr(line, "PASS gemm context: builtin (cuBLAS setup failed: cublasCreate") !=
+                     NULL;
+        named |= strstr(line, "PASS gemm context: a loadable library that did not start") != NULL;
+        fails += strncmp(line, "FAIL", 4) == 0;
+    }
+    int rc = pclose(p);
+    cr_assert_eq(rc, 0, "%s: exit status %d", cmd, rc);
+    cr_assert_eq(fails, 0);
+    cr_assert(fell_back && named, "no fallback reported by %s", cmd);
 }
 
 /* ---- the built plugins, loaded as the registry loads them ---- */

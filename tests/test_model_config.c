@@ -175,9 +175,15 @@ Test(model_config, rejects_other_families)
 {
     pl_model_config_t c;
     s_expect_error("model_type", "\"gpt2\"", PL_ERR_UNSUPPORTED,
-                   "not a Llama-family model (model_type 'gpt2')");
+                   "model family 'gpt2' (model_type) is not supported (Llama, Mistral, Qwen2, "
+                   "Qwen3 are)");
     s_expect_error("model_type", "\"bert\"", PL_ERR_UNSUPPORTED, "'bert'");
-    s_expect_error("model_type", NULL, PL_ERR_UNSUPPORTED, "not a Llama-family model");
+    s_expect_error("model_type", "\"gemma2\"", PL_ERR_UNSUPPORTED, "'gemma2'");
+    s_expect_error("model_type", NULL, PL_ERR_UNSUPPORTED, "no model family");
+    cr_assert_eq(s_parse("{\"architectures\": [\"GemmaForCausalLM\"], \"hidden_size\": 64}", &c),
+                 PL_ERR_UNSUPPORTED);
+    cr_assert_not_null(strstr(pl_error_msg(), "architecture 'GemmaForCausalLM'"), "%s",
+                       pl_error_msg());
     /* architectures alone is enough */
     cr_assert_eq(s_parse("{\"architectures\": [\"Foo\", \"LlamaForCausalLM\"], "
                          "\"hidden_size\": 64, \"intermediate_size\": 128, "
@@ -187,6 +193,85 @@ Test(model_config, rejects_other_families)
                  PL_OK, "%s", pl_error_msg());
     s_expect_error("hidden_act", "\"gelu\"", PL_ERR_UNSUPPORTED, "gelu");
     s_expect_error("attention_bias", "true", PL_ERR_UNSUPPORTED, "attention_bias");
+}
+
+/* Each family from model_type and from architectures alone, with its structure. */
+Test(model_config, families)
+{
+    static const struct {
+        const char *type, *arch;
+        pl_model_family_t family;
+        bool bias, norm;
+    } fams[] = {{"llama", "LlamaForCausalLM", PL_FAMILY_LLAMA, false, false},
+                {"mistral", "MistralForCausalLM", PL_FAMILY_MISTRAL, false, false},
+                {"qwen2", "Qwen2ForCausalLM", PL_FAMILY_QWEN2, true, false},
+                {"qwen3", "Qwen3ForCausalLM", PL_FAMILY_QWEN3, false, true}};
+    pl_model_config_t c;
+    char q[64];
+    for (size_t i = 0; i < sizeof(fams) / sizeof(fams[0]); i++) {
+        snprintf(q, sizeof(q), "\"%s\"", fams[i].type);
+        cr_assert_eq(s_parse_with("model_type", q, &c), PL_OK, "%s: %s", q, pl_error_msg());
+        cr_expect_eq(c.family, fams[i].family, "%s", q);
+        cr_expect_eq(c.qkv_bias, fams[i].bias, "%s", q);
+        cr_expect_eq(c.qk_norm, fams[i].norm, "%s", q);
+        cr_expect_str_eq(pl_model_family_name(c.family), fams[i].type);
+        json_t *root = json_loads(s_base, 0, NULL);
+        json_object_del(root, "model_type");
+        json_object_set_new(root, "architectures", json_pack("[s]", fams[i].arch));
+        char *text = json_dumps(root, 0);
+        cr_assert_eq(s_parse(text, &c), PL_OK, "%s: %s", fams[i].arch, pl_error_msg());
+        cr_expect_eq(c.family, fams[i].family, "%s", fams[i].arch);
+        free(text);
+        json_decref(root);
+    }
+    cr_expect_str_eq(pl_model_family_name(PL_FAMILY_COUNT), "?");
+}
+
+/* Mistral's sliding window is kept (stages refuse contexts past it); Qwen's unused window is
+ * ignored; features a family does not have are refused with the family's name. */
+Test(model_config, family_features)
+{
+    pl_model_config_t c;
+    static const char mistral[] =
+        "{\"model_type\": \"mistral\", \"hidden_size\": 64, \"intermediate_size\": 128, "
+        "\"num_hidden_layers\": 1, \"num_attention_heads\": 2, \"vocab_size\": 10, "
+        "\"rms_norm_eps\": 1e-6, \"sliding_window\": %s}";
+    char text[512];
+    snprintf(text, sizeof(text), mistral, "4096");
+    cr_assert_eq(s_parse(text, &c), PL_OK, "%s", pl_error_msg());
+    cr_expect_eq(c.sliding_window, 4096);
+    snprintf(text, sizeof(text), mistral, "null");
+    cr_assert_eq(s_parse(text, &c), PL_OK, "%s", pl_error_msg());
+    cr_expect_eq(c.sliding_window, 0);
+    snprintf(text, sizeof(text), mistral, "\"big\"");
+    cr_expect_eq(s_parse(text, &c), PL_ERR_INVALID);
+    cr_expect_not_null(strstr(pl_error_msg(), "sliding_window"), "%s", pl_error_msg());
+    cr_assert_eq(s_parse_with("sliding_window", "4096", &c), PL_OK); /* llama: not a field */
+    cr_expect_eq(c.sliding_window, 0);
+
+    json_t *root = json_loads(s_base, 0, NULL);
+    json_object_set_new(root, "model_type", json_string("qwen2"));
+    json_object_set_new(root, "use_sliding_window", json_false());
+    json_object_set_new(root, "sliding_window", json_integer(32768));
+    json_object_set_new(root, "attention_bias", json_true()); /* ignored: qwen2 has q/k/v bias */
+    char *t = json_dumps(root, 0);
+    cr_assert_eq(s_parse(t, &c), PL_OK, "%s", pl_error_msg());
+    cr_expect(c.qkv_bias && c.sliding_window == 0);
+    free(t);
+    json_object_set_new(root, "use_sliding_window", json_true());
+    t = json_dumps(root, 0);
+    cr_expect_eq(s_parse(t, &c), PL_ERR_UNSUPPORTED);
+    cr_expect_not_null(strstr(pl_error_msg(), "use_sliding_window true is not supported for qwen2"),
+                       "%s", pl_error_msg());
+    free(t);
+    json_object_set_new(root, "model_type", json_string("qwen3"));
+    json_object_set_new(root, "use_sliding_window", json_false());
+    t = json_dumps(root, 0);
+    cr_expect_eq(s_parse(t, &c), PL_ERR_UNSUPPORTED);
+    cr_expect_not_null(strstr(pl_error_msg(), "attention_bias true is not supported for qwen3"),
+                       "%s", pl_error_msg());
+    free(t);
+    json_decref(root);
 }
 
 Test(model_config, missing_and_mistyped_fields)

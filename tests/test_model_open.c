@@ -320,7 +320,7 @@ Test(model_open, missing_files)
     unlink(s_path("model.safetensors"));
     s_open_fails(PL_ERR_NOT_FOUND, "model.safetensors");
     s_write_text("config.json", "{\"model_type\": \"gpt2\", \"n_embd\": 768}");
-    s_open_fails(PL_ERR_UNSUPPORTED, "not a Llama-family model (model_type 'gpt2')");
+    s_open_fails(PL_ERR_UNSUPPORTED, "model family 'gpt2' (model_type) is not supported");
 }
 
 Test(model_open, index_errors)
@@ -562,12 +562,59 @@ Test(model_open, mkmodel_weights_are_usable)
     pl_model_destroy(&d4);
 }
 
+/* --family writes each family's config and extra tensors; the reader agrees on the family. */
+Test(model_open, mkmodel_families)
+{
+    static const char *const fams[] = {"llama", "mistral", "qwen2", "qwen3"};
+    char args[256];
+    for (int f = 0; f < 4; f++) {
+        snprintf(args, sizeof(args), S_MK_ARGS "--seed 5 --dtype bf16 --family %s", fams[f]);
+        cr_assert_eq(s_mk(fams[f], args), 0, "%s", fams[f]);
+        pl_model_t *m = s_open_sub(fams[f]);
+        const pl_model_config_t *c = pl_model_config(m);
+        pl_tensor_view_t v, l0;
+        cr_expect_eq((int)c->family, f, "%s", fams[f]);
+        cr_expect_eq(c->qkv_bias, f == PL_FAMILY_QWEN2);
+        cr_expect_eq(c->qk_norm, f == PL_FAMILY_QWEN3);
+        cr_expect_eq(pl_model_tensor(m, "model.layers.2.self_attn.k_proj.bias", &v) == PL_OK,
+                     f == PL_FAMILY_QWEN2, "%s", fams[f]);
+        cr_expect_eq(pl_model_tensor(m, "model.layers.2.self_attn.q_norm.weight", &v) == PL_OK,
+                     f == PL_FAMILY_QWEN3, "%s", fams[f]);
+        /* layer 0's Llama tensors come first in every family: the same values */
+        pl_model_t *ll = f ? s_open_sub("llama") : NULL;
+        if (ll) {
+            cr_assert_eq(pl_model_tensor(m, "model.layers.0.mlp.up_proj.weight", &v), PL_OK);
+            cr_assert_eq(pl_model_tensor(ll, "model.layers.0.mlp.up_proj.weight", &l0), PL_OK);
+            cr_expect_eq(memcmp(v.data, l0.data, v.nbytes), 0, "%s", fams[f]);
+        }
+        pl_model_destroy(&ll);
+        pl_model_destroy(&m);
+    }
+    /* a Llama file under a Qwen config lacks the family's tensors: refused, naming the first */
+    static const struct {
+        const char *type, *missing;
+    } lack[] = {{"qwen2", "'model.layers.0.self_attn.q_proj.bias' is missing"},
+                {"qwen3", "'model.layers.0.self_attn.q_norm.weight' is missing"}};
+    for (int i = 0; i < 2; i++) {
+        char cmd[1024];
+        pl_model_t *m = NULL;
+        snprintf(cmd, sizeof(cmd), "sed -i 's/\"llama\"/\"%s\"/' '%s'", lack[i].type,
+                 s_path("llama/config.json"));
+        cr_assert_eq(system(cmd), 0);
+        cr_expect_eq(pl_model_open(s_path("llama"), &m), PL_ERR_INVALID, "%s", lack[i].type);
+        cr_expect(strstr(pl_error_msg(), lack[i].missing) != NULL, "%s", pl_error_msg());
+        snprintf(cmd, sizeof(cmd), "sed -i 's/\"%s\"/\"llama\"/' '%s'", lack[i].type,
+                 s_path("llama/config.json"));
+        cr_assert_eq(system(cmd), 0);
+    }
+}
+
 Test(model_open, mkmodel_rejects_bad_args)
 {
     static const char *const bad[] = {
         "--heads 3",  "--kv-heads 3",   "--dtype f8",    "--layers abc", "--layers 0",
         "--shards 9", "--eos 600",      "--head-dim 7",  "--hidden 1048576", "stray",
-        "--seed -1",  "--vocab 1e3"};
+        "--seed -1",  "--vocab 1e3",    "--family gemma"};
     char line[512];
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         cr_assert_neq(s_mk("x", bad[i]), 0, "%s accepted", bad[i]);

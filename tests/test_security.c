@@ -79,7 +79,7 @@ static long s_counter(const char *key)
 static char *s_local_server_pub(void)
 {
     char *out;
-    tc_sh(&out, "cat %s/state/coordinator.pub", s_c.dir);
+    tc_sh(&out, "cat %s/state/keys/coordinator.pub", s_c.dir);
     out[strcspn(out, "\n")] = '\0';
     return out;
 }

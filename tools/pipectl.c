@@ -344,6 +344,7 @@ static int s_plan_whatif(const s_ctl_t *c, const pl_job_spec_t *spec, const char
         rc = s_die("%s", pl_error_msg());
         goto out;
     }
+    model.act_bytes = pl_gen_spec_wire_bytes(spec); /* the links carry the wire dtype */
     in.devices = devs;
     in.n_devices = n;
     in.links = links;
@@ -508,7 +509,7 @@ static void s_usage(FILE *f)
                "coordinator with keys in its cluster file needs -k PUBLIC_KEY (or\n"
                "$PIPELD_COORDINATOR_KEY) and --key FILE (or $PIPELD_KEY_FILE), a secret key on its\n"
                "allow-list; without them pipectl uses the local cluster's keys (the state\n"
-               "directory $PIPELD_STATE_DIR, else $XDG_STATE_HOME/pipeld, else\n"
+               "directory's keys/: $PIPELD_STATE_DIR, else $XDG_STATE_HOME/pipeld, else\n"
                "~/.local/state/pipeld).\n");
 }
 

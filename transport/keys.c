@@ -120,12 +120,13 @@ pl_status_t pl_tx_key_local_dir(char *out, size_t out_len)
     const char *d = getenv("PIPELD_STATE_DIR"), *x = getenv("XDG_STATE_HOME");
     const char *h = getenv("HOME");
     int n;
+    /* keys/ of the state directory the coordinator's database also lives in */
     if (d && *d)
-        n = snprintf(out, out_len, "%s", d);
+        n = snprintf(out, out_len, "%s/keys", d);
     else if (x && *x == '/')
-        n = snprintf(out, out_len, "%s/pipeld", x);
+        n = snprintf(out, out_len, "%s/pipeld/keys", x);
     else if (h && *h == '/')
-        n = snprintf(out, out_len, "%s/.local/state/pipeld", h);
+        n = snprintf(out, out_len, "%s/.local/state/pipeld/keys", h);
     else
         return pl_error(PL_ERR_INVALID, "no state directory: set HOME or PIPELD_STATE_DIR");
     if (n < 0 || (size_t)n >= out_len)

@@ -25,8 +25,8 @@ pl_status_t pl_tx_key_load_secret(const char *path, pl_tx_keypair_t *pair_p);
 /* Read a public key file (one Z85 key, an optional newline) into out (PL_TX_KEY_LEN + 1). */
 pl_status_t pl_tx_key_load_public(const char *path, char *out);
 
-/* The local state directory: $PIPELD_STATE_DIR, else $XDG_STATE_HOME/pipeld, else
- * $HOME/.local/state/pipeld. */
+/* The local cluster's key directory: keys/ in the state directory ($PIPELD_STATE_DIR, else
+ * $XDG_STATE_HOME/pipeld, else $HOME/.local/state/pipeld). */
 pl_status_t pl_tx_key_local_dir(char *out, size_t out_len);
 /* Make sure `dir` holds the local cluster's keys (coordinator, node, admin pairs), creating
  * them at first use in a fresh 0700 directory renamed into place, so concurrent first starts

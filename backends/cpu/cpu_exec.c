@@ -1,7 +1,9 @@
-/* The CPU executor: loads a stage's layer range as f32, keeps its KV cache, runs microbatches
- * through the kernels of cpu_ops.c. Also the CPU backend's function table. */
+/* The CPU executor: keeps a stage's weight matrices as stored in the mapping (norms and biases
+ * as f32), keeps its KV cache, runs microbatches through the kernels of cpu_ops.c and
+ * cpu_gemm.c. Also the CPU backend's function table. */
 #include "backends/backend_impl.h"
 #include "backends/cpu/cpu_dev.h"
+#include "backends/cpu/cpu_gemm.h"
 #include "backends/cpu/cpu_ops.h"
 
 #include "common/log.h"
@@ -18,8 +20,14 @@
 #define S_SGEMM_MIN_TOKENS 32
 
 typedef struct {
-    const float *attn_norm, *wq, *wk, *wv, *wo, *ffn_norm, *w_gate, *w_up, *w_down;
+    const float *attn_norm, *ffn_norm;
+    const float *bq, *bk, *bv;     /* q/k/v biases (Qwen2), else NULL */
+    const float *q_norm, *k_norm;  /* per-head RMSNorm weights (Qwen3), else NULL */
+    pl_cpu_wmat_t wq, wk, wv, wo, w_gate, w_up, w_down;
 } s_layer_t;
+
+/* 1-D tensors a layer converts to f32: two norms, three biases, two head norms. */
+#define S_OWNED_PER_LAYER 7
 
 typedef struct {
     pl_cpu_dev_t *dev;
@@ -28,7 +36,8 @@ typedef struct {
     int n_layers;
     int q_dim, kv_dim;
     s_layer_t *layers;
-    const float *embed, *norm, *head;
+    pl_cpu_wmat_t embed, head;
+    const float *norm;
     float **owned; /* converted tensors this stage must free */
     int n_owned, max_owned;
     float *kv;     /* [n_layers][K, V][max_seqs][max_ctx][kv_dim] */
@@ -37,6 +46,7 @@ typedef struct {
     double *inv_freq;
     /* scratch for max_tokens tokens */
     float *x, *xn, *q, *k, *v, *att, *gate, *up, *scores, *cos_tab, *sin_tab;
+    float *tile; /* PL_CPU_TILE_ROWS weight rows as f32, for long sequences' sgemm */
     int *pos;
     int *short_rows, n_short; /* this call's rows of sequences shorter than S_SGEMM_MIN_TOKENS */
     int *head_rows;           /* 0, 1, 2, ...: the gathered last tokens */
@@ -81,27 +91,56 @@ static pl_status_t s_tensor(s_stage_t *s, pl_model_t *model, const char *name, i
     return PL_OK;
 }
 
+/* A weight matrix as stored: a typed view into the mapping, no copy. */
+static pl_status_t s_matrix(pl_model_t *model, const char *name, int64_t d0, int64_t d1,
+                            pl_cpu_wmat_t *m_p)
+{
+    int64_t shape[2] = {d0, d1};
+    pl_tensor_view_t v;
+    pl_status_t st = pl_model_tensor_shaped(model, name, 2, shape, &v);
+    return st ? st : pl_cpu_wmat_from_view(name, &v, m_p);
+}
+
 static pl_status_t s_load_layer(s_stage_t *s, pl_model_t *model, int layer, s_layer_t *L)
 {
     const pl_model_config_t *c = &s->cfg;
     char name[128];
     pl_status_t st;
-#define S_T(field, suffix, ndim, d0, d1)                                                           \
+#define S_NAME(suffix, kind)                                                                       \
+    snprintf(name, sizeof(name), "model.layers.%d.%s.%s", layer, suffix, kind)
+#define S_VEC(field, suffix, kind, d0)                                                             \
     do {                                                                                           \
-        snprintf(name, sizeof(name), "model.layers.%d.%s.weight", layer, suffix);                  \
-        if ((st = s_tensor(s, model, name, ndim, d0, d1, &L->field)) != PL_OK)                     \
+        S_NAME(suffix, kind);                                                                      \
+        if ((st = s_tensor(s, model, name, 1, d0, 0, &L->field)) != PL_OK)                         \
             return st;                                                                             \
     } while (0)
-    S_T(attn_norm, "input_layernorm", 1, c->hidden, 0);
-    S_T(wq, "self_attn.q_proj", 2, s->q_dim, c->hidden);
-    S_T(wk, "self_attn.k_proj", 2, s->kv_dim, c->hidden);
-    S_T(wv, "self_attn.v_proj", 2, s->kv_dim, c->hidden);
-    S_T(wo, "self_attn.o_proj", 2, c->hidden, s->q_dim);
-    S_T(ffn_norm, "post_attention_layernorm", 1, c->hidden, 0);
-    S_T(w_gate, "mlp.gate_proj", 2, c->intermediate, c->hidden);
-    S_T(w_up, "mlp.up_proj", 2, c->intermediate, c->hidden);
-    S_T(w_down, "mlp.down_proj", 2, c->hidden, c->intermediate);
-#undef S_T
+#define S_MAT(field, suffix, d0, d1)                                                               \
+    do {                                                                                           \
+        S_NAME(suffix, "weight");                                                                  \
+        if ((st = s_matrix(model, name, d0, d1, &L->field)) != PL_OK)                              \
+            return st;                                                                             \
+    } while (0)
+    S_VEC(attn_norm, "input_layernorm", "weight", c->hidden);
+    S_MAT(wq, "self_attn.q_proj", s->q_dim, c->hidden);
+    S_MAT(wk, "self_attn.k_proj", s->kv_dim, c->hidden);
+    S_MAT(wv, "self_attn.v_proj", s->kv_dim, c->hidden);
+    S_MAT(wo, "self_attn.o_proj", c->hidden, s->q_dim);
+    S_VEC(ffn_norm, "post_attention_layernorm", "weight", c->hidden);
+    S_MAT(w_gate, "mlp.gate_proj", c->intermediate, c->hidden);
+    S_MAT(w_up, "mlp.up_proj", c->intermediate, c->hidden);
+    S_MAT(w_down, "mlp.down_proj", c->hidden, c->intermediate);
+    if (c->qkv_bias) {
+        S_VEC(bq, "self_attn.q_proj", "bias", s->q_dim);
+        S_VEC(bk, "self_attn.k_proj", "bias", s->kv_dim);
+        S_VEC(bv, "self_attn.v_proj", "bias", s->kv_dim);
+    }
+    if (c->qk_norm) {
+        S_VEC(q_norm, "self_attn.q_norm", "weight", c->head_dim);
+        S_VEC(k_norm, "self_attn.k_norm", "weight", c->head_dim);
+    }
+#undef S_MAT
+#undef S_VEC
+#undef S_NAME
     return PL_OK;
 }
 
@@ -119,6 +158,11 @@ static pl_status_t s_check_params(const pl_model_config_t *c, const pl_be_stage_
         return pl_error(PL_ERR_UNSUPPORTED,
                         "cpu stage: unsupported shape (heads %d, kv heads %d, head_dim %d)",
                         c->n_heads, c->n_kv_heads, c->head_dim);
+    if (c->sliding_window > 0 && p->max_ctx > c->sliding_window)
+        return pl_error(PL_ERR_UNSUPPORTED,
+                        "cpu stage: max_ctx %d is past the model's sliding window of %d "
+                        "positions; sliding-window attention is not implemented",
+                        p->max_ctx, c->sliding_window);
     return PL_OK;
 }
 
@@ -204,7 +248,7 @@ pl_status_t pl_cpu_stage_load(void *dev, pl_model_t *model, const pl_be_stage_pa
                       : 0;
     s->q_dim = s->cfg.n_heads * s->cfg.head_dim;
     s->kv_dim = s->cfg.n_kv_heads * s->cfg.head_dim;
-    s->max_owned = 9 * s->n_layers + 3;
+    s->max_owned = S_OWNED_PER_LAYER * s->n_layers + 1;
     s->owned = calloc((size_t)s->max_owned, sizeof(float *));
     s->layers = calloc((size_t)PL_MAX(s->n_layers, 1), sizeof(s_layer_t));
     if (!s->owned || !s->layers) {
@@ -219,8 +263,7 @@ pl_status_t pl_cpu_stage_load(void *dev, pl_model_t *model, const pl_be_stage_pa
             goto err_free;
     bool tied_head = params->has_head && s->cfg.tie_embeddings;
     if (params->has_embed || tied_head) {
-        st = s_tensor(s, model, "model.embed_tokens.weight", 2, s->cfg.vocab, s->cfg.hidden,
-                      &s->embed);
+        st = s_matrix(model, "model.embed_tokens.weight", s->cfg.vocab, s->cfg.hidden, &s->embed);
         if (st)
             goto err_free;
     }
@@ -229,9 +272,19 @@ pl_status_t pl_cpu_stage_load(void *dev, pl_model_t *model, const pl_be_stage_pa
         if (!st && tied_head)
             s->head = s->embed;
         else if (!st)
-            st = s_tensor(s, model, "lm_head.weight", 2, s->cfg.vocab, s->cfg.hidden, &s->head);
+            st = s_matrix(model, "lm_head.weight", s->cfg.vocab, s->cfg.hidden, &s->head);
         if (st)
             goto err_free;
+    }
+    /* long sequences' sgemm reads f32 weights in place and converts the others by tiles */
+    if (params->max_tokens >= S_SGEMM_MIN_TOKENS) {
+        int k = PL_MAX(PL_MAX(s->cfg.hidden, s->q_dim), s->cfg.intermediate);
+        s->tile = malloc((size_t)PL_CPU_TILE_ROWS * (size_t)k * sizeof(float));
+        if (!s->tile) {
+            st = pl_error(PL_ERR_NOMEM, "cpu stage: out of memory for a %d x %d weight tile",
+                          PL_CPU_TILE_ROWS, k);
+            goto err_free;
+        }
     }
     pl_model_rope_inv_freq(&s->cfg, s->inv_freq);
     pl_log_debug("cpu stage: layers %d..%d loaded, %d slots x %d positions", params->first_layer,
@@ -310,15 +363,19 @@ static float *s_cache(s_stage_t *s, int layer, int which, int slot)
     return s->kv + idx * per_slot;
 }
 
-/* y = x @ w^T over the batch's rows: long sequences one sgemm each, the rest together. */
-static void s_linear(s_stage_t *s, const pl_be_batch_t *b, const float *x, int in_dim,
-                     const float *w, int out_dim, float *y)
+/* y = x @ w^T (+ bias) over the batch's rows: long sequences one sgemm each, the rest
+ * together. */
+static void s_linear(s_stage_t *s, const pl_be_batch_t *b, const float *x, const pl_cpu_wmat_t *w,
+                     const float *bias, float *y)
 {
+    int in_dim = w->cols, out_dim = w->rows;
     for (int i = 0, t0 = 0; i < b->n_seq; t0 += b->n_tok[i], i++)
         if (b->n_tok[i] >= S_SGEMM_MIN_TOKENS)
-            pl_cpu_matmul(x + (size_t)t0 * in_dim, b->n_tok[i], in_dim, w, out_dim,
-                          y + (size_t)t0 * out_dim);
-    pl_cpu_matmul_rows(s->dev->pool, x, s->short_rows, s->n_short, in_dim, w, out_dim, y);
+            pl_cpu_gemm_seq(s->dev->pool, x + (size_t)t0 * in_dim, b->n_tok[i], w, s->tile,
+                            y + (size_t)t0 * out_dim);
+    pl_cpu_gemm_rows(s->dev->pool, x, s->short_rows, s->n_short, w, y);
+    if (bias)
+        pl_cpu_add_bias(y, bias, b->n_tokens, out_dim);
 }
 
 static void s_layer_forward(s_stage_t *s, int l, const pl_be_batch_t *b)
@@ -328,9 +385,13 @@ static void s_layer_forward(s_stage_t *s, int l, const pl_be_batch_t *b)
     int T = b->n_tokens, hd = c->head_dim;
 
     pl_cpu_rmsnorm(s->x, L->attn_norm, T, c->hidden, c->rms_eps, s->xn);
-    s_linear(s, b, s->xn, c->hidden, L->wq, s->q_dim, s->q);
-    s_linear(s, b, s->xn, c->hidden, L->wk, s->kv_dim, s->k);
-    s_linear(s, b, s->xn, c->hidden, L->wv, s->kv_dim, s->v);
+    s_linear(s, b, s->xn, &L->wq, L->bq, s->q);
+    s_linear(s, b, s->xn, &L->wk, L->bk, s->k);
+    s_linear(s, b, s->xn, &L->wv, L->bv, s->v);
+    if (L->q_norm) { /* each head's row of head_dim values, normalised on its own */
+        pl_cpu_rmsnorm(s->q, L->q_norm, T * c->n_heads, hd, c->rms_eps, s->q);
+        pl_cpu_rmsnorm(s->k, L->k_norm, T * c->n_kv_heads, hd, c->rms_eps, s->k);
+    }
     pl_cpu_rope_apply(s->q, T, s->q_dim, c->n_heads, hd, s->cos_tab, s->sin_tab);
     pl_cpu_rope_apply(s->k, T, s->kv_dim, c->n_kv_heads, hd, s->cos_tab, s->sin_tab);
     for (int i = 0, t0 = 0; i < b->n_seq; t0 += b->n_tok[i], i++) {
@@ -343,13 +404,13 @@ static void s_layer_forward(s_stage_t *s, int l, const pl_be_batch_t *b)
         pl_cpu_attention(s->q + (size_t)t0 * s->q_dim, b->n_tok[i], b->pos0[i], kc, vc, c->n_heads,
                          c->n_kv_heads, hd, s->scores, s->att + (size_t)t0 * s->q_dim);
     }
-    s_linear(s, b, s->att, s->q_dim, L->wo, c->hidden, s->xn);
+    s_linear(s, b, s->att, &L->wo, NULL, s->xn);
     pl_cpu_add(s->x, s->xn, (size_t)T * c->hidden);
     pl_cpu_rmsnorm(s->x, L->ffn_norm, T, c->hidden, c->rms_eps, s->xn);
-    s_linear(s, b, s->xn, c->hidden, L->w_gate, c->intermediate, s->gate);
-    s_linear(s, b, s->xn, c->hidden, L->w_up, c->intermediate, s->up);
+    s_linear(s, b, s->xn, &L->w_gate, NULL, s->gate);
+    s_linear(s, b, s->xn, &L->w_up, NULL, s->up);
     pl_cpu_swiglu(s->gate, s->up, (size_t)T * c->intermediate);
-    s_linear(s, b, s->gate, c->intermediate, L->w_down, c->hidden, s->xn);
+    s_linear(s, b, s->gate, &L->w_down, NULL, s->xn);
     pl_cpu_add(s->x, s->xn, (size_t)T * c->hidden);
 }
 
@@ -366,7 +427,7 @@ pl_status_t pl_cpu_stage_forward(void *stage, const pl_be_batch_t *b, const void
     if (openblas_get_num_threads() != s->dev->threads)
         openblas_set_num_threads(s->dev->threads);
     if (s->p.has_embed)
-        pl_cpu_embed(s->embed, c->hidden, in, b->n_tokens, s->x);
+        pl_cpu_embed(&s->embed, in, b->n_tokens, s->x);
     else
         memcpy(s->x, in, row * (size_t)b->n_tokens);
     s->n_short = 0;
@@ -393,8 +454,7 @@ pl_status_t pl_cpu_stage_forward(void *stage, const pl_be_batch_t *b, const void
         memcpy(s->xn + (size_t)i * c->hidden, s->x + (size_t)(t - 1) * c->hidden, row);
     }
     pl_cpu_rmsnorm(s->xn, s->norm, b->n_seq, c->hidden, c->rms_eps, s->xn);
-    pl_cpu_matmul_rows(s->dev->pool, s->xn, s->head_rows, b->n_seq, c->hidden, s->head, c->vocab,
-                       out);
+    pl_cpu_gemm_rows(s->dev->pool, s->xn, s->head_rows, b->n_seq, &s->head, out);
     return PL_OK;
 }
 
@@ -426,6 +486,7 @@ void pl_cpu_stage_unload(void *stage)
     free(s->scores);
     free(s->cos_tab);
     free(s->sin_tab);
+    free(s->tile);
     free(s->pos);
     free(s->short_rows);
     free(s->head_rows);

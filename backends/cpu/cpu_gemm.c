@@ -1,269 +1,304 @@
-/* A batch-invariant f32 GEMM for short sequences and a small thread pool to run it. OpenBLAS
- * picks different micro-kernels (and so different rounding) depending on where a row falls in the
- * batch; here every output element is computed by the same instruction sequence whatever the
- * batch, so a sequence's result never depends on who shares its microbatch. */
-#include "backends/cpu/cpu_ops.h"
+/* The GEMM dispatch on the stored weight type: a table of kernels per type and instruction set,
+ * the run-time choice of instruction set, the batch-invariant product that decode batches use,
+ * and OpenBLAS on converted tiles for whole long sequences. */
+#include "backends/cpu/cpu_gemm.h"
+#include "backends/cpu/cpu_qdot.h"
 
 #include "common/util.h"
 
-#include <pthread.h>
-#include <stdbool.h>
+#include <cblas.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
-#define S_TILE_R 4   /* rows per micro-tile */
-#define S_TILE_O 2   /* outputs per micro-tile */
-#define S_BLOCK_O 32 /* outputs whose weights stay in cache while every row passes */
+static void s_gemm_rows(pl_cpu_pool_t *pool, const float *x, const int *rows, int n_rows,
+                        const pl_cpu_wmat_t *w, float *y);
 
-typedef float s_v8_t __attribute__((vector_size(32)));
-typedef float s_v8u_t __attribute__((vector_size(32), aligned(4))); /* unaligned loads */
+/* ---- the table: adding a weight type is one entry ---- */
 
-struct pl_cpu_pool {
-    int n; /* workers + the calling thread */
-    pthread_t *tids;
-    pthread_mutex_t mu;
-    pthread_cond_t cv_work, cv_done;
-    uint64_t gen;
-    int pending;
-    bool stop;
-    void (*fn)(void *arg, int i, int n);
-    void *arg;
+#if defined(__x86_64__)
+#define S_X86(fn) fn
+#else
+#define S_X86(fn) NULL
+#endif
+#define S_PATHS(base)                                                                              \
+    {                                                                                              \
+        base##scalar, S_X86(base##avx2), S_X86(base##avx512)                                       \
+    }
+
+static const pl_cpu_wkernel_t s_kernels[PL_WT_COUNT] = {
+    [PL_WT_F32] = {.block = S_PATHS(pl_cpu_block_f32_)},
+    [PL_WT_F16] = {.block = S_PATHS(pl_cpu_block_f16_), .to_f32 = S_PATHS(pl_cpu_to_f32_f16_)},
+    [PL_WT_BF16] = {.block = S_PATHS(pl_cpu_block_bf16_), .to_f32 = S_PATHS(pl_cpu_to_f32_bf16_)},
+#define S_QUANT(WT, type)                                                                          \
+    [WT] = {.x_bytes = pl_cpu_qx_bytes_##type,                                                     \
+            .x_prep = pl_cpu_qx_prep_##type,                                                       \
+            .block = S_PATHS(pl_cpu_qblock_##type##_)}
+    S_QUANT(PL_WT_Q8_0, q8_0),
+    S_QUANT(PL_WT_Q4_0, q4_0),
+    S_QUANT(PL_WT_Q4_K, q4_k),
+    S_QUANT(PL_WT_Q5_K, q5_k),
+    S_QUANT(PL_WT_Q6_K, q6_k),
+#undef S_QUANT
 };
 
-typedef struct {
-    pl_cpu_pool_t *pool;
-    int index;
-} s_worker_t;
-
-static void *s_worker(void *p)
+const pl_cpu_wkernel_t *pl_cpu_wkernel(pl_wtype_t t)
 {
-    s_worker_t w = *(s_worker_t *)p;
-    pl_cpu_pool_t *pool = w.pool;
-    uint64_t seen = 0;
-
-    free(p);
-    pthread_mutex_lock(&pool->mu);
-    for (;;) {
-        while (pool->gen == seen && !pool->stop)
-            pthread_cond_wait(&pool->cv_work, &pool->mu);
-        if (pool->stop)
-            break;
-        seen = pool->gen;
-        void (*fn)(void *, int, int) = pool->fn;
-        void *arg = pool->arg;
-        pthread_mutex_unlock(&pool->mu);
-        fn(arg, w.index, pool->n);
-        pthread_mutex_lock(&pool->mu);
-        if (--pool->pending == 0)
-            pthread_cond_signal(&pool->cv_done);
-    }
-    pthread_mutex_unlock(&pool->mu);
-    return NULL;
+    return (unsigned)t < PL_WT_COUNT && s_kernels[t].block[PL_CPU_ISA_SCALAR] ? &s_kernels[t]
+                                                                              : NULL;
 }
 
-pl_status_t pl_cpu_pool_create(int threads, pl_cpu_pool_t **pool_p)
+/* ---- the instruction set ---- */
+
+static int s_isa_cap = PL_CPU_ISA_COUNT - 1;
+
+static pl_cpu_isa_t s_isa_detect(void)
 {
-    pl_cpu_pool_t *pool = calloc(1, sizeof(*pool));
-
-    if (!pool)
-        return pl_error(PL_ERR_NOMEM, "cpu pool: out of memory");
-    pool->n = 1;
-    pthread_mutex_init(&pool->mu, NULL);
-    pthread_cond_init(&pool->cv_work, NULL);
-    pthread_cond_init(&pool->cv_done, NULL);
-    pool->tids = calloc((size_t)PL_MAX(threads, 1), sizeof(pthread_t));
-    if (!pool->tids)
-        goto err_nomem;
-    for (int i = 1; i < threads; i++) {
-        s_worker_t *w = malloc(sizeof(*w));
-        if (!w)
-            goto err_nomem;
-        w->pool = pool;
-        w->index = i;
-        if (pthread_create(&pool->tids[i], NULL, s_worker, w) != 0) {
-            free(w);
-            break; /* fewer threads than asked for is still a working pool */
-        }
-        pool->n++;
-    }
-    *pool_p = pool;
-    return PL_OK;
-
-err_nomem:
-    pl_cpu_pool_destroy(&pool);
-    return pl_error(PL_ERR_NOMEM, "cpu pool: out of memory");
-}
-
-void pl_cpu_pool_destroy(pl_cpu_pool_t **pool_p)
-{
-    pl_cpu_pool_t *pool = pool_p ? *pool_p : NULL;
-    if (!pool)
-        return;
-    pthread_mutex_lock(&pool->mu);
-    pool->stop = true;
-    pthread_cond_broadcast(&pool->cv_work);
-    pthread_mutex_unlock(&pool->mu);
-    for (int i = 1; i < pool->n; i++)
-        pthread_join(pool->tids[i], NULL);
-    pthread_cond_destroy(&pool->cv_work);
-    pthread_cond_destroy(&pool->cv_done);
-    pthread_mutex_destroy(&pool->mu);
-    free(pool->tids);
-    free(pool);
-    *pool_p = NULL;
-}
-
-int pl_cpu_pool_size(const pl_cpu_pool_t *pool)
-{
-    return pool ? pool->n : 1;
-}
-
-void pl_cpu_pool_run(pl_cpu_pool_t *pool, void (*fn)(void *arg, int i, int n), void *arg)
-{
-    if (!pool || pool->n == 1) {
-        fn(arg, 0, 1);
-        return;
-    }
-    pthread_mutex_lock(&pool->mu);
-    pool->fn = fn;
-    pool->arg = arg;
-    pool->pending = pool->n - 1;
-    pool->gen++;
-    pthread_cond_broadcast(&pool->cv_work);
-    pthread_mutex_unlock(&pool->mu);
-    fn(arg, 0, pool->n);
-    pthread_mutex_lock(&pool->mu);
-    while (pool->pending > 0)
-        pthread_cond_wait(&pool->cv_done, &pool->mu);
-    pthread_mutex_unlock(&pool->mu);
-}
-
-/* ---- the kernel ---- */
-
-/* The fixed reduction every element goes through: its 8 lane sums pairwise, then the scalar
- * tail of the inner dimension in order. */
-static inline float s_finish(const s_v8_t *v, const float *x, const float *w, int k8, int k)
-{
-    const float *a = (const float *)v;
-    float s = ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7]));
-    for (int i = k8; i < k; i++)
-        s += x[i] * w[i];
-    return s;
-}
-
-/* Add inner positions [k0, k1) (multiples of 8) of S_TILE_R rows times S_TILE_O weight rows to
- * the tile's lane accumulators acc[r * S_TILE_O + o]. Each lane sums its positions in order, so
- * splitting the inner dimension into blocks does not change the result. */
-#if defined(__x86_64__)
-__attribute__((target_clones("arch=x86-64-v3", "default")))
+#if defined(__x86_64__) && defined(__GNUC__)
+    __builtin_cpu_init();
+    bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                __builtin_cpu_supports("f16c");
+    if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl"))
+        return PL_CPU_ISA_AVX512;
+    if (avx2)
+        return PL_CPU_ISA_AVX2;
 #endif
-static void
-s_tile(s_v8_t *acc, const float *const *x, const float *const *w, int k0, int k1)
-{
-    s_v8_t a00 = acc[0], a01 = acc[1], a10 = acc[2], a11 = acc[3];
-    s_v8_t a20 = acc[4], a21 = acc[5], a30 = acc[6], a31 = acc[7];
-    const float *x0 = x[0], *x1 = x[1], *x2 = x[2], *x3 = x[3], *w0 = w[0], *w1 = w[1];
-    for (int i = k0; i < k1; i += 8) {
-        s_v8_t vw0 = *(const s_v8u_t *)(w0 + i), vw1 = *(const s_v8u_t *)(w1 + i);
-        s_v8_t v = *(const s_v8u_t *)(x0 + i);
-        a00 += v * vw0, a01 += v * vw1;
-        v = *(const s_v8u_t *)(x1 + i);
-        a10 += v * vw0, a11 += v * vw1;
-        v = *(const s_v8u_t *)(x2 + i);
-        a20 += v * vw0, a21 += v * vw1;
-        v = *(const s_v8u_t *)(x3 + i);
-        a30 += v * vw0, a31 += v * vw1;
-    }
-    acc[0] = a00, acc[1] = a01, acc[2] = a10, acc[3] = a11;
-    acc[4] = a20, acc[5] = a21, acc[6] = a30, acc[7] = a31;
+    return PL_CPU_ISA_SCALAR;
 }
 
-#define S_TILE_ACC (S_TILE_R * S_TILE_O)
-#define S_GROUP_R 64 /* rows whose accumulators are kept at once */
-#define S_BLOCK_K 256
-#define S_L2_BYTES (256 * 1024) /* rows of x that stay cached without blocking the inner dim */
+pl_cpu_isa_t pl_cpu_isa(void)
+{
+    static int detected = -1; /* racing first calls all store the same value */
+    int d = __atomic_load_n(&detected, __ATOMIC_RELAXED);
+    if (d < 0) {
+        d = (int)s_isa_detect();
+        __atomic_store_n(&detected, d, __ATOMIC_RELAXED);
+    }
+    return (pl_cpu_isa_t)PL_MIN(d, __atomic_load_n(&s_isa_cap, __ATOMIC_RELAXED));
+}
+
+void pl_cpu_isa_cap(pl_cpu_isa_t max)
+{
+    __atomic_store_n(&s_isa_cap, (int)max, __ATOMIC_RELAXED);
+}
+
+const char *pl_cpu_isa_name(pl_cpu_isa_t isa)
+{
+    static const char *const names[PL_CPU_ISA_COUNT] = {"scalar", "avx2", "avx512"};
+    return (unsigned)isa < PL_CPU_ISA_COUNT ? names[isa] : "?";
+}
+
+/* The kernel slot of the highest instruction set in use that the type has. */
+#define S_PICK(k, slot, isa_var)                                                                   \
+    ({                                                                                             \
+        int i_ = (int)(isa_var);                                                                   \
+        while (i_ > 0 && !(k)->slot[i_])                                                           \
+            i_--;                                                                                  \
+        (k)->slot[i_];                                                                             \
+    })
+
+/* ---- typed matrices ---- */
+
+pl_status_t pl_cpu_wmat_from_view(const char *name, const pl_tensor_view_t *v, pl_cpu_wmat_t *m_p)
+{
+    size_t rb;
+    pl_status_t st;
+
+    if (v->ndim != 2 || v->shape[0] < 1 || v->shape[1] < 1 || v->shape[0] > INT32_MAX ||
+        v->shape[1] > INT32_MAX)
+        return pl_error(PL_ERR_INVALID, "tensor '%s': not a matrix the CPU backend can hold", name);
+    if (!pl_cpu_wkernel(v->wtype))
+        return pl_error(PL_ERR_UNSUPPORTED, "tensor '%s': weight type %s has no CPU kernel", name,
+                        pl_wtype_name(v->wtype));
+    if ((st = pl_wtype_row_bytes(v->wtype, v->shape[1], &rb)))
+        return pl_error_prefix(st, "tensor '%s': ", name);
+    if (rb == 0 || v->nbytes / rb != (size_t)v->shape[0] || v->nbytes % rb != 0)
+        return pl_error(PL_ERR_INVALID, "tensor '%s': %zu bytes, but %lld rows of %zu bytes", name,
+                        v->nbytes, (long long)v->shape[0], rb);
+    *m_p = (pl_cpu_wmat_t){.type = v->wtype,
+                           .rows = (int)v->shape[0],
+                           .cols = (int)v->shape[1],
+                           .row_bytes = rb,
+                           .data = v->data};
+    return PL_OK;
+}
+
+void pl_cpu_wmat_row_f32(const pl_cpu_wmat_t *w, int r, float *dst)
+{
+    pl_wtype_to_f32(w->type, (const unsigned char *)w->data + (size_t)r * w->row_bytes,
+                    (size_t)w->cols, dst);
+}
+
+void pl_cpu_embed(const pl_cpu_wmat_t *table, const int32_t *ids, int n, float *out)
+{
+    for (int i = 0; i < n; i++)
+        pl_cpu_wmat_row_f32(table, ids[i], out + (size_t)i * table->cols);
+}
+
+/* ---- the batch-invariant product ---- */
+
+static _Thread_local float s_acc[PL_CPU_BLOCK_ROWS * PL_CPU_BLOCK_OUTS * 16];
+
+float *pl_cpu_gemm_acc(void);
+float *pl_cpu_gemm_acc(void)
+{
+    return s_acc;
+}
 
 typedef struct {
-    const float *x;
-    const int *rows;
-    int n_rows, in_dim;
-    const float *w;
-    int out_dim;
+    const void *x; /* f32 rows, or prepared rows of x_row bytes */
+    size_t x_row;
+    const int *rows; /* into x; NULL: 0..n_rows-1 (prepared rows) */
+    int n_rows;
+    const int *out_rows; /* into y; NULL: 0..n_rows-1 */
+    const pl_cpu_wmat_t *w;
     float *y;
-} s_gemm_job_t;
+    void (*block)(const void *const *x, int nr, const void *w, size_t rb, int no, int k,
+                  float *const *y);
+} s_job_t;
 
-/* Rows [r0, r0+nr) of the job against outputs [o0, o0+no), no <= S_BLOCK_O. */
-static void s_gemm_block(const s_gemm_job_t *j, int r0, int nr, int o0, int no, s_v8_t *acc)
+static void s_part(void *arg, int part, int n_parts)
 {
-    int k = j->in_dim, k8 = k & ~7;
-    int n_rt = (nr + S_TILE_R - 1) / S_TILE_R, n_ot = (no + S_TILE_O - 1) / S_TILE_O;
-    const float *xr[S_GROUP_R / S_TILE_R][S_TILE_R], *wr[S_BLOCK_O / S_TILE_O][S_TILE_O];
+    const s_job_t *j = arg;
+    const pl_cpu_wmat_t *w = j->w;
+    /* this thread's weight rows, in whole 16-row pieces so threads stream separate lines */
+    int pieces = (w->rows + 15) / 16;
+    int o_beg = PL_MIN((int)((int64_t)pieces * part / n_parts) * 16, w->rows);
+    int o_end = PL_MIN((int)((int64_t)pieces * (part + 1) / n_parts) * 16, w->rows);
+    const void *xr[PL_CPU_BLOCK_ROWS];
+    float *yr[PL_CPU_BLOCK_ROWS];
 
-    /* partial tiles repeat their last row / output so every element takes the same path */
-    for (int t = 0; t < n_rt; t++)
-        for (int i = 0; i < S_TILE_R; i++)
-            xr[t][i] = j->x + (size_t)j->rows[r0 + PL_MIN(t * S_TILE_R + i, nr - 1)] * k;
-    for (int t = 0; t < n_ot; t++)
-        for (int i = 0; i < S_TILE_O; i++)
-            wr[t][i] = j->w + (size_t)(o0 + PL_MIN(t * S_TILE_O + i, no - 1)) * k;
-    memset(acc, 0, sizeof(s_v8_t) * S_TILE_ACC * (size_t)(n_rt * n_ot));
-    /* Blocking the inner dimension keeps the rows of x in cache while the weights pass; when
-     * those rows fit in L2 anyway (decode batches) whole weight rows stream better than many
-     * interleaved 1 KiB pieces. Either way each lane sums its positions in the same order. */
-    int block_k = (size_t)n_rt * S_TILE_R * (size_t)k * sizeof(float) > S_L2_BYTES ? S_BLOCK_K : k8;
-    for (int kb = 0; kb < k8; kb += block_k) {
-        int ke = PL_MIN(kb + block_k, k8);
-        for (int ot = 0; ot < n_ot; ot++)
-            for (int rt = 0; rt < n_rt; rt++)
-                s_tile(acc + (size_t)(rt * n_ot + ot) * S_TILE_ACC, xr[rt], wr[ot], kb, ke);
-    }
-    for (int rt = 0; rt < n_rt; rt++) {
-        for (int ot = 0; ot < n_ot; ot++) {
-            const s_v8_t *a = acc + (size_t)(rt * n_ot + ot) * S_TILE_ACC;
-            for (int r = 0; r < S_TILE_R && rt * S_TILE_R + r < nr; r++) {
-                float *y = j->y + (size_t)j->rows[r0 + rt * S_TILE_R + r] * j->out_dim + o0;
-                for (int o = 0; o < S_TILE_O && ot * S_TILE_O + o < no; o++)
-                    y[ot * S_TILE_O + o] =
-                        s_finish(&a[r * S_TILE_O + o], xr[rt][r], wr[ot][o], k8, k);
+    for (int r0 = 0; r0 < j->n_rows; r0 += PL_CPU_BLOCK_ROWS) {
+        int nr = PL_MIN(PL_CPU_BLOCK_ROWS, j->n_rows - r0);
+        for (int o0 = o_beg; o0 < o_end; o0 += PL_CPU_BLOCK_OUTS) {
+            int no = PL_MIN(PL_CPU_BLOCK_OUTS, o_end - o0);
+            for (int r = 0; r < nr; r++) {
+                size_t xi = j->rows ? (size_t)j->rows[r0 + r] : (size_t)(r0 + r);
+                xr[r] = (const unsigned char *)j->x + xi * j->x_row;
+                size_t yi = j->out_rows ? (size_t)j->out_rows[r0 + r] : (size_t)(r0 + r);
+                yr[r] = j->y + yi * w->rows + o0;
             }
+            j->block(xr, nr, (const unsigned char *)w->data + (size_t)o0 * w->row_bytes,
+                     w->row_bytes, no, w->cols, yr);
         }
     }
 }
 
-/* Each thread's tile accumulators (64 KiB), kept rather than allocated on every product. */
-static _Thread_local s_v8_t s_acc[S_TILE_ACC * (S_GROUP_R / S_TILE_R) * (S_BLOCK_O / S_TILE_O)];
-
-static void s_gemm_part(void *arg, int part, int n_parts)
+void pl_cpu_gemm_rows(pl_cpu_pool_t *pool, const float *x, const int *rows, int n_rows,
+                      const pl_cpu_wmat_t *w, float *y)
 {
-    const s_gemm_job_t *j = arg;
-    /* this thread's outputs, whole S_TILE_O tiles so no tile straddles two threads */
-    int tiles = (j->out_dim + S_TILE_O - 1) / S_TILE_O;
-    int t0 = (int)((int64_t)tiles * part / n_parts);
-    int t1 = (int)((int64_t)tiles * (part + 1) / n_parts);
-    int o_end = PL_MIN(t1 * S_TILE_O, j->out_dim);
-    s_v8_t *acc = s_acc;
+    s_gemm_rows(pool, x, rows, n_rows, w, y);
+}
 
-    for (int r0 = 0; r0 < j->n_rows; r0 += S_GROUP_R)
-        for (int o0 = t0 * S_TILE_O; o0 < o_end; o0 += S_BLOCK_O)
-            s_gemm_block(j, r0, PL_MIN(S_GROUP_R, j->n_rows - r0), o0,
-                         PL_MIN(S_BLOCK_O, o_end - o0), acc);
+static void s_gemm_rows(pl_cpu_pool_t *pool, const float *x, const int *rows, int n_rows,
+                        const pl_cpu_wmat_t *w, float *y)
+{
+    const pl_cpu_wkernel_t *k = pl_cpu_wkernel(w->type);
+    pl_cpu_isa_t isa = pl_cpu_isa();
+    s_job_t job = {.x = x,
+                   .x_row = (size_t)w->cols * sizeof(float),
+                   .rows = rows,
+                   .n_rows = n_rows,
+                   .out_rows = rows,
+                   .w = w,
+                   .y = y,
+                   .block = S_PICK(k, block, isa)};
+    unsigned char *prep = NULL;
+
+    if (n_rows <= 0 || w->rows <= 0)
+        return;
+    if (k->x_bytes) { /* activations in the form the type's kernel reads, once per product */
+        size_t xb = k->x_bytes(w->cols);
+        prep = malloc(xb * (size_t)n_rows);
+        if (!prep)
+            abort(); /* a few KiB per row: no recovery worth having */
+        for (int r = 0; r < n_rows; r++)
+            k->x_prep(x + (size_t)(rows ? rows[r] : r) * w->cols, w->cols, prep + xb * (size_t)r);
+        job.x = prep;
+        job.x_row = xb;
+        job.rows = NULL;
+    }
+    /* small products are not worth waking the workers; the result is the same either way */
+    if ((int64_t)n_rows * w->rows * w->cols < (1 << 16))
+        s_part(&job, 0, 1);
+    else
+        pl_cpu_pool_run(pool, s_part, &job);
+    free(prep);
 }
 
 void pl_cpu_matmul_rows(pl_cpu_pool_t *pool, const float *x, const int *rows, int n_rows,
                         int in_dim, const float *w, int out_dim, float *y)
 {
-    s_gemm_job_t job = {.x = x,
-                        .rows = rows,
-                        .n_rows = n_rows,
-                        .in_dim = in_dim,
-                        .w = w,
-                        .out_dim = out_dim,
-                        .y = y};
-    if (n_rows <= 0 || out_dim <= 0)
+    pl_cpu_wmat_t m = {.type = PL_WT_F32,
+                       .rows = out_dim,
+                       .cols = in_dim,
+                       .row_bytes = (size_t)in_dim * sizeof(float),
+                       .data = w};
+    pl_cpu_gemm_rows(pool, x, rows, n_rows, &m, y);
+}
+
+/* ---- whole sequences: OpenBLAS, unless it runs generic code here ---- */
+
+/* OpenBLAS cores with AVX2 (or better) kernels. Another name on a machine whose kernels here
+ * use AVX2 means OpenBLAS did not recognise the CPU and fell back to old generic code (0.3.21
+ * calls a 2023 Xeon "Prescott"): its sgemm then runs at a third of this file's kernel. */
+static const char *const s_blas_tuned[] = {
+    "haswell",    "zen",        "skylakex",   "cooperlake", "sapphirerapids",
+    "neoversen1", "neoversen2", "neoversev1", "armv8sve",   "a64fx"};
+
+static int s_seq_blas = -1;
+
+void pl_cpu_gemm_seq_force(int use_blas)
+{
+    __atomic_store_n(&s_seq_blas, use_blas < 0 ? -1 : use_blas > 0, __ATOMIC_RELAXED);
+}
+
+bool pl_cpu_gemm_seq_uses_blas(void)
+{
+    const char *core = openblas_get_corename();
+    int forced = __atomic_load_n(&s_seq_blas, __ATOMIC_RELAXED);
+    if (forced >= 0)
+        return forced;
+    if (pl_cpu_isa() == PL_CPU_ISA_SCALAR)
+        return true;
+    for (size_t i = 0; core && i < PL_ARRAY_SIZE(s_blas_tuned); i++)
+        if (strcasecmp(core, s_blas_tuned[i]) == 0)
+            return true;
+    return false;
+}
+
+void pl_cpu_gemm_seq(pl_cpu_pool_t *pool, const float *x, int n, const pl_cpu_wmat_t *w,
+                     float *tile, float *y)
+{
+    const pl_cpu_wkernel_t *k = pl_cpu_wkernel(w->type);
+    void (*conv)(const void *, size_t, int, int, float *) = S_PICK(k, to_f32, pl_cpu_isa());
+    int K = w->cols;
+
+    if (n <= 0 || w->rows <= 0)
         return;
-    /* small products are not worth waking the workers; the result is the same either way */
-    if ((int64_t)n_rows * out_dim * in_dim < (1 << 16))
-        s_gemm_part(&job, 0, 1);
-    else
-        pl_cpu_pool_run(pool, s_gemm_part, &job);
+    if (!k->to_f32[PL_CPU_ISA_SCALAR] && w->type != PL_WT_F32) {
+        s_gemm_rows(pool, x, NULL, n, w, y); /* no tile conversion: the type's own kernel */
+        return;
+    }
+    if (!pl_cpu_gemm_seq_uses_blas()) {
+        s_gemm_rows(pool, x, NULL, n, w, y);
+        return;
+    }
+    if (w->type == PL_WT_F32 && ((uintptr_t)w->data & 3) == 0) {
+        pl_cpu_matmul(x, n, K, w->data, w->rows, y);
+        return;
+    }
+    for (int o0 = 0; o0 < w->rows; o0 += PL_CPU_TILE_ROWS) {
+        int no = PL_MIN(PL_CPU_TILE_ROWS, w->rows - o0);
+        const unsigned char *src = (const unsigned char *)w->data + (size_t)o0 * w->row_bytes;
+        if (conv)
+            conv(src, w->row_bytes, no, K, tile);
+        else
+            for (int r = 0; r < no; r++)
+                pl_wtype_to_f32(w->type, src + (size_t)r * w->row_bytes, (size_t)K,
+                                tile + (size_t)r * K);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, no, K, 1.0f, x, K, tile, K, 0.0f,
+                    y + o0, w->rows);
+    }
 }

@@ -8,13 +8,6 @@
 #include <math.h>
 #include <string.h>
 
-void pl_cpu_embed(const float *table, int hidden, const int32_t *ids, int n, float *out)
-{
-    for (int i = 0; i < n; i++)
-        memcpy(out + (size_t)i * hidden, table + (size_t)ids[i] * hidden,
-               (size_t)hidden * sizeof(float));
-}
-
 void pl_cpu_rmsnorm(const float *x, const float *w, int n_rows, int dim, float eps, float *out)
 {
     for (int r = 0; r < n_rows; r++) {
@@ -117,6 +110,12 @@ void pl_cpu_swiglu(float *gate, const float *up, size_t n)
         float g = gate[i];
         gate[i] = g / (1.0f + expf(-g)) * up[i];
     }
+}
+
+void pl_cpu_add_bias(float *y, const float *bias, int n_rows, int dim)
+{
+    for (int r = 0; r < n_rows; r++)
+        pl_cpu_add(y + (size_t)r * dim, bias, (size_t)dim);
 }
 
 void pl_cpu_add(float *x, const float *y, size_t n)

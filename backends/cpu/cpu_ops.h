@@ -1,5 +1,6 @@
-/* CPU kernels of a Llama decoder in f32: embedding, RMSNorm, GEMM (OpenBLAS), RoPE with llama3
- * scaling, causal grouped-query attention over a KV cache, SwiGLU and residual adds. */
+/* CPU kernels of a decoder layer in f32: RMSNorm, GEMM (OpenBLAS; typed weights in cpu_gemm.h),
+ * RoPE with llama3 scaling, causal grouped-query attention over a KV cache, SwiGLU, bias and
+ * residual adds. */
 #ifndef PL_BACKENDS_CPU_CPU_OPS_H
 #define PL_BACKENDS_CPU_CPU_OPS_H
 
@@ -12,8 +13,6 @@
 /* Query rows scored together in one attention GEMM; bounds the score scratch. */
 #define PL_CPU_ATT_ROWS 32
 
-/* out[i] = table[ids[i]] for n ids; table is [vocab][hidden]. Ids must already be in range. */
-void pl_cpu_embed(const float *table, int hidden, const int32_t *ids, int n, float *out);
 
 /* out[r] = x[r] * rsqrt(mean(x[r]^2) + eps) * w for n_rows rows of dim floats (x == out is fine).
  */
@@ -62,6 +61,9 @@ void pl_cpu_attention(const float *q, int n_tok, int pos0, const float *k_cache,
 
 /* gate[i] = silu(gate[i]) * up[i]. */
 void pl_cpu_swiglu(float *gate, const float *up, size_t n);
+
+/* y[r][i] += bias[i] for n_rows rows of dim floats. */
+void pl_cpu_add_bias(float *y, const float *bias, int n_rows, int dim);
 
 /* x[i] += y[i]. */
 void pl_cpu_add(float *x, const float *y, size_t n);

@@ -132,6 +132,8 @@ extern "C" cudaError_t pl_gpu_attn_decode(const pl_gpu_attn_args_t *a, int split
         return cudaSuccess;
     if (a->head_dim > PL_GPU_MAX_HEAD_DIM || splits <= 0 || chunk <= 0)
         return PL_GPU_ERR_INVALID;
+    if (splits > 65535 || a->n_seq > 65535 || a->n_heads > 65535)
+        return PL_GPU_ERR_INVALID; /* grid y/z limits: pl_gpu_stage_check keeps stages inside */
     dim3 grid((unsigned)a->n_heads, (unsigned)splits, (unsigned)a->n_seq);
     PL_GPU_DISPATCH(a->kv_dt, TK, s_decode_partial<TK><<<grid, S_THREADS, 0, s>>>(*a, chunk, work));
     cudaError_t e = cudaGetLastError();

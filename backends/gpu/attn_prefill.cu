@@ -152,6 +152,8 @@ extern "C" cudaError_t pl_gpu_attn_prefill(const pl_gpu_attn_args_t *a, int max_
         return cudaSuccess;
     if (a->head_dim > PL_GPU_MAX_HEAD_DIM || a->head_dim % 2)
         return PL_GPU_ERR_INVALID;
+    if (a->n_seq > 65535 || a->n_heads > 65535)
+        return PL_GPU_ERR_INVALID; /* grid y/z limits: pl_gpu_stage_check keeps stages inside */
     PL_GPU_DISPATCH(a->kv_dt, TK, return s_launch_out<TK>(a, max_ntok, s));
     return cudaSuccess;
 }

@@ -7,7 +7,7 @@
 #define S_BN 64
 #define S_BK 16
 #define S_GEMV_ROWS 8 /* largest m handled by the GEMV path */
-#define S_GEMV_THREADS 256
+#define S_GEMV_THREADS PL_GPU_GEMV_THREADS
 
 template <typename TW>
 __global__ void __launch_bounds__(256)
@@ -64,18 +64,15 @@ __global__ void __launch_bounds__(256)
     }
 }
 
-/* One warp per output column; each lane reads 16-byte chunks of the weight row (vectorised when
- * VEC is set: k is a multiple of the chunk) and multiplies them into every x row. */
+/* One output column `col` of the GEMV by one warp; each lane reads 16-byte chunks of the weight
+ * row wr (vectorised when VEC is set: k is a multiple of the chunk) and multiplies them into
+ * every x row. */
 template <typename TW, bool VEC>
-__global__ void __launch_bounds__(S_GEMV_THREADS)
-    s_gemv(const float *x, int m, int k, const TW *w, int n, float *y, int accumulate)
+__device__ __forceinline__ void s_gemv_col(const float *x, int m, int k, const TW *wr, int n,
+                                           int col, float *y, int accumulate)
 {
     const int vn = 16 / (int)sizeof(TW);
     int lane = threadIdx.x % PL_WARP_SIZE;
-    int col = blockIdx.x * (blockDim.x / PL_WARP_SIZE) + threadIdx.x / PL_WARP_SIZE;
-    if (col >= n)
-        return; /* whole warps leave together */
-    const TW *wr = w + (size_t)col * k;
     float sum[S_GEMV_ROWS];
 #pragma unroll
     for (int r = 0; r < S_GEMV_ROWS; r++)
@@ -120,25 +117,37 @@ __global__ void __launch_bounds__(S_GEMV_THREADS)
     }
 }
 
+/* Block b owns output columns [b * cols, (b + 1) * cols), one warp each: the host sizes cols for
+ * the device's warp width (8 for 32 lanes, 4 for 64, so wave32 parts get no idle blocks), and
+ * where that guess is off the block's warps loop over its columns, so the result never
+ * depends on it. */
+template <typename TW, bool VEC>
+__global__ void __launch_bounds__(S_GEMV_THREADS)
+    s_gemv(const float *x, int m, int k, const TW *w, int n, float *y, int accumulate, int cols)
+{
+    int n_warps = blockDim.x / PL_WARP_SIZE;
+    int end = min((int)(blockIdx.x + 1) * cols, n);
+    /* the bounds are the same for every lane of a warp: whole warps iterate together */
+    for (int col = blockIdx.x * cols + threadIdx.x / PL_WARP_SIZE; col < end; col += n_warps)
+        s_gemv_col<TW, VEC>(x, m, k, w + (size_t)col * k, n, col, y, accumulate);
+}
+
 template <typename TW>
 static cudaError_t s_launch(const float *x, int m, int k, const TW *w, int n, float *y,
-                            bool accumulate, cudaStream_t s)
+                            bool accumulate, int cols, cudaStream_t s)
 {
     if (m <= S_GEMV_ROWS) {
-        /* columns per block = warps per block; on AMD the host pass cannot know whether the
-         * device runs 32- or 64-wide, so it sizes for 64 and blocks past n return at once */
-#if defined(__HIP_PLATFORM_AMD__)
-        unsigned cols = S_GEMV_THREADS / 64;
-#else
-        unsigned cols = S_GEMV_THREADS / 32;
-#endif
+        /* the host pass cannot see the device's warp width (AMD: 32 or 64 per target), so the
+         * caller says how many columns a block covers */
         unsigned blocks = (unsigned)((n + cols - 1) / cols);
         bool vec = k % (16 / (int)sizeof(TW)) == 0;
         if (vec)
-            s_gemv<TW, true><<<blocks, S_GEMV_THREADS, 0, s>>>(x, m, k, w, n, y, accumulate);
+            s_gemv<TW, true><<<blocks, S_GEMV_THREADS, 0, s>>>(x, m, k, w, n, y, accumulate, cols);
         else
-            s_gemv<TW, false><<<blocks, S_GEMV_THREADS, 0, s>>>(x, m, k, w, n, y, accumulate);
+            s_gemv<TW, false><<<blocks, S_GEMV_THREADS, 0, s>>>(x, m, k, w, n, y, accumulate, cols);
     } else {
+        if ((m + S_BM - 1) / S_BM > 65535)
+            return PL_GPU_ERR_INVALID; /* grid y limit: the stage check caps max_tokens */
         dim3 grid((unsigned)((n + S_BN - 1) / S_BN), (unsigned)((m + S_BM - 1) / S_BM));
         s_gemm_tiled<TW><<<grid, 256, 0, s>>>(x, m, k, w, n, y, accumulate);
     }
@@ -147,12 +156,13 @@ static cudaError_t s_launch(const float *x, int m, int k, const TW *w, int n, fl
 
 extern "C" cudaError_t pl_gpu_gemm_builtin(const float *x, int m, int k, const void *w,
                                            pl_dtype_t w_dt, int n, float *y, bool accumulate,
-                                           cudaStream_t s)
+                                           int gemv_cols, cudaStream_t s)
 {
     if (m <= 0 || n <= 0)
         return cudaSuccess;
-    if (k <= 0 || (size_t)n * (size_t)k == 0)
+    if (k <= 0 || (size_t)n * (size_t)k == 0 || gemv_cols <= 0)
         return PL_GPU_ERR_INVALID;
-    PL_GPU_DISPATCH(w_dt, TW, return s_launch<TW>(x, m, k, (const TW *)w, n, y, accumulate, s));
+    PL_GPU_DISPATCH(w_dt, TW,
+                    return s_launch<TW>(x, m, k, (const TW *)w, n, y, accumulate, gemv_cols, s));
     return cudaSuccess;
 }

@@ -18,6 +18,7 @@ struct pl_gpu_blas {
     bool vendor;
     void *handle;
     void *workspace;
+    int gemv_cols; /* output columns per block of the built-in GEMV on this device */
     char desc[320];
 };
 
@@ -112,6 +113,52 @@ bool pl_gpu_blas_available(char *why, size_t why_len)
 #endif
 }
 
+#if !defined(__HIP_PLATFORM_AMD__)
+/* Create the cuBLAS handle and workspace bound to b->stream; on failure everything taken here is
+ * released and the reason is in pl_error_msg(). */
+static pl_status_t s_vendor_setup(pl_gpu_blas_t *b)
+{
+    cublasHandle_t h = NULL;
+    cublasStatus_t cs = s_cublas.create(&h);
+    pl_status_t st;
+    int version = 0;
+    if (cs != CUBLAS_STATUS_SUCCESS)
+        return pl_error(PL_ERR_BACKEND, "cublasCreate: %s", s_cublas_str(cs));
+    if ((st = pl_gpu_status(cudaMalloc(&b->workspace, S_WORKSPACE_BYTES), "cuBLAS workspace")))
+        goto err_handle;
+    if ((cs = s_cublas.set_workspace(h, b->workspace, S_WORKSPACE_BYTES)) ||
+        (cs = s_cublas.set_stream(h, b->stream))) {
+        st = pl_error(PL_ERR_BACKEND, "cuBLAS setup: %s", s_cublas_str(cs));
+        goto err_workspace;
+    }
+    s_cublas.get_version(h, &version);
+    b->handle = h;
+    b->vendor = true;
+    snprintf(b->desc, sizeof(b->desc), "cublas %d (%s)", version, s_cublas.name);
+    return PL_OK;
+
+err_workspace:
+    cudaFree(b->workspace);
+    b->workspace = NULL;
+err_handle:
+    s_cublas.destroy(h);
+    return st;
+}
+#endif
+
+/* Lanes per warp of the current device, for the built-in GEMV's block shape; the device-side
+ * code copes with any answer, so a failed query only costs idle warps. */
+static int s_warp_size(void)
+{
+    int dev = 0, warp = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&warp, cudaDevAttrWarpSize, dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return PL_GPU_MAX_WARP;
+    }
+    return warp;
+}
+
 pl_status_t pl_gpu_blas_create(cudaStream_t stream, bool want_vendor, pl_gpu_blas_t **blas_p)
 {
     pl_gpu_blas_t *b = calloc(1, sizeof(*b));
@@ -119,42 +166,21 @@ pl_status_t pl_gpu_blas_create(cudaStream_t stream, bool want_vendor, pl_gpu_bla
     if (!b)
         return pl_error(PL_ERR_NOMEM, "out of memory");
     b->stream = stream;
+    b->gemv_cols = pl_gpu_gemv_cols(PL_GPU_GEMV_THREADS, s_warp_size());
     if (want_vendor && pl_gpu_blas_available(why, sizeof(why))) {
 #if !defined(__HIP_PLATFORM_AMD__)
-        cublasHandle_t h = NULL;
-        cublasStatus_t cs = s_cublas.create(&h);
-        pl_status_t st;
-        int version = 0;
-        if (cs != CUBLAS_STATUS_SUCCESS) {
-            pl_error(PL_ERR_BACKEND, "cublasCreate: %s", s_cublas_str(cs));
-            goto err_free;
+        /* the library loads but will not start (no memory for the workspace, a broken
+         * install): the built-in kernels still run the stage, and the description says why */
+        if (s_vendor_setup(b) != PL_OK) {
+            snprintf(why, sizeof(why), "cuBLAS setup failed: %s", pl_error_msg());
+            pl_log_warn("%s: falling back to the built-in GEMM: %s", PL_GPU_BACKEND, why);
         }
-        b->handle = h;
-        if ((st = pl_gpu_status(cudaMalloc(&b->workspace, S_WORKSPACE_BYTES), "cuBLAS workspace")))
-            goto err_handle;
-        if ((cs = s_cublas.set_workspace(h, b->workspace, S_WORKSPACE_BYTES)) ||
-            (cs = s_cublas.set_stream(h, stream))) {
-            pl_error(PL_ERR_BACKEND, "cuBLAS setup: %s", s_cublas_str(cs));
-            goto err_handle;
-        }
-        s_cublas.get_version(h, &version);
-        b->vendor = true;
-        snprintf(b->desc, sizeof(b->desc), "cublas %d (%s)", version, s_cublas.name);
 #endif
-    } else {
-        snprintf(b->desc, sizeof(b->desc), "builtin (%s)", why);
     }
+    if (!b->vendor)
+        snprintf(b->desc, sizeof(b->desc), "builtin (%s)", why);
     *blas_p = b;
     return PL_OK;
-
-#if !defined(__HIP_PLATFORM_AMD__)
-err_handle:
-    cudaFree(b->workspace);
-    s_cublas.destroy((cublasHandle_t)b->handle);
-err_free:
-    free(b);
-    return PL_ERR_BACKEND;
-#endif
 }
 
 void pl_gpu_blas_destroy(pl_gpu_blas_t **blas_p)
@@ -208,6 +234,7 @@ pl_status_t pl_gpu_gemm(pl_gpu_blas_t *b, const void *x, pl_dtype_t x_dt, int m,
         return pl_error(PL_ERR_INVALID, "gemm: the built-in kernels take f32 input, not %s",
                         pl_dtype_name(x_dt));
     return pl_gpu_status(
-        pl_gpu_gemm_builtin((const float *)x, m, k, w, w_dt, n, y, accumulate, b->stream),
+        pl_gpu_gemm_builtin((const float *)x, m, k, w, w_dt, n, y, accumulate, b->gemv_cols,
+                            b->stream),
         "built-in gemm");
 }

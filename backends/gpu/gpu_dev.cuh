@@ -56,6 +56,13 @@ __device__ __forceinline__ float pl_warp_sum(float v)
     return v;
 }
 
+__device__ __forceinline__ double pl_warp_sum_f64(double v)
+{
+    for (int m = PL_WARP_SIZE / 2; m > 0; m >>= 1)
+        v += PL_SHFL_XOR(v, m);
+    return v;
+}
+
 __device__ __forceinline__ float pl_warp_max(float v)
 {
     for (int m = PL_WARP_SIZE / 2; m > 0; m >>= 1)
@@ -90,6 +97,22 @@ __device__ __forceinline__ float pl_block_sum(float v, float *red)
         red[warp] = v;
     __syncthreads();
     v = 0.0f;
+    for (int w = 0; w < n_warps; w++)
+        v += red[w];
+    return v;
+}
+
+/* pl_block_sum in double; `red` is shared scratch of at least 32 doubles. */
+__device__ __forceinline__ double pl_block_sum_f64(double v, double *red)
+{
+    int lane = threadIdx.x % PL_WARP_SIZE, warp = threadIdx.x / PL_WARP_SIZE;
+    int n_warps = (blockDim.x + PL_WARP_SIZE - 1) / PL_WARP_SIZE;
+    v = pl_warp_sum_f64(v);
+    __syncthreads();
+    if (lane == 0)
+        red[warp] = v;
+    __syncthreads();
+    v = 0.0;
     for (int w = 0; w < n_warps; w++)
         v += red[w];
     return v;

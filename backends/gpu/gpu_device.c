@@ -6,6 +6,7 @@
 #include "common/util.h"
 
 #include <dlfcn.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -211,7 +212,9 @@ void pl_gpu_close(void *dev)
     free(dev);
 }
 
-/* Time `reps` calls of fn (enqueued on s) with events; seconds per call. */
+/* Time `reps` calls of fn (enqueued on s) with events; seconds per call. Every event call is
+ * checked and the time must be positive and finite: a failed or empty measurement would hand the
+ * planner a zero time, an infinite rate. */
 typedef pl_status_t (*s_work_fn)(void *ctx);
 
 static pl_status_t s_time(cudaStream_t s, s_work_fn fn, void *ctx, double min_s, double *per_p)
@@ -227,7 +230,8 @@ static pl_status_t s_time(cudaStream_t s, s_work_fn fn, void *ctx, double min_s,
     if ((st = fn(ctx)) || (st = pl_gpu_status(cudaStreamSynchronize(s), "warm-up")))
         goto err_b;
     double t0 = pl_now();
-    cudaEventRecord(a, s);
+    if ((st = pl_gpu_status(cudaEventRecord(a, s), "cudaEventRecord")))
+        goto err_b;
     do { /* batches of 5 keep the queue full; the wall clock only decides when to stop */
         for (int i = 0; i < 5; i++, reps++)
             if ((st = fn(ctx)))
@@ -235,10 +239,14 @@ static pl_status_t s_time(cudaStream_t s, s_work_fn fn, void *ctx, double min_s,
         if ((st = pl_gpu_status(cudaStreamSynchronize(s), "calibration")))
             goto err_b;
     } while (pl_now() - t0 < min_s && reps < 500);
-    cudaEventRecord(b, s);
-    if ((st = pl_gpu_status(cudaEventSynchronize(b), "cudaEventSynchronize")))
+    if ((st = pl_gpu_status(cudaEventRecord(b, s), "cudaEventRecord")) ||
+        (st = pl_gpu_status(cudaEventSynchronize(b), "cudaEventSynchronize")) ||
+        (st = pl_gpu_status(cudaEventElapsedTime(&ms, a, b), "cudaEventElapsedTime")))
         goto err_b;
-    cudaEventElapsedTime(&ms, a, b);
+    if (!(ms > 0.0f) || !isfinite(ms)) {
+        st = pl_error(PL_ERR_BACKEND, "calibration: %d calls timed at %g ms", reps, (double)ms);
+        goto err_b;
+    }
     *per_p = ms / 1000.0 / reps;
 err_b:
     cudaEventDestroy(b);
@@ -311,10 +319,12 @@ pl_status_t pl_gpu_calibrate(void *dev_v, pl_be_calib_t *calib)
         (st = pl_gpu_status(cudaMalloc((void **)&c.sink, (size_t)pl_gpu_read_blocks() * 4),
                             "cudaMalloc")))
         goto err_mem;
-    /* 0x3f bytes: 0.747 in f32 and bf16, finite products */
-    if ((st = pl_gpu_status(cudaMemset(c.x, 0x3f, xb), "cudaMemset")) ||
-        (st = pl_gpu_status(cudaMemset(c.w, 0x3f, wb), "cudaMemset")) ||
-        (st = pl_gpu_status(cudaMemset(c.buf, 0x3f, c.n_floats * 4), "cudaMemset")))
+    /* 0x3f bytes: 0.747 in f32 and bf16, finite products. On the timing stream: the legacy
+     * stream does not order a non-blocking stream's work. */
+    if ((st = pl_gpu_status(cudaMemsetAsync(c.x, 0x3f, xb, c.s), "cudaMemsetAsync")) ||
+        (st = pl_gpu_status(cudaMemsetAsync(c.w, 0x3f, wb, c.s), "cudaMemsetAsync")) ||
+        (st = pl_gpu_status(cudaMemsetAsync(c.buf, 0x3f, c.n_floats * 4, c.s), "cudaMemsetAsync")) ||
+        (st = pl_gpu_status(cudaStreamSynchronize(c.s), "calibration setup")))
         goto err_mem;
 
     if ((st = s_time(c.s, s_gemm_work, &c, 0.15, &per)))

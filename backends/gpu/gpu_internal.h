@@ -26,8 +26,10 @@ typedef struct {
 /* ---- GEMM: the vendor BLAS (cuBLAS, loaded at run time) or the built-in kernels ---- */
 typedef struct pl_gpu_blas pl_gpu_blas_t;
 
-/* A GEMM context bound to `stream`; uses the vendor library when want_vendor and it loads,
- * else the built-in kernels (never fails for lack of the library). */
+/* A GEMM context bound to `stream` on the current device; uses the vendor library when
+ * want_vendor and it loads and starts, else the built-in kernels: a missing library or a failed
+ * library setup is no error, pl_gpu_blas_desc says which runs and why (and a failed setup is
+ * logged as a warning). Fails only when out of host memory. */
 pl_status_t pl_gpu_blas_create(cudaStream_t stream, bool want_vendor, pl_gpu_blas_t **blas_p);
 void pl_gpu_blas_destroy(pl_gpu_blas_t **blas_p);
 /* True when GEMMs go through the vendor library; GEMM inputs are then in the weight dtype,

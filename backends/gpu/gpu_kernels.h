@@ -72,9 +72,14 @@ cudaError_t pl_gpu_attn_decode(const pl_gpu_attn_args_t *a, int splits, int chun
  * largest seq_ntok. */
 cudaError_t pl_gpu_attn_prefill(const pl_gpu_attn_args_t *a, int max_ntok, cudaStream_t s);
 
-/* Built-in GEMM: y[m][n] (+)= x[m][k] . w[n][k]^T with x f32, w of w_dt, f32 accumulation. */
+/* Threads per block of the built-in GEMV (one warp per output column). */
+#define PL_GPU_GEMV_THREADS 256
+
+/* Built-in GEMM: y[m][n] (+)= x[m][k] . w[n][k]^T with x f32, w of w_dt, f32 accumulation.
+ * gemv_cols: output columns per GEMV block (few rows of x), pl_gpu_gemv_cols() for the device;
+ * any positive value gives the same result, the right one wastes no warps. */
 cudaError_t pl_gpu_gemm_builtin(const float *x, int m, int k, const void *w, pl_dtype_t w_dt, int n,
-                                float *y, bool accumulate, cudaStream_t s);
+                                float *y, bool accumulate, int gemv_cols, cudaStream_t s);
 
 /* out[i] = x[i] converted to dt (round to nearest even). */
 cudaError_t pl_gpu_cast(const float *x, size_t n, void *out, pl_dtype_t dt, cudaStream_t s);

@@ -6,11 +6,22 @@
 #include <stdbool.h>
 #include <string.h>
 
+/* the split cap alone keeps decode splits inside the grid's y limit */
+_Static_assert(PL_GPU_DECODE_MAX_BLOCKS <= PL_GPU_GRID_MAX_YZ, "decode splits may pass the grid");
+
 pl_status_t pl_gpu_stage_check(const pl_model_config_t *cfg, const pl_be_stage_params_t *p)
 {
     if (cfg->hidden <= 0 || cfg->intermediate <= 0 || cfg->n_heads <= 0 || cfg->n_kv_heads <= 0 ||
         cfg->head_dim <= 0 || cfg->vocab <= 0 || cfg->n_layers < 0)
         return pl_error(PL_ERR_INVALID, "model config: non-positive size");
+    if (cfg->qkv_bias || cfg->qk_norm)
+        return pl_error(PL_ERR_UNSUPPORTED, "%s: the GPU kernels have no %s yet (place this "
+                        "stage on a CPU)", pl_model_family_name(cfg->family),
+                        cfg->qkv_bias ? "q/k/v biases" : "per-head q/k norms");
+    if (cfg->sliding_window > 0 && p->max_ctx > cfg->sliding_window)
+        return pl_error(PL_ERR_UNSUPPORTED, "stage: max_ctx %d is past the model's sliding "
+                        "window of %d positions; sliding-window attention is not implemented",
+                        p->max_ctx, cfg->sliding_window);
     if (cfg->head_dim % 2 || cfg->head_dim > PL_GPU_PLAN_MAX_HEAD_DIM)
         return pl_error(PL_ERR_UNSUPPORTED,
                         "head_dim %d: the GPU kernels need an even head_dim "
@@ -33,9 +44,26 @@ pl_status_t pl_gpu_stage_check(const pl_model_config_t *cfg, const pl_be_stage_p
                         "stage: max_seqs %d, max_ctx %d, max_tokens %d must be "
                         "positive",
                         p->max_seqs, p->max_ctx, p->max_tokens);
-    if (p->max_seqs > (1 << 16) || p->max_tokens > (1 << 24) || p->max_ctx > (1 << 24))
-        return pl_error(PL_ERR_RANGE, "stage: max_seqs %d, max_ctx %d or max_tokens %d too large",
-                        p->max_seqs, p->max_ctx, p->max_tokens);
+    if (p->max_seqs > PL_GPU_MAX_SEQS)
+        return pl_error(PL_ERR_RANGE,
+                        "stage: max_seqs %d above %d, the GPU attention grids' sequence limit",
+                        p->max_seqs, PL_GPU_MAX_SEQS);
+    if (p->max_tokens > PL_GPU_MAX_TOKENS)
+        return pl_error(PL_ERR_RANGE,
+                        "stage: max_tokens %d above %d, the GPU GEMM grid's limit (%d tiles of 64)",
+                        p->max_tokens, PL_GPU_MAX_TOKENS, PL_GPU_GRID_MAX_YZ);
+    if (p->max_ctx > (1 << 24))
+        return pl_error(PL_ERR_RANGE, "stage: max_ctx %d above %d", p->max_ctx, 1 << 24);
+    if (cfg->n_heads > PL_GPU_GRID_MAX_YZ)
+        return pl_error(PL_ERR_UNSUPPORTED,
+                        "num_attention_heads %d above %d, the GPU attention grids' limit",
+                        cfg->n_heads, PL_GPU_GRID_MAX_YZ);
+    /* one sequence gets the most splits */
+    int splits = 0, chunk = 0;
+    pl_gpu_decode_split(p->max_ctx, 1, cfg->n_heads, &splits, &chunk);
+    if (splits > PL_GPU_GRID_MAX_YZ)
+        return pl_error(PL_ERR_RANGE, "stage: max_ctx %d needs %d decode splits, above %d",
+                        p->max_ctx, splits, PL_GPU_GRID_MAX_YZ);
     /* GEMM dimensions and element offsets inside one row are ints */
     int64_t qkv = (int64_t)(cfg->n_heads + 2 * cfg->n_kv_heads) * cfg->head_dim;
     if (qkv > INT32_MAX / 2 || 2 * (int64_t)cfg->intermediate > INT32_MAX / 2 ||
@@ -102,6 +130,13 @@ size_t pl_gpu_decode_work_floats(int max_ctx, int max_seqs, int n_heads, int hea
     if (pairs * (s0 ? s0 : 1) < most)
         most = pairs * (s0 ? s0 : 1);
     return most * ((size_t)head_dim + 2);
+}
+
+int pl_gpu_gemv_cols(int threads, int warp_size)
+{
+    if ((warp_size == 32 || warp_size == 64) && threads >= warp_size && threads % warp_size == 0)
+        return threads / warp_size;
+    return threads >= 64 ? threads / 64 : 1;
 }
 
 size_t pl_gpu_meta_capacity(int max_tokens, int max_seqs)

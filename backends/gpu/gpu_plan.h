@@ -15,9 +15,17 @@
 #define PL_GPU_PLAN_ALIGN 256          /* byte alignment of every buffer in a layout */
 #define PL_GPU_DECODE_MIN_CHUNK 256    /* positions per flash-decoding block, at least */
 #define PL_GPU_DECODE_MAX_BLOCKS 16384 /* cap on (sequences x heads x splits) */
+/* Launch limits: grid dimensions y and z hold at most 65,535 blocks on both vendors. Sequences
+ * and heads are y/z dimensions of the attention grids, decode splits a y dimension, and the
+ * built-in GEMM's 64-row tiles of the tokens a y dimension. */
+#define PL_GPU_GRID_MAX_YZ 65535
+#define PL_GPU_MAX_SEQS PL_GPU_GRID_MAX_YZ
+#define PL_GPU_MAX_TOKENS (PL_GPU_GRID_MAX_YZ * 64)
 
 /* Check that the GPU kernels support the model and the stage parameters are sane (layer range
- * inside the model, positive limits, sizes that fit int32 indexing). */
+ * inside the model, positive limits, sizes that fit int32 indexing and the launch grids: at most
+ * PL_GPU_MAX_SEQS sequences, PL_GPU_MAX_TOKENS tokens, PL_GPU_GRID_MAX_YZ heads and decode
+ * splits). */
 pl_status_t pl_gpu_stage_check(const pl_model_config_t *cfg, const pl_be_stage_params_t *p);
 
 /* Check one microbatch against the stage limits: counts, n_tok sum, slots in range and distinct,
@@ -29,6 +37,11 @@ pl_status_t pl_gpu_batch_check(const pl_be_batch_t *b, int max_seqs, int max_ctx
 void pl_gpu_decode_split(int max_ctx, int n_seq, int n_heads, int *splits_p, int *chunk_p);
 /* Floats of partial results the decode kernels need for up to max_seqs sequences. */
 size_t pl_gpu_decode_work_floats(int max_ctx, int max_seqs, int n_heads, int head_dim);
+
+/* Output columns per block of the built-in GEMV, one warp per column: threads / warp_size for a
+ * warp of 32 or 64 lanes that divides threads (8 on NVIDIA and RDNA's wave32, 4 on CDNA's
+ * wave64), else threads / 64, the fewest any device runs. */
+int pl_gpu_gemv_cols(int threads, int warp_size);
 
 /* Offsets (in int32 elements) of the arrays inside the metadata block uploaded per forward. */
 typedef struct {

@@ -39,6 +39,19 @@ static void s_elem_store(pl_dtype_t dt, void *dst, size_t i, float v)
     }
 }
 
+/* The GPU kernels read f32, f16 and bf16 weights; a quantized tensor is refused by name, before
+ * any device memory is taken (quantized GPU kernels are a later issue). */
+static pl_status_t s_check_wtype(const char *name, const pl_tensor_view_t *v)
+{
+    const pl_wtype_info_t *wi = pl_wtype_info(v->wtype);
+    if (!wi || wi->quantized)
+        return pl_error(PL_ERR_UNSUPPORTED,
+                        "gpu stage: tensor '%s' is %s, a quantized weight type: the GPU backends "
+                        "have no quantized kernels yet (place this stage on a CPU)",
+                        name, pl_wtype_name(v->wtype));
+    return PL_OK;
+}
+
 /* Copy tensor `name` of shape [rows][cols] to device memory dst in dtype dt, converting on the
  * host when the file stores another dtype. */
 static pl_status_t s_upload(pl_model_t *model, const char *name, int64_t rows, int64_t cols,
@@ -50,7 +63,7 @@ static pl_status_t s_upload(pl_model_t *model, const char *name, int64_t rows, i
     int ndim = cols > 0 ? 2 : 1;
     if (ndim == 1)
         shape[0] = rows;
-    if ((st = pl_model_tensor_shaped(model, name, ndim, shape, &v)))
+    if ((st = pl_model_tensor_shaped(model, name, ndim, shape, &v)) || (st = s_check_wtype(name, &v)))
         return st;
     if (v.dtype == dt)
         return pl_gpu_status(cudaMemcpy(dst, v.data, v.nbytes, cudaMemcpyHostToDevice), name);
@@ -141,7 +154,7 @@ static pl_status_t s_weight_dtype(pl_model_t *model, const pl_be_stage_params_t 
         snprintf(name, sizeof(name), "model.embed_tokens.weight");
     else
         snprintf(name, sizeof(name), "lm_head.weight");
-    if ((st = pl_model_tensor(model, name, &v)))
+    if ((st = pl_model_tensor(model, name, &v)) || (st = s_check_wtype(name, &v)))
         return st;
     *dt_p = v.dtype;
     return PL_OK;

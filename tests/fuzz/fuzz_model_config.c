@@ -28,5 +28,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         (!(c.rope_factor >= 1) || !(c.rope_high_freq_factor > c.rope_low_freq_factor) ||
          c.rope_orig_max_pos < 1))
         abort();
+    /* the family and its structure agree; a window only on Mistral */
+    if ((unsigned)c.family >= PL_FAMILY_COUNT || c.qkv_bias != (c.family == PL_FAMILY_QWEN2) ||
+        c.qk_norm != (c.family == PL_FAMILY_QWEN3) || c.sliding_window < 0 ||
+        (c.sliding_window > 0 && c.family != PL_FAMILY_MISTRAL))
+        abort();
     return 0;
 }

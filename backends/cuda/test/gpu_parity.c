@@ -162,13 +162,14 @@ static void s_usage(FILE *f)
 {
     fprintf(f,
             "usage: pl-%s-parity [--no-ops] [--model DIR]... [--exact] [--gen N]\n"
-            "       [--plugin LIB] [--seed S] [--prompt-ids 1,2,3]\n"
+            "       [--plugin LIB] [--seed S] [--prompt-ids 1,2,3] [--host-only]\n"
             "  --no-ops       skip the per-op kernel checks\n"
             "  --model DIR    stage checks against the CPU backend on this model (repeatable)\n"
             "  --exact        the models are f32: greedy generations must be identical\n"
             "  --gen N        greedy generation of N tokens, GPU vs CPU (default 16)\n"
             "  --plugin LIB   run the stage checks through this plugin file (dlopen)\n"
-            "  --prompt-ids   first generation prompt (printed as GEN cpu: / GEN gpu:)\n",
+            "  --prompt-ids   first generation prompt (printed as GEN cpu: / GEN gpu:)\n"
+            "  --host-only    only the checks that need no device (GEMM context), then exit\n",
             PL_GPU_BACKEND);
 }
 
@@ -181,12 +182,13 @@ int main(int argc, char **argv)
                                           {"plugin", required_argument, 0, 'p'},
                                           {"seed", required_argument, 0, 's'},
                                           {"prompt-ids", required_argument, 0, 'P'},
+                                          {"host-only", no_argument, 0, 'H'},
                                           {"help", no_argument, 0, 'h'},
                                           {0, 0, 0, 0}};
     pt_ctx_t t = {.seed = 1, .log = stdout};
     const char *models[16], *plugin = NULL;
     int n_models = 0, gen = 16, c;
-    bool ops = true, exact = false;
+    bool ops = true, exact = false, host_only = false;
 
     setvbuf(stdout, NULL, _IOLBF, 0);
     while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
@@ -216,6 +218,9 @@ int main(int argc, char **argv)
                 p += strcspn(p, ",");
                 p += *p == ',';
             }
+            break;
+        case 'H':
+            host_only = true;
             break;
         case 'h':
             s_usage(stdout);
@@ -248,6 +253,13 @@ int main(int argc, char **argv)
             fprintf(stderr, "--plugin runs stage checks only; add --no-ops\n");
             return 2;
         }
+    }
+
+    if (host_only || ops) /* the static build's own GEMM dispatch, device or not */
+        pt_blas_run(&t);
+    if (host_only) {
+        printf("# parity: %d passed, %d failed, %d skipped\n", t.n_pass, t.n_fail, t.n_skip);
+        return t.n_fail ? 1 : 0;
     }
 
     pl_be_device_info_t info[8];

@@ -48,6 +48,8 @@ void pt_dev_sync(const char *what, cudaError_t launched);
 
 /* Per-op checks of the kernels and the GEMM paths (parity_ops.c). */
 void pt_ops_run(pt_ctx_t *t);
+/* GEMM context creation and its description, with or without a device (parity_blas.c). */
+void pt_blas_run(pt_ctx_t *t);
 
 /* Stage checks against the CPU backend on a model directory (parity_stage.c). `gpu` is the
  * table under test: the static one or the plugin's. gen_tokens > 0 also compares a greedy

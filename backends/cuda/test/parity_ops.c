@@ -89,7 +89,9 @@ static void s_rmsnorm(pt_ctx_t *t)
                 char what[96];
                 snprintf(what, sizeof(what), "rmsnorm dim=%d out=%s%s", D, pl_dtype_name(dt),
                          gather ? " gathered" : "");
-                pt_compare(t, what, got, want, (size_t)n * D, s_tol(dt, 2e-6));
+                /* f32: the sum of squares is in double on both sides, so the scale rounds alike
+                 * and the output is the CPU's to within 2 ulp of the largest value */
+                pt_compare(t, what, got, want, (size_t)n * D, s_tol(dt, 2.5e-7));
                 free(raw);
             }
         }

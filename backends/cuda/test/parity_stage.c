@@ -36,6 +36,17 @@ static int s_argmax(const float *x, int n)
     return best;
 }
 
+/* Logit of the best token minus the runner-up's: how close a greedy step was to flipping. */
+static float s_margin(const float *x, int n)
+{
+    int best = s_argmax(x, n);
+    float second = -INFINITY;
+    for (int i = 0; i < n; i++)
+        if (i != best && x[i] > second)
+            second = x[i];
+    return x[best] - second;
+}
+
 static size_t s_out_floats(const pl_model_config_t *c, const pl_be_stage_params_t *p,
                            const s_step_t *s)
 {
@@ -269,6 +280,7 @@ static void s_generate(pt_ctx_t *t, s_side_t *cpu, s_side_t *gpu, pl_model_t *mo
     const pl_model_config_t *c = pl_model_config(model);
     int n_prompt[2] = {t->n_prompt > 0 ? t->n_prompt : 5, 9};
     int toks[2][2][S_MAX_CTX];
+    float margin[2][2][S_MAX_CTX];
     float *logits = malloc((size_t)2 * c->vocab * sizeof(float));
     s_side_t *sides[2] = {cpu, gpu};
     uint64_t key = pl_rand_key(t->seed, 88, 0);
@@ -301,6 +313,7 @@ static void s_generate(pt_ctx_t *t, s_side_t *cpu, s_side_t *gpu, pl_model_t *mo
             }
             for (int s = 0; s < 2; s++) {
                 toks[sd][s][step] = s_argmax(logits + (size_t)s * c->vocab, c->vocab);
+                margin[sd][s][step] = s_margin(logits + (size_t)s * c->vocab, c->vocab);
                 pos0[s] += n_tok[s];
                 n_tok[s] = 1;
                 ids[s] = toks[sd][s][step];
@@ -309,17 +322,20 @@ static void s_generate(pt_ctx_t *t, s_side_t *cpu, s_side_t *gpu, pl_model_t *mo
         }
         s_unload(sides[sd]);
     }
-    int same = 0;
+    int same = 0, early = 0, need = gen < 8 ? gen : 8;
     for (int s = 0; s < 2; s++) {
         int first_diff = -1;
         for (int k = 0; k < gen && first_diff < 0; k++)
             if (toks[0][s][k] != toks[1][s][k])
                 first_diff = k;
         same += first_diff < 0;
+        early += first_diff >= 0 && first_diff < need;
         fprintf(t->log, "INFO greedy sequence %d: %s", s,
                 first_diff < 0 ? "identical" : "differs from token ");
-        if (first_diff >= 0)
-            fprintf(t->log, "%d", first_diff);
+        if (first_diff >= 0) /* the margins say whether a rounding difference could flip it */
+            fprintf(t->log, "%d (cpu %d, logit margin %.4g; gpu %d, logit margin %.4g)",
+                    first_diff, toks[0][s][first_diff], margin[0][s][first_diff],
+                    toks[1][s][first_diff], margin[1][s][first_diff]);
         fprintf(t->log, " (gpu:");
         for (int k = 0; k < gen && k < 12; k++)
             fprintf(t->log, " %d", toks[1][s][k]);
@@ -333,6 +349,9 @@ static void s_generate(pt_ctx_t *t, s_side_t *cpu, s_side_t *gpu, pl_model_t *mo
     }
     if (exact)
         pt_check(t, same == 2, "greedy generation of %d tokens identical to cpu (f32 model)", gen);
+    else
+        pt_check(t, early == 0, "greedy generation: the first %d tokens of each prompt equal "
+                 "the cpu's (f16/bf16 model)", need);
     free(logits);
 }
 

@@ -1,0 +1,53 @@
+/* The float-type GEMM kernels with AVX2, FMA and F16C (this file is compiled with those flags;
+ * cpu_gemm.c calls into it only when cpuid reports them). */
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+typedef struct {
+    __m256 lo, hi; /* lanes 0..7 and 8..15 */
+} s_v16_t;
+
+static inline s_v16_t s_v_ld(const float *p)
+{
+    return (s_v16_t){_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)};
+}
+
+static inline void s_v_st(float *p, s_v16_t a)
+{
+    _mm256_storeu_ps(p, a.lo);
+    _mm256_storeu_ps(p + 8, a.hi);
+}
+
+static inline s_v16_t s_v_fma(s_v16_t x, s_v16_t w, s_v16_t a)
+{
+    return (s_v16_t){_mm256_fmadd_ps(x.lo, w.lo, a.lo), _mm256_fmadd_ps(x.hi, w.hi, a.hi)};
+}
+
+static inline s_v16_t s_v_ldw_f32(const unsigned char *p)
+{
+    return s_v_ld((const float *)(const void *)p); /* loadu: any alignment */
+}
+
+static inline s_v16_t s_v_ldw_f16(const unsigned char *p)
+{
+    return (s_v16_t){_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)p)),
+                     _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(p + 16)))};
+}
+
+static inline __m256 s_bf16x8(const unsigned char *p)
+{
+    __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+}
+
+static inline s_v16_t s_v_ldw_bf16(const unsigned char *p)
+{
+    return (s_v16_t){s_bf16x8(p), s_bf16x8(p + 16)};
+}
+
+#define S_ISA avx2
+#define S_TR 2
+#define S_TO 2
+#define S_TO1 4
+#include "backends/cpu/cpu_gemm_tmpl.h"
+#endif

@@ -1,0 +1,258 @@
+/* Quantized dots: the activation quantizers, the scalar kernels (the fallback, and the shape the
+ * SIMD kernels follow: exact integer sums per block, then one fixed fmaf chain in block order),
+ * the per-ISA tables and the GEMM's block products built on them. */
+#include "backends/cpu/cpu_qdot.h"
+
+#include "common/util.h"
+
+#include <math.h>
+#include <string.h>
+
+static float s_half(const unsigned char *p)
+{
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return pl_f16_to_f32(h);
+}
+
+static void s_quant_block(const float *x, int n, float *d_p, int8_t *qs)
+{
+    float amax = 0.0f, d, id;
+    for (int i = 0; i < n; i++)
+        amax = fmaxf(amax, fabsf(x[i]));
+    d = amax / 127.0f;
+    id = d > 0.0f ? 1.0f / d : 0.0f;
+    for (int i = 0; i < n; i++) {
+        long q = lrintf(x[i] * id);
+        qs[i] = (int8_t)(q > 127 ? 127 : q < -127 ? -127 : q);
+    }
+    *d_p = d;
+}
+
+size_t pl_cpu_qact_bytes(pl_wtype_t wt, int64_t n)
+{
+    switch (wt) {
+    case PL_WT_Q8_0:
+    case PL_WT_Q4_0: return (size_t)(n / PL_QK8_0) * sizeof(pl_q8_act_t);
+    case PL_WT_Q4_K:
+    case PL_WT_Q5_K:
+    case PL_WT_Q6_K: return (size_t)(n / PL_QK_K) * sizeof(pl_q8k_act_t);
+    default: return 0;
+    }
+}
+
+void pl_cpu_qact_quantize(pl_wtype_t wt, const float *x, int64_t n, void *qx)
+{
+    if (wt == PL_WT_Q8_0 || wt == PL_WT_Q4_0) {
+        pl_q8_act_t *a = qx;
+        for (int64_t b = 0; b < n / PL_QK8_0; b++)
+            s_quant_block(x + b * PL_QK8_0, PL_QK8_0, &a[b].d, a[b].qs);
+        return;
+    }
+    pl_q8k_act_t *a = qx;
+    for (int64_t b = 0; b < n / PL_QK_K; b++) {
+        s_quant_block(x + b * PL_QK_K, PL_QK_K, &a[b].d, a[b].qs);
+        for (int j = 0; j < PL_QK_K / 16; j++) {
+            int s = 0;
+            for (int l = 0; l < 16; l++)
+                s += a[b].qs[16 * j + l];
+            a[b].bsums[j] = (int16_t)s;
+        }
+    }
+}
+
+/* Q8_0 / Q4_0 rows: block b's integer dot, times its two scales, goes into lane b % 8 (one fmaf
+ * chain per lane, so that SIMD code can run eight blocks side by side); then the lanes' fixed sum
+ * pl_cpu_q32_lanes_sum. Every path computes exactly this. */
+float pl_cpu_q32_lanes_sum(const float *l)
+{
+    return ((l[0] + l[4]) + (l[1] + l[5])) + ((l[2] + l[6]) + (l[3] + l[7]));
+}
+
+void pl_cpu_q32_tail(const void *w, const void *qx, int64_t b0, int64_t nb, bool four,
+                     float *lanes)
+{
+    const pl_q8_act_t *a = qx;
+    size_t bb = four ? sizeof(pl_block_q4_0_t) : sizeof(pl_block_q8_0_t);
+    for (int64_t b = b0; b < nb; b++) {
+        const unsigned char *p = (const unsigned char *)w + (size_t)b * bb;
+        int s = 0;
+        for (int j = 0; j < PL_QK8_0 / 2 && four; j++)
+            s += ((p[2 + j] & 0xF) - 8) * a[b].qs[j] + ((p[2 + j] >> 4) - 8) * a[b].qs[j + 16];
+        for (int j = 0; j < PL_QK8_0 && !four; j++)
+            s += (int8_t)p[2 + j] * a[b].qs[j];
+        lanes[b % 8] = fmaf(s_half(p) * a[b].d, (float)s, lanes[b % 8]);
+    }
+}
+
+static float s_q8_0(const void *w, const void *qx, int64_t n)
+{
+    float lanes[8] = {0};
+    pl_cpu_q32_tail(w, qx, 0, n / PL_QK8_0, false, lanes);
+    return pl_cpu_q32_lanes_sum(lanes);
+}
+
+static float s_q4_0(const void *w, const void *qx, int64_t n)
+{
+    float lanes[8] = {0};
+    pl_cpu_q32_tail(w, qx, 0, n / PL_QK8_0, true, lanes);
+    return pl_cpu_q32_lanes_sum(lanes);
+}
+
+/* Q4_K / Q5_K: sum_j sc_j * (q . x)_j  and  sum_j m_j * sum(x)_j per super-block. */
+static float s_k45(const void *w, const void *qx, int64_t n, bool five)
+{
+    const unsigned char *p = w;
+    const pl_q8k_act_t *a = qx;
+    size_t bb = five ? sizeof(pl_block_q5_k_t) : sizeof(pl_block_q4_k_t);
+    float sum = 0.0f;
+    for (int64_t b = 0; b < n / PL_QK_K; b++, p += bb) {
+        const uint8_t *scales = p + 4, *qh = p + 16, *qs = p + (five ? 48 : 16);
+        int sumi = 0, summ = 0;
+        for (int j = 0; j < 8; j++) {
+            uint8_t sc, m;
+            int s = 0;
+            pl_k_scale_min(j, scales, &sc, &m);
+            for (int l = 0; l < 32; l++) {
+                uint8_t byte = qs[32 * (j / 2) + l];
+                int q = j % 2 ? byte >> 4 : byte & 0xF;
+                if (five)
+                    q += ((qh[l] >> j) & 1) << 4;
+                s += q * a[b].qs[32 * j + l];
+            }
+            sumi += sc * s;
+            summ += m * (a[b].bsums[2 * j] + a[b].bsums[2 * j + 1]);
+        }
+        sum = fmaf(a[b].d, fmaf(s_half(p), (float)sumi, -(s_half(p + 2) * (float)summ)), sum);
+    }
+    return sum;
+}
+
+static float s_q4_k(const void *w, const void *qx, int64_t n)
+{
+    return s_k45(w, qx, n, false);
+}
+
+static float s_q5_k(const void *w, const void *qx, int64_t n)
+{
+    return s_k45(w, qx, n, true);
+}
+
+static float s_q6_k(const void *w, const void *qx, int64_t n)
+{
+    const unsigned char *p = w;
+    const pl_q8k_act_t *a = qx;
+    float sum = 0.0f;
+    for (int64_t b = 0; b < n / PL_QK_K; b++, p += sizeof(pl_block_q6_k_t)) {
+        const uint8_t *ql = p, *qh = p + 128;
+        const int8_t *sc = (const int8_t *)(p + 192);
+        int sumi = 0;
+        for (int j = 0; j < 16; j++) {
+            int s = 0;
+            for (int l16 = 0; l16 < 16; l16++) {
+                int e = 16 * j + l16, h = e / 128, part = (e % 128) / 32, l = e % 32;
+                int lo = ql[64 * h + l + 32 * (part & 1)];
+                lo = part < 2 ? lo & 0xF : lo >> 4;
+                int q = (lo | (((qh[32 * h + l] >> (2 * part)) & 3) << 4)) - 32;
+                s += q * a[b].qs[e];
+            }
+            sumi += sc[j] * s;
+        }
+        sum = fmaf(a[b].d * s_half(p + 208), (float)sumi, sum);
+    }
+    return sum;
+}
+
+const pl_cpu_qdot_table_t pl_cpu_qdot_scalar = {s_q8_0, s_q4_0, s_q4_k, s_q5_k, s_q6_k};
+#if !defined(__x86_64__) /* pl_cpu_isa() never picks these there */
+const pl_cpu_qdot_table_t pl_cpu_qdot_avx2 = {s_q8_0, s_q4_0, s_q4_k, s_q5_k, s_q6_k};
+const pl_cpu_qdot_table_t pl_cpu_qdot_avx512 = {s_q8_0, s_q4_0, s_q4_k, s_q5_k, s_q6_k};
+#endif
+
+const pl_cpu_qdot_table_t *pl_cpu_qdot_table(pl_cpu_isa_t isa)
+{
+    static const pl_cpu_qdot_table_t *const tables[PL_CPU_ISA_COUNT] = {
+        &pl_cpu_qdot_scalar, &pl_cpu_qdot_avx2, &pl_cpu_qdot_avx512};
+    return (unsigned)isa < PL_CPU_ISA_COUNT && isa <= pl_cpu_isa() ? tables[isa] : NULL;
+}
+
+pl_cpu_qdot_fn pl_cpu_qdot_fn_of(const pl_cpu_qdot_table_t *t, pl_wtype_t wt)
+{
+    switch (wt) {
+    case PL_WT_Q8_0: return t->q8_0;
+    case PL_WT_Q4_0: return t->q4_0;
+    case PL_WT_Q4_K: return t->q4_k;
+    case PL_WT_Q5_K: return t->q5_k;
+    case PL_WT_Q6_K: return t->q6_k;
+    default: return NULL;
+    }
+}
+
+float pl_q8_0_dot(const void *w, const void *qx, int64_t n)
+{
+    return pl_cpu_qdot_table(pl_cpu_isa())->q8_0(w, qx, n);
+}
+
+float pl_q4_0_dot(const void *w, const void *qx, int64_t n)
+{
+    return pl_cpu_qdot_table(pl_cpu_isa())->q4_0(w, qx, n);
+}
+
+float pl_q4_k_dot(const void *w, const void *qx, int64_t n)
+{
+    return pl_cpu_qdot_table(pl_cpu_isa())->q4_k(w, qx, n);
+}
+
+float pl_q5_k_dot(const void *w, const void *qx, int64_t n)
+{
+    return pl_cpu_qdot_table(pl_cpu_isa())->q5_k(w, qx, n);
+}
+
+float pl_q6_k_dot(const void *w, const void *qx, int64_t n)
+{
+    return pl_cpu_qdot_table(pl_cpu_isa())->q6_k(w, qx, n);
+}
+
+/* ---- the GEMM table's slots ---- */
+
+/* y[r][o] = dot(weight row o, activation row r): one row dot per element, so an element does not
+ * depend on the block it falls in. */
+static void s_block(pl_cpu_qdot_fn dot, const void *const *x, int nr, const void *w, size_t rb,
+                    int no, int k, float *const *y)
+{
+    for (int o = 0; o < no; o++) {
+        const unsigned char *wo = (const unsigned char *)w + (size_t)o * rb;
+        for (int r = 0; r < nr; r++)
+            y[r][o] = dot(wo, x[r], k);
+    }
+}
+
+#define S_QUANT_KERNELS(type, WT)                                                                  \
+    size_t pl_cpu_qx_bytes_##type(int k)                                                           \
+    {                                                                                              \
+        return pl_cpu_qact_bytes(WT, k);                                                           \
+    }                                                                                              \
+    void pl_cpu_qx_prep_##type(const float *x, int k, void *xq)                                    \
+    {                                                                                              \
+        pl_cpu_qact_quantize(WT, x, k, xq);                                                        \
+    }                                                                                              \
+    void pl_cpu_qblock_##type##_scalar(const void *const *x, int nr, const void *w, size_t rb,    \
+                                       int no, int k, float *const *y)                             \
+    {                                                                                              \
+        s_block(pl_cpu_qdot_scalar.type, x, nr, w, rb, no, k, y);                                  \
+    }                                                                                              \
+    void pl_cpu_qblock_##type##_avx2(const void *const *x, int nr, const void *w, size_t rb,      \
+                                     int no, int k, float *const *y)                               \
+    {                                                                                              \
+        s_block(pl_cpu_qdot_avx2.type, x, nr, w, rb, no, k, y);                                    \
+    }                                                                                              \
+    void pl_cpu_qblock_##type##_avx512(const void *const *x, int nr, const void *w, size_t rb,    \
+                                       int no, int k, float *const *y)                             \
+    {                                                                                              \
+        s_block(pl_cpu_qdot_avx512.type, x, nr, w, rb, no, k, y);                                  \
+    }
+S_QUANT_KERNELS(q8_0, PL_WT_Q8_0)
+S_QUANT_KERNELS(q4_0, PL_WT_Q4_0)
+S_QUANT_KERNELS(q4_k, PL_WT_Q4_K)
+S_QUANT_KERNELS(q5_k, PL_WT_Q5_K)
+S_QUANT_KERNELS(q6_k, PL_WT_Q6_K)

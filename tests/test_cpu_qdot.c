@@ -1,0 +1,242 @@
+/* Tests of the quantized CPU dots: every ISA this CPU has, every block type, rows of 1..9 blocks
+ * (odd counts reach the SIMD kernels' tail), against double-precision sums of dequantized values;
+ * bitwise agreement between instruction sets; their slots in the GEMM's weight-type table. */
+#include "backends/cpu/cpu_qdot.h"
+#include "common/util.h"
+
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const pl_wtype_t s_types[] = {PL_WT_Q8_0, PL_WT_Q4_0, PL_WT_Q4_K, PL_WT_Q5_K, PL_WT_Q6_K};
+
+/* The activations as floats, read from the documented layouts (d, then the int8 quants). */
+static void s_act_f32(pl_wtype_t wt, const void *qx, int64_t n, float *out)
+{
+    int blk = pl_wtype_info(wt)->block;
+    for (int64_t b = 0; b < n / blk; b++) {
+        float d;
+        const int8_t *qs;
+        if (blk == 32) {
+            const pl_q8_act_t *a = (const pl_q8_act_t *)qx + b;
+            d = a->d, qs = a->qs;
+        } else {
+            const pl_q8k_act_t *a = (const pl_q8k_act_t *)qx + b;
+            d = a->d, qs = a->qs;
+            for (int j = 0; j < 16; j++) {
+                int s = 0;
+                for (int l = 0; l < 16; l++)
+                    s += qs[16 * j + l];
+                cr_assert_eq(a->bsums[j], s, "bsums[%d]", j);
+            }
+        }
+        for (int i = 0; i < blk; i++)
+            out[b * blk + i] = d * (float)qs[i];
+    }
+}
+
+Test(cpu_qdot, activation_quantizer_within_half_a_step)
+{
+    enum { N = 512 };
+    float x[N], y[N];
+    static unsigned char q[N * 2];
+    for (int i = 0; i < N; i++)
+        x[i] = (pl_rand_uniform(3, (uint64_t)i) - 0.5f) * (i % 50 == 0 ? 40.0f : 2.0f);
+    for (size_t t = 0; t < sizeof(s_types) / sizeof(s_types[0]); t++) {
+        int blk = pl_wtype_info(s_types[t])->block;
+        cr_assert_leq(pl_cpu_qact_bytes(s_types[t], N), sizeof(q));
+        pl_cpu_qact_quantize(s_types[t], x, N, q);
+        s_act_f32(s_types[t], q, N, y);
+        for (int b = 0; b < N / blk; b++) {
+            float amax = 0;
+            for (int i = 0; i < blk; i++)
+                amax = fmaxf(amax, fabsf(x[b * blk + i]));
+            for (int i = 0; i < blk; i++)
+                cr_assert_leq(fabsf(x[b * blk + i] - y[b * blk + i]), amax / 254 * 1.0001f,
+                              "%s element %d", pl_wtype_name(s_types[t]), b * blk + i);
+        }
+    }
+    cr_assert_eq(pl_cpu_qact_bytes(PL_WT_F32, N), 0);
+}
+
+/* Weights: quantized random values, or random bytes with finite scales (every bit pattern). */
+static void s_weights(pl_wtype_t dt, int nb, int mode, uint64_t seed, unsigned char *w)
+{
+    int blk = pl_wtype_info(dt)->block;
+    size_t bb = pl_wtype_info(dt)->block_bytes;
+    if (mode == 0) {
+        float *x = malloc((size_t)nb * blk * sizeof(float));
+        for (int i = 0; i < nb * blk; i++)
+            x[i] = (pl_rand_uniform(seed, (uint64_t)i) - 0.5f) * 0.2f;
+        pl_wtype_from_f32(dt, x, (size_t)nb * blk, w);
+        free(x);
+        return;
+    }
+    for (size_t i = 0; i < (size_t)nb * bb; i++)
+        w[i] = (unsigned char)pl_rand_u64(seed, i);
+    for (int b = 0; b < nb; b++) {
+        size_t offs[2] = {0, 2};
+        int n_offs = dt == PL_WT_Q4_K || dt == PL_WT_Q5_K ? 2 : 1;
+        if (dt == PL_WT_Q6_K)
+            offs[0] = 208;
+        for (int k = 0; k < n_offs; k++) {
+            uint16_t h = pl_f32_to_f16((pl_rand_uniform(seed + 9, (uint64_t)(2 * b + k)) - 0.5f) *
+                                       0.01f);
+            memcpy(w + (size_t)b * bb + offs[k], &h, 2);
+        }
+    }
+}
+
+Test(cpu_qdot, every_isa_and_type_against_double_sums)
+{
+    enum { MAXB = 9, MAXN = MAXB * 256 };
+    static unsigned char w[MAXB * 256 * 2], qx[MAXN * 2];
+    static float x[MAXN], wd[MAXN], xd[MAXN];
+    int n_isa = 0;
+    for (int isa = 0; isa < PL_CPU_ISA_COUNT; isa++) {
+        const pl_cpu_qdot_table_t *tab = pl_cpu_qdot_table((pl_cpu_isa_t)isa);
+        if (!tab)
+            continue;
+        n_isa++;
+        for (size_t t = 0; t < sizeof(s_types) / sizeof(s_types[0]); t++) {
+            pl_wtype_t dt = s_types[t];
+            pl_cpu_qdot_fn fn = pl_cpu_qdot_fn_of(tab, dt);
+            int blk = pl_wtype_info(dt)->block;
+            for (int nb = 1; nb <= MAXB; nb += 2) {
+                for (int mode = 0; mode < 2; mode++) {
+                    int64_t n = (int64_t)nb * blk;
+                    uint64_t seed = 1000 * t + 10 * (uint64_t)nb + (uint64_t)mode;
+                    s_weights(dt, nb, mode, seed, w + 1); /* misaligned row */
+                    for (int64_t i = 0; i < n; i++)
+                        x[i] = (pl_rand_uniform(seed + 5, (uint64_t)i) - 0.5f) * 3.0f;
+                    pl_cpu_qact_quantize(dt, x, n, qx);
+                    pl_wtype_to_f32(dt, w + 1, (size_t)n, wd);
+                    s_act_f32(dt, qx, n, xd);
+                    double exact = 0, mag = 0, vs_x = 0, bound = 0;
+                    for (int64_t i = 0; i < n; i++) {
+                        exact += (double)wd[i] * xd[i];
+                        vs_x += (double)wd[i] * x[i];
+                        mag += fabs((double)wd[i] * xd[i]);
+                    }
+                    for (int64_t b = 0; b < n / blk; b++) {
+                        double amax = 0;
+                        for (int i = 0; i < blk; i++)
+                            amax = fmax(amax, fabs(x[b * blk + i]));
+                        for (int i = 0; i < blk; i++)
+                            bound += fabs(wd[b * blk + i]) * amax / 254;
+                    }
+                    float got = fn(w + 1, qx, n);
+                    cr_assert_leq(fabs(got - exact), 2e-6 * mag + 1e-9,
+                                  "%s %s %d blocks mode %d: %g, exact %g", pl_cpu_isa_name((pl_cpu_isa_t)isa),
+                                  pl_wtype_name(dt), nb, mode, got, exact);
+                    cr_assert_leq(fabs(got - vs_x), bound * 1.001 + 2e-6 * mag + 1e-9,
+                                  "%s %s: %g vs f32 activations %g (bound %g)",
+                                  pl_cpu_isa_name((pl_cpu_isa_t)isa), pl_wtype_name(dt), got, vs_x, bound);
+                }
+            }
+        }
+    }
+    cr_assert_geq(n_isa, 1);
+}
+
+/* Every instruction set gives bitwise the scalar result (stages agree across machines). */
+Test(cpu_qdot, instruction_sets_agree_bitwise)
+{
+    enum { NB = 7, N = NB * 256 };
+    static unsigned char w[N * 2], qx[N * 2];
+    static float x[N];
+    for (size_t t = 0; t < sizeof(s_types) / sizeof(s_types[0]); t++) {
+        pl_wtype_t dt = s_types[t];
+        for (int mode = 0; mode < 2; mode++) {
+            s_weights(dt, NB * 256 / pl_wtype_info(dt)->block, mode, 40 + t, w);
+            for (int i = 0; i < N; i++)
+                x[i] = pl_rand_uniform(41 + t, (uint64_t)i) - 0.5f;
+            pl_cpu_qact_quantize(dt, x, N, qx);
+            float ref = pl_cpu_qdot_fn_of(pl_cpu_qdot_table(PL_CPU_ISA_SCALAR), dt)(w, qx, N);
+            for (int isa = 1; isa < PL_CPU_ISA_COUNT; isa++) {
+                const pl_cpu_qdot_table_t *tab = pl_cpu_qdot_table((pl_cpu_isa_t)isa);
+                if (!tab)
+                    continue;
+                float got = pl_cpu_qdot_fn_of(tab, dt)(w, qx, N);
+                cr_assert(memcmp(&got, &ref, 4) == 0, "%s %s: %.9g, scalar %.9g",
+                          pl_cpu_isa_name((pl_cpu_isa_t)isa), pl_wtype_name(dt), got, ref);
+            }
+        }
+    }
+}
+
+/* AVX-512 is picked only when cpuid reports it, AVX2 likewise; scalar is always there. */
+Test(cpu_qdot, isa_follows_cpuid)
+{
+    bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                __builtin_cpu_supports("f16c");
+    bool avx512 = avx2 && __builtin_cpu_supports("avx512f") &&
+                  __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+    cr_assert_not_null(pl_cpu_qdot_table(PL_CPU_ISA_SCALAR));
+    cr_assert_eq(pl_cpu_qdot_table(PL_CPU_ISA_AVX2) != NULL, avx2);
+    cr_assert_eq(pl_cpu_qdot_table(PL_CPU_ISA_AVX512) != NULL, avx512);
+    cr_assert_eq(pl_cpu_isa(),
+                 avx512 ? PL_CPU_ISA_AVX512 : avx2 ? PL_CPU_ISA_AVX2 : PL_CPU_ISA_SCALAR);
+    cr_assert_null(pl_cpu_qdot_fn_of(pl_cpu_qdot_table(pl_cpu_isa()), PL_WT_BF16));
+    cr_log_info("quantized dots: %s", pl_cpu_isa_name(pl_cpu_isa()));
+    /* the standalone kernels are the chosen table's */
+    enum { N = 256 };
+    static unsigned char w[N * 2], qx[N * 2];
+    float x[N];
+    for (int i = 0; i < N; i++)
+        x[i] = pl_rand_uniform(8, (uint64_t)i) - 0.5f;
+    float (*const standalone[])(const void *, const void *, int64_t) = {
+        pl_q8_0_dot, pl_q4_0_dot, pl_q4_k_dot, pl_q5_k_dot, pl_q6_k_dot};
+    for (size_t t = 0; t < sizeof(s_types) / sizeof(s_types[0]); t++) {
+        pl_wtype_from_f32(s_types[t], x, N, w);
+        pl_cpu_qact_quantize(s_types[t], x, N, qx);
+        cr_assert(standalone[t](w, qx, N) ==
+                  pl_cpu_qdot_fn_of(pl_cpu_qdot_table(pl_cpu_isa()), s_types[t])(w, qx, N));
+    }
+}
+
+/* The quantized types' GEMM: every element the row dot of its activation row, whatever the
+ * rows around it (batch invariance), through pl_cpu_gemm_rows on a pool, and the OpenBLAS path on
+ * dequantized tiles close to it. */
+Test(cpu_qdot, gemm_through_the_weight_type_table)
+{
+    enum { OUT = 70, K = 512, NR = 5 };
+    static unsigned char w[OUT * K * 2];
+    static float x[NR * K], y[NR * OUT], ys[NR * OUT], yseq[NR * OUT], tile[PL_CPU_TILE_ROWS * K];
+    static unsigned char qx[K * 2];
+    pl_cpu_pool_t *pool = NULL;
+    cr_assert_eq(pl_cpu_pool_create(2, &pool), PL_OK);
+    for (int i = 0; i < NR * K; i++)
+        x[i] = pl_rand_uniform(50, (uint64_t)i) - 0.5f;
+    for (size_t t = 0; t < sizeof(s_types) / sizeof(s_types[0]); t++) {
+        pl_wtype_t dt = s_types[t];
+        size_t rb;
+        cr_assert_eq(pl_wtype_row_bytes(dt, K, &rb), PL_OK);
+        s_weights(dt, OUT * K / pl_wtype_info(dt)->block, 0, 60 + t, w);
+        pl_tensor_view_t v = {.dtype = PL_DT_F32, .wtype = dt, .ndim = 2, .shape = {OUT, K},
+                              .numel = OUT * K, .data = w, .nbytes = rb * OUT};
+        pl_cpu_wmat_t m;
+        cr_assert_eq(pl_cpu_wmat_from_view("w", &v, &m), PL_OK, "%s", pl_error_msg());
+        int rows[NR] = {4, 0, 3, 1, 2};
+        pl_cpu_gemm_rows(pool, x, rows, NR, &m, y);
+        for (int r = 0; r < NR; r++) {
+            const float *y1 = ys + (size_t)rows[r] * OUT;
+            pl_cpu_gemm_rows(NULL, x, &rows[r], 1, &m, ys);
+            cr_assert_eq(memcmp(y1, y + (size_t)rows[r] * OUT, OUT * sizeof(float)), 0,
+                         "%s row %d", pl_wtype_name(dt), rows[r]);
+            pl_cpu_qact_quantize(dt, x + (size_t)rows[r] * K, K, qx);
+            for (int o = 0; o < OUT; o++) {
+                float d = pl_cpu_qdot_fn_of(pl_cpu_qdot_table(pl_cpu_isa()), dt)(w + o * rb, qx, K);
+                cr_assert(memcmp(&d, &y1[o], 4) == 0, "%s [%d][%d]", pl_wtype_name(dt), rows[r],
+                          o);
+            }
+        }
+        pl_cpu_gemm_seq_force(1); /* OpenBLAS on dequantized tiles */
+        pl_cpu_gemm_seq(pool, x, NR, &m, tile, yseq);
+        pl_cpu_gemm_seq_force(-1);
+        for (int i = 0; i < NR * OUT; i++)
+            cr_assert_float_eq(yseq[i], y[i], 0.02f, "%s element %d", pl_wtype_name(dt), i);
+    }
+    pl_cpu_pool_destroy(&pool);
+}
