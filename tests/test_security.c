@@ -48,7 +48,10 @@ static void s_start_file(const char *extra, int n)
     tc_write(path, text);
     snprintf(bin, sizeof(bin), "%s/pipecoord", tc_bin());
     snprintf(log, sizeof(log), "%s/pipecoord.log", s_c.dir);
-    s_c.coord = tc_spawn((char *[]){bin, "--cluster", path, "--log-level", "debug", NULL}, log);
+    char db[512]; /* each test its own database, never the user's */
+    snprintf(db, sizeof(db), "%s/coord.db", s_c.dir);
+    s_c.coord = tc_spawn(
+        (char *[]){bin, "--cluster", path, "--state-db", db, "--log-level", "debug", NULL}, log);
     for (int i = 0; i < n; i++) {
         char name[16];
         snprintf(name, sizeof(name), "node%d", i);
@@ -310,6 +313,7 @@ Test(security, forged_done_for_another_nodes_stage_is_refused_and_counted)
     pl_msg_t m;
     pl_msg_init(&m, PL_MSG_DONE);
     m.done.job = 1;
+    m.done.epoch = 1; /* the job's real assignment epoch (a fresh database starts at 1) */
     m.done.stage = 1;
     m.done.n_results = 3;
     m.done.results = calloc(3, sizeof(pl_msg_result_t));
