@@ -125,9 +125,28 @@ static bool s_post_coordinator(void *base, void *user, char *err, size_t err_len
     return true;
 }
 
+static bool s_post_client(void *base, void *user, char *err, size_t err_len)
+{
+    const pl_cfg_client_t *k = base;
+    if (!k->public_key[0] == !k->public_key_file[0]) {
+        snprintf(err, err_len, "give exactly one of public_key and public_key_file");
+        return false;
+    }
+    if (strcmp(k->name, "*") == 0 && strcmp(k->role, "node") != 0) {
+        snprintf(err, err_len, "name '*' (any node name) is only for role node");
+        return false;
+    }
+    return true;
+}
+
 static bool s_post_security(void *base, void *user, char *err, size_t err_len)
 {
     const pl_cfg_cluster_t *c = base;
+    if (c->secret_key[0] && c->secret_key_file[0]) {
+        snprintf(err, err_len, "give coordinator_secret_key or coordinator_secret_key_file, "
+                               "not both");
+        return false;
+    }
     if (c->secret_key[0] && !c->public_key[0]) {
         snprintf(err, err_len, "coordinator_secret_key given without coordinator_public_key");
         return false;
@@ -223,9 +242,55 @@ static const pl_ys_field_t s_cluster_coordinator[] = {
     {.type = PL_YS_END},
 };
 
+static bool s_check_client_name(char *value, size_t size, void *user, char *err, size_t len)
+{
+    return strcmp(value, "*") == 0 || s_check_name(value, size, user, err, len);
+}
+
+static const char *const s_roles[] = {"node", "user", "admin", NULL};
+
+static const pl_ys_field_t s_cluster_client[] = {
+    S_STR("name", PL_YS_REQUIRED, pl_cfg_client_t, name, s_check_client_name),
+    {.key = "role",
+     .type = PL_YS_STR,
+     .flags = PL_YS_REQUIRED,
+     .offset = offsetof(pl_cfg_client_t, role),
+     .size = sizeof(((pl_cfg_client_t *)0)->role),
+     .choices = s_roles},
+    S_STR("public_key", 0, pl_cfg_client_t, public_key, s_check_z85_key),
+    S_STR("public_key_file", 0, pl_cfg_client_t, public_key_file, NULL),
+    {.type = PL_YS_END},
+};
+
+static const pl_ys_field_t s_cluster_client_elem = {
+    .type = PL_YS_MAP, .fields = s_cluster_client, .post = s_post_client};
+
 static const pl_ys_field_t s_cluster_security[] = {
     S_STR("coordinator_public_key", 0, pl_cfg_cluster_t, public_key, s_check_z85_key),
     S_STR("coordinator_secret_key", 0, pl_cfg_cluster_t, secret_key, s_check_z85_key),
+    S_STR("coordinator_secret_key_file", 0, pl_cfg_cluster_t, secret_key_file, NULL),
+    {.key = "insecure", .type = PL_YS_BOOL, .offset = offsetof(pl_cfg_cluster_t, insecure)},
+    {.key = "clients",
+     .type = PL_YS_SEQ,
+     .offset = offsetof(pl_cfg_cluster_t, clients),
+     .size = sizeof(pl_cfg_client_t),
+     .elem = &s_cluster_client_elem,
+     .count_offset = offsetof(pl_cfg_cluster_t, n_clients),
+     .max_count = PL_CFG_MAX_CLIENTS},
+    {.type = PL_YS_END},
+};
+
+static const pl_ys_field_t s_model_dir_elem = {.type = PL_YS_STR, .size = PATH_MAX};
+
+static const pl_ys_field_t s_cluster_models[] = {
+    {.key = "allow",
+     .type = PL_YS_SEQ,
+     .flags = PL_YS_UNIQUE,
+     .offset = offsetof(pl_cfg_cluster_t, model_dirs),
+     .size = PATH_MAX,
+     .elem = &s_model_dir_elem,
+     .count_offset = offsetof(pl_cfg_cluster_t, n_model_dirs),
+     .max_count = PL_CFG_MAX_MODEL_DIRS},
     {.type = PL_YS_END},
 };
 
@@ -306,6 +371,7 @@ static const pl_ys_field_t s_cluster_fields[] = {
      .fields = s_cluster_coordinator,
      .post = s_post_coordinator},
     {.key = "security", .type = PL_YS_MAP, .fields = s_cluster_security, .post = s_post_security},
+    {.key = "models", .type = PL_YS_MAP, .fields = s_cluster_models},
     {.key = "nodes",
      .type = PL_YS_SEQ,
      .offset = offsetof(pl_cfg_cluster_t, nodes),
@@ -353,6 +419,7 @@ static const pl_ys_field_t s_node_fields[] = {
      .choices = s_log_levels},
     S_FLOAT("slowdown", 0, pl_cfg_node_t, slowdown, 1, 1000, 1),
     S_STR("coordinator_public_key", 0, pl_cfg_node_t, coordinator_key, s_check_z85_key),
+    S_STR("key_file", 0, pl_cfg_node_t, key_file, NULL),
     {.key = "http",
      .type = PL_YS_MAP,
      .offset = offsetof(pl_cfg_node_t, http),

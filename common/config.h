@@ -54,6 +54,17 @@ typedef struct {
     pl_cfg_device_t devices[PL_CFG_MAX_NODE_DEVICES];
 } pl_cfg_node_entry_t;
 
+#define PL_CFG_MAX_CLIENTS 64
+#define PL_CFG_MAX_MODEL_DIRS 16
+
+/* A client key the coordinator admits (security.clients): its role and one of the two key
+ * forms. */
+typedef struct {
+    char name[PL_CFG_NAME_MAX + 1]; /* node name for role node ("*": any), a label otherwise */
+    char role[8];                   /* node, user, admin */
+    char public_key[64];            /* Z85, or "" with public_key_file */
+    char public_key_file[256];
+} pl_cfg_client_t;
 /* An HTTP listener for /metrics, /livez, /readyz: an IP literal and a port; port 0: off. */
 typedef struct {
     char address[64]; /* default 127.0.0.1 */
@@ -73,6 +84,12 @@ typedef struct {
     int node_expire_ms;      /* coordinator.node_expire_ms: lost nodes forgotten, def. 600000 */
     char public_key[64]; /* security.coordinator_public_key (Z85, 40 chars), "" = none */
     char secret_key[64]; /* security.coordinator_secret_key */
+    char secret_key_file[PATH_MAX]; /* security.coordinator_secret_key_file (0600), "" = none */
+    int n_clients;                  /* security.clients: the allow-list */
+    pl_cfg_client_t clients[PL_CFG_MAX_CLIENTS];
+    bool insecure;                  /* security.insecure: no keys on a non-loopback address */
+    int n_model_dirs;               /* models.allow; 0: any path */
+    char model_dirs[PL_CFG_MAX_MODEL_DIRS][PATH_MAX];
     pl_cfg_http_t http;  /* coordinator.http: the coordinator's HTTP front; off when absent */
     int n_nodes;
     pl_cfg_node_entry_t nodes[PL_CFG_MAX_NODES];
@@ -90,6 +107,7 @@ typedef struct {
     int heartbeat_ms;               /* default 500 */
     char log_level[16];             /* default "info" */
     char coordinator_key[64];       /* coordinator_public_key: CURVE (Z85), "" = plaintext */
+    char key_file[PATH_MAX];        /* key_file: this node's secret key (0600) for CURVE */
     float slowdown;                 /* testing: run the CPU device this many times slower, >= 1 */
     pl_cfg_http_t http;             /* http: the daemon's HTTP front; off when absent */
 } pl_cfg_node_t;

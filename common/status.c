@@ -27,6 +27,7 @@ const char *pl_status_str(pl_status_t status)
     case PL_ERR_BUSY: return "busy";
     case PL_ERR_INFEASIBLE: return "infeasible";
     case PL_ERR_NO_DEVICE: return "no device";
+    case PL_ERR_PERMISSION: return "permission denied";
     }
     return "unknown status";
 }

@@ -21,6 +21,7 @@ typedef enum {
     PL_ERR_BUSY = -12,
     PL_ERR_INFEASIBLE = -13, /* no plan satisfies the constraints */
     PL_ERR_NO_DEVICE = -14,
+    PL_ERR_PERMISSION = -15, /* the peer is not allowed to do this (role, owner, path) */
 } pl_status_t;
 
 /* Short constant name of a status ("invalid input", ...). Never NULL. */

@@ -263,6 +263,14 @@ static void s_on_shutdown(pl_coord_t *c, const pl_tx_peer_t *from)
 
 static void s_dispatch(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_t *m)
 {
+    if (!pl_coord_auth_check(c, from, m->type))
+        return;
+    if ((m->type == PL_MSG_SUBMIT || m->type == PL_MSG_PLAN) &&
+        pl_coord_auth_model(c, m->submit.model)) {
+        pl_log_info("job from '%s' refused: %s", from->user, pl_error_msg());
+        pl_coord_reply_error(c, from, PL_ERR_PERMISSION, "%s", pl_error_msg());
+        return;
+    }
     switch (m->type) {
     case PL_MSG_HELLO: s_on_hello(c, from, &m->hello); break;
     case PL_MSG_HEARTBEAT: s_on_heartbeat(c, from, &m->heartbeat); break;
@@ -286,7 +294,22 @@ static void s_dispatch(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_t *m)
     }
 }
 
-pl_status_t pl_coord_run(const pl_cfg_cluster_t *cfg, const char *state_db,
+/* Handshakes the router refused (NULL mechanism, wrong server key): logged once a second. */
+static void s_check_handshakes(pl_coord_t *c)
+{
+    char why[256];
+    while (pl_tx_sock_handshake_error(c->router, why, sizeof(why))) {
+        double now = pl_now();
+        c->refused_handshakes++;
+        if (now - c->last_refusal_log >= 1.0) {
+            c->last_refusal_log = now;
+            pl_log_warn("refused a control-plane connection: %s (%ld so far)", why,
+                        c->refused_handshakes + pl_tx_zap_refused(c->zap));
+        }
+    }
+}
+
+pl_status_t pl_coord_run(const pl_cfg_cluster_t *cfg, const char *state_db, bool embedded,
                          volatile sig_atomic_t *stop)
 {
     pl_coord_t c = {.cfg = cfg, .next_job = 1, .next_epoch = 1};
@@ -303,12 +326,16 @@ pl_status_t pl_coord_run(const pl_cfg_cluster_t *cfg, const char *state_db,
     if ((st = pl_tx_ctx_new(&c.ctx)) || (st = pl_tx_sock_new(c.ctx, PL_TX_ROUTER, &c.router)) ||
         (st = pl_tx_sock_handover(c.router)))
         goto out;
-    if (cfg->secret_key[0] && (st = pl_tx_sock_curve_server(c.router, cfg->secret_key)))
+    if ((st = pl_coord_auth_start(&c, embedded)))
         goto out;
     if ((st = pl_tx_sock_bind(c.router, cfg->endpoint)))
         goto out;
-    pl_log_info("coordinator listening on %s%s", cfg->endpoint,
-                cfg->secret_key[0] ? " (CURVE encrypted)" : "");
+    if (c.insecure)
+        pl_log_warn("coordinator listening on %s, INSECURE: no encryption, no authentication",
+                    cfg->endpoint);
+    else
+        pl_log_info("coordinator listening on %s (CURVE, %d client key(s) allowed)",
+                    cfg->endpoint, c.n_clients);
     pl_front_set_ready(front, true, NULL); /* listening, and its state is loaded */
     while (!*stop && !c.shutdown) {
         bool ready = false;
@@ -329,6 +356,7 @@ pl_status_t pl_coord_run(const pl_cfg_cluster_t *cfg, const char *state_db,
             s_dispatch(&c, &from, &m);
             pl_msg_clear(&m);
         }
+        s_check_handshakes(&c);
         s_check_liveness(&c);
         pl_coord_schedule(&c);
         pl_coord_metrics_update(&c);
@@ -341,6 +369,7 @@ out:
         pl_coord_job_free(c.jobs[i]);
     free(c.jobs);
     pl_tx_sock_destroy(&c.router);
+    pl_tx_zap_stop(&c.zap);
     pl_tx_ctx_destroy(&c.ctx);
     pl_coord_store_close(&c.store);
     return st;

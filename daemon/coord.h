@@ -5,10 +5,13 @@
 #include "common/config.h"
 
 #include <signal.h>
+#include <stdbool.h>
 
 /* Serve the cluster until SHUTDOWN or *stop. Jobs and counters persist in the SQLite file
- * state_db (NULL: in memory only, nothing survives a restart). */
-pl_status_t pl_coord_run(const pl_cfg_cluster_t *cfg, const char *state_db,
+ * state_db (NULL: in memory only, nothing survives a restart). Embedded: cfg is the embedded
+ * default cluster, whose keys come from the local state directory whatever the endpoint (a
+ * cluster file without keys gets them only on a loopback endpoint). */
+pl_status_t pl_coord_run(const pl_cfg_cluster_t *cfg, const char *state_db, bool embedded,
                          volatile sig_atomic_t *stop);
 
 #endif

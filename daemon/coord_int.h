@@ -8,6 +8,7 @@
 #include "daemon/coord_store.h"
 #include "scheduler/terms.h"
 #include "transport/sock.h"
+#include "transport/zap.h"
 
 #include <jansson.h>
 #include <limits.h>
@@ -27,6 +28,7 @@ typedef struct {
     double gflops, mem_gbps;         /* the daemon's calibration */
     double eff_gflops, eff_mem_gbps; /* learned from finished stages (n_obs > 0) */
     int n_obs;
+    bool flagged; /* measured far below its claimed rates (the learned rates replace them) */
 } pl_coord_dev_t;
 
 /* A link profile measured by the daemons over the job's UCX path (stage -> next stage). */
@@ -78,6 +80,7 @@ typedef struct {
     uint32_t epoch; /* of its current assignment; stage messages of any other are refused */
     pl_job_state_t state;
     pl_job_spec_t spec; /* what the user asked, decoded once at SUBMIT */
+    char owner[64];     /* the submitting key's name ("" without authentication) */
     int n_layers, max_ctx, n_seqs;
     int microbatches, max_tokens; /* what the plan decided (with n_stages and stages[]) */
     uint64_t prompt_tokens;
@@ -112,6 +115,13 @@ typedef struct {
     uint32_t next_job, next_epoch; /* persisted: never repeat */
     pl_coord_store_t *store;
     bool shutdown;
+    pl_tx_zap_t *zap;  /* NULL when insecure */
+    bool insecure;     /* security.insecure: no authentication, every peer may do everything */
+    int n_clients;     /* keys on the allow-list */
+    long refused_msgs; /* messages refused by role, owner or node name */
+    long refused_stage_msgs; /* READY / DONE / FAIL for a stage not assigned to the sender */
+    long refused_handshakes; /* seen by the router's monitor (ZAP's own count is separate) */
+    double last_refusal_log;
     pl_coord_metrics_t metrics;
 } pl_coord_t;
 
@@ -150,6 +160,20 @@ void pl_coord_on_plan(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_t *m);
 void pl_coord_learn(pl_coord_t *c, const pl_coord_job_t *j);
 /* A node (re-)registered: forget what was measured about its links. */
 void pl_coord_forget_node(pl_coord_t *c, int node);
+
+/* coord_auth.c */
+/* Set up authentication on c->router before it binds: the cluster file's keys and allow-list;
+ * without keys on a local endpoint (or any endpoint of the embedded cluster), the user's state
+ * directory (made at first start); without keys elsewhere an error unless security.insecure. */
+pl_status_t pl_coord_auth_start(pl_coord_t *c, bool embedded);
+/* May this peer send this type? False: refused, counted, logged (rate-limited) and answered. */
+bool pl_coord_auth_check(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_type_t type);
+/* May this peer see or cancel job j? False: counted and logged; the caller answers. */
+bool pl_coord_auth_may_see(pl_coord_t *c, const pl_tx_peer_t *from, const pl_coord_job_t *j);
+/* A stage message for a stage the sender was not assigned: counted and logged. */
+void pl_coord_auth_stage_refused(pl_coord_t *c, const pl_tx_peer_t *from, const char *what);
+/* A job's model directory (and every file in it) must resolve under models.allow. */
+pl_status_t pl_coord_auth_model(const pl_coord_t *c, const char *model);
 
 /* coord_metrics.c */
 /* Register the coordinator's metric families in r. */

@@ -108,6 +108,7 @@ void pl_coord_on_submit(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_t *m)
 
     if ((st = s_admit(c, &m->submit)) || (st = pl_coord_job_new(&m->submit, &j)))
         goto err;
+    snprintf(j->owner, sizeof(j->owner), "%s", from->user);
     j->id = c->next_job;
     j->state = PL_JOB_QUEUED;
     j->t_submit = j->t_queued = pl_now();
@@ -296,6 +297,13 @@ void pl_coord_on_stage_msg(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_t *m)
     snprintf(node, sizeof(node), "%.*s", (int)PL_MIN(from->len, PL_CFG_NAME_MAX), from->id);
     pl_coord_job_t *j = pl_coord_find_job(c, id);
     int ni = pl_coord_find_node(c, node);
+    if (j && epoch == j->epoch && stage < j->n_stages && j->stages[stage].node != ni) {
+        char what[96]; /* results only from the stage the coordinator assigned */
+        snprintf(what, sizeof(what), "%s for job %u stage %d, assigned to another node",
+                 pl_msg_name(m->type), id, stage);
+        pl_coord_auth_stage_refused(c, from, what);
+        return;
+    }
     if (!j || pl_coord_job_terminal(j) || j->state == PL_JOB_QUEUED || epoch != j->epoch ||
         stage >= j->n_stages || j->stages[stage].node != ni) {
         /* an earlier assignment (before a restart or a re-plan), or not this node's stage */
@@ -360,6 +368,10 @@ void pl_coord_on_kill(pl_coord_t *c, const pl_tx_peer_t *from, const pl_msg_t *m
     pl_coord_job_t *j = pl_coord_find_job(c, m->job_ref.job);
     if (!j) {
         pl_coord_reply_error(c, from, PL_ERR_NOT_FOUND, "no job %u", m->job_ref.job);
+        return;
+    }
+    if (!pl_coord_auth_may_see(c, from, j)) {
+        pl_coord_reply_error(c, from, PL_ERR_PERMISSION, "job %u belongs to another user", j->id);
         return;
     }
     if (!pl_coord_job_terminal(j)) {

@@ -16,6 +16,9 @@
 #define S_LEARN_MAX_RATIO 50.0
 /* Less measured compute than this on a resource teaches nothing about it. */
 #define S_LEARN_MIN_S 0.005
+/* A device whose stage ran this many times slower than its claimed rates predicted is flagged
+ * and its rates set to the measured ones at once (a node may lie in HELLO; issue 13, item 7). */
+#define S_CLAIM_FLAG_RATIO 4.0
 
 typedef struct {
     int n;
@@ -312,11 +315,24 @@ static void s_learn_rates(pl_coord_t *c, const pl_coord_job_t *j, int s)
     }
     pl_coord_dev_t *d = &c->nodes[cs->node].dev[cs->dev];
     double rate[2] = {cs->used_gflops, cs->used_gbps};
+    bool flag = false;
     for (int r = 0; r < 2; r++) {
         if (meas[r] < S_LEARN_MIN_S || pred[r] <= 0)
             continue;
         double k = PL_MIN(PL_MAX(pred[r] / meas[r], 1.0 / S_LEARN_MAX_RATIO), S_LEARN_MAX_RATIO);
+        if (pred[r] / meas[r] < 1.0 / S_CLAIM_FLAG_RATIO) { /* the measured rate, unclamped */
+            k = pred[r] / meas[r];
+            flag = true;
+        }
         rate[r] *= k;
+    }
+    if (flag) {
+        pl_log_warn("%s %s: claims %.3g GFLOP/s, %.3g GB/s but its stage of job %u measured "
+                    "%.3g GFLOP/s, %.3g GB/s: flagged, planning with the measured rates",
+                    c->nodes[cs->node].name, d->id, d->gflops, d->mem_gbps, j->id, rate[0],
+                    rate[1]);
+        d->flagged = true;
+        d->n_obs = 0; /* the claim is worth nothing: the measurement replaces it */
     }
     /* the first lesson replaces the calibration; later ones weigh 3:1 against the estimate so
      * far (a job run while the machine was busy fades quickly, one noisy job does not rule) */

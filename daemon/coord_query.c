@@ -9,8 +9,12 @@
 static pl_coord_job_t *s_job_arg(pl_coord_t *c, const pl_tx_peer_t *from, const pl_msg_t *m)
 {
     pl_coord_job_t *j = pl_coord_find_job(c, m->job_ref.job);
-    if (!j)
+    if (!j) {
         pl_coord_reply_error(c, from, PL_ERR_NOT_FOUND, "no job %u", m->job_ref.job);
+    } else if (!pl_coord_auth_may_see(c, from, j)) {
+        pl_coord_reply_error(c, from, PL_ERR_PERMISSION, "job %u belongs to another user", j->id);
+        j = NULL;
+    }
     return j;
 }
 
@@ -89,6 +93,9 @@ static json_t *s_node_json(const pl_coord_node_t *n)
                                v->backend, "name", v->name, "cores", v->cores, "mem_bytes",
                                (json_int_t)v->mem_bytes, "gflops", v->gflops, "mem_gbps",
                                v->mem_gbps);
+        if (v->flagged)
+            json_object_set_new(dj, "flagged", json_string("measured far below its claimed "
+                                                           "rates"));
         if (v->n_obs) /* what the planner uses once stages have run on the device */
             json_object_set_new(dj, "learned", json_pack("{s:f, s:f, s:i}", "gflops",
                                                          v->eff_gflops, "mem_gbps",
@@ -113,7 +120,12 @@ void pl_coord_on_nodes(pl_coord_t *c, const pl_tx_peer_t *from)
                                                  c->cfg->nodes[i].name, "host",
                                                  c->cfg->nodes[i].address, "state", "missing",
                                                  "last_seen_s", "job", 0, "devices"));
-    pl_coord_reply(c, from, json_pack("{s:o}", "nodes", arr));
+    json_t *sec = json_pack("{s:b, s:i, s:I, s:I, s:I}", "insecure", c->insecure, "client_keys",
+                            c->n_clients, "refused_handshakes",
+                            (json_int_t)(c->refused_handshakes + pl_tx_zap_refused(c->zap)),
+                            "refused_messages", (json_int_t)c->refused_msgs,
+                            "refused_stage_messages", (json_int_t)c->refused_stage_msgs);
+    pl_coord_reply(c, from, json_pack("{s:o, s:o?}", "nodes", arr, "security", sec));
 }
 
 void pl_coord_on_health(pl_coord_t *c, const pl_tx_peer_t *from, const pl_msg_t *m)

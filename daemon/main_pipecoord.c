@@ -96,7 +96,7 @@ int main(int argc, char **argv)
     signal(SIGINT, s_on_signal);
     signal(SIGTERM, s_on_signal);
     signal(SIGPIPE, SIG_IGN);
-    st = pl_coord_run(&cfg, state_db, &s_stop);
+    st = pl_coord_run(&cfg, state_db, cluster == NULL, &s_stop);
     if (st) {
         pl_log_error("%s", pl_error_msg());
         return 1;

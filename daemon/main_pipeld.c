@@ -137,6 +137,9 @@ int main(int argc, char **argv)
     const char *key = getenv("PIPELD_COORDINATOR_KEY"); /* CURVE: the coordinator's public key */
     if (key && *key)
         snprintf(cfg.coordinator_key, sizeof(cfg.coordinator_key), "%s", key);
+    const char *key_file = getenv("PIPELD_KEY_FILE"); /* CURVE: this node's secret key file */
+    if (key_file && *key_file)
+        snprintf(cfg.key_file, sizeof(cfg.key_file), "%s", key_file);
     if (threads >= 0)
         cfg.threads = threads;
     if (devices && s_devices(&cfg, devices))

@@ -7,6 +7,7 @@
 #include "daemon/front.h"
 #include "daemon/node_metrics.h"
 #include "pipeline/exec.h"
+#include "transport/keys.h"
 #include "transport/sock.h"
 
 #include <pthread.h>
@@ -191,6 +192,9 @@ static void s_hello(s_node_t *n)
     h->n_unavailable = n->n_unavailable;
     memcpy(h->unavailable, n->unavailable, sizeof(h->unavailable));
     s_health(n, &h->health);
+    char why[256];
+    if (pl_tx_sock_handshake_error(n->dealer, why, sizeof(why))) /* say why, not just retry */
+        pl_log_warn("coordinator refused the connection: %s", why);
     s_send(n, &m);
     /* jitter in [base/2, base]: daemons that lost the same coordinator do not come back in step */
     double base = n->hello_backoff, u = (double)rand_r(&n->rand_state) / RAND_MAX;
@@ -457,8 +461,10 @@ pl_status_t pl_node_run(const pl_cfg_node_t *cfg, volatile sig_atomic_t *stop)
         (st = pl_tx_sock_new(n.ctx, PL_TX_DEALER, &n.dealer)) ||
         (st = pl_tx_sock_identity(n.dealer, cfg->name)))
         goto out;
-    if (cfg->coordinator_key[0] && (st = pl_tx_sock_curve_client(n.dealer, cfg->coordinator_key)))
+    const char *how = "";
+    if ((st = pl_tx_key_client_setup(n.dealer, cfg->coordinator_key, cfg->key_file, "node", &how)))
         goto out;
+    pl_log_info("node %s: control plane: %s", cfg->name, how);
     if ((st = pl_tx_sock_connect(n.dealer, cfg->coordinator))) {
         pl_error_prefix(st, "coordinator: ");
         goto out;

@@ -21,6 +21,9 @@
 #include <unistd.h>
 
 #include <criterion/criterion.h>
+#include <zmq.h>
+
+#include "transport/keys.h"
 
 #define TC_MAX_PROCS 16
 
@@ -112,9 +115,36 @@ static inline void tc_write(const char *path, const char *text)
     fclose(f);
 }
 
+/* Each test's processes share a state directory of their own (the local cluster's keys), which
+ * the pipeld and pipectl children inherit through the environment. */
+static inline void tc_use_state_dir(tc_cluster_t *c)
+{
+    char dir[512];
+    snprintf(dir, sizeof(dir), "%s/state", c->dir);
+    setenv("PIPELD_STATE_DIR", dir, 1);
+}
+
+/* A raw ZeroMQ test socket speaks CURVE with the local state directory's pair `which`
+ * ("admin", "node"), waiting up to 10 s for the coordinator to have made it. */
+static inline void tc_curve_local(void *sock, const char *which)
+{
+    char dir[512], path[600], server[PL_TX_KEY_LEN + 1];
+    pl_tx_keypair_t p;
+    cr_assert_eq(pl_tx_key_local_dir(dir, sizeof(dir)), 0);
+    snprintf(path, sizeof(path), "%s/coordinator.pub", dir);
+    for (int i = 0; i < 100 && access(path, R_OK) != 0; i++)
+        usleep(100 * 1000);
+    cr_assert_eq(pl_tx_key_local_pair(dir, which, &p), 0, "%s", pl_error_msg());
+    cr_assert_eq(pl_tx_key_load_public(path, server), 0, "%s", pl_error_msg());
+    cr_assert_eq(zmq_setsockopt(sock, ZMQ_CURVE_SERVERKEY, server, 40), 0);
+    cr_assert_eq(zmq_setsockopt(sock, ZMQ_CURVE_PUBLICKEY, p.public_key, 40), 0);
+    cr_assert_eq(zmq_setsockopt(sock, ZMQ_CURVE_SECRETKEY, p.secret_key, 40), 0);
+}
+
 static inline void tc_start_coord(tc_cluster_t *c, const char *bind_ep)
 {
     char bin[512], log[512], db[512];
+    tc_use_state_dir(c);
     snprintf(bin, sizeof(bin), "%s/pipecoord", tc_bin());
     snprintf(log, sizeof(log), "%s/pipecoord.log", c->dir);
     snprintf(db, sizeof(db), "%s/coord.db", c->dir); /* each test its own state: ids from 1 */

@@ -516,12 +516,11 @@ static void s_start(void)
     memset(&s_c, 0, sizeof(s_c));
     tc_mkdtemp(s_c.dir, sizeof(s_c.dir));
     snprintf(s_c.ep, sizeof(s_c.ep), "tcp://127.0.0.1:%d", tc_free_port());
-    char bin[512], log[512], http[3][32];
+    char bin[512], log[512], http[3][32], db[512];
     for (int i = 0; i < 3; i++) {
         s_port[i] = tc_free_port();
         snprintf(http[i], sizeof(http[i]), "127.0.0.1:%d", s_port[i]);
     }
-    char db[512];
     snprintf(bin, sizeof(bin), "%s/pipecoord", tc_bin());
     snprintf(log, sizeof(log), "%s/pipecoord.log", s_c.dir);
     snprintf(db, sizeof(db), "%s/coord.db", s_c.dir); /* its own state: no earlier jobs */

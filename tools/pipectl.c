@@ -8,6 +8,7 @@
 #include "scheduler/inputs.h"
 #include "scheduler/modes.h"
 #include "scheduler/whatif.h"
+#include "transport/keys.h"
 #include "transport/sock.h"
 
 #include <getopt.h>
@@ -41,8 +42,12 @@ static int s_call(s_ctl_t *c, const pl_msg_t *req, json_t **reply_p)
         return s_die("cannot send to the coordinator: %s", pl_error_msg());
     st = pl_tx_recv(c->sock, (int)(c->timeout_s * 1000), NULL, NULL, &m);
     if (st == PL_ERR_BUSY) {
-        fprintf(stderr, "pipectl: no answer from the coordinator at %s within %.0f s\n",
-                c->endpoint, c->timeout_s);
+        char why[256];
+        if (pl_tx_sock_handshake_error(c->sock, why, sizeof(why)))
+            fprintf(stderr, "pipectl: not admitted: %s\n", why);
+        else
+            fprintf(stderr, "pipectl: no answer from the coordinator at %s within %.0f s\n",
+                    c->endpoint, c->timeout_s);
         return 1;
     }
     if (st)
@@ -429,6 +434,11 @@ static int s_nodes(s_ctl_t *c)
     pl_msg_init(&q, PL_MSG_NODES);
     if (s_call(c, &q, &r))
         return 1;
+    json_t *sec = json_object_get(r, "security");
+    if (json_is_true(json_object_get(sec, "insecure")))
+        fprintf(stderr, "pipectl: WARNING: this cluster runs with security.insecure: anyone who "
+                        "reaches %s may submit, read every result and shut it down\n",
+                c->endpoint);
     if (c->json) {
         s_print_json(r);
         json_decref(r);
@@ -504,14 +514,21 @@ static void s_usage(FILE *f)
                "  nodes                                  the cluster's nodes and devices\n"
                "  health NODE                            one node's devices and heartbeat\n"
                "  shutdown                               stop the coordinator and its daemons\n"
+               "  keygen BASE                            write a CURVE key pair: BASE.key (the\n"
+               "                                         secret, 0600) and BASE.pub\n"
                "The endpoint defaults to $PIPELD_COORDINATOR, else tcp://127.0.0.1:5555. A\n"
-               "coordinator with CURVE keys needs -k PUBLIC_KEY (or $PIPELD_COORDINATOR_KEY).\n");
+               "coordinator with keys in its cluster file needs -k PUBLIC_KEY (or\n"
+               "$PIPELD_COORDINATOR_KEY) and --key FILE (or $PIPELD_KEY_FILE), a secret key on its\n"
+               "allow-list; without them pipectl uses the local cluster's keys (the state\n"
+               "directory's keys/: $PIPELD_STATE_DIR, else $XDG_STATE_HOME/pipeld, else\n"
+               "~/.local/state/pipeld).\n");
 }
 
 int main(int argc, char **argv)
 {
     static const struct option opts[] = {{"coordinator", required_argument, NULL, 'c'},
                                          {"coordinator-key", required_argument, NULL, 'k'},
+                                         {"key", required_argument, NULL, 'K'},
                                          {"output", required_argument, NULL, 'o'},
                                          {"timeout", required_argument, NULL, 'T'},
                                          {"wait", no_argument, NULL, 'w'},
@@ -521,6 +538,7 @@ int main(int argc, char **argv)
                                          {NULL, 0, NULL, 0}};
     s_ctl_t c = {.endpoint = getenv("PIPELD_COORDINATOR"), .timeout_s = 10};
     const char *key = getenv("PIPELD_COORDINATOR_KEY"); /* CURVE: the coordinator's public key */
+    const char *key_file = getenv("PIPELD_KEY_FILE");   /* CURVE: this client's secret key */
     bool wait = false;
     const char *cluster = NULL;
     int stages = -1, o, rc;
@@ -528,10 +546,11 @@ int main(int argc, char **argv)
     if (!c.endpoint || !*c.endpoint)
         c.endpoint = "tcp://127.0.0.1:5555";
     /* GNU getopt moves the command words after the options, wherever the user put them */
-    while ((o = getopt_long(argc, argv, "c:k:o:T:ws:C:h", opts, NULL)) != -1) {
+    while ((o = getopt_long(argc, argv, "c:k:K:o:T:ws:C:h", opts, NULL)) != -1) {
         switch (o) {
         case 'c': c.endpoint = optarg; break;
         case 'k': key = optarg; break;
+        case 'K': key_file = optarg; break;
         case 'o':
             if (strcmp(optarg, "json") && strcmp(optarg, "table"))
                 return s_die("-o takes table or json, not '%s'", optarg);
@@ -558,9 +577,16 @@ int main(int argc, char **argv)
     }
     const char *cmd = argv[optind], *arg = optind + 1 < argc ? argv[optind + 1] : NULL;
     int nargs = argc - optind - 1;
+    if (!strcmp(cmd, "keygen") && nargs == 1) {
+        pl_tx_keypair_t pair;
+        if (pl_tx_key_generate(arg, &pair))
+            return s_die("%s", pl_error_msg());
+        printf("%s\n", pair.public_key); /* for the cluster file's security.clients */
+        return 0;
+    }
     if (pl_tx_ctx_new(&c.ctx) || pl_tx_sock_new(c.ctx, PL_TX_DEALER, &c.sock)) {
         rc = s_die("%s", pl_error_msg());
-    } else if (key && *key && pl_tx_sock_curve_client(c.sock, key)) {
+    } else if (pl_tx_key_client_setup(c.sock, key, key_file, "admin", NULL)) {
         rc = s_die("%s", pl_error_msg());
     } else if (pl_tx_sock_connect(c.sock, c.endpoint)) {
         rc = s_die("bad coordinator endpoint '%s'", c.endpoint);

@@ -214,6 +214,11 @@ pl_status_t pl_ctl_recv(void *sock, bool with_identity, int flags, pl_ctl_msg_t 
         memcpy(msg->identity, zmq_msg_data(&parts[0]), id_len);
         msg->identity[id_len] = '\0';
         msg->identity_len = id_len;
+        const char *uid = zmq_msg_gets(&parts[0], "User-Id");
+        if (!uid && n_kept > 1) /* the property rides on the peer's own parts too */
+            uid = zmq_msg_gets(&parts[1], "User-Id");
+        if (uid)
+            snprintf(msg->user_id, sizeof(msg->user_id), "%s", uid);
         first = 1;
     }
     if (n_parts != expected)

@@ -51,6 +51,7 @@ pl_status_t pl_ctl_send(void *sock, const void *identity, size_t identity_len, p
 typedef struct {
     char identity[PL_CTL_MAX_IDENTITY + 1]; /* ROUTER side: sender's identity */
     size_t identity_len;
+    char user_id[96]; /* ROUTER over CURVE: the ZAP handler's User-Id; "" otherwise */
     pl_msg_type_t type;
     json_t *body; /* owned by the message; released by pl_ctl_msg_clear */
 } pl_ctl_msg_t;

@@ -3,8 +3,12 @@
 #include "transport/sock.h"
 
 #include "common/log.h"
+#include "transport/sock_int.h"
+
+#include <stdio.h>
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zmq.h>
@@ -16,7 +20,32 @@ struct pl_tx_ctx {
 struct pl_tx_sock {
     void *z;
     pl_tx_kind_t kind;
+    pl_tx_ctx_t *ctx;
+    void *monitor; /* PAIR receiving the handshake events, or NULL */
 };
+
+static const char *const s_role_names[] = {"none", "node", "user", "admin"};
+
+const char *pl_tx_role_name(pl_tx_role_t role)
+{
+    return s_role_names[role];
+}
+
+pl_status_t pl_tx_role_parse(const char *name, pl_tx_role_t *role_p)
+{
+    for (int r = PL_TX_ROLE_NODE; r <= PL_TX_ROLE_ADMIN; r++) {
+        if (strcmp(name, s_role_names[r]) == 0) {
+            *role_p = (pl_tx_role_t)r;
+            return PL_OK;
+        }
+    }
+    return pl_error(PL_ERR_INVALID, "role '%.32s': expected node, user or admin", name);
+}
+
+void *pl_tx_ctx_raw(pl_tx_ctx_t *ctx)
+{
+    return ctx->z;
+}
 
 pl_status_t pl_tx_ctx_new(pl_tx_ctx_t **ctx_p)
 {
@@ -50,6 +79,7 @@ pl_status_t pl_tx_sock_new(pl_tx_ctx_t *ctx, pl_tx_kind_t kind, pl_tx_sock_t **s
     if (!s)
         return pl_error(PL_ERR_NOMEM, "socket: out of memory");
     s->kind = kind;
+    s->ctx = ctx;
     if (!(s->z = zmq_socket(ctx->z, types[kind]))) {
         free(s);
         return pl_error(PL_ERR_TRANSPORT, "socket: %s", zmq_strerror(errno));
@@ -67,6 +97,10 @@ void pl_tx_sock_destroy(pl_tx_sock_t **sock_p)
     pl_tx_sock_t *s = *sock_p;
     if (!s)
         return;
+    if (s->monitor) {
+        zmq_socket_monitor(s->z, NULL, 0);
+        zmq_close(s->monitor);
+    }
     zmq_close(s->z);
     free(s);
     *sock_p = NULL;
@@ -92,7 +126,85 @@ pl_status_t pl_tx_sock_handover(pl_tx_sock_t *s)
 
 pl_status_t pl_tx_sock_curve_server(pl_tx_sock_t *s, const char *secret_z85)
 {
-    return pl_ctl_curve_server(s->z, secret_z85);
+    pl_status_t st = pl_ctl_curve_server(s->z, secret_z85);
+    /* a domain makes libzmq ask the ZAP handler about every handshake */
+    if (!st && zmq_setsockopt(s->z, ZMQ_ZAP_DOMAIN, "pipeld", 6) != 0)
+        return pl_error(PL_ERR_TRANSPORT, "ZMQ_ZAP_DOMAIN: %s", zmq_strerror(errno));
+    return st;
+}
+
+pl_status_t pl_tx_sock_curve_client_pair(pl_tx_sock_t *s, const char *server_public_z85,
+                                         const char *public_z85, const char *secret_z85)
+{
+    if (strlen(server_public_z85) != 40 || strlen(public_z85) != 40 || strlen(secret_z85) != 40)
+        return pl_error(PL_ERR_INVALID, "CURVE client: keys must be 40 Z85 characters");
+    if (zmq_setsockopt(s->z, ZMQ_CURVE_SERVERKEY, server_public_z85, 40) != 0 ||
+        zmq_setsockopt(s->z, ZMQ_CURVE_PUBLICKEY, public_z85, 40) != 0 ||
+        zmq_setsockopt(s->z, ZMQ_CURVE_SECRETKEY, secret_z85, 40) != 0)
+        return pl_error(PL_ERR_TRANSPORT, "CURVE client: %s", zmq_strerror(errno));
+    return PL_OK;
+}
+
+pl_status_t pl_tx_sock_monitor(pl_tx_sock_t *s)
+{
+    static int seq;
+    char ep[64];
+    snprintf(ep, sizeof(ep), "inproc://pl-monitor-%p-%d", (void *)s, seq++);
+    if (zmq_socket_monitor(s->z, ep,
+                           ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
+                               ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                               ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) != 0 ||
+        !(s->monitor = zmq_socket(s->ctx->z, ZMQ_PAIR)) || zmq_connect(s->monitor, ep) != 0) {
+        pl_status_t st = pl_error(PL_ERR_TRANSPORT, "socket monitor: %s", zmq_strerror(errno));
+        if (s->monitor)
+            zmq_close(s->monitor);
+        s->monitor = NULL;
+        return st;
+    }
+    return PL_OK;
+}
+
+bool pl_tx_sock_handshake_error(pl_tx_sock_t *s, char *why, size_t why_len)
+{
+    bool got = false;
+    while (s->monitor) {
+        zmq_msg_t ev, addr;
+        zmq_msg_init(&ev);
+        if (zmq_msg_recv(&ev, s->monitor, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&ev);
+            break;
+        }
+        zmq_msg_init(&addr);
+        zmq_msg_recv(&addr, s->monitor, 0); /* the endpoint part always follows */
+        if (zmq_msg_size(&ev) >= 6) {
+            const uint8_t *d = zmq_msg_data(&ev);
+            uint16_t event = (uint16_t)(d[0] | d[1] << 8);
+            uint32_t value = d[2] | d[3] << 8 | (uint32_t)d[4] << 16 | (uint32_t)d[5] << 24;
+            char ep[128];
+            pl_ctl_escape(zmq_msg_data(&addr), zmq_msg_size(&addr), ep, sizeof(ep));
+            if (s->kind == PL_TX_ROUTER && event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)
+                ; /* the ZAP handler has said why already */
+            else if (s->kind == PL_TX_ROUTER)
+                snprintf(why, why_len, "a client's handshake on %s failed (%s 0x%x): it does "
+                         "not use CURVE or has the wrong coordinator key", ep,
+                         event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL ? "protocol error"
+                                                                      : "error",
+                         value);
+            else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)
+                snprintf(why, why_len, "%s refused this client's key (ZAP status %u): it is not "
+                         "on the coordinator's allow-list", ep, value);
+            else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL)
+                snprintf(why, why_len, "CURVE handshake with %s failed (protocol error 0x%x): "
+                         "wrong coordinator key, or one side without CURVE", ep, value);
+            else
+                snprintf(why, why_len, "handshake with %s failed (%s): wrong coordinator key, or "
+                         "one side without CURVE", ep, zmq_strerror((int)value));
+            got = got || s->kind != PL_TX_ROUTER || event != ZMQ_EVENT_HANDSHAKE_FAILED_AUTH;
+        }
+        zmq_msg_close(&ev);
+        zmq_msg_close(&addr);
+    }
+    return got;
 }
 
 pl_status_t pl_tx_sock_curve_client(pl_tx_sock_t *s, const char *server_public_z85)
@@ -146,6 +258,17 @@ pl_status_t pl_tx_recv(pl_tx_sock_t *s, int timeout_ms, pl_tx_peer_t *from, pl_m
         memcpy(from->id, raw.identity, raw.identity_len);
         from->id[raw.identity_len] = '\0';
         from->len = raw.identity_len;
+        from->role = PL_TX_ROLE_NONE;
+        from->user[0] = '\0';
+        const char *colon = strchr(raw.user_id, ':');
+        if (colon) {
+            char role[16];
+            snprintf(role, sizeof(role), "%.*s", (int)(colon - raw.user_id), raw.user_id);
+            if (pl_tx_role_parse(role, &from->role) == PL_OK)
+                snprintf(from->user, sizeof(from->user), "%s", colon + 1);
+            else
+                from->role = PL_TX_ROLE_NONE;
+        }
     }
     if (st)
         return st;

@@ -19,10 +19,26 @@ typedef enum {
     PL_TX_PAIR,   /* a node's main thread and one executor thread (inproc) */
 } pl_tx_kind_t;
 
-/* Who sent a message to a ROUTER (its identity), and where a ROUTER's message goes. */
+/* What an authenticated client may do (zap.h's allow-list gives each key one). NONE: the
+ * socket does not authenticate (a cluster file with `insecure: true`). */
+typedef enum {
+    PL_TX_ROLE_NONE,
+    PL_TX_ROLE_NODE,  /* register, heartbeat, report its stages */
+    PL_TX_ROLE_USER,  /* submit, plan, query and cancel its own jobs, list nodes */
+    PL_TX_ROLE_ADMIN, /* everything, shutdown included */
+} pl_tx_role_t;
+
+const char *pl_tx_role_name(pl_tx_role_t role);
+/* "node", "user" or "admin"; PL_ERR_INVALID otherwise. */
+pl_status_t pl_tx_role_parse(const char *name, pl_tx_role_t *role_p);
+
+/* Who sent a message to a ROUTER (its identity and, over CURVE, the ZAP handler's verdict), and
+ * where a ROUTER's message goes (only id and len are used). */
 typedef struct {
     char id[PL_CTL_MAX_IDENTITY + 1]; /* NUL-terminated for logs; may hold binary bytes */
     size_t len;
+    pl_tx_role_t role;  /* from the User-Id "ROLE:NAME"; NONE without authentication */
+    char user[64];      /* NAME of the key ("" without authentication) */
 } pl_tx_peer_t;
 
 pl_status_t pl_tx_ctx_new(pl_tx_ctx_t **ctx_p);
@@ -39,6 +55,14 @@ pl_status_t pl_tx_sock_identity(pl_tx_sock_t *s, const char *name);
 pl_status_t pl_tx_sock_handover(pl_tx_sock_t *s);
 pl_status_t pl_tx_sock_curve_server(pl_tx_sock_t *s, const char *secret_z85);
 pl_status_t pl_tx_sock_curve_client(pl_tx_sock_t *s, const char *server_public_z85);
+/* CURVE client with its own key pair (what the coordinator's allow-list knows). */
+pl_status_t pl_tx_sock_curve_client_pair(pl_tx_sock_t *s, const char *server_public_z85,
+                                         const char *public_z85, const char *secret_z85);
+/* Watch the socket's handshakes (before connect / bind). Then pl_tx_sock_handshake_error says
+ * why the last handshake failed, if one did since the last call: true with a sentence in `why`
+ * ("the coordinator refused this client's key (ZAP status 400)"). */
+pl_status_t pl_tx_sock_monitor(pl_tx_sock_t *s);
+bool pl_tx_sock_handshake_error(pl_tx_sock_t *s, char *why, size_t why_len);
 pl_status_t pl_tx_sock_bind(pl_tx_sock_t *s, const char *endpoint);
 pl_status_t pl_tx_sock_connect(pl_tx_sock_t *s, const char *endpoint);
 

@@ -51,6 +51,25 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 if (strcmp(c.nodes[i].name, c.nodes[k].name) == 0)
                     abort();
         }
+        /* the allow-list: a known role, exactly one key form, '*' only for nodes */
+        if (c.n_clients < 0 || c.n_clients > PL_CFG_MAX_CLIENTS || c.n_model_dirs < 0 ||
+            c.n_model_dirs > PL_CFG_MAX_MODEL_DIRS || (c.secret_key[0] && c.secret_key_file[0]))
+            abort();
+        for (int i = 0; i < c.n_clients; i++) {
+            const pl_cfg_client_t *k = &c.clients[i];
+            s_check_str(k->name, sizeof(k->name));
+            s_check_str(k->role, sizeof(k->role));
+            s_check_str(k->public_key_file, sizeof(k->public_key_file));
+            if (strcmp(k->role, "node") && strcmp(k->role, "user") && strcmp(k->role, "admin"))
+                abort();
+            if (!k->public_key[0] == !k->public_key_file[0] ||
+                (k->public_key[0] && strlen(k->public_key) != 40))
+                abort();
+            if (!strcmp(k->name, "*") && strcmp(k->role, "node"))
+                abort();
+        }
+        for (int i = 0; i < c.n_model_dirs; i++)
+            s_check_str(c.model_dirs[i], sizeof(c.model_dirs[i]));
     }
 #elif PL_FUZZ_WHICH == 1
     pl_cfg_node_t n;

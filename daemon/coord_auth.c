@@ -1,0 +1,236 @@
+/* The coordinator's authentication and authorisation: which keys it admits (ZAP allow-list),
+ * what each role may send, whose jobs a user may see, and which model paths a job may name. */
+#include "common/log.h"
+#include "common/util.h"
+#include "daemon/coord_int.h"
+#include "transport/keys.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* tcp://127.x.x.x, tcp://localhost, tcp://[::1], ipc:// and inproc:// are local. */
+static bool s_loopback(const char *ep)
+{
+    if (strncmp(ep, "ipc://", 6) == 0 || strncmp(ep, "inproc://", 9) == 0)
+        return true;
+    if (strncmp(ep, "tcp://", 6) != 0)
+        return false;
+    ep += 6;
+    return strncmp(ep, "127.", 4) == 0 || strncmp(ep, "localhost:", 10) == 0 ||
+           strncmp(ep, "[::1]:", 6) == 0;
+}
+
+static pl_status_t s_file_clients(const pl_cfg_cluster_t *cfg, pl_tx_client_t *out)
+{
+    for (int i = 0; i < cfg->n_clients; i++) {
+        const pl_cfg_client_t *k = &cfg->clients[i];
+        pl_status_t st;
+        snprintf(out[i].name, sizeof(out[i].name), "%s", k->name);
+        if ((st = pl_tx_role_parse(k->role, &out[i].role)))
+            return st;
+        if (k->public_key[0])
+            memcpy(out[i].public_key, k->public_key, PL_TX_KEY_LEN + 1); /* 40, checked */
+        else if ((st = pl_tx_key_load_public(k->public_key_file, out[i].public_key)))
+            return pl_error_prefix(st, "security.clients[%d] '%s': ", i, k->name);
+    }
+    return PL_OK;
+}
+
+pl_status_t pl_coord_auth_start(pl_coord_t *c, bool embedded)
+{
+    const pl_cfg_cluster_t *cfg = c->cfg;
+    pl_tx_client_t *clients = calloc(PL_CFG_MAX_CLIENTS + 2, sizeof(*clients));
+    pl_tx_keypair_t server;
+    int n = 0;
+    pl_status_t st = PL_OK;
+    if (!clients)
+        return pl_error(PL_ERR_NOMEM, "coordinator out of memory");
+    if (cfg->secret_key[0]) {
+        memcpy(server.secret_key, cfg->secret_key, sizeof(server.secret_key) - 1); /* 40, checked */
+        server.secret_key[PL_TX_KEY_LEN] = '\0';
+    } else if (cfg->secret_key_file[0]) {
+        if ((st = pl_tx_key_load_secret(cfg->secret_key_file, &server)))
+            goto out;
+    } else if (cfg->insecure) {
+        c->insecure = true;
+        pl_log_warn("security.insecure: the control plane on %s is neither encrypted nor "
+                    "authenticated; anyone who reaches it may submit, read and shut down",
+                    cfg->endpoint);
+        goto out;
+    } else if (!embedded && !s_loopback(cfg->endpoint)) {
+        st = pl_error(PL_ERR_INVALID,
+                      "refusing to listen on %s without keys: set "
+                      "security.coordinator_secret_key_file and security.clients (pipectl "
+                      "keygen makes them), or security.insecure: true",
+                      cfg->endpoint);
+        goto out;
+    } else {
+        /* local: keys in the user's 0700 state directory, which local pipeld and pipectl read */
+        char dir[PATH_MAX];
+        static const struct {
+            const char *file, *name;
+            pl_tx_role_t role;
+        } local[] = {{"node", "*", PL_TX_ROLE_NODE}, {"admin", "local", PL_TX_ROLE_ADMIN}};
+        if ((st = pl_tx_key_local_dir(dir, sizeof(dir))) || (st = pl_tx_key_local_ensure(dir)) ||
+            (st = pl_tx_key_local_pair(dir, "coordinator", &server)))
+            goto out;
+        for (size_t i = 0; i < PL_ARRAY_SIZE(local); i++) {
+            pl_tx_keypair_t p;
+            if ((st = pl_tx_key_local_pair(dir, local[i].file, &p)))
+                goto out;
+            snprintf(clients[n].public_key, sizeof(clients[n].public_key), "%s", p.public_key);
+            snprintf(clients[n].name, sizeof(clients[n].name), "%s", local[i].name);
+            clients[n++].role = local[i].role;
+        }
+        pl_log_info("local cluster: keys from %s", dir);
+    }
+    if ((st = s_file_clients(cfg, clients + n)))
+        goto out;
+    n += cfg->n_clients;
+    if (n == 0)
+        pl_log_warn("security.clients is empty: no node or user can connect");
+    if ((st = pl_tx_zap_start(c->ctx, clients, n, &c->zap)) ||
+        (st = pl_tx_sock_curve_server(c->router, server.secret_key)) ||
+        (st = pl_tx_sock_monitor(c->router)))
+        goto out;
+    c->n_clients = n;
+out:
+    free(clients);
+    return st;
+}
+
+/* Rate-limited: a flood of refused messages writes one line a second. */
+static void s_refuse(pl_coord_t *c, const pl_tx_peer_t *from, const char *what)
+{
+    double now = pl_now();
+    char shown[4 * 64 + 1];
+    c->refused_msgs++;
+    if (now - c->last_refusal_log < 1.0)
+        return;
+    c->last_refusal_log = now;
+    pl_ctl_escape(from->id, PL_MIN(from->len, (size_t)64), shown, sizeof(shown));
+    pl_log_warn("refused %s from '%s' (key %s:%s; %ld refused so far)", what, shown,
+                pl_tx_role_name(from->role), from->user, c->refused_msgs);
+}
+
+static bool s_role_may(pl_tx_role_t role, pl_msg_type_t t)
+{
+    switch (t) {
+    case PL_MSG_HELLO:
+    case PL_MSG_HEARTBEAT:
+    case PL_MSG_READY:
+    case PL_MSG_DONE:
+    case PL_MSG_FAIL:
+        return role == PL_TX_ROLE_NODE;
+    case PL_MSG_SHUTDOWN:
+        return role == PL_TX_ROLE_ADMIN;
+    case PL_MSG_SUBMIT:
+    case PL_MSG_STATUS:
+    case PL_MSG_RESULTS:
+    case PL_MSG_KILL:
+    case PL_MSG_NODES:
+    case PL_MSG_HEALTH:
+    case PL_MSG_PLAN:
+        return role == PL_TX_ROLE_USER || role == PL_TX_ROLE_ADMIN;
+    default:
+        return true; /* the dispatcher refuses the rest itself */
+    }
+}
+
+bool pl_coord_auth_check(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_type_t type)
+{
+    char what[96];
+    if (c->insecure)
+        return true;
+    if (!s_role_may(from->role, type)) {
+        snprintf(what, sizeof(what), "%s (not allowed to role %s)", pl_msg_name(type),
+                 pl_tx_role_name(from->role));
+        s_refuse(c, from, what);
+        pl_coord_reply_error(c, from, PL_ERR_PERMISSION, "%s is not allowed to a %s key",
+                             pl_msg_name(type), pl_tx_role_name(from->role));
+        return false;
+    }
+    /* a node key speaks only for its own node name: the socket identity every stage message
+     * and every assignment is matched by */
+    if (from->role == PL_TX_ROLE_NODE && strcmp(from->user, "*") != 0 &&
+        (strlen(from->user) != from->len || memcmp(from->user, from->id, from->len) != 0)) {
+        snprintf(what, sizeof(what), "%s under another node's name", pl_msg_name(type));
+        s_refuse(c, from, what);
+        pl_coord_reply_error(c, from, PL_ERR_PERMISSION, "this key belongs to node '%s'",
+                             from->user);
+        return false;
+    }
+    return true;
+}
+
+bool pl_coord_auth_may_see(pl_coord_t *c, const pl_tx_peer_t *from, const pl_coord_job_t *j)
+{
+    if (c->insecure || from->role == PL_TX_ROLE_ADMIN || strcmp(from->user, j->owner) == 0)
+        return true;
+    s_refuse(c, from, "a request about another user's job");
+    return false;
+}
+
+void pl_coord_auth_stage_refused(pl_coord_t *c, const pl_tx_peer_t *from, const char *what)
+{
+    c->refused_stage_msgs++;
+    s_refuse(c, from, what);
+}
+
+/* path (already resolved) lies in dir (resolved): equal, or dir followed by '/'. */
+static bool s_under(const char *path, const char *dir)
+{
+    size_t n = strlen(dir);
+    if (n == 1 && dir[0] == '/')
+        return true;
+    return strncmp(path, dir, n) == 0 && (path[n] == '\0' || path[n] == '/');
+}
+
+static bool s_allowed(const pl_cfg_cluster_t *cfg, const char *real)
+{
+    for (int i = 0; i < cfg->n_model_dirs; i++) {
+        char dir[PATH_MAX];
+        if (realpath(cfg->model_dirs[i], dir) && s_under(real, dir))
+            return true;
+    }
+    return false;
+}
+
+pl_status_t pl_coord_auth_model(const pl_coord_t *c, const char *model)
+{
+    char real[PATH_MAX], entry[PATH_MAX + 256], target[PATH_MAX];
+    if (c->cfg->n_model_dirs == 0)
+        return PL_OK;
+    /* the message never says why realpath failed beyond errno: no file contents leave */
+    if (!realpath(model, real))
+        return pl_error(PL_ERR_PERMISSION, "model '%.200s': %s", model, strerror(errno));
+    if (!s_allowed(c->cfg, real))
+        return pl_error(PL_ERR_PERMISSION,
+                        "model '%.200s' is outside the directories the "
+                        "cluster file allows (models.allow)",
+                        model);
+    DIR *d = opendir(real);
+    if (!d)
+        return pl_error(PL_ERR_PERMISSION, "model '%.200s': %s", model, strerror(errno));
+    /* every file in it too: a link out of the allowed directories is refused */
+    for (struct dirent *e; (e = readdir(d));) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        snprintf(entry, sizeof(entry), "%s/%s", real, e->d_name);
+        if (!realpath(entry, target) || !s_allowed(c->cfg, target)) {
+            pl_status_t st = pl_error(PL_ERR_PERMISSION,
+                                      "model '%.200s': '%.200s' leads "
+                                      "outside the directories the cluster file allows "
+                                      "(models.allow)",
+                                      model, e->d_name);
+            closedir(d); /* e lives in d */
+            return st;
+        }
+    }
+    closedir(d);
+    return PL_OK;
+}
