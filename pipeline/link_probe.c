@@ -132,7 +132,8 @@ pl_status_t pl_probe_run(pl_ucx_t *ucx, pl_ucx_ep_t *next, pl_ucx_ep_t *prev, ui
         void *buf = NULL;
         size_t len;
         uint64_t tag;
-        st = pl_ucx_recv(ucx, want, PL_ACT_TAG_PROBE_MASK, S_BULK_BYTES, &buf, &len, &tag, 1, cancel);
+        st = pl_ucx_recv(ucx, want, PL_ACT_TAG_PROBE_MASK, S_BULK_BYTES, &buf, &len, &tag, 1,
+                         cancel);
         free(buf);
         if (st == PL_ERR_TIMEOUT) {
             st = PL_OK;
