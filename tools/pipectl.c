@@ -318,15 +318,12 @@ static int s_plan_whatif(const s_ctl_t *c, const pl_job_spec_t *spec, const char
     pl_sched_model_t model;
     pl_plan_t *plan = NULL;
     int n = 0, rc = 1;
-    pl_plan_input_t in = {.model = &model};
+    pl_plan_input_t in;
 
     if (pl_cfg_cluster_load(cluster_path, &cl) || pl_sched_whatif(&cl, &devs, &n, &links)) {
         rc = s_die("%s", pl_error_msg());
         goto out;
     }
-    bool any_cpu = false;
-    for (int i = 0; i < n; i++)
-        any_cpu |= !strcmp(devs[i].backend, "cpu");
     pl_gen_job_t g; /* the coordinator's checks: token ids in the vocabulary, positions */
     if (pl_model_config_load(spec->model, &cfg) ||
         pl_gen_job_from_spec(spec, spec->microbatches, &cfg, &g)) {
@@ -334,15 +331,7 @@ static int s_plan_whatif(const s_ctl_t *c, const pl_job_spec_t *spec, const char
         goto out;
     }
     pl_gen_job_clear(&g);
-    if (pl_sched_model_from_config(&cfg, any_cpu, &model) ||
-        pl_sched_job_from_spec(spec, &cfg, &in.job)) {
-        rc = s_die("%s", pl_error_msg());
-        goto out;
-    }
-    in.devices = devs;
-    in.n_devices = n;
-    in.links = links;
-    if (pl_sched_plan_mode(&in, NULL, spec->planner, spec->stages, &plan)) {
+    if (pl_sched_plan_spec(spec, &cfg, devs, n, links, NULL, &model, &in, &plan)) {
         rc = s_die("no feasible plan: %s", pl_error_msg());
         goto out;
     }
