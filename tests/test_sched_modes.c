@@ -262,8 +262,7 @@ Test(sched_modes, plan_spec_is_its_parts_in_order)
     cr_expect(strstr(pl_error_msg(), "prompt 3") != NULL, "%s", pl_error_msg());
     spec.gen.max_new_tokens = 8;
     spec.stages = 3;
-    cr_expect_eq(pl_sched_plan_spec(&spec, &c, d, 3, NULL, cand, &m, &in, &p),
-                 PL_ERR_INFEASIBLE);
+    cr_expect_eq(pl_sched_plan_spec(&spec, &c, d, 3, NULL, cand, &m, &in, &p), PL_ERR_INFEASIBLE);
     cr_expect_null(p);
     cr_expect_eq(memcmp(&keep_m, &m, sizeof(m)), 0);
     cr_expect_eq(memcmp(&keep_in, &in, sizeof(in)), 0);
