@@ -122,24 +122,24 @@ static void s_print_measured(const json_t *r)
     json_t *ss = json_object_get(r, "stages");
     bool any = false;
     for (size_t i = 0; i < json_array_size(ss); i++) {
-        const json_t *st = json_object_get(json_array_get(ss, i), "stats");
         const json_t *p = json_array_get(ps, i);
-        if (!json_is_object(st) || !json_is_object(p))
+        pl_msg_stats_t st; /* DONE's statistics, as the coordinator passes them on */
+        if (!json_is_object(p) ||
+            pl_msg_stats_decode(json_object_get(json_array_get(ss, i), "stats"), &st))
             continue;
         if (!any)
             printf("%-5s %-12s %-21s %-21s %-23s %s\n", "stage", "node",
                    "prefill/call pred", "decode/call pred", "stage compute pred", "link measured");
         any = true;
         char a[24], b[24], c[24], d[24], e[24], f[24], link[96] = "-";
-        double np = s_num(st, "prefill_calls"), nd = s_num(st, "decode_calls");
+        double np = (double)st.prefill_calls, nd = (double)st.decode_calls;
         double pp = s_num(p, "compute_prefill_s"), pd = s_num(p, "compute_decode_s");
-        double mp = np > 0 ? s_num(st, "prefill_compute_s") / np : 0;
-        double md = nd > 0 ? s_num(st, "decode_compute_s") / nd : 0;
-        double pt = np * pp + nd * pd, mt = s_num(st, "compute_s");
-        const json_t *pr = json_object_get(st, "probe");
-        if (json_is_object(pr))
-            snprintf(link, sizeof(link), "%.2f GB/s, %.1f us (%s)", s_num(pr, "gbps"),
-                     s_num(pr, "latency_s") * 1e6, s_str(pr, "transport"));
+        double mp = np > 0 ? st.prefill_compute_s / np : 0;
+        double md = nd > 0 ? st.decode_compute_s / nd : 0;
+        double pt = np * pp + nd * pd, mt = st.compute_s;
+        if (st.has_probe)
+            snprintf(link, sizeof(link), "%.2f GB/s, %.1f us (%s)", st.probe.gbps,
+                     st.probe.latency_s * 1e6, st.probe.transport);
         printf("%-5zu %-12.12s %9s / %-9s %9s / %-9s %9s / %-10s %+4.0f%%  %s\n", i,
                s_str(p, "node"), s_dur(pp, a, sizeof(a)), s_dur(mp, b, sizeof(b)),
                s_dur(pd, c, sizeof(c)), s_dur(md, d, sizeof(d)), s_dur(pt, e, sizeof(e)),
