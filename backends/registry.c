@@ -58,15 +58,6 @@ static int s_search_dirs(char dirs[S_MAX_DIRS][PATH_MAX])
     return n;
 }
 
-/* The plugin's own copy of the per-thread error message (it links its own pl_common), falling
- * back to ours. */
-static const char *s_plugin_error_msg(void *handle)
-{
-    const char *(*msg_fn)(void) = (const char *(*)(void))dlsym(handle, "pl_error_msg");
-    const char *msg = msg_fn ? msg_fn() : pl_error_msg();
-    return msg && msg[0] ? msg : "no reason given";
-}
-
 /* Open the plugin file at path and check it has a usable device; the first file found is the
  * one used, so a broken plugin in an override directory is reported rather than skipped. */
 static void s_open_plugin(const char *path, size_t slot, pl_be_entry_t *e)
@@ -90,8 +81,7 @@ static void s_open_plugin(const char *path, size_t slot, pl_be_entry_t *e)
     ops = entry();
     if (!ops || ops->abi_version != PL_BE_ABI_VERSION) {
         snprintf(e->why, sizeof(e->why), "plugin %.120s: abi version %d, this binary needs %d",
-                 path,
-                 ops ? ops->abi_version : -1, PL_BE_ABI_VERSION);
+                 path, ops ? ops->abi_version : -1, PL_BE_ABI_VERSION);
         goto err_close;
     }
     if (!ops->probe || !ops->open || !ops->close || !ops->calibrate || !ops->stage_load ||
@@ -99,18 +89,22 @@ static void s_open_plugin(const char *path, size_t slot, pl_be_entry_t *e)
         snprintf(e->why, sizeof(e->why), "plugin %.120s: function table incomplete", path);
         goto err_close;
     }
-    /* The handle stays open from here: a GPU runtime may have started threads in probe. */
-    if (ops->probe(infos, (int)PL_ARRAY_SIZE(infos), &n) != PL_OK) {
-        snprintf(e->why, sizeof(e->why), "plugin %.80s: %.165s", path, s_plugin_error_msg(handle));
+    /* Probed through the handle wrapper, so a failure's reason comes over by the one relay
+     * (backend.c); the entry is published only once a device is there. The handle stays open
+     * from here: a GPU runtime may have started threads in probe. */
+    pl_be_t *be = &s_backends[1 + slot];
+    *be = (pl_be_t){.ops = ops, .plugin_msg = (const char *(*)(void))dlsym(handle, "pl_error_msg")};
+    pl_error_clear();
+    if (pl_be_probe(be, infos, (int)PL_ARRAY_SIZE(infos), &n) != PL_OK) {
+        snprintf(e->why, sizeof(e->why), "plugin %.80s: %.165s", path,
+                 pl_error_msg()[0] ? pl_error_msg() : "no reason given");
         return;
     }
     if (n < 1) {
         snprintf(e->why, sizeof(e->why), "plugin %.120s: no device", path);
         return;
     }
-    s_backends[1 + slot] = (pl_be_t){
-        .ops = ops, .plugin_msg = (const char *(*)(void))dlsym(handle, "pl_error_msg")};
-    e->backend = &s_backends[1 + slot];
+    e->backend = be;
     pl_log_debug("backend %s: plugin %s, %d devices", e->name, path, n);
     return;
 

@@ -26,7 +26,6 @@ typedef struct {
     int node[PL_SCHED_MAX_DEVICES], dev[PL_SCHED_MAX_DEVICES];
     bool cand[PL_SCHED_MAX_DEVICES];
     int n_alive, n_cand;
-    bool any_cpu;
     pl_sched_link_t *links; /* n * n */
 } s_live_t;
 
@@ -79,7 +78,6 @@ static pl_status_t s_live(pl_coord_t *c, const pl_coord_job_t *j, bool idle_only
             lv->cand[lv->n] = ok && usable && (!idle_only || (!nd->busy_job && !nd->n_stale));
             lv->n_alive += ok;
             lv->n_cand += lv->cand[lv->n];
-            lv->any_cpu |= lv->cand[lv->n] && !strcmp(dv->backend, "cpu");
             lv->n++;
         }
     }
@@ -97,23 +95,11 @@ static pl_status_t s_live(pl_coord_t *c, const pl_coord_job_t *j, bool idle_only
     return PL_OK;
 }
 
-/* Plan job j over the candidates of lv. On success *plan_p, and the input it was made from
- * (model and job shape) in *in / *model. */
-static pl_status_t s_plan(const pl_coord_job_t *j, s_live_t *lv, pl_sched_model_t *model,
-                          pl_plan_input_t *in, pl_plan_t **plan_p)
+/* The job's model config (config.json), once per planning. */
+static pl_status_t s_config(const pl_coord_job_t *j, pl_model_config_t *cfg)
 {
-    pl_model_config_t cfg;
-    pl_status_t st;
-    if ((st = pl_model_config_load(j->spec.model, &cfg)))
-        return pl_error_prefix(st, "model %s: ", j->spec.model);
-    if ((st = pl_sched_model_from_config(&cfg, lv->any_cpu, model)))
-        return st;
-    model->act_bytes = pl_gen_spec_wire_bytes(&j->spec); /* the links carry the wire dtype */
-    *in = (pl_plan_input_t){
-        .model = model, .devices = lv->devs, .n_devices = lv->n, .links = lv->links};
-    if ((st = pl_sched_job_from_spec(&j->spec, &cfg, &in->job)))
-        return st;
-    return pl_sched_plan_mode(in, lv->cand, j->spec.planner, j->spec.stages, plan_p);
+    pl_status_t st = pl_model_config_load(j->spec.model, cfg);
+    return st ? pl_error_prefix(st, "model %s: ", j->spec.model) : PL_OK;
 }
 
 /* Say for each stage's link whether the daemons measured it or the planner's default stood in. */
@@ -157,7 +143,10 @@ bool pl_coord_plan_job(pl_coord_t *c, pl_coord_job_t *j)
         }
         goto out;
     }
-    if (s_plan(j, lv, &model, &in, &plan)) {
+    pl_model_config_t cfg;
+    if (s_config(j, &cfg) ||
+        pl_sched_plan_spec(&j->spec, &cfg, lv->devs, lv->n, lv->links, lv->cand,
+                           pl_gen_spec_wire_bytes(&j->spec), &model, &in, &plan)) {
         pl_coord_job_fail(c, j, "no feasible plan: %s", pl_error_msg());
         goto out;
     }
@@ -171,10 +160,8 @@ bool pl_coord_plan_job(pl_coord_t *c, pl_coord_job_t *j)
         goto out;
     }
     int mb = plan->microbatches;
-    pl_model_config_t cfg;
     pl_gen_job_t g;
-    if (pl_model_config_load(j->spec.model, &cfg) ||
-        pl_gen_job_from_spec(&j->spec, mb, &cfg, &g)) {
+    if (pl_gen_job_from_spec(&j->spec, mb, &cfg, &g)) {
         pl_coord_job_fail(c, j, "%s", pl_error_msg());
         goto out;
     }
@@ -240,7 +227,10 @@ void pl_coord_on_plan(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_t *m)
                              j->spec.n_nodes ? " allowed by the job" : "");
         goto out;
     }
-    if ((st = s_plan(j, lv, &model, &in, &plan))) {
+    pl_model_config_t cfg;
+    if ((st = s_config(j, &cfg)) ||
+        (st = pl_sched_plan_spec(&j->spec, &cfg, lv->devs, lv->n, lv->links, lv->cand,
+                                 pl_gen_spec_wire_bytes(&j->spec), &model, &in, &plan))) {
         pl_coord_reply_error(c, from, st, "no feasible plan: %s", pl_error_msg());
         goto out;
     }

@@ -9,8 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define S_KIND 0xfu /* tag kind of probes: act.h uses 1..3 of the tag's 4-bit kind field */
-#define S_KIND_MASK (PL_ACT_TAG_JOB_MASK | (0xfULL << 40))
 #define S_PINGS 9  /* the first is a warm-up: it pays for wire-up and the peer's start */
 #define S_ROUNDS 5 /* bulk rounds; the first is a warm-up */
 #define S_BULKS 2  /* messages per bulk round */
@@ -19,11 +17,11 @@
 #define S_TIMEOUT_S 3.0
 #define S_BUDGET_S 0.04 /* bulk rounds after the first timed one start only within this */
 
-enum { S_PING = 0, S_PONG = 1, S_BULK = 2, S_ACK = 3, S_END = 4 }; /* in the tag's mb field */
+enum { S_PING = 0, S_PONG = 1, S_BULK = 2, S_ACK = 3, S_END = 4 }; /* a probe tag's type */
 
 bool pl_probe_is_tag(uint64_t tag)
 {
-    return ((tag >> 40) & 0xfu) == S_KIND;
+    return pl_act_probe_tag_decode(tag, NULL, NULL);
 }
 
 static pl_status_t s_send(pl_ucx_t *ucx, pl_ucx_ep_t *ep, uint32_t job, int type, uint32_t seq,
@@ -33,8 +31,7 @@ static pl_status_t s_send(pl_ucx_t *ucx, pl_ucx_ep_t *ep, uint32_t job, int type
     if (!buf)
         return pl_error(PL_ERR_NOMEM, "link probe: out of memory");
     memset(buf, 0x5a, len);
-    return pl_ucx_send(ucx, ep, pl_act_tag(job, (pl_act_kind_t)S_KIND, (uint32_t)type, seq), buf,
-                       len);
+    return pl_ucx_send(ucx, ep, pl_act_probe_tag(job, (uint32_t)type, seq), buf, len);
 }
 
 typedef struct {
@@ -65,7 +62,7 @@ static pl_status_t s_round(pl_ucx_t *ucx, pl_ucx_ep_t *next, uint32_t job, s_sta
         memset(buf[i], 0x5a, S_BULK_BYTES);
     }
     s->t_sent = pl_now();
-    uint64_t tag = pl_act_tag(job, (pl_act_kind_t)S_KIND, S_BULK, (uint32_t)s->round);
+    uint64_t tag = pl_act_probe_tag(job, S_BULK, (uint32_t)s->round);
     for (int i = 0; i < S_BULKS && !st; i++) {
         st = pl_ucx_send(ucx, next, tag, buf[i], S_BULK_BYTES);
         buf[i] = NULL; /* the send owns it, also on failure */
@@ -80,9 +77,10 @@ out:
 static pl_status_t s_on_msg(pl_ucx_t *ucx, pl_ucx_ep_t *next, pl_ucx_ep_t *prev, uint32_t job,
                             uint64_t tag, s_state_t *s)
 {
-    int type = (int)((tag >> 24) & 0xffffu);
-    uint32_t seq = (uint32_t)(tag & 0xffffffu);
+    uint32_t type, seq;
     double now = pl_now();
+    if (!pl_act_probe_tag_decode(tag, &type, &seq))
+        return PL_OK; /* the receive mask lets only probe tags through */
     switch (type) {
     case S_PING:
         return s_send(ucx, prev, job, S_PONG, seq, S_PING_BYTES);
@@ -127,14 +125,15 @@ pl_status_t pl_probe_run(pl_ucx_t *ucx, pl_ucx_ep_t *next, pl_ucx_ep_t *prev, ui
 {
     double t0 = pl_now();
     s_state_t s = {.t0 = t0, .rtt_min = INFINITY, .bulk_round = UINT32_MAX};
-    uint64_t want = pl_act_tag(job, (pl_act_kind_t)S_KIND, 0, 0);
+    uint64_t want = pl_act_probe_tag(job, 0, 0);
     pl_status_t st = s_send(ucx, next, job, S_PING, 0, S_PING_BYTES);
     s.t_sent = t0;
     while (!st && !(s.mine_done && s.got_end) && pl_now() - t0 < S_TIMEOUT_S) {
         void *buf = NULL;
         size_t len;
         uint64_t tag;
-        st = pl_ucx_recv(ucx, want, S_KIND_MASK, S_BULK_BYTES, &buf, &len, &tag, 1, cancel);
+        st = pl_ucx_recv(ucx, want, PL_ACT_TAG_PROBE_MASK, S_BULK_BYTES, &buf, &len, &tag, 1,
+                         cancel);
         free(buf);
         if (st == PL_ERR_TIMEOUT) {
             st = PL_OK;

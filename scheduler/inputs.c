@@ -3,6 +3,9 @@
 #include "scheduler/inputs.h"
 
 #include "common/util.h"
+#include "scheduler/modes.h"
+
+#include <string.h>
 
 #include <math.h>
 
@@ -62,5 +65,32 @@ pl_status_t pl_sched_job_from_spec(const pl_job_spec_t *spec, const pl_model_con
                             .max_new_tokens = spec->gen.max_new_tokens,
                             .microbatches = spec->microbatches,
                             .ctx = pmax + spec->gen.max_new_tokens};
+    return PL_OK;
+}
+
+pl_status_t pl_sched_plan_spec(const pl_job_spec_t *spec, const pl_model_config_t *cfg,
+                               const pl_sched_device_t *devs, int n, const pl_sched_link_t *links,
+                               const bool *cand, double act_bytes, pl_sched_model_t *model,
+                               pl_plan_input_t *in, pl_plan_t **plan_p)
+{
+    bool any_cpu = false;
+    for (int i = 0; i < n; i++)
+        any_cpu |= (!cand || cand[i]) && !strcmp(devs[i].backend, "cpu");
+    pl_sched_model_t m;
+    pl_plan_input_t pi = {.devices = devs, .n_devices = n, .links = links};
+    pl_plan_t *plan = NULL;
+    pl_status_t st;
+    if ((st = pl_sched_model_from_config(cfg, any_cpu, &m)) ||
+        (st = pl_sched_job_from_spec(spec, cfg, &pi.job)))
+        return st;
+    if (act_bytes > 0)
+        m.act_bytes = act_bytes; /* the links carry the job's wire dtype */
+    pi.model = &m;
+    if ((st = pl_sched_plan_mode(&pi, cand, spec->planner, spec->stages, &plan)))
+        return st;
+    *model = m;
+    pi.model = model; /* the plan keeps no pointer into its input */
+    *in = pi;
+    *plan_p = plan;
     return PL_OK;
 }

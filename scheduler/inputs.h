@@ -21,4 +21,16 @@ pl_status_t pl_sched_model_from_config(const pl_model_config_t *cfg, bool any_cp
 pl_status_t pl_sched_job_from_spec(const pl_job_spec_t *spec, const pl_model_config_t *cfg,
                                    pl_sched_job_t *job);
 
+/* Plan the job `spec` on the model `cfg` over devs[n] and links (n * n, NULL: defaults), with
+ * candidates cand[i] (NULL: all): the model's element sizes from cfg and whether a CPU device is
+ * a candidate (act_bytes > 0: the bytes of one activation element on the links, the job's wire
+ * dtype), the job's shape from the spec, then the spec's planner mode and stage count
+ * (pl_sched_plan_mode). The one sequence the coordinator and pipectl's what-if plans share;
+ * *model and *in (which points at *model and the borrowed devices and links) are what the plan
+ * was made from, for pl_plan_to_json_full and pl_sched_terms. All three set only on success. */
+pl_status_t pl_sched_plan_spec(const pl_job_spec_t *spec, const pl_model_config_t *cfg,
+                               const pl_sched_device_t *devs, int n, const pl_sched_link_t *links,
+                               const bool *cand, double act_bytes, pl_sched_model_t *model,
+                               pl_plan_input_t *in, pl_plan_t **plan_p);
+
 #endif

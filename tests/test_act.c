@@ -545,3 +545,34 @@ Test(act, hidden_payload_travels_in_the_wire_dtype)
     size_t l = 0;
     cr_assert_eq(pl_act_encode(&th, ts, NULL, &b, &l), PL_ERR_INVALID);
 }
+
+Test(act, probe_tag_layout)
+{
+    /* the literal layout: job in the top 20 bits, kind 0xf, type in the mb field, seq in step */
+    cr_assert_eq(pl_act_probe_tag(5, 2, 7), (5ULL << 44) | (0xfULL << 40) | (2ULL << 24) | 7ULL);
+    cr_assert_eq(pl_act_probe_tag(0x100005, 0x10002, 0x1000007), pl_act_probe_tag(5, 2, 7));
+    uint32_t type = 99, seq = 99;
+    cr_assert(pl_act_probe_tag_decode(0xfffffffffffffffeULL, &type, &seq));
+    cr_assert_eq(type, 0xffff);
+    cr_assert_eq(seq, 0xfffffe);
+    cr_assert(pl_act_probe_tag_decode(pl_act_probe_tag(3, 4, 0x123456), &type, &seq));
+    cr_assert_eq(type, 4);
+    cr_assert_eq(seq, 0x123456);
+    cr_assert(pl_act_probe_tag_decode(pl_act_probe_tag(3, 4, 5), NULL, NULL));
+    /* no activation message's tag is a probe tag, and a refusal leaves the outputs alone */
+    const pl_act_kind_t kinds[] = {PL_ACT_HIDDEN, PL_ACT_TOKENS, PL_ACT_STOP};
+    for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
+        type = seq = 99;
+        cr_assert_not(pl_act_probe_tag_decode(pl_act_tag(0xfffff, kinds[i], 0xffff, 0xffffff),
+                                              &type, &seq));
+        cr_assert_eq(type, 99);
+        cr_assert_eq(seq, 99);
+    }
+    cr_assert_not(pl_act_probe_tag_decode(0, NULL, NULL));
+    /* the receive mask keeps a job's probes apart from its activations and other jobs' probes */
+    uint64_t want = pl_act_probe_tag(3, 0, 0);
+    cr_assert_eq(pl_act_probe_tag(3, 4, 9) & PL_ACT_TAG_PROBE_MASK, want);
+    cr_assert_neq(pl_act_probe_tag(4, 4, 9) & PL_ACT_TAG_PROBE_MASK, want);
+    cr_assert_neq(pl_act_tag(3, PL_ACT_HIDDEN, 0, 0) & PL_ACT_TAG_PROBE_MASK, want);
+    cr_assert_eq(PL_ACT_TAG_PROBE_MASK, 0xffffff0000000000ULL);
+}

@@ -332,7 +332,8 @@ Test(plan_cluster, slower_daemon_gets_fewer_layers_and_stage_times_match_the_pla
     char *out;
     cr_assert_eq(tc_sh(&out, "%s/pipectl -c %s status %d", tc_bin(), s_c.ep, job), 0);
     cr_assert(strstr(out, "planner: optimal") && strstr(out, "bottleneck:") &&
-                  strstr(out, "stage compute pred") && strstr(out, "predicted: prefill"),
+                  strstr(out, "stage compute pred") && strstr(out, "predicted: prefill") &&
+                  strstr(out, " GB/s, "), /* a stage's measured link, from its DONE stats */
               "%s", out);
     free(out);
     s_passed = 1;

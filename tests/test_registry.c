@@ -172,6 +172,52 @@ Test(registry, plugin_errors_reach_the_host)
     rmdir(dir);
 }
 
+/* A plugin whose probe fails: its reason, kept in the plugin's own pl_common, reaches the entry
+ * through the same relay as every other call, and the backend is not offered. */
+Test(registry, plugin_probe_reason_reaches_the_entry)
+{
+    char dir[] = "/tmp/pl_reg_XXXXXX", src[64], lib[64];
+    pl_be_entry_t e[3];
+    cr_assert(mkdtemp(dir));
+    snprintf(src, sizeof(src), "%s/fake.c", dir);
+    snprintf(lib, sizeof(lib), "%s/libpipeld_be_cuda.so", dir);
+    FILE *f = fopen(src, "w");
+    cr_assert(f);
+    fprintf(f,
+            "#include \"backends/backend_impl.h\"\n#include <stdio.h>\n"
+            "static char msg[64];\n"
+            "const char *pl_error_msg(void) { return msg; }\n"
+            "static pl_status_t probe(pl_be_device_info_t *i, int m, int *n)\n"
+            "{ snprintf(msg, sizeof(msg), \"fake: driver too old\"); return PL_ERR_NO_DEVICE; }\n"
+            "static pl_status_t op(int a, int b, void **d) { return PL_ERR_NO_DEVICE; }\n"
+            "static void cl(void *d) {}\n"
+            "static pl_status_t cal(void *d, pl_be_calib_t *c) { return PL_OK; }\n"
+            "static pl_status_t ld(void *d, pl_model_t *m, const pl_be_stage_params_t *p,\n"
+            "  void **s) { return PL_ERR_NO_DEVICE; }\n"
+            "static pl_status_t fwd(void *s, const pl_be_batch_t *b, const void *i, void *o)\n"
+            "{ return PL_ERR_BACKEND; }\n"
+            "static void unl(void *s) {}\n"
+            "static pl_be_ops_t ops = {PL_BE_ABI_VERSION, \"cuda\", probe, op, cl, cal,\n"
+            "  ld, fwd, NULL, unl, NULL};\n"
+            "const pl_be_ops_t *pl_be_plugin_ops(void) { return &ops; }\n");
+    fclose(f);
+    char cmd[512];
+    snprintf(cmd, sizeof(cmd), "cc -shared -fPIC -I%s -o %s %s", PL_SOURCE_DIR, lib, src);
+    if (system(cmd) != 0)
+        cr_skip_test("no C compiler to build the fake plugin");
+    setenv("PIPELD_PLUGIN_DIR", dir, 1);
+    pl_error(PL_ERR_INVALID, "a stale message of this thread");
+    cr_assert(pl_be_registry_list(e, 3) == 3);
+    cr_assert_str_eq(e[1].name, "cuda");
+    cr_assert_null(e[1].backend);
+    cr_expect(strstr(e[1].why, lib) != NULL, "why: %s", e[1].why);
+    cr_expect(strstr(e[1].why, ": fake: driver too old") != NULL, "why: %s", e[1].why);
+    cr_expect_null(pl_be_registry_find("cuda"));
+    unlink(src);
+    unlink(lib);
+    rmdir(dir);
+}
+
 Test(registry, unknown_backend)
 {
     cr_expect(pl_be_registry_find("tpu") == NULL);

@@ -203,6 +203,74 @@ Test(sched_modes, fixed_stage_count_takes_the_fastest_devices)
     cr_expect_null(p);
 }
 
+/* The coordinator's and pipectl's one planning sequence: the same plan as its parts called by
+ * hand, element sizes from the candidates' backends only, nothing written on error. */
+Test(sched_modes, plan_spec_is_its_parts_in_order)
+{
+    pl_model_config_t c = s_cfg();
+    pl_sched_device_t d[3] = {s_dev("a", 100, 40, 64), s_dev("b", 400, 160, 64),
+                              s_dev("c", 300, 120, 64)};
+    snprintf(d[1].backend, sizeof(d[1].backend), "cuda");
+    snprintf(d[2].backend, sizeof(d[2].backend), "hip");
+    pl_job_spec_t spec;
+    pl_job_spec_init(&spec);
+    int len[4] = {12, 20, 7, 30};
+    spec.n_prompts = 4;
+    spec.prompt_len = len;
+    spec.gen.max_new_tokens = 8;
+    spec.planner = PL_PLANNER_OPTIMAL;
+    spec.stages = 2;
+
+    /* by hand: the CPU device a is no candidate, so the config's f16 sizes stand */
+    const bool cand[3] = {false, true, true};
+    pl_sched_model_t ref_m;
+    pl_plan_input_t ref_in = {.devices = d, .n_devices = 3};
+    pl_plan_t *ref = NULL, *p = NULL;
+    cr_assert_eq(pl_sched_model_from_config(&c, false, &ref_m), PL_OK);
+    cr_assert_eq(pl_sched_job_from_spec(&spec, &c, &ref_in.job), PL_OK);
+    ref_in.model = &ref_m;
+    cr_assert_eq(pl_sched_plan_mode(&ref_in, cand, PL_PLANNER_OPTIMAL, 2, &ref), PL_OK);
+
+    pl_sched_model_t m;
+    pl_plan_input_t in;
+    cr_assert_eq(pl_sched_plan_spec(&spec, &c, d, 3, NULL, cand, 0, &m, &in, &p), PL_OK, "%s",
+                 pl_error_msg());
+    cr_expect_eq(m.weight_bytes, 2.0);
+    cr_expect(in.model == &m && in.devices == d && in.n_devices == 3 && !in.links);
+    cr_expect_eq(memcmp(&in.job, &ref_in.job, sizeof(in.job)), 0);
+    cr_assert_eq(p->n_stages, ref->n_stages);
+    for (int i = 0; i < p->n_stages; i++) {
+        cr_expect_eq(p->stages[i].device, ref->stages[i].device);
+        cr_expect_eq(p->stages[i].first_layer, ref->stages[i].first_layer);
+        cr_expect_eq(p->stages[i].last_layer, ref->stages[i].last_layer);
+    }
+    cr_expect_eq(p->job_time, ref->job_time);
+    pl_plan_destroy(&p);
+    pl_plan_destroy(&ref);
+
+    /* every device a candidate (NULL): the CPU among them plans f32 weights */
+    cr_assert_eq(pl_sched_plan_spec(&spec, &c, d, 3, NULL, NULL, 0, &m, &in, &p), PL_OK);
+    cr_expect_eq(m.weight_bytes, 4.0);
+    pl_plan_destroy(&p);
+
+    /* errors: the job shape (prompt 3 + max_new_tokens past 100 positions), the mode's stage
+     * count; outputs untouched */
+    pl_sched_model_t keep_m = m;
+    pl_plan_input_t keep_in = in;
+    spec.gen.max_new_tokens = 71;
+    cr_expect_eq(pl_sched_plan_spec(&spec, &c, d, 3, NULL, NULL, 0, &m, &in, &p), PL_ERR_RANGE);
+    cr_expect(strstr(pl_error_msg(), "prompt 3") != NULL, "%s", pl_error_msg());
+    spec.gen.max_new_tokens = 8;
+    spec.stages = 3;
+    cr_expect_eq(pl_sched_plan_spec(&spec, &c, d, 3, NULL, cand, 0, &m, &in, &p), PL_ERR_INFEASIBLE);
+    cr_expect_null(p);
+    cr_expect_eq(memcmp(&keep_m, &m, sizeof(m)), 0);
+    cr_expect_eq(memcmp(&keep_in, &in, sizeof(in)), 0);
+    spec.prompt_len = NULL; /* borrowed above, not the spec's to free */
+    spec.n_prompts = 0;
+    pl_job_spec_clear(&spec);
+}
+
 Test(sched_modes, waves_note_when_not_every_sequence_fits)
 {
     pl_plan_t p = {.n_seqs = 8, .resident_seqs = 8};

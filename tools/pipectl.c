@@ -127,24 +127,24 @@ static void s_print_measured(const json_t *r)
     json_t *ss = json_object_get(r, "stages");
     bool any = false;
     for (size_t i = 0; i < json_array_size(ss); i++) {
-        const json_t *st = json_object_get(json_array_get(ss, i), "stats");
         const json_t *p = json_array_get(ps, i);
-        if (!json_is_object(st) || !json_is_object(p))
+        pl_msg_stats_t st; /* DONE's statistics, as the coordinator passes them on */
+        if (!json_is_object(p) ||
+            pl_msg_stats_decode(json_object_get(json_array_get(ss, i), "stats"), &st))
             continue;
         if (!any)
             printf("%-5s %-12s %-21s %-21s %-23s %s\n", "stage", "node",
                    "prefill/call pred", "decode/call pred", "stage compute pred", "link measured");
         any = true;
         char a[24], b[24], c[24], d[24], e[24], f[24], link[96] = "-";
-        double np = s_num(st, "prefill_calls"), nd = s_num(st, "decode_calls");
+        double np = (double)st.prefill_calls, nd = (double)st.decode_calls;
         double pp = s_num(p, "compute_prefill_s"), pd = s_num(p, "compute_decode_s");
-        double mp = np > 0 ? s_num(st, "prefill_compute_s") / np : 0;
-        double md = nd > 0 ? s_num(st, "decode_compute_s") / nd : 0;
-        double pt = np * pp + nd * pd, mt = s_num(st, "compute_s");
-        const json_t *pr = json_object_get(st, "probe");
-        if (json_is_object(pr))
-            snprintf(link, sizeof(link), "%.2f GB/s, %.1f us (%s)", s_num(pr, "gbps"),
-                     s_num(pr, "latency_s") * 1e6, s_str(pr, "transport"));
+        double mp = np > 0 ? st.prefill_compute_s / np : 0;
+        double md = nd > 0 ? st.decode_compute_s / nd : 0;
+        double pt = np * pp + nd * pd, mt = st.compute_s;
+        if (st.has_probe)
+            snprintf(link, sizeof(link), "%.2f GB/s, %.1f us (%s)", st.probe.gbps,
+                     st.probe.latency_s * 1e6, st.probe.transport);
         printf("%-5zu %-12.12s %9s / %-9s %9s / %-9s %9s / %-10s %+4.0f%%  %s\n", i,
                s_str(p, "node"), s_dur(pp, a, sizeof(a)), s_dur(mp, b, sizeof(b)),
                s_dur(pd, c, sizeof(c)), s_dur(md, d, sizeof(d)), s_dur(pt, e, sizeof(e)),
@@ -333,15 +333,12 @@ static int s_plan_whatif(const s_ctl_t *c, const pl_job_spec_t *spec, const char
     pl_sched_model_t model;
     pl_plan_t *plan = NULL;
     int n = 0, rc = 1;
-    pl_plan_input_t in = {.model = &model};
+    pl_plan_input_t in;
 
     if (pl_cfg_cluster_load(cluster_path, &cl) || pl_sched_whatif(&cl, &devs, &n, &links)) {
         rc = s_die("%s", pl_error_msg());
         goto out;
     }
-    bool any_cpu = false;
-    for (int i = 0; i < n; i++)
-        any_cpu |= !strcmp(devs[i].backend, "cpu");
     pl_gen_job_t g; /* the coordinator's checks: token ids in the vocabulary, positions */
     if (pl_model_config_load(spec->model, &cfg) ||
         pl_gen_job_from_spec(spec, spec->microbatches, &cfg, &g)) {
@@ -349,16 +346,8 @@ static int s_plan_whatif(const s_ctl_t *c, const pl_job_spec_t *spec, const char
         goto out;
     }
     pl_gen_job_clear(&g);
-    if (pl_sched_model_from_config(&cfg, any_cpu, &model) ||
-        pl_sched_job_from_spec(spec, &cfg, &in.job)) {
-        rc = s_die("%s", pl_error_msg());
-        goto out;
-    }
-    model.act_bytes = pl_gen_spec_wire_bytes(spec); /* the links carry the wire dtype */
-    in.devices = devs;
-    in.n_devices = n;
-    in.links = links;
-    if (pl_sched_plan_mode(&in, NULL, spec->planner, spec->stages, &plan)) {
+    if (pl_sched_plan_spec(spec, &cfg, devs, n, links, NULL, pl_gen_spec_wire_bytes(spec), &model,
+                           &in, &plan)) {
         rc = s_die("no feasible plan: %s", pl_error_msg());
         goto out;
     }

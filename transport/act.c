@@ -296,10 +296,16 @@ pl_status_t pl_act_decode(const void *buf, size_t len, const pl_act_limits_t *li
     return PL_OK;
 }
 
+/* [job:20][kind:4][mb:16][step:24], each value truncated to its field. */
+static uint64_t s_tag(uint32_t job, uint32_t kind, uint32_t mb, uint32_t step)
+{
+    return pl_act_tag_job(job) | (uint64_t)(kind & 0xfu) << 40 | (uint64_t)(mb & 0xffffu) << 24 |
+           (uint64_t)(step & 0xffffffu);
+}
+
 uint64_t pl_act_tag(uint32_t job, pl_act_kind_t kind, uint32_t mb, uint32_t step)
 {
-    return pl_act_tag_job(job) | (uint64_t)((uint32_t)kind & 0xfu) << 40 |
-           (uint64_t)(mb & 0xffffu) << 24 | (uint64_t)(step & 0xffffffu);
+    return s_tag(job, (uint32_t)kind, mb, step);
 }
 
 uint64_t pl_act_tag_job(uint32_t job)
@@ -310,4 +316,20 @@ uint64_t pl_act_tag_job(uint32_t job)
 uint64_t pl_act_tag_credit(uint32_t job)
 {
     return pl_act_tag_job(job) | (uint64_t)PL_ACT_TAG_KIND_CREDIT << 40;
+}
+
+uint64_t pl_act_probe_tag(uint32_t job, uint32_t type, uint32_t seq)
+{
+    return s_tag(job, PL_ACT_TAG_PROBE, type, seq);
+}
+
+bool pl_act_probe_tag_decode(uint64_t tag, uint32_t *type_p, uint32_t *seq_p)
+{
+    if (((tag >> 40) & 0xfu) != PL_ACT_TAG_PROBE)
+        return false;
+    if (type_p)
+        *type_p = (uint32_t)((tag >> 24) & 0xffffu);
+    if (seq_p)
+        *seq_p = (uint32_t)(tag & 0xffffffu);
+    return true;
 }

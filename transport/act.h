@@ -7,6 +7,7 @@
 
 #include "common/status.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -116,5 +117,16 @@ uint64_t pl_act_tag_job(uint32_t job);
 #define PL_ACT_TAG_KIND_CREDIT 4u
 #define PL_ACT_TAG_DATA_MASK (PL_ACT_TAG_JOB_MASK | (4ULL << 40))
 uint64_t pl_act_tag_credit(uint32_t job);
+
+/* Link-probe tags (pipeline/link_probe.c) share a job's tag space under a kind of their own,
+ * PL_ACT_TAG_PROBE, which no activation message has: the probe's message type sits in the mb
+ * field, its sequence number in the step field. Receive a job's probes with
+ * (pl_act_probe_tag(job, 0, 0), PL_ACT_TAG_PROBE_MASK). */
+#define PL_ACT_TAG_PROBE 0xfu
+#define PL_ACT_TAG_PROBE_MASK (PL_ACT_TAG_JOB_MASK | 0x00000f0000000000ULL)
+uint64_t pl_act_probe_tag(uint32_t job, uint32_t type, uint32_t seq);
+/* Whether tag is a probe tag (of any job); when it is, its type and sequence number (either
+ * pointer may be NULL). Total: any 64-bit value off the wire is fine. */
+bool pl_act_probe_tag_decode(uint64_t tag, uint32_t *type_p, uint32_t *seq_p);
 
 #endif

@@ -238,8 +238,8 @@ pl_status_t pl_msg_decode(pl_msg_type_t type, const json_t *body, pl_msg_t *msg)
 pl_status_t pl_msg_decode_wire(const void *type, size_t type_len, const void *body, size_t body_len,
                                pl_msg_t *msg);
 
-/* The codecs per type (msg_node.c, msg_job.c, msg_query.c). Decoders write *out only on
- * success; encoders return a new object or an error. */
+/* The codecs per type (msg_node.c, msg_spec.c, msg_stage.c, msg_query.c). Decoders write *out
+ * only on success; encoders return a new object or an error. */
 pl_status_t pl_msg_hello_encode(const pl_msg_hello_t *m, json_t **body_p);
 pl_status_t pl_msg_hello_decode(const json_t *body, pl_msg_hello_t *out);
 pl_status_t pl_msg_welcome_encode(const pl_msg_welcome_t *m, json_t **body_p);

@@ -1,7 +1,8 @@
 /* libFuzzer harness for control messages off the wire: the framing (pl_ctl_decode) and every
- * typed decoder behind it (pl_msg_decode_wire). No input may crash either; an accepted body
- * must survive a compact re-serialization, and an accepted typed message must encode, and
- * decode again from its own encoding to the same encoding. Not part of the CMake build:
+ * typed decoder behind it (pl_msg_decode_wire), and for REPLY bodies the typed reply decoders
+ * (job state, results). No input may crash either; an accepted body must survive a compact
+ * re-serialization, and an accepted typed message must encode, and decode again from its own
+ * encoding to the same encoding. Not part of the CMake build:
  *   clang -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -I. tests/fuzz/fuzz_ctl.c \
  *       transport/ctl.c transport/msg*.c transport/act_dtype.c common/status.c common/json.c \
  *       common/job_spec.c \
@@ -16,6 +17,37 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The same checks for a typed reply decoder (pipectl reads SUBMIT/KILL and RESULTS answers
+ * through these): untouched output on error, a fixed point of encode after decode. */
+#define S_REPLY(T, DECODE, ENCODE, CLEAR)                                                          \
+    static void s_reply_##T(const json_t *body)                                                    \
+    {                                                                                              \
+        T r, again;                                                                                \
+        json_t *enc, *enc2;                                                                        \
+        memset(&r, 0x5a, sizeof(r));                                                               \
+        if (DECODE(body, &r) != PL_OK) {                                                           \
+            if (((unsigned char *)&r)[0] != 0x5a)                                                  \
+                abort();                                                                           \
+            return;                                                                                \
+        }                                                                                          \
+        if (ENCODE(&r, &enc) != PL_OK || DECODE(enc, &again) != PL_OK ||                           \
+            ENCODE(&again, &enc2) != PL_OK || !json_equal(enc, enc2))                              \
+            abort();                                                                               \
+        json_decref(enc);                                                                          \
+        json_decref(enc2);                                                                         \
+        CLEAR(&r);                                                                                 \
+        CLEAR(&again);                                                                             \
+    }
+
+static void s_no_clear(pl_msg_job_state_t *m)
+{
+    (void)m;
+}
+
+S_REPLY(pl_msg_job_state_t, pl_msg_job_state_decode, pl_msg_job_state_encode, s_no_clear)
+S_REPLY(pl_msg_results_reply_t, pl_msg_results_reply_decode, pl_msg_results_reply_encode,
+        pl_msg_results_reply_clear)
+
 static void s_typed(const char *type, size_t type_len, const char *body, size_t body_len)
 {
     pl_msg_t m, again;
@@ -25,6 +57,10 @@ static void s_typed(const char *type, size_t type_len, const char *body, size_t 
         if (((unsigned char *)&m)[0] != 0x5a)
             abort(); /* output must be untouched on error */
         return;
+    }
+    if (m.type == PL_MSG_REPLY) { /* which reply it is, is the asker's knowledge: try both */
+        s_reply_pl_msg_job_state_t(m.reply.body);
+        s_reply_pl_msg_results_reply_t(m.reply.body);
     }
     if (pl_msg_encode(&m, &enc) != PL_OK)
         abort();
