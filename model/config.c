@@ -304,6 +304,16 @@ static pl_status_t s_parse_root(const json_t *root, pl_model_config_t *c)
     return s_torch_dtype(root, c);
 }
 
+/* jansson's reason without the "near '...'" it appends: an error never quotes file contents
+ * (a config.json may be a link to a file the reader should not see). */
+static const char *s_json_reason(json_error_t *jerr)
+{
+    char *near = strstr(jerr->text, " near ");
+    if (near)
+        *near = '\0';
+    return jerr->text;
+}
+
 pl_status_t pl_model_config_parse(const char *text, size_t len, pl_model_config_t *cfg)
 {
     json_error_t jerr;
@@ -317,7 +327,7 @@ pl_status_t pl_model_config_parse(const char *text, size_t len, pl_model_config_
     root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
     if (!root)
         return pl_error(PL_ERR_INVALID, "config: line %d column %d: %s", jerr.line, jerr.column,
-                        jerr.text);
+                        s_json_reason(&jerr));
     memset(&c, 0, sizeof(c));
     st = s_parse_root(root, &c);
     json_decref(root);

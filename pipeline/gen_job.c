@@ -95,6 +95,23 @@ err:
     return st;
 }
 
+/* Whether any line of a prompts file is a JSON object ({"text"} or {"messages"}), not ids. */
+static bool s_has_text_lines(const char *text, size_t len)
+{
+    bool start = true;
+    for (size_t i = 0; i < len; i++) {
+        char ch = text[i];
+        if (ch == '\n')
+            start = true;
+        else if (start && ch != ' ' && ch != '\t' && ch != '\r') {
+            if (ch == '{')
+                return true;
+            start = false;
+        }
+    }
+    return false;
+}
+
 pl_status_t pl_gen_spec_from_file(const pl_cfg_job_t *cfg, pl_job_spec_t *spec)
 {
     pl_job_spec_t *s = malloc(sizeof(*s));
@@ -111,24 +128,29 @@ pl_status_t pl_gen_spec_from_file(const pl_cfg_job_t *cfg, pl_job_spec_t *spec)
         goto err;
     }
     if ((st = pl_planner_parse(cfg->planner, &s->planner)) ||
-        (st = pl_model_config_load(s->model, &mcfg)))
+        (st = pl_file_read(cfg->prompts, 64u << 20, &text, &len)))
         goto err;
-    /* The model's tokenizer, when it has one: text prompts are tokenized here, once. */
-    snprintf(path, sizeof(path), "%s/tokenizer.json", s->model);
-    if (access(path, F_OK) == 0 && (st = pl_tokenizer_load(s->model, &tok)))
-        goto err;
-    if (cfg->gen.n_stop && !tok) {
-        st = pl_error(PL_ERR_INVALID,
-                      "field 'stop': stop strings need the model's tokenizer, and %s has none",
-                      path);
-        goto err;
-    }
-    pl_gen_prompts_ctx_t ctx = {.tok = tok,
-                                .chat_format = cfg->chat_format,
-                                .max_pos = mcfg.max_pos,
+    /* Only text needs the model here: its tokenizer, and its positions for the text's length.
+     * Token-id prompts are checked by the coordinator, which alone decides which model files may
+     * be read (models.allow), so a job of ids never reads the model on the client. */
+    pl_gen_prompts_ctx_t ctx = {.chat_format = cfg->chat_format,
                                 .max_new_tokens = cfg->gen.max_new_tokens};
-    if ((st = pl_file_read(cfg->prompts, 64u << 20, &text, &len)) ||
-        (st = pl_gen_prompts_parse(text, len, cfg->prompts, &ctx, s)))
+    if (cfg->gen.n_stop || s_has_text_lines(text, len)) {
+        if ((st = pl_model_config_load(s->model, &mcfg)))
+            goto err;
+        snprintf(path, sizeof(path), "%s/tokenizer.json", s->model);
+        if (access(path, F_OK) == 0 && (st = pl_tokenizer_load(s->model, &tok)))
+            goto err;
+        if (cfg->gen.n_stop && !tok) {
+            st = pl_error(PL_ERR_INVALID,
+                          "field 'stop': stop strings need the model's tokenizer, and %s has none",
+                          path);
+            goto err;
+        }
+        ctx.tok = tok;
+        ctx.max_pos = mcfg.max_pos;
+    }
+    if ((st = pl_gen_prompts_parse(text, len, cfg->prompts, &ctx, s)))
         goto err;
     pl_tokenizer_destroy(&tok);
     s->gen = cfg->gen;
