@@ -67,6 +67,9 @@ typedef struct {
     char public_key[64]; /* security.coordinator_public_key (Z85, 40 chars), "" = none */
     char secret_key[64]; /* security.coordinator_secret_key */
     pl_cfg_http_t http;  /* coordinator.http: the coordinator's HTTP front; off when absent */
+    char log_level[16];  /* coordinator.log_level: error, warn, info (default), debug */
+    char log_format[16]; /* coordinator.log_format: text (default), json */
+    char log_target[16]; /* coordinator.log_target: stderr (default), journald */
     int n_nodes;
     pl_cfg_node_entry_t nodes[PL_CFG_MAX_NODES];
     int n_links; /* described links (what-if planning) */
@@ -85,6 +88,8 @@ typedef struct {
     char coordinator_key[64];       /* coordinator_public_key: CURVE (Z85), "" = plaintext */
     float slowdown;                 /* testing: run the CPU device this many times slower, >= 1 */
     pl_cfg_http_t http;             /* http: the daemon's HTTP front; off when absent */
+    char log_format[16];            /* text (default), json */
+    char log_target[16];            /* stderr (default), journald */
 } pl_cfg_node_t;
 
 typedef struct {
