@@ -148,8 +148,7 @@ static void s_put_escaped(FILE *out, const char *s, int json)
 }
 
 /* The formatted message, in `buf` when it fits, else in memory the caller frees (*heap_p). */
-static const char *s_format_msg(char *buf, size_t size, char **heap_p, const char *fmt,
-                                va_list ap)
+static const char *s_format_msg(char *buf, size_t size, char **heap_p, const char *fmt, va_list ap)
 {
     va_list ap2;
     va_copy(ap2, ap);

@@ -70,15 +70,15 @@ static void s_want_word(const char *unit, const char *name, const char *key, con
 
 /* A copy of the unit whose ExecStart names the build tree's binaries (verify checks they
  * exist and are executable), with `from` replaced by `to` when given; its path in `path`. */
-static void s_unit_copy(const char *name, const char *from, const char *to, char *path,
-                        size_t cap)
+static void s_unit_copy(const char *name, const char *from, const char *to, char *path, size_t cap)
 {
     char subst[256] = "";
     if (from)
         snprintf(subst, sizeof(subst), "-e 's|%s|%s|'", from, to);
     snprintf(path, cap, "%s/%s", s_dir, name);
     cr_assert_eq(tc_sh(NULL, "sed -e 's|/usr/local/bin/|%s/|' %s '%s/etc/systemd/%s' > '%s'",
-                       tc_bin(), subst, PL_SOURCE_DIR, name, path), 0);
+                       tc_bin(), subst, PL_SOURCE_DIR, name, path),
+                 0);
 }
 
 static int s_have(const char *tool)
@@ -132,11 +132,17 @@ Test(deploy, systemd_exposure_scores)
         cr_skip_test("systemd-analyze is not installed (Debian package systemd)");
     char path[512];
     s_unit_copy("pipecoord.service", NULL, NULL, path, sizeof(path));
-    cr_assert_eq(tc_sh(NULL, "systemd-analyze security --offline=yes --threshold=15 '%s' "
-                             ">/dev/null 2>&1", path), 0, "pipecoord.service exposure above 1.5");
+    cr_assert_eq(tc_sh(NULL,
+                       "systemd-analyze security --offline=yes --threshold=15 '%s' "
+                       ">/dev/null 2>&1",
+                       path),
+                 0, "pipecoord.service exposure above 1.5");
     s_unit_copy("pipeld.service", NULL, NULL, path, sizeof(path));
-    cr_assert_eq(tc_sh(NULL, "systemd-analyze security --offline=yes --threshold=25 '%s' "
-                             ">/dev/null 2>&1", path), 0, "pipeld.service exposure above 2.5");
+    cr_assert_eq(tc_sh(NULL,
+                       "systemd-analyze security --offline=yes --threshold=25 '%s' "
+                       ">/dev/null 2>&1",
+                       path),
+                 0, "pipeld.service exposure above 2.5");
 }
 
 /* What the units must say, whatever systemd accepts. */

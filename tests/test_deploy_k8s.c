@@ -89,15 +89,13 @@ static int s_configmap_port(const pl_yt_node_t *cm)
         if (strcmp(key, "cluster.yaml") == 0) {
             static pl_cfg_cluster_t cl;
             if (pl_cfg_cluster_parse(v->value, v->len, key, &cl))
-                return S_FAIL("ConfigMap %s: %s", s_str(cm, "metadata.name"), pl_error_msg()),
-                       0;
+                return S_FAIL("ConfigMap %s: %s", s_str(cm, "metadata.name"), pl_error_msg()), 0;
             return cl.http.port;
         }
         if (strcmp(key, "pipeld.yaml") == 0) {
             static pl_cfg_node_t node;
             if (pl_cfg_node_parse(v->value, v->len, key, &node))
-                return S_FAIL("ConfigMap %s: %s", s_str(cm, "metadata.name"), pl_error_msg()),
-                       0;
+                return S_FAIL("ConfigMap %s: %s", s_str(cm, "metadata.name"), pl_error_msg()), 0;
             return node.http.port;
         }
     }
@@ -184,8 +182,8 @@ static const char *s_check_service(const pl_yt_node_t *svc)
             !s_labels_match(sel, s_path(d, "spec.template.metadata.labels")))
             continue;
         const pl_yt_node_t *ports = s_path(svc, "spec.ports");
-        const pl_yt_node_t *cports = s_get(s_path(d, "spec.template.spec.containers")->kids[0],
-                                           "ports");
+        const pl_yt_node_t *cports =
+            s_get(s_path(d, "spec.template.spec.containers")->kids[0], "ports");
         if (!ports || !ports->n_kids)
             return S_FAIL("spec.ports: none");
         for (size_t p = 0; p < ports->n_kids; p++) {
@@ -306,8 +304,8 @@ Test(k8s, kustomization_builds)
 {
     char *res = NULL, *files = NULL;
     cr_assert_eq(tc_sh(&res, "sed -n 's/^  - //p' '%s/kustomization.yaml' | sort", S_K8S), 0);
-    cr_assert_eq(tc_sh(&files, "cd '%s' && ls *.yaml | grep -v '^kustomization.yaml$' | sort",
-                       S_K8S), 0);
+    cr_assert_eq(
+        tc_sh(&files, "cd '%s' && ls *.yaml | grep -v '^kustomization.yaml$' | sort", S_K8S), 0);
     cr_assert_str_eq(res, files);
     free(res);
     free(files);

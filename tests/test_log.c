@@ -83,7 +83,8 @@ TestSuite(log, .init = s_setup, .fini = s_teardown);
 Test(log, text_line_has_time_process_node_job_level)
 {
     pl_log_info("loaded %d layers", 12);
-    s_match(s_out(), "^[0-9]{2}:[0-9]{2}:[0-9]{2}\\.[0-9]{3} pipeld\\[n1\\] info: loaded 12 layers\n$");
+    s_match(s_out(),
+            "^[0-9]{2}:[0-9]{2}:[0-9]{2}\\.[0-9]{3} pipeld\\[n1\\] info: loaded 12 layers\n$");
     rewind(s_mem);
     pl_log_set_job(42);
     pl_log_set_node(NULL);
@@ -277,8 +278,7 @@ Test(log, config_keys_in_node_and_cluster_files)
               pl_error_msg());
     const char *c1 = "coordinator:\n  endpoint: tcp://0.0.0.0:5555\n  log_level: debug\n"
                      "  log_format: json\n";
-    cr_assert_eq(pl_cfg_cluster_parse(c1, strlen(c1), "c.yaml", &cl), PL_OK, "%s",
-                 pl_error_msg());
+    cr_assert_eq(pl_cfg_cluster_parse(c1, strlen(c1), "c.yaml", &cl), PL_OK, "%s", pl_error_msg());
     cr_assert_str_eq(cl.log_level, "debug");
     cr_assert_str_eq(cl.log_format, "json");
     cr_assert_str_eq(cl.log_target, "stderr");

@@ -25,10 +25,18 @@ static size_t s_unescape(const char *s, size_t n, char *out)
         if (++i == n)
             abort(); /* a lone backslash at the end */
         switch (s[i]) {
-        case '\\': out[o++] = '\\'; break;
-        case 'n': out[o++] = '\n'; break;
-        case 't': out[o++] = '\t'; break;
-        case 'r': out[o++] = '\r'; break;
+        case '\\':
+            out[o++] = '\\';
+            break;
+        case 'n':
+            out[o++] = '\n';
+            break;
+        case 't':
+            out[o++] = '\t';
+            break;
+        case 'r':
+            out[o++] = '\r';
+            break;
         case 'x': {
             if (i + 2 >= n)
                 abort();
@@ -37,7 +45,8 @@ static size_t s_unescape(const char *s, size_t n, char *out)
             i += 2;
             break;
         }
-        default: abort(); /* an escape the sink never writes */
+        default:
+            abort(); /* an escape the sink never writes */
         }
     }
     return o;
