@@ -1,6 +1,7 @@
 /* The cluster, node and job YAML schemas, and the loaders that check a file against them into
  * a scratch copy, so that the caller's struct is written only when the whole file is valid. */
 #include "common/config.h"
+#include "common/log.h"
 
 #include "common/util.h"
 #include "common/yaml_schema.h"
@@ -223,6 +224,12 @@ static const pl_ys_field_t s_stop_elem = {.type = PL_YS_STR, .size = PL_JOB_STOP
 /* model/chat_template.h's family names (common/ cannot include model/). */
 static const char *const s_chat_formats[] = {"llama3", "llama2", "mistral", "chatml",
                                              "gemma",  "phi3",   NULL};
+/* A STR field of a fixed set of words, with a default. */
+#define S_CHOICE(k, T, member, dflt, words)                                                        \
+    {                                                                                              \
+        .key = k, .type = PL_YS_STR, .offset = offsetof(T, member),                                \
+        .size = sizeof(((T *)0)->member), .def_str = dflt, .choices = words                        \
+    }
 
 static const pl_ys_field_t s_cluster_coordinator[] = {
     S_STR("endpoint", PL_YS_REQUIRED, pl_cfg_cluster_t, endpoint, s_check_endpoint),
@@ -239,6 +246,9 @@ static const pl_ys_field_t s_cluster_coordinator[] = {
     S_INT("place_timeout_ms", pl_cfg_cluster_t, place_timeout_ms, 10, 86400000, 300000),
     S_INT("load_timeout_ms", pl_cfg_cluster_t, load_timeout_ms, 10, 86400000, 300000),
     S_INT("node_expire_ms", pl_cfg_cluster_t, node_expire_ms, 10, 86400000, 600000),
+    S_CHOICE("log_level", pl_cfg_cluster_t, log_level, "info", pl_log_level_names),
+    S_CHOICE("log_format", pl_cfg_cluster_t, log_format, "text", pl_log_format_names),
+    S_CHOICE("log_target", pl_cfg_cluster_t, log_target, "stderr", pl_log_target_names),
     {.type = PL_YS_END},
 };
 
@@ -392,8 +402,6 @@ static const pl_ys_field_t s_cluster_fields[] = {
 
 static const pl_ys_field_t s_cluster_root = {.type = PL_YS_MAP, .fields = s_cluster_fields};
 
-static const char *const s_log_levels[] = {"error", "warn", "info", "debug", NULL};
-
 static const pl_ys_field_t s_device_elem = {
     .type = PL_YS_STR, .size = 16, .choices = s_device_kinds};
 
@@ -416,7 +424,7 @@ static const pl_ys_field_t s_node_fields[] = {
      .offset = offsetof(pl_cfg_node_t, log_level),
      .size = sizeof(((pl_cfg_node_t *)0)->log_level),
      .def_str = "info",
-     .choices = s_log_levels},
+     .choices = pl_log_level_names},
     S_FLOAT("slowdown", 0, pl_cfg_node_t, slowdown, 1, 1000, 1),
     S_STR("coordinator_public_key", 0, pl_cfg_node_t, coordinator_key, s_check_z85_key),
     S_STR("key_file", 0, pl_cfg_node_t, key_file, NULL),
@@ -424,6 +432,8 @@ static const pl_ys_field_t s_node_fields[] = {
      .type = PL_YS_MAP,
      .offset = offsetof(pl_cfg_node_t, http),
      .fields = s_http_fields},
+    S_CHOICE("log_format", pl_cfg_node_t, log_format, "text", pl_log_format_names),
+    S_CHOICE("log_target", pl_cfg_node_t, log_target, "stderr", pl_log_target_names),
     {.type = PL_YS_END},
 };
 

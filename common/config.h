@@ -91,6 +91,9 @@ typedef struct {
     int n_model_dirs;               /* models.allow; 0: any path */
     char model_dirs[PL_CFG_MAX_MODEL_DIRS][PATH_MAX];
     pl_cfg_http_t http;  /* coordinator.http: the coordinator's HTTP front; off when absent */
+    char log_level[16];  /* coordinator.log_level: error, warn, info (default), debug */
+    char log_format[16]; /* coordinator.log_format: text (default), json */
+    char log_target[16]; /* coordinator.log_target: stderr (default), journald */
     int n_nodes;
     pl_cfg_node_entry_t nodes[PL_CFG_MAX_NODES];
     int n_links; /* described links (what-if planning) */
@@ -110,6 +113,8 @@ typedef struct {
     char key_file[PATH_MAX];        /* key_file: this node's secret key (0600) for CURVE */
     float slowdown;                 /* testing: run the CPU device this many times slower, >= 1 */
     pl_cfg_http_t http;             /* http: the daemon's HTTP front; off when absent */
+    char log_format[16];            /* text (default), json */
+    char log_target[16];            /* stderr (default), journald */
 } pl_cfg_node_t;
 
 typedef struct {

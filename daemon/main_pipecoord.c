@@ -22,14 +22,17 @@ static void s_on_signal(int sig)
 static void s_usage(FILE *f)
 {
     fprintf(f, "usage: pipecoord [--cluster FILE] [--endpoint ENDPOINT] [--http ADDR:PORT]\n"
-               "                 [--state-db FILE] [--log-level LEVEL]\n"
+               "                 [--state-db FILE] [--log-level LEVEL] [--log-format text|json]\n"
+               "                 [--log-target stderr|journald]\n"
                "  --cluster FILE      cluster YAML (default: the embedded local cluster)\n"
                "  --endpoint EP       override coordinator.endpoint, e.g. tcp://0.0.0.0:5555\n"
                "  --http ADDR:PORT    serve /metrics, /livez, /readyz (override coordinator.http)\n"
                "  --state-db FILE     override coordinator.state_db (default: coord.db in the\n"
                "                      state directory, $XDG_STATE_HOME/pipeld or\n"
                "                      ~/.local/state/pipeld)\n"
-               "  --log-level LEVEL   error | warn | info | debug (default info)\n");
+               "  --log-level LEVEL   error | warn | info | debug (override coordinator.log_level)\n"
+               "  --log-format FMT    text | json: one line per event (coordinator.log_format)\n"
+               "  --log-target TGT    stderr | journald (coordinator.log_target)\n");
 }
 
 int main(int argc, char **argv)
@@ -39,28 +42,27 @@ int main(int argc, char **argv)
                                          {"http", required_argument, NULL, 'H'},
                                          {"log-level", required_argument, NULL, 'l'},
                                          {"state-db", required_argument, NULL, 's'},
+                                         {"log-format", required_argument, NULL, 'F'},
+                                         {"log-target", required_argument, NULL, 'T'},
                                          {"help", no_argument, NULL, 'h'},
                                          {NULL, 0, NULL, 0}};
-    const char *cluster = NULL, *endpoint = NULL, *http = NULL, *state_db = NULL;
+    const char *cluster = NULL, *endpoint = NULL, *http = NULL, *level = NULL, *format = NULL,
+               *target = NULL, *state_db = NULL;
     static char db[PATH_MAX];
     static pl_cfg_cluster_t cfg;
-    int o, lvl;
+    int o;
     pl_status_t st;
 
     pl_log_set_ident("pipecoord");
-    while ((o = getopt_long(argc, argv, "c:e:H:l:s:h", opts, NULL)) != -1) {
+    while ((o = getopt_long(argc, argv, "c:e:H:l:s:F:T:h", opts, NULL)) != -1) {
         switch (o) {
         case 'c': cluster = optarg; break;
         case 'e': endpoint = optarg; break;
         case 'H': http = optarg; break;
         case 's': state_db = optarg; break;
-        case 'l':
-            if ((lvl = pl_log_level_parse(optarg)) < 0) {
-                fprintf(stderr, "pipecoord: unknown log level '%s'\n", optarg);
-                return 2;
-            }
-            pl_log_set_level((pl_log_level_t)lvl);
-            break;
+        case 'l': level = optarg; break;
+        case 'F': format = optarg; break;
+        case 'T': target = optarg; break;
         case 'h': s_usage(stdout); return 0;
         default: s_usage(stderr); return 2;
         }
@@ -76,6 +78,12 @@ int main(int argc, char **argv)
     if (st) {
         fprintf(stderr, "pipecoord: %s\n", pl_error_msg());
         return 1;
+    }
+    /* flags over the file, applied together so that a flag can replace a file's bad choice */
+    if (pl_log_configure(level ? level : cfg.log_level, format ? format : cfg.log_format,
+                         target ? target : cfg.log_target, cluster ? cluster : "command line")) {
+        fprintf(stderr, "pipecoord: %s\n", pl_error_msg());
+        return 2;
     }
     if (http && pl_cfg_http_parse(http, "--http", &cfg.http)) {
         fprintf(stderr, "pipecoord: %s\n", pl_error_msg());

@@ -25,7 +25,8 @@ static void s_usage(FILE *f)
     fprintf(f,
             "usage: pipeld [--config NODE.yaml] [--name NAME] [--coordinator ENDPOINT]\n"
             "              [--threads N] [--devices cpu,cuda,hip] [--http ADDR:PORT]\n"
-            "              [--log-level LEVEL]\n"
+            "              [--log-level LEVEL] [--log-format text|json]\n"
+            "              [--log-target stderr|journald]\n"
             "  --config FILE        node YAML (etc/pipeld.yaml); flags override its values\n"
             "  --cluster FILE       take the coordinator and this node's threads from a cluster\n"
             "                       file (with --name; the embedded default when FILE is '-')\n"
@@ -34,6 +35,9 @@ static void s_usage(FILE *f)
             "  --threads N          CPU threads for the CPU device (0: all cores)\n"
             "  --devices LIST       backends to use (default: every one found)\n"
             "  --http ADDR:PORT     serve /metrics, /livez, /readyz (override the node file's http)\n"
+            "  --log-level LEVEL    error | warn | info | debug (override the node file's log_level)\n"
+            "  --log-format FMT     text | json: one line per event (override log_format)\n"
+            "  --log-target TGT     stderr | journald (override log_target)\n"
             "A coordinator with CURVE keys needs its public key: coordinator_public_key in the\n"
             "node file, the cluster file's security section, or $PIPELD_COORDINATOR_KEY.\n");
 }
@@ -64,15 +68,17 @@ int main(int argc, char **argv)
                                          {"devices", required_argument, NULL, 'd'},
                                          {"http", required_argument, NULL, 'H'},
                                          {"log-level", required_argument, NULL, 'l'},
+                                         {"log-format", required_argument, NULL, 'F'},
+                                         {"log-target", required_argument, NULL, 'T'},
                                          {"help", no_argument, NULL, 'h'},
                                          {NULL, 0, NULL, 0}};
     static pl_cfg_node_t cfg;
     static pl_cfg_cluster_t cluster;
     const char *config = NULL, *cluster_file = NULL, *name = NULL, *coord = NULL, *devices = NULL,
-               *level = NULL, *http = NULL;
+               *level = NULL, *http = NULL, *log_format = NULL, *log_target = NULL;
     int threads = -1, o;
 
-    while ((o = getopt_long(argc, argv, "f:C:n:c:t:d:H:l:h", opts, NULL)) != -1) {
+    while ((o = getopt_long(argc, argv, "f:C:n:c:t:d:H:l:F:T:h", opts, NULL)) != -1) {
         switch (o) {
         case 'f': config = optarg; break;
         case 'C': cluster_file = optarg; break;
@@ -91,6 +97,8 @@ int main(int argc, char **argv)
         case 'd': devices = optarg; break;
         case 'H': http = optarg; break;
         case 'l': level = optarg; break;
+        case 'F': log_format = optarg; break;
+        case 'T': log_target = optarg; break;
         case 'h': s_usage(stdout); return 0;
         default: s_usage(stderr); return 2;
         }
@@ -112,6 +120,8 @@ int main(int argc, char **argv)
         cfg.memory_reserve_mb = 512;
         cfg.heartbeat_ms = 500;
         snprintf(cfg.log_level, sizeof(cfg.log_level), "info");
+        snprintf(cfg.log_format, sizeof(cfg.log_format), "text");
+        snprintf(cfg.log_target, sizeof(cfg.log_target), "stderr");
     }
     if (name)
         snprintf(cfg.name, sizeof(cfg.name), "%s", name);
@@ -148,17 +158,15 @@ int main(int argc, char **argv)
         fprintf(stderr, "pipeld: %s\n", pl_error_msg());
         return 2;
     }
-    if (level)
-        snprintf(cfg.log_level, sizeof(cfg.log_level), "%s", level);
-    int lvl = pl_log_level_parse(cfg.log_level);
-    if (lvl < 0) {
-        fprintf(stderr, "pipeld: unknown log level '%s'\n", cfg.log_level);
+    /* flags over the file, applied together so that a flag can replace a file's bad choice */
+    if (pl_log_configure(level ? level : cfg.log_level, log_format ? log_format : cfg.log_format,
+                         log_target ? log_target : cfg.log_target,
+                         config ? config : "command line")) {
+        fprintf(stderr, "pipeld: %s\n", pl_error_msg());
         return 2;
     }
-    pl_log_set_level((pl_log_level_t)lvl);
-    char ident[96];
-    snprintf(ident, sizeof(ident), "pipeld[%s]", cfg.name);
-    pl_log_set_ident(ident);
+    pl_log_set_ident("pipeld");
+    pl_log_set_node(cfg.name);
     signal(SIGINT, s_on_signal);
     signal(SIGTERM, s_on_signal);
     signal(SIGPIPE, SIG_IGN);

@@ -349,6 +349,8 @@ out:
 static pl_status_t s_run_rest(pl_exec_t *x, pl_gen_sink_t *sink)
 {
     bool last = x->p.stage == x->p.n_stages - 1;
+
+    pl_log_set_job(x->p.job_id); /* this thread's lines carry the job (JSON "job") */
     pl_status_t st = PL_OK;
     while (!st) {
         pl_act_hdr_t hdr, out;

@@ -9,11 +9,15 @@ cd "$(dirname "$0")/.."
 
 PKGS=(build-essential cmake pkg-config libzmq3-dev libucx-dev libyaml-dev libcriterion-dev
       libjansson-dev libopenblas-dev libpcre2-dev libutf8proc-dev libmicrohttpd-dev libsqlite3-dev
-      iproute2
+      libsystemd-dev iproute2
       util-linux procps)
 # node and npm run the tokenizer and chat template references of the tests (tests/js)
 command -v node >/dev/null 2>&1 || PKGS+=(nodejs)
 command -v npm >/dev/null 2>&1 || PKGS+=(npm)
+# the deployment file checks (tests/test_deploy_*): systemd-analyze verifies the units,
+# kubectl kustomize builds the manifests offline
+command -v systemd-analyze >/dev/null 2>&1 || PKGS+=(systemd)
+command -v kubectl >/dev/null 2>&1 || PKGS+=(kubernetes-client)
 if [ "${PL_GPU_TOOLCHAINS:-0}" = 1 ]; then
     PKGS+=(hipcc libamdhip64-dev)
 fi

@@ -4,7 +4,8 @@
  *   for w in 0 1 2; do
  *     clang -g -O1 -fsanitize=fuzzer,address,undefined -D_GNU_SOURCE -DPL_FUZZ_WHICH=$w -I. \
  *       tests/fuzz/fuzz_config.c common/config.c common/config_default.c common/yaml_schema.c \
- *       common/yaml_tree.c common/status.c common/util.c -lyaml -lm -o /tmp/fuzz_config_$w
+ *       common/yaml_tree.c common/status.c common/util.c common/log.c -lyaml -lpthread -lm \
+ *       -o /tmp/fuzz_config_$w
  *   done
  *   mkdir -p /tmp/corpus && cp etc/cluster.yaml etc/pipeld.yaml etc/job.yaml /tmp/corpus/
  *   /tmp/fuzz_config_2 -max_total_time=60 -max_len=4096 /tmp/corpus
