@@ -1,10 +1,12 @@
-/* The planner's model and job shape from the parsed model config and the typed job spec; no
- * I/O: model/ read config.json, the job's codec read the job. */
+/* The planner's model, costs and job shape from the parsed model config, the model's stored
+ * tensor bytes and the typed job spec; no I/O: model/ read the files, the job's codec the job. */
 #include "scheduler/inputs.h"
 
 #include "common/util.h"
 
 #include <math.h>
+#include <stdio.h>
+#include <string.h>
 
 pl_status_t pl_sched_model_from_config(const pl_model_config_t *cfg, bool any_cpu,
                                        pl_sched_model_t *m)
@@ -24,6 +26,53 @@ pl_status_t pl_sched_model_from_config(const pl_model_config_t *cfg, bool any_cp
                             .act_bytes = 4.0,
                             .tie_embeddings = cfg->tie_embeddings};
     return PL_OK;
+}
+
+pl_status_t pl_sched_costs_from_stored(const pl_model_config_t *cfg, const pl_model_bytes_t *b,
+                                       bool any_cpu, pl_sched_costs_t **costs_p)
+{
+    pl_sched_model_t m;
+    pl_sched_costs_t *c = NULL;
+    pl_status_t st;
+    if (!b)
+        return pl_error(PL_ERR_INVALID, "model: no tensor bytes");
+    if ((st = pl_sched_model_from_config(cfg, any_cpu, &m)))
+        return st;
+    if (b->n_layers != cfg->n_layers)
+        return pl_error(PL_ERR_INVALID, "model: tensor bytes of %d layers for a config of %d",
+                        b->n_layers, cfg->n_layers);
+    if (!any_cpu) {
+        const pl_wtype_info_t *wi = pl_wtype_info(b->matrix_wtype);
+        m.kv_bytes = wi && !wi->quantized ? (double)wi->block_bytes : 4.0;
+    }
+    if ((st = pl_sched_costs_from_model(&m, &c)))
+        return st;
+    pl_sched_layer_cost_t *layers = (pl_sched_layer_cost_t *)c->layers; /* ours until returned */
+    for (int l = 0; l < c->n_layers; l++)
+        layers[l].weight_bytes = (double)b->layer[l];
+    c->embed_weight_bytes = (double)b->embed;
+    c->embed_bytes_per_token = (double)b->embed / cfg->vocab; /* one row as stored */
+    c->head_weight_bytes = (double)b->head;
+    c->tied_bytes = (double)b->tied;
+    *costs_p = c;
+    return PL_OK;
+}
+
+void pl_sched_refusals_find(const pl_sched_device_t *devs, int n, const pl_model_bytes_t *b,
+                            pl_sched_refusals_t *r)
+{
+    memset(r, 0, sizeof(*r));
+    if (!b || b->quantized == PL_WT_COUNT)
+        return;
+    snprintf(r->why, sizeof(r->why),
+             "the model's weights are quantized (%s) and the GPU backends have no quantized "
+             "kernels yet",
+             pl_wtype_name(b->quantized));
+    for (int i = 0; i < n && i < PL_SCHED_MAX_DEVICES; i++)
+        if (strcmp(devs[i].backend, "cpu") != 0) {
+            r->refused[i] = r->why;
+            r->n_refused++;
+        }
 }
 
 pl_status_t pl_sched_job_from_spec(const pl_job_spec_t *spec, const pl_model_config_t *cfg,

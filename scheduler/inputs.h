@@ -15,6 +15,28 @@
 pl_status_t pl_sched_model_from_config(const pl_model_config_t *cfg, bool any_cpu,
                                        pl_sched_model_t *m);
 
+/* The planner's costs of an opened model: the shape from its config, the weights as it stores
+ * them (b: each layer's tensors, the embedding, the final norm + LM head, the tied table once)
+ * on every kind of device, since no backend converts them. KV elements as the backends keep
+ * them: 4 bytes (f32) when any CPU device is a candidate (the CPU's cache is f32), else the
+ * size of b->matrix_wtype (a GPU keeps its cache in its matrices' dtype). *costs_p is the
+ * caller's to free with pl_sched_costs_destroy. */
+pl_status_t pl_sched_costs_from_stored(const pl_model_config_t *cfg, const pl_model_bytes_t *b,
+                                       bool any_cpu, pl_sched_costs_t **costs_p);
+
+/* Which devices cannot hold a stage of the model: a GPU when the model has quantized weights
+ * (the GPU backends have no quantized kernels). refused[i] is what pl_plan_input_t.refused
+ * takes; the strings point into why. */
+typedef struct {
+    char why[PL_SCHED_WHY_MAX + 1];
+    const char *refused[PL_SCHED_MAX_DEVICES];
+    int n_refused;
+} pl_sched_refusals_t;
+
+/* Fill r for devs[0..n) (n <= PL_SCHED_MAX_DEVICES) and the model's bytes b. */
+void pl_sched_refusals_find(const pl_sched_device_t *devs, int n, const pl_model_bytes_t *b,
+                            pl_sched_refusals_t *r);
+
 /* The job shape of a spec: sequences, average and longest prompt, max_new_tokens, the requested
  * microbatches, and ctx = the longest prompt + max_new_tokens. Checked against the model's
  * positions; PL_ERR_INVALID / PL_ERR_RANGE naming the prompt or field. */
