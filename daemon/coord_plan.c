@@ -25,6 +25,8 @@ typedef struct {
     int n_alive, n_cand;
     bool any_cpu;
     pl_sched_link_t *links; /* n * n */
+    pl_sched_refusals_t refusals;
+    pl_sched_costs_t *costs; /* of the planned model */
 } s_live_t;
 
 static bool s_allowed(const pl_coord_job_t *j, const char *node)
@@ -93,22 +95,32 @@ static pl_status_t s_live(pl_coord_t *c, const pl_coord_job_t *j, bool idle_only
     return PL_OK;
 }
 
-/* Plan job j over the candidates of lv. On success *plan_p, and the input it was made from
- * (model and job shape) in *in / *model. */
-static pl_status_t s_plan(const pl_coord_job_t *j, s_live_t *lv, pl_sched_model_t *model,
-                          pl_plan_input_t *in, pl_plan_t **plan_p)
+/* Plan job j over the candidates of lv, with the model's stored tensor bytes as its weights. On
+ * success *plan_p, and the input it was made from in *in (its costs in lv->costs). */
+static pl_status_t s_plan(const pl_coord_job_t *j, s_live_t *lv, pl_plan_input_t *in,
+                          pl_plan_t **plan_p)
 {
-    pl_model_config_t cfg;
+    pl_model_t *m = NULL;
+    pl_model_bytes_t *b = NULL;
     pl_status_t st;
-    if ((st = pl_model_config_load(j->spec.model, &cfg)))
+    if ((st = pl_model_open(j->spec.model, &m)) || (st = pl_model_bytes_new(m, &b))) {
+        pl_model_destroy(&m);
         return pl_error_prefix(st, "model %s: ", j->spec.model);
-    if ((st = pl_sched_model_from_config(&cfg, lv->any_cpu, model)))
-        return st;
-    *in = (pl_plan_input_t){
-        .model = model, .devices = lv->devs, .n_devices = lv->n, .links = lv->links};
-    if ((st = pl_sched_job_from_spec(&j->spec, &cfg, &in->job)))
-        return st;
-    return pl_sched_plan_mode(in, lv->cand, j->spec.planner, j->spec.stages, plan_p);
+    }
+    const pl_model_config_t *cfg = pl_model_config(m);
+    pl_sched_refusals_find(lv->devs, lv->n, b, &lv->refusals);
+    *in = (pl_plan_input_t){.devices = lv->devs,
+                            .n_devices = lv->n,
+                            .links = lv->links,
+                            .refused = lv->refusals.refused};
+    if (!(st = pl_sched_costs_from_stored(cfg, b, lv->any_cpu, &lv->costs)) &&
+        !(st = pl_sched_job_from_spec(&j->spec, cfg, &in->job))) {
+        in->costs = lv->costs;
+        st = pl_sched_plan_mode(in, lv->cand, j->spec.planner, j->spec.stages, plan_p);
+    }
+    pl_model_bytes_destroy(&b);
+    pl_model_destroy(&m);
+    return st;
 }
 
 /* Say for each stage's link whether the daemons measured it or the planner's default stood in. */
@@ -129,7 +141,6 @@ static void s_mark_links(const pl_coord_t *c, const s_live_t *lv, const pl_plan_
 bool pl_coord_plan_job(pl_coord_t *c, pl_coord_job_t *j)
 {
     s_live_t *lv = calloc(1, sizeof(*lv));
-    pl_sched_model_t model;
     pl_plan_input_t in;
     pl_plan_t *plan = NULL;
     bool ok = false;
@@ -144,7 +155,7 @@ bool pl_coord_plan_job(pl_coord_t *c, pl_coord_job_t *j)
                  PL_MAX(want, 1), lv->n_cand, lv->n_alive);
         goto out;
     }
-    if (s_plan(j, lv, &model, &in, &plan)) {
+    if (s_plan(j, lv, &in, &plan)) {
         pl_coord_job_fail(c, j, "no feasible plan: %s", pl_error_msg());
         goto out;
     }
@@ -197,8 +208,10 @@ bool pl_coord_plan_job(pl_coord_t *c, pl_coord_job_t *j)
     ok = true;
 out:
     pl_plan_destroy(&plan);
-    if (lv)
+    if (lv) {
         free(lv->links);
+        pl_sched_costs_destroy(&lv->costs);
+    }
     free(lv);
     return ok;
 }
@@ -207,7 +220,6 @@ void pl_coord_on_plan(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_t *m)
 {
     pl_coord_job_t *j = NULL;
     s_live_t *lv = NULL;
-    pl_sched_model_t model;
     pl_plan_input_t in;
     pl_plan_t *plan = NULL;
     char note[256] = "";
@@ -227,7 +239,7 @@ void pl_coord_on_plan(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_t *m)
                              j->spec.n_nodes ? " allowed by the job" : "");
         goto out;
     }
-    if ((st = s_plan(j, lv, &model, &in, &plan))) {
+    if ((st = s_plan(j, lv, &in, &plan))) {
         pl_coord_reply_error(c, from, st, "no feasible plan: %s", pl_error_msg());
         goto out;
     }
@@ -248,8 +260,10 @@ void pl_coord_on_plan(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_t *m)
     pl_coord_reply(c, from, json_pack("{s:o, s:s, s:o}", "plan", pj, "note", note, "busy", busy));
 out:
     pl_plan_destroy(&plan);
-    if (lv)
+    if (lv) {
         free(lv->links);
+        pl_sched_costs_destroy(&lv->costs);
+    }
     free(lv);
     pl_coord_job_free(j);
 }

@@ -312,33 +312,38 @@ static int s_show_plan(const s_ctl_t *c, json_t *r)
 static int s_plan_whatif(const s_ctl_t *c, const pl_job_spec_t *spec, const char *cluster_path)
 {
     static pl_cfg_cluster_t cl;
+    static pl_sched_refusals_t refusals;
     pl_sched_device_t *devs = NULL;
     pl_sched_link_t *links = NULL;
-    pl_model_config_t cfg;
-    pl_sched_model_t model;
+    pl_model_t *model = NULL;
+    pl_model_bytes_t *bytes = NULL;
+    pl_sched_costs_t *costs = NULL;
     pl_plan_t *plan = NULL;
     int n = 0, rc = 1;
-    pl_plan_input_t in = {.model = &model};
+    pl_plan_input_t in = {0};
 
     if (pl_cfg_cluster_load(cluster_path, &cl) || pl_sched_whatif(&cl, &devs, &n, &links)) {
         rc = s_die("%s", pl_error_msg());
         goto out;
     }
-    bool any_cpu = false;
-    for (int i = 0; i < n; i++)
-        any_cpu |= !strcmp(devs[i].backend, "cpu");
     pl_gen_job_t g; /* the coordinator's checks: token ids in the vocabulary, positions */
-    if (pl_model_config_load(spec->model, &cfg) ||
-        pl_gen_job_from_spec(spec, spec->microbatches, &cfg, &g)) {
+    if (pl_model_open(spec->model, &model) || pl_model_bytes_new(model, &bytes) ||
+        pl_gen_job_from_spec(spec, spec->microbatches, pl_model_config(model), &g)) {
         rc = s_die("%s", pl_error_msg());
         goto out;
     }
     pl_gen_job_clear(&g);
-    if (pl_sched_model_from_config(&cfg, any_cpu, &model) ||
-        pl_sched_job_from_spec(spec, &cfg, &in.job)) {
+    pl_sched_refusals_find(devs, n, bytes, &refusals);
+    bool any_cpu = false; /* among the candidates: what the coordinator charges KV by */
+    for (int i = 0; i < n; i++)
+        any_cpu |= !refusals.refused[i] && !strcmp(devs[i].backend, "cpu");
+    if (pl_sched_costs_from_stored(pl_model_config(model), bytes, any_cpu, &costs) ||
+        pl_sched_job_from_spec(spec, pl_model_config(model), &in.job)) {
         rc = s_die("%s", pl_error_msg());
         goto out;
     }
+    in.costs = costs;
+    in.refused = refusals.refused;
     in.devices = devs;
     in.n_devices = n;
     in.links = links;
@@ -358,6 +363,9 @@ static int s_plan_whatif(const s_ctl_t *c, const pl_job_spec_t *spec, const char
     json_decref(r);
 out:
     pl_plan_destroy(&plan);
+    pl_sched_costs_destroy(&costs);
+    pl_model_bytes_destroy(&bytes);
+    pl_model_destroy(&model);
     free(devs);
     free(links);
     return rc;
