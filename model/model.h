@@ -112,6 +112,12 @@ typedef struct {
 pl_status_t pl_model_bytes_new(const pl_model_t *model, pl_model_bytes_t **bytes_p);
 /* Free; nulls the pointer; safe on NULL. */
 void pl_model_bytes_destroy(pl_model_bytes_t **bytes_p);
+/* A model known only by its config: every tensor pl_model_open would check for, in the config's
+ * dtype (model_bytes.c). For planning with a described model; freed as above. */
+pl_status_t pl_model_bytes_estimate(const pl_model_config_t *cfg, pl_model_bytes_t **bytes_p);
+/* True when dir holds a config.json but no weights (neither model.safetensors nor its index):
+ * a model described for planning only. */
+bool pl_model_is_described(const char *dir);
 
 /* Look a tensor up by its Hugging Face name ("model.layers.3.mlp.up_proj.weight"). */
 pl_status_t pl_model_tensor(pl_model_t *model, const char *name, pl_tensor_view_t *view);

@@ -326,9 +326,19 @@ static int s_plan_whatif(const s_ctl_t *c, const pl_job_spec_t *spec, const char
         rc = s_die("%s", pl_error_msg());
         goto out;
     }
+    /* the stored bytes of the model's tensors; a model described by its config.json alone
+     * (planning before a download) is charged in the config's dtype */
+    pl_model_config_t cfg;
+    bool described = pl_model_is_described(spec->model);
+    if (described ? pl_model_config_load(spec->model, &cfg) || pl_model_bytes_estimate(&cfg, &bytes)
+                  : pl_model_open(spec->model, &model) || pl_model_bytes_new(model, &bytes)) {
+        rc = s_die("%s", pl_error_msg());
+        goto out;
+    }
+    if (!described)
+        cfg = *pl_model_config(model);
     pl_gen_job_t g; /* the coordinator's checks: token ids in the vocabulary, positions */
-    if (pl_model_open(spec->model, &model) || pl_model_bytes_new(model, &bytes) ||
-        pl_gen_job_from_spec(spec, spec->microbatches, pl_model_config(model), &g)) {
+    if (pl_gen_job_from_spec(spec, spec->microbatches, &cfg, &g)) {
         rc = s_die("%s", pl_error_msg());
         goto out;
     }
@@ -337,8 +347,8 @@ static int s_plan_whatif(const s_ctl_t *c, const pl_job_spec_t *spec, const char
     bool any_cpu = false; /* among the candidates: what the coordinator charges KV by */
     for (int i = 0; i < n; i++)
         any_cpu |= !refusals.refused[i] && !strcmp(devs[i].backend, "cpu");
-    if (pl_sched_costs_from_stored(pl_model_config(model), bytes, any_cpu, &costs) ||
-        pl_sched_job_from_spec(spec, pl_model_config(model), &in.job)) {
+    if (pl_sched_costs_from_stored(&cfg, bytes, any_cpu, &costs) ||
+        pl_sched_job_from_spec(spec, &cfg, &in.job)) {
         rc = s_die("%s", pl_error_msg());
         goto out;
     }
