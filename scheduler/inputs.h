@@ -1,5 +1,5 @@
-/* The planner's inputs from what the system already parsed: the model's shape and element sizes
- * from its config (model/), the job's shape from the typed job spec (common/job_spec.h). */
+/* The planner's inputs from what the system already parsed: the model's shape, its tensors' stored
+ * bytes and the devices that cannot hold it (model/), the job's shape (common/job_spec.h). */
 #ifndef PL_SCHEDULER_INPUTS_H
 #define PL_SCHEDULER_INPUTS_H
 
@@ -9,9 +9,10 @@
 
 #include <stdbool.h>
 
-/* The planner's model: shape from the config; weight and KV element sizes 4 when any CPU device
- * is among the candidates (the CPU backend holds both as f32 whatever the file's dtype), else
- * the size of the config's dtype (torch_dtype). */
+/* The planner's model: shape from the config; KV element size 4 when any CPU device is among
+ * the candidates (the CPU backend's cache is f32), else the size of the config's dtype; weight
+ * element size the same, for callers with no tensor headers (pl_sched_costs_from_stored
+ * replaces the weights by the bytes the model stores). */
 pl_status_t pl_sched_model_from_config(const pl_model_config_t *cfg, bool any_cpu,
                                        pl_sched_model_t *m);
 
