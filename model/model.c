@@ -266,8 +266,8 @@ static int s_layer_tensors(const pl_model_config_t *c, int l, s_want_t *out)
                 {"mlp.down_proj", h, f}};
     int n = 0;
 #define S_WANT(nd, a, b, ...)                                                                      \
-    (snprintf(out[n].name, sizeof(out[n].name), __VA_ARGS__), out[n].ndim = (nd),                \
-     out[n].d0 = (a), out[n].d1 = (b), n++)
+    (snprintf(out[n].name, sizeof(out[n].name), __VA_ARGS__), out[n].ndim = (nd), out[n].d0 = (a), \
+     out[n].d1 = (b), n++)
     for (size_t i = 0; i < PL_ARRAY_SIZE(mats); i++) {
         S_WANT(2, mats[i].d0, mats[i].d1, "model.layers.%d.%s.weight", l, mats[i].name);
         if (c->qkv_bias && i < 3) /* q, k, v */

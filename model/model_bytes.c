@@ -1,7 +1,7 @@
 /* The stored bytes of a model described by its config.json alone (no weights at hand): what
  * planning before a download charges, each tensor in the config's dtype. */
-#include "model/model.h"
 #include "model/gguf.h"
+#include "model/model.h"
 
 #include "common/util.h"
 
@@ -27,8 +27,8 @@ bool pl_model_is_described(const char *dir)
 
 pl_status_t pl_model_bytes_estimate(const pl_model_config_t *cfg, pl_model_bytes_t **bytes_p)
 {
-    if (!cfg || cfg->n_layers < 1 || cfg->hidden < 1 || cfg->intermediate < 1 ||
-        cfg->n_heads < 1 || cfg->n_kv_heads < 1 || cfg->head_dim < 1 || cfg->vocab < 1)
+    if (!cfg || cfg->n_layers < 1 || cfg->hidden < 1 || cfg->intermediate < 1 || cfg->n_heads < 1 ||
+        cfg->n_kv_heads < 1 || cfg->head_dim < 1 || cfg->vocab < 1)
         return pl_error(PL_ERR_INVALID, "model config: a size is missing or not positive");
     size_t n = (size_t)cfg->n_layers;
     pl_model_bytes_t *b = calloc(1, sizeof(*b) + n * sizeof(uint64_t));

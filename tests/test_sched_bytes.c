@@ -50,8 +50,8 @@ typedef struct {
 static s_want_t s_want(s_type_t mat, s_type_t vec, bool tied)
 {
     s_want_t w;
-    w.layer = s_nb(mat, NQ, NH) + 2 * s_nb(mat, NKV, NH) + s_nb(mat, NH, NQ) + 2 * s_nb(mat, NF, NH) +
-              s_nb(mat, NH, NF) + 2 * s_nb(vec, 1, NH);
+    w.layer = s_nb(mat, NQ, NH) + 2 * s_nb(mat, NKV, NH) + s_nb(mat, NH, NQ) +
+              2 * s_nb(mat, NF, NH) + s_nb(mat, NH, NF) + 2 * s_nb(vec, 1, NH);
     w.embed = s_nb(mat, NV, NH);
     w.head = s_nb(vec, 1, NH) + s_nb(mat, NV, NH);
     w.tied = tied ? w.embed : 0;
@@ -196,8 +196,8 @@ Test(sched_bytes, stage_memory_is_the_stored_bytes_of_its_tensors)
                                       s_dev("b", "cpu", 100, 20, 1e9)};
             pl_plan_input_t in = {.costs = costs, .devices = d, .n_devices = stages, .job = s_job};
             pl_plan_t *p = NULL;
-            cr_assert_eq(pl_sched_plan_mode(&in, NULL, PL_PLANNER_OPTIMAL, stages, &p), PL_OK,
-                         "%s", pl_error_msg());
+            cr_assert_eq(pl_sched_plan_mode(&in, NULL, PL_PLANNER_OPTIMAL, stages, &p), PL_OK, "%s",
+                         pl_error_msg());
             cr_assert_eq(p->n_stages, stages);
             for (int s = 0; s < p->n_stages; s++) {
                 const pl_plan_stage_t *st = &p->stages[s];
@@ -298,10 +298,10 @@ Test(sched_bytes, a_memory_cap_that_q4k_fits_and_its_f32_twin_does_not)
 {
     double q = s_mem_used("q4k.gguf"), f = s_mem_used("f32.gguf");
     s_want_t wq = s_want(T_Q4K, T_F32, false), wf = s_want(T_F32, T_F32, false);
-    double dw = (double)(NL * wf.layer + wf.embed + wf.head) -
-                (double)(NL * wq.layer + wq.embed + wq.head);
-    cr_expect_lt(fabs((f - q) - dw), 2, "f32 - q4k: %.0f, want the weights' difference %.0f",
-                 f - q, dw);
+    double dw =
+        (double)(NL * wf.layer + wf.embed + wf.head) - (double)(NL * wq.layer + wq.embed + wq.head);
+    cr_expect_lt(fabs((f - q) - dw), 2, "f32 - q4k: %.0f, want the weights' difference %.0f", f - q,
+                 dw);
     double cap = (q + f) / 2;
     cr_expect_eq(s_plan_capped("q4k.gguf", cap), PL_OK, "%s", pl_error_msg());
     cr_expect_eq(s_plan_capped("f32.gguf", cap), PL_ERR_INFEASIBLE);
@@ -345,8 +345,8 @@ Test(sched_bytes, a_quantized_model_stays_off_gpus_and_the_plan_says_why)
             cr_expect(!on_gpu, "mode %d: a Q4_K stage on the GPU", m);
             cr_assert_eq(p->n_left_out, 1);
             cr_expect_eq(p->left_out[0].device, 0);
-            cr_expect(strstr(p->left_out[0].why, "Q4_K") && strstr(p->left_out[0].why, "GPU"),
-                      "%s", p->left_out[0].why);
+            cr_expect(strstr(p->left_out[0].why, "Q4_K") && strstr(p->left_out[0].why, "GPU"), "%s",
+                      p->left_out[0].why);
             char *table = pl_plan_explain_new(p);
             cr_assert_not_null(table);
             cr_expect(strstr(table, "left out: gpu on node-gpu: the model's weights are "
@@ -354,9 +354,8 @@ Test(sched_bytes, a_quantized_model_stays_off_gpus_and_the_plan_says_why)
                       "%s", table);
             free(table);
             json_t *j = pl_plan_to_json(p);
-            const char *why =
-                json_string_value(json_object_get(json_array_get(json_object_get(j, "left_out"), 0),
-                                                  "why"));
+            const char *why = json_string_value(
+                json_object_get(json_array_get(json_object_get(j, "left_out"), 0), "why"));
             cr_expect(why && strstr(why, "Q4_K"), "%s", why ? why : "(none)");
             json_decref(j);
             pl_plan_destroy(&p);
