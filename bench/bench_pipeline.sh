@@ -1,12 +1,19 @@
 #!/usr/bin/env bash
-# bench_pipeline: prefill and decode tokens/s of one job on 1, 2 and 3 pipeline stages of a local
-# cluster (one pipecoord, three pipeld with one CPU thread each), with the ratio to one stage.
+# bench_pipeline: prefill and decode tokens/s of a batched job, and the time to first token of
+# one long prompt (prefill in chunks), on 1, 2 and 3 pipeline stages of a local cluster (one
+# pipecoord, three pipeld with one CPU thread each), each the median of PL_BENCH_RUNS runs, with
+# the ratio to one stage, the ideal decode ratio from this machine's 2- and 1-thread memory read
+# bandwidth (bench_decode), and what the planner predicted beside what was measured.
 #
 # usage: bench/bench_pipeline.sh [BUILD_DIR]     (default: build; builds nothing)
 # env:   PL_BENCH_MODEL=DIR   use this model instead of making one (must match the sizes below
 #                              in spirit: weights well beyond the caches)
 #        PL_BENCH_KEEP=1      keep the work directory (logs, jobs, results)
 #        PL_BENCH_PROMPT_LEN, PL_BENCH_NEW_TOKENS, PL_BENCH_SEQS   override the job shapes
+#        PL_BENCH_RUNS=N      runs of each job, the median shown (default 3)
+#        PL_BENCH_TTFT_LEN, PL_BENCH_CHUNK   the long prompt (1024) and its prefill chunk (128)
+#        PL_BENCH_MEMREF=0    skip the memory bandwidth reference (bench_decode)
+#        PL_UCX_PROGRESS_THREAD=0   progress UCX in calls only (no progress thread), to compare
 set -euo pipefail
 
 BUILD=${1:-build}
@@ -19,9 +26,12 @@ for t in pipecoord pipeld pipectl pl-mkmodel; do
     [ -x "$B/$t" ] || { echo "bench_pipeline: $B/$t is missing; build it first" >&2; exit 2; }
 done
 
-SEQS=${PL_BENCH_SEQS:-6}               # sequences in each job (divisible by 1, 2 and 3)
-PROMPT_LEN=${PL_BENCH_PROMPT_LEN:-128} # tokens per prompt of the prefill job
-NEW_TOKENS=${PL_BENCH_NEW_TOKENS:-64}  # tokens generated per sequence by the decode job
+SEQS=${PL_BENCH_SEQS:-12}              # sequences in each job: 4 per stage on 3 stages
+PROMPT_LEN=${PL_BENCH_PROMPT_LEN:-64}  # tokens per prompt of the prefill job
+NEW_TOKENS=${PL_BENCH_NEW_TOKENS:-32}  # tokens generated per sequence by the decode job
+RUNS=${PL_BENCH_RUNS:-3}
+TTFT_LEN=${PL_BENCH_TTFT_LEN:-1024}    # the one long prompt
+CHUNK=${PL_BENCH_CHUNK:-128}           # its prefill chunk
 WORK=$(mktemp -d /tmp/pl-bench-pipeline-XXXXXX)
 EP=
 pids=()
@@ -67,8 +77,12 @@ prompts() { # LEN SEED
 }
 prompts "$PROMPT_LEN" 11 >"$WORK/prefill.jsonl"
 prompts 8 12 >"$WORK/decode.jsonl"
+SEQS_ALL=$SEQS
+SEQS=1
+prompts "$TTFT_LEN" 13 >"$WORK/ttft.jsonl"
+SEQS=$SEQS_ALL
 
-job() { # NAME PROMPTS MAX_NEW STAGES
+job() { # NAME PROMPTS MAX_NEW STAGES [PREFILL_CHUNK]
     cat >"$WORK/$1.yaml" <<EOF
 model: $MODEL
 prompts: $2
@@ -76,6 +90,7 @@ max_new_tokens: $3
 sampling:
   temperature: 0.0
 microbatches: 0
+prefill_chunk: ${5:-0}
 stages: $4
 planner: optimal
 stop_at_eos: false
@@ -87,7 +102,7 @@ mkdir -p "$WORK/logs"
 for _ in $(seq 20); do
     port=$((20000 + RANDOM % 40000))
     [ -n "$(ss -Htln "sport = :$port" 2>/dev/null)" ] && continue
-    "$B/pipecoord" --endpoint "tcp://127.0.0.1:$port" >"$WORK/logs/pipecoord.log" 2>&1 &
+    "$B/pipecoord" --endpoint "tcp://127.0.0.1:$port" --state-db "$WORK/coord-$port.db" >"$WORK/logs/pipecoord.log" 2>&1 &
     cpid=$!
     sleep 0.3
     if kill -0 "$cpid" 2>/dev/null; then
@@ -154,12 +169,28 @@ m0=$(machine_ticks)
 o0=$(our_ticks)
 t0=$(date +%s.%N)
 echo "bench_pipeline: model $MODEL; $SEQS sequences; prefill job: prompts of $PROMPT_LEN tokens," \
-    "1 new token; decode job: prompts of 8 tokens, $NEW_TOKENS new tokens (greedy)" >&2
+    "1 new token; decode job: prompts of 8 tokens, $NEW_TOKENS new tokens (greedy); one prompt" \
+    "of $TTFT_LEN tokens in chunks of $CHUNK; $RUNS runs each" >&2
 for s in 1 2 3; do
     job "prefill$s" "$WORK/prefill.jsonl" 1 "$s"
     job "decode$s" "$WORK/decode.jsonl" "$NEW_TOKENS" "$s"
-    run "prefill$s" "$WORK/prefill$s.yaml"
-    run "decode$s" "$WORK/decode$s.yaml"
+    job "ttft$s" "$WORK/ttft.jsonl" 1 "$s" "$CHUNK"
+    for r in $(seq "$RUNS"); do
+        for j in prefill decode ttft; do
+            run "$j$s.$r" "$WORK/$j$s.yaml"
+        done
+    done
+done
+# The run whose KEY is the median of the RUNS runs of job J; its status file stands for J.
+for s in 1 2 3; do
+    for j in prefill decode ttft; do
+        key=${j}_tok_s
+        [ "$j" = ttft ] && key=prefill_s
+        pick=$(for r in $(seq "$RUNS"); do echo "$(tput "$WORK/$j$s.$r.json" "$key") $r"; done |
+            sort -g | awk '{ r[NR] = $2 } END { print r[int((NR + 1) / 2)] }')
+        cp "$WORK/$j$s.$pick.json" "$WORK/$j$s.json"
+        cp "$WORK/$j$s.$pick.out" "$WORK/$j$s.out"
+    done
 done
 
 # ---- the table ----
@@ -182,16 +213,33 @@ echo "prefill job: $SEQS prompts x $PROMPT_LEN tokens, max_new_tokens 1;" \
     "decode job: $SEQS sequences x $NEW_TOKENS new tokens; microbatches: 0 and planner:" \
     "optimal (the planner chooses; see below)"
 echo
-echo "| stages | prefill tok/s | ratio | decode tok/s | ratio |"
-echo "| ---: | ---: | ---: | ---: | ---: |"
+echo "| stages | prefill tok/s | ratio | decode tok/s | ratio | TTFT of $TTFT_LEN tokens, s | ratio |"
+echo "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
 p1=$(tput "$WORK/prefill1.json" prefill_tok_s)
 d1=$(tput "$WORK/decode1.json" decode_tok_s)
+t1=$(tput "$WORK/ttft1.json" prefill_s)
 for s in 1 2 3; do
     p=$(tput "$WORK/prefill$s.json" prefill_tok_s)
     d=$(tput "$WORK/decode$s.json" decode_tok_s)
-    printf '| %d | %.1f | %s | %.1f | %s |\n' "$s" "$p" "$(ratio "$p" "$p1")" "$d" \
-        "$(ratio "$d" "$d1")"
+    t=$(tput "$WORK/ttft$s.json" prefill_s)
+    printf '| %d | %.1f | %s | %.1f | %s | %.2f | %s |\n' "$s" "$p" "$(ratio "$p" "$p1")" "$d" \
+        "$(ratio "$d" "$d1")" "$t" "$(ratio "$t" "$t1")"
 done
+echo
+echo "targets (issue 8, 2 stages against 1): prefill ratio >= 1.8; decode >= 90% of the ideal" \
+    "below; TTFT ratio <= 0.6"
+if [ -x "$B/bench_decode" ] && [ "${PL_BENCH_MEMREF:-1}" = 1 ]; then
+    # its table "| **best (the reference below)** | **R1 GB/s** | **R2 GB/s** |" (1, 2 threads)
+    "$B/bench_decode" --threads 1,2 --steps 4 --prefill 0 --reps 2 >"$WORK/memref.txt" 2>&1 || true
+    best=$(grep -m 1 '^| \*\*best' "$WORK/memref.txt" | tr -d '*' | tr '|' '\n' | grep 'GB/s' || true)
+    r1=$(echo "$best" | sed -n '1s/ *\([0-9.]*\) GB\/s */\1/p')
+    r2=$(echo "$best" | sed -n '2s/ *\([0-9.]*\) GB\/s */\1/p')
+    if [ -n "$r1" ] && [ -n "$r2" ]; then
+        echo "memory read bandwidth (bench_decode): 1 thread $r1 GB/s, 2 threads $r2 GB/s:" \
+            "ideal 2-stage decode ratio $(ratio "$r2" "$r1"), 90% of it" \
+            "$(awk -v a="$r2" -v b="$r1" 'BEGIN { printf "%.2f", 0.9 * a / b }')"
+    fi
+fi
 echo
 
 # Where each job's time went: a pipeline overlaps its stages when wall < the sum of computes.
@@ -202,16 +250,22 @@ nums() { # FILE KEY: every value of KEY, two decimals, joined with +
 echo "| job | layers per stage | microbatches | tok/s: planned, measured | wall s |" \
     "compute s per stage | wait s per stage |"
 echo "| --- | --- | ---: | ---: | ---: | --- | --- |"
-for j in prefill decode; do
+for j in prefill decode ttft; do
     for s in 1 2 3; do
         f="$WORK/$j$s.json"
+        k=${j}_tok_s
+        [ "$j" = ttft ] && k=prefill_tok_s
         printf '| %s, %d stage(s) | %s | %s | %.1f, %.1f | %.2f | %s | %s |\n' "$j" "$s" \
             "$(sed -n 's/^ *"n_layers": \([0-9]*\),*$/\1/p' "$f" | paste -sd+ -)" \
-            "$(field "$f" microbatches)" "$(field "$f" "${j}_tok_s")" \
-            "$(tput "$f" "${j}_tok_s")" "$(tput "$f" wall_s)" "$(nums "$f" compute_s)" \
+            "$(field "$f" microbatches)" "$(field "$f" "$k")" \
+            "$(tput "$f" "$k")" "$(tput "$f" wall_s)" "$(nums "$f" compute_s)" \
             "$(nums "$f" wait_s)"
     done
 done
+echo
+echo "data plane of the 2-stage decode job (stage 0, then stage 1):" \
+    "$(grep -o '"inbox_slots": [0-9]*\|"max_in_flight": [0-9]*\|"bound_bytes": [0-9]*\|"progress_thread": [a-z]*' \
+        "$WORK/decode2.json" | tr -d '"' | paste -sd' ' -)"
 echo
 echo "other processes kept $other of $NPROC cores busy on average during the jobs" \
     "(figures are comparable only when this is near 0)"
@@ -219,7 +273,7 @@ echo
 
 same=yes
 for s in 2 3; do
-    for j in prefill decode; do
+    for j in prefill decode ttft; do
         cmp -s "$WORK/${j}1.out" "$WORK/$j$s.out" || same=no
     done
 done

@@ -73,7 +73,7 @@ start_cluster() { # SLOWDOWNS (comma-separated, one per node)
     local port i=0 s
     port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
     EP=tcp://127.0.0.1:$port
-    "$B/pipecoord" --endpoint "$EP" >"$WORK/pipecoord.log" 2>&1 &
+    "$B/pipecoord" --endpoint "$EP" --state-db "$WORK/coord.db" >"$WORK/pipecoord.log" 2>&1 &
     pids+=($!)
     for s in ${1//,/ }; do
         printf 'name: node%d\ncoordinator: %s\nslowdown: %s\n' "$i" "$EP" "$s" >"$WORK/node$i.yaml"

@@ -207,6 +207,13 @@ static const pl_ys_field_t s_cluster_coordinator[] = {
      .type = PL_YS_MAP,
      .offset = offsetof(pl_cfg_cluster_t, http),
      .fields = s_http_fields},
+    S_STR("state_db", 0, pl_cfg_cluster_t, state_db, NULL),
+    S_INT("max_queued_jobs", pl_cfg_cluster_t, max_queued_jobs, 1, 1000000, 256),
+    S_INT("max_job_mb", pl_cfg_cluster_t, max_job_mb, 1, 4096, 64),
+    S_INT("results_kept", pl_cfg_cluster_t, results_kept, 1, 1000000, 1024),
+    S_INT("place_timeout_ms", pl_cfg_cluster_t, place_timeout_ms, 10, 86400000, 300000),
+    S_INT("load_timeout_ms", pl_cfg_cluster_t, load_timeout_ms, 10, 86400000, 300000),
+    S_INT("node_expire_ms", pl_cfg_cluster_t, node_expire_ms, 10, 86400000, 600000),
     {.type = PL_YS_END},
 };
 
@@ -381,6 +388,7 @@ static const pl_ys_field_t s_job_placement[] = {
 };
 
 static const char *const s_planners[] = {"optimal", "auto", "even", NULL};
+static const char *const s_wire_dtypes[] = {"f32", "bf16", "f16", NULL};
 
 static const pl_ys_field_t s_job_fields[] = {
     S_STR("model", PL_YS_REQUIRED, pl_cfg_job_t, model, s_resolve_path),
@@ -389,6 +397,7 @@ static const pl_ys_field_t s_job_fields[] = {
     S_INT("min_new_tokens", pl_cfg_job_t, gen.min_new_tokens, 0, PL_JOB_MAX_NEW_TOKENS, 0),
     {.key = "sampling", .type = PL_YS_MAP, .fields = s_job_sampling},
     S_INT("microbatches", pl_cfg_job_t, microbatches, 0, 1024, 0),
+    S_INT("prefill_chunk", pl_cfg_job_t, gen.prefill_chunk, 0, PL_JOB_MAX_PREFILL_CHUNK, 0),
     S_INT("stages", pl_cfg_job_t, stages, 0, 64, 0),
     {.key = "planner",
      .type = PL_YS_STR,
@@ -396,6 +405,12 @@ static const pl_ys_field_t s_job_fields[] = {
      .size = sizeof(((pl_cfg_job_t *)0)->planner),
      .def_str = "auto",
      .choices = s_planners},
+    {.key = "wire_dtype",
+     .type = PL_YS_STR,
+     .offset = offsetof(pl_cfg_job_t, gen.wire_dtype),
+     .size = sizeof(((pl_cfg_job_t *)0)->gen.wire_dtype),
+     .def_str = "f32",
+     .choices = s_wire_dtypes},
     {.key = "stop_at_eos",
      .type = PL_YS_BOOL,
      .offset = offsetof(pl_cfg_job_t, gen.stop_at_eos),

@@ -64,6 +64,13 @@ typedef struct {
     char endpoint[256];  /* coordinator.endpoint, e.g. tcp://127.0.0.1:5555 (required) */
     int heartbeat_ms;    /* coordinator.heartbeat_ms, default 500 */
     int dead_after_ms;   /* coordinator.dead_after_ms, default 3000 */
+    char state_db[PATH_MAX]; /* coordinator.state_db: SQLite file; "" = pl_state_dir()/coord.db */
+    int max_queued_jobs;     /* coordinator.max_queued_jobs: jobs not yet finished, default 256 */
+    int max_job_mb;          /* coordinator.max_job_mb: one job's spec as stored, default 64 */
+    int results_kept;        /* coordinator.results_kept: finished jobs kept, default 1024 */
+    int place_timeout_ms;    /* coordinator.place_timeout_ms: unplaceable job fails, def. 300000 */
+    int load_timeout_ms;     /* coordinator.load_timeout_ms: stages READY by then, def. 300000 */
+    int node_expire_ms;      /* coordinator.node_expire_ms: lost nodes forgotten, def. 600000 */
     char public_key[64]; /* security.coordinator_public_key (Z85, 40 chars), "" = none */
     char secret_key[64]; /* security.coordinator_secret_key */
     pl_cfg_http_t http;  /* coordinator.http: the coordinator's HTTP front; off when absent */
@@ -90,7 +97,8 @@ typedef struct {
 typedef struct {
     char model[PATH_MAX];   /* resolved against the job file's directory */
     char prompts[PATH_MAX]; /* JSONL of token-id arrays, resolved likewise */
-    pl_job_gen_t gen;       /* max_new_tokens, min_new_tokens, stop_at_eos, sampling.* */
+    pl_job_gen_t gen;       /* max_new_tokens, min_new_tokens, stop_at_eos, sampling.*,
+                             * prefill_chunk, wire_dtype */
     int microbatches;       /* default 0: as many as stages */
     int stages;             /* default 0: every live node */
     char planner[16];       /* "auto" (default: may leave devices out), "optimal", "even" */

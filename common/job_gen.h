@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #define PL_JOB_MAX_NEW_TOKENS 65536
+#define PL_JOB_MAX_PREFILL_CHUNK 65536
 
 typedef struct {
     int max_new_tokens; /* 1..PL_JOB_MAX_NEW_TOKENS, default 16 */
@@ -17,6 +18,9 @@ typedef struct {
     int top_k;
     float top_p;
     uint64_t seed;
+    /* The data plane. */
+    int prefill_chunk;  /* prompt tokens of one sequence per prefill message; 0 (default): whole */
+    char wire_dtype[8]; /* activations between stages: "f32" (default, "" too), "bf16", "f16" */
 } pl_job_gen_t;
 
 #endif

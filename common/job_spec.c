@@ -30,6 +30,7 @@ void pl_job_spec_init(pl_job_spec_t *spec)
     spec->gen.stop_at_eos = true;
     spec->gen.top_p = 1.0f;
     spec->planner = PL_PLANNER_AUTO;
+    memcpy(spec->gen.wire_dtype, "f32", 4);
 }
 
 void pl_job_spec_clear(pl_job_spec_t *spec)

@@ -13,16 +13,10 @@
 #include <string.h>
 #include <unistd.h>
 
-const char *pl_job_state_name(pl_job_state_t s)
-{
-    static const char *names[] = {"queued", "loading", "running", "done", "failed", "canceled"};
-    return names[s];
-}
-
 void pl_coord_reply_msg(pl_coord_t *c, const pl_tx_peer_t *to, const pl_msg_t *m)
 {
     if (pl_tx_send(c->router, to, m))
-        pl_log_warn("reply to '%.*s': %s", (int)to->len, to->id, pl_error_msg());
+        pl_log_warn_limited("reply to '%.*s': %s", (int)to->len, to->id, pl_error_msg());
 }
 
 void pl_coord_reply(pl_coord_t *c, const pl_tx_peer_t *to, json_t *body)
@@ -62,6 +56,8 @@ void pl_coord_send_node(pl_coord_t *c, int node, const pl_msg_t *m)
 
 int pl_coord_find_node(const pl_coord_t *c, const char *name)
 {
+    if (!name[0]) /* "" marks a free slot */
+        return -1;
     for (int i = 0; i < c->n_nodes; i++)
         if (strcmp(c->nodes[i].name, name) == 0)
             return i;
@@ -99,6 +95,29 @@ static void s_welcome(pl_coord_t *c, const pl_tx_peer_t *to)
     pl_coord_reply_msg(c, to, &w);
 }
 
+/* Stages a node runs that no current assignment owns (an earlier epoch, a job this coordinator
+ * does not know or has finished) are canceled; until they are gone the node is not idle. */
+static void s_reconcile(pl_coord_t *c, int node, const pl_msg_progress_t *st, int n)
+{
+    c->nodes[node].n_stale = 0;
+    for (int k = 0; k < n; k++) {
+        const pl_msg_progress_t *e = &st[k];
+        const pl_coord_job_t *j = pl_coord_find_job(c, e->job);
+        bool owned = j && (j->state == PL_JOB_LOADING || j->state == PL_JOB_RUNNING) &&
+                     e->epoch == j->epoch && e->stage < j->n_stages &&
+                     j->stages[e->stage].node == node;
+        if (owned)
+            continue;
+        pl_msg_t m;
+        pl_msg_init(&m, PL_MSG_CANCEL);
+        m.cancel = (pl_msg_cancel_t){.job = e->job, .stage = e->stage, .epoch = e->epoch};
+        pl_log_info("node %s: job %u stage %d epoch %u is no current assignment: canceled",
+                    c->nodes[node].name, e->job, e->stage, e->epoch);
+        pl_coord_send_node(c, node, &m);
+        c->nodes[node].n_stale++;
+    }
+}
+
 static void s_on_hello(pl_coord_t *c, const pl_tx_peer_t *from, const pl_msg_hello_t *h)
 {
     pl_coord_node_t tmp = {0};
@@ -116,12 +135,15 @@ static void s_on_hello(pl_coord_t *c, const pl_tx_peer_t *from, const pl_msg_hel
     }
     int i = pl_coord_find_node(c, h->node);
     if (i < 0) {
-        if (c->n_nodes == PL_COORD_MAX_NODES) {
+        for (i = 0; i < c->n_nodes && c->nodes[i].name[0]; i++) /* a slot an expired node left */
+            ;
+        if (i == PL_COORD_MAX_NODES) {
             pl_coord_reply_error(c, from, PL_ERR_RANGE, "the cluster is full (%d nodes)",
                                  PL_COORD_MAX_NODES);
             return;
         }
-        i = c->n_nodes++;
+        if (i == c->n_nodes)
+            c->n_nodes++;
     } else if (c->nodes[i].alive && c->nodes[i].busy_job) {
         pl_coord_node_lost(c, i, "node re-registered (restarted)");
     }
@@ -148,6 +170,7 @@ static void s_on_hello(pl_coord_t *c, const pl_tx_peer_t *from, const pl_msg_hel
     pl_log_info("node %s registered from %s: %d device(s)%s%s", n->name, n->host, n->n_dev,
                 n->n_dev ? ", first " : "", n->n_dev ? n->dev[0].id : "");
     s_welcome(c, from);
+    s_reconcile(c, i, h->health.stages, h->health.n_stages);
     pl_coord_schedule(c);
 }
 
@@ -169,15 +192,32 @@ static void s_on_heartbeat(pl_coord_t *c, const pl_tx_peer_t *from, const pl_msg
     for (int k = 0; k < h->n_stages; k++) {
         const pl_msg_progress_t *e = &h->stages[k];
         pl_coord_job_t *j = pl_coord_find_job(c, e->job);
-        if (j && j->state == PL_JOB_RUNNING && e->stage == j->n_stages - 1 &&
-            j->stages[e->stage].node == i && e->generated > j->generated)
+        if (j && j->state == PL_JOB_RUNNING && e->epoch == j->epoch &&
+            e->stage == j->n_stages - 1 && j->stages[e->stage].node == i &&
+            e->generated > j->generated)
             j->generated = e->generated;
     }
+    s_reconcile(c, i, h->stages, h->n_stages);
+}
+
+/* Whether a job that is not finished still has a stage on node i (its slot must stay). */
+static bool s_node_in_use(const pl_coord_t *c, int i)
+{
+    for (int k = 0; k < c->n_jobs; k++) {
+        const pl_coord_job_t *j = c->jobs[k];
+        if (pl_coord_job_terminal(j) || j->state == PL_JOB_QUEUED)
+            continue;
+        for (int s = 0; s < j->n_stages; s++)
+            if (j->stages[s].node == i)
+                return true;
+    }
+    return false;
 }
 
 static void s_check_liveness(pl_coord_t *c)
 {
     double now = pl_now(), limit = c->cfg->dead_after_ms / 1000.0;
+    double expire = c->cfg->node_expire_ms / 1000.0;
     for (int i = 0; i < c->n_nodes; i++) {
         pl_coord_node_t *n = &c->nodes[i];
         if (n->alive && now - n->last_seen > limit) {
@@ -186,8 +226,28 @@ static void s_check_liveness(pl_coord_t *c)
             pl_log_warn("node %s lost: %s", n->name, why);
             pl_coord_node_lost(c, i, why);
             n->alive = false;
+            n->lost_at = now;
+        } else if (n->name[0] && !n->alive && now - n->lost_at > expire && !s_node_in_use(c, i)) {
+            /* the registry must not fill for good with nodes that never come back */
+            pl_log_info("node %s: lost for %.0f s, registration dropped", n->name,
+                        now - n->lost_at);
+            pl_coord_forget_node(c, i);
+            memset(n, 0, sizeof(*n));
         }
     }
+}
+
+/* BYE: a daemon is stopping; its jobs fail now instead of after dead_after_ms of silence. */
+static void s_on_bye(pl_coord_t *c, const pl_tx_peer_t *from, const pl_msg_health_t *b)
+{
+    int i = pl_coord_find_node(c, b->node);
+    if (i < 0 || strlen(b->node) != from->len || memcmp(b->node, from->id, from->len) != 0 ||
+        !c->nodes[i].alive)
+        return; /* only a registered node may say goodbye for itself; nothing to answer */
+    pl_log_info("node %s: stopping (it said so)", c->nodes[i].name);
+    pl_coord_node_lost(c, i, "the daemon stopped");
+    c->nodes[i].alive = false;
+    c->nodes[i].lost_at = pl_now();
 }
 
 static void s_on_shutdown(pl_coord_t *c, const pl_tx_peer_t *from)
@@ -217,20 +277,25 @@ static void s_dispatch(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_t *m)
     case PL_MSG_HEALTH: pl_coord_on_health(c, from, m); break;
     case PL_MSG_SHUTDOWN: s_on_shutdown(c, from); break;
     case PL_MSG_PLAN: pl_coord_on_plan(c, from, m); break;
+    case PL_MSG_BYE: s_on_bye(c, from, &m->bye); break;
     default:
-        pl_log_warn("'%.*s' sent %s, which the coordinator does not take", (int)from->len,
-                    from->id, pl_msg_name(m->type));
+        pl_log_warn_limited("'%.*s' sent %s, which the coordinator does not take", (int)from->len,
+                            from->id, pl_msg_name(m->type));
         pl_coord_reply_error(c, from, PL_ERR_PROTOCOL, "unexpected message type %s",
                              pl_msg_name(m->type));
     }
 }
 
-pl_status_t pl_coord_run(const pl_cfg_cluster_t *cfg, volatile sig_atomic_t *stop)
+pl_status_t pl_coord_run(const pl_cfg_cluster_t *cfg, const char *state_db,
+                         volatile sig_atomic_t *stop)
 {
-    pl_coord_t c = {.cfg = cfg, .next_job = 1};
+    pl_coord_t c = {.cfg = cfg, .next_job = 1, .next_epoch = 1};
     pl_front_t *front = NULL;
     pl_status_t st;
 
+    /* the state first: no message is taken before the jobs and counters are back */
+    if (state_db && ((st = pl_coord_store_open(state_db, &c.store)) || (st = pl_coord_restore(&c))))
+        goto out;
     if ((st = pl_front_start(&cfg->http, NULL, 0, &front)) ||
         (st = pl_coord_metrics_init(&c, pl_front_metrics(front))))
         goto out;
@@ -256,7 +321,7 @@ pl_status_t pl_coord_run(const pl_cfg_cluster_t *cfg, volatile sig_atomic_t *sto
             if (rs == PL_ERR_BUSY)
                 break;
             if (rs) {
-                pl_log_warn("dropped a message: %s", pl_error_msg());
+                pl_log_warn_limited("dropped a message: %s", pl_error_msg());
                 if (from.len)
                     pl_coord_reply_error(&c, &from, rs, "%s", pl_error_msg());
                 continue;
@@ -277,5 +342,6 @@ out:
     free(c.jobs);
     pl_tx_sock_destroy(&c.router);
     pl_tx_ctx_destroy(&c.ctx);
+    pl_coord_store_close(&c.store);
     return st;
 }

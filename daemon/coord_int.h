@@ -5,6 +5,7 @@
 #include "common/config.h"
 #include "common/job_spec.h"
 #include "common/metrics.h"
+#include "daemon/coord_store.h"
 #include "scheduler/terms.h"
 #include "transport/sock.h"
 
@@ -47,6 +48,8 @@ typedef struct {
     bool have_health;
     pl_msg_heartbeat_t health; /* the last heartbeat */
     uint32_t busy_job;         /* 0: idle */
+    int n_stale;               /* stages it reported that no current assignment owns */
+    double lost_at;            /* when it was declared lost; forgotten node_expire_ms later */
 } pl_coord_node_t;
 
 typedef enum {
@@ -72,6 +75,7 @@ typedef struct {
 
 typedef struct {
     uint32_t id;
+    uint32_t epoch; /* of its current assignment; stage messages of any other are refused */
     pl_job_state_t state;
     pl_job_spec_t spec; /* what the user asked, decoded once at SUBMIT */
     int n_layers, max_ctx, n_seqs;
@@ -84,6 +88,7 @@ typedef struct {
     pl_msg_result_t *results;
     char error[1024];
     double t_submit, t_start, t_run, t_end;
+    double t_queued;   /* when it last entered the queue: place_timeout_ms counts from here */
     int64_t generated; /* tokens sampled so far, from the last stage's heartbeats */
     int64_t metered_tokens; /* of those, counted in the metrics */
     bool metered;           /* its latency is in the metrics */
@@ -99,12 +104,13 @@ typedef struct {
     const pl_cfg_cluster_t *cfg;
     pl_tx_ctx_t *ctx;
     pl_tx_sock_t *router;
-    pl_coord_node_t nodes[PL_COORD_MAX_NODES];
-    int n_nodes;
+    pl_coord_node_t nodes[PL_COORD_MAX_NODES]; /* a free slot has name "" */
+    int n_nodes;                               /* slots in use or freed, high-water */
     pl_coord_link_t links[PL_COORD_MAX_NODES][PL_COORD_MAX_NODES]; /* [from node][to node] */
     pl_coord_job_t **jobs;
     int n_jobs, cap_jobs;
-    uint32_t next_job;
+    uint32_t next_job, next_epoch; /* persisted: never repeat */
+    pl_coord_store_t *store;
     bool shutdown;
     pl_coord_metrics_t metrics;
 } pl_coord_t;
@@ -150,6 +156,18 @@ void pl_coord_forget_node(pl_coord_t *c, int node);
 pl_status_t pl_coord_metrics_init(pl_coord_t *c, pl_metrics_t *r);
 /* Refresh them from the coordinator's state (cheap when called often: it sweeps 4 times a s). */
 void pl_coord_metrics_update(pl_coord_t *c);
+/* coord_state.c */
+/* Save j's row and the counters (a no-op without a store); logs and returns the error. */
+pl_status_t pl_coord_persist(pl_coord_t *c, pl_coord_job_t *j);
+/* Load the counters and jobs; unfinished jobs are queued again to run from the start. */
+pl_status_t pl_coord_restore(pl_coord_t *c);
+/* Append j to the job table (taken on success). */
+pl_status_t pl_coord_add_job(pl_coord_t *c, pl_coord_job_t *j);
+bool pl_coord_job_terminal(const pl_coord_job_t *j);
+
+/* coord_row.c */
+/* A job from a stored row, every field checked (errors name the field); nothing kept on error. */
+pl_status_t pl_coord_job_from_row(const pl_coord_row_t *r, pl_coord_job_t **job_p);
 
 /* coord_query.c */
 void pl_coord_on_status(pl_coord_t *c, const pl_tx_peer_t *from, const pl_msg_t *m);

@@ -11,8 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define S_MAX_JOBS_KEPT 1024
-
 void pl_coord_job_free(pl_coord_job_t *j)
 {
     if (!j)
@@ -25,7 +23,7 @@ void pl_coord_job_free(pl_coord_job_t *j)
     free(j);
 }
 
-static bool s_terminal(const pl_coord_job_t *j)
+bool pl_coord_job_terminal(const pl_coord_job_t *j)
 {
     return j->state == PL_JOB_DONE || j->state == PL_JOB_FAILED || j->state == PL_JOB_CANCELED;
 }
@@ -78,27 +76,47 @@ err:
     return st;
 }
 
+/* Admission: the queue and the job's stored size are bounded; the refusal says which bound. */
+static pl_status_t s_admit(pl_coord_t *c, const pl_job_spec_t *spec)
+{
+    int unfinished = 0;
+    for (int i = 0; i < c->n_jobs; i++)
+        unfinished += !pl_coord_job_terminal(c->jobs[i]);
+    if (unfinished >= c->cfg->max_queued_jobs)
+        return pl_error(PL_ERR_BUSY,
+                        "the queue is full: %d unfinished jobs "
+                        "(coordinator.max_queued_jobs)",
+                        unfinished);
+    json_t *body;
+    pl_status_t st = pl_job_spec_encode(spec, &body);
+    if (st)
+        return st;
+    size_t bytes = json_dumpb(body, NULL, 0, JSON_COMPACT);
+    json_decref(body);
+    if (bytes > (size_t)c->cfg->max_job_mb << 20)
+        return pl_error(PL_ERR_RANGE,
+                        "the job is %zu bytes, more than %d MiB "
+                        "(coordinator.max_job_mb)",
+                        bytes, c->cfg->max_job_mb);
+    return PL_OK;
+}
+
 void pl_coord_on_submit(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_t *m)
 {
     pl_coord_job_t *j = NULL;
     pl_status_t st;
 
-    if ((st = pl_coord_job_new(&m->submit, &j)))
+    if ((st = s_admit(c, &m->submit)) || (st = pl_coord_job_new(&m->submit, &j)))
         goto err;
-    if (c->n_jobs == c->cap_jobs) {
-        int cap = c->cap_jobs ? 2 * c->cap_jobs : 16;
-        pl_coord_job_t **nj = realloc(c->jobs, (size_t)cap * sizeof(*nj));
-        if (!nj) {
-            st = pl_error(PL_ERR_NOMEM, "coordinator out of memory");
-            goto err;
-        }
-        c->jobs = nj;
-        c->cap_jobs = cap;
-    }
-    j->id = c->next_job++;
+    j->id = c->next_job;
     j->state = PL_JOB_QUEUED;
-    j->t_submit = pl_now();
-    c->jobs[c->n_jobs++] = j;
+    j->t_submit = j->t_queued = pl_now();
+    c->next_job++; /* saved with the job: the id is durable before anyone hears of it */
+    if ((st = pl_coord_persist(c, j)) || (st = pl_coord_add_job(c, j))) {
+        if (c->store)
+            pl_coord_store_delete(c->store, j->id);
+        goto err;
+    }
     pl_log_info("job %u: submitted, %d sequences, model %s (%d layers)", j->id, j->n_seqs,
                 j->spec.model, j->n_layers);
     json_t *body;
@@ -108,7 +126,8 @@ void pl_coord_on_submit(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_t *m)
     pl_coord_schedule(c);
     return;
 err:
-    pl_log_info("submission from '%.*s' rejected: %s", (int)from->len, from->id, pl_error_msg());
+    pl_log_info_limited("submission from '%.*s' rejected: %s", (int)from->len, from->id,
+                        pl_error_msg());
     pl_coord_reply_error(c, from, st, "job rejected: %s", pl_error_msg());
     pl_coord_job_free(j);
 }
@@ -121,7 +140,7 @@ static void s_end_job(pl_coord_t *c, pl_coord_job_t *j, pl_job_state_t state, bo
         if (cancel_stages && n->alive) {
             pl_msg_t m;
             pl_msg_init(&m, PL_MSG_CANCEL);
-            m.cancel = (pl_msg_cancel_t){.job = j->id, .stage = i};
+            m.cancel = (pl_msg_cancel_t){.job = j->id, .stage = i, .epoch = j->epoch};
             pl_coord_send_node(c, j->stages[i].node, &m);
         }
         if (n->busy_job == j->id)
@@ -129,6 +148,7 @@ static void s_end_job(pl_coord_t *c, pl_coord_job_t *j, pl_job_state_t state, bo
     }
     j->state = state;
     j->t_end = pl_now();
+    pl_coord_persist(c, j);
 }
 
 void pl_coord_job_fail(pl_coord_t *c, pl_coord_job_t *j, const char *fmt, ...)
@@ -148,13 +168,22 @@ static void s_assign(pl_coord_t *c, pl_coord_job_t *j)
         pl_coord_job_fail(c, j, "coordinator out of memory");
         return;
     }
+    j->epoch = c->next_epoch++;
+    j->state = PL_JOB_LOADING;
+    j->t_start = pl_now();
+    pl_coord_persist(c, j); /* the epoch is durable before a stage hears of it */
     for (int i = 0; i < j->n_stages; i++) {
         pl_coord_stage_t *s = &j->stages[i];
         pl_coord_node_t *nd = &c->nodes[s->node];
         nd->busy_job = j->id;
         pl_msg_init(m, PL_MSG_ASSIGN);
-        m->assign = (pl_msg_assign_t){.job = j->id, .stage = i, .n_stages = j->n_stages,
-                                      .first = s->first, .last = s->last, .max_ctx = j->max_ctx,
+        m->assign = (pl_msg_assign_t){.job = j->id,
+                                      .stage = i,
+                                      .n_stages = j->n_stages,
+                                      .epoch = j->epoch,
+                                      .first = s->first,
+                                      .last = s->last,
+                                      .max_ctx = j->max_ctx,
                                       .max_tokens = j->max_tokens,
                                       .microbatches = j->microbatches,
                                       .spec = j->spec}; /* borrowed for encoding, not cleared */
@@ -162,24 +191,66 @@ static void s_assign(pl_coord_t *c, pl_coord_job_t *j)
         pl_coord_send_node(c, s->node, m);
     }
     free(m);
-    j->state = PL_JOB_LOADING;
-    j->t_start = pl_now();
-    pl_log_info("job %u: %d stage(s) assigned", j->id, j->n_stages);
+    pl_log_info("job %u: %d stage(s) assigned, epoch %u", j->id, j->n_stages, j->epoch);
+}
+
+/* A loading job whose stages are not all READY in time fails, naming the ones that are not. */
+static void s_check_loading(pl_coord_t *c, pl_coord_job_t *j, double now)
+{
+    double limit = c->cfg->load_timeout_ms / 1000.0;
+    if (now - j->t_start <= limit)
+        return;
+    char missing[256] = "";
+    size_t len = 0;
+    for (int i = 0; i < j->n_stages && len < sizeof(missing) - 32; i++)
+        if (!j->stages[i].ready)
+            len += (size_t)snprintf(missing + len, sizeof(missing) - len, "%s%d (%s)",
+                                    len ? ", " : "", i, c->nodes[j->stages[i].node].name);
+    pl_coord_job_fail(c, j,
+                      "loading took longer than %.1f s (coordinator.load_timeout_ms); "
+                      "not ready: stage %s",
+                      limit, missing);
+}
+
+/* Forget the oldest finished jobs beyond results_kept (a job that waits blocks nothing). */
+static void s_trim(pl_coord_t *c)
+{
+    int terminal = 0;
+    for (int i = 0; i < c->n_jobs; i++)
+        terminal += pl_coord_job_terminal(c->jobs[i]);
+    for (int i = 0; i < c->n_jobs && terminal > c->cfg->results_kept;) {
+        pl_coord_job_t *j = c->jobs[i];
+        if (!pl_coord_job_terminal(j)) {
+            i++;
+            continue;
+        }
+        if (c->store)
+            pl_coord_store_delete(c->store, j->id);
+        pl_coord_job_free(j);
+        memmove(c->jobs + i, c->jobs + i + 1, (size_t)(--c->n_jobs - i) * sizeof(*c->jobs));
+        terminal--;
+    }
 }
 
 void pl_coord_schedule(pl_coord_t *c)
 {
+    double now = pl_now(), place_limit = c->cfg->place_timeout_ms / 1000.0;
     /* first come, first served; a later job may start when it needs other nodes */
     for (int i = 0; i < c->n_jobs; i++) {
         pl_coord_job_t *j = c->jobs[i];
-        if (j->state == PL_JOB_QUEUED && pl_coord_plan_job(c, j))
-            s_assign(c, j);
+        if (j->state == PL_JOB_QUEUED) {
+            if (pl_coord_plan_job(c, j))
+                s_assign(c, j);
+            else if (j->state == PL_JOB_QUEUED && now - j->t_queued > place_limit)
+                pl_coord_job_fail(c, j,
+                                  "could not be placed in %.1f s "
+                                  "(coordinator.place_timeout_ms): %s",
+                                  place_limit, j->error);
+        } else if (j->state == PL_JOB_LOADING) {
+            s_check_loading(c, j, now);
+        }
     }
-    /* forget the oldest finished jobs beyond the history limit */
-    while (c->n_jobs > S_MAX_JOBS_KEPT && s_terminal(c->jobs[0])) {
-        pl_coord_job_free(c->jobs[0]);
-        memmove(c->jobs, c->jobs + 1, (size_t)(--c->n_jobs) * sizeof(*c->jobs));
-    }
+    s_trim(c);
 }
 
 static void s_start(pl_coord_t *c, pl_coord_job_t *j)
@@ -189,13 +260,16 @@ static void s_start(pl_coord_t *c, pl_coord_job_t *j)
         int n = j->n_stages;
         pl_msg_t m;
         pl_msg_init(&m, PL_MSG_START);
-        m.start = (pl_msg_start_t){.job = j->id, .stage = i,
+        m.start = (pl_msg_start_t){.job = j->id,
+                                   .stage = i,
+                                   .epoch = j->epoch,
                                    .next = n > 1 ? j->stages[(i + 1) % n].ucx_addr : NULL,
                                    .prev = n > 1 ? j->stages[(i + n - 1) % n].ucx_addr : NULL};
         pl_coord_send_node(c, j->stages[i].node, &m); /* borrowed addresses, not cleared */
     }
     j->state = PL_JOB_RUNNING;
     j->t_run = pl_now();
+    pl_coord_persist(c, j);
     pl_log_info("job %u: all stages ready (%.2f s), running", j->id, j->t_run - j->t_start);
 }
 
@@ -212,6 +286,9 @@ void pl_coord_on_stage_msg(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_t *m)
     uint32_t id = m->type == PL_MSG_READY  ? m->ready.job
                   : m->type == PL_MSG_DONE ? m->done.job
                                            : m->fail.job;
+    uint32_t epoch = m->type == PL_MSG_READY  ? m->ready.epoch
+                     : m->type == PL_MSG_DONE ? m->done.epoch
+                                              : m->fail.epoch;
     int stage = m->type == PL_MSG_READY  ? m->ready.stage
                 : m->type == PL_MSG_DONE ? m->done.stage
                                          : m->fail.stage;
@@ -219,9 +296,16 @@ void pl_coord_on_stage_msg(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_t *m)
     snprintf(node, sizeof(node), "%.*s", (int)PL_MIN(from->len, PL_CFG_NAME_MAX), from->id);
     pl_coord_job_t *j = pl_coord_find_job(c, id);
     int ni = pl_coord_find_node(c, node);
-    if (!j || s_terminal(j) || stage >= j->n_stages || j->stages[stage].node != ni) {
-        pl_log_debug("stale %s for job %u stage %d from %s", pl_msg_name(m->type), id, stage,
-                     node);
+    if (!j || pl_coord_job_terminal(j) || j->state == PL_JOB_QUEUED || epoch != j->epoch ||
+        stage >= j->n_stages || j->stages[stage].node != ni) {
+        /* an earlier assignment (before a restart or a re-plan), or not this node's stage */
+        pl_log_info_limited("refused %s for job %u stage %d epoch %u from %s: %s",
+                            pl_msg_name(m->type), id, stage, epoch, node,
+                            !j ? "no such job"
+                            : pl_coord_job_terminal(j) || j->state == PL_JOB_QUEUED
+                                ? "the job is not running"
+                            : epoch != j->epoch ? "stale epoch"
+                                                : "not the stage's node");
         return;
     }
     pl_coord_stage_t *s = &j->stages[stage];
@@ -278,7 +362,7 @@ void pl_coord_on_kill(pl_coord_t *c, const pl_tx_peer_t *from, const pl_msg_t *m
         pl_coord_reply_error(c, from, PL_ERR_NOT_FOUND, "no job %u", m->job_ref.job);
         return;
     }
-    if (!s_terminal(j)) {
+    if (!pl_coord_job_terminal(j)) {
         snprintf(j->error, sizeof(j->error), "canceled by the user");
         s_end_job(c, j, PL_JOB_CANCELED, true);
         pl_log_info("job %u: canceled", j->id);
@@ -295,7 +379,7 @@ void pl_coord_node_lost(pl_coord_t *c, int node, const char *why)
 {
     for (int i = 0; i < c->n_jobs; i++) {
         pl_coord_job_t *j = c->jobs[i];
-        if (s_terminal(j) || j->state == PL_JOB_QUEUED)
+        if (pl_coord_job_terminal(j) || j->state == PL_JOB_QUEUED)
             continue;
         for (int s = 0; s < j->n_stages; s++)
             if (j->stages[s].node == node) {

@@ -74,7 +74,8 @@ static pl_status_t s_live(pl_coord_t *c, const pl_coord_job_t *j, bool idle_only
                 sd->gflops = sd->mem_gbps = 1.0;
             lv->node[lv->n] = order[oi];
             lv->dev[lv->n] = d;
-            lv->cand[lv->n] = ok && usable && (!idle_only || !nd->busy_job);
+            /* a node still running stages of an earlier assignment is not idle until they go */
+            lv->cand[lv->n] = ok && usable && (!idle_only || (!nd->busy_job && !nd->n_stale));
             lv->n_alive += ok;
             lv->n_cand += lv->cand[lv->n];
             lv->any_cpu |= lv->cand[lv->n] && !strcmp(dv->backend, "cpu");
@@ -113,11 +114,16 @@ static pl_status_t s_plan(const pl_coord_job_t *j, s_live_t *lv, pl_plan_input_t
                             .n_devices = lv->n,
                             .links = lv->links,
                             .refused = lv->refusals.refused};
-    if (!(st = pl_sched_costs_from_stored(cfg, b, lv->any_cpu, &lv->costs)) &&
-        !(st = pl_sched_job_from_spec(&j->spec, cfg, &in->job))) {
-        in->costs = lv->costs;
-        st = pl_sched_plan_mode(in, lv->cand, j->spec.planner, j->spec.stages, plan_p);
-    }
+    pl_sched_model_t model;
+    if ((st = pl_sched_model_from_config(cfg, lv->any_cpu, &model)))
+        goto out;
+    model.act_bytes = pl_gen_spec_wire_bytes(&j->spec); /* the links carry the wire dtype */
+    if ((st = pl_sched_costs_from_stored(&model, b, lv->any_cpu, &lv->costs)) ||
+        (st = pl_sched_job_from_spec(&j->spec, cfg, &in->job)))
+        goto out;
+    in->costs = lv->costs;
+    st = pl_sched_plan_mode(in, lv->cand, j->spec.planner, j->spec.stages, plan_p);
+out:
     pl_model_bytes_destroy(&b);
     pl_model_destroy(&m);
     return st;
@@ -151,8 +157,16 @@ bool pl_coord_plan_job(pl_coord_t *c, pl_coord_job_t *j)
     }
     int want = j->spec.stages ? j->spec.stages : PL_MIN(lv->n_alive, j->n_layers);
     if (want == 0 || lv->n_cand < want) {
-        snprintf(j->error, sizeof(j->error), "waiting for %d idle device(s): %d idle, %d alive",
-                 PL_MAX(want, 1), lv->n_cand, lv->n_alive);
+        int len =
+            snprintf(j->error, sizeof(j->error), "waiting for %d idle device(s): %d idle, %d alive",
+                     PL_MAX(want, 1), lv->n_cand, lv->n_alive);
+        for (int k = 0; k < j->spec.n_nodes && len > 0 && (size_t)len < sizeof(j->error); k++) {
+            int ni = pl_coord_find_node(c, j->spec.nodes[k]);
+            if (ni < 0 || !c->nodes[ni].alive)
+                len += snprintf(j->error + len, sizeof(j->error) - (size_t)len,
+                                "; placement names node '%s', which is %s", j->spec.nodes[k],
+                                ni < 0 ? "not registered" : "lost");
+        }
         goto out;
     }
     if (s_plan(j, lv, &in, &plan)) {

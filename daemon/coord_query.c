@@ -104,7 +104,8 @@ void pl_coord_on_nodes(pl_coord_t *c, const pl_tx_peer_t *from)
 {
     json_t *arr = json_array();
     for (int i = 0; i < c->n_nodes; i++)
-        json_array_append_new(arr, s_node_json(&c->nodes[i]));
+        if (c->nodes[i].name[0]) /* not a free slot */
+            json_array_append_new(arr, s_node_json(&c->nodes[i]));
     /* nodes the cluster file expects that never registered */
     for (int i = 0; i < c->cfg->n_nodes; i++)
         if (pl_coord_find_node(c, c->cfg->nodes[i].name) < 0)

@@ -156,7 +156,6 @@ int main(int argc, char **argv)
     char ident[96];
     snprintf(ident, sizeof(ident), "pipeld[%s]", cfg.name);
     pl_log_set_ident(ident);
-    pl_ucx_tune_for_stages(); /* before any UCX context exists */
     signal(SIGINT, s_on_signal);
     signal(SIGTERM, s_on_signal);
     signal(SIGPIPE, SIG_IGN);

@@ -9,6 +9,7 @@
 #include "pipeline/exec.h"
 #include "transport/sock.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,7 +18,8 @@
 
 #define S_MAX_DEVS 16
 #define S_MAX_EXECS 16
-#define S_HELLO_RETRY_S 2.0
+#define S_HELLO_FIRST_S 0.25 /* registration retries: capped exponential backoff, jittered */
+#define S_HELLO_CAP_S 8.0
 #define S_RELEASE_TIMEOUT_S 60.0
 #define S_DEVICE_HEALTH_S 5.0 /* how often device health feeds the metrics */
 
@@ -39,6 +41,7 @@ typedef struct {
     pl_msg_unavailable_t unavailable[PL_MSG_MAX_UNAVAILABLE];
     pl_exec_t *execs[S_MAX_EXECS];
     double done_at[S_MAX_EXECS]; /* when the executor reported DONE; 0 while it runs */
+    uint32_t epoch[S_MAX_EXECS]; /* the assignment each executor runs */
     int n_execs;
     bool registered;
     double next_hb, next_hello;
@@ -48,6 +51,10 @@ typedef struct {
     bool hb_unanswered;             /* a heartbeat left since the last WELCOME */
     double last_welcome, next_dev_health;
     int dead_after_ms; /* from WELCOME */
+    double hello_backoff;           /* the next retry's base delay */
+    pthread_t reapers[S_MAX_EXECS]; /* threads that wait for canceled executors to end */
+    int n_reapers;
+    unsigned rand_state;
 } s_node_t;
 
 static bool s_backend_wanted(const pl_cfg_node_t *cfg, const char *name)
@@ -144,9 +151,11 @@ static void s_health(const s_node_t *n, pl_msg_heartbeat_t *h)
     memset(h, 0, sizeof(*h));
     snprintf(h->node, sizeof(h->node), "%s", n->cfg->name);
     for (int i = 0; i < n->n_execs && h->n_stages < PL_MSG_MAX_STAGES; i++)
-        h->stages[h->n_stages++] = (pl_msg_progress_t){
-            .job = pl_exec_job(n->execs[i]), .stage = pl_exec_stage(n->execs[i]),
-            .generated = (int64_t)pl_exec_generated(n->execs[i])};
+        h->stages[h->n_stages++] =
+            (pl_msg_progress_t){.job = pl_exec_job(n->execs[i]),
+                                .stage = pl_exec_stage(n->execs[i]),
+                                .epoch = n->epoch[i],
+                                .generated = (int64_t)pl_exec_generated(n->execs[i])};
     h->rss_kb = rss_kb;
     h->load1 = load[0] > 0 ? load[0] : 0;
 }
@@ -183,7 +192,20 @@ static void s_hello(s_node_t *n)
     memcpy(h->unavailable, n->unavailable, sizeof(h->unavailable));
     s_health(n, &h->health);
     s_send(n, &m);
-    n->next_hello = pl_now() + S_HELLO_RETRY_S;
+    /* jitter in [base/2, base]: daemons that lost the same coordinator do not come back in step */
+    double base = n->hello_backoff, u = (double)rand_r(&n->rand_state) / RAND_MAX;
+    n->next_hello = pl_now() + base * (0.5 + 0.5 * u);
+    n->hello_backoff = PL_MIN(2 * base, S_HELLO_CAP_S);
+}
+
+/* Registration lost (the coordinator restarted or forgot this node): register again, soon. */
+static void s_reregister(s_node_t *n)
+{
+    if (!n->registered)
+        return;
+    n->registered = false;
+    n->hello_backoff = S_HELLO_FIRST_S;
+    n->next_hello = pl_now();
 }
 
 static s_dev_t *s_find_dev(s_node_t *n, const char *id)
@@ -199,9 +221,71 @@ static void s_fail(s_node_t *n, const pl_msg_assign_t *a, pl_status_t code, cons
     pl_msg_t m;
     pl_log_error("job %u stage %d: %s", a->job, a->stage, why);
     pl_msg_init(&m, PL_MSG_FAIL);
-    m.fail = (pl_msg_fail_t){.job = a->job, .stage = a->stage, .code = code};
+    m.fail = (pl_msg_fail_t){.job = a->job, .stage = a->stage, .epoch = a->epoch, .code = code};
     snprintf(m.fail.error, sizeof(m.fail.error), "%s", why);
     s_send(n, &m);
+}
+
+/* The executor of (job, stage, epoch); stage -1: any stage of the job; epoch 0: any epoch. */
+static int s_find_exec(s_node_t *n, uint32_t job, int stage, uint32_t epoch)
+{
+    for (int i = 0; i < n->n_execs; i++)
+        if (pl_exec_job(n->execs[i]) == job && (stage < 0 || pl_exec_stage(n->execs[i]) == stage) &&
+            (epoch == 0 || n->epoch[i] == epoch))
+            return i;
+    return -1;
+}
+
+static void s_count_tokens(s_node_t *n);
+
+/* Take executor i out of the table (its tokens counted first); returns it. */
+static pl_exec_t *s_take_exec(s_node_t *n, int i)
+{
+    pl_exec_t *x = n->execs[i];
+    s_count_tokens(n);
+    n->n_execs--;
+    n->execs[i] = n->execs[n->n_execs];
+    n->done_at[i] = n->done_at[n->n_execs];
+    n->epoch[i] = n->epoch[n->n_execs];
+    n->gen_seen[i] = n->gen_seen[n->n_execs];
+    return x;
+}
+
+static void s_drop_exec(s_node_t *n, int i)
+{
+    pl_exec_t *x = s_take_exec(n, i);
+    pl_exec_destroy(&x);
+}
+
+static void *s_reap_main(void *arg)
+{
+    pl_exec_t *x = arg;
+    pl_exec_destroy(&x); /* waits for the executor's current forward call */
+    return NULL;
+}
+
+/* Cancel executor i without waiting for it on this thread (the one that heartbeats): it leaves
+ * the table now, a reaper thread waits for its current call and frees it. */
+static void s_cancel_exec(s_node_t *n, int i)
+{
+    pl_exec_t *x = s_take_exec(n, i);
+    pl_exec_cancel(x);
+    if (n->n_reapers < S_MAX_EXECS &&
+        pthread_create(&n->reapers[n->n_reapers], NULL, s_reap_main, x) == 0) {
+        n->n_reapers++;
+        return;
+    }
+    pl_exec_destroy(&x); /* no thread to spare: wait here */
+}
+
+/* Join the reapers that are done; all of them when `all` (before the devices close). */
+static void s_reap(s_node_t *n, bool all)
+{
+    for (int i = n->n_reapers - 1; i >= 0; i--) {
+        if (all ? pthread_join(n->reapers[i], NULL) : pthread_tryjoin_np(n->reapers[i], NULL))
+            continue;
+        n->reapers[i] = n->reapers[--n->n_reapers];
+    }
 }
 
 static void s_on_assign(s_node_t *n, pl_msg_assign_t *a)
@@ -212,6 +296,12 @@ static void s_on_assign(s_node_t *n, pl_msg_assign_t *a)
         s_fail(n, a, !d ? PL_ERR_NOT_FOUND : PL_ERR_BUSY,
                !d ? "assignment names an unknown device" : "too many stages on this node");
         return;
+    }
+    int old;
+    while ((old = s_find_exec(n, a->job, a->stage, 0)) >= 0) { /* superseded by this one */
+        pl_log_info("job %u stage %d: epoch %u replaced by epoch %u", a->job, a->stage,
+                    n->epoch[old], a->epoch);
+        s_cancel_exec(n, old);
     }
     pl_exec_params_t p = {.job_id = a->job, .stage = a->stage, .n_stages = a->n_stages,
                           .first_layer = a->first, .last_layer = a->last, .spec = a->spec,
@@ -226,19 +316,10 @@ static void s_on_assign(s_node_t *n, pl_msg_assign_t *a)
     }
     n->done_at[n->n_execs] = 0;
     n->gen_seen[n->n_execs] = 0;
+    n->epoch[n->n_execs] = a->epoch;
     n->execs[n->n_execs++] = x;
     pl_log_info("job %u: stage %d/%d, layers %d-%d on %s", a->job, a->stage, a->n_stages,
                 a->first, a->last, a->device);
-}
-
-/* The executor of (job, stage); stage -1: any stage of the job. */
-static int s_find_exec(s_node_t *n, uint32_t job, int stage)
-{
-    for (int i = 0; i < n->n_execs; i++)
-        if (pl_exec_job(n->execs[i]) == job &&
-            (stage < 0 || pl_exec_stage(n->execs[i]) == stage))
-            return i;
-    return -1;
 }
 
 /* Tokens the executors sampled since last counted, into the metrics. */
@@ -251,16 +332,6 @@ static void s_count_tokens(s_node_t *n)
             n->gen_seen[i] = g;
         }
     }
-}
-
-static void s_drop_exec(s_node_t *n, int i)
-{
-    s_count_tokens(n);
-    pl_exec_destroy(&n->execs[i]);
-    n->n_execs--;
-    n->execs[i] = n->execs[n->n_execs];
-    n->done_at[i] = n->done_at[n->n_execs];
-    n->gen_seen[i] = n->gen_seen[n->n_execs];
 }
 
 /* The node's metrics and readiness, from the event loop: ready while registered, the
@@ -299,7 +370,7 @@ static bool s_on_coord(s_node_t *n)
     if (st == PL_ERR_BUSY)
         return true;
     if (st) {
-        pl_log_warn("coordinator: %s", pl_error_msg());
+        pl_log_warn_limited("coordinator: %s", pl_error_msg());
         return true;
     }
     switch (m.type) {
@@ -311,32 +382,31 @@ static bool s_on_coord(s_node_t *n)
         n->last_welcome = pl_now();
         if (m.welcome.dead_after_ms > 0)
             n->dead_after_ms = m.welcome.dead_after_ms;
+        n->hello_backoff = S_HELLO_FIRST_S;
         break;
     case PL_MSG_ASSIGN:
         s_on_assign(n, &m.assign);
         break;
     case PL_MSG_START: {
-        int i = s_find_exec(n, m.start.job, m.start.stage);
+        int i = s_find_exec(n, m.start.job, m.start.stage, m.start.epoch);
         if (i < 0 || pl_tx_send(pl_exec_socket(n->execs[i]), NULL, &m))
             pl_log_warn("START for a stage this node does not run");
         break;
     }
     case PL_MSG_CANCEL: { /* also the release of a finished job's stages */
         int i;
-        while ((i = s_find_exec(n, m.cancel.job, m.cancel.stage)) >= 0) {
+        while ((i = s_find_exec(n, m.cancel.job, m.cancel.stage, m.cancel.epoch)) >= 0) {
             if (!n->done_at[i])
                 pl_log_info("job %u stage %d: canceled by the coordinator",
                             pl_exec_job(n->execs[i]), pl_exec_stage(n->execs[i]));
-            s_drop_exec(n, i);
+            s_cancel_exec(n, i);
         }
         break;
     }
     case PL_MSG_ERROR:
         pl_log_warn("coordinator says: %s", m.error.message);
-        if (m.error.code == PL_ERR_NOT_FOUND) { /* it does not know this node (it restarted) */
-            n->registered = false;
-            s_hello(n);
-        }
+        if (m.error.code == PL_ERR_NOT_FOUND) /* it does not know this node (it restarted) */
+            s_reregister(n);
         break;
     case PL_MSG_SHUTDOWN:
         pl_log_info("shutdown requested by the coordinator");
@@ -355,6 +425,13 @@ static void s_on_exec(s_node_t *n, int i)
     pl_msg_t m;
     if (pl_tx_recv(pl_exec_socket(n->execs[i]), 0, NULL, NULL, &m))
         return;
+    /* the executor knows its job and stage; the daemon knows which assignment it runs */
+    if (m.type == PL_MSG_READY)
+        m.ready.epoch = n->epoch[i];
+    else if (m.type == PL_MSG_DONE)
+        m.done.epoch = n->epoch[i];
+    else if (m.type == PL_MSG_FAIL)
+        m.fail.epoch = n->epoch[i];
     pl_status_t st = pl_tx_send(n->dealer, NULL, &m);
     if (st)
         pl_log_warn("coordinator: cannot forward %s: %s", pl_msg_name(m.type), pl_error_msg());
@@ -367,7 +444,10 @@ static void s_on_exec(s_node_t *n, int i)
 
 pl_status_t pl_node_run(const pl_cfg_node_t *cfg, volatile sig_atomic_t *stop)
 {
-    s_node_t n = {.cfg = cfg, .dead_after_ms = 6 * cfg->heartbeat_ms};
+    s_node_t n = {.cfg = cfg,
+                  .dead_after_ms = 6 * cfg->heartbeat_ms,
+                  .hello_backoff = S_HELLO_FIRST_S,
+                  .rand_state = (unsigned)getpid() ^ (unsigned)time(NULL)};
     pl_status_t st;
 
     if ((st = pl_front_start(&cfg->http, NULL, 0, &n.front)) ||
@@ -393,9 +473,7 @@ pl_status_t pl_node_run(const pl_cfg_node_t *cfg, volatile sig_atomic_t *stop)
         socks[ns++] = n.dealer;
         for (int i = 0; i < n.n_execs; i++)
             socks[ns++] = pl_exec_socket(n.execs[i]);
-        double now = pl_now(), due = n.next_hb;
-        if (!n.registered && n.next_hello < due)
-            due = n.next_hello;
+        double now = pl_now(), due = n.registered ? n.next_hb : n.next_hello;
         long wait_ms = due > now ? (long)((due - now) * 1000) + 1 : 0;
         if ((st = pl_tx_poll(socks, ns, wait_ms, ready)))
             break;
@@ -406,7 +484,7 @@ pl_status_t pl_node_run(const pl_cfg_node_t *cfg, volatile sig_atomic_t *stop)
             if (ready[i] && i - 1 < n.n_execs && socks[i] == pl_exec_socket(n.execs[i - 1]))
                 s_on_exec(&n, i - 1);
         now = pl_now();
-        if (now >= n.next_hb) {
+        if (n.registered && now >= n.next_hb) { /* unregistered: HELLO carries the health */
             pl_msg_t hb;
             pl_msg_init(&hb, PL_MSG_HEARTBEAT);
             s_health(&n, &hb.heartbeat);
@@ -419,14 +497,24 @@ pl_status_t pl_node_run(const pl_cfg_node_t *cfg, volatile sig_atomic_t *stop)
         }
         if (!n.registered && now >= n.next_hello)
             s_hello(&n);
+        s_reap(&n, false);
         for (int i = n.n_execs - 1; i >= 0; i--) /* no release came (coordinator gone) */
             if (n.done_at[i] && now - n.done_at[i] > S_RELEASE_TIMEOUT_S)
                 s_drop_exec(&n, i);
         s_publish(&n, now);
     }
+    if (*stop && n.dealer) { /* a signal, not the coordinator's SHUTDOWN: tell it first */
+        pl_msg_t bye;
+        pl_msg_init(&bye, PL_MSG_BYE);
+        snprintf(bye.bye.node, sizeof(bye.bye.node), "%s", cfg->name);
+        s_send(&n, &bye);
+        usleep(100 * 1000); /* the socket does not linger: give the message time to leave */
+        pl_log_info("stopping: told the coordinator");
+    }
 out:
     while (n.n_execs > 0)
         s_drop_exec(&n, n.n_execs - 1);
+    s_reap(&n, true); /* no executor may outlive its device */
     for (int i = 0; i < n.n_devs; i++)
         pl_be_device_close(&n.devs[i].dev);
     pl_tx_sock_destroy(&n.dealer);

@@ -19,6 +19,8 @@
 
 /* Longest wait for the coordinator's release after DONE. */
 #define S_LINGER_S 30.0
+/* Receive slots (credits) of a link carrying activations: one arriving while one is computed. */
+#define S_HIDDEN_CREDITS 2
 
 struct pl_exec {
     pl_exec_params_t p;
@@ -34,19 +36,22 @@ struct pl_exec {
     pl_be_stage_t *stage;
     pl_gen_job_t job;
     pl_ucx_t *ucx;
-    pl_ucx_ep_t *next, *prev; /* prev: only to answer its link probe */
+    pl_ucx_ep_t *next, *prev; /* prev: its probe is answered and its credits granted there */
+    pl_ucx_inbox_t *inbox;    /* messages from prev land here */
+    size_t out_max;           /* largest message this stage sends */
     bool have_probe;          /* the measured link to next, for DONE */
     pl_msg_probe_t probe;
     pl_act_limits_t limits;
     int hidden, vocab;
     int32_t *tokens;
     float *out;
+    float *in_f32; /* received activations widened to f32, when the wire dtype is narrower */
     int *ints;
     pl_act_seq_t *seqs_in, *seqs_out;
     double compute_s, wait_s, t_start;
     double phase_s[2]; /* compute of prefill (step 0) and decode calls */
     uint64_t phase_calls[2];
-    uint64_t n_msgs, n_tokens;
+    uint64_t n_msgs, n_tokens, bytes_sent;
     uint64_t n_freed; /* KV slots freed because their sequence finished */
     int kv_held;      /* KV slots counted in the metrics */
     char peer[24];    /* the next stage, as the link metric's label */
@@ -96,10 +101,14 @@ static pl_status_t s_load(pl_exec_t *x)
     snprintf(x->peer, sizeof(x->peer), "stage %d", (x->p.stage + 1) % x->p.n_stages);
     x->limits = (pl_act_limits_t){.max_seq = (uint32_t)x->job.n_seqs,
                                   .max_tokens = (uint32_t)x->p.max_tokens,
-                                  .dim = (uint32_t)x->hidden, .max_pos = (uint32_t)x->p.max_ctx};
+                                  .dim = (uint32_t)x->hidden, .max_pos = (uint32_t)x->p.max_ctx,
+                                  .dtype = (uint32_t)x->job.wire_dtype};
     size_t nt = (size_t)x->p.max_tokens, ns = (size_t)x->job.n_seqs;
     x->tokens = malloc(nt * sizeof(int32_t));
     x->out = malloc(PL_MAX(nt * (size_t)x->hidden, ns * (size_t)x->vocab) * sizeof(float));
+    if (x->job.wire_dtype != PL_ACT_F32 && x->p.stage > 0 &&
+        !(x->in_f32 = malloc(nt * (size_t)x->hidden * sizeof(float))))
+        return pl_error(PL_ERR_NOMEM, "stage buffers: out of memory");
     x->ints = malloc(3 * ns * sizeof(int));
     x->seqs_in = malloc(ns * sizeof(pl_act_seq_t));
     x->seqs_out = malloc(ns * sizeof(pl_act_seq_t));
@@ -155,49 +164,48 @@ static pl_status_t s_send(pl_exec_t *x, const pl_act_hdr_t *hdr, const pl_act_se
     void *buf;
     size_t len;
     pl_act_hdr_t h = *hdr;
-    if (h.kind == PL_ACT_HIDDEN)
+    if (h.kind == PL_ACT_HIDDEN) {
         h.dim = (uint32_t)x->hidden;
+        h.dtype = (uint32_t)x->job.wire_dtype;
+    }
     pl_status_t st = pl_act_encode(&h, seqs, payload, &buf, &len);
     if (st)
         return st;
     x->n_msgs++;
+    x->bytes_sent += len;
     pl_metrics_add(x->p.metrics.link_bytes, x->peer, (double)len);
-    return pl_ucx_send(x->ucx, x->next,
-                       pl_act_tag(hdr->job, (pl_act_kind_t)hdr->kind, hdr->mb, hdr->step), buf,
-                       len);
+    return pl_ucx_send_credited(x->ucx, x->next,
+                                pl_act_tag(hdr->job, (pl_act_kind_t)hdr->kind, hdr->mb, hdr->step),
+                                buf, len, -1, (const volatile int *)&x->cancel);
 }
 
-/* Receive and validate the next data message of this job. *buf_p is the caller's to free. */
-static pl_status_t s_recv(pl_exec_t *x, pl_act_hdr_t *hdr, const void **payload, void **buf_p)
+/* Receive and validate the next data message of this job. It stays in its inbox slot (where
+ * *payload points) until s_release. */
+static pl_status_t s_recv(pl_exec_t *x, pl_act_hdr_t *hdr, const void **payload)
 {
-    size_t len, max = pl_act_size(&(pl_act_hdr_t){.kind = PL_ACT_HIDDEN,
-                                                  .n_seq = x->limits.max_seq,
-                                                  .n_tokens = x->limits.max_tokens,
-                                                  .dim = x->limits.dim});
     double t0 = pl_now();
-    uint64_t tag;
-    pl_status_t st;
-    max = PL_MAX(max, PL_PROBE_MAX_BYTES); /* a late probe message is dropped, not an error */
-    for (;;) {
-        st = pl_ucx_recv(x->ucx, pl_act_tag_job(x->p.job_id), PL_ACT_TAG_JOB_MASK, max, buf_p,
-                         &len, &tag, -1, (const volatile int *)&x->cancel);
-        if (st || !pl_probe_is_tag(tag))
-            break;
-        free(*buf_p);
-        *buf_p = NULL;
-    }
+    const void *buf;
+    size_t len;
+    pl_status_t st = pl_ucx_inbox_recv(x->inbox, &buf, &len, NULL, -1,
+                                       (const volatile int *)&x->cancel);
     x->wait_s += pl_now() - t0;
     if (st)
         return st;
-    st = pl_act_decode(*buf_p, len, &x->limits, hdr, x->seqs_in, payload);
+    st = pl_act_decode(buf, len, &x->limits, hdr, x->seqs_in, payload);
     if (!st && hdr->job != x->p.job_id)
         st = pl_error(PL_ERR_PROTOCOL, "data message for job %u on job %u's stage", hdr->job,
                       x->p.job_id);
     if (st) {
-        free(*buf_p);
-        *buf_p = NULL;
+        pl_status_t st2 = pl_ucx_inbox_release(x->inbox);
+        (void)st2; /* the decode error is the one to report */
     }
     return st;
+}
+
+/* Hand the received message's slot back (its credit goes to the previous stage). */
+static pl_status_t s_release(pl_exec_t *x)
+{
+    return pl_ucx_inbox_release(x->inbox);
 }
 
 /* Free this stage's KV slot of every sequence a PL_ACT_TOKENS message marks finished; copy
@@ -251,6 +259,8 @@ static pl_status_t s_emit(pl_exec_t *x, pl_gen_sink_t *sink, s_fifo_t *fifo, pl_
     if (st)
         return st;
     atomic_store(&x->generated, pl_gen_sink_generated(sink));
+    if (fifo->hdr[at].n_seq == 0)
+        return PL_OK; /* an earlier prefill chunk: nothing sampled */
     s_free_finished(x, &fifo->hdr[at], x->seqs_out, NULL);
     memcpy(fifo->seqs + (size_t)at * fifo->stride, x->seqs_out, hdr->n_seq * sizeof(pl_act_seq_t));
     fifo->count++;
@@ -281,12 +291,15 @@ static pl_status_t s_run_first(pl_exec_t *x, pl_gen_sink_t *sink)
         goto out;
     }
     for (int mb = 0; mb < x->job.microbatches && !st; mb++) {
-        pl_gen_feed_prefill(feed, x->p.job_id, mb, &hdr, x->seqs_in, x->tokens);
-        st = s_emit(x, sink, fq, &hdr, x->seqs_in);
+        int chunks = pl_gen_feed_prefill_chunks(feed, mb);
+        for (int c = 0; c < chunks && !st; c++) {
+            pl_gen_feed_prefill(feed, x->p.job_id, mb, c, &hdr, x->seqs_in, x->tokens);
+            st = s_emit(x, sink, fq, &hdr, x->seqs_in);
+        }
     }
     while (!st && pl_gen_feed_active(feed) > 0) {
-        void *buf = NULL;
         const void *payload;
+        bool taken = false;
         const pl_act_seq_t *in = x->seqs_in;
         if (atomic_load(&x->cancel)) {
             st = pl_error(PL_ERR_CANCELED, "canceled");
@@ -297,8 +310,10 @@ static pl_status_t s_run_first(pl_exec_t *x, pl_gen_sink_t *sink)
             in = fifo.seqs + (size_t)fifo.head * fifo.stride;
             fifo.head = (fifo.head + 1) % fifo.cap;
             fifo.count--;
-        } else if ((st = s_recv(x, &tok, &payload, &buf))) {
+        } else if ((st = s_recv(x, &tok, &payload))) {
             break;
+        } else {
+            taken = true;
         }
         if (tok.kind != PL_ACT_TOKENS) {
             st = pl_error(PL_ERR_PROTOCOL, "stage 0 expected tokens, got kind %u", tok.kind);
@@ -311,7 +326,10 @@ static pl_status_t s_run_first(pl_exec_t *x, pl_gen_sink_t *sink)
                 st = s_send(x, &notice, fin, NULL);
             }
         }
-        free(buf);
+        if (taken) { /* the entries were copied out: the slot can take the next message */
+            pl_status_t st2 = s_release(x);
+            st = st ? st : st2;
+        }
         if (!st && hdr.n_seq > 0)
             st = s_emit(x, sink, fq, &hdr, dec);
     }
@@ -335,35 +353,38 @@ static pl_status_t s_run_rest(pl_exec_t *x, pl_gen_sink_t *sink)
     while (!st) {
         pl_act_hdr_t hdr, out;
         const void *payload;
-        void *buf;
-        if ((st = s_recv(x, &hdr, &payload, &buf)))
+        if ((st = s_recv(x, &hdr, &payload)))
             break;
         if (hdr.kind == PL_ACT_STOP) {
-            free(buf);
-            if (!last)
+            if (!(st = s_release(x)) && !last)
                 st = s_send(x, &hdr, NULL, NULL);
             break;
         }
         if (hdr.kind == PL_ACT_TOKENS && !last) { /* finished sequences: free, pass on */
             s_free_finished(x, &hdr, x->seqs_in, NULL);
+            pl_status_t st2 = s_release(x); /* the entries are in seqs_in */
             st = s_notice_onward(x) ? s_send(x, &hdr, x->seqs_in, NULL) : PL_OK;
-            free(buf);
+            st = st ? st : st2;
             continue;
         }
         if (hdr.kind != PL_ACT_HIDDEN) {
-            free(buf);
+            s_release(x);
             st = pl_error(PL_ERR_PROTOCOL, "stage %d expected activations, got kind %u",
                           x->p.stage, hdr.kind);
             break;
         }
-        st = s_forward(x, &hdr, x->seqs_in, payload);
-        free(buf);
-        if (st)
+        /* computed straight from the slot it arrived in (f32), which goes back before the
+         * send */
+        const float *in;
+        pl_act_payload_f32(&hdr, payload, x->in_f32, &in);
+        st = s_forward(x, &hdr, x->seqs_in, in);
+        pl_status_t st2 = s_release(x);
+        if ((st = st ? st : st2))
             break;
         if (last) {
             st = pl_gen_sink_sample(sink, &hdr, x->seqs_in, x->out, &out, x->seqs_out);
             atomic_store(&x->generated, pl_gen_sink_generated(sink));
-            if (!st) {
+            if (!st && out.n_seq > 0) { /* none after an earlier prefill chunk */
                 s_free_finished(x, &out, x->seqs_out, NULL);
                 st = s_send(x, &out, x->seqs_out, NULL);
             }
@@ -384,6 +405,7 @@ static void s_stats(pl_exec_t *x, pl_gen_sink_t *sink, pl_msg_stats_t *s)
                           .decode_compute_s = x->phase_s[1],
                           .decode_calls = (int64_t)x->phase_calls[1],
                           .freed_seqs = (int64_t)x->n_freed,
+                          .bytes_sent = (int64_t)x->bytes_sent,
                           .has_probe = x->have_probe, .probe = x->probe};
     if (sink) {
         double pf = pl_gen_sink_prefill_done_at(sink);
@@ -391,8 +413,51 @@ static void s_stats(pl_exec_t *x, pl_gen_sink_t *sink, pl_msg_stats_t *s)
         s->generated = (int64_t)pl_gen_sink_generated(sink);
         s->prefill_s = pf > 0 ? pf - x->t_start : wall;
     }
+    snprintf(s->wire_dtype, sizeof(s->wire_dtype), "%s", pl_act_dtype_name(x->job.wire_dtype));
     if (x->next)
         snprintf(s->link, sizeof(s->link), "%s", pl_ucx_ep_transport(x->next));
+    if (x->next && x->inbox) {
+        /* The data plane's memory: this stage's slots, and its sends in flight, which never
+         * outnumber the next stage's grants. */
+        pl_ucx_credit_stats_t cs;
+        pl_ucx_ep_credit_stats(x->next, &cs);
+        size_t in_bytes = pl_ucx_inbox_bytes(x->inbox);
+        s->has_data_plane = true;
+        s->data_plane = (pl_msg_data_plane_t){
+            .inbox_slots = pl_ucx_inbox_slots(x->inbox),
+            .inbox_bytes = (int64_t)in_bytes,
+            .send_credits = cs.granted,
+            .max_in_flight = cs.max_in_flight,
+            .bound_bytes = (int64_t)(in_bytes + (size_t)cs.granted * x->out_max),
+            .progress_thread = pl_ucx_has_progress(x->ucx)};
+    }
+}
+
+/* Credits both ways and the progress thread: messages from the previous stage land in this
+ * stage's inbox, whose slots are granted to it; sends to the next stage wait for its grants.
+ * Stage 0's inbox takes the sampled tokens, one message per microbatch at most, so it has a
+ * slot for each: the last stage then never waits, and the ring cannot deadlock. */
+static pl_status_t s_data_plane(pl_exec_t *x)
+{
+    pl_act_hdr_t hidden = {.kind = PL_ACT_HIDDEN, .n_seq = x->limits.max_seq,
+                           .n_tokens = x->limits.max_tokens, .dim = x->limits.dim,
+                           .dtype = x->limits.dtype};
+    pl_act_hdr_t tokens = {.kind = PL_ACT_TOKENS, .n_seq = x->limits.max_seq,
+                           .n_tokens = x->limits.max_seq};
+    bool first = x->p.stage == 0, last = x->p.stage == x->p.n_stages - 1;
+    const char *pt = getenv("PL_UCX_PROGRESS_THREAD"); /* "0": progress in calls only */
+    pl_status_t st;
+
+    x->out_max = pl_act_size(last ? &tokens : &hidden);
+    pl_ucx_ep_use_credits(x->next, pl_act_tag_credit(x->p.job_id));
+    if ((st = pl_ucx_inbox_create(x->ucx, x->prev, pl_act_tag_job(x->p.job_id),
+                                  PL_ACT_TAG_DATA_MASK, pl_act_tag_credit(x->p.job_id),
+                                  pl_act_size(first ? &tokens : &hidden),
+                                  first ? x->job.microbatches : S_HIDDEN_CREDITS, &x->inbox)))
+        return st;
+    if (!(pt && strcmp(pt, "0") == 0) && (st = pl_ucx_progress_start(x->ucx)))
+        return st;
+    return PL_OK;
 }
 
 /* Measure the link to the next stage and answer the previous stage's probe (link_probe.h). */
@@ -454,9 +519,12 @@ static void *s_thread(void *arg)
             st = pl_error(PL_ERR_PROTOCOL, "START without the next stage's address");
             goto fail;
         }
-        if ((st = pl_ucx_connect(x->ucx, next, &x->next)))
+        if (!prev) {
+            st = pl_error(PL_ERR_PROTOCOL, "START without the previous stage's address");
             goto fail;
-        if (prev && (st = s_probe(x, next, prev)))
+        }
+        if ((st = pl_ucx_connect(x->ucx, next, &x->next)) || (st = s_probe(x, next, prev)) ||
+            (st = s_data_plane(x)))
             goto fail;
     }
     if (last && (st = pl_gen_sink_create(&x->job, x->vocab, &sink)))
@@ -499,6 +567,7 @@ out:
     pl_gen_sink_destroy(&sink);
     if (x->ucx && x->next)
         pl_ucx_flush(x->ucx, 1000);
+    pl_ucx_inbox_destroy(&x->inbox);
     x->next = x->prev = NULL; /* closed with the worker */
     pl_ucx_destroy(&x->ucx);
     pl_metrics_add(x->p.metrics.kv_slots, NULL, -x->kv_held);
@@ -508,6 +577,7 @@ out:
     pl_gen_job_clear(&x->job);
     free(x->tokens);
     free(x->out);
+    free(x->in_f32);
     free(x->ints);
     free(x->seqs_in);
     free(x->seqs_out);

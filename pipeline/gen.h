@@ -25,6 +25,7 @@ typedef struct {
     int n_eos;
     int eos[PL_MODEL_MAX_EOS];
     int microbatches; /* sequence s belongs to microbatch s % microbatches */
+    pl_act_dtype_t wire_dtype; /* gen.wire_dtype: how hidden states travel between stages */
 } pl_gen_job_t;
 
 /* The runtime's job from the typed spec and the microbatch count the plan chose (0 or less: one
@@ -41,6 +42,9 @@ pl_status_t pl_gen_prompts_parse(const char *text, size_t len, const char *origi
  * the prompts file read. *spec is set only on success (pl_job_spec_clear frees it). */
 pl_status_t pl_gen_spec_from_file(const pl_cfg_job_t *cfg, pl_job_spec_t *spec);
 void pl_gen_job_clear(pl_gen_job_t *job);
+/* Bytes of one activation value on the links for this spec's wire dtype (4 for f32 and for an
+ * unknown name, 2 for bf16 and f16): what the planner charges a link per hidden element. */
+double pl_gen_spec_wire_bytes(const pl_job_spec_t *spec);
 /* Largest context any sequence reaches, and largest token count of one microbatch message. */
 int pl_gen_job_max_ctx(const pl_gen_job_t *job);
 int pl_gen_job_max_tokens(const pl_gen_job_t *job);
@@ -55,9 +59,15 @@ void pl_gen_batch(const pl_act_hdr_t *hdr, const pl_act_seq_t *seqs, int *ints,
 typedef struct pl_gen_feed pl_gen_feed_t;
 pl_status_t pl_gen_feed_create(const pl_gen_job_t *job, pl_gen_feed_t **feed_p);
 void pl_gen_feed_destroy(pl_gen_feed_t **feed_p);
-/* The prefill message of microbatch mb: header, entries and the prompt tokens (n_tokens). */
-void pl_gen_feed_prefill(pl_gen_feed_t *feed, uint32_t job_id, int mb, pl_act_hdr_t *hdr,
-                         pl_act_seq_t *seqs, int32_t *tokens);
+/* Prefill messages of microbatch mb: its prompts cut into chunks of at most job->prefill_chunk
+ * tokens per sequence (one chunk when 0), aligned on the prompts' ends, so that every sequence
+ * of the microbatch ends its prompt in the last chunk (and is sampled there), while a
+ * sequence's first chunk may be short. */
+int pl_gen_feed_prefill_chunks(const pl_gen_feed_t *feed, int mb);
+/* Prefill chunk `chunk` (0 .. chunks - 1, in order) of microbatch mb: header, entries and the
+ * prompt tokens (n_tokens). Sequences with no tokens in the chunk are left out. */
+void pl_gen_feed_prefill(pl_gen_feed_t *feed, uint32_t job_id, int mb, int chunk,
+                         pl_act_hdr_t *hdr, pl_act_seq_t *seqs, int32_t *tokens);
 /* Given the sampled tokens of a microbatch (a PL_ACT_TOKENS message), the next decode message:
  * unfinished sequences with their new token at their next position. hdr->n_seq == 0 means the
  * microbatch is finished. PL_ERR_PROTOCOL if the message does not fit what was sent. */
@@ -71,7 +81,10 @@ typedef struct pl_gen_sink pl_gen_sink_t;
 pl_status_t pl_gen_sink_create(const pl_gen_job_t *job, int vocab, pl_gen_sink_t **sink_p);
 void pl_gen_sink_destroy(pl_gen_sink_t **sink_p);
 /* Sample one token per sequence of the message `hdr`/`seqs` from logits [n_seq][vocab], record
- * them, and fill the PL_ACT_TOKENS message for stage 0. */
+ * them, and fill the PL_ACT_TOKENS message for stage 0. A message that ends no sequence's
+ * prompt (an earlier prefill chunk) samples nothing: out->n_seq is 0 and nothing is to be sent.
+ * Every entry must end where its sequence stands (its prompt, plus the tokens sampled so far),
+ * or, for all entries at once, inside its prompt; else PL_ERR_PROTOCOL and nothing recorded. */
 pl_status_t pl_gen_sink_sample(pl_gen_sink_t *sink, const pl_act_hdr_t *hdr,
                                const pl_act_seq_t *seqs, const float *logits, pl_act_hdr_t *out,
                                pl_act_seq_t *out_seqs);

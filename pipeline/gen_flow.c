@@ -42,17 +42,36 @@ void pl_gen_feed_destroy(pl_gen_feed_t **feed_p)
     *feed_p = NULL;
 }
 
-void pl_gen_feed_prefill(pl_gen_feed_t *f, uint32_t job_id, int mb, pl_act_hdr_t *hdr,
+int pl_gen_feed_prefill_chunks(const pl_gen_feed_t *f, int mb)
+{
+    const pl_gen_job_t *job = f->job;
+    int longest = 0;
+    for (int s = mb; s < job->n_seqs; s += job->microbatches)
+        longest = PL_MAX(longest, job->prompt_len[s]);
+    if (job->gen.prefill_chunk <= 0 || longest <= job->gen.prefill_chunk)
+        return 1;
+    return (longest + job->gen.prefill_chunk - 1) / job->gen.prefill_chunk;
+}
+
+void pl_gen_feed_prefill(pl_gen_feed_t *f, uint32_t job_id, int mb, int chunk, pl_act_hdr_t *hdr,
                          pl_act_seq_t *seqs, int32_t *tokens)
 {
     const pl_gen_job_t *job = f->job;
+    int chunks = pl_gen_feed_prefill_chunks(f, mb);
     uint32_t n = 0, t = 0;
     for (int s = mb; s < job->n_seqs; s += job->microbatches) {
-        int len = job->prompt_len[s];
-        seqs[n] = (pl_act_seq_t){.seq = (uint32_t)s, .pos0 = 0, .n_tok = (uint32_t)len};
-        memcpy(tokens + t, job->prompts[s], (size_t)len * sizeof(int32_t));
-        f->pos[s] = len;
-        t += (uint32_t)len;
+        int len = job->prompt_len[s], end = len, start = 0;
+        if (chunks > 1) { /* counted back from the prompt's end */
+            end = len - (chunks - 1 - chunk) * job->gen.prefill_chunk;
+            start = PL_MAX(0, end - job->gen.prefill_chunk);
+        }
+        if (end <= 0)
+            continue;
+        seqs[n] = (pl_act_seq_t){.seq = (uint32_t)s, .pos0 = (uint32_t)start,
+                                 .n_tok = (uint32_t)(end - start)};
+        memcpy(tokens + t, job->prompts[s] + start, (size_t)(end - start) * sizeof(int32_t));
+        f->pos[s] = end;
+        t += (uint32_t)(end - start);
         n++;
     }
     *hdr = (pl_act_hdr_t){.kind = PL_ACT_HIDDEN, .job = job_id, .mb = (uint32_t)mb, .step = 0,
@@ -165,9 +184,29 @@ pl_status_t pl_gen_sink_sample(pl_gen_sink_t *k, const pl_act_hdr_t *hdr,
                                pl_act_seq_t *out_seqs)
 {
     const pl_gen_job_t *job = k->job;
-    for (uint32_t i = 0; i < hdr->n_seq; i++) /* all or nothing */
-        if (seqs[i].seq >= (uint32_t)job->n_seqs || k->finish[seqs[i].seq])
-            return pl_error(PL_ERR_PROTOCOL, "sequence %u is not running", seqs[i].seq);
+    uint32_t inside = 0; /* entries that end inside their prompt: an earlier prefill chunk */
+    for (uint32_t i = 0; i < hdr->n_seq; i++) { /* all or nothing */
+        uint32_t s = seqs[i].seq;
+        if (s >= (uint32_t)job->n_seqs || k->finish[s])
+            return pl_error(PL_ERR_PROTOCOL, "sequence %u is not running", s);
+        uint64_t end = (uint64_t)seqs[i].pos0 + seqs[i].n_tok;
+        uint64_t at = (uint64_t)job->prompt_len[s] + (uint64_t)k->n_out[s];
+        if (k->n_out[s] == 0 && end < (uint64_t)job->prompt_len[s])
+            inside++;
+        else if (end != at)
+            return pl_error(PL_ERR_PROTOCOL, "sequence %u: message ends at position %llu, the "
+                            "sequence stands at %llu", s, (unsigned long long)end,
+                            (unsigned long long)at);
+    }
+    if (inside > 0 && inside < hdr->n_seq)
+        return pl_error(PL_ERR_PROTOCOL, "microbatch %u: %u of %u sequences end their prompt "
+                        "in this message (all or none must)", hdr->mb, hdr->n_seq - inside,
+                        hdr->n_seq);
+    if (inside > 0) { /* an earlier prefill chunk: its KV is kept, nothing sampled */
+        *out = (pl_act_hdr_t){.kind = PL_ACT_TOKENS, .job = hdr->job, .mb = hdr->mb,
+                              .step = hdr->step};
+        return PL_OK;
+    }
     for (uint32_t i = 0; i < hdr->n_seq; i++) {
         uint32_t s = seqs[i].seq;
         int step = k->n_out[s];

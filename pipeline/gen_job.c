@@ -54,6 +54,11 @@ pl_status_t pl_gen_job_from_spec(const pl_job_spec_t *spec, int microbatches,
     if (spec->gen.max_new_tokens < 1 || spec->gen.max_new_tokens > PL_JOB_MAX_NEW_TOKENS)
         return pl_error(PL_ERR_RANGE, "field 'max_new_tokens': %d not in [1, %d]",
                         spec->gen.max_new_tokens, PL_JOB_MAX_NEW_TOKENS);
+    if (spec->gen.prefill_chunk < 0 || spec->gen.prefill_chunk > PL_JOB_MAX_PREFILL_CHUNK)
+        return pl_error(PL_ERR_RANGE, "field 'prefill_chunk': %d not in [0, %d]",
+                        spec->gen.prefill_chunk, PL_JOB_MAX_PREFILL_CHUNK);
+    if (spec->gen.wire_dtype[0] && (st = pl_act_dtype_parse(spec->gen.wire_dtype, &j.wire_dtype)))
+        return pl_error_prefix(st, "field 'wire_dtype': ");
     j.gen = spec->gen;
     j.sampling = (pl_sample_params_t){.temperature = spec->gen.temperature,
                                       .top_k = spec->gen.top_k,
@@ -244,4 +249,14 @@ void pl_gen_batch(const pl_act_hdr_t *hdr, const pl_act_seq_t *seqs, int *ints,
     batch->slot = slot;
     batch->pos0 = pos0;
     batch->n_tok = ntok;
+}
+
+double pl_gen_spec_wire_bytes(const pl_job_spec_t *spec)
+{
+    pl_act_dtype_t dt = PL_ACT_F32;
+    if (spec->gen.wire_dtype[0] && pl_act_dtype_parse(spec->gen.wire_dtype, &dt) != PL_OK) {
+        pl_error_clear(); /* decoding refused such specs; charge as f32 */
+        dt = PL_ACT_F32;
+    }
+    return (double)pl_act_dtype_size(dt);
 }

@@ -11,6 +11,8 @@
 #define S_MAX_STAGES 64
 
 typedef struct {
+    pl_act_dtype_t wire; /* activations between stages are rounded as the wire would */
+    int hidden;
     pl_be_stage_t *stage[S_MAX_STAGES];
     int n_stages;
     float *a, *b; /* ping-pong activations */
@@ -31,6 +33,8 @@ static pl_status_t s_chain(s_chain_t *c, const pl_act_hdr_t *hdr, const pl_act_s
         pl_status_t st = pl_be_stage_forward(c->stage[i], &batch, in, out);
         if (st)
             return pl_error_prefix(st, "stage %d: ", i);
+        if (i + 1 < c->n_stages)
+            pl_act_round(c->wire, out, (size_t)hdr->n_tokens * (size_t)c->hidden);
         in = out;
         out = out == c->a ? c->b : c->a;
     }
@@ -49,7 +53,7 @@ static pl_status_t s_enqueue(s_chain_t *c, pl_gen_sink_t *sink, const pl_gen_job
     int at = (q_head + *q_count) % job->microbatches;
     pl_act_seq_t *out = q_seqs + (size_t)at * job->n_seqs;
     pl_status_t st = pl_gen_sink_sample(sink, hdr, seqs, logits, &q_hdr[at], out);
-    if (st)
+    if (st || q_hdr[at].n_seq == 0) /* nothing sampled after an earlier prefill chunk */
         return st;
     for (uint32_t i = 0; i < q_hdr[at].n_seq; i++)
         if (out[i].flags & PL_ACT_FINISHED)
@@ -87,6 +91,8 @@ pl_status_t pl_gen_local_run(const char *model_dir, const pl_job_spec_t *spec,
     if ((st = pl_gen_job_from_spec(spec, spec->microbatches, cfg, &job)))
         goto out;
     int max_tokens = pl_gen_job_max_tokens(&job), first = 0, total = 0;
+    c.wire = job.wire_dtype;
+    c.hidden = cfg->hidden;
     for (int i = 0; counts && i < n_stages; i++)
         total += counts[i];
     if (counts && total != cfg->n_layers) {
@@ -124,13 +130,16 @@ pl_status_t pl_gen_local_run(const char *model_dir, const pl_job_spec_t *spec,
     stats->load_s = pl_now() - t0;
     t0 = pl_now();
     for (int mb = 0; mb < job.microbatches && !st; mb++) {
-        float *logits;
-        pl_gen_feed_prefill(feed, 0, mb, &hdr, seqs, tokens);
-        stats->prompt_tokens += hdr.n_tokens;
-        if ((st = s_chain(&c, &hdr, seqs, tokens, &logits)))
-            break;
-        st = s_enqueue(&c, sink, &job, &hdr, seqs, logits, q_hdr, q_seqs, q_head, &q_count,
-                       stats);
+        int chunks = pl_gen_feed_prefill_chunks(feed, mb);
+        for (int k = 0; k < chunks && !st; k++) {
+            float *logits;
+            pl_gen_feed_prefill(feed, 0, mb, k, &hdr, seqs, tokens);
+            stats->prompt_tokens += hdr.n_tokens;
+            if ((st = s_chain(&c, &hdr, seqs, tokens, &logits)))
+                break;
+            st = s_enqueue(&c, sink, &job, &hdr, seqs, logits, q_hdr, q_seqs, q_head, &q_count,
+                           stats);
+        }
     }
     while (!st && q_count > 0) {
         float *logits;

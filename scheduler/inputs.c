@@ -28,19 +28,17 @@ pl_status_t pl_sched_model_from_config(const pl_model_config_t *cfg, bool any_cp
     return PL_OK;
 }
 
-pl_status_t pl_sched_costs_from_stored(const pl_model_config_t *cfg, const pl_model_bytes_t *b,
+pl_status_t pl_sched_costs_from_stored(const pl_sched_model_t *model, const pl_model_bytes_t *b,
                                        bool any_cpu, pl_sched_costs_t **costs_p)
 {
-    pl_sched_model_t m;
     pl_sched_costs_t *c = NULL;
     pl_status_t st;
-    if (!b)
-        return pl_error(PL_ERR_INVALID, "model: no tensor bytes");
-    if ((st = pl_sched_model_from_config(cfg, any_cpu, &m)))
-        return st;
-    if (b->n_layers != cfg->n_layers)
+    if (!model || !b)
+        return pl_error(PL_ERR_INVALID, "model: no shape or no tensor bytes");
+    if (b->n_layers != model->n_layers)
         return pl_error(PL_ERR_INVALID, "model: tensor bytes of %d layers for a config of %d",
-                        b->n_layers, cfg->n_layers);
+                        b->n_layers, model->n_layers);
+    pl_sched_model_t m = *model;
     if (!any_cpu) {
         const pl_wtype_info_t *wi = pl_wtype_info(b->matrix_wtype);
         m.kv_bytes = wi && !wi->quantized ? (double)wi->block_bytes : 4.0;
@@ -51,7 +49,7 @@ pl_status_t pl_sched_costs_from_stored(const pl_model_config_t *cfg, const pl_mo
     for (int l = 0; l < c->n_layers; l++)
         layers[l].weight_bytes = (double)b->layer[l];
     c->embed_weight_bytes = (double)b->embed;
-    c->embed_bytes_per_token = (double)b->embed / cfg->vocab; /* one row as stored */
+    c->embed_bytes_per_token = (double)b->embed / m.vocab; /* one row as stored */
     c->head_weight_bytes = (double)b->head;
     c->tied_bytes = (double)b->tied;
     *costs_p = c;

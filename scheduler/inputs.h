@@ -16,13 +16,13 @@
 pl_status_t pl_sched_model_from_config(const pl_model_config_t *cfg, bool any_cpu,
                                        pl_sched_model_t *m);
 
-/* The planner's costs of an opened model: the shape from its config, the weights as it stores
- * them (b: each layer's tensors, the embedding, the final norm + LM head, the tied table once)
- * on every kind of device, since no backend converts them. KV elements as the backends keep
- * them: 4 bytes (f32) when any CPU device is a candidate (the CPU's cache is f32), else the
- * size of b->matrix_wtype (a GPU keeps its cache in its matrices' dtype). *costs_p is the
- * caller's to free with pl_sched_costs_destroy. */
-pl_status_t pl_sched_costs_from_stored(const pl_model_config_t *cfg, const pl_model_bytes_t *b,
+/* The planner's costs of an opened model: the shape, activation and KV element sizes of m
+ * (pl_sched_model_from_config), the weights as the model stores them (b: each layer's tensors,
+ * the embedding, the final norm + LM head, the tied table once) on every kind of device, since
+ * no backend converts them. Without a CPU among the candidates (any_cpu false) KV elements take
+ * the size of b->matrix_wtype, the dtype a GPU keeps its cache in (the CPU's is f32, as m has
+ * it then). *costs_p is the caller's to free with pl_sched_costs_destroy. */
+pl_status_t pl_sched_costs_from_stored(const pl_sched_model_t *m, const pl_model_bytes_t *b,
                                        bool any_cpu, pl_sched_costs_t **costs_p);
 
 /* Which devices cannot hold a stage of the model: a GPU when the model has quantized weights

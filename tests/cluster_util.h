@@ -114,10 +114,12 @@ static inline void tc_write(const char *path, const char *text)
 
 static inline void tc_start_coord(tc_cluster_t *c, const char *bind_ep)
 {
-    char bin[512], log[512];
+    char bin[512], log[512], db[512];
     snprintf(bin, sizeof(bin), "%s/pipecoord", tc_bin());
     snprintf(log, sizeof(log), "%s/pipecoord.log", c->dir);
-    char *argv[] = {bin, "--endpoint", (char *)bind_ep, "--log-level", "debug", NULL};
+    snprintf(db, sizeof(db), "%s/coord.db", c->dir); /* each test its own state: ids from 1 */
+    char *argv[] = {bin, "--endpoint",  (char *)bind_ep, "--state-db",
+                    db,  "--log-level", "debug",         NULL};
     c->coord = tc_spawn(argv, log);
 }
 

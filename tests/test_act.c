@@ -3,6 +3,7 @@
 #include "transport/act.h"
 
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -100,8 +101,9 @@ Test(act, hidden_bytes_match_reference_layout)
 
     s_hidden(&h, seqs, payload);
     o = put32(ref, o, 0x504c4131u);
-    o = put16(ref, o, 1);
-    o = put16(ref, o, PL_ACT_HIDDEN);
+    o = put16(ref, o, 2);
+    ref[o++] = PL_ACT_HIDDEN;
+    ref[o++] = PL_ACT_F32;
     o = put32(ref, o, 7);
     o = put32(ref, o, 1);
     o = put32(ref, o, 0);
@@ -242,9 +244,12 @@ static void s_patched(size_t off, uint32_t value, const char *what)
 Test(act, broken_header_fields)
 {
     s_patched(0, 0x504c4132u, "magic");
-    s_patched(4, 2 | (PL_ACT_HIDDEN << 16), "version");
-    s_patched(4, 1 | (0u << 16), "kind");
-    s_patched(4, 1 | (9u << 16), "kind");
+    s_patched(4, 1 | (PL_ACT_HIDDEN << 16), "version");
+    s_patched(4, 3 | (PL_ACT_HIDDEN << 16), "version");
+    s_patched(4, 2 | (0u << 16), "kind");
+    s_patched(4, 2 | (9u << 16), "kind");
+    s_patched(4, 2 | (PL_ACT_HIDDEN << 16) | (3u << 24), "dtype"); /* unknown dtype */
+    s_patched(4, 2 | (PL_ACT_HIDDEN << 16) | (1u << 24), "dtype"); /* not the job's */
     s_patched(20, 0, "n_seq");            /* hidden with no sequences */
     s_patched(20, 9, "n_seq");            /* above max_seq */
     s_patched(20, 3, "bytes");            /* one more entry than present */
@@ -350,8 +355,8 @@ Test(act, huge_counts_do_not_overflow)
     pl_act_limits_t lim = {.max_seq = UINT32_MAX, .max_tokens = UINT32_MAX, .dim = UINT32_MAX,
                            .max_pos = UINT32_MAX};
     put32(buf, 0, PL_ACT_MAGIC);
-    put16(buf, 4, 1);
-    put16(buf, 6, PL_ACT_HIDDEN);
+    put16(buf, 4, 2);
+    buf[6] = PL_ACT_HIDDEN;
     put32(buf, 20, UINT32_MAX);
     put32(buf, 24, UINT32_MAX);
     put32(buf, 28, UINT32_MAX);
@@ -390,4 +395,153 @@ Test(act, tag_layout)
     cr_assert_eq(t & PL_ACT_TAG_JOB_MASK, pl_act_tag_job(1));
     cr_assert_neq(t & PL_ACT_TAG_JOB_MASK, pl_act_tag_job(2));
     cr_assert_eq(PL_ACT_TAG_JOB_MASK, pl_act_tag_job(0xfffff));
+}
+
+/* ---- wire dtypes ---- */
+
+static float u2f(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* Reference bf16 rounding, written differently: of the two bf16 values around f (truncated, and
+ * one unit above in magnitude), the nearer in double arithmetic, ties to the even one. */
+static uint16_t s_ref_bf16(float f)
+{
+    uint32_t u = f2u(f);
+    uint16_t lo = (uint16_t)(u >> 16), hi = (uint16_t)(lo + 1);
+    if ((u & 0xffff) == 0)
+        return lo;
+    double dl = fabs((double)f - (double)u2f((uint32_t)lo << 16));
+    double dh = fabs((double)u2f((uint32_t)hi << 16) - (double)f);
+    if (isinf(u2f((uint32_t)hi << 16))) /* above the largest bf16: compare with 2^128 */
+        dh = fabs(ldexp(1.0, 128) * (f < 0 ? -1 : 1) - (double)f);
+    if (dl < dh)
+        return lo;
+    if (dh < dl)
+        return hi;
+    return (lo & 1) ? hi : lo;
+}
+
+Test(act, f16_conversion_matches_the_compiler)
+{
+    /* every half value converts to f32 exactly and back */
+    for (uint32_t h = 0; h < 0x10000; h++) {
+        _Float16 ref;
+        uint16_t hh = (uint16_t)h;
+        memcpy(&ref, &hh, 2);
+        float f = pl_act_f16_to_f32(hh);
+        if (isnan((float)ref)) {
+            cr_assert(isnan(f), "0x%04x", h);
+            cr_assert_eq(pl_act_f32_to_f16(f), hh, "NaN 0x%04x keeps its payload", h);
+            continue;
+        }
+        cr_assert_eq(f2u(f), f2u((float)ref), "0x%04x", h);
+        cr_assert_eq(pl_act_f32_to_f16(f), hh, "0x%04x", h);
+    }
+    /* f32 -> f16 on a sweep of bit patterns (every exponent, many mantissas, ties included) */
+    for (uint64_t u = 0; u <= 0xffffffffu; u += 0x1fffu) {
+        for (uint32_t d = 0; d < 3; d++) {
+            float f = u2f((uint32_t)u + d * 0x1000u);
+            if (isnan(f))
+                continue;
+            _Float16 ref = (_Float16)f;
+            uint16_t want;
+            memcpy(&want, &ref, 2);
+            cr_assert_eq(pl_act_f32_to_f16(f), want, "0x%08x", f2u(f));
+        }
+    }
+    cr_assert_eq(pl_act_f32_to_f16(65504.0f), 0x7bff);
+    cr_assert_eq(pl_act_f32_to_f16(65520.0f), 0x7c00);
+    cr_assert_eq(pl_act_f32_to_f16(-INFINITY), 0xfc00);
+    cr_assert_eq(pl_act_f32_to_f16(ldexpf(1, -24)), 1);
+    cr_assert_eq(pl_act_f32_to_f16(ldexpf(1, -25)), 0, "a tie rounds to even: zero");
+    cr_assert(isnan(pl_act_f16_to_f32(pl_act_f32_to_f16(NAN))));
+}
+
+Test(act, bf16_conversion_matches_a_reference)
+{
+    for (uint64_t u = 0; u <= 0xffffffffu; u += 0x3fffu) {
+        for (uint32_t d = 0; d < 3; d++) {
+            uint32_t v = (uint32_t)u + d * 0x8000u; /* d = 1: exact ties */
+            float f = u2f(v);
+            if (isnan(f)) {
+                cr_assert(isnan(pl_act_bf16_to_f32(pl_act_f32_to_bf16(f))), "0x%08x", v);
+                continue;
+            }
+            cr_assert_eq(pl_act_f32_to_bf16(f), s_ref_bf16(f), "0x%08x", v);
+        }
+    }
+    for (uint32_t h = 0; h < 0x10000; h++) {
+        float f = pl_act_bf16_to_f32((uint16_t)h);
+        cr_assert_eq(f2u(f), h << 16);
+        cr_assert_eq(pl_act_f32_to_bf16(f), h, "0x%04x round trip", h);
+    }
+    cr_assert_eq(pl_act_f32_to_bf16(u2f(0x7f7fffffu)), 0x7f80, "the largest float: infinity");
+}
+
+Test(act, hidden_payload_travels_in_the_wire_dtype)
+{
+    static const pl_act_dtype_t dts[] = {PL_ACT_F32, PL_ACT_BF16, PL_ACT_F16};
+    for (size_t d = 0; d < 3; d++) {
+        pl_act_hdr_t h, got;
+        pl_act_seq_t seqs[2], out[8];
+        float payload[12], scratch[12];
+        const void *pl;
+        const float *f32;
+        size_t len;
+        pl_act_limits_t lim = s_limits;
+        s_hidden(&h, seqs, payload);
+        payload[3] = 1.0f / 3.0f; /* not exact in a half type */
+        payload[7] = 70000.0f;    /* beyond f16 */
+        h.dtype = dts[d];
+        lim.dtype = dts[d];
+        unsigned char *buf = s_encode_ok(&h, seqs, payload, &len);
+        cr_assert_eq(len, 32 + 40 + 12 * pl_act_dtype_size(dts[d]));
+        cr_assert_eq(buf[7], dts[d]);
+        cr_assert_eq(pl_act_decode(buf, len, &lim, &got, out, &pl), PL_OK, "%s", pl_error_msg());
+        cr_assert_eq(got.dtype, dts[d]);
+        pl_act_payload_f32(&got, pl, scratch, &f32);
+        float want[12];
+        memcpy(want, payload, sizeof(want));
+        pl_act_round(dts[d], want, 12);
+        for (int i = 0; i < 12; i++) {
+            const unsigned char *p = (const unsigned char *)pl;
+            if (dts[d] == PL_ACT_BF16)
+                cr_assert_eq(p[2 * i] | p[2 * i + 1] << 8, s_ref_bf16(payload[i]));
+            if (dts[d] == PL_ACT_F16) {
+                _Float16 r = (_Float16)payload[i];
+                uint16_t w;
+                memcpy(&w, &r, 2);
+                cr_assert_eq(p[2 * i] | p[2 * i + 1] << 8, w);
+            }
+            cr_assert_eq(f2u(f32[i]), f2u(want[i]), "dtype %zu value %d", d, i);
+        }
+        if (dts[d] == PL_ACT_F32) {
+            cr_assert_eq((const void *)f32, pl, "f32 is read where it arrived");
+            cr_assert_eq(f2u(want[3]), f2u(1.0f / 3.0f));
+        } else {
+            cr_assert_eq(f32, scratch);
+            cr_assert_neq(f2u(want[3]), f2u(1.0f / 3.0f));
+        }
+        /* a job of another wire dtype refuses it */
+        lim.dtype = dts[(d + 1) % 3];
+        cr_assert_eq(pl_act_decode(buf, len, &lim, &got, out, &pl), PL_ERR_PROTOCOL);
+        cr_assert(strstr(pl_error_msg(), "dtype"), "%s", pl_error_msg());
+        free(buf);
+    }
+    pl_act_dtype_t dt;
+    cr_assert_eq(pl_act_dtype_parse("bf16", &dt), PL_OK);
+    cr_assert_eq(dt, PL_ACT_BF16);
+    cr_assert_eq(pl_act_dtype_parse("fp16", &dt), PL_ERR_INVALID);
+    cr_assert_str_eq(pl_act_dtype_name(PL_ACT_F16), "f16");
+    cr_assert_null(pl_act_dtype_name((pl_act_dtype_t)3));
+    /* tokens and stop messages carry dtype 0 only */
+    pl_act_seq_t ts[1] = {{.seq = 0, .n_tok = 1, .token = 4}};
+    pl_act_hdr_t th = {.kind = PL_ACT_TOKENS, .n_seq = 1, .n_tokens = 1, .dtype = PL_ACT_BF16};
+    void *b = NULL;
+    size_t l = 0;
+    cr_assert_eq(pl_act_encode(&th, ts, NULL, &b, &l), PL_ERR_INVALID);
 }

@@ -311,7 +311,20 @@ Test(cluster, daemon_lost_mid_job_fails_that_job_only)
     free(st);
     /* the results of a failed job are an error, not empty output */
     cr_assert_neq(tc_sh(NULL, "%s/pipectl -c %s results 1 2>/dev/null", tc_bin(), s_c.ep), 0);
-    /* the other two daemons take the next job */
+    /* the other two daemons take the next job, once the coordinator has marked the lost one:
+     * the job can fail sooner than that (its stages see the dead peer within the data plane's
+     * peer timeout), and until then the lost node still looks idle */
+    bool lost = false;
+    for (int i = 0; i < 150 && !lost; i++) {
+        char *nodes = NULL;
+        tc_sh(&nodes, "%s/pipectl -c %s --timeout 2 -o json nodes 2>/dev/null", tc_bin(),
+              s_c.ep);
+        lost = nodes && strstr(nodes, "\"state\": \"lost\"");
+        free(nodes);
+        if (!lost)
+            usleep(100 * 1000);
+    }
+    cr_assert(lost, "the coordinator never marked node1 lost");
     cr_assert_eq(tc_wait_idle(&s_c, 2, 15), 0, "survivors did not become idle");
     s_job("after", "m", "max_new_tokens: 6\nstages: 2\n");
     char *ref = s_reference("after"), *got = s_submit("after", &rc);
@@ -425,7 +438,9 @@ Test(cluster, curve_encrypted_control_plane)
     tc_write(path, text);
     snprintf(bin, sizeof(bin), "%s/pipecoord", tc_bin());
     snprintf(log, sizeof(log), "%s/pipecoord.log", s_c.dir);
-    s_c.coord = tc_spawn((char *[]){bin, "--cluster", path, NULL}, log);
+    char db[512];
+    snprintf(db, sizeof(db), "%s/coord.db", s_c.dir);
+    s_c.coord = tc_spawn((char *[]){bin, "--cluster", path, "--state-db", db, NULL}, log);
     setenv("PIPELD_COORDINATOR_KEY", pub, 1); /* daemons and pipectl inherit it */
     tc_start_node(&s_c, "node0", 1, NULL);
     tc_start_node(&s_c, "node1", 1, NULL);
@@ -451,5 +466,80 @@ Test(cluster, curve_encrypted_control_plane)
     cr_expect(strstr(err, "no answer"), "%s", err);
     free(err);
     unsetenv("PIPELD_COORDINATOR_KEY");
+    s_passed = 1;
+}
+
+Test(cluster, chunked_prefill_equals_whole_prefill)
+{
+    int rc;
+    s_start(3, NULL);
+    s_job("whole", "m", "max_new_tokens: 8\n");
+    /* chunks of 3 divide none of the prompts (4, 2, 9, 3, 5 tokens) */
+    s_job("chunk3", "m", "max_new_tokens: 8\nprefill_chunk: 3\n");
+    s_job("chunk2", "m", "max_new_tokens: 8\nprefill_chunk: 2\nstages: 2\nmicrobatches: 2\n");
+    char *ref = s_reference("whole");
+    char *got3 = s_submit("chunk3", &rc);
+    cr_assert_eq(rc, 0, "%s", s_err("chunk3"));
+    cr_assert_str_eq(got3, ref);
+    char *got2 = s_submit("chunk2", &rc);
+    cr_assert_eq(rc, 0, "%s", s_err("chunk2"));
+    cr_assert_str_eq(got2, ref);
+    /* the chunks went through the pipeline as separate messages: every stage ran more prefill
+     * calls than there are microbatches (9 tokens in chunks of 3 are 3 calls) */
+    char *st;
+    tc_sh(&st, "%s/pipectl -c %s -o json status 1", tc_bin(), s_c.ep);
+    json_t *o = json_loads(st, 0, NULL);
+    cr_assert_not_null(o, "%s", st);
+    json_int_t mb = json_integer_value(json_object_get(json_object_get(o, "plan"),
+                                                       "microbatches"));
+    json_t *stages = json_object_get(o, "stages");
+    cr_assert_eq(json_array_size(stages), 3, "%s", st);
+    cr_assert_gt(mb, 0, "%s", st);
+    for (size_t i = 0; i < 3; i++) {
+        json_t *stats = json_object_get(json_array_get(stages, i), "stats");
+        json_int_t calls = json_integer_value(json_object_get(stats, "prefill_calls"));
+        cr_assert_gt(calls, mb, "stage %zu: %lld prefill calls for %lld microbatches", i,
+                     (long long)calls, (long long)mb);
+    }
+    json_decref(o);
+    free(ref), free(got3), free(got2), free(st);
+    s_passed = 1;
+}
+
+Test(cluster, bf16_wire_halves_the_bytes_and_matches_its_reference)
+{
+    int rc;
+    s_start(2, NULL);
+    char path[512], text[1024];
+    const char *dts[] = {"f32", "bf16"};
+    json_int_t bytes[2];
+    for (int d = 0; d < 2; d++) {
+        snprintf(path, sizeof(path), "%s/w%s.yaml", s_c.dir, dts[d]);
+        snprintf(text, sizeof(text), "model: m\nprompts: prompts.jsonl\nplanner: even\n"
+                                     "stages: 2\nmax_new_tokens: 6\nwire_dtype: %s\n", dts[d]);
+        tc_write(path, text);
+        char name[16];
+        snprintf(name, sizeof(name), "w%s", dts[d]);
+        /* the reference: the same split in one process, rounding between stages alike */
+        char *ref;
+        cr_assert_eq(tc_sh(&ref, "%s/pl-generate --split 3,3 %s 2>/dev/null", tc_bin(), path),
+                     0);
+        char *got = s_submit(name, &rc);
+        cr_assert_eq(rc, 0, "%s", s_err(name));
+        cr_assert_str_eq(got, ref, "wire dtype %s", dts[d]);
+        char *st;
+        tc_sh(&st, "%s/pipectl -c %s -o json status %d", tc_bin(), s_c.ep, d + 1);
+        json_t *o = json_loads(st, 0, NULL);
+        cr_assert_not_null(o, "%s", st);
+        json_t *s0 = json_object_get(json_array_get(json_object_get(o, "stages"), 0), "stats");
+        cr_assert_str_eq(json_string_value(json_object_get(s0, "wire_dtype")), dts[d]);
+        bytes[d] = json_integer_value(json_object_get(s0, "bytes_sent"));
+        cr_assert_gt(bytes[d], 0, "%s", st);
+        json_decref(o);
+        free(ref), free(got), free(st);
+    }
+    double ratio = (double)bytes[1] / (double)bytes[0];
+    cr_assert(ratio > 0.45 && ratio < 0.55, "bf16 sent %lld bytes, f32 %lld", (long long)bytes[1],
+              (long long)bytes[0]);
     s_passed = 1;
 }

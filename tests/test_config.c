@@ -72,6 +72,8 @@ static const char s_job_full[] = "model: /models/llama\n"
                                  "  top_p: 0.95\n"
                                  "  seed: 18446744073709551615\n"
                                  "microbatches: 8\n"
+                                 "prefill_chunk: 256\n"
+                                 "wire_dtype: bf16\n"
                                  "stages: 4\n"
                                  "stop_at_eos: no\n"
                                  "placement:\n"
@@ -131,6 +133,8 @@ Test(config, job_every_key)
     cr_assert_float_eq(j.gen.top_p, 0.95f, 1e-7);
     cr_assert_eq(j.gen.seed, UINT64_MAX);
     cr_assert_eq(j.microbatches, 8);
+    cr_assert_eq(j.gen.prefill_chunk, 256);
+    cr_assert_str_eq(j.gen.wire_dtype, "bf16");
     cr_assert_eq(j.stages, 4);
     cr_assert_eq(j.gen.stop_at_eos, false);
     cr_assert_eq(j.n_nodes, 2);
@@ -182,6 +186,8 @@ Test(config, job_defaults)
     cr_assert_eq(j.gen.top_p, 1.0f);
     cr_assert_eq(j.gen.seed, 0);
     cr_assert_eq(j.microbatches, 0);
+    cr_assert_eq(j.gen.prefill_chunk, 0);
+    cr_assert_str_eq(j.gen.wire_dtype, "f32");
     cr_assert_eq(j.stages, 0);
     cr_assert_eq(j.gen.stop_at_eos, true);
     cr_assert_eq(j.n_nodes, 0);
@@ -334,6 +340,13 @@ Test(config, error_range)
                "[0, 18446744073709551615]");
     EXPECT_ERR(s_job(JOB_HEAD "microbatches: 1025\n", &j), PL_ERR_RANGE,
                "j.yaml:3:15: key 'microbatches': value 1025 out of range [0, 1024]");
+    pl_status_t wst = s_job(JOB_HEAD "wire_dtype: fp8\n", &j);
+    cr_assert_neq(wst, PL_OK);
+    cr_assert(strstr(pl_error_msg(), "j.yaml:3:") && strstr(pl_error_msg(), "wire_dtype") &&
+                  strstr(pl_error_msg(), "bf16"),
+              "%s", pl_error_msg());
+    EXPECT_ERR(s_job(JOB_HEAD "prefill_chunk: 65537\n", &j), PL_ERR_RANGE,
+               "j.yaml:3:16: key 'prefill_chunk': value 65537 out of range [0, 65536]");
     EXPECT_ERR(s_job(JOB_HEAD "stages: -1\n", &j), PL_ERR_RANGE,
                "j.yaml:3:9: key 'stages': value -1 out of range [0, 64]");
     EXPECT_ERR(s_cluster(CLUSTER_HEAD "nodes:\n  - {name: a, threads: -1}\n", &c), PL_ERR_RANGE,

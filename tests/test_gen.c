@@ -115,7 +115,7 @@ Test(gen, feeder_positions_and_retirement)
     json_t *o = s_job();
     cr_assert_eq(pl_gen_job_from_json(o, &cfg, &j), PL_OK);
     cr_assert_eq(pl_gen_feed_create(&j, &f), PL_OK);
-    pl_gen_feed_prefill(f, 7, 1, &h, seqs, tokens);
+    pl_gen_feed_prefill(f, 7, 1, 0, &h, seqs, tokens);
     cr_assert_eq(h.n_seq, 2);
     cr_assert_eq(h.n_tokens, 5);
     cr_assert_eq(seqs[0].seq, 1);
@@ -157,7 +157,8 @@ Test(gen, sink_stops_at_eos_and_length)
     json_t *o = s_job();
     float logits[2 * 50] = {0};
     pl_act_hdr_t h = {.kind = PL_ACT_HIDDEN, .mb = 1, .n_seq = 2, .n_tokens = 2}, out;
-    pl_act_seq_t seqs[2] = {{.seq = 1, .pos0 = 1, .n_tok = 1}, {.seq = 3, .pos0 = 4, .n_tok = 1}};
+    /* the prompts' last tokens: seq 1 has 1 prompt token, seq 3 has 4 */
+    pl_act_seq_t seqs[2] = {{.seq = 1, .pos0 = 0, .n_tok = 1}, {.seq = 3, .pos0 = 3, .n_tok = 1}};
     pl_act_seq_t res[2];
     cr_assert_eq(pl_gen_job_from_json(o, &cfg, &j), PL_OK);
     cr_assert_eq(pl_gen_sink_create(&j, 50, &k), PL_OK);
@@ -172,7 +173,12 @@ Test(gen, sink_stops_at_eos_and_length)
     /* seq 3 is finished: sampling it again is an error */
     cr_assert_eq(pl_gen_sink_sample(k, &h, seqs, logits, &out, res), PL_ERR_PROTOCOL);
     h.n_seq = 1;
+    /* seq 1 stands at position 2 now (prompt 1 + 1 sampled): an entry ending elsewhere is a
+     * protocol error, and records nothing */
+    cr_assert_eq(pl_gen_sink_sample(k, &h, seqs, logits, &out, res), PL_ERR_PROTOCOL);
+    seqs[0].pos0 = 1;
     cr_assert_eq(pl_gen_sink_sample(k, &h, seqs, logits, &out, res), PL_OK);
+    seqs[0].pos0 = 2;
     cr_assert_eq(pl_gen_sink_sample(k, &h, seqs, logits, &out, res), PL_OK);
     cr_assert_eq(res[0].flags, PL_ACT_FINISHED, "max_new_tokens 3 reached");
     cr_assert_not(pl_gen_sink_done(k));
@@ -182,6 +188,94 @@ Test(gen, sink_stops_at_eos_and_length)
     cr_assert_eq(json_array_size(json_object_get(json_array_get(r, 1), "tokens")), 3);
     cr_assert_eq(pl_gen_sink_generated(k), 4);
     json_decref(r);
+    pl_gen_sink_destroy(&k);
+    pl_gen_job_clear(&j);
+    json_decref(o);
+}
+
+Test(gen, prefill_chunks_end_together_and_cover_each_prompt_once)
+{
+    pl_model_config_t cfg = s_cfg();
+    json_t *o = json_pack("{s:[[i,i,i,i,i,i,i],[i],[i,i,i]], s:i, s:i, s:i}", "prompts", 1, 2,
+                          3, 4, 5, 6, 7, 8, 9, 10, 11, "max_new_tokens", 2, "microbatches", 1,
+                          "prefill_chunk", 3);
+    pl_gen_job_t j;
+    pl_gen_feed_t *f;
+    pl_gen_sink_t *k;
+    pl_act_hdr_t h, out;
+    pl_act_seq_t seqs[3], res[3];
+    int32_t tokens[16];
+    float logits[3 * 50] = {0};
+    cr_assert_eq(pl_gen_job_from_json(o, &cfg, &j), PL_OK, "%s", pl_error_msg());
+    cr_assert_eq(j.gen.prefill_chunk, 3);
+    cr_assert_eq(pl_gen_feed_create(&j, &f), PL_OK);
+    cr_assert_eq(pl_gen_sink_create(&j, 50, &k), PL_OK);
+    /* 7 tokens in chunks of 3, counted from the end: 1 + 3 + 3; the others join at the end */
+    cr_assert_eq(pl_gen_feed_prefill_chunks(f, 0), 3);
+    int want_n[3] = {1, 1, 3}, want_tok[3] = {1, 3, 7};
+    for (int c = 0; c < 3; c++) {
+        pl_gen_feed_prefill(f, 7, 0, c, &h, seqs, tokens);
+        cr_assert_eq(h.n_seq, (uint32_t)want_n[c], "chunk %d", c);
+        cr_assert_eq(h.n_tokens, (uint32_t)want_tok[c], "chunk %d", c);
+        cr_assert_eq(seqs[0].seq, 0);
+        cr_assert_eq(seqs[0].pos0, (uint32_t)(c == 0 ? 0 : 1 + 3 * (c - 1)));
+        cr_assert_eq(tokens[0], c == 0 ? 1 : 2 + 3 * (c - 1));
+        cr_assert_eq(pl_gen_sink_sample(k, &h, seqs, logits, &out, res), PL_OK);
+        /* only the last chunk ends the prompts: it alone is sampled */
+        cr_assert_eq(out.n_seq, c == 2 ? 3u : 0u, "chunk %d", c);
+    }
+    cr_assert_eq(seqs[1].seq, 1);
+    cr_assert_eq(seqs[1].pos0, 0);
+    cr_assert_eq(seqs[2].seq, 2);
+    cr_assert_eq(seqs[2].n_tok, 3);
+    cr_assert_eq(tokens[3], 8);
+    cr_assert_eq(pl_gen_sink_generated(k), 3);
+    /* a message where some sequences end their prompt and others do not is refused */
+    pl_gen_sink_destroy(&k);
+    cr_assert_eq(pl_gen_sink_create(&j, 50, &k), PL_OK);
+    h = (pl_act_hdr_t){.kind = PL_ACT_HIDDEN, .n_seq = 2, .n_tokens = 2};
+    seqs[0] = (pl_act_seq_t){.seq = 0, .pos0 = 0, .n_tok = 1};
+    seqs[1] = (pl_act_seq_t){.seq = 1, .pos0 = 0, .n_tok = 1};
+    cr_assert_eq(pl_gen_sink_sample(k, &h, seqs, logits, &out, res), PL_ERR_PROTOCOL);
+    cr_assert_eq(pl_gen_sink_generated(k), 0);
+    /* one past the prompt before anything was sampled is refused too */
+    seqs[0] = (pl_act_seq_t){.seq = 0, .pos0 = 5, .n_tok = 3};
+    h.n_seq = 1;
+    cr_assert_eq(pl_gen_sink_sample(k, &h, seqs, logits, &out, res), PL_ERR_PROTOCOL);
+    /* no chunking: one chunk per microbatch, the whole prompts */
+    json_object_set_new(o, "prefill_chunk", json_integer(0));
+    pl_gen_feed_destroy(&f);
+    pl_gen_job_clear(&j);
+    cr_assert_eq(pl_gen_job_from_json(o, &cfg, &j), PL_OK);
+    cr_assert_eq(pl_gen_feed_create(&j, &f), PL_OK);
+    cr_assert_eq(pl_gen_feed_prefill_chunks(f, 0), 1);
+    pl_gen_feed_prefill(f, 7, 0, 0, &h, seqs, tokens);
+    cr_assert_eq(h.n_tokens, 11);
+    /* the wire dtype: f32 unless asked, and only a known one */
+    cr_assert_eq(j.wire_dtype, PL_ACT_F32);
+    json_object_set_new(o, "wire_dtype", json_string("f16"));
+    pl_gen_job_t w;
+    cr_assert_eq(pl_gen_job_from_json(o, &cfg, &w), PL_OK, "%s", pl_error_msg());
+    cr_assert_eq(w.wire_dtype, PL_ACT_F16);
+    pl_gen_job_clear(&w);
+    json_object_set_new(o, "wire_dtype", json_string("int8"));
+    cr_assert_eq(pl_gen_job_from_json(o, &cfg, &w), PL_ERR_INVALID);
+    cr_assert(strstr(pl_error_msg(), "wire_dtype"), "%s", pl_error_msg());
+    json_object_del(o, "wire_dtype");
+    /* what the planner charges per activation value on a link */
+    pl_job_spec_t sp;
+    pl_job_spec_init(&sp);
+    cr_assert_eq(pl_gen_spec_wire_bytes(&sp), 4.0);
+    snprintf(sp.gen.wire_dtype, sizeof(sp.gen.wire_dtype), "bf16");
+    cr_assert_eq(pl_gen_spec_wire_bytes(&sp), 2.0);
+    snprintf(sp.gen.wire_dtype, sizeof(sp.gen.wire_dtype), "f16");
+    cr_assert_eq(pl_gen_spec_wire_bytes(&sp), 2.0);
+    /* out of range */
+    json_object_set_new(o, "prefill_chunk", json_integer(-1));
+    pl_gen_job_t bad;
+    cr_assert_eq(pl_gen_job_from_json(o, &cfg, &bad), PL_ERR_RANGE, "%s", pl_error_msg());
+    cr_assert(strstr(pl_error_msg(), "prefill_chunk"), "%s", pl_error_msg());
+    pl_gen_feed_destroy(&f);
     pl_gen_sink_destroy(&k);
     pl_gen_job_clear(&j);
     json_decref(o);
@@ -203,10 +297,13 @@ Test(gen, sink_holds_eos_back_until_min_new_tokens)
     logits[2] = 5; /* EOS is the best token every step */
     logits[7] = 4; /* the runner-up */
     for (int step = 0; step < 2; step++) {
-        cr_assert_eq(pl_gen_sink_sample(k, &h, seqs, logits, &out, res), PL_OK);
+        seqs[0].pos0 = (uint32_t)step; /* where the sequence stands: prompt of 1, then 1 more */
+        cr_assert_eq(pl_gen_sink_sample(k, &h, seqs, logits, &out, res), PL_OK, "%s",
+                     pl_error_msg());
         cr_assert_eq(res[0].token, 7, "step %d: EOS drawn before min_new_tokens", step);
         cr_assert_eq(res[0].flags, 0);
     }
+    seqs[0].pos0 = 2;
     cr_assert_eq(pl_gen_sink_sample(k, &h, seqs, logits, &out, res), PL_OK);
     cr_assert_eq(res[0].token, 2, "from the third token on EOS is allowed");
     cr_assert_eq(res[0].flags, PL_ACT_FINISHED);

@@ -521,11 +521,13 @@ static void s_start(void)
         s_port[i] = tc_free_port();
         snprintf(http[i], sizeof(http[i]), "127.0.0.1:%d", s_port[i]);
     }
+    char db[512];
     snprintf(bin, sizeof(bin), "%s/pipecoord", tc_bin());
     snprintf(log, sizeof(log), "%s/pipecoord.log", s_c.dir);
-    s_c.coord = tc_spawn(
-        (char *[]){bin, "--endpoint", s_c.ep, "--http", http[0], "--log-level", "debug", NULL},
-        log);
+    snprintf(db, sizeof(db), "%s/coord.db", s_c.dir); /* its own state: no earlier jobs */
+    s_c.coord = tc_spawn((char *[]){bin, "--endpoint", s_c.ep, "--http", http[0], "--state-db", db,
+                                    "--log-level", "debug", NULL},
+                         log);
     snprintf(bin, sizeof(bin), "%s/pipeld", tc_bin());
     for (int i = 0; i < 2; i++) {
         char name[16];
@@ -663,10 +665,11 @@ Test(metrics_cluster, readyz_turns_503_when_the_coordinator_is_killed)
     s_page(s_port[1], &page);
     cr_assert_gt(p_value(&page, "pipeld_heartbeat_misses_total", NULL), 0);
     /* a coordinator back at the same endpoint: the daemons register again and are ready */
-    char bin[512], log[512];
+    char bin[512], log[512], db[512];
     snprintf(bin, sizeof(bin), "%s/pipecoord", tc_bin());
     snprintf(log, sizeof(log), "%s/pipecoord2.log", s_c.dir);
-    s_c.coord = tc_spawn((char *[]){bin, "--endpoint", s_c.ep, NULL}, log);
+    snprintf(db, sizeof(db), "%s/coord.db", s_c.dir);
+    s_c.coord = tc_spawn((char *[]){bin, "--endpoint", s_c.ep, "--state-db", db, NULL}, log);
     for (int k = 0; k < 100 && (code = s_get(s_port[1], "/readyz", NULL)) != 200; k++)
         usleep(100 * 1000);
     cr_assert_eq(code, 200, "node0 not ready again after the coordinator came back");

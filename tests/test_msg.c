@@ -41,7 +41,8 @@ static void s_heartbeat(pl_msg_heartbeat_t *h)
     memset(h, 0, sizeof(*h));
     snprintf(h->node, sizeof(h->node), "node0");
     h->n_stages = 2;
-    h->stages[0] = (pl_msg_progress_t){.job = 7, .stage = 2, .generated = 1234567890123};
+    h->stages[0] =
+        (pl_msg_progress_t){.job = 7, .stage = 2, .epoch = 3000000000u, .generated = 1234567890123};
     h->stages[1] = (pl_msg_progress_t){.job = 8, .stage = 0, .generated = 0};
     h->rss_kb = 5000;
     h->load1 = 0.75;
@@ -54,6 +55,7 @@ static void s_heartbeat_eq(const pl_msg_heartbeat_t *a, const pl_msg_heartbeat_t
     for (int i = 0; i < a->n_stages; i++) {
         cr_assert_eq(a->stages[i].job, b->stages[i].job);
         cr_assert_eq(a->stages[i].stage, b->stages[i].stage);
+        cr_assert_eq(a->stages[i].epoch, b->stages[i].epoch);
         cr_assert_eq(a->stages[i].generated, b->stages[i].generated);
     }
     cr_assert_eq(a->rss_kb, b->rss_kb);
@@ -135,6 +137,10 @@ Test(msg, heartbeat_and_welcome)
               "{\"node\": \"n\", \"stages\": [{\"job\": 0, \"stage\": 0, "
               "\"generated\": 0}], \"rss_kb\": 1, \"load1\": 0}",
               "stages[0]: field 'job'");
+    s_refused(PL_MSG_HEARTBEAT,
+              "{\"node\": \"n\", \"stages\": [{\"job\": 1, \"stage\": 0, "
+              "\"generated\": 0}], \"rss_kb\": 1, \"load1\": 0}",
+              "stages[0]: missing field 'epoch'");
     s_refused(PL_MSG_HEARTBEAT, "{\"node\": \"n\", \"stages\": [], \"rss_kb\": 1}", "load1");
 
     pl_msg_init(&m, PL_MSG_WELCOME);

@@ -56,7 +56,9 @@ static void s_spec(pl_job_spec_t *s)
                             .temperature = 0.7f,
                             .top_k = 40,
                             .top_p = 0.95f,
-                            .seed = UINT64_MAX};
+                            .seed = UINT64_MAX,
+                            .prefill_chunk = 64,
+                            .wire_dtype = "bf16"};
     s->microbatches = 3;
     s->stages = 2;
     s->planner = PL_PLANNER_EVEN;
@@ -75,6 +77,8 @@ static void s_spec_eq(const pl_job_spec_t *a, const pl_job_spec_t *b)
     }
     cr_assert_eq(a->gen.max_new_tokens, b->gen.max_new_tokens);
     cr_assert_eq(a->gen.min_new_tokens, b->gen.min_new_tokens);
+    cr_assert_eq(a->gen.prefill_chunk, b->gen.prefill_chunk);
+    cr_assert_str_eq(a->gen.wire_dtype, b->gen.wire_dtype);
     cr_assert_eq(a->gen.stop_at_eos, b->gen.stop_at_eos);
     cr_assert_eq(a->gen.temperature, b->gen.temperature);
     cr_assert_eq(a->gen.top_k, b->gen.top_k);
@@ -131,7 +135,8 @@ Test(msg_job, spec_wire_shape)
         "{\"model\": \"/models/tiny\", \"gen\": {\"prompts\": [[1, 2, 3], [2147483647]], "
         "\"max_new_tokens\": 77, \"min_new_tokens\": 5, \"stop_at_eos\": false, "
         "\"sampling\": {\"temperature\": 0.699999988079071, \"top_k\": 40, "
-        "\"top_p\": 0.949999988079071, \"seed\": \"18446744073709551615\"}}, "
+        "\"top_p\": 0.949999988079071, \"seed\": \"18446744073709551615\"}, "
+        "\"prefill_chunk\": 64, \"wire_dtype\": \"bf16\"}, "
         "\"microbatches\": 3, \"stages\": 2, \"planner\": \"even\", "
         "\"nodes\": [\"node0\", \"node-1.b\"]}",
         0, NULL);
@@ -169,6 +174,10 @@ Test(msg_job, spec_bad_fields_are_named)
     s_refused(PL_MSG_SUBMIT, G("\"prompts\": [[1]], \"max_new_tokens\": 4, \"min_new_tokens\": 5"),
               "min_new_tokens");
     s_refused(PL_MSG_SUBMIT, G("\"prompts\": [[1]], \"min_new_tokens\": -1"), "min_new_tokens");
+    s_refused(PL_MSG_SUBMIT, G("\"prompts\": [[1]], \"prefill_chunk\": -1"), "prefill_chunk");
+    s_refused(PL_MSG_SUBMIT, G("\"prompts\": [[1]], \"prefill_chunk\": 65537"), "prefill_chunk");
+    s_refused(PL_MSG_SUBMIT, G("\"prompts\": [[1]], \"wire_dtype\": \"fp8\""), "wire_dtype");
+    s_refused(PL_MSG_SUBMIT, G("\"prompts\": [[1]], \"wire_dtype\": 16"), "wire_dtype");
     s_refused(PL_MSG_SUBMIT, G("\"prompts\": [[1]], \"sampling\": 3"), "sampling");
     s_refused(PL_MSG_SUBMIT, G("\"prompts\": [[1]], \"sampling\": {\"top_p\": 2}"), "top_p");
     s_refused(PL_MSG_SUBMIT, G("\"prompts\": [[1]], \"sampling\": {\"temperature\": -1}"),
@@ -201,6 +210,7 @@ Test(msg_job, assign_round_trips_the_plan_beside_the_spec)
     pl_msg_init(&m, PL_MSG_ASSIGN);
     m.assign = (pl_msg_assign_t){.job = 4000000000u,
                                  .stage = 2,
+                                 .epoch = 4000000001u,
                                  .n_stages = 3,
                                  .first = 5,
                                  .last = 7,
@@ -212,6 +222,7 @@ Test(msg_job, assign_round_trips_the_plan_beside_the_spec)
     s_round_trip(&m, &out);
     cr_assert_eq(out.assign.job, 4000000000u);
     cr_assert_eq(out.assign.stage, 2);
+    cr_assert_eq(out.assign.epoch, 4000000001u);
     cr_assert_eq(out.assign.n_stages, 3);
     cr_assert_str_eq(out.assign.device, "cpu:0");
     cr_assert_eq(out.assign.first, 5);
@@ -227,39 +238,47 @@ Test(msg_job, assign_round_trips_the_plan_beside_the_spec)
     const char *spec = "\"spec\": {\"model\": \"/m\", \"gen\": {\"prompts\": [[1]]}}";
     char j[512];
     snprintf(j, sizeof(j),
-             "{\"job\": 1, \"stage\": 2, \"n_stages\": 2, \"device\": \"cpu:0\", "
+             "{\"job\": 1, \"epoch\": 1, \"stage\": 2, \"n_stages\": 2, \"device\": \"cpu:0\", "
              "\"first\": 0, \"last\": 1, \"max_ctx\": 8, \"max_tokens\": 8, "
              "\"microbatches\": 1, %s}",
              spec);
     s_refused(PL_MSG_ASSIGN, j, "n_stages");
     snprintf(j, sizeof(j),
-             "{\"job\": 1, \"stage\": 0, \"n_stages\": 1, \"device\": \"cpu:0\", "
+             "{\"job\": 1, \"epoch\": 1, \"stage\": 0, \"n_stages\": 1, \"device\": \"cpu:0\", "
              "\"first\": 3, \"last\": 1, \"max_ctx\": 8, \"max_tokens\": 8, "
              "\"microbatches\": 1, %s}",
              spec);
     s_refused(PL_MSG_ASSIGN, j, "last");
     s_refused(PL_MSG_ASSIGN,
-              "{\"job\": 1, \"stage\": 0, \"n_stages\": 1, \"device\": \"cpu:0\", "
+              "{\"job\": 1, \"epoch\": 1, \"stage\": 0, \"n_stages\": 1, \"device\": \"cpu:0\", "
               "\"first\": 0, \"last\": 1, \"max_ctx\": 8, \"max_tokens\": 8, "
               "\"microbatches\": 1}",
               "spec");
     s_refused(PL_MSG_ASSIGN,
-              "{\"job\": 1, \"stage\": 0, \"n_stages\": 1, \"device\": \"cpu:0\", "
+              "{\"job\": 1, \"epoch\": 1, \"stage\": 0, \"n_stages\": 1, \"device\": \"cpu:0\", "
               "\"first\": 0, \"last\": 1, \"max_ctx\": 8, \"max_tokens\": 8, "
               "\"microbatches\": 1, \"spec\": {\"model\": \"/m\", \"gen\": "
               "{\"prompts\": [[]]}}}",
               "spec: prompt 0");
     s_refused(PL_MSG_ASSIGN, "{\"job\": 0}", "job");
+    /* an assignment always has an epoch (0 is only an executor's not-yet-stamped message) */
+    snprintf(j, sizeof(j),
+             "{\"job\": 1, \"stage\": 0, \"epoch\": 0, \"n_stages\": 1, \"device\": \"cpu:0\", "
+             "\"first\": 0, \"last\": 1, \"max_ctx\": 8, \"max_tokens\": 8, "
+             "\"microbatches\": 1, %s}",
+             spec);
+    s_refused(PL_MSG_ASSIGN, j, "epoch");
 }
 
 Test(msg_job, ready_and_start_with_and_without_addresses)
 {
     pl_msg_t m, out;
     pl_msg_init(&m, PL_MSG_READY);
-    m.ready = (pl_msg_ready_t){.job = 9, .stage = 1, .ucx_addr = "QUJD"};
+    m.ready = (pl_msg_ready_t){.job = 9, .stage = 1, .epoch = 77, .ucx_addr = "QUJD"};
     s_round_trip(&m, &out);
     cr_assert_eq(out.ready.job, 9);
     cr_assert_eq(out.ready.stage, 1);
+    cr_assert_eq(out.ready.epoch, 77);
     cr_assert_str_eq(out.ready.ucx_addr, "QUJD");
     pl_msg_clear(&out);
     m.ready.ucx_addr = NULL; /* a single-stage job has none */
@@ -268,8 +287,10 @@ Test(msg_job, ready_and_start_with_and_without_addresses)
     pl_msg_clear(&out);
 
     pl_msg_init(&m, PL_MSG_START);
-    m.start = (pl_msg_start_t){.job = 9, .stage = 0, .next = "bmV4dA==", .prev = "cHJldg=="};
+    m.start = (pl_msg_start_t){
+        .job = 9, .stage = 0, .epoch = UINT32_MAX, .next = "bmV4dA==", .prev = "cHJldg=="};
     s_round_trip(&m, &out);
+    cr_assert_eq(out.start.epoch, UINT32_MAX);
     cr_assert_str_eq(out.start.next, "bmV4dA==");
     cr_assert_str_eq(out.start.prev, "cHJldg==");
     pl_msg_clear(&out);
@@ -279,11 +300,16 @@ Test(msg_job, ready_and_start_with_and_without_addresses)
     cr_assert_null(out.start.prev);
     pl_msg_clear(&out);
 
-    s_refused(PL_MSG_READY, "{\"job\": 1, \"stage\": 64}", "stage");
-    s_refused(PL_MSG_READY, "{\"job\": 1, \"stage\": 0, \"ucx_addr\": 7}", "ucx_addr");
-    s_refused(PL_MSG_READY, "{\"job\": 1, \"stage\": 0, \"ucx_addr\": \"\"}", "ucx_addr");
-    s_refused(PL_MSG_START, "{\"job\": 1, \"stage\": 0, \"next\": \"\"}", "next");
+    s_refused(PL_MSG_READY, "{\"job\": 1, \"epoch\": 1, \"stage\": 64}", "stage");
+    s_refused(PL_MSG_READY, "{\"job\": 1, \"epoch\": 1, \"stage\": 0, \"ucx_addr\": 7}",
+              "ucx_addr");
+    s_refused(PL_MSG_READY, "{\"job\": 1, \"epoch\": 1, \"stage\": 0, \"ucx_addr\": \"\"}",
+              "ucx_addr");
+    s_refused(PL_MSG_START, "{\"job\": 1, \"epoch\": 1, \"stage\": 0, \"next\": \"\"}", "next");
     s_refused(PL_MSG_START, "{\"stage\": 0}", "job");
+    s_refused(PL_MSG_READY, "{\"job\": 1, \"stage\": 0}", "epoch"); /* every stage message */
+    s_refused(PL_MSG_START, "{\"job\": 1, \"stage\": 0, \"epoch\": -1}", "epoch");
+    s_refused(PL_MSG_DONE, "{\"job\": 1, \"stage\": 0, \"epoch\": 4294967296}", "epoch");
 }
 
 Test(msg_job, done_round_trips_stats_probe_and_results)
@@ -293,7 +319,7 @@ Test(msg_job, done_round_trips_stats_probe_and_results)
                              {.seq = 1, .n_tokens = 1, .tokens = t1, .finish = PL_FINISH_LENGTH}};
     pl_msg_t m, out;
     pl_msg_init(&m, PL_MSG_DONE);
-    m.done = (pl_msg_done_t){.job = 3, .stage = 1, .n_results = 2, .results = res};
+    m.done = (pl_msg_done_t){.job = 3, .stage = 1, .epoch = 5, .n_results = 2, .results = res};
     m.done.stats =
         (pl_msg_stats_t){.wall_s = 1.5,
                          .compute_s = 1.25,
@@ -308,11 +334,18 @@ Test(msg_job, done_round_trips_stats_probe_and_results)
                          .prefill_calls = 2,
                          .decode_calls = 38,
                          .freed_seqs = 2,
+                         .bytes_sent = 123456,
+                         .wire_dtype = "f16",
+                         .has_data_plane = true,
+                         .data_plane = {.inbox_slots = 2, .inbox_bytes = 4096,
+                                        .send_credits = 3, .max_in_flight = 3,
+                                        .bound_bytes = 10240, .progress_thread = true},
                          .has_probe = true,
                          .probe = {.to_stage = 0, .gbps = 3.5, .latency_s = 1e-5, .took_s = 0.01}};
     snprintf(m.done.stats.link, sizeof(m.done.stats.link), "tcp");
     snprintf(m.done.stats.probe.transport, sizeof(m.done.stats.probe.transport), "tcp");
     s_round_trip(&m, &out);
+    cr_assert_eq(out.done.epoch, 5);
     const pl_msg_stats_t *a = &m.done.stats, *b = &out.done.stats;
     cr_assert_eq(b->wall_s, a->wall_s);
     cr_assert_eq(b->compute_s, a->compute_s);
@@ -327,6 +360,15 @@ Test(msg_job, done_round_trips_stats_probe_and_results)
     cr_assert_eq(b->prefill_calls, 2);
     cr_assert_eq(b->decode_calls, 38);
     cr_assert_eq(b->freed_seqs, 2);
+    cr_assert_eq(b->bytes_sent, 123456);
+    cr_assert_str_eq(b->wire_dtype, "f16");
+    cr_assert(b->has_data_plane);
+    cr_assert_eq(b->data_plane.inbox_slots, 2);
+    cr_assert_eq(b->data_plane.inbox_bytes, 4096);
+    cr_assert_eq(b->data_plane.send_credits, 3);
+    cr_assert_eq(b->data_plane.max_in_flight, 3);
+    cr_assert_eq(b->data_plane.bound_bytes, 10240);
+    cr_assert(b->data_plane.progress_thread);
     cr_assert_str_eq(b->link, "tcp");
     cr_assert(b->has_probe);
     cr_assert_eq(b->probe.gbps, 3.5);
@@ -366,43 +408,46 @@ Test(msg_job, done_round_trips_stats_probe_and_results)
                         "\"prefill_calls\": 0, \"decode_compute_s\": 0, \"decode_calls\": 0, "
                         "\"freed_seqs\": 0";
     char j[1024];
-    snprintf(j, sizeof(j), "{\"job\": 1, \"stage\": 0, %s}}", stats);
+    snprintf(j, sizeof(j), "{\"job\": 1, \"epoch\": 1, \"stage\": 0, %s}}", stats);
     pl_msg_t ok;
     cr_assert_eq(pl_msg_decode_wire("DONE", 4, j, strlen(j), &ok), PL_OK, "%s", pl_error_msg());
     pl_msg_clear(&ok);
-    snprintf(j, sizeof(j), "{\"job\": 1, \"stage\": 0, %s, \"wall_s\": -1}}", stats);
+    snprintf(j, sizeof(j), "{\"job\": 1, \"epoch\": 1, \"stage\": 0, %s, \"wall_s\": -1}}", stats);
     s_refused(PL_MSG_DONE, j, "wall_s"); /* duplicate keys are refused by the framing */
-    snprintf(j, sizeof(j), "{\"job\": 1, \"stage\": 0, %s, \"probe\": {\"to_stage\": 1}}}", stats);
+    snprintf(j, sizeof(j),
+             "{\"job\": 1, \"epoch\": 1, \"stage\": 0, %s, \"probe\": {\"to_stage\": 1}}}", stats);
     s_refused(PL_MSG_DONE, j, "probe");
     snprintf(j, sizeof(j),
-             "{\"job\": 1, \"stage\": 0, %s}, \"results\": [{\"seq\": 1, "
+             "{\"job\": 1, \"epoch\": 1, \"stage\": 0, %s}, \"results\": [{\"seq\": 1, "
              "\"tokens\": [], \"finish\": \"eos\"}]}",
              stats);
     s_refused(PL_MSG_DONE, j, "result 0");
     snprintf(j, sizeof(j),
-             "{\"job\": 1, \"stage\": 0, %s}, \"results\": [{\"seq\": 0, "
+             "{\"job\": 1, \"epoch\": 1, \"stage\": 0, %s}, \"results\": [{\"seq\": 0, "
              "\"tokens\": [1], \"finish\": \"stop\"}]}",
              stats);
     s_refused(PL_MSG_DONE, j, "finish");
     snprintf(j, sizeof(j),
-             "{\"job\": 1, \"stage\": 0, %s}, \"results\": [{\"seq\": 0, "
+             "{\"job\": 1, \"epoch\": 1, \"stage\": 0, %s}, \"results\": [{\"seq\": 0, "
              "\"tokens\": [-3], \"finish\": \"eos\"}]}",
              stats);
     s_refused(PL_MSG_DONE, j, "token");
-    s_refused(PL_MSG_DONE, "{\"job\": 1, \"stage\": 0}", "stats");
+    s_refused(PL_MSG_DONE, "{\"job\": 1, \"epoch\": 1, \"stage\": 0}", "stats");
 }
 
 Test(msg_job, fail_carries_a_status_code_and_cancel_any_stage)
 {
     pl_msg_t m, out;
     pl_msg_init(&m, PL_MSG_FAIL);
-    m.fail = (pl_msg_fail_t){.job = 2, .stage = 1, .code = PL_ERR_BACKEND};
+    m.fail = (pl_msg_fail_t){.job = 2, .stage = 1, .epoch = 6, .code = PL_ERR_BACKEND};
     snprintf(m.fail.error, sizeof(m.fail.error), "device lost: 'x'");
     s_round_trip(&m, &out);
     cr_assert_eq(out.fail.code, PL_ERR_BACKEND);
+    cr_assert_eq(out.fail.epoch, 6);
     cr_assert_str_eq(out.fail.error, "device lost: 'x'");
-    s_refused(PL_MSG_FAIL, "{\"job\": 1, \"stage\": 0, \"code\": 0, \"error\": \"x\"}", "code");
-    s_refused(PL_MSG_FAIL, "{\"job\": 1, \"stage\": 0, \"code\": -1}", "error");
+    s_refused(PL_MSG_FAIL,
+              "{\"job\": 1, \"epoch\": 1, \"stage\": 0, \"code\": 0, \"error\": \"x\"}", "code");
+    s_refused(PL_MSG_FAIL, "{\"job\": 1, \"epoch\": 1, \"stage\": 0, \"code\": -1}", "error");
 
     pl_msg_init(&m, PL_MSG_CANCEL);
     cr_assert_eq(m.cancel.stage, -1, "a fresh CANCEL means every stage of the job");
@@ -410,8 +455,11 @@ Test(msg_job, fail_carries_a_status_code_and_cancel_any_stage)
     s_round_trip(&m, &out);
     cr_assert_eq(out.cancel.job, 12);
     cr_assert_eq(out.cancel.stage, -1);
+    cr_assert_eq(out.cancel.epoch, 0, "epoch 0: every assignment of the job");
     m.cancel.stage = 3;
+    m.cancel.epoch = 9;
     s_round_trip(&m, &out);
     cr_assert_eq(out.cancel.stage, 3);
-    s_refused(PL_MSG_CANCEL, "{\"job\": 1, \"stage\": -2}", "stage");
+    cr_assert_eq(out.cancel.epoch, 9);
+    s_refused(PL_MSG_CANCEL, "{\"job\": 1, \"epoch\": 1, \"stage\": -2}", "stage");
 }

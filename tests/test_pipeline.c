@@ -157,3 +157,58 @@ Test(pipeline, bad_partition_and_bad_tokens_are_errors)
     pl_be_device_close(&dev);
     json_decref(job);
 }
+
+/* A job whose prompts are cut into prefill chunks of `chunk` tokens (0: whole prompts). */
+static json_t *s_chunked_job(double temperature, int mb, int chunk)
+{
+    json_t *job = s_job(temperature, mb, 12);
+    json_t *longp = json_array();
+    for (int i = 0; i < 23; i++)
+        json_array_append_new(longp, json_integer((i * 37 + 11) % 300));
+    json_array_append_new(json_object_get(job, "prompts"), longp);
+    json_object_set_new(job, "prefill_chunk", json_integer(chunk));
+    return job;
+}
+
+static json_t *s_run_n(const json_t *job, const int *counts, int n, int n_seqs,
+                       uint64_t *prompt_tokens)
+{
+    pl_be_device_t *dev;
+    json_t *res = NULL;
+    pl_gen_local_stats_t stats;
+    cr_assert_eq(pl_be_device_open(pl_be_cpu(), 0, 1, &dev), PL_OK);
+    pl_status_t st = s_local(s_model, job, dev, counts, n, &res, &stats);
+    cr_assert_eq(st, PL_OK, "run failed: %s", pl_error_msg());
+    cr_assert_eq(stats.generated, (uint64_t)n_seqs * 12);
+    *prompt_tokens = stats.prompt_tokens;
+    pl_be_device_close(&dev);
+    return res;
+}
+
+Test(pipeline, chunked_prefill_gives_the_tokens_of_whole_prefill)
+{
+    /* prompts of 4, 2, 9, 1, 3 and 23 tokens: chunks of 1 .. 7 and 64 tokens, most of them
+     * dividing no prompt; 1, 2 and 3 stages; one and three microbatches */
+    static const int sizes[] = {1, 2, 3, 4, 5, 7, 64};
+    static const int two[] = {2, 3}, three[] = {1, 1, 3};
+    const int *splits[] = {NULL, two, three};
+    for (int temp = 0; temp < 2; temp++) {
+        json_t *whole = s_chunked_job(temp ? 0.8 : 0, 1, 0);
+        uint64_t ptok_ref, ptok;
+        json_t *ref = s_run_n(whole, NULL, 1, 6, &ptok_ref);
+        cr_assert_eq(ptok_ref, 4 + 2 + 9 + 1 + 3 + 23);
+        for (size_t c = 0; c < sizeof(sizes) / sizeof(sizes[0]); c++) {
+            for (int n = 1; n <= 3; n++) {
+                json_t *job = s_chunked_job(temp ? 0.8 : 0, n == 1 ? 1 : 3, sizes[c]);
+                json_t *res = s_run_n(job, splits[n - 1], n, 6, &ptok);
+                char what[96];
+                snprintf(what, sizeof(what), "chunks of %d, %d stages, temperature %s",
+                         sizes[c], n, temp ? "0.8" : "0");
+                s_assert_same(ref, res, what);
+                cr_assert_eq(ptok, ptok_ref, "%s: every prompt token goes in once", what);
+                json_decref(res), json_decref(job);
+            }
+        }
+        json_decref(ref), json_decref(whole);
+    }
+}

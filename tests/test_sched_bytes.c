@@ -96,6 +96,15 @@ static pl_model_bytes_t *s_bytes(const char *name, pl_model_config_t *cfg)
     return b;
 }
 
+/* The planner's costs of a model as the coordinator makes them. */
+static pl_status_t s_costs(const pl_model_config_t *cfg, const pl_model_bytes_t *b, bool any_cpu,
+                           pl_sched_costs_t **costs_p)
+{
+    pl_sched_model_t m;
+    pl_status_t st = pl_sched_model_from_config(cfg, any_cpu, &m);
+    return st ? st : pl_sched_costs_from_stored(&m, b, any_cpu, costs_p);
+}
+
 static pl_sched_device_t s_dev(const char *name, const char *backend, double gflops, double gbps,
                                double mem_bytes)
 {
@@ -188,7 +197,7 @@ Test(sched_bytes, stage_memory_is_the_stored_bytes_of_its_tensors)
         pl_model_bytes_t *b = s_bytes(cases[i].name, &cfg);
         s_want_t w = s_want(cases[i].mat, cases[i].vec, cases[i].tied);
         pl_sched_costs_t *costs = NULL;
-        cr_assert_eq(pl_sched_costs_from_stored(&cfg, b, true, &costs), PL_OK, "%s",
+        cr_assert_eq(s_costs(&cfg, b, true, &costs), PL_OK, "%s",
                      pl_error_msg());
         /* one stage (tied table once), then two */
         for (int stages = 1; stages <= 2; stages++) {
@@ -237,7 +246,7 @@ Test(sched_bytes, decode_roofline_streams_the_stored_bytes)
         pl_model_bytes_t *b = s_bytes(names[i], &cfg);
         s_want_t w = s_want(mats[i], vecs[i], i == 1);
         pl_sched_costs_t *costs = NULL;
-        cr_assert_eq(pl_sched_costs_from_stored(&cfg, b, true, &costs), PL_OK);
+        cr_assert_eq(s_costs(&cfg, b, true, &costs), PL_OK);
         const double gbps = 20;
         pl_sched_device_t d = s_dev("a", "cpu", 100, gbps, 1e9);
         pl_plan_input_t in = {.costs = costs, .devices = &d, .n_devices = 1, .job = s_job};
@@ -265,7 +274,7 @@ static double s_mem_used(const char *name)
     pl_model_config_t cfg;
     pl_model_bytes_t *b = s_bytes(name, &cfg);
     pl_sched_costs_t *costs = NULL;
-    cr_assert_eq(pl_sched_costs_from_stored(&cfg, b, true, &costs), PL_OK);
+    cr_assert_eq(s_costs(&cfg, b, true, &costs), PL_OK);
     pl_sched_device_t d = s_dev("a", "cpu", 100, 20, 1e9);
     pl_plan_input_t in = {.costs = costs, .devices = &d, .n_devices = 1, .job = s_job};
     pl_plan_t *p = NULL;
@@ -282,7 +291,7 @@ static pl_status_t s_plan_capped(const char *name, double cap)
     pl_model_config_t cfg;
     pl_model_bytes_t *b = s_bytes(name, &cfg);
     pl_sched_costs_t *costs = NULL;
-    cr_assert_eq(pl_sched_costs_from_stored(&cfg, b, true, &costs), PL_OK);
+    cr_assert_eq(s_costs(&cfg, b, true, &costs), PL_OK);
     pl_sched_device_t d = s_dev("a", "cpu", 100, 20, cap);
     pl_plan_input_t in = {.costs = costs, .devices = &d, .n_devices = 1, .job = s_job};
     in.job.n_seqs = 1;
@@ -322,7 +331,7 @@ Test(sched_bytes, a_quantized_model_stays_off_gpus_and_the_plan_says_why)
         cr_expect_eq(r.n_refused, i);
         cr_expect_null(r.refused[1], "a CPU is never refused");
         pl_sched_costs_t *costs = NULL;
-        cr_assert_eq(pl_sched_costs_from_stored(&cfg, b, true, &costs), PL_OK);
+        cr_assert_eq(s_costs(&cfg, b, true, &costs), PL_OK);
         pl_plan_input_t in = {
             .costs = costs, .devices = d, .n_devices = 2, .job = s_job, .refused = r.refused};
         const pl_planner_t modes[] = {PL_PLANNER_AUTO, PL_PLANNER_OPTIMAL, PL_PLANNER_EVEN};
@@ -394,24 +403,25 @@ Test(sched_bytes, costs_from_stored_checks_its_inputs)
     pl_model_config_t cfg;
     pl_model_bytes_t *b = s_bytes("f32", &cfg);
     pl_sched_costs_t *costs = (pl_sched_costs_t *)&cfg; /* untouched on error */
-    cr_expect_eq(pl_sched_costs_from_stored(&cfg, NULL, true, &costs), PL_ERR_INVALID);
+    cr_expect_eq(s_costs(&cfg, NULL, true, &costs), PL_ERR_INVALID);
+    cr_expect_eq(pl_sched_costs_from_stored(NULL, b, true, &costs), PL_ERR_INVALID);
     cfg.n_layers = NL + 1;
-    cr_expect_eq(pl_sched_costs_from_stored(&cfg, b, true, &costs), PL_ERR_INVALID);
+    cr_expect_eq(s_costs(&cfg, b, true, &costs), PL_ERR_INVALID);
     cr_expect(strstr(pl_error_msg(), "3 layers for a config of 4"), "%s", pl_error_msg());
     cr_expect_eq((void *)costs, (void *)&cfg);
     cfg.n_layers = NL;
     /* GPUs only: the NKV cache in the matrices' dtype (f32 here), weights as stored */
-    cr_assert_eq(pl_sched_costs_from_stored(&cfg, b, false, &costs), PL_OK);
+    cr_assert_eq(s_costs(&cfg, b, false, &costs), PL_OK);
     cr_expect_float_eq(costs->layers[0].kv_bytes_per_token, 2.0 * NKV * 4, 1e-9);
     pl_sched_costs_destroy(&costs);
     pl_model_bytes_destroy(&b);
     b = s_bytes("bf16", &cfg);
-    cr_assert_eq(pl_sched_costs_from_stored(&cfg, b, false, &costs), PL_OK);
+    cr_assert_eq(s_costs(&cfg, b, false, &costs), PL_OK);
     cr_expect_float_eq(costs->layers[0].kv_bytes_per_token, 2.0 * NKV * 2, 1e-9, "bf16 NKV on GPU");
     cr_expect_float_eq(costs->layers[0].weight_bytes, (double)s_want(T_BF16, T_BF16, true).layer,
                        1e-9);
     pl_sched_costs_destroy(&costs);
-    cr_assert_eq(pl_sched_costs_from_stored(&cfg, b, true, &costs), PL_OK);
+    cr_assert_eq(s_costs(&cfg, b, true, &costs), PL_OK);
     cr_expect_float_eq(costs->layers[0].kv_bytes_per_token, 2.0 * NKV * 4, 1e-9, "f32 NKV on CPU");
     pl_sched_costs_destroy(&costs);
     pl_model_bytes_destroy(&b);

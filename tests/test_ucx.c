@@ -682,14 +682,3 @@ Test(ucx, peer_process_death_is_reported, .timeout = 60)
     cr_assert_eq(st, PL_ERR_TIMEOUT, "%s", pl_error_msg());
     pl_ucx_destroy(&a);
 }
-
-/* Stage tuning: eager sends unless the user chose otherwise. */
-Test(ucx, stage_tuning_sets_eager_sends_unless_the_user_chose)
-{
-    unsetenv("UCX_RNDV_THRESH");
-    pl_ucx_tune_for_stages();
-    cr_assert_str_eq(getenv("UCX_RNDV_THRESH"), "inf");
-    setenv("UCX_RNDV_THRESH", "64k", 1);
-    pl_ucx_tune_for_stages();
-    cr_assert_str_eq(getenv("UCX_RNDV_THRESH"), "64k");
-}

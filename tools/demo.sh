@@ -28,7 +28,10 @@ cleanup() {
 }
 trap cleanup EXIT
 
-"$B/pipecoord" >"$OUT/logs/pipecoord.log" 2>&1 &
+# the demo's own state database, fresh each run, so that its job is job 1 (a real cluster keeps
+# one in the state directory: ids continue across restarts)
+rm -f "$OUT/coord.db" "$OUT/coord.db-wal" "$OUT/coord.db-shm"
+"$B/pipecoord" --state-db "$OUT/coord.db" >"$OUT/logs/pipecoord.log" 2>&1 &
 pids+=($!)
 echo "demo: starting 3 daemons (logs in $OUT/logs)"
 # one at a time: each daemon calibrates its device before registering, and three

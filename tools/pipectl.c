@@ -347,7 +347,13 @@ static int s_plan_whatif(const s_ctl_t *c, const pl_job_spec_t *spec, const char
     bool any_cpu = false; /* among the candidates: what the coordinator charges KV by */
     for (int i = 0; i < n; i++)
         any_cpu |= !refusals.refused[i] && !strcmp(devs[i].backend, "cpu");
-    if (pl_sched_costs_from_stored(&cfg, bytes, any_cpu, &costs) ||
+    pl_sched_model_t model_shape;
+    if (pl_sched_model_from_config(&cfg, any_cpu, &model_shape)) {
+        rc = s_die("%s", pl_error_msg());
+        goto out;
+    }
+    model_shape.act_bytes = pl_gen_spec_wire_bytes(spec); /* the links carry the wire dtype */
+    if (pl_sched_costs_from_stored(&model_shape, bytes, any_cpu, &costs) ||
         pl_sched_job_from_spec(spec, &cfg, &in.job)) {
         rc = s_die("%s", pl_error_msg());
         goto out;

@@ -8,7 +8,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PKGS=(build-essential cmake pkg-config libzmq3-dev libucx-dev libyaml-dev libcriterion-dev
-      libjansson-dev libopenblas-dev libpcre2-dev libutf8proc-dev libmicrohttpd-dev iproute2
+      libjansson-dev libopenblas-dev libpcre2-dev libutf8proc-dev libmicrohttpd-dev libsqlite3-dev
+      iproute2
       util-linux procps)
 # node and npm run the tokenizer and chat template references of the tests (tests/js)
 command -v node >/dev/null 2>&1 || PKGS+=(nodejs)

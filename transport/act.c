@@ -8,7 +8,7 @@
 
 /* The layout is described in act.h. 32 + 20 * n_seq is a multiple of 4, so the payload of a
  * message received into a malloc'd buffer is aligned for float. */
-#define PL_ACT_VERSION 1u
+#define PL_ACT_VERSION 2u
 #define PL_ACT_KNOWN_FLAGS PL_ACT_FINISHED
 /* Below this many entries the duplicate check compares pairs instead of sorting a copy. */
 #define PL_ACT_DUP_QUADRATIC 32u
@@ -43,7 +43,7 @@ static bool s_payload_bytes(const pl_act_hdr_t *hdr, size_t *out)
     size_t n = 0;
     if (hdr->kind == PL_ACT_HIDDEN &&
         (__builtin_mul_overflow((size_t)hdr->n_tokens, (size_t)hdr->dim, &n) ||
-         __builtin_mul_overflow(n, sizeof(float), &n)))
+         __builtin_mul_overflow(n, pl_act_dtype_size((pl_act_dtype_t)hdr->dtype), &n)))
         return false;
     *out = n;
     return true;
@@ -71,6 +71,10 @@ size_t pl_act_size(const pl_act_hdr_t *hdr)
 /* Shape rules that depend only on the header: counts per kind and the hidden size. */
 static pl_status_t s_check_shape(const pl_act_hdr_t *hdr, pl_status_t err)
 {
+    if (hdr->dtype >= PL_ACT_DTYPE_COUNT || (hdr->kind != PL_ACT_HIDDEN && hdr->dtype != 0))
+        return pl_error(err, "activation: dtype %u with kind %u (hidden messages carry f32 0, "
+                             "bf16 1 or f16 2; others 0)",
+                        hdr->dtype, hdr->kind);
     switch (hdr->kind) {
     case PL_ACT_HIDDEN:
         if (hdr->n_seq == 0 || hdr->n_tokens == 0 || hdr->dim == 0)
@@ -142,7 +146,8 @@ pl_status_t pl_act_encode(const pl_act_hdr_t *hdr, const pl_act_seq_t *seqs, con
 
     s_put_u32(buf + 0, PL_ACT_MAGIC);
     s_put_u16(buf + 4, PL_ACT_VERSION);
-    s_put_u16(buf + 6, (uint16_t)hdr->kind);
+    buf[6] = (unsigned char)hdr->kind;
+    buf[7] = (unsigned char)hdr->dtype;
     s_put_u32(buf + 8, hdr->job);
     s_put_u32(buf + 12, hdr->mb);
     s_put_u32(buf + 16, hdr->step);
@@ -157,16 +162,24 @@ pl_status_t pl_act_encode(const pl_act_hdr_t *hdr, const pl_act_seq_t *seqs, con
         s_put_u32(p + 12, seqs[i].flags);
         s_put_u32(p + 16, (uint32_t)seqs[i].token);
     }
-    if (payload_len > 0) {
+    if (payload_len > 0 && hdr->dtype == PL_ACT_F32) {
         /* f32 payload: byte-swapped only on big-endian hosts. */
 #if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
         memcpy(p, payload, payload_len);
 #else
-        const unsigned char *src = payload;
-        for (size_t i = 0; i < payload_len; i += 4)
-            s_put_u32(p + i, (uint32_t)src[i] << 24 | (uint32_t)src[i + 1] << 16 |
-                                 (uint32_t)src[i + 2] << 8 | src[i + 3]);
+        const float *src = payload;
+        for (size_t i = 0; i < payload_len / 4; i++) {
+            uint32_t u;
+            memcpy(&u, &src[i], 4);
+            s_put_u32(p + 4 * i, u);
+        }
 #endif
+    } else if (payload_len > 0) {
+        const float *src = payload;
+        uint16_t (*conv)(float) =
+            hdr->dtype == PL_ACT_BF16 ? pl_act_f32_to_bf16 : pl_act_f32_to_f16;
+        for (size_t i = 0; i < payload_len / 2; i++)
+            s_put_u16(p + 2 * i, conv(src[i]));
     }
     *buf_p = buf;
     *len_p = total;
@@ -228,7 +241,8 @@ pl_status_t pl_act_decode(const void *buf, size_t len, const pl_act_limits_t *li
     if (version != PL_ACT_VERSION)
         return pl_error(PL_ERR_PROTOCOL, "activation: version %u (expected %u)", version,
                         PL_ACT_VERSION);
-    h.kind = s_get_u16(b + 6);
+    h.kind = b[6];
+    h.dtype = b[7];
     h.job = s_get_u32(b + 8);
     h.mb = s_get_u32(b + 12);
     h.step = s_get_u32(b + 16);
@@ -246,6 +260,10 @@ pl_status_t pl_act_decode(const void *buf, size_t len, const pl_act_limits_t *li
                         h.n_tokens, limits->max_tokens);
     if (h.kind == PL_ACT_HIDDEN && h.dim != limits->dim)
         return pl_error(PL_ERR_PROTOCOL, "activation: dim %u (expected %u)", h.dim, limits->dim);
+    if (h.kind == PL_ACT_HIDDEN && h.dtype != limits->dtype)
+        return pl_error(PL_ERR_PROTOCOL, "activation: dtype %s (the job's wire dtype is %s)",
+                        pl_act_dtype_name((pl_act_dtype_t)h.dtype),
+                        pl_act_dtype_name((pl_act_dtype_t)limits->dtype));
     if (!s_total_bytes(&h, &total))
         return pl_error(PL_ERR_PROTOCOL, "activation: message size overflows");
     if (len != total)
@@ -287,4 +305,9 @@ uint64_t pl_act_tag(uint32_t job, pl_act_kind_t kind, uint32_t mb, uint32_t step
 uint64_t pl_act_tag_job(uint32_t job)
 {
     return (uint64_t)(job & 0xfffffu) << 44;
+}
+
+uint64_t pl_act_tag_credit(uint32_t job)
+{
+    return pl_act_tag_job(job) | (uint64_t)PL_ACT_TAG_KIND_CREDIT << 40;
 }

@@ -1,5 +1,6 @@
 /* The data-plane message between stages: a fixed little-endian header, one entry per sequence,
- * then the payload (f32 activations, or int32 token ids for the ring back to stage 0).
+ * then the payload (activations as f32, bf16 or f16: the job's wire dtype; token ids for the
+ * ring back to stage 0 travel in the entries).
  * Decoding checks every count and size against the received length and the job's limits. */
 #ifndef PL_TRANSPORT_ACT_H
 #define PL_TRANSPORT_ACT_H
@@ -16,6 +17,21 @@ typedef enum {
     PL_ACT_TOKENS = 2, /* last stage -> stage 0: one sampled token per sequence */
     PL_ACT_STOP = 3,   /* stage 0 -> ... -> last: the job is over */
 } pl_act_kind_t;
+
+/* How hidden states travel: f32 keeps every partition's tokens identical; bf16 and f16 halve the
+ * bytes (rounded to nearest even; stages compute in f32 either way). */
+typedef enum {
+    PL_ACT_F32 = 0,
+    PL_ACT_BF16 = 1,
+    PL_ACT_F16 = 2,
+} pl_act_dtype_t;
+#define PL_ACT_DTYPE_COUNT 3
+/* "f32", "bf16", "f16"; NULL for an unknown value. */
+const char *pl_act_dtype_name(pl_act_dtype_t dtype);
+/* PL_OK and *dtype_p for a known name, else PL_ERR_INVALID naming the choices. */
+pl_status_t pl_act_dtype_parse(const char *name, pl_act_dtype_t *dtype_p);
+/* Bytes of one value: 4 or 2. */
+size_t pl_act_dtype_size(pl_act_dtype_t dtype);
 
 /* Per-sequence entry. For PL_ACT_TOKENS, `token` is the sampled id and `flags` has
  * PL_ACT_FINISHED set when the sequence ended (EOS or max tokens). */
@@ -36,6 +52,7 @@ typedef struct {
     uint32_t n_seq;
     uint32_t n_tokens; /* sum of n_tok */
     uint32_t dim;      /* hidden size for PL_ACT_HIDDEN, else 0 */
+    uint32_t dtype;    /* pl_act_dtype_t of the payload for PL_ACT_HIDDEN, else 0 (f32) */
 } pl_act_hdr_t;
 
 typedef struct {
@@ -43,11 +60,13 @@ typedef struct {
     uint32_t max_tokens; /* tokens in one message */
     uint32_t dim;        /* expected hidden size */
     uint32_t max_pos;    /* positions are below this */
+    uint32_t dtype;      /* the job's wire dtype: hidden messages must carry it */
 } pl_act_limits_t;
 
-/* Wire layout: a 32-byte header (magic u32, version u16 = 1, kind u16, job, mb, step, n_seq,
- * n_tokens, dim: u32 each), n_seq entries of 20 bytes (seq, pos0, n_tok, flags: u32, token: i32),
- * then for PL_ACT_HIDDEN the f32 payload [n_tokens][dim]; all little-endian. PL_ACT_TOKENS has
+/* Wire layout: a 32-byte header (magic u32, version u16 = 2, kind u8, dtype u8, job, mb, step,
+ * n_seq, n_tokens, dim: u32 each), n_seq entries of 20 bytes (seq, pos0, n_tok, flags: u32,
+ * token: i32), then for PL_ACT_HIDDEN the payload [n_tokens][dim] in dtype (IEEE binary32,
+ * bfloat16 or binary16); all little-endian. PL_ACT_TOKENS has
  * n_tokens == n_seq, every n_tok 1, dim 0 and no payload (the token is in the entry);
  * PL_ACT_STOP has no entries and no payload. */
 #define PL_ACT_HDR_BYTES 32u
@@ -55,23 +74,47 @@ typedef struct {
 
 /* Encoded size of a message (SIZE_MAX when it overflows). */
 size_t pl_act_size(const pl_act_hdr_t *hdr);
-/* Encode into a new malloc'd buffer; payload holds pl_act_size - header bytes (may be NULL when
- * there is no payload). The header and entries must follow the rules above (PL_ERR_INVALID). */
+/* Encode into a new malloc'd buffer. payload holds f32 values [n_tokens][dim] for PL_ACT_HIDDEN,
+ * converted to hdr->dtype on the way (NULL for the other kinds). The header and entries must
+ * follow the rules above (PL_ERR_INVALID). */
 pl_status_t pl_act_encode(const pl_act_hdr_t *hdr, const pl_act_seq_t *seqs, const void *payload,
                           void **buf_p, size_t *len_p);
 /* Decode and validate. seqs must have room for limits->max_seq entries; *payload_p points into
  * buf (NULL for kinds without payload; payload_p may be NULL). The payload starts at a multiple
- * of 4 bytes into buf, so it is float-aligned when buf is malloc'd. Checks: magic, version, kind,
- * the per-kind shape, 1 <= n_seq <= max_seq, n_tokens <= max_tokens, dim == limits->dim, the
+ * of 4 bytes into buf, so it is float-aligned when buf is malloc'd, and is in the wire dtype
+ * (pl_act_payload_f32 reads it). Checks: magic, version, kind, dtype (== limits->dtype for
+ * hidden messages, 0 otherwise), the per-kind shape, 1 <= n_seq <= max_seq, n_tokens <=
+ * max_tokens, dim == limits->dim, the
  * exact length, and per entry seq < max_seq (no duplicates), n_tok >= 1, sum(n_tok) == n_tokens,
  * pos0 + n_tok <= max_pos, only known flags, token >= 0 in PL_ACT_TOKENS. PL_ERR_PROTOCOL with the
  * field named; *hdr and *payload_p are set only on success (seqs may be partly written). */
 pl_status_t pl_act_decode(const void *buf, size_t len, const pl_act_limits_t *limits,
                           pl_act_hdr_t *hdr, pl_act_seq_t *seqs, const void **payload_p);
 
+/* The payload of a decoded hidden message as f32 [n_tokens][dim]: *f32_p is the payload itself
+ * when it is f32 on a little-endian host (no copy), else `scratch` (n_tokens * dim floats)
+ * filled by converting it. */
+void pl_act_payload_f32(const pl_act_hdr_t *hdr, const void *payload, float *scratch,
+                        const float **f32_p);
+/* Round n f32 values in place to what they become through the wire dtype and back (what the
+ * next stage computes from); nothing for f32. */
+void pl_act_round(pl_act_dtype_t dtype, float *x, size_t n);
+/* Single-value conversions (IEEE round to nearest even; NaN stays NaN, its payload kept). */
+uint16_t pl_act_f32_to_bf16(float f);
+uint16_t pl_act_f32_to_f16(float f);
+float pl_act_bf16_to_f32(uint16_t h);
+float pl_act_f16_to_f32(uint16_t h);
+
 /* Tag layout: [job:20][kind:4][mb:16][step:24]; each value is truncated to its field width. */
 uint64_t pl_act_tag(uint32_t job, pl_act_kind_t kind, uint32_t mb, uint32_t step);
 #define PL_ACT_TAG_JOB_MASK 0xfffff00000000000ULL
 uint64_t pl_act_tag_job(uint32_t job);
+/* The tag's kind field beyond the message kinds: 4 carries the credit grants of the data plane
+ * (transport/ucx.h), 0xf the link probes. Message kinds (1..3) have the kind's bit 2 clear and
+ * those have it set, so (pl_act_tag_job(job), PL_ACT_TAG_DATA_MASK) matches a job's messages
+ * and nothing else. */
+#define PL_ACT_TAG_KIND_CREDIT 4u
+#define PL_ACT_TAG_DATA_MASK (PL_ACT_TAG_JOB_MASK | (4ULL << 40))
+uint64_t pl_act_tag_credit(uint32_t job);
 
 #endif

@@ -35,6 +35,7 @@ typedef enum {
     PL_MSG_ERROR,      /* coord -> pipectl / daemon: failure, {"code": status, "error": "..."} */
     PL_MSG_SHUTDOWN,   /* pipectl -> coord, coord -> daemons: stop the cluster */
     PL_MSG_PLAN,       /* pipectl -> coord: plan a job on the live cluster without submitting */
+    PL_MSG_BYE,        /* daemon -> coord: this node is stopping (its stages end now) */
     PL_MSG_COUNT_
 } pl_msg_type_t;
 

@@ -113,6 +113,7 @@ pl_status_t pl_msg_encode(const pl_msg_t *m, json_t **body_p)
     case PL_MSG_KILL:
         return pl_msg_job_ref_encode(&m->job_ref, body_p);
     case PL_MSG_HEALTH:
+    case PL_MSG_BYE:
         return pl_msg_health_encode(&m->health, body_p);
     case PL_MSG_REPLY:
         if (!json_is_object(m->reply.body))
@@ -178,6 +179,7 @@ pl_status_t pl_msg_decode(pl_msg_type_t type, const json_t *body, pl_msg_t *out)
         st = pl_msg_job_ref_decode(body, &m->job_ref);
         break;
     case PL_MSG_HEALTH:
+    case PL_MSG_BYE:
         st = pl_msg_health_decode(body, &m->health);
         break;
     case PL_MSG_REPLY:

@@ -39,6 +39,7 @@ typedef struct {
 typedef struct {
     uint32_t job;
     int stage;
+    uint32_t epoch; /* the assignment's epoch, so the coordinator can cancel stale stages */
     int64_t generated;
 } pl_msg_progress_t;
 
@@ -66,10 +67,16 @@ typedef struct {
     int heartbeat_ms, dead_after_ms;
 } pl_msg_welcome_t;
 
+/* Every stage message names (job, stage, epoch). The epoch is the coordinator's assignment
+ * number, never repeated (it persists across restarts): a message of an earlier assignment of
+ * the same job, or of a job the coordinator no longer knows, is refused. 0: not yet stamped (an
+ * executor's message inside pipeld, before the daemon adds its assignment's epoch). */
+
 /* ASSIGN: what the coordinator decided for one stage, beside the job as the user asked it. */
 typedef struct {
     uint32_t job;
     int stage, n_stages;
+    uint32_t epoch;
     char device[32];
     int first, last;  /* layer range */
     int max_ctx;      /* KV positions per sequence */
@@ -82,6 +89,7 @@ typedef struct {
 typedef struct {
     uint32_t job;
     int stage;
+    uint32_t epoch;
     char *ucx_addr; /* owned */
 } pl_msg_ready_t;
 
@@ -89,6 +97,7 @@ typedef struct {
 typedef struct {
     uint32_t job;
     int stage;
+    uint32_t epoch;
     char *next, *prev; /* owned */
 } pl_msg_start_t;
 
@@ -98,6 +107,14 @@ typedef struct {
     double gbps, latency_s, took_s;
     char transport[64];
 } pl_msg_probe_t;
+
+/* A stage's data plane (transport/ucx.h credits): its inbox, the credits the next stage granted,
+ * the most sends it had in flight, and the memory bound those make. */
+typedef struct {
+    int inbox_slots;
+    int64_t inbox_bytes, send_credits, max_in_flight, bound_bytes;
+    bool progress_thread;
+} pl_msg_data_plane_t;
 
 /* A stage's statistics, in DONE (has_sink: the last stage, which samples). */
 typedef struct {
@@ -109,7 +126,11 @@ typedef struct {
     double prefill_compute_s, decode_compute_s;
     int64_t prefill_calls, decode_calls;
     int64_t freed_seqs; /* KV slots freed because their sequence finished */
+    int64_t bytes_sent; /* data-plane bytes this stage sent */
+    char wire_dtype[8]; /* how its activations travelled ("f32", "bf16", "f16"); "" unknown */
     char link[64]; /* transport to the next stage; "" when none */
+    bool has_data_plane;
+    pl_msg_data_plane_t data_plane;
     bool has_probe;
     pl_msg_probe_t probe;
 } pl_msg_stats_t;
@@ -127,6 +148,7 @@ typedef struct {
 typedef struct {
     uint32_t job;
     int stage;
+    uint32_t epoch;
     pl_msg_stats_t stats;
     int n_results;            /* the last stage: one per sequence in prompt order; others 0 */
     pl_msg_result_t *results; /* owned */
@@ -135,14 +157,17 @@ typedef struct {
 typedef struct {
     uint32_t job;
     int stage;
+    uint32_t epoch;
     pl_status_t code;
     char error[PL_MSG_TEXT_MAX + 1];
 } pl_msg_fail_t;
 
-/* CANCEL: stop (or release) a job's stage; stage -1 is every stage of the job on the node. */
+/* CANCEL: stop (or release) a job's stage; stage -1 is every stage of the job on the node; epoch
+ * 0 is every assignment of it. */
 typedef struct {
     uint32_t job;
     int stage;
+    uint32_t epoch;
 } pl_msg_cancel_t;
 
 /* ERROR: callers branch on code (a negative pl_status_t), the message is for people. */
@@ -181,7 +206,8 @@ typedef struct {
         pl_msg_cancel_t cancel;
         pl_job_spec_t submit;     /* SUBMIT and PLAN */
         pl_msg_job_ref_t job_ref; /* STATUS, RESULTS, KILL */
-        pl_msg_health_t health;
+        pl_msg_health_t health;   /* HEALTH; BYE names the stopping node the same way */
+        pl_msg_health_t bye;
         pl_msg_reply_t reply;
         pl_msg_error_t error;
         /* NODES and SHUTDOWN carry nothing */

@@ -12,8 +12,9 @@ pl_status_t pl_msg_heartbeat_encode(const pl_msg_heartbeat_t *m, json_t **body_p
     json_t *stages = json_array();
     for (int i = 0; stages && i < m->n_stages; i++)
         json_array_append_new(
-            stages, json_pack("{s:I, s:i, s:I}", "job", (json_int_t)m->stages[i].job, "stage",
-                              m->stages[i].stage, "generated", (json_int_t)m->stages[i].generated));
+            stages, json_pack("{s:I, s:i, s:I, s:I}", "job", (json_int_t)m->stages[i].job, "stage",
+                              m->stages[i].stage, "epoch", (json_int_t)m->stages[i].epoch,
+                              "generated", (json_int_t)m->stages[i].generated));
     return pl_msg_int_done(json_pack("{s:s, s:o, s:I, s:f}", "node", m->node, "stages", stages,
                                      "rss_kb", (json_int_t)m->rss_kb, "load1", m->load1),
                            "HEARTBEAT", body_p);
@@ -31,14 +32,16 @@ pl_status_t pl_msg_heartbeat_decode(const json_t *body, pl_msg_heartbeat_t *out)
         return st;
     for (size_t i = 0; i < json_array_size(stages); i++) {
         const json_t *e = json_array_get(stages, i);
-        int64_t job, stage;
+        int64_t job, stage, epoch;
         pl_msg_progress_t *p = &m.stages[m.n_stages++];
         if ((st = pl_json_int(e, "job", 1, UINT32_MAX, &job)) ||
             (st = pl_json_int(e, "stage", 0, PL_MSG_MAX_STAGES - 1, &stage)) ||
+            (st = pl_json_int(e, "epoch", 0, UINT32_MAX, &epoch)) ||
             (st = pl_json_int(e, "generated", 0, INT64_MAX, &p->generated)))
             return pl_error_prefix(st, "stages[%zu]: ", i);
         p->job = (uint32_t)job;
         p->stage = (int)stage;
+        p->epoch = (uint32_t)epoch;
     }
     *out = m;
     return PL_OK;

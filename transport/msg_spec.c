@@ -1,6 +1,7 @@
 /* The job spec's one JSON codec (SUBMIT, PLAN, and inside ASSIGN) and the ASSIGN message: what the
  * user asked for, and what the coordinator decided for one stage, as separate values. */
 #include "common/json.h"
+#include "transport/act.h"
 #include "transport/msg.h"
 #include "transport/msg_int.h"
 
@@ -28,6 +29,12 @@ pl_status_t pl_job_spec_encode(const pl_job_spec_t *s, json_t **body_p)
         "temperature", (double)s->gen.temperature, "top_k", s->gen.top_k, "top_p",
         (double)s->gen.top_p, "seed", seed, "microbatches", s->microbatches, "stages", s->stages,
         "planner", pl_planner_name(s->planner), "nodes", nodes);
+    json_t *g = json_object_get(body, "gen");
+    if (g) { /* the data plane's settings */
+        json_object_set_new(g, "prefill_chunk", json_integer(s->gen.prefill_chunk));
+        json_object_set_new(g, "wire_dtype",
+                            json_string(s->gen.wire_dtype[0] ? s->gen.wire_dtype : "f32"));
+    }
     return pl_msg_int_done(body, "job", body_p);
 }
 
@@ -86,6 +93,9 @@ static pl_status_t s_gen(const json_t *gen, pl_job_spec_t *s)
 {
     json_t *prompts;
     int64_t max_new = s->gen.max_new_tokens, min_new = s->gen.min_new_tokens;
+    int64_t chunk = s->gen.prefill_chunk;
+    const char *wire = NULL;
+    pl_act_dtype_t dt;
     pl_status_t st;
     if (!json_is_object(gen))
         return pl_error(PL_ERR_INVALID, "field 'gen': expected an object");
@@ -96,8 +106,15 @@ static pl_status_t s_gen(const json_t *gen, pl_job_spec_t *s)
     if ((st = pl_json_int_opt(gen, "max_new_tokens", 1, PL_JOB_MAX_NEW_TOKENS, &max_new)) ||
         (st = pl_json_int_opt(gen, "min_new_tokens", 0, max_new, &min_new)) ||
         (st = pl_json_bool_opt(gen, "stop_at_eos", &s->gen.stop_at_eos)) ||
-        (st = s_sampling(json_object_get(gen, "sampling"), &s->gen)))
+        (st = s_sampling(json_object_get(gen, "sampling"), &s->gen)) ||
+        (st = pl_json_int_opt(gen, "prefill_chunk", 0, PL_JOB_MAX_PREFILL_CHUNK, &chunk)) ||
+        (st = pl_json_str_opt(gen, "wire_dtype", sizeof(s->gen.wire_dtype) - 1, &wire)))
         return st;
+    if (wire && (st = pl_act_dtype_parse(wire, &dt)))
+        return pl_error_prefix(st, "field 'wire_dtype': ");
+    if (wire)
+        snprintf(s->gen.wire_dtype, sizeof(s->gen.wire_dtype), "%s", wire);
+    s->gen.prefill_chunk = (int)chunk;
     s->gen.max_new_tokens = (int)max_new;
     s->gen.min_new_tokens = (int)min_new;
     s->n_prompts = (int)json_array_size(prompts);
@@ -168,23 +185,24 @@ pl_status_t pl_msg_assign_encode(const pl_msg_assign_t *m, json_t **body_p)
     pl_status_t st = pl_job_spec_encode(&m->spec, &spec);
     if (st)
         return st;
-    json_t *body =
-        json_pack("{s:I, s:i, s:i, s:s, s:i, s:i, s:i, s:i, s:i, s:o}", "job", (json_int_t)m->job,
-                  "stage", m->stage, "n_stages", m->n_stages, "device", m->device, "first",
-                  m->first, "last", m->last, "max_ctx", m->max_ctx, "max_tokens", m->max_tokens,
-                  "microbatches", m->microbatches, "spec", spec);
+    json_t *body = json_pack("{s:I, s:i, s:I, s:i, s:s, s:i, s:i, s:i, s:i, s:i, s:o}", "job",
+                             (json_int_t)m->job, "stage", m->stage, "epoch", (json_int_t)m->epoch,
+                             "n_stages", m->n_stages, "device", m->device, "first", m->first,
+                             "last", m->last, "max_ctx", m->max_ctx, "max_tokens", m->max_tokens,
+                             "microbatches", m->microbatches, "spec", spec);
     return pl_msg_int_done(body, "ASSIGN", body_p);
 }
 
 pl_status_t pl_msg_assign_decode(const json_t *body, pl_msg_assign_t *out)
 {
-    int64_t job, stage, n_stages, first, last, max_ctx, max_tokens, mb;
+    int64_t job, stage, epoch, n_stages, first, last, max_ctx, max_tokens, mb;
     pl_msg_assign_t *m = calloc(1, sizeof(*m));
     pl_status_t st;
     if (!m)
         return pl_error(PL_ERR_NOMEM, "ASSIGN: out of memory");
     if ((st = pl_json_int(body, "job", 1, UINT32_MAX, &job)) ||
         (st = pl_json_int(body, "stage", 0, PL_MSG_MAX_STAGES - 1, &stage)) ||
+        (st = pl_json_int(body, "epoch", 1, UINT32_MAX, &epoch)) ||
         (st = pl_json_int(body, "n_stages", stage + 1, PL_MSG_MAX_STAGES, &n_stages)) ||
         (st = pl_json_str(body, "device", m->device, sizeof(m->device) - 1)) ||
         (st = pl_json_int(body, "first", 0, 4096, &first)) ||
@@ -204,6 +222,7 @@ pl_status_t pl_msg_assign_decode(const json_t *body, pl_msg_assign_t *out)
     }
     m->job = (uint32_t)job;
     m->stage = (int)stage;
+    m->epoch = (uint32_t)epoch;
     m->n_stages = (int)n_stages;
     m->first = (int)first;
     m->last = (int)last;

@@ -7,23 +7,27 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* job and stage, the first fields of every stage message */
-static pl_status_t s_ids(const json_t *body, int64_t min_stage, uint32_t *job, int *stage)
+/* job, stage and epoch, the first fields of every stage message */
+static pl_status_t s_ids(const json_t *body, int64_t min_stage, uint32_t *job, int *stage,
+                         uint32_t *epoch)
 {
-    int64_t j, s;
+    int64_t j, s, e;
     pl_status_t st;
     if ((st = pl_json_int(body, "job", 1, UINT32_MAX, &j)) ||
-        (st = pl_json_int(body, "stage", min_stage, PL_MSG_MAX_STAGES - 1, &s)))
+        (st = pl_json_int(body, "stage", min_stage, PL_MSG_MAX_STAGES - 1, &s)) ||
+        (st = pl_json_int(body, "epoch", 0, UINT32_MAX, &e)))
         return st;
     *job = (uint32_t)j;
     *stage = (int)s;
+    *epoch = (uint32_t)e;
     return PL_OK;
 }
 
 pl_status_t pl_msg_ready_encode(const pl_msg_ready_t *m, json_t **body_p)
 {
-    return pl_msg_int_done(json_pack("{s:I, s:i, s:s?}", "job", (json_int_t)m->job, "stage",
-                                     m->stage, "ucx_addr", m->ucx_addr),
+    return pl_msg_int_done(json_pack("{s:I, s:i, s:I, s:s?}", "job", (json_int_t)m->job, "stage",
+                                     m->stage, "epoch", (json_int_t)m->epoch, "ucx_addr",
+                                     m->ucx_addr),
                            "READY", body_p);
 }
 
@@ -31,7 +35,7 @@ pl_status_t pl_msg_ready_decode(const json_t *body, pl_msg_ready_t *out)
 {
     pl_msg_ready_t m = {0};
     pl_status_t st;
-    if ((st = s_ids(body, 0, &m.job, &m.stage)) ||
+    if ((st = s_ids(body, 0, &m.job, &m.stage, &m.epoch)) ||
         (st = pl_msg_int_strdup_opt(body, "ucx_addr", PL_MSG_MAX_ADDR, &m.ucx_addr)))
         return st;
     *out = m;
@@ -40,8 +44,9 @@ pl_status_t pl_msg_ready_decode(const json_t *body, pl_msg_ready_t *out)
 
 pl_status_t pl_msg_start_encode(const pl_msg_start_t *m, json_t **body_p)
 {
-    return pl_msg_int_done(json_pack("{s:I, s:i, s:s?, s:s?}", "job", (json_int_t)m->job, "stage",
-                                     m->stage, "next", m->next, "prev", m->prev),
+    return pl_msg_int_done(json_pack("{s:I, s:i, s:I, s:s?, s:s?}", "job", (json_int_t)m->job,
+                                     "stage", m->stage, "epoch", (json_int_t)m->epoch, "next",
+                                     m->next, "prev", m->prev),
                            "START", body_p);
 }
 
@@ -49,7 +54,7 @@ pl_status_t pl_msg_start_decode(const json_t *body, pl_msg_start_t *out)
 {
     pl_msg_start_t m = {0};
     pl_status_t st;
-    if ((st = s_ids(body, 0, &m.job, &m.stage)) ||
+    if ((st = s_ids(body, 0, &m.job, &m.stage, &m.epoch)) ||
         (st = pl_msg_int_strdup_opt(body, "next", PL_MSG_MAX_ADDR, &m.next)) ||
         (st = pl_msg_int_strdup_opt(body, "prev", PL_MSG_MAX_ADDR, &m.prev))) {
         free(m.next);
@@ -75,8 +80,25 @@ pl_status_t pl_msg_stats_encode(const pl_msg_stats_t *m, json_t **body_p)
     json_object_set_new(s, "decode_compute_s", json_real(m->decode_compute_s));
     json_object_set_new(s, "decode_calls", json_integer((json_int_t)m->decode_calls));
     json_object_set_new(s, "freed_seqs", json_integer((json_int_t)m->freed_seqs));
+    json_object_set_new(s, "bytes_sent", json_integer((json_int_t)m->bytes_sent));
+    if (m->wire_dtype[0])
+        json_object_set_new(s, "wire_dtype", json_string(m->wire_dtype));
     if (m->link[0])
         json_object_set_new(s, "link", json_string(m->link));
+    if (m->has_data_plane) {
+        const pl_msg_data_plane_t *d = &m->data_plane;
+        json_t *dj = json_pack("{s:i, s:I, s:I, s:I, s:I, s:b}", "inbox_slots", d->inbox_slots,
+                               "inbox_bytes", (json_int_t)d->inbox_bytes, "send_credits",
+                               (json_int_t)d->send_credits, "max_in_flight",
+                               (json_int_t)d->max_in_flight, "bound_bytes",
+                               (json_int_t)d->bound_bytes, "progress_thread",
+                               d->progress_thread);
+        if (!dj) {
+            json_decref(s);
+            return pl_msg_int_done(NULL, "stats.data_plane", body_p);
+        }
+        json_object_set_new(s, "data_plane", dj);
+    }
     if (m->has_probe) {
         const pl_msg_probe_t *p = &m->probe;
         json_t *pj =
@@ -97,7 +119,7 @@ pl_status_t pl_msg_stats_encode(const pl_msg_stats_t *m, json_t **body_p)
 pl_status_t pl_msg_stats_decode(const json_t *body, pl_msg_stats_t *out)
 {
     pl_msg_stats_t m = {0};
-    const char *link = NULL;
+    const char *link = NULL, *wire = NULL;
     pl_status_t st;
     if (!json_is_object(body))
         return pl_error(PL_ERR_INVALID, "field 'stats': expected an object");
@@ -111,8 +133,28 @@ pl_status_t pl_msg_stats_decode(const json_t *body, pl_msg_stats_t *out)
         (st = pl_json_num(body, "decode_compute_s", 0, S_MAX_S, &m.decode_compute_s)) ||
         (st = pl_json_int(body, "decode_calls", 0, S_MAX_N, &m.decode_calls)) ||
         (st = pl_json_int(body, "freed_seqs", 0, S_MAX_N, &m.freed_seqs)) ||
+        (st = pl_json_int_opt(body, "bytes_sent", 0, S_MAX_N, &m.bytes_sent)) ||
+        (st = pl_json_str_opt(body, "wire_dtype", sizeof(m.wire_dtype) - 1, &wire)) ||
         (st = pl_json_str_opt(body, "link", sizeof(m.link) - 1, &link)))
         return pl_error_prefix(st, "stats: ");
+    if (wire)
+        snprintf(m.wire_dtype, sizeof(m.wire_dtype), "%s", wire);
+    const json_t *dp = json_object_get(body, "data_plane");
+    if (dp && !json_is_null(dp)) {
+        pl_msg_data_plane_t *d = &m.data_plane;
+        int64_t slots = 0;
+        if (!json_is_object(dp))
+            return pl_error(PL_ERR_INVALID, "stats: field 'data_plane': expected an object");
+        if ((st = pl_json_int(dp, "inbox_slots", 0, 1 << 20, &slots)) ||
+            (st = pl_json_int(dp, "inbox_bytes", 0, S_MAX_N, &d->inbox_bytes)) ||
+            (st = pl_json_int(dp, "send_credits", 0, S_MAX_N, &d->send_credits)) ||
+            (st = pl_json_int(dp, "max_in_flight", 0, S_MAX_N, &d->max_in_flight)) ||
+            (st = pl_json_int(dp, "bound_bytes", 0, S_MAX_N, &d->bound_bytes)) ||
+            (st = pl_json_bool_opt(dp, "progress_thread", &d->progress_thread)))
+            return pl_error_prefix(st, "stats.data_plane: ");
+        d->inbox_slots = (int)slots;
+        m.has_data_plane = true;
+    }
     m.has_sink = json_object_get(body, "generated") != NULL;
     if (m.has_sink && ((st = pl_json_int(body, "generated", 0, S_MAX_N, &m.generated)) ||
                        (st = pl_json_num(body, "prefill_s", 0, S_MAX_S, &m.prefill_s))))
@@ -230,8 +272,8 @@ pl_status_t pl_msg_done_encode(const pl_msg_done_t *m, json_t **body_p)
         json_decref(stats);
         return st;
     }
-    json_t *body =
-        json_pack("{s:I, s:i, s:o}", "job", (json_int_t)m->job, "stage", m->stage, "stats", stats);
+    json_t *body = json_pack("{s:I, s:i, s:I, s:o}", "job", (json_int_t)m->job, "stage", m->stage,
+                             "epoch", (json_int_t)m->epoch, "stats", stats);
     if (body && res)
         json_object_set_new(body, "results", res);
     else
@@ -243,7 +285,7 @@ pl_status_t pl_msg_done_decode(const json_t *body, pl_msg_done_t *out)
 {
     pl_msg_done_t m = {0};
     pl_status_t st;
-    if ((st = s_ids(body, 0, &m.job, &m.stage)) ||
+    if ((st = s_ids(body, 0, &m.job, &m.stage, &m.epoch)) ||
         (st = pl_msg_stats_decode(json_object_get(body, "stats"), &m.stats)))
         return st;
     const json_t *res = json_object_get(body, "results");
@@ -255,9 +297,10 @@ pl_status_t pl_msg_done_decode(const json_t *body, pl_msg_done_t *out)
 
 pl_status_t pl_msg_fail_encode(const pl_msg_fail_t *m, json_t **body_p)
 {
-    return pl_msg_int_done(json_pack("{s:I, s:i, s:i, s:s, s:s}", "job", (json_int_t)m->job,
-                                     "stage", m->stage, "code", (int)m->code, "status",
-                                     pl_status_str(m->code), "error", m->error),
+    return pl_msg_int_done(json_pack("{s:I, s:i, s:I, s:i, s:s, s:s}", "job", (json_int_t)m->job,
+                                     "stage", m->stage, "epoch", (json_int_t)m->epoch, "code",
+                                     (int)m->code, "status", pl_status_str(m->code), "error",
+                                     m->error),
                            "FAIL", body_p);
 }
 
@@ -266,7 +309,7 @@ pl_status_t pl_msg_fail_decode(const json_t *body, pl_msg_fail_t *out)
     pl_msg_fail_t m = {0};
     int64_t code;
     pl_status_t st;
-    if ((st = s_ids(body, 0, &m.job, &m.stage)) ||
+    if ((st = s_ids(body, 0, &m.job, &m.stage, &m.epoch)) ||
         (st = pl_json_int(body, "code", PL_MSG_MIN_CODE, -1, &code)) ||
         (st = pl_json_str(body, "error", m.error, sizeof(m.error) - 1)))
         return st;
@@ -277,14 +320,15 @@ pl_status_t pl_msg_fail_decode(const json_t *body, pl_msg_fail_t *out)
 
 pl_status_t pl_msg_cancel_encode(const pl_msg_cancel_t *m, json_t **body_p)
 {
-    return pl_msg_int_done(json_pack("{s:I, s:i}", "job", (json_int_t)m->job, "stage", m->stage),
+    return pl_msg_int_done(json_pack("{s:I, s:i, s:I}", "job", (json_int_t)m->job, "stage",
+                                     m->stage, "epoch", (json_int_t)m->epoch),
                            "CANCEL", body_p);
 }
 
 pl_status_t pl_msg_cancel_decode(const json_t *body, pl_msg_cancel_t *out)
 {
     pl_msg_cancel_t m;
-    pl_status_t st = s_ids(body, -1, &m.job, &m.stage);
+    pl_status_t st = s_ids(body, -1, &m.job, &m.stage, &m.epoch);
     if (st)
         return st;
     *out = m;

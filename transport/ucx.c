@@ -7,6 +7,7 @@
 #include "common/log.h"
 #include "common/util.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <math.h>
 #include <poll.h>
@@ -15,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <ucp/api/ucp.h>
+#include <unistd.h>
 
 pl_status_t pl_ucx_ucs_error(ucs_status_t status, const char *what)
 {
@@ -26,20 +28,40 @@ double pl_ucx_deadline(int timeout_ms)
     return timeout_ms < 0 ? INFINITY : pl_now() + timeout_ms / 1e3;
 }
 
+void pl_ucx_lock(pl_ucx_t *ucx)
+{
+    atomic_fetch_add(&ucx->waiters, 1);
+    pthread_mutex_lock(&ucx->lock);
+    atomic_fetch_sub(&ucx->waiters, 1);
+    ucx->owner_in++;
+}
+
+void pl_ucx_unlock(pl_ucx_t *ucx)
+{
+    if (--ucx->owner_in == 0 && ucx->has_progress)
+        pthread_cond_signal(&ucx->idle); /* the owner went back to its own work */
+    pthread_mutex_unlock(&ucx->lock);
+}
+
 pl_status_t pl_ucx_sleep(pl_ucx_t *ucx, double deadline)
 {
     struct pollfd pfd = {.fd = ucx->efd, .events = POLLIN};
     double left_ms = (deadline - pl_now()) * 1e3;
     int ms = left_ms <= 0 ? 0 : left_ms < PL_UCX_POLL_MS ? (int)ceil(left_ms) : PL_UCX_POLL_MS;
     ucs_status_t us = ucp_worker_arm(ucx->worker);
+    int rc, err;
 
     if (us == UCS_ERR_BUSY)
         return PL_OK; /* events came in meanwhile: progress again */
     if (us != UCS_OK)
         return pl_ucx_ucs_error(us, "worker arm");
-    if (poll(&pfd, 1, ms) < 0 && errno != EINTR)
+    pthread_mutex_unlock(&ucx->lock); /* still the owner's call: the progress thread stays off */
+    rc = poll(&pfd, 1, ms);
+    err = errno;
+    pthread_mutex_lock(&ucx->lock);
+    if (rc < 0 && err != EINTR)
         return pl_error(PL_ERR_TRANSPORT, "ucx: poll on the worker's event fd: %s",
-                        strerror(errno));
+                        strerror(err));
     return PL_OK;
 }
 
@@ -55,24 +77,58 @@ static bool s_want_mm_error_handling(void)
            strstr(tls, "sysv") || strchr(tls, '^');
 }
 
-void pl_ucx_tune_for_stages(void)
+/* Set a UCX setting the user did not set (UCX_<env> in the environment). A transport's setting
+ * is modified without its transport prefix (UCX 1.13 matches it in every transport). */
+static void s_config_default(ucp_config_t *config, const char *env, const char *name,
+                             const char *value)
 {
-    setenv("UCX_RNDV_THRESH", "inf", 0); /* read by every later ucp_config_read */
+    char var[64];
+    snprintf(var, sizeof(var), "UCX_%s", env);
+    if (getenv(var))
+        return;
+    ucs_status_t us = ucp_config_modify(config, name, value);
+    if (us != UCS_OK)
+        pl_log_debug("ucx: cannot set %s=%s: %s", name, value, ucs_status_string(us));
+}
+
+/* Peer failure within timeout_ms: a UCX keepalive round every half of it (a peer process gone
+ * from shared memory), and TCP probes after half of it, three more in the other half (a cut
+ * link). */
+static void s_config_timeouts(ucp_config_t *config, int timeout_ms)
+{
+    char v[32];
+    snprintf(v, sizeof(v), "%dms", timeout_ms / 2);
+    s_config_default(config, "KEEPALIVE_INTERVAL", "KEEPALIVE_INTERVAL", v);
+    s_config_default(config, "TCP_KEEPIDLE", "KEEPIDLE", v);
+    snprintf(v, sizeof(v), "%dms", PL_MAX(timeout_ms / 6, 1));
+    s_config_default(config, "TCP_KEEPINTVL", "KEEPINTVL", v);
+    s_config_default(config, "TCP_KEEPCNT", "KEEPCNT", "3");
 }
 
 pl_status_t pl_ucx_create(pl_ucx_t **ucx_p)
+{
+    return pl_ucx_create_with(&(pl_ucx_params_t){0}, ucx_p);
+}
+
+pl_status_t pl_ucx_create_with(const pl_ucx_params_t *p, pl_ucx_t **ucx_p)
 {
     ucp_config_t *config = NULL;
     ucp_params_t params = {0};
     ucp_worker_params_t wparams = {0};
     ucs_status_t us;
     pl_status_t st;
-    pl_ucx_t *ucx = calloc(1, sizeof(*ucx));
+    int timeout_ms = p->peer_timeout_ms ? p->peer_timeout_ms : PL_UCX_PEER_TIMEOUT_MS;
+    pl_ucx_t *ucx;
 
-    if (!ucx)
+    if (timeout_ms < 100)
+        return pl_error(PL_ERR_RANGE, "ucx: peer timeout %d ms (at least 100)", timeout_ms);
+    if (!(ucx = calloc(1, sizeof(*ucx))))
         return pl_error(PL_ERR_NOMEM, "ucx: out of memory");
     ucx->pending.next = ucx->pending.prev = &ucx->pending;
     ucx->efd = -1;
+    ucx->wake_fd = -1;
+    pthread_mutex_init(&ucx->lock, NULL);
+    pthread_cond_init(&ucx->idle, NULL);
 
     us = ucp_config_read(NULL, NULL, &config);
     if (us != UCS_OK) {
@@ -81,6 +137,7 @@ pl_status_t pl_ucx_create(pl_ucx_t **ucx_p)
     }
     /* UCX 1.13's shared-memory transports only declare peer-failure support when asked to; without
      * it, the error-handling endpoints below would fall back to TCP over loopback on one host. */
+    s_config_timeouts(config, timeout_ms);
     if (s_want_mm_error_handling()) {
         us = ucp_config_modify(config, "MM_ERROR_HANDLING", "y");
         if (us != UCS_OK)
@@ -96,8 +153,9 @@ pl_status_t pl_ucx_create(pl_ucx_t **ucx_p)
         st = pl_ucx_ucs_error(us, "init");
         goto err_free;
     }
+    /* Serialized: the owner thread and the progress thread take turns under ucx->lock. */
     wparams.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-    wparams.thread_mode = UCS_THREAD_MODE_SINGLE;
+    wparams.thread_mode = UCS_THREAD_MODE_SERIALIZED;
     us = ucp_worker_create(ucx->ctx, &wparams, &ucx->worker);
     if (us != UCS_OK) {
         st = pl_ucx_ucs_error(us, "worker create");
@@ -121,6 +179,8 @@ err_worker:
 err_ctx:
     ucp_cleanup(ucx->ctx);
 err_free:
+    pthread_cond_destroy(&ucx->idle);
+    pthread_mutex_destroy(&ucx->lock);
     free(ucx);
     return st;
 }
@@ -174,14 +234,17 @@ pl_status_t pl_ucx_connect(pl_ucx_t *ucx, const char *b64_addr, pl_ucx_ep_t **ep
     params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
     params.err_handler.cb = s_ep_error;
     params.err_handler.arg = ep;
+    pl_ucx_lock(ucx);
     us = ucp_ep_create(ucx->worker, &params, &ep->ep);
     free(addr);
     if (us != UCS_OK) {
+        pl_ucx_unlock(ucx);
         free(ep);
         return pl_ucx_ucs_error(us, "endpoint create");
     }
     ep->next = ucx->eps;
     ucx->eps = ep;
+    pl_ucx_unlock(ucx);
     *ep_p = ep;
     return PL_OK;
 }
@@ -227,7 +290,9 @@ const char *pl_ucx_ep_transport(pl_ucx_ep_t *ep)
     /* Not cached: the lanes may still change while the connection is wired up. */
     if (!f)
         return "ucx";
+    pl_ucx_lock(ep->ucx);
     ucp_ep_print_info(ep->ep, f);
+    pl_ucx_unlock(ep->ucx);
     fclose(f);
     if (text)
         s_parse_transports(text, ep->transport, sizeof(ep->transport));
@@ -261,6 +326,15 @@ static void s_send_done(void *request, ucs_status_t status, void *user_data)
 }
 
 pl_status_t pl_ucx_send(pl_ucx_t *ucx, pl_ucx_ep_t *ep, uint64_t tag, void *buf, size_t len)
+{
+    pl_ucx_lock(ucx);
+    pl_status_t st = pl_ucx_send_locked(ucx, ep, tag, buf, len);
+    pl_ucx_unlock(ucx);
+    return st;
+}
+
+pl_status_t pl_ucx_send_locked(pl_ucx_t *ucx, pl_ucx_ep_t *ep, uint64_t tag, void *buf,
+                               size_t len)
 {
     ucp_request_param_t param = {0};
     ucs_status_ptr_t req;
@@ -303,9 +377,12 @@ pl_status_t pl_ucx_send(pl_ucx_t *ucx, pl_ucx_ep_t *ep, uint64_t tag, void *buf,
     return PL_OK;
 }
 
-int pl_ucx_pending(const pl_ucx_t *ucx)
+int pl_ucx_pending(pl_ucx_t *ucx)
 {
-    return ucx->n_pending;
+    pl_ucx_lock(ucx);
+    int n = ucx->n_pending;
+    pl_ucx_unlock(ucx);
+    return n;
 }
 
 pl_ucx_ep_t *pl_ucx_failed_ep(pl_ucx_t *ucx)
@@ -316,17 +393,23 @@ pl_ucx_ep_t *pl_ucx_failed_ep(pl_ucx_t *ucx)
     return NULL;
 }
 
-pl_status_t pl_ucx_ep_status(const pl_ucx_ep_t *ep)
+pl_status_t pl_ucx_ep_status(pl_ucx_ep_t *ep)
 {
-    if (ep->status != UCS_OK)
+    pl_ucx_lock(ep->ucx);
+    ucs_status_t us = ep->status;
+    pl_ucx_unlock(ep->ucx);
+    if (us != UCS_OK)
         return pl_error(PL_ERR_TRANSPORT, "ucx: peer endpoint failed: %s",
-                        ucs_status_string(ep->status));
+                        ucs_status_string(us));
     return PL_OK;
 }
 
 int pl_ucx_progress(pl_ucx_t *ucx)
 {
-    return (int)ucp_worker_progress(ucx->worker);
+    pl_ucx_lock(ucx);
+    int n = (int)ucp_worker_progress(ucx->worker);
+    pl_ucx_unlock(ucx);
+    return n;
 }
 
 int pl_ucx_efd(const pl_ucx_t *ucx)
@@ -336,7 +419,9 @@ int pl_ucx_efd(const pl_ucx_t *ucx)
 
 pl_status_t pl_ucx_arm(pl_ucx_t *ucx)
 {
+    pl_ucx_lock(ucx);
     ucs_status_t us = ucp_worker_arm(ucx->worker);
+    pl_ucx_unlock(ucx);
     if (us == UCS_ERR_BUSY)
         return pl_error(PL_ERR_BUSY, "ucx: events are waiting");
     return us == UCS_OK ? PL_OK : pl_ucx_ucs_error(us, "worker arm");
@@ -353,7 +438,7 @@ static void s_orphan(pl_ucx_t *ucx, void *buf)
     ucx->orphans = o;
 }
 
-pl_status_t pl_ucx_flush(pl_ucx_t *ucx, int timeout_ms)
+static pl_status_t s_flush(pl_ucx_t *ucx, int timeout_ms)
 {
     double deadline = pl_ucx_deadline(timeout_ms);
     pl_status_t st;
@@ -372,6 +457,14 @@ pl_status_t pl_ucx_flush(pl_ucx_t *ucx, int timeout_ms)
         return pl_error(PL_ERR_TRANSPORT, "ucx flush: a send failed: %s",
                         ucs_status_string(ucx->send_status));
     return PL_OK;
+}
+
+pl_status_t pl_ucx_flush(pl_ucx_t *ucx, int timeout_ms)
+{
+    pl_ucx_lock(ucx);
+    pl_status_t st = s_flush(ucx, timeout_ms);
+    pl_ucx_unlock(ucx);
+    return st;
 }
 
 /* Close one endpoint without waiting for the peer, progressing for a bounded time. */
@@ -398,6 +491,7 @@ void pl_ucx_disconnect(pl_ucx_t *ucx, pl_ucx_ep_t **ep_p)
     if (!ep)
         return;
     *ep_p = NULL;
+    pl_ucx_lock(ucx);
     for (pl_ucx_ep_t **pp = &ucx->eps; *pp; pp = &(*pp)->next) {
         if (*pp == ep) {
             *pp = ep->next;
@@ -418,6 +512,24 @@ void pl_ucx_disconnect(pl_ucx_t *ucx, pl_ucx_ep_t **ep_p)
         s_orphan(ucx, s->buf);
         free(s);
     }
+    pl_ucx_unlock(ucx);
+}
+
+/* Take the messages nobody received (late credit grants, late probes) off the worker, into
+ * nothing, so that UCX does not warn about each one when the worker goes. */
+static void s_drop_unexpected(pl_ucx_t *ucx, double deadline)
+{
+    ucp_tag_recv_info_t info;
+    ucp_tag_message_h msg;
+    while (pl_now() < deadline && (msg = ucp_tag_probe_nb(ucx->worker, 0, 0, 1, &info))) {
+        ucp_request_param_t param = {0};
+        ucs_status_ptr_t req = ucp_tag_msg_recv_nbx(ucx->worker, NULL, 0, msg, &param);
+        if (req == NULL || UCS_PTR_IS_ERR(req))
+            continue;
+        while (ucp_request_check_status(req) == UCS_INPROGRESS && pl_now() < deadline)
+            ucp_worker_progress(ucx->worker);
+        ucp_request_free(req);
+    }
 }
 
 void pl_ucx_destroy(pl_ucx_t **ucx_p)
@@ -428,6 +540,9 @@ void pl_ucx_destroy(pl_ucx_t **ucx_p)
     if (!ucx)
         return;
     *ucx_p = NULL;
+    assert(ucx->n_inboxes == 0 && "inboxes are destroyed before their worker");
+    pl_ucx_progress_stop(ucx); /* from here on this thread alone uses the worker */
+    pl_ucx_lock(ucx);     /* pl_ucx_sleep lets go of it */
     ucx->closing = true;
     /* Force-closing the endpoints purges their sends: the callbacks free the buffers. */
     for (pl_ucx_ep_t *ep = ucx->eps; ep; ep = ep->next)
@@ -441,8 +556,11 @@ void pl_ucx_destroy(pl_ucx_t **ucx_p)
         pl_log_warn("ucx: a message was still arriving after %.0f s; leaving the worker in place "
                     "(leaked) rather than have UCX abort",
                     PL_UCX_CLOSE_S);
+        pl_ucx_unlock(ucx);
         return;
     }
+    pl_ucx_unlock(ucx);
+    s_drop_unexpected(ucx, deadline);
     /* Whatever is left is released to UCX; its buffers outlive the worker. */
     for (pl_ucx_send_t *s = ucx->pending.next; s != &ucx->pending; s = s->next)
         ucp_request_free(s->req);
@@ -469,5 +587,7 @@ void pl_ucx_destroy(pl_ucx_t **ucx_p)
             free(ep);
         }
     }
+    pthread_cond_destroy(&ucx->idle);
+    pthread_mutex_destroy(&ucx->lock);
     free(ucx);
 }

@@ -1,24 +1,36 @@
-/* The UCX data plane: one context and worker per executor thread (single-threaded), endpoints
- * made from worker addresses exchanged through the coordinator (so UCX picks shared memory on
- * one host and TCP or RDMA between hosts), tagged messages. Sends are non-blocking and own their
- * buffer until completion, so a ring of stages never deadlocks on rendezvous. */
+/* The UCX data plane: one context and worker per executor thread (and an optional progress
+ * thread), endpoints made from worker addresses exchanged through the coordinator (so UCX picks
+ * shared memory on one host and TCP or RDMA between hosts), tagged messages. Sends are
+ * non-blocking and own their buffer until completion, so a ring of stages never deadlocks on
+ * rendezvous; receives either probe (pl_ucx_recv) or land in pre-posted buffers (inbox). */
 #ifndef PL_TRANSPORT_UCX_H
 #define PL_TRANSPORT_UCX_H
 
 #include "common/status.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 typedef struct pl_ucx pl_ucx_t;
 typedef struct pl_ucx_ep pl_ucx_ep_t;
 
-/* Process-wide UCX tuning for pipeline stages; call once before the first pl_ucx_create of the
- * process. Stages compute without progressing UCX, so a rendezvous send would wait for the
- * receiver's next progress and the pipeline would not overlap: sends go eager (RNDV_THRESH inf).
- * A value the user set in the environment wins. */
-void pl_ucx_tune_for_stages(void);
+/* How long a peer that stopped answering (process gone, link cut) may take to fail its
+ * endpoints: UCX keepalive rounds and TCP keepalive probes are set from it, unless the user set
+ * UCX_KEEPALIVE_INTERVAL / UCX_TCP_KEEP* (their UCX_* settings, UCX_TLS and UCX_NET_DEVICES
+ * included, always win). */
+#define PL_UCX_PEER_TIMEOUT_MS 3000
+typedef struct {
+    int peer_timeout_ms; /* 0: PL_UCX_PEER_TIMEOUT_MS; at least 100 */
+} pl_ucx_params_t;
+pl_status_t pl_ucx_create_with(const pl_ucx_params_t *params, pl_ucx_t **ucx_p);
+/* pl_ucx_create_with the defaults. */
 pl_status_t pl_ucx_create(pl_ucx_t **ucx_p);
+/* Start a thread that progresses the worker whenever it has events (sleeping on its event fd
+ * otherwise), so that sends and receives move on while the owner thread computes. The owner
+ * keeps calling this API as before; both take turns on the worker. Stopped by destroy. */
+pl_status_t pl_ucx_progress_start(pl_ucx_t *ucx);
+bool pl_ucx_has_progress(const pl_ucx_t *ucx);
 /* Cancels outstanding operations, closes endpoints, frees; *ucx_p NULL; safe on NULL. Waits up to
  * 2 s for a message that is half-received; if it is still arriving then (its sender alive but
  * silent), the worker is left allocated (a logged leak), because UCX 1.13 aborts otherwise. */
@@ -54,11 +66,11 @@ pl_status_t pl_ucx_recv(pl_ucx_t *ucx, uint64_t want, uint64_t mask, size_t max_
  * peer left after all sends completed is not a flush failure (see pl_ucx_ep_status). */
 pl_status_t pl_ucx_flush(pl_ucx_t *ucx, int timeout_ms);
 /* Number of sends not yet completed. */
-int pl_ucx_pending(const pl_ucx_t *ucx);
+int pl_ucx_pending(pl_ucx_t *ucx);
 
 /* PL_OK, or PL_ERR_TRANSPORT when UCX reported this endpoint's peer failed (or a send on it
  * failed). pl_ucx_recv and pl_ucx_flush report a failure of any endpoint of the worker. */
-pl_status_t pl_ucx_ep_status(const pl_ucx_ep_t *ep);
+pl_status_t pl_ucx_ep_status(pl_ucx_ep_t *ep);
 /* One round of worker progress without waiting (completes sends); returns the events handled. */
 int pl_ucx_progress(pl_ucx_t *ucx);
 /* For callers that wait in their own poll loop (zmq_poll): the worker's event fd, readable when
@@ -66,5 +78,50 @@ int pl_ucx_progress(pl_ucx_t *ucx);
  * waiting (progress, then arm again), PL_ERR_TRANSPORT on failure. */
 int pl_ucx_efd(const pl_ucx_t *ucx);
 pl_status_t pl_ucx_arm(pl_ucx_t *ucx);
+
+/* Credit flow control (ucx_inbox.c). A receiver's inbox pre-posts n_slots receives for tag
+ * (want, mask) into slots of slot_bytes, registered with UCX once (ucp_mem_map) and reused, and
+ * grants the sending peer one credit per slot over `upstream` (small messages tagged
+ * credit_tag). The sender, its endpoint switched to credits, never has more messages in flight
+ * than it was granted: a receiver that does not release its slots holds its sender back, and
+ * the link's memory is n_slots * slot_bytes at the receiver and as much at the sender. */
+typedef struct pl_ucx_inbox pl_ucx_inbox_t;
+#define PL_UCX_INBOX_MAX_SLOTS 4096
+#define PL_UCX_INBOX_MAX_SLOT_BYTES (1ULL << 32)
+/* The inbox must be destroyed before its worker; `upstream` must outlive it. */
+pl_status_t pl_ucx_inbox_create(pl_ucx_t *ucx, pl_ucx_ep_t *upstream, uint64_t want,
+                                uint64_t mask, uint64_t credit_tag, size_t slot_bytes,
+                                int n_slots, pl_ucx_inbox_t **inbox_p);
+/* Cancels the posted receives and frees the slots; *inbox_p NULL; safe on NULL. */
+void pl_ucx_inbox_destroy(pl_ucx_inbox_t **inbox_p);
+/* The next message in the order sent: *buf_p points into its slot (64-byte aligned), where it
+ * arrived, valid until pl_ucx_inbox_release; one message is taken at a time. PL_ERR_TIMEOUT,
+ * PL_ERR_CANCELED as pl_ucx_recv; PL_ERR_TRANSPORT when nothing came and an endpoint of the
+ * worker failed (the upstream peer's, or another: a stage then never waits on a broken ring,
+ * within the peer timeout); a message
+ * longer than a slot is PL_ERR_PROTOCOL (its slot goes back, the link carries on). */
+pl_status_t pl_ucx_inbox_recv(pl_ucx_inbox_t *inbox, const void **buf_p, size_t *len_p,
+                              uint64_t *tag_p, int timeout_ms, const volatile int *cancel);
+/* Give the taken message's slot back: posted again and its credit returned upstream. */
+pl_status_t pl_ucx_inbox_release(pl_ucx_inbox_t *inbox);
+/* Bytes of the slots (slot size rounded up to 64) and their number. */
+size_t pl_ucx_inbox_bytes(const pl_ucx_inbox_t *inbox);
+int pl_ucx_inbox_slots(const pl_ucx_inbox_t *inbox);
+
+/* Sends on ep through pl_ucx_send_credited wait for credits, granted by the peer's inbox in
+ * messages tagged credit_tag (which a grant from the peer's inbox must match exactly). */
+void pl_ucx_ep_use_credits(pl_ucx_ep_t *ep, uint64_t credit_tag);
+/* pl_ucx_send once a credit is there: waits for one at most timeout_ms (PL_ERR_TIMEOUT; < 0
+ * forever), PL_ERR_CANCELED when *cancel becomes non-zero, PL_ERR_TRANSPORT when the peer
+ * failed, PL_ERR_PROTOCOL on a malformed grant. Takes ownership of buf in every case. */
+pl_status_t pl_ucx_send_credited(pl_ucx_t *ucx, pl_ucx_ep_t *ep, uint64_t tag, void *buf,
+                                 size_t len, int timeout_ms, const volatile int *cancel);
+typedef struct {
+    int64_t granted;       /* the first grant: the peer's slots */
+    int64_t sent;          /* credited sends */
+    int64_t in_flight;     /* sent and whose credit has not come back */
+    int64_t max_in_flight; /* the most at any time */
+} pl_ucx_credit_stats_t;
+void pl_ucx_ep_credit_stats(pl_ucx_ep_t *ep, pl_ucx_credit_stats_t *stats);
 
 #endif

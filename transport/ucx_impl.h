@@ -5,6 +5,8 @@
 
 #include "transport/ucx.h"
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <ucp/api/ucp.h>
 
@@ -50,6 +52,12 @@ struct pl_ucx_ep {
     ucs_status_t status; /* UCS_OK, or the first failure seen on this endpoint */
     bool closed;         /* disconnected: kept only until destroy, for late UCX callbacks */
     char transport[PL_UCX_TRANSPORT_MAX];
+    /* Credits (ucx_inbox.c): sends on this endpoint wait for buffers its peer granted. */
+    bool credited;
+    uint64_t credit_want, credit_mask; /* tag of the grants that come back for this endpoint */
+    int64_t credits;                   /* granted and not yet used */
+    int64_t granted, sent;             /* totals: in flight = sent - (granted - first grant) */
+    int64_t first_grant, max_in_flight;
 };
 
 struct pl_ucx {
@@ -66,14 +74,36 @@ struct pl_ucx {
     int n_pending;
     pl_ucx_orphan_t *orphans;
     pl_ucx_rx_t *rx; /* matched messages in match order */
+    /* Every use of the worker holds `lock`: the owner thread's calls and, when started, the
+     * progress thread, which progresses the worker while the owner computes. */
+    pthread_mutex_t lock;
+    pthread_cond_t idle; /* signalled when the owner leaves its last call */
+    int owner_in;        /* owner calls under way (lock held, or let go only to sleep) */
+    atomic_int waiters;  /* owner calls waiting for the lock: the progress thread lets go */
+    atomic_bool stop;
+    bool has_progress;
+    pthread_t progress;
+    int wake_fd;   /* eventfd that wakes the progress thread to stop */
+    int n_inboxes; /* live inboxes (ucx_inbox.c): they must go before the worker */
 };
 
 /* PL_ERR_TRANSPORT naming the UCX call and status. */
 pl_status_t pl_ucx_ucs_error(ucs_status_t status, const char *what);
 /* Absolute deadline (pl_now() seconds) of a timeout; infinite when timeout_ms < 0. */
 double pl_ucx_deadline(int timeout_ms);
-/* Arm the worker and sleep on its event fd until an event, the deadline, or PL_UCX_POLL_MS. */
+/* Stop and join the progress thread, if any (ucx_progress.c); before the worker goes. */
+void pl_ucx_progress_stop(pl_ucx_t *ucx);
+/* The owner thread's entry to and exit from the worker (every public call). */
+void pl_ucx_lock(pl_ucx_t *ucx);
+void pl_ucx_unlock(pl_ucx_t *ucx);
+/* With the lock held: arm the worker and sleep (lock released) on its event fd until an event,
+ * the deadline, or PL_UCX_POLL_MS. */
 pl_status_t pl_ucx_sleep(pl_ucx_t *ucx, double deadline);
+/* Unlocked bodies of the public calls, for use with the lock held. */
+pl_status_t pl_ucx_send_locked(pl_ucx_t *ucx, pl_ucx_ep_t *ep, uint64_t tag, void *buf, size_t len);
+pl_status_t pl_ucx_recv_locked(pl_ucx_t *ucx, uint64_t want, uint64_t mask, size_t max_len,
+                               void **buf_p, size_t *len_p, uint64_t *tag_p, int timeout_ms,
+                               const volatile int *cancel);
 /* The first connected endpoint that has failed, or NULL. */
 pl_ucx_ep_t *pl_ucx_failed_ep(pl_ucx_t *ucx);
 /* Whether a matched message is still arriving (UCX aborts if its worker is destroyed then). */

@@ -89,6 +89,17 @@ pl_status_t pl_ucx_recv(pl_ucx_t *ucx, uint64_t want, uint64_t mask, size_t max_
                         void **buf_p, size_t *len_p, uint64_t *tag_p, int timeout_ms,
                         const volatile int *cancel)
 {
+    pl_ucx_lock(ucx);
+    pl_status_t st = pl_ucx_recv_locked(ucx, want, mask, max_len, buf_p, len_p, tag_p,
+                                        timeout_ms, cancel);
+    pl_ucx_unlock(ucx);
+    return st;
+}
+
+pl_status_t pl_ucx_recv_locked(pl_ucx_t *ucx, uint64_t want, uint64_t mask, size_t max_len,
+                               void **buf_p, size_t *len_p, uint64_t *tag_p, int timeout_ms,
+                               const volatile int *cancel)
+{
     double deadline = pl_ucx_deadline(timeout_ms);
     ucp_tag_recv_info_t info;
     pl_ucx_rx_t **pp, *rx;

@@ -1,7 +1,8 @@
 /* libFuzzer harness for the activation decoder: no input may crash it, and whatever it accepts
  * must re-encode to exactly the same bytes. Not part of the CMake build:
  *   clang -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -I. \
- *       tests/fuzz/fuzz_act.c transport/act.c common/status.c -o /tmp/fuzz_act
+ *       tests/fuzz/fuzz_act.c transport/act.c transport/act_dtype.c common/status.c \
+ *       -o /tmp/fuzz_act
  *   /tmp/fuzz_act -max_total_time=60 -max_len=4096 /tmp/fuzz_act_corpus */
 #include "transport/act.h"
 
@@ -30,7 +31,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         lim.max_seq = s_u32(data) % (MAX_SEQ + 1);
         lim.max_tokens = s_u32(data + 4);
         lim.dim = s_u32(data + 8) % 64;
-        lim.max_pos = s_u32(data + 12);
+        lim.max_pos = s_u32(data + 12) >> 2;
+        lim.dtype = data[12] & 3u; /* 3 is no dtype: every hidden message must be refused */
         data += 16;
         size -= 16;
     }
@@ -38,18 +40,28 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     copy = malloc(size ? size : 1);
     memcpy(copy, data, size);
     if (pl_act_decode(copy, size, &lim, &hdr, seqs, &payload) == PL_OK) {
+        size_t n = (size_t)hdr.n_tokens * hdr.dim;
+        const float *f32 = NULL;
+        float *scratch = NULL;
         if (hdr.kind == PL_ACT_HIDDEN &&
-            ((const char *)payload < (const char *)copy ||
-             (const char *)payload + (size_t)hdr.n_tokens * hdr.dim * 4 !=
+            (hdr.dtype != lim.dtype ||
+             (const char *)payload < (const char *)copy ||
+             (const char *)payload + n * pl_act_dtype_size((pl_act_dtype_t)hdr.dtype) !=
                  (const char *)copy + size))
             abort();
-        if (pl_act_encode(&hdr, seqs, payload, &again, &again_len) != PL_OK) {
+        /* the payload widened to f32 and narrowed again must give the same bytes */
+        if (hdr.kind == PL_ACT_HIDDEN) {
+            scratch = malloc(n * sizeof(float) + 1);
+            pl_act_payload_f32(&hdr, payload, scratch, &f32);
+        }
+        if (pl_act_encode(&hdr, seqs, f32, &again, &again_len) != PL_OK) {
             fprintf(stderr, "accepted but not re-encodable: %s\n", pl_error_msg());
             abort();
         }
         if (again_len != size || memcmp(again, copy, size) != 0)
             abort();
         free(again);
+        free(scratch);
     }
     free(copy);
     return 0;

@@ -3,11 +3,12 @@
  * must survive a compact re-serialization, and an accepted typed message must encode, and
  * decode again from its own encoding to the same encoding. Not part of the CMake build:
  *   clang -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -I. tests/fuzz/fuzz_ctl.c \
- *       transport/ctl.c transport/msg*.c common/status.c common/json.c common/job_spec.c \
+ *       transport/ctl.c transport/msg*.c transport/act_dtype.c common/status.c common/json.c \
+ *       common/job_spec.c \
  *       -ljansson -lzmq -o /tmp/fuzz_ctl
  *   /tmp/fuzz_ctl -max_total_time=60 -max_len=65536 /tmp/fuzz_ctl_corpus
- * Input: one byte n, then n bytes of type name (n taken modulo 48; 0..20 pick a real type's
- * name so the typed decoders are reached), then the body. */
+ * Input: one byte n, then n bytes of type name (n taken modulo 48; 0..PL_MSG_COUNT_-2 pick a real
+ * type's name so the typed decoders are reached), then the body. */
 #include "transport/ctl.h"
 #include "transport/msg.h"
 

@@ -3,6 +3,7 @@
  * the prompts JSONL pipectl reads (pl_gen_prompts_parse). Not built by CMake:
  *   clang -g -O1 -fsanitize=fuzzer,address,undefined -D_GNU_SOURCE -I. \
  *     tests/fuzz/fuzz_gen_job.c pipeline/gen_job.c transport/msg*.c transport/ctl.c \
+ *     transport/act_dtype.c \
  *     scheduler/inputs.c model/dtype.c common/status.c common/json.c common/util.c \
  *     common/job_spec.c common/log.c $(pkg-config --cflags --libs jansson) -lzmq -lm \
  *     -o /tmp/fuzz_gen_job

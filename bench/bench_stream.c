@@ -1,0 +1,209 @@
+/* bench_stream: the activation stream between two processes exactly as stages use it (inbox
+ * slots, credits, progress threads): bandwidth per message size and small-message latency.
+ * bench_stream.sh prints it beside ucx_perftest's tag_bw / tag_lat on the same path. */
+#include "common/util.h"
+#include "transport/ucx.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define S_DATA 0x100ULL
+#define S_MASK 0xf00ULL
+#define S_CREDIT 0x200ULL
+#define S_SLOTS 2
+
+typedef struct {
+    pl_ucx_t *ucx;
+    pl_ucx_ep_t *ep;
+    pl_ucx_inbox_t *in;
+} s_side_t;
+
+static int s_die(const char *what)
+{
+    fprintf(stderr, "bench_stream: %s: %s\n", what, pl_error_msg());
+    return 1;
+}
+
+static int s_put(int fd, const char *s)
+{
+    size_t n = strlen(s) + 1;
+    return write(fd, s, n) == (ssize_t)n ? 0 : 1;
+}
+
+static int s_get(int fd, char *out, size_t cap)
+{
+    size_t got = 0;
+    for (ssize_t r; (got == 0 || out[got - 1] != '\0') && got < cap &&
+                    (r = read(fd, out + got, cap - got)) > 0;)
+        got += (size_t)r;
+    return got > 0 && out[got - 1] == '\0' ? 0 : 1;
+}
+
+/* Worker, address swap over the pipes, endpoint with credits, inbox of slot_bytes. */
+static int s_setup(s_side_t *s, int rd, int wr, size_t slot_bytes, bool first)
+{
+    char *mine = NULL, peer[8192];
+    if (pl_ucx_create(&s->ucx) || pl_ucx_address(s->ucx, &mine))
+        return s_die("worker");
+    if (getenv("PL_UCX_PROGRESS_THREAD") == NULL || strcmp(getenv("PL_UCX_PROGRESS_THREAD"), "0"))
+        if (pl_ucx_progress_start(s->ucx))
+            return s_die("progress thread");
+    int rc = first ? (s_put(wr, mine) || s_get(rd, peer, sizeof(peer)))
+                   : (s_get(rd, peer, sizeof(peer)) || s_put(wr, mine));
+    free(mine);
+    if (rc)
+        return 1;
+    if (pl_ucx_connect(s->ucx, peer, &s->ep))
+        return s_die("connect");
+    pl_ucx_ep_use_credits(s->ep, S_CREDIT);
+    if (pl_ucx_inbox_create(s->ucx, s->ep, S_DATA, S_MASK, S_CREDIT, slot_bytes, S_SLOTS, &s->in))
+        return s_die("inbox");
+    return 0;
+}
+
+static int s_send(s_side_t *s, size_t len)
+{
+    void *buf = malloc(len ? len : 1);
+    memset(buf, 0x5a, len);
+    return pl_ucx_send_credited(s->ucx, s->ep, S_DATA, buf, len, 30000, NULL) ? s_die("send") : 0;
+}
+
+static int s_recv(s_side_t *s)
+{
+    const void *buf;
+    size_t len;
+    if (pl_ucx_inbox_recv(s->in, &buf, &len, NULL, 30000, NULL))
+        return s_die("receive");
+    return pl_ucx_inbox_release(s->in) ? s_die("release") : 0;
+}
+
+/* Sender: `iters` messages of `len` (after warm-up), then one back to say the receiver's clock
+ * may stop; or ping-pong when lat. */
+static int s_run(s_side_t *s, bool sender, size_t len, int iters, bool lat, double *out)
+{
+    int warm = iters / 10 + 1;
+    double t0 = 0;
+    for (int i = 0; i < warm + iters; i++) {
+        if (i == warm)
+            t0 = pl_now();
+        if (lat) {
+            if (sender ? (s_send(s, len) || s_recv(s)) : (s_recv(s) || s_send(s, len)))
+                return 1;
+        } else if (sender ? s_send(s, len) : s_recv(s)) {
+            return 1;
+        }
+    }
+    if (!lat && (sender ? s_recv(s) : s_send(s, 1))) /* the end, acknowledged */
+        return 1;
+    double t = pl_now() - t0;
+    *out = lat ? t / iters / 2 * 1e6 : (double)len * iters / t / 1e6;
+    return pl_ucx_flush(s->ucx, 30000) ? s_die("flush") : 0;
+}
+
+/* One side: the receiver (writes nothing back) or the sender (writes its figure to res). */
+static int s_side(bool sender, int rd, int wr, int res, bool lat, size_t len, int iters)
+{
+    s_side_t s = {0};
+    double v = 0;
+    char line[64];
+    if (s_setup(&s, rd, wr, len + 64, !sender) || s_run(&s, sender, len, iters, lat, &v))
+        return 1;
+    if (sender) {
+        snprintf(line, sizeof(line), "%.3f", v);
+        s_put(res, line);
+        if (s_get(rd, line, sizeof(line))) /* wait for the receiver's goodbye */
+            line[0] = 0;
+    } else {
+        if (s_get(res, line, sizeof(line)))
+            line[0] = 0;
+        s_put(wr, "bye");
+        /* bandwidth as the receiver saw it; latency as the sender timed it */
+        if (!lat)
+            snprintf(line, sizeof(line), "%.3f", v);
+        printf("%s\n", line);
+    }
+    pl_ucx_inbox_destroy(&s.in);
+    pl_ucx_destroy(&s.ucx);
+    return 0;
+}
+
+/* Run a side in network namespace `ns` with fresh UTS and IPC namespaces, so that UCX sees
+ * another host: through `ip netns exec` (which also shows the namespace's own /sys, where UCX
+ * finds its network devices) and `unshare`, both of which keep the pipes. */
+static int s_side_in(const char *ns, char *self, bool sender, int rd, int wr, int res, char **args)
+{
+    if (!ns || !*ns)
+        return s_side(sender, rd, wr, res, strcmp(args[0], "lat") == 0, strtoull(args[1], NULL, 10),
+                      atoi(args[2]));
+    char f[3][16], host[64];
+    snprintf(host, sizeof(host), "pl-bench-%s", ns);
+    setenv("PL_BENCH_HOSTNAME", host, 1);
+    snprintf(f[0], sizeof(f[0]), "%d", rd);
+    snprintf(f[1], sizeof(f[1]), "%d", wr);
+    snprintf(f[2], sizeof(f[2]), "%d", res);
+    char exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (n <= 0)
+        return 1;
+    exe[n] = '\0';
+    (void)self;
+    char *argv[] = {"ip",
+                    "netns",
+                    "exec",
+                    (char *)ns,
+                    "unshare",
+                    "--uts",
+                    "--ipc",
+                    "--",
+                    exe,
+                    "--side",
+                    sender ? "send" : "recv",
+                    f[0],
+                    f[1],
+                    f[2],
+                    args[0],
+                    args[1],
+                    args[2],
+                    NULL};
+    execvp("ip", argv);
+    fprintf(stderr, "bench_stream: exec: %s\n", strerror(errno));
+    return 1;
+}
+
+int main(int argc, char **argv)
+{
+    const char *host = getenv("PL_BENCH_HOSTNAME");
+    if (argc == 9 && strcmp(argv[1], "--side") == 0 && host && sethostname(host, strlen(host)))
+        fprintf(stderr, "bench_stream: hostname %s: %s\n", host, strerror(errno));
+    if (argc == 9 && strcmp(argv[1], "--side") == 0)
+        return s_side(strcmp(argv[2], "send") == 0, atoi(argv[3]), atoi(argv[4]), atoi(argv[5]),
+                      strcmp(argv[6], "lat") == 0, strtoull(argv[7], NULL, 10), atoi(argv[8]));
+    if (argc < 4) {
+        fprintf(stderr, "usage: bench_stream bw|lat SIZE ITERS [NETNS_A NETNS_B]\n"
+                        "  prints MB/s (bw) or one-way microseconds (lat, ping-pong / 2)\n");
+        return 2;
+    }
+    const char *ns_a = argc > 4 ? argv[4] : NULL, *ns_b = argc > 5 ? argv[5] : NULL;
+    int ab[2], ba[2], res[2];
+    if (pipe(ab) || pipe(ba) || pipe(res))
+        return 1;
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid < 0)
+        return 1;
+    if (pid == 0) /* the sender */
+        _exit(s_side_in(ns_b, argv[0], true, ab[0], ba[1], res[1], argv + 1));
+    int rc = s_side_in(ns_a, argv[0], false, ba[0], ab[1], res[0], argv + 1);
+    if (rc)
+        kill(pid, SIGKILL);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return rc || !WIFEXITED(status) || WEXITSTATUS(status) != 0;
+}

@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# bench_stream: the activation stream (bench_stream: inboxes, credits, progress threads, as the
+# stages run it) beside ucx_perftest's tag_bw and tag_lat (with -e: error-handling endpoints,
+# as ours) on the same path and sizes: shared memory on this host, and TCP between two network
+# namespaces with their own UTS/IPC namespaces (root only; skipped otherwise).
+#
+# usage: bench/bench_stream.sh [BUILD_DIR]      (needs ucx_perftest: Debian's ucx-utils)
+# env:   PL_BENCH_RUNS=N   runs per figure, the median printed (default 3)
+set -euo pipefail
+
+BUILD=${1:-build}
+B=$(cd "$BUILD/bin" 2>/dev/null && pwd) || { echo "bench_stream: no $BUILD/bin" >&2; exit 2; }
+[ -x "$B/bench_stream" ] || { echo "bench_stream: build bench_stream first" >&2; exit 2; }
+command -v ucx_perftest >/dev/null || { echo "bench_stream: ucx_perftest missing (apt-get install ucx-utils)" >&2; exit 2; }
+RUNS=${PL_BENCH_RUNS:-3}
+SIZES="4096 65536 1048576 4194304 16777216"
+LAT_SIZE=64
+NS_A=plbs$$a
+NS_B=plbs$$b
+K=$((200 + $$ % 50))
+NETNS=no
+
+cleanup() {
+    ip netns del "$NS_A" 2>/dev/null || true
+    ip netns del "$NS_B" 2>/dev/null || true
+}
+trap cleanup EXIT
+
+if [ "$(id -u)" = 0 ] && command -v ip >/dev/null && command -v unshare >/dev/null &&
+    ip netns add "$NS_A" 2>/dev/null && ip netns add "$NS_B"; then
+    ip link add "v$$a" type veth peer name "v$$b"
+    ip link set "v$$a" netns "$NS_A"
+    ip link set "v$$b" netns "$NS_B"
+    ip -n "$NS_A" addr add "10.214.$K.1/24" dev "v$$a"
+    ip -n "$NS_B" addr add "10.214.$K.2/24" dev "v$$b"
+    for n in "$NS_A" "$NS_B"; do ip -n "$n" link set lo up; done
+    ip -n "$NS_A" link set "v$$a" up
+    ip -n "$NS_B" link set "v$$b" up
+    NETNS=yes
+fi
+
+median() { sort -g | awk '{ v[NR] = $1 } END { if (NR) print v[int((NR + 1) / 2)]; else print 0 }'; }
+
+# ucx_perftest: one server, one client; MB/s (tag_bw, overall) or usec (tag_lat, typical).
+perftest() { # PATH TEST SIZE ITERS: a number, retried once (a server that did not come up)
+    local v
+    for _ in 1 2; do
+        v=$(perftest_once "$@")
+        if [[ "$v" =~ ^[0-9.]+$ ]]; then echo "$v"; return; fi
+    done
+    echo 0
+}
+
+perftest_once() {
+    local port=$((20000 + RANDOM % 30000)) srv cli host=127.0.0.1
+    srv=(ucx_perftest -p "$port")
+    cli=(ucx_perftest "$host" -p "$port" -t "$2" -s "$3" -n "$4" -w $(($4 / 10 + 1)) -e -f)
+    if [ "$1" = tcp ]; then
+        srv=(ip netns exec "$NS_A" unshare --uts --ipc -- sh -c "hostname plbsa; exec ucx_perftest -p $port")
+        cli=(ip netns exec "$NS_B" unshare --uts --ipc -- sh -c "hostname plbsb; exec ucx_perftest 10.214.$K.1 -p $port -t $2 -s $3 -n $4 -w $(($4 / 10 + 1)) -e -f")
+    fi
+    "${srv[@]}" >/dev/null 2>&1 &
+    local spid=$!
+    sleep 0.4
+    local out
+    out=$(timeout 120 "${cli[@]}" 2>/dev/null | tail -n 1) || true
+    kill "$spid" 2>/dev/null || true
+    wait "$spid" 2>/dev/null || true
+    # columns: iterations, lat 50%, lat avg, lat overall, bw avg, bw overall, rate avg, overall
+    if [ "$2" = tag_lat ]; then echo "$out" | awk '{ print $3 }'; else echo "$out" | awk '{ print $6 }'; fi
+}
+
+ours() { # PATH MODE SIZE ITERS
+    if [ "$1" = tcp ]; then
+        "$B/bench_stream" "$2" "$3" "$4" "$NS_A" "$NS_B"
+    else
+        "$B/bench_stream" "$2" "$3" "$4"
+    fi
+}
+
+iters_for() { # SIZE: about 64 MiB per run, at least 20 messages
+    local n=$((64 * 1048576 / $1))
+    [ "$n" -lt 20 ] && n=20
+    [ "$n" -gt 2000 ] && n=2000
+    echo "$n"
+}
+
+read -r l1 l2 l3 _ </proc/loadavg
+echo "machine: $(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -n 1), $(nproc) cores," \
+    "$(date -u '+%Y-%m-%d %H:%M UTC'), load average $l1 $l2 $l3; UCX $(ucx_info -v | sed -n 's/^# Version //p' | head -n 1)"
+echo "each figure: the median of $RUNS runs; ucx_perftest with -e (error-handling endpoints)"
+echo
+paths="shm"
+[ "$NETNS" = yes ] && paths="shm tcp"
+[ "$NETNS" = yes ] || echo "note: not root or no ip/unshare: TCP between namespaces skipped"
+for p in $paths; do
+    echo "### $p $([ "$p" = tcp ] && echo "(veth between two network namespaces, own UTS/IPC)" || echo "(one host)")"
+    echo
+    echo "| message | activation stream | ucx_perftest | ratio |"
+    echo "| ---: | ---: | ---: | ---: |"
+    for s in $SIZES; do
+        n=$(iters_for "$s")
+        a=$(for _ in $(seq "$RUNS"); do ours "$p" bw "$s" "$n"; done | median)
+        b=$(for _ in $(seq "$RUNS"); do perftest "$p" tag_bw "$s" "$n"; done | median)
+        printf '| %d B | %.0f MB/s | %.0f MB/s (tag_bw) | %s |\n' "$s" "$a" "$b" \
+            "$(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }')"
+    done
+    a=$(for _ in $(seq "$RUNS"); do ours "$p" lat "$LAT_SIZE" 2000; done | median)
+    b=$(for _ in $(seq "$RUNS"); do perftest "$p" tag_lat "$LAT_SIZE" 2000; done | median)
+    printf '| %d B one-way latency | %.1f us | %.1f us (tag_lat) | %s |\n' "$LAT_SIZE" "$a" "$b" \
+        "$(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }')"
+    echo
+done

@@ -1,0 +1,154 @@
+/* The coordinator's jobs to their stored rows at every state change, and back at start (through
+ * coord_row.c): unfinished jobs are queued again, ids and epochs continue. */
+#include "common/log.h"
+#include "common/util.h"
+#include "daemon/coord_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double s_wall(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    return (double)t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+static double s_wall_from_mono(double mono)
+{
+    return mono > 0 ? s_wall() - (pl_now() - mono) : 0;
+}
+
+pl_status_t pl_coord_persist(pl_coord_t *c, pl_coord_job_t *j)
+{
+    json_t *spec = NULL, *res = NULL;
+    char *spec_s = NULL, *plan_s = NULL, *res_s = NULL;
+    pl_status_t st;
+
+    if (!c->store)
+        return PL_OK;
+    if ((st = pl_job_spec_encode(&j->spec, &spec)))
+        goto out;
+    if (j->n_results && (st = pl_msg_results_encode(j->results, j->n_results, &res)))
+        goto out;
+    spec_s = json_dumps(spec, JSON_COMPACT);
+    plan_s = j->plan ? json_dumps(j->plan, JSON_COMPACT) : NULL;
+    res_s = res ? json_dumps(res, JSON_COMPACT) : NULL;
+    if (!spec_s || (j->plan && !plan_s) || (res && !res_s)) {
+        st = pl_error(PL_ERR_NOMEM, "job %u: cannot encode it for the state db", j->id);
+        goto out;
+    }
+    pl_coord_row_t r = {.id = j->id,
+                        .state = pl_job_state_name(j->state),
+                        .spec = spec_s,
+                        .plan = plan_s,
+                        .results = res_s,
+                        .error = j->error,
+                        .generated = j->generated,
+                        .n_seqs = j->n_seqs,
+                        .n_layers = j->n_layers,
+                        .prompt_tokens = (int64_t)j->prompt_tokens,
+                        .epoch = j->epoch,
+                        .submitted_at = s_wall_from_mono(j->t_submit),
+                        .ended_at = s_wall_from_mono(j->t_end)};
+    st = pl_coord_store_put(c->store, &r, c->next_job, c->next_epoch);
+out:
+    if (st)
+        pl_log_error("job %u: not saved: %s", j->id, pl_error_msg());
+    json_decref(spec);
+    json_decref(res);
+    free(spec_s);
+    free(plan_s);
+    free(res_s);
+    return st;
+}
+
+pl_status_t pl_coord_add_job(pl_coord_t *c, pl_coord_job_t *j)
+{
+    if (c->n_jobs == c->cap_jobs) {
+        int cap = c->cap_jobs ? 2 * c->cap_jobs : 16;
+        pl_coord_job_t **nj = realloc(c->jobs, (size_t)cap * sizeof(*nj));
+        if (!nj)
+            return pl_error(PL_ERR_NOMEM, "coordinator out of memory");
+        c->jobs = nj;
+        c->cap_jobs = cap;
+    }
+    c->jobs[c->n_jobs++] = j;
+    return PL_OK;
+}
+
+/* A stored job that was not finished: validated again against its model (which may have gone),
+ * and queued from the start; its seed is in the spec, so its output is the same. */
+static pl_status_t s_requeue(pl_coord_t *c, pl_coord_job_t **jp)
+{
+    pl_coord_job_t *old = *jp, *j = NULL;
+    pl_job_spec_t spec = old->spec;
+    pl_job_spec_init(&old->spec);
+    pl_status_t st = pl_coord_job_new(&spec, &j);
+    if (st) { /* keep it, failed, so its id and the reason stay visible */
+        snprintf(old->error, sizeof(old->error), "after a coordinator restart: %s", pl_error_msg());
+        old->state = PL_JOB_FAILED;
+        old->t_end = pl_now();
+        pl_log_warn("job %u failed: %s", old->id, old->error);
+        pl_coord_persist(c, old);
+        return PL_OK;
+    }
+    j->id = old->id;
+    j->epoch = old->epoch;
+    j->t_submit = old->t_submit;
+    j->t_queued = pl_now();
+    j->state = PL_JOB_QUEUED;
+    if (old->state != PL_JOB_QUEUED) {
+        snprintf(j->error, sizeof(j->error), "re-run from the start after a coordinator restart");
+        pl_log_info("job %u: was %s, queued again after the restart", j->id,
+                    pl_job_state_name(old->state));
+    }
+    pl_coord_job_free(old);
+    *jp = j;
+    pl_coord_persist(c, j);
+    return PL_OK;
+}
+
+static pl_status_t s_on_row(void *user, const pl_coord_row_t *r)
+{
+    pl_coord_t *c = user;
+    pl_coord_job_t *j;
+    pl_status_t st = pl_coord_job_from_row(r, &j);
+    if (st)
+        return pl_error_prefix(st, "state db %s: job %lld: ", pl_coord_store_path(c->store),
+                               (long long)r->id);
+    if ((st = pl_coord_add_job(c, j))) {
+        pl_coord_job_free(j);
+        return st;
+    }
+    return PL_OK;
+}
+
+pl_status_t pl_coord_restore(pl_coord_t *c)
+{
+    pl_status_t st;
+    int n_terminal = 0, n_again = 0;
+    if ((st = pl_coord_store_counters(c->store, &c->next_job, &c->next_epoch)) ||
+        (st = pl_coord_store_each(c->store, s_on_row, c)))
+        return st;
+    for (int i = 0; i < c->n_jobs; i++) {
+        pl_coord_job_t *j = c->jobs[i];
+        /* ids and epochs never repeat, even when the counters row is older than a job row */
+        if (j->id >= c->next_job)
+            c->next_job = j->id + 1;
+        if (j->epoch >= c->next_epoch)
+            c->next_epoch = j->epoch + 1;
+        if (pl_coord_job_terminal(j)) {
+            n_terminal++;
+            continue;
+        }
+        n_again++;
+        if ((st = s_requeue(c, &c->jobs[i])))
+            return st;
+    }
+    pl_log_info("state db %s: %d finished job(s), %d to run; next job %u, next epoch %u",
+                pl_coord_store_path(c->store), n_terminal, n_again, c->next_job, c->next_epoch);
+    return PL_OK;
+}

@@ -1,0 +1,44 @@
+/* The coordinator's durable state in SQLite (WAL, synchronous=FULL): one row per job (spec,
+ * state, plan, results) and the counters that must never repeat (next job id, next epoch). */
+#ifndef PL_DAEMON_COORD_STORE_H
+#define PL_DAEMON_COORD_STORE_H
+
+#include "common/status.h"
+
+#include <jansson.h>
+#include <stdint.h>
+
+typedef struct pl_coord_store pl_coord_store_t;
+
+/* One job as stored; the strings are JSON (spec, plan, results) or plain text (state, error).
+ * Borrowed in both directions: save reads them, load's callback must copy what it keeps. */
+typedef struct {
+    int64_t id;
+    const char *state;
+    const char *spec;    /* pl_job_spec_encode's JSON */
+    const char *plan;    /* NULL: none */
+    const char *results; /* NULL: none; pl_msg_results_encode's array */
+    const char *error;
+    int64_t generated, n_seqs, n_layers, prompt_tokens, epoch;
+    double submitted_at, ended_at; /* Unix seconds; ended_at 0: not ended */
+} pl_coord_row_t;
+
+/* Open (creating when missing) the database at path. */
+pl_status_t pl_coord_store_open(const char *path, pl_coord_store_t **store_p);
+void pl_coord_store_close(pl_coord_store_t **store_p);
+
+/* The counters: next job id and next epoch, at least 1. */
+pl_status_t pl_coord_store_counters(pl_coord_store_t *s, uint32_t *next_job_p,
+                                    uint32_t *next_epoch_p);
+/* Every job row in id order through fn (a non-zero return stops the walk and is returned). */
+pl_status_t pl_coord_store_each(pl_coord_store_t *s,
+                                pl_status_t (*fn)(void *user, const pl_coord_row_t *row),
+                                void *user);
+/* Write one job row and the counters in one durable transaction. */
+pl_status_t pl_coord_store_put(pl_coord_store_t *s, const pl_coord_row_t *row, uint32_t next_job,
+                               uint32_t next_epoch);
+pl_status_t pl_coord_store_delete(pl_coord_store_t *s, int64_t id);
+/* The path it was opened with, for messages. */
+const char *pl_coord_store_path(const pl_coord_store_t *s);
+
+#endif

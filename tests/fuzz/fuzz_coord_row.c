@@ -1,0 +1,66 @@
+/* libFuzzer harness for the coordinator's stored job rows (the state database is outside input):
+ * pl_coord_job_from_row must refuse or accept every row without crashing, and an accepted job's
+ * spec and results must encode again. Not part of the CMake build:
+ *   clang -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -I. \
+ *       tests/fuzz/fuzz_coord_row.c daemon/coord_row.c transport/ctl.c transport/msg*.c \
+ *       common/status.c common/json.c common/job_spec.c common/util.c common/log.c \
+ *       -ljansson -lzmq -lm -o /tmp/fuzz_coord_row
+ *   /tmp/fuzz_coord_row -max_total_time=60 -max_len=8192 /tmp/fuzz_coord_row_corpus
+ * Input: 8 bytes of numbers (state pick, n_seqs, ids...), then three NUL-separated texts: the
+ * spec JSON, the results JSON, the plan JSON (a missing one is NULL). */
+#include "daemon/coord_int.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *s_states[] = {"queued", "loading",  "running", "done",
+                                 "failed", "canceled", "bogus",   NULL};
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (size < 8)
+        return 0;
+    char *text = malloc(size - 8 + 1);
+    if (!text)
+        return 0;
+    memcpy(text, data + 8, size - 8);
+    text[size - 8] = '\0';
+    const char *parts[3] = {NULL, NULL, NULL};
+    char *p = text, *end = text + (size - 8);
+    for (int i = 0; i < 3 && p <= end; i++) {
+        parts[i] = p;
+        p += strlen(p) + 1;
+    }
+    pl_coord_row_t r = {.id = (int64_t)(int8_t)data[0] * 100000000LL + data[1],
+                        .state = s_states[data[2] % 8],
+                        .spec = parts[0],
+                        .results = parts[1] && parts[1][0] ? parts[1] : NULL,
+                        .plan = parts[2] && parts[2][0] ? parts[2] : NULL,
+                        .error = "x",
+                        .n_seqs = (int8_t)data[3],
+                        .n_layers = (int8_t)data[4] * 64,
+                        .generated = (int8_t)data[5],
+                        .prompt_tokens = data[6],
+                        .epoch = (int64_t)(int8_t)data[7] << 28,
+                        .submitted_at = 1.0,
+                        .ended_at = 0};
+    pl_coord_job_t *j = NULL;
+    if (pl_coord_job_from_row(&r, &j) == PL_OK) {
+        json_t *spec, *res = NULL;
+        if (pl_job_spec_encode(&j->spec, &spec) != PL_OK)
+            abort();
+        json_decref(spec);
+        if (j->n_results && pl_msg_results_encode(j->results, j->n_results, &res) != PL_OK)
+            abort();
+        json_decref(res);
+        if (j->n_results != r.n_seqs && r.results)
+            abort();
+        json_decref(j->plan);
+        pl_msg_results_free(j->results, j->n_results);
+        pl_job_spec_clear(&j->spec);
+        free(j);
+    }
+    free(text);
+    return 0;
+}

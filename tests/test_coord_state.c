@@ -1,0 +1,179 @@
+/* The coordinator's durable state: the SQLite store (rows and counters survive a reopen, files
+ * are the owner's only), the stored-row decoder (accepts what was saved, refuses each bad field
+ * by name), and the per-user state directory lookup. */
+#include "common/state_dir.h"
+#include "daemon/coord_int.h"
+
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const char *s_spec = "{\"model\":\"/m\",\"gen\":{\"prompts\":[[1,2],[3]],"
+                            "\"max_new_tokens\":4,\"sampling\":{\"seed\":\"7\"}}}";
+static const char *s_res = "[{\"seq\":0,\"tokens\":[5,6],\"finish\":\"eos\"},"
+                           "{\"seq\":1,\"tokens\":[9],\"finish\":\"length\"}]";
+
+static void s_tmpdir(char *out, size_t len)
+{
+    snprintf(out, len, "/tmp/pl-state-XXXXXX");
+    cr_assert_not_null(mkdtemp(out));
+}
+
+static pl_status_t s_count(void *user, const pl_coord_row_t *r)
+{
+    int *n = user;
+    cr_assert_eq(r->id, *n == 0 ? 3 : 9, "rows come in id order");
+    if (r->id == 3) {
+        cr_assert_str_eq(r->state, "done");
+        cr_assert_str_eq(r->results, s_res);
+        cr_assert_eq(r->epoch, 12);
+        cr_assert_eq(r->submitted_at, 1700000000.5);
+    } else {
+        cr_assert_null(r->results);
+        cr_assert_null(r->plan);
+    }
+    (*n)++;
+    return PL_OK;
+}
+
+Test(coord_state, rows_and_counters_survive_a_reopen)
+{
+    char dir[64], path[128];
+    s_tmpdir(dir, sizeof(dir));
+    snprintf(path, sizeof(path), "%s/coord.db", dir);
+    pl_coord_store_t *s;
+    uint32_t nj, ne;
+    cr_assert_eq(pl_coord_store_open(path, &s), PL_OK, "%s", pl_error_msg());
+    cr_assert_eq(pl_coord_store_counters(s, &nj, &ne), PL_OK);
+    cr_assert_eq(nj, 1, "a new database starts at job 1");
+    cr_assert_eq(ne, 1);
+    pl_coord_row_t r = {.id = 9, .state = "queued", .spec = s_spec, .n_seqs = 2};
+    cr_assert_eq(pl_coord_store_put(s, &r, 10, 13), PL_OK, "%s", pl_error_msg());
+    r = (pl_coord_row_t){.id = 3,
+                         .state = "done",
+                         .spec = s_spec,
+                         .results = s_res,
+                         .n_seqs = 2,
+                         .epoch = 12,
+                         .submitted_at = 1700000000.5};
+    cr_assert_eq(pl_coord_store_put(s, &r, 10, 13), PL_OK);
+    r.id = 4;
+    cr_assert_eq(pl_coord_store_put(s, &r, 10, 13), PL_OK);
+    cr_assert_eq(pl_coord_store_delete(s, 4), PL_OK);
+    pl_coord_store_close(&s);
+    cr_assert_null(s);
+    pl_coord_store_close(&s); /* twice is harmless */
+
+    struct stat sb;
+    cr_assert_eq(stat(path, &sb), 0);
+    cr_assert_eq(sb.st_mode & 077, 0, "the database is readable by others: %o", sb.st_mode);
+    cr_assert_eq(pl_coord_store_open(path, &s), PL_OK);
+    cr_assert_eq(pl_coord_store_counters(s, &nj, &ne), PL_OK);
+    cr_assert_eq(nj, 10);
+    cr_assert_eq(ne, 13);
+    int n = 0;
+    cr_assert_eq(pl_coord_store_each(s, s_count, &n), PL_OK);
+    cr_assert_eq(n, 2);
+    pl_coord_store_close(&s);
+    cr_assert_neq(pl_coord_store_open("/nonexistent-dir/x/coord.db", &s), PL_OK);
+    cr_assert(strstr(pl_error_msg(), "/nonexistent-dir/x/coord.db"), "%s", pl_error_msg());
+    char cmd[160];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    cr_assert_eq(system(cmd), 0);
+}
+
+static void s_job_clear(pl_coord_job_t *j)
+{
+    json_decref(j->plan);
+    pl_msg_results_free(j->results, j->n_results);
+    pl_job_spec_clear(&j->spec);
+    free(j);
+}
+
+Test(coord_state, a_saved_row_decodes_to_the_job)
+{
+    pl_coord_row_t r = {.id = 3,
+                        .state = "done",
+                        .spec = s_spec,
+                        .results = s_res,
+                        .plan = "{\"stages\": []}",
+                        .error = "",
+                        .n_seqs = 2,
+                        .n_layers = 4,
+                        .prompt_tokens = 3,
+                        .generated = 3,
+                        .epoch = 4000000000LL};
+    pl_coord_job_t *j = NULL;
+    cr_assert_eq(pl_coord_job_from_row(&r, &j), PL_OK, "%s", pl_error_msg());
+    cr_assert_eq(j->id, 3);
+    cr_assert_eq(j->state, PL_JOB_DONE);
+    cr_assert_eq(j->epoch, 4000000000u);
+    cr_assert_str_eq(j->spec.model, "/m");
+    cr_assert_eq(j->spec.gen.seed, 7);
+    cr_assert_eq(j->n_results, 2);
+    cr_assert_eq(j->results[0].tokens[1], 6);
+    cr_assert_eq(j->results[1].finish, PL_FINISH_LENGTH);
+    cr_assert(json_is_object(j->plan));
+    s_job_clear(j);
+}
+
+static void s_refused(pl_coord_row_t r, const char *needle)
+{
+    pl_coord_job_t *j = (pl_coord_job_t *)0x1;
+    cr_assert_neq(pl_coord_job_from_row(&r, &j), PL_OK, "accepted a row with bad %s", needle);
+    cr_assert_eq(j, (pl_coord_job_t *)0x1, "output written on error");
+    cr_assert(strstr(pl_error_msg(), needle), "'%s' not in '%s'", needle, pl_error_msg());
+}
+
+Test(coord_state, bad_rows_are_refused_naming_the_field)
+{
+    pl_coord_row_t ok = {.id = 3, .state = "done", .spec = s_spec, .results = s_res, .n_seqs = 2};
+    pl_coord_row_t r = ok;
+    r.id = 0, s_refused(r, "id");
+    r = ok, r.id = 1LL << 32, s_refused(r, "id");
+    r = ok, r.state = "sleeping", s_refused(r, "state");
+    r = ok, r.state = NULL, s_refused(r, "state");
+    r = ok, r.spec = NULL, s_refused(r, "spec");
+    r = ok, r.spec = "{not json", s_refused(r, "spec");
+    r = ok, r.spec = "{\"model\": \"/m\"}", s_refused(r, "spec");
+    r = ok, r.results = NULL, s_refused(r, "results");
+    r = ok, r.results = "[]", s_refused(r, "results");
+    r = ok, r.n_seqs = 3, s_refused(r, "results");
+    r = ok, r.results = "[{\"seq\":0,\"tokens\":[-1],\"finish\":\"eos\"}]", r.n_seqs = 1,
+    s_refused(r, "token");
+    r = ok, r.plan = "[", s_refused(r, "plan");
+    r = ok, r.epoch = -1, s_refused(r, "epoch");
+    r = ok, r.n_seqs = -2, s_refused(r, "n_seqs");
+}
+
+Test(coord_state, the_state_dir_is_the_owners_only)
+{
+    char dir[64], want[128], got[4096];
+    s_tmpdir(dir, sizeof(dir));
+    setenv("XDG_STATE_HOME", dir, 1);
+    snprintf(want, sizeof(want), "%s/pipeld", dir);
+    cr_assert_eq(pl_state_dir(got, sizeof(got)), PL_OK, "%s", pl_error_msg());
+    cr_assert_str_eq(got, want);
+    struct stat sb;
+    cr_assert_eq(stat(want, &sb), 0);
+    cr_assert_eq(sb.st_mode & 0777, 0700, "created with mode %o", sb.st_mode & 0777);
+    cr_assert_eq(pl_state_path("coord.db", got, sizeof(got)), PL_OK);
+    cr_assert(strstr(got, "/pipeld/coord.db"), "%s", got);
+    chmod(want, 0755); /* others may enter: refused, never silently used */
+    cr_assert_neq(pl_state_dir(got, sizeof(got)), PL_OK);
+    cr_assert(strstr(pl_error_msg(), "other users"), "%s", pl_error_msg());
+    setenv("XDG_STATE_HOME", "relative/path", 1); /* ignored, as the XDG spec says: HOME */
+    setenv("HOME", dir, 1);
+    cr_assert_eq(pl_state_dir(got, sizeof(got)), PL_OK, "%s", pl_error_msg());
+    snprintf(want, sizeof(want), "%s/.local/state/pipeld", dir);
+    cr_assert_str_eq(got, want);
+    unsetenv("XDG_STATE_HOME");
+    unsetenv("HOME");
+    cr_assert_neq(pl_state_dir(got, sizeof(got)), PL_OK);
+    char cmd[160];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    cr_assert_eq(system(cmd), 0);
+}

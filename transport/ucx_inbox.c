@@ -1,0 +1,385 @@
+/* Credit flow control on the UCX data plane: an inbox pre-posts receives into registered slots
+ * and grants its sender one credit per slot; a credited send waits for a credit before it goes. */
+#include "transport/ucx.h"
+#include "transport/ucx_grant.h"
+#include "transport/ucx_impl.h"
+
+#include "common/log.h"
+#include "common/util.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define S_SLOT_ALIGN 64u
+#define S_MEM_ALIGN 4096u
+
+typedef struct {
+    pl_ucx_inbox_t *in;
+    unsigned char *buf;
+    void *req; /* the posted receive, NULL once complete */
+    bool done;
+    ucs_status_t status;
+    ucp_tag_recv_info_t info;
+} s_slot_t;
+
+struct pl_ucx_inbox {
+    pl_ucx_t *ucx;
+    pl_ucx_ep_t *up;
+    uint64_t want, mask, credit_tag;
+    size_t slot_bytes;
+    int n;
+    unsigned char *mem;
+    ucp_mem_h memh;
+    s_slot_t *slots;
+    int head;   /* the oldest posted slot: the next message arrives there */
+    bool taken; /* the head slot's message is with the caller */
+};
+
+/* Send `n` credits to the inbox's sender (lock held). */
+static pl_status_t s_grant(pl_ucx_inbox_t *in, uint32_t n)
+{
+    unsigned char *g = malloc(PL_UCX_GRANT_BYTES);
+    if (!g)
+        return pl_error(PL_ERR_NOMEM, "ucx inbox: out of memory");
+    pl_ucx_grant_encode(n, g);
+    return pl_ucx_send_locked(in->ucx, in->up, in->credit_tag, g, PL_UCX_GRANT_BYTES);
+}
+
+static void s_slot_done(void *request, ucs_status_t status, const ucp_tag_recv_info_t *info,
+                        void *user_data)
+{
+    s_slot_t *sl = user_data;
+    sl->status = status;
+    if (status == UCS_OK || status == UCS_ERR_MESSAGE_TRUNCATED)
+        sl->info = *info;
+    sl->done = true;
+    sl->req = NULL;
+    ucp_request_free(request);
+}
+
+/* Post the receive of one slot (lock held). */
+static pl_status_t s_post(pl_ucx_inbox_t *in, s_slot_t *sl)
+{
+    ucp_request_param_t param = {0};
+    ucs_status_ptr_t req;
+
+    sl->done = false;
+    sl->status = UCS_INPROGRESS;
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                         UCP_OP_ATTR_FIELD_MEMH | UCP_OP_ATTR_FIELD_RECV_INFO;
+    param.cb.recv = s_slot_done;
+    param.user_data = sl;
+    param.memh = in->memh;
+    param.recv_info.tag_info = &sl->info;
+    req = ucp_tag_recv_nbx(in->ucx->worker, sl->buf, in->slot_bytes, in->want & in->mask, in->mask,
+                           &param);
+    if (UCS_PTR_IS_ERR(req))
+        return pl_ucx_ucs_error(UCS_PTR_STATUS(req), "inbox receive");
+    if (req == NULL) { /* completed at once; info is filled in */
+        sl->status = UCS_OK;
+        sl->done = true;
+    } else {
+        sl->req = req;
+    }
+    return PL_OK;
+}
+
+/* Cancel the posted receives and wait (bounded) for UCX to let go of them; false when one is
+ * still in UCX's hands (lock held). */
+static bool s_cancel_all(pl_ucx_inbox_t *in)
+{
+    double deadline = pl_now() + PL_UCX_CLOSE_S;
+    bool busy = true;
+    for (int i = 0; i < in->n; i++)
+        if (in->slots[i].req)
+            ucp_request_cancel(in->ucx->worker, in->slots[i].req);
+    while (busy) {
+        busy = false;
+        for (int i = 0; i < in->n; i++)
+            busy |= in->slots[i].req != NULL;
+        if (!busy || pl_now() >= deadline)
+            break;
+        if (!ucp_worker_progress(in->ucx->worker) && pl_ucx_sleep(in->ucx, deadline) != PL_OK)
+            break;
+    }
+    return !busy;
+}
+
+pl_status_t pl_ucx_inbox_create(pl_ucx_t *ucx, pl_ucx_ep_t *upstream, uint64_t want, uint64_t mask,
+                                uint64_t credit_tag, size_t slot_bytes, int n_slots,
+                                pl_ucx_inbox_t **inbox_p)
+{
+    ucp_mem_map_params_t mp = {0};
+    pl_ucx_inbox_t *in;
+    ucs_status_t us;
+    pl_status_t st;
+    size_t total;
+
+    if (n_slots < 1 || n_slots > PL_UCX_INBOX_MAX_SLOTS || slot_bytes == 0 ||
+        slot_bytes > PL_UCX_INBOX_MAX_SLOT_BYTES)
+        return pl_error(PL_ERR_RANGE,
+                        "ucx inbox: %d slots of %zu bytes (1..%d slots of at most "
+                        "%zu bytes)",
+                        n_slots, slot_bytes, PL_UCX_INBOX_MAX_SLOTS,
+                        (size_t)PL_UCX_INBOX_MAX_SLOT_BYTES);
+    slot_bytes = (slot_bytes + S_SLOT_ALIGN - 1) / S_SLOT_ALIGN * S_SLOT_ALIGN;
+    total = slot_bytes * (size_t)n_slots;
+    if (!(in = calloc(1, sizeof(*in))))
+        return pl_error(PL_ERR_NOMEM, "ucx inbox: out of memory");
+    in->ucx = ucx;
+    in->up = upstream;
+    in->want = want;
+    in->mask = mask;
+    in->credit_tag = credit_tag;
+    in->slot_bytes = slot_bytes;
+    in->n = n_slots;
+    in->slots = calloc((size_t)n_slots, sizeof(*in->slots));
+    if (!in->slots || posix_memalign((void **)&in->mem, S_MEM_ALIGN, total) != 0) {
+        free(in->slots);
+        free(in);
+        return pl_error(PL_ERR_NOMEM, "ucx inbox: cannot allocate %zu bytes", total);
+    }
+    /* Registered once, here: every receive into a slot reuses the registration. */
+    mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+    mp.address = in->mem;
+    mp.length = total;
+    pl_ucx_lock(ucx);
+    us = ucp_mem_map(ucx->ctx, &mp, &in->memh);
+    if (us != UCS_OK) {
+        st = pl_ucx_ucs_error(us, "inbox memory map");
+        goto err_free;
+    }
+    for (int i = 0; i < n_slots; i++) {
+        in->slots[i].in = in;
+        in->slots[i].buf = in->mem + (size_t)i * slot_bytes;
+        if ((st = s_post(in, &in->slots[i])) != PL_OK)
+            goto err_cancel;
+    }
+    if ((st = s_grant(in, (uint32_t)n_slots)) != PL_OK)
+        goto err_cancel;
+    ucx->n_inboxes++;
+    pl_ucx_unlock(ucx);
+    *inbox_p = in;
+    return PL_OK;
+
+err_cancel:
+    if (!s_cancel_all(in)) {
+        pl_log_warn("ucx inbox: a receive is still in UCX's hands; leaving its %zu bytes", total);
+        pl_ucx_unlock(ucx);
+        return st;
+    }
+    ucp_mem_unmap(ucx->ctx, in->memh);
+err_free:
+    pl_ucx_unlock(ucx);
+    free(in->mem);
+    free(in->slots);
+    free(in);
+    return st;
+}
+
+size_t pl_ucx_inbox_bytes(const pl_ucx_inbox_t *in)
+{
+    return in->slot_bytes * (size_t)in->n;
+}
+
+int pl_ucx_inbox_slots(const pl_ucx_inbox_t *in)
+{
+    return in->n;
+}
+
+/* Re-post the head slot, move on, and return its credit (lock held). */
+static pl_status_t s_release(pl_ucx_inbox_t *in)
+{
+    s_slot_t *sl = &in->slots[in->head];
+    pl_status_t st;
+    in->taken = false;
+    in->head = (in->head + 1) % in->n;
+    if ((st = s_post(in, sl)) != PL_OK)
+        return st;
+    return s_grant(in, 1);
+}
+
+pl_status_t pl_ucx_inbox_recv(pl_ucx_inbox_t *in, const void **buf_p, size_t *len_p,
+                              uint64_t *tag_p, int timeout_ms, const volatile int *cancel)
+{
+    double deadline = pl_ucx_deadline(timeout_ms);
+    pl_ucx_t *ucx = in->ucx;
+    s_slot_t *sl = &in->slots[in->head];
+    pl_status_t st = PL_OK;
+
+    if (in->taken)
+        return pl_error(PL_ERR_INVALID, "ucx inbox: the previous message was not released");
+    pl_ucx_lock(ucx);
+    while (!sl->done) {
+        if (cancel && *cancel) {
+            st = pl_error(PL_ERR_CANCELED, "ucx inbox: canceled");
+            goto out;
+        }
+        if (ucp_worker_progress(ucx->worker))
+            continue;
+        pl_ucx_ep_t *failed = pl_ucx_failed_ep(ucx); /* this link's peer, or another */
+        if (failed) {
+            st =
+                pl_error(PL_ERR_TRANSPORT, "ucx inbox: %s peer endpoint failed: %s",
+                         failed == in->up ? "the sending" : "a", ucs_status_string(failed->status));
+            goto out;
+        }
+        if (pl_now() >= deadline) {
+            st = pl_error(PL_ERR_TIMEOUT, "ucx inbox: nothing after %d ms", timeout_ms);
+            goto out;
+        }
+        if ((st = pl_ucx_sleep(ucx, deadline)) != PL_OK)
+            goto out;
+    }
+    if (sl->status != UCS_OK) {
+        if (sl->status == UCS_ERR_MESSAGE_TRUNCATED)
+            st = pl_error(PL_ERR_PROTOCOL,
+                          "ucx inbox: message of %zu bytes (tag 0x%016llx) "
+                          "exceeds the %zu-byte slot",
+                          sl->info.length, (unsigned long long)sl->info.sender_tag, in->slot_bytes);
+        else
+            st = pl_ucx_ucs_error(sl->status, "inbox receive");
+        /* The slot goes back at once, so the link carries on after a bad message. */
+        pl_status_t st2 = s_release(in);
+        if (st2 != PL_OK)
+            st = st2;
+        goto out;
+    }
+    in->taken = true;
+    *buf_p = sl->buf;
+    *len_p = sl->info.length;
+    if (tag_p)
+        *tag_p = sl->info.sender_tag;
+out:
+    pl_ucx_unlock(ucx);
+    return st;
+}
+
+pl_status_t pl_ucx_inbox_release(pl_ucx_inbox_t *in)
+{
+    if (!in->taken)
+        return pl_error(PL_ERR_INVALID, "ucx inbox: no message to release");
+    pl_ucx_lock(in->ucx);
+    pl_status_t st = s_release(in);
+    pl_ucx_unlock(in->ucx);
+    return st;
+}
+
+void pl_ucx_inbox_destroy(pl_ucx_inbox_t **in_p)
+{
+    pl_ucx_inbox_t *in = in_p ? *in_p : NULL;
+    if (!in)
+        return;
+    *in_p = NULL;
+    pl_ucx_t *ucx = in->ucx;
+    pl_ucx_lock(ucx);
+    ucx->n_inboxes--;
+    if (!s_cancel_all(in)) {
+        /* UCX may still write into a slot: its memory stays, mapped (a logged leak). */
+        pl_log_warn("ucx inbox: a message was still arriving after %.0f s; leaving its %zu "
+                    "bytes in place",
+                    PL_UCX_CLOSE_S, pl_ucx_inbox_bytes(in));
+        pl_ucx_unlock(ucx);
+        return;
+    }
+    ucp_mem_unmap(ucx->ctx, in->memh);
+    pl_ucx_unlock(ucx);
+    free(in->mem);
+    free(in->slots);
+    free(in);
+}
+
+void pl_ucx_ep_use_credits(pl_ucx_ep_t *ep, uint64_t credit_tag)
+{
+    pl_ucx_lock(ep->ucx);
+    ep->credited = true;
+    ep->credit_want = credit_tag;
+    ep->credit_mask = ~0ULL;
+    pl_ucx_unlock(ep->ucx);
+}
+
+/* Take the grants that have come in for ep (lock held). */
+static pl_status_t s_take_grants(pl_ucx_t *ucx, pl_ucx_ep_t *ep)
+{
+    for (;;) {
+        void *buf;
+        size_t len;
+        uint32_t n;
+        pl_status_t st = pl_ucx_recv_locked(ucx, ep->credit_want, ep->credit_mask,
+                                            PL_UCX_GRANT_BYTES, &buf, &len, NULL, 0, NULL);
+        if (st == PL_ERR_TIMEOUT) {
+            pl_error_clear();
+            return PL_OK;
+        }
+        if (st != PL_OK)
+            return st;
+        /* more than an inbox can have is a broken peer */
+        st = pl_ucx_grant_decode(buf, len, (uint32_t)(PL_UCX_INBOX_MAX_SLOTS - ep->credits), &n);
+        free(buf);
+        if (st != PL_OK)
+            return st;
+        if (ep->granted == 0)
+            ep->first_grant = n;
+        ep->granted += n;
+        ep->credits += n;
+    }
+}
+
+pl_status_t pl_ucx_send_credited(pl_ucx_t *ucx, pl_ucx_ep_t *ep, uint64_t tag, void *buf,
+                                 size_t len, int timeout_ms, const volatile int *cancel)
+{
+    double deadline = pl_ucx_deadline(timeout_ms);
+    pl_status_t st = PL_OK;
+
+    pl_ucx_lock(ucx);
+    if (!ep->credited) {
+        pl_ucx_unlock(ucx);
+        free(buf);
+        return pl_error(PL_ERR_INVALID, "ucx: credited send on an endpoint without credits");
+    }
+    for (;;) {
+        if ((st = s_take_grants(ucx, ep)) != PL_OK)
+            break;
+        if (ep->credits > 0)
+            break;
+        if (ep->status != UCS_OK) {
+            st = pl_error(PL_ERR_TRANSPORT, "ucx send: peer endpoint failed: %s",
+                          ucs_status_string(ep->status));
+            break;
+        }
+        if (cancel && *cancel) {
+            st = pl_error(PL_ERR_CANCELED, "ucx send: canceled while waiting for a credit");
+            break;
+        }
+        if (pl_now() >= deadline) {
+            st = pl_error(PL_ERR_TIMEOUT, "ucx send: no credit from the peer after %d ms",
+                          timeout_ms);
+            break;
+        }
+        if ((st = pl_ucx_sleep(ucx, deadline)) != PL_OK)
+            break;
+    }
+    if (st != PL_OK) {
+        pl_ucx_unlock(ucx);
+        free(buf);
+        return st;
+    }
+    ep->credits--;
+    ep->sent++;
+    int64_t in_flight = ep->sent - (ep->granted - ep->first_grant);
+    if (in_flight > ep->max_in_flight)
+        ep->max_in_flight = in_flight;
+    st = pl_ucx_send_locked(ucx, ep, tag, buf, len);
+    pl_ucx_unlock(ucx);
+    return st;
+}
+
+void pl_ucx_ep_credit_stats(pl_ucx_ep_t *ep, pl_ucx_credit_stats_t *stats)
+{
+    pl_ucx_lock(ep->ucx);
+    *stats = (pl_ucx_credit_stats_t){.granted = ep->first_grant,
+                                     .sent = ep->sent,
+                                     .in_flight = ep->sent - (ep->granted - ep->first_grant),
+                                     .max_in_flight = ep->max_in_flight};
+    pl_ucx_unlock(ep->ucx);
+}
