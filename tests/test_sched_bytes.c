@@ -197,8 +197,7 @@ Test(sched_bytes, stage_memory_is_the_stored_bytes_of_its_tensors)
         pl_model_bytes_t *b = s_bytes(cases[i].name, &cfg);
         s_want_t w = s_want(cases[i].mat, cases[i].vec, cases[i].tied);
         pl_sched_costs_t *costs = NULL;
-        cr_assert_eq(s_costs(&cfg, b, true, &costs), PL_OK, "%s",
-                     pl_error_msg());
+        cr_assert_eq(s_costs(&cfg, b, true, &costs), PL_OK, "%s", pl_error_msg());
         /* one stage (tied table once), then two */
         for (int stages = 1; stages <= 2; stages++) {
             pl_sched_device_t d[2] = {s_dev("a", "cpu", 100, 20, 1e9),
