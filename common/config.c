@@ -199,6 +199,12 @@ static const pl_ys_field_t s_http_fields[] = {
     {.type = PL_YS_END},
 };
 
+static const pl_ys_field_t s_stop_elem = {.type = PL_YS_STR, .size = PL_JOB_STOP_MAX + 1};
+
+/* model/chat_template.h's family names (common/ cannot include model/). */
+static const char *const s_chat_formats[] = {"llama3", "llama2", "mistral", "chatml",
+                                             "gemma",  "phi3",   NULL};
+
 static const pl_ys_field_t s_cluster_coordinator[] = {
     S_STR("endpoint", PL_YS_REQUIRED, pl_cfg_cluster_t, endpoint, s_check_endpoint),
     S_INT("heartbeat_ms", pl_cfg_cluster_t, heartbeat_ms, 10, 60000, 500),
@@ -416,6 +422,18 @@ static const pl_ys_field_t s_job_fields[] = {
      .offset = offsetof(pl_cfg_job_t, gen.stop_at_eos),
      .def = 1},
     {.key = "placement", .type = PL_YS_MAP, .fields = s_job_placement},
+    {.key = "stop",
+     .type = PL_YS_SEQ,
+     .offset = offsetof(pl_cfg_job_t, gen.stop),
+     .size = PL_JOB_STOP_MAX + 1,
+     .elem = &s_stop_elem,
+     .count_offset = offsetof(pl_cfg_job_t, gen.n_stop),
+     .max_count = PL_JOB_MAX_STOP},
+    {.key = "chat_format",
+     .type = PL_YS_STR,
+     .offset = offsetof(pl_cfg_job_t, chat_format),
+     .size = sizeof(((pl_cfg_job_t *)0)->chat_format),
+     .choices = s_chat_formats},
     {.type = PL_YS_END},
 };
 

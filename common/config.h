@@ -96,9 +96,10 @@ typedef struct {
 
 typedef struct {
     char model[PATH_MAX];   /* resolved against the job file's directory */
-    char prompts[PATH_MAX]; /* JSONL of token-id arrays, resolved likewise */
-    pl_job_gen_t gen;       /* max_new_tokens, min_new_tokens, stop_at_eos, sampling.*,
+    char prompts[PATH_MAX]; /* JSONL: [ids], {"text"} or {"messages"} per line, resolved likewise */
+    pl_job_gen_t gen;       /* max_new_tokens, min_new_tokens, stop_at_eos, stop, sampling.*,
                              * prefill_chunk, wire_dtype */
+    char chat_format[16];   /* "" (default): the model's chat template decides; else a family */
     int microbatches;       /* default 0: as many as stages */
     int stages;             /* default 0: every live node */
     char planner[16];       /* "auto" (default: may leave devices out), "optimal", "even" */

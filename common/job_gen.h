@@ -8,6 +8,8 @@
 
 #define PL_JOB_MAX_NEW_TOKENS 65536
 #define PL_JOB_MAX_PREFILL_CHUNK 65536
+#define PL_JOB_MAX_STOP 8      /* stop strings of a job */
+#define PL_JOB_STOP_MAX 127    /* bytes of one stop string */
 
 typedef struct {
     int max_new_tokens; /* 1..PL_JOB_MAX_NEW_TOKENS, default 16 */
@@ -21,6 +23,10 @@ typedef struct {
     /* The data plane. */
     int prefill_chunk;  /* prompt tokens of one sequence per prefill message; 0 (default): whole */
     char wire_dtype[8]; /* activations between stages: "f32" (default, "" too), "bf16", "f16" */
+    /* Stop strings: a sequence ends when its decoded text contains one (finish "stop"); the
+     * text is cut before it. Non-empty UTF-8; they need the model's tokenizer. */
+    int n_stop;
+    char stop[PL_JOB_MAX_STOP][PL_JOB_STOP_MAX + 1];
 } pl_job_gen_t;
 
 #endif

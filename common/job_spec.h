@@ -31,6 +31,10 @@ typedef struct {
     int n_prompts;
     int32_t **prompts;
     int *prompt_len;
+    /* The last stage decodes the completions with the model's tokenizer (model/tokenizer.json)
+     * and results carry text: set when a prompt was text or messages, or the job has stop
+     * strings. Prompts are token ids either way: text is tokenized once, where the spec is built. */
+    bool text;
     pl_job_gen_t gen; /* generation and sampling settings */
     /* Planning and placement. */
     int microbatches;     /* 0: the planner's choice */

@@ -7,6 +7,8 @@
 #include "backends/backend.h"
 #include "common/job_spec.h"
 #include "model/sample.h"
+#include "model/tokenizer.h"
+#include "pipeline/gen_text.h"
 #include "transport/act.h"
 #include "transport/msg.h"
 
@@ -26,6 +28,9 @@ typedef struct {
     int eos[PL_MODEL_MAX_EOS];
     int microbatches; /* sequence s belongs to microbatch s % microbatches */
     pl_act_dtype_t wire_dtype; /* gen.wire_dtype: how hidden states travel between stages */
+    /* The model directory whose tokenizer decodes the completions (spec.text or stop strings);
+     * "" when results are tokens only. */
+    char text_model[PATH_MAX];
 } pl_gen_job_t;
 
 /* The runtime's job from the typed spec and the microbatch count the plan chose (0 or less: one
@@ -34,10 +39,21 @@ typedef struct {
  * positions. Free with pl_gen_job_clear. */
 pl_status_t pl_gen_job_from_spec(const pl_job_spec_t *spec, int microbatches,
                                  const pl_model_config_t *cfg, pl_gen_job_t *job);
-/* Parse prompts JSONL text (one JSON array of token ids per non-empty line) into spec's prompts,
- * replacing any it had; errors name origin:line. */
+/* What text prompts are tokenized with: the model's tokenizer (NULL: the model has none, and a
+ * text line is an error), the chat_format job key (NULL or "": the model's template) and the
+ * model's positions (0: unchecked); a prompt plus max_new_tokens must fit them. */
+typedef struct {
+    const pl_tokenizer_t *tok;
+    const char *chat_format;
+    int max_pos;
+    int max_new_tokens;
+} pl_gen_prompts_ctx_t;
+/* Parse prompts JSONL text into spec's prompts, replacing any it had. Each non-empty line is a
+ * JSON array of token ids, {"text": "..."} (encoded with the model's special tokens) or
+ * {"messages": [{"role", "content"}...]} (rendered by the chat template with the generation
+ * prompt); text lines set spec->text. Errors name origin:line. ctx NULL: ids only. */
 pl_status_t pl_gen_prompts_parse(const char *text, size_t len, const char *origin,
-                                 pl_job_spec_t *spec);
+                                 const pl_gen_prompts_ctx_t *ctx, pl_job_spec_t *spec);
 /* The spec of a job file: its settings, the model directory made absolute (it must exist) and
  * the prompts file read. *spec is set only on success (pl_job_spec_clear frees it). */
 pl_status_t pl_gen_spec_from_file(const pl_cfg_job_t *cfg, pl_job_spec_t *spec);
@@ -92,11 +108,13 @@ pl_status_t pl_gen_sink_sample(pl_gen_sink_t *sink, const pl_act_hdr_t *hdr,
 bool pl_gen_sink_done(const pl_gen_sink_t *sink);
 /* Results in prompt order, as DONE carries them (*r_p: free with pl_msg_results_free). */
 pl_status_t pl_gen_sink_collect(const pl_gen_sink_t *sink, pl_msg_result_t **r_p, int *n_p);
-/* The same as JSON: [{"seq": i, "tokens": [...], "finish": "eos"|"length"}]. New ref; NULL when
- * out of memory. */
+/* The same as JSON: [{"seq": i, "tokens": [...], "text" (a text job), "finish":
+ * "eos"|"length"|"stop"}]. New ref; NULL when out of memory. */
 json_t *pl_gen_sink_results(const pl_gen_sink_t *sink);
 /* Tokens generated so far, and how many of them came from prefill (first tokens). */
 uint64_t pl_gen_sink_generated(const pl_gen_sink_t *sink);
+/* The text decoder of a text job (borrowed; NULL for a tokens-only job). */
+const pl_gen_text_t *pl_gen_sink_text(const pl_gen_sink_t *sink);
 /* Time (pl_now) at which the last sequence got its first token; 0 before. */
 double pl_gen_sink_prefill_done_at(const pl_gen_sink_t *sink);
 

@@ -124,7 +124,8 @@ struct pl_gen_sink {
     int vocab;
     int32_t **out;     /* generated tokens per sequence */
     int *n_out;
-    int *finish;       /* 0 running, 1 eos, 2 length */
+    int *finish;       /* 0 running, else the pl_finish_t */
+    pl_gen_text_t *text; /* a text job's decoder and stop strings; NULL otherwise */
     int n_done;
     int n_first;       /* sequences that have their first token */
     uint64_t generated;
@@ -148,6 +149,13 @@ pl_status_t pl_gen_sink_create(const pl_gen_job_t *job, int vocab, pl_gen_sink_t
     for (int s = 0; s < job->n_seqs; s++)
         if (!(k->out[s] = malloc((size_t)job->gen.max_new_tokens * sizeof(int32_t))))
             goto err;
+    if (job->text_model[0]) {
+        pl_status_t st = pl_gen_text_create(job->text_model, job->n_seqs, &job->gen, &k->text);
+        if (st) {
+            pl_gen_sink_destroy(&k);
+            return st;
+        }
+    }
     *sink_p = k;
     return PL_OK;
 err:
@@ -167,6 +175,7 @@ void pl_gen_sink_destroy(pl_gen_sink_t **sink_p)
     free(k->n_out);
     free(k->finish);
     free(k->scratch);
+    pl_gen_text_destroy(&k->text);
     free(k);
     *sink_p = NULL;
 }
@@ -225,10 +234,19 @@ pl_status_t pl_gen_sink_sample(pl_gen_sink_t *k, const pl_act_hdr_t *hdr,
         if (step == 0 && ++k->n_first == job->n_seqs)
             k->prefill_done_at = pl_now();
         uint32_t flags = 0;
-        if (job->gen.stop_at_eos && s_is_eos(job, tok))
-            k->finish[s] = 1;
-        else if (k->n_out[s] >= job->gen.max_new_tokens)
-            k->finish[s] = 2;
+        bool eos = job->gen.stop_at_eos && s_is_eos(job, tok), stopped = false;
+        bool length = k->n_out[s] >= job->gen.max_new_tokens;
+        if (k->text) {
+            pl_status_t st = pl_gen_text_push(k->text, (int)s, tok, eos || length, &stopped);
+            if (st)
+                return st;
+        }
+        if (stopped)
+            k->finish[s] = PL_FINISH_STOP;
+        else if (eos)
+            k->finish[s] = PL_FINISH_EOS;
+        else if (length)
+            k->finish[s] = PL_FINISH_LENGTH;
         if (k->finish[s]) {
             flags = PL_ACT_FINISHED;
             k->n_done++;
@@ -254,10 +272,10 @@ pl_status_t pl_gen_sink_collect(const pl_gen_sink_t *k, pl_msg_result_t **r_p, i
     for (int s = 0; s < k->job->n_seqs; s++) {
         r[s].seq = s;
         r[s].n_tokens = k->n_out[s];
-        r[s].finish = k->finish[s] == 1   ? PL_FINISH_EOS
-                      : k->finish[s] == 2 ? PL_FINISH_LENGTH
-                                          : PL_FINISH_NONE;
-        if (k->n_out[s] && !(r[s].tokens = malloc((size_t)k->n_out[s] * sizeof(int32_t)))) {
+        r[s].finish = (pl_finish_t)k->finish[s];
+        size_t tl;
+        if ((k->text && !(r[s].text = strdup(pl_gen_text_get(k->text, s, &tl)))) ||
+            (k->n_out[s] && !(r[s].tokens = malloc((size_t)k->n_out[s] * sizeof(int32_t))))) {
             pl_msg_results_free(r, k->job->n_seqs);
             return pl_error(PL_ERR_NOMEM, "results: out of memory");
         }
@@ -284,6 +302,11 @@ json_t *pl_gen_sink_results(const pl_gen_sink_t *k)
 uint64_t pl_gen_sink_generated(const pl_gen_sink_t *k)
 {
     return k->generated;
+}
+
+const pl_gen_text_t *pl_gen_sink_text(const pl_gen_sink_t *k)
+{
+    return k->text;
 }
 
 double pl_gen_sink_prefill_done_at(const pl_gen_sink_t *k)

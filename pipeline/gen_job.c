@@ -6,6 +6,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 void pl_gen_job_clear(pl_gen_job_t *job)
 {
@@ -66,6 +67,8 @@ pl_status_t pl_gen_job_from_spec(const pl_job_spec_t *spec, int microbatches,
                                       .seed = spec->gen.seed};
     j.n_seqs = spec->n_prompts;
     j.microbatches = microbatches > 0 ? PL_MIN(microbatches, j.n_seqs) : 1;
+    if (spec->text || spec->gen.n_stop)
+        snprintf(j.text_model, sizeof(j.text_model), "%s", spec->model);
     j.n_eos = cfg->n_eos;
     memcpy(j.eos, cfg->eos_ids, sizeof(j.eos));
     j.prompts = calloc((size_t)j.n_seqs, sizeof(*j.prompts));
@@ -92,94 +95,12 @@ err:
     return st;
 }
 
-/* One JSONL line: a JSON array of non-negative int32 token ids. */
-static pl_status_t s_line(const char *text, size_t len, const char *origin, size_t line_no,
-                          int32_t **ids_p, int *n_p)
-{
-    json_error_t jerr;
-    json_t *v = json_loadb(text, len, JSON_DISABLE_EOF_CHECK, &jerr);
-    pl_status_t st = PL_OK;
-    if (!v || !json_is_array(v) || json_array_size(v) == 0 ||
-        json_array_size(v) > (size_t)INT32_MAX) {
-        st = pl_error(PL_ERR_INVALID, "%s:%zu: expected a non-empty JSON array of token ids%s%s",
-                      origin, line_no, v ? "" : ": ", v ? "" : jerr.text);
-        json_decref(v);
-        return st;
-    }
-    size_t n = json_array_size(v);
-    int32_t *ids = malloc(n * sizeof(int32_t));
-    if (!ids)
-        st = pl_error(PL_ERR_NOMEM, "%s:%zu: out of memory", origin, line_no);
-    for (size_t t = 0; !st && t < n; t++) {
-        json_t *e = json_array_get(v, t);
-        if (!json_is_integer(e) || json_integer_value(e) < 0 ||
-            json_integer_value(e) > INT32_MAX)
-            st = pl_error(PL_ERR_INVALID, "%s:%zu: token %zu is not a token id", origin, line_no,
-                          t);
-        else
-            ids[t] = (int32_t)json_integer_value(e);
-    }
-    json_decref(v);
-    if (st) {
-        free(ids);
-        return st;
-    }
-    *ids_p = ids;
-    *n_p = (int)n;
-    return PL_OK;
-}
-
-pl_status_t pl_gen_prompts_parse(const char *text, size_t len, const char *origin,
-                                 pl_job_spec_t *spec)
-{
-    int32_t **prompts = calloc(PL_GEN_MAX_SEQS, sizeof(*prompts));
-    int *lens = calloc(PL_GEN_MAX_SEQS, sizeof(*lens)), n = 0;
-    size_t line_no = 0, i = 0;
-    pl_status_t st = PL_OK;
-    if (!prompts || !lens) {
-        st = pl_error(PL_ERR_NOMEM, "%s: out of memory", origin);
-        goto out;
-    }
-    while (i < len && !st) {
-        size_t end = i;
-        while (end < len && text[end] != '\n')
-            end++;
-        line_no++;
-        size_t a = i;
-        while (a < end && (text[a] == ' ' || text[a] == '\t' || text[a] == '\r'))
-            a++;
-        if (a < end) {
-            if (n == PL_GEN_MAX_SEQS)
-                st = pl_error(PL_ERR_RANGE, "%s: more than %d prompts", origin, PL_GEN_MAX_SEQS);
-            else if (!(st = s_line(text + a, end - a, origin, line_no, &prompts[n], &lens[n])))
-                n++;
-        }
-        i = end + 1;
-    }
-    if (!st && n == 0)
-        st = pl_error(PL_ERR_INVALID, "%s: no prompts", origin);
-    if (!st) {
-        for (int k = 0; spec->prompts && k < spec->n_prompts; k++)
-            free(spec->prompts[k]);
-        free(spec->prompts);
-        free(spec->prompt_len);
-        spec->prompts = prompts;
-        spec->prompt_len = lens;
-        spec->n_prompts = n;
-        return PL_OK;
-    }
-out:
-    for (int k = 0; prompts && k < n; k++)
-        free(prompts[k]);
-    free(prompts);
-    free(lens);
-    return st;
-}
-
 pl_status_t pl_gen_spec_from_file(const pl_cfg_job_t *cfg, pl_job_spec_t *spec)
 {
     pl_job_spec_t *s = malloc(sizeof(*s));
-    char *text = NULL;
+    char *text = NULL, path[PATH_MAX + 32];
+    pl_tokenizer_t *tok = NULL;
+    pl_model_config_t mcfg;
     size_t len;
     pl_status_t st;
     if (!s)
@@ -190,10 +111,28 @@ pl_status_t pl_gen_spec_from_file(const pl_cfg_job_t *cfg, pl_job_spec_t *spec)
         goto err;
     }
     if ((st = pl_planner_parse(cfg->planner, &s->planner)) ||
-        (st = pl_file_read(cfg->prompts, 64u << 20, &text, &len)) ||
-        (st = pl_gen_prompts_parse(text, len, cfg->prompts, s)))
+        (st = pl_model_config_load(s->model, &mcfg)))
         goto err;
+    /* The model's tokenizer, when it has one: text prompts are tokenized here, once. */
+    snprintf(path, sizeof(path), "%s/tokenizer.json", s->model);
+    if (access(path, F_OK) == 0 && (st = pl_tokenizer_load(s->model, &tok)))
+        goto err;
+    if (cfg->gen.n_stop && !tok) {
+        st = pl_error(PL_ERR_INVALID,
+                      "field 'stop': stop strings need the model's tokenizer, and %s has none",
+                      path);
+        goto err;
+    }
+    pl_gen_prompts_ctx_t ctx = {.tok = tok,
+                                .chat_format = cfg->chat_format,
+                                .max_pos = mcfg.max_pos,
+                                .max_new_tokens = cfg->gen.max_new_tokens};
+    if ((st = pl_file_read(cfg->prompts, 64u << 20, &text, &len)) ||
+        (st = pl_gen_prompts_parse(text, len, cfg->prompts, &ctx, s)))
+        goto err;
+    pl_tokenizer_destroy(&tok);
     s->gen = cfg->gen;
+    s->text = s->text || s->gen.n_stop > 0;
     s->microbatches = cfg->microbatches;
     s->stages = cfg->stages;
     s->n_nodes = cfg->n_nodes;
@@ -204,6 +143,7 @@ pl_status_t pl_gen_spec_from_file(const pl_cfg_job_t *cfg, pl_job_spec_t *spec)
     return PL_OK;
 err:
     free(text);
+    pl_tokenizer_destroy(&tok);
     pl_job_spec_clear(s);
     free(s);
     return st;

@@ -91,15 +91,15 @@ Test(gen, prompts_jsonl)
     pl_job_spec_t p;
     pl_job_spec_init(&p);
     const char *ok = "[1, 2]\n\n  [3]\r\n[4,5,6]";
-    cr_assert_eq(pl_gen_prompts_parse(ok, strlen(ok), "p.jsonl", &p), PL_OK, "%s", pl_error_msg());
+    cr_assert_eq(pl_gen_prompts_parse(ok, strlen(ok), "p.jsonl", NULL, &p), PL_OK, "%s", pl_error_msg());
     cr_assert_eq(p.n_prompts, 3);
     cr_assert_eq(p.prompt_len[2], 3);
     cr_assert_eq(p.prompts[2][2], 6);
     const char *bad = "[1, 2]\n{\"a\": 1}\n";
-    cr_assert_neq(pl_gen_prompts_parse(bad, strlen(bad), "p.jsonl", &p), PL_OK);
+    cr_assert_neq(pl_gen_prompts_parse(bad, strlen(bad), "p.jsonl", NULL, &p), PL_OK);
     cr_assert(strstr(pl_error_msg(), "p.jsonl:2"), "%s", pl_error_msg());
-    cr_assert_neq(pl_gen_prompts_parse("\n\n", 2, "e.jsonl", &p), PL_OK);
-    cr_assert_neq(pl_gen_prompts_parse("[1,", 3, "t.jsonl", &p), PL_OK);
+    cr_assert_neq(pl_gen_prompts_parse("\n\n", 2, "e.jsonl", NULL, &p), PL_OK);
+    cr_assert_neq(pl_gen_prompts_parse("[1,", 3, "t.jsonl", NULL, &p), PL_OK);
     cr_assert_eq(p.n_prompts, 3, "the spec is untouched on error");
     pl_job_spec_clear(&p);
 }

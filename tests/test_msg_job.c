@@ -58,7 +58,10 @@ static void s_spec(pl_job_spec_t *s)
                             .top_p = 0.95f,
                             .seed = UINT64_MAX,
                             .prefill_chunk = 64,
-                            .wire_dtype = "bf16"};
+                            .wire_dtype = "bf16",
+                            .n_stop = 2,
+                            .stop = {"\n\n", "END"}};
+    s->text = true;
     s->microbatches = 3;
     s->stages = 2;
     s->planner = PL_PLANNER_EVEN;
@@ -84,6 +87,10 @@ static void s_spec_eq(const pl_job_spec_t *a, const pl_job_spec_t *b)
     cr_assert_eq(a->gen.top_k, b->gen.top_k);
     cr_assert_eq(a->gen.top_p, b->gen.top_p);
     cr_assert_eq(a->gen.seed, b->gen.seed);
+    cr_assert_eq(a->text, b->text);
+    cr_assert_eq(a->gen.n_stop, b->gen.n_stop);
+    for (int i = 0; i < a->gen.n_stop; i++)
+        cr_assert_str_eq(a->gen.stop[i], b->gen.stop[i]);
     cr_assert_eq(a->microbatches, b->microbatches);
     cr_assert_eq(a->stages, b->stages);
     cr_assert_eq(a->planner, b->planner);
@@ -134,6 +141,7 @@ Test(msg_job, spec_wire_shape)
     json_t *want = json_loads(
         "{\"model\": \"/models/tiny\", \"gen\": {\"prompts\": [[1, 2, 3], [2147483647]], "
         "\"max_new_tokens\": 77, \"min_new_tokens\": 5, \"stop_at_eos\": false, "
+        "\"text\": true, \"stop\": [\"\\n\\n\", \"END\"], "
         "\"sampling\": {\"temperature\": 0.699999988079071, \"top_k\": 40, "
         "\"top_p\": 0.949999988079071, \"seed\": \"18446744073709551615\"}, "
         "\"prefill_chunk\": 64, \"wire_dtype\": \"bf16\"}, "
@@ -179,6 +187,14 @@ Test(msg_job, spec_bad_fields_are_named)
     s_refused(PL_MSG_SUBMIT, G("\"prompts\": [[1]], \"wire_dtype\": \"fp8\""), "wire_dtype");
     s_refused(PL_MSG_SUBMIT, G("\"prompts\": [[1]], \"wire_dtype\": 16"), "wire_dtype");
     s_refused(PL_MSG_SUBMIT, G("\"prompts\": [[1]], \"sampling\": 3"), "sampling");
+    s_refused(PL_MSG_SUBMIT, G("\"prompts\": [[1]], \"text\": 1"), "text");
+    s_refused(PL_MSG_SUBMIT, G("\"prompts\": [[1]], \"stop\": \"x\""), "stop");
+    s_refused(PL_MSG_SUBMIT, G("\"prompts\": [[1]], \"stop\": [\"\"]"), "stop");
+    s_refused(PL_MSG_SUBMIT, G("\"prompts\": [[1]], \"stop\": [\"a\", 3]"), "entry 1");
+    s_refused(PL_MSG_SUBMIT, G("\"prompts\": [[1]], \"stop\": [\"a\\u0000\"]"), "not allowed");
+    s_refused(PL_MSG_SUBMIT,
+              G("\"prompts\": [[1]], \"stop\": [\"1\",\"2\",\"3\",\"4\",\"5\",\"6\",\"7\",\"8\",\"9\"]"),
+              "at most 8");
     s_refused(PL_MSG_SUBMIT, G("\"prompts\": [[1]], \"sampling\": {\"top_p\": 2}"), "top_p");
     s_refused(PL_MSG_SUBMIT, G("\"prompts\": [[1]], \"sampling\": {\"temperature\": -1}"),
               "temperature");
@@ -316,10 +332,12 @@ Test(msg_job, done_round_trips_stats_probe_and_results)
 {
     int32_t t0[] = {5, 6, 2}, t1[] = {9};
     pl_msg_result_t res[] = {{.seq = 0, .n_tokens = 3, .tokens = t0, .finish = PL_FINISH_EOS},
-                             {.seq = 1, .n_tokens = 1, .tokens = t1, .finish = PL_FINISH_LENGTH}};
+                             {.seq = 1, .n_tokens = 1, .tokens = t1, .finish = PL_FINISH_LENGTH},
+                             {.seq = 2, .n_tokens = 1, .tokens = t1, .finish = PL_FINISH_STOP,
+                              .text = "h\xc3\xa9llo \xe4\xb8\x96"}};
     pl_msg_t m, out;
     pl_msg_init(&m, PL_MSG_DONE);
-    m.done = (pl_msg_done_t){.job = 3, .stage = 1, .epoch = 5, .n_results = 2, .results = res};
+    m.done = (pl_msg_done_t){.job = 3, .stage = 1, .epoch = 5, .n_results = 3, .results = res};
     m.done.stats =
         (pl_msg_stats_t){.wall_s = 1.5,
                          .compute_s = 1.25,
@@ -375,7 +393,10 @@ Test(msg_job, done_round_trips_stats_probe_and_results)
     cr_assert_eq(b->probe.latency_s, 1e-5);
     cr_assert_eq(b->probe.took_s, 0.01);
     cr_assert_str_eq(b->probe.transport, "tcp");
-    cr_assert_eq(out.done.n_results, 2);
+    cr_assert_eq(out.done.n_results, 3);
+    cr_assert_null(out.done.results[0].text);
+    cr_assert_eq(out.done.results[2].finish, PL_FINISH_STOP);
+    cr_assert_str_eq(out.done.results[2].text, res[2].text);
     cr_assert_arr_eq(out.done.results[0].tokens, t0, sizeof(t0));
     cr_assert_eq(out.done.results[0].finish, PL_FINISH_EOS);
     cr_assert_eq(out.done.results[1].finish, PL_FINISH_LENGTH);
@@ -424,9 +445,19 @@ Test(msg_job, done_round_trips_stats_probe_and_results)
     s_refused(PL_MSG_DONE, j, "result 0");
     snprintf(j, sizeof(j),
              "{\"job\": 1, \"epoch\": 1, \"stage\": 0, %s}, \"results\": [{\"seq\": 0, "
-             "\"tokens\": [1], \"finish\": \"stop\"}]}",
+             "\"tokens\": [1], \"finish\": \"stopped\"}]}",
              stats);
     s_refused(PL_MSG_DONE, j, "finish");
+    snprintf(j, sizeof(j),
+             "{\"job\": 1, \"epoch\": 1, \"stage\": 0, %s}, \"results\": [{\"seq\": 0, "
+             "\"tokens\": [1], \"text\": 7, \"finish\": \"stop\"}]}",
+             stats);
+    s_refused(PL_MSG_DONE, j, "field 'text'");
+    snprintf(j, sizeof(j),
+             "{\"job\": 1, \"epoch\": 1, \"stage\": 0, %s}, \"results\": [{\"seq\": 0, "
+             "\"tokens\": [1], \"text\": \"a\\u0000b\", \"finish\": \"stop\"}]}",
+             stats);
+    s_refused(PL_MSG_DONE, j, "not allowed"); /* jansson refuses NUL before the codec sees it */
     snprintf(j, sizeof(j),
              "{\"job\": 1, \"epoch\": 1, \"stage\": 0, %s}, \"results\": [{\"seq\": 0, "
              "\"tokens\": [-3], \"finish\": \"eos\"}]}",

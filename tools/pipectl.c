@@ -206,9 +206,19 @@ static int s_results(s_ctl_t *c, int64_t id)
         pl_msg_results_reply_clear(&res);
         return s_die("bad results from the coordinator: %s", pl_error_msg());
     }
-    json_array_foreach(arr, i, e) /* the job's output: JSONL in prompt order */
+    json_array_foreach(arr, i, e)
     {
-        char *line = json_dumps(e, JSON_COMPACT | JSON_PRESERVE_ORDER);
+        const pl_msg_result_t *q = &res.results[i];
+        if (q->text) { /* a text job: the completions, each under a line naming it */
+            if (res.n_results > 1)
+                printf("%s### seq %d (%s)\n", i ? "\n" : "", q->seq,
+                       json_string_value(json_object_get(e, "finish")));
+            fputs(q->text, stdout);
+            if (!*q->text || q->text[strlen(q->text) - 1] != '\n')
+                putchar('\n');
+            continue;
+        }
+        char *line = json_dumps(e, JSON_COMPACT | JSON_PRESERVE_ORDER); /* JSONL in prompt order */
         puts(line ? line : "{}");
         free(line);
     }
@@ -511,7 +521,8 @@ static void s_usage(FILE *f)
                "                                         coordinator needed)\n"
                "  catalog                                device kinds a described cluster can use\n"
                "  status JOB                             state, plan and throughput of a job\n"
-               "  results JOB                            the job's output, JSONL in prompt order\n"
+               "  results JOB                            the job's output in prompt order: the text of a\n"
+               "                                         text job, else JSONL of token ids\n"
                "  cancel JOB                             stop a job\n"
                "  nodes                                  the cluster's nodes and devices\n"
                "  health NODE                            one node's devices and heartbeat\n"

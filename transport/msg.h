@@ -135,13 +135,21 @@ typedef struct {
     pl_msg_probe_t probe;
 } pl_msg_stats_t;
 
-typedef enum { PL_FINISH_NONE = 0, PL_FINISH_EOS = 1, PL_FINISH_LENGTH = 2 } pl_finish_t;
+typedef enum {
+    PL_FINISH_NONE = 0,
+    PL_FINISH_EOS = 1,
+    PL_FINISH_LENGTH = 2,
+    PL_FINISH_STOP = 3, /* a stop string: the text ends before it */
+} pl_finish_t;
+
+#define PL_MSG_MAX_RESULT_TEXT (16u << 20) /* bytes of one result's text */
 
 /* One finished sequence. */
 typedef struct {
     int seq;
     int n_tokens;
     int32_t *tokens; /* owned */
+    char *text;      /* owned: the decoded completion (UTF-8); NULL when the job has no text */
     pl_finish_t finish;
 } pl_msg_result_t;
 
@@ -255,7 +263,8 @@ pl_status_t pl_msg_start_encode(const pl_msg_start_t *m, json_t **body_p);
 pl_status_t pl_msg_start_decode(const json_t *body, pl_msg_start_t *out);
 pl_status_t pl_msg_stats_encode(const pl_msg_stats_t *m, json_t **body_p);
 pl_status_t pl_msg_stats_decode(const json_t *body, pl_msg_stats_t *out);
-/* Results as the array users see: [{"seq", "tokens", "finish": "eos"|"length"|"none"}]. */
+/* Results as the array users see: [{"seq", "tokens", "text" (when decoded),
+ * "finish": "eos"|"length"|"stop"|"none"}]. */
 pl_status_t pl_msg_results_encode(const pl_msg_result_t *r, int n, json_t **arr_p);
 pl_status_t pl_msg_results_decode(const json_t *arr, pl_msg_result_t **r_p, int *n_p);
 void pl_msg_results_free(pl_msg_result_t *r, int n);

@@ -12,19 +12,21 @@
 pl_status_t pl_job_spec_encode(const pl_job_spec_t *s, json_t **body_p)
 {
     char seed[24];
-    json_t *prompts = json_array(), *nodes = json_array();
+    json_t *prompts = json_array(), *nodes = json_array(), *stop = json_array();
     for (int i = 0; prompts && i < s->n_prompts; i++) {
         json_t *p = json_array();
         for (int t = 0; p && t < s->prompt_len[i]; t++)
             json_array_append_new(p, json_integer(s->prompts[i][t]));
         json_array_append_new(prompts, p);
     }
+    for (int i = 0; stop && i < s->gen.n_stop; i++)
+        json_array_append_new(stop, json_string(s->gen.stop[i]));
     for (int i = 0; nodes && i < s->n_nodes; i++)
         json_array_append_new(nodes, json_string(s->nodes[i]));
     snprintf(seed, sizeof(seed), "%llu", (unsigned long long)s->gen.seed);
     json_t *body = json_pack(
-        "{s:s, s:{s:o, s:i, s:i, s:b, s:{s:f, s:i, s:f, s:s}}, s:i, s:i, s:s, s:o}", "model",
-        s->model, "gen", "prompts", prompts, "max_new_tokens", s->gen.max_new_tokens,
+        "{s:s, s:{s:o, s:b, s:o, s:i, s:i, s:b, s:{s:f, s:i, s:f, s:s}}, s:i, s:i, s:s, s:o}",
+        "model", s->model, "gen", "prompts", prompts, "text", s->text, "stop", stop, "max_new_tokens", s->gen.max_new_tokens,
         "min_new_tokens", s->gen.min_new_tokens, "stop_at_eos", s->gen.stop_at_eos, "sampling",
         "temperature", (double)s->gen.temperature, "top_k", s->gen.top_k, "top_p",
         (double)s->gen.top_p, "seed", seed, "microbatches", s->microbatches, "stages", s->stages,
@@ -89,6 +91,28 @@ static pl_status_t s_sampling(const json_t *sampling, pl_job_gen_t *g)
     return PL_OK;
 }
 
+/* Stop strings: at most PL_JOB_MAX_STOP non-empty strings without NUL bytes. */
+static pl_status_t s_stop(const json_t *stop, pl_job_gen_t *g)
+{
+    if (!stop || json_is_null(stop))
+        return PL_OK;
+    if (!json_is_array(stop) || json_array_size(stop) > PL_JOB_MAX_STOP)
+        return pl_error(PL_ERR_INVALID, "field 'stop': expected an array of at most %d strings",
+                        PL_JOB_MAX_STOP);
+    for (size_t i = 0; i < json_array_size(stop); i++) {
+        json_t *v = json_array_get(stop, i);
+        size_t n = json_string_length(v);
+        if (!json_is_string(v) || n == 0 || n > PL_JOB_STOP_MAX ||
+            strlen(json_string_value(v)) != n)
+            return pl_error(PL_ERR_INVALID,
+                            "field 'stop': entry %zu is not a string of 1 to %d bytes", i,
+                            PL_JOB_STOP_MAX);
+        memcpy(g->stop[i], json_string_value(v), n + 1);
+    }
+    g->n_stop = (int)json_array_size(stop);
+    return PL_OK;
+}
+
 static pl_status_t s_gen(const json_t *gen, pl_job_spec_t *s)
 {
     json_t *prompts;
@@ -106,6 +130,8 @@ static pl_status_t s_gen(const json_t *gen, pl_job_spec_t *s)
     if ((st = pl_json_int_opt(gen, "max_new_tokens", 1, PL_JOB_MAX_NEW_TOKENS, &max_new)) ||
         (st = pl_json_int_opt(gen, "min_new_tokens", 0, max_new, &min_new)) ||
         (st = pl_json_bool_opt(gen, "stop_at_eos", &s->gen.stop_at_eos)) ||
+        (st = pl_json_bool_opt(gen, "text", &s->text)) ||
+        (st = s_stop(json_object_get(gen, "stop"), &s->gen)) ||
         (st = s_sampling(json_object_get(gen, "sampling"), &s->gen)) ||
         (st = pl_json_int_opt(gen, "prefill_chunk", 0, PL_JOB_MAX_PREFILL_CHUNK, &chunk)) ||
         (st = pl_json_str_opt(gen, "wire_dtype", sizeof(s->gen.wire_dtype) - 1, &wire)))

@@ -179,7 +179,7 @@ pl_status_t pl_msg_stats_decode(const json_t *body, pl_msg_stats_t *out)
     return PL_OK;
 }
 
-static const char *const s_finish_names[] = {"none", "eos", "length"};
+static const char *const s_finish_names[] = {"none", "eos", "length", "stop"};
 
 pl_status_t pl_msg_results_encode(const pl_msg_result_t *r, int n, json_t **arr_p)
 {
@@ -188,9 +188,18 @@ pl_status_t pl_msg_results_encode(const pl_msg_result_t *r, int n, json_t **arr_
         json_t *toks = json_array();
         for (int t = 0; toks && t < r[i].n_tokens; t++)
             json_array_append_new(toks, json_integer(r[i].tokens[t]));
-        if ((unsigned)r[i].finish > PL_FINISH_LENGTH || !toks ||
-            json_array_append_new(arr, json_pack("{s:i, s:o, s:s}", "seq", r[i].seq, "tokens", toks,
-                                                 "finish", s_finish_names[r[i].finish]))) {
+        json_t *e = NULL;
+        if ((unsigned)r[i].finish <= PL_FINISH_STOP && toks)
+            e = json_pack("{s:i, s:o, s:s}", "seq", r[i].seq, "tokens", toks, "finish",
+                          s_finish_names[r[i].finish]);
+        else
+            json_decref(toks);
+        /* json_string checks UTF-8: text that is not is refused here, not sent. */
+        if (e && r[i].text && json_object_set_new(e, "text", json_string(r[i].text))) {
+            json_decref(e);
+            e = NULL;
+        }
+        if (!e || json_array_append_new(arr, e)) {
             json_decref(arr);
             arr = NULL;
         }
@@ -200,8 +209,10 @@ pl_status_t pl_msg_results_encode(const pl_msg_result_t *r, int n, json_t **arr_
 
 void pl_msg_results_free(pl_msg_result_t *r, int n)
 {
-    for (int i = 0; r && i < n; i++)
+    for (int i = 0; r && i < n; i++) {
         free(r[i].tokens);
+        free(r[i].text);
+    }
     free(r);
 }
 
@@ -228,14 +239,30 @@ pl_status_t pl_msg_results_decode(const json_t *arr, pl_msg_result_t **r_p, int 
         r[i].seq = (int)seq;
         r[i].finish = PL_FINISH_NONE;
         int f = 0;
-        while (f < 3 && strcmp(fin, s_finish_names[f]))
+        while (f < 4 && strcmp(fin, s_finish_names[f]))
             f++;
-        if (f == 3) {
+        if (f == 4) {
             st = pl_error(PL_ERR_INVALID,
-                          "result %zu: field 'finish': '%s' is not eos, length "
+                          "result %zu: field 'finish': '%s' is not eos, length, stop "
                           "or none",
                           i, fin);
             break;
+        }
+        const json_t *text = json_object_get(e, "text");
+        if (text && !json_is_null(text)) {
+            size_t tl = json_string_length(text);
+            if (!json_is_string(text) || tl > PL_MSG_MAX_RESULT_TEXT ||
+                strlen(json_string_value(text)) != tl) {
+                st = pl_error(PL_ERR_INVALID,
+                              "result %zu: field 'text': expected a string of at most %u bytes "
+                              "without NUL",
+                              i, PL_MSG_MAX_RESULT_TEXT);
+                break;
+            }
+            if (!(r[i].text = strdup(json_string_value(text)))) {
+                st = pl_error(PL_ERR_NOMEM, "results: out of memory");
+                break;
+            }
         }
         r[i].finish = (pl_finish_t)f;
         size_t nt = json_array_size(toks);

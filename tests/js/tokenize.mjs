@@ -1,6 +1,7 @@
 // Reference token ids for tests/test_tokenizer.c: @huggingface/tokenizers (an independent
 // implementation) on a real tokenizer.json. Usage: node tokenize.mjs MODEL_DIR < cases.json
-// where cases.json is an array of strings; prints an array of {ids, decoded} objects.
+// where cases.json is an array of strings; prints an array of {ids, decoded} objects. A third
+// argument "raw" encodes without special tokens added (apply_chat_template's encoding).
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { Tokenizer } from "@huggingface/tokenizers";
@@ -16,7 +17,7 @@ try {
 const tok = new Tokenizer(json, config);
 const cases = JSON.parse(readFileSync(0, "utf8"));
 const out = cases.map((text) => {
-  const ids = tok.encode(text).ids;
+  const ids = tok.encode(text, { add_special_tokens: process.argv[3] !== "raw" }).ids;
   const decoded = ids.length ? tok.decode(ids, { clean_up_tokenization_spaces: false }) : "";
   return { ids, decoded };
 });
