@@ -27,6 +27,7 @@ typedef struct {
     bool cand[PL_SCHED_MAX_DEVICES];
     int n_alive, n_cand;
     pl_sched_link_t *links; /* n * n */
+    pl_sched_plan_inputs_t pi; /* what the job's plan was made from */
 } s_live_t;
 
 static bool s_allowed(const pl_coord_job_t *j, const char *node)
@@ -95,11 +96,24 @@ static pl_status_t s_live(pl_coord_t *c, const pl_coord_job_t *j, bool idle_only
     return PL_OK;
 }
 
-/* The job's model config (config.json), once per planning. */
-static pl_status_t s_config(const pl_coord_job_t *j, pl_model_config_t *cfg)
+/* Plan job j over lv's candidates with the model's stored tensor bytes as its weights; the
+ * model's config in *cfg, what the plan was made from in lv->pi. */
+static pl_status_t s_plan(const pl_coord_job_t *j, s_live_t *lv, pl_model_config_t *cfg,
+                          pl_plan_t **plan_p)
 {
-    pl_status_t st = pl_model_config_load(j->spec.model, cfg);
-    return st ? pl_error_prefix(st, "model %s: ", j->spec.model) : PL_OK;
+    pl_model_t *m = NULL;
+    pl_model_bytes_t *b = NULL;
+    pl_status_t st;
+    if ((st = pl_model_open(j->spec.model, &m)) || (st = pl_model_bytes_new(m, &b))) {
+        pl_model_destroy(&m);
+        return pl_error_prefix(st, "model %s: ", j->spec.model);
+    }
+    *cfg = *pl_model_config(m);
+    st = pl_sched_plan_spec(&j->spec, cfg, b, lv->devs, lv->n, lv->links, lv->cand,
+                            pl_gen_spec_wire_bytes(&j->spec), &lv->pi, plan_p);
+    pl_model_bytes_destroy(&b);
+    pl_model_destroy(&m);
+    return st;
 }
 
 /* Say for each stage's link whether the daemons measured it or the planner's default stood in. */
@@ -120,8 +134,6 @@ static void s_mark_links(const pl_coord_t *c, const s_live_t *lv, const pl_plan_
 bool pl_coord_plan_job(pl_coord_t *c, pl_coord_job_t *j)
 {
     s_live_t *lv = calloc(1, sizeof(*lv));
-    pl_sched_model_t model;
-    pl_plan_input_t in;
     pl_plan_t *plan = NULL;
     bool ok = false;
     char note[256];
@@ -144,9 +156,7 @@ bool pl_coord_plan_job(pl_coord_t *c, pl_coord_job_t *j)
         goto out;
     }
     pl_model_config_t cfg;
-    if (s_config(j, &cfg) ||
-        pl_sched_plan_spec(&j->spec, &cfg, lv->devs, lv->n, lv->links, lv->cand,
-                           pl_gen_spec_wire_bytes(&j->spec), &model, &in, &plan)) {
+    if (s_plan(j, lv, &cfg, &plan)) {
         pl_coord_job_fail(c, j, "no feasible plan: %s", pl_error_msg());
         goto out;
     }
@@ -168,7 +178,7 @@ bool pl_coord_plan_job(pl_coord_t *c, pl_coord_job_t *j)
     j->microbatches = g.microbatches;
     j->max_tokens = PL_MAX(pl_gen_job_max_tokens(&g), (j->n_seqs + mb - 1) / mb);
     pl_gen_job_clear(&g);
-    json_t *pj = pl_plan_to_json_full(plan, &in, j->spec.planner);
+    json_t *pj = pl_plan_to_json_full(plan, &lv->pi.in, j->spec.planner);
     if (!pj) {
         pl_coord_job_fail(c, j, "coordinator out of memory");
         goto out;
@@ -188,7 +198,7 @@ bool pl_coord_plan_job(pl_coord_t *c, pl_coord_job_t *j)
                                  .last = s->last_layer,
                                  .used_gflops = lv->devs[s->device].gflops,
                                  .used_gbps = lv->devs[s->device].mem_gbps};
-        cs->have_terms = pl_sched_terms(&in, plan, i, &cs->terms) == PL_OK;
+        cs->have_terms = pl_sched_terms(&lv->pi.in, plan, i, &cs->terms) == PL_OK;
     }
     pl_log_info("job %u: planned %d stage(s) (%s, %s search), predicted %.3f s, %.1f decode tok/s",
                 j->id, plan->n_stages, pl_planner_name(j->spec.planner), plan->search,
@@ -197,8 +207,10 @@ bool pl_coord_plan_job(pl_coord_t *c, pl_coord_job_t *j)
     ok = true;
 out:
     pl_plan_destroy(&plan);
-    if (lv)
+    if (lv) {
         free(lv->links);
+        pl_sched_plan_inputs_clear(&lv->pi);
+    }
     free(lv);
     return ok;
 }
@@ -207,8 +219,6 @@ void pl_coord_on_plan(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_t *m)
 {
     pl_coord_job_t *j = NULL;
     s_live_t *lv = NULL;
-    pl_sched_model_t model;
-    pl_plan_input_t in;
     pl_plan_t *plan = NULL;
     char note[256] = "";
     pl_status_t st;
@@ -228,14 +238,12 @@ void pl_coord_on_plan(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_t *m)
         goto out;
     }
     pl_model_config_t cfg;
-    if ((st = s_config(j, &cfg)) ||
-        (st = pl_sched_plan_spec(&j->spec, &cfg, lv->devs, lv->n, lv->links, lv->cand,
-                                 pl_gen_spec_wire_bytes(&j->spec), &model, &in, &plan))) {
+    if ((st = s_plan(j, lv, &cfg, &plan))) {
         pl_coord_reply_error(c, from, st, "no feasible plan: %s", pl_error_msg());
         goto out;
     }
     pl_sched_waves_note(plan, note, sizeof(note));
-    json_t *pj = pl_plan_to_json_full(plan, &in, j->spec.planner), *busy = json_array();
+    json_t *pj = pl_plan_to_json_full(plan, &lv->pi.in, j->spec.planner), *busy = json_array();
     for (int i = 0; i < plan->n_stages; i++) {
         const pl_coord_node_t *nd = &c->nodes[lv->node[plan->stages[i].device]];
         if (nd->busy_job)
@@ -251,8 +259,10 @@ void pl_coord_on_plan(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_t *m)
     pl_coord_reply(c, from, json_pack("{s:o, s:s, s:o}", "plan", pj, "note", note, "busy", busy));
 out:
     pl_plan_destroy(&plan);
-    if (lv)
+    if (lv) {
         free(lv->links);
+        pl_sched_plan_inputs_clear(&lv->pi);
+    }
     free(lv);
     pl_coord_job_free(j);
 }

@@ -241,10 +241,19 @@ static pl_status_t s_expect(pl_model_t *m, const char *name, int ndim, int64_t d
     return pl_model_tensor_shaped(m, name, ndim, shape, NULL);
 }
 
-/* Every tensor the family's decoder needs must exist with the shape the config implies. */
-static pl_status_t s_check_llama(pl_model_t *m)
+/* A tensor the family's decoder loads, with the shape the config implies (d1 0: a vector). */
+typedef struct {
+    char name[128];
+    int ndim;
+    int64_t d0, d1;
+} s_want_t;
+
+#define S_LAYER_MAX 16
+
+/* The tensors a stage loads for layer l: the one list that the shape check and the byte count
+ * share. Returns how many were written to out. */
+static int s_layer_tensors(const pl_model_config_t *c, int l, s_want_t *out)
 {
-    const pl_model_config_t *c = &m->cfg;
     int64_t h = c->hidden, q = (int64_t)c->n_heads * c->head_dim;
     int64_t kv = (int64_t)c->n_kv_heads * c->head_dim, f = c->intermediate;
     static const char *const s_sq[] = {"input_layernorm", "post_attention_layernorm"};
@@ -255,39 +264,100 @@ static pl_status_t s_check_llama(pl_model_t *m)
                 {"self_attn.v_proj", kv, h}, {"self_attn.o_proj", h, q},
                 {"mlp.gate_proj", f, h},     {"mlp.up_proj", f, h},
                 {"mlp.down_proj", h, f}};
-    char name[128];
+    int n = 0;
+#define S_WANT(nd, a, b, ...)                                                                      \
+    (snprintf(out[n].name, sizeof(out[n].name), __VA_ARGS__), out[n].ndim = (nd), out[n].d0 = (a), \
+     out[n].d1 = (b), n++)
+    for (size_t i = 0; i < PL_ARRAY_SIZE(mats); i++) {
+        S_WANT(2, mats[i].d0, mats[i].d1, "model.layers.%d.%s.weight", l, mats[i].name);
+        if (c->qkv_bias && i < 3) /* q, k, v */
+            S_WANT(1, mats[i].d0, 0, "model.layers.%d.%s.bias", l, mats[i].name);
+    }
+    for (size_t i = 0; i < PL_ARRAY_SIZE(s_sq); i++)
+        S_WANT(1, h, 0, "model.layers.%d.%s.weight", l, s_sq[i]);
+    for (int i = 0; c->qk_norm && i < 2; i++)
+        S_WANT(1, c->head_dim, 0, "model.layers.%d.self_attn.%s_norm.weight", l, i ? "k" : "q");
+#undef S_WANT
+    return n;
+}
+
+/* Every tensor the family's decoder needs must exist with the shape the config implies. */
+static pl_status_t s_check_llama(pl_model_t *m)
+{
+    const pl_model_config_t *c = &m->cfg;
+    s_want_t want[S_LAYER_MAX];
     pl_status_t st;
 
-    if ((st = s_expect(m, "model.embed_tokens.weight", 2, c->vocab, h)) ||
-        (st = s_expect(m, "model.norm.weight", 1, h, 0)))
+    if ((st = s_expect(m, "model.embed_tokens.weight", 2, c->vocab, c->hidden)) ||
+        (st = s_expect(m, "model.norm.weight", 1, c->hidden, 0)))
         return st;
     if (!c->tie_embeddings || s_lookup(m, "lm_head.weight"))
-        if ((st = s_expect(m, "lm_head.weight", 2, c->vocab, h)))
+        if ((st = s_expect(m, "lm_head.weight", 2, c->vocab, c->hidden)))
             return st;
     for (int l = 0; l < c->n_layers; l++) {
-        for (size_t i = 0; i < PL_ARRAY_SIZE(s_sq); i++) {
-            snprintf(name, sizeof(name), "model.layers.%d.%s.weight", l, s_sq[i]);
-            if ((st = s_expect(m, name, 1, h, 0)))
+        int n = s_layer_tensors(c, l, want);
+        for (int i = 0; i < n; i++)
+            if ((st = s_expect(m, want[i].name, want[i].ndim, want[i].d0, want[i].d1)))
                 return st;
-        }
-        for (size_t i = 0; i < PL_ARRAY_SIZE(mats); i++) {
-            snprintf(name, sizeof(name), "model.layers.%d.%s.weight", l, mats[i].name);
-            if ((st = s_expect(m, name, 2, mats[i].d0, mats[i].d1)))
-                return st;
-            if (c->qkv_bias && i < 3) { /* q, k, v */
-                snprintf(name, sizeof(name), "model.layers.%d.%s.bias", l, mats[i].name);
-                if ((st = s_expect(m, name, 1, mats[i].d0, 0)))
-                    return st;
-            }
-        }
-        for (int i = 0; c->qk_norm && i < 2; i++) {
-            snprintf(name, sizeof(name), "model.layers.%d.self_attn.%s_norm.weight", l,
-                     i ? "k" : "q");
-            if ((st = s_expect(m, name, 1, c->head_dim, 0)))
-                return st;
-        }
     }
     return PL_OK;
+}
+
+/* Add tensor `name`'s stored bytes to *sum; note its type in b (the first quantized one). */
+static pl_status_t s_count(const pl_model_t *m, const char *name, pl_model_bytes_t *b,
+                           uint64_t *sum)
+{
+    const s_tensor_t *t = s_lookup(m, name);
+    const pl_wtype_info_t *wi = t ? pl_wtype_info(t->wtype) : NULL;
+    if (!t || !wi) /* pl_model_open checked every one */
+        return pl_error(PL_ERR_INVALID, "%s: tensor '%s' is missing", m->dir, name);
+    *sum += t->entry->end - t->entry->begin;
+    if (wi->quantized && b->quantized == PL_WT_COUNT)
+        b->quantized = t->wtype;
+    return PL_OK;
+}
+
+pl_status_t pl_model_bytes_new(const pl_model_t *model, pl_model_bytes_t **bytes_p)
+{
+    const pl_model_config_t *c = &model->cfg;
+    size_t n = (size_t)(c->n_layers > 0 ? c->n_layers : 0);
+    pl_model_bytes_t *b = calloc(1, sizeof(*b) + (n ? n : 1) * sizeof(uint64_t));
+    s_want_t want[S_LAYER_MAX];
+    char first[128];
+    pl_status_t st;
+
+    if (!b)
+        return pl_error(PL_ERR_NOMEM, "out of memory");
+    b->layer = (uint64_t *)(b + 1);
+    b->n_layers = (int)n;
+    b->quantized = PL_WT_COUNT;
+    for (int l = 0; l < (int)n; l++) {
+        int k = s_layer_tensors(c, l, want);
+        for (int i = 0; i < k; i++)
+            if ((st = s_count(model, want[i].name, b, &b->layer[l])))
+                goto err;
+    }
+    const char *head = c->tie_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
+    if ((st = s_count(model, "model.embed_tokens.weight", b, &b->embed)) ||
+        (st = s_count(model, "model.norm.weight", b, &b->head)) ||
+        (st = s_count(model, head, b, &b->head)))
+        goto err;
+    b->tied = c->tie_embeddings ? b->embed : 0;
+    snprintf(first, sizeof(first), n ? "model.layers.0.self_attn.q_proj.weight" : "%s", head);
+    b->matrix_wtype = s_lookup(model, first)->wtype; /* counted above */
+    *bytes_p = b;
+    return PL_OK;
+err:
+    free(b);
+    return st;
+}
+
+void pl_model_bytes_destroy(pl_model_bytes_t **bytes_p)
+{
+    if (!bytes_p || !*bytes_p)
+        return;
+    free(*bytes_p);
+    *bytes_p = NULL;
 }
 
 pl_status_t pl_model_open(const char *dir, pl_model_t **model_p)

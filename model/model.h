@@ -95,6 +95,30 @@ const struct pl_gguf *pl_model_gguf(const pl_model_t *model);
 /* Total bytes of all tensors as stored. */
 uint64_t pl_model_weight_bytes(const pl_model_t *model);
 
+/* The bytes of a model's tensors as stored, by pipeline part: what a stage holding a part keeps
+ * and reads (the planner's weight costs). One allocation, layer[] inside. */
+typedef struct {
+    int n_layers;
+    uint64_t *layer;         /* n_layers entries: every tensor a stage loads for layer l */
+    uint64_t embed;          /* model.embed_tokens.weight */
+    uint64_t head;           /* model.norm.weight + the LM head (the embedding table when tied) */
+    uint64_t tied;           /* what embedding and head share: the table when tied, else 0 */
+    pl_wtype_t matrix_wtype; /* layer 0's q_proj (no layers: the head's): a GPU stage's dtype */
+    pl_wtype_t quantized;    /* the first quantized type among them; PL_WT_COUNT when none */
+} pl_model_bytes_t;
+
+/* The stored bytes of each part of an opened model, from its tensor headers (no weight is read).
+ * *bytes_p is the caller's to free with pl_model_bytes_destroy. */
+pl_status_t pl_model_bytes_new(const pl_model_t *model, pl_model_bytes_t **bytes_p);
+/* Free; nulls the pointer; safe on NULL. */
+void pl_model_bytes_destroy(pl_model_bytes_t **bytes_p);
+/* A model known only by its config: every tensor pl_model_open would check for, in the config's
+ * dtype (model_bytes.c). For planning with a described model; freed as above. */
+pl_status_t pl_model_bytes_estimate(const pl_model_config_t *cfg, pl_model_bytes_t **bytes_p);
+/* True when dir holds a config.json but no weights (neither model.safetensors nor its index):
+ * a model described for planning only. */
+bool pl_model_is_described(const char *dir);
+
 /* Look a tensor up by its Hugging Face name ("model.layers.3.mlp.up_proj.weight"). */
 pl_status_t pl_model_tensor(pl_model_t *model, const char *name, pl_tensor_view_t *view);
 /* Same, also checking the shape equals `shape[0..ndim)` exactly. */

@@ -84,12 +84,21 @@ static void s_write(const pl_plan_t *p, s_out_t *o)
               pl_sched_fmt_time(s->t_prefill, t2, sizeof(t2)),
               pl_sched_fmt_time(s->t_decode, t3, sizeof(t3)), mem, link);
     }
-    if (p->n_left_out > 0) {
+    int n_chosen = 0; /* left out by the search; the others were no candidates (why given) */
+    for (int i = 0; i < p->n_left_out; i++)
+        n_chosen += !p->left_out[i].why[0];
+    if (n_chosen > 0) {
         s_put(o, "left out (they would not lower the bottleneck, or do not fit):");
-        for (int i = 0; i < p->n_left_out; i++)
-            s_put(o, "%s %s on %s", i ? "," : "", p->left_out[i].device_name, p->left_out[i].node);
+        for (int i = 0, k = 0; i < p->n_left_out; i++)
+            if (!p->left_out[i].why[0])
+                s_put(o, "%s %s on %s", k++ ? "," : "", p->left_out[i].device_name,
+                      p->left_out[i].node);
         s_put(o, "\n");
     }
+    for (int i = 0; i < p->n_left_out; i++)
+        if (p->left_out[i].why[0])
+            s_put(o, "left out: %s on %s: %s\n", p->left_out[i].device_name, p->left_out[i].node,
+                  p->left_out[i].why);
     if (p->n_stages > 0) {
         const pl_plan_stage_t *b = &p->stages[p->bottleneck_stage];
         s_put(o, "bottleneck: stage %d (%s on %s), cost %s per microbatch\n", p->bottleneck_stage,

@@ -1,5 +1,5 @@
-/* The planner's model and job shape from the parsed model config and the typed job spec; no
- * I/O: model/ read config.json, the job's codec read the job. */
+/* The planner's model, costs and job shape from the parsed model config, the model's stored
+ * tensor bytes and the typed job spec; no I/O: model/ read the files, the job's codec the job. */
 #include "scheduler/inputs.h"
 
 #include "common/util.h"
@@ -8,6 +8,8 @@
 #include <string.h>
 
 #include <math.h>
+#include <stdio.h>
+#include <string.h>
 
 pl_status_t pl_sched_model_from_config(const pl_model_config_t *cfg, bool any_cpu,
                                        pl_sched_model_t *m)
@@ -27,6 +29,51 @@ pl_status_t pl_sched_model_from_config(const pl_model_config_t *cfg, bool any_cp
                             .act_bytes = 4.0,
                             .tie_embeddings = cfg->tie_embeddings};
     return PL_OK;
+}
+
+pl_status_t pl_sched_costs_from_stored(const pl_sched_model_t *model, const pl_model_bytes_t *b,
+                                       bool any_cpu, pl_sched_costs_t **costs_p)
+{
+    pl_sched_costs_t *c = NULL;
+    pl_status_t st;
+    if (!model || !b)
+        return pl_error(PL_ERR_INVALID, "model: no shape or no tensor bytes");
+    if (b->n_layers != model->n_layers)
+        return pl_error(PL_ERR_INVALID, "model: tensor bytes of %d layers for a config of %d",
+                        b->n_layers, model->n_layers);
+    pl_sched_model_t m = *model;
+    if (!any_cpu) {
+        const pl_wtype_info_t *wi = pl_wtype_info(b->matrix_wtype);
+        m.kv_bytes = wi && !wi->quantized ? (double)wi->block_bytes : 4.0;
+    }
+    if ((st = pl_sched_costs_from_model(&m, &c)))
+        return st;
+    pl_sched_layer_cost_t *layers = (pl_sched_layer_cost_t *)c->layers; /* ours until returned */
+    for (int l = 0; l < c->n_layers; l++)
+        layers[l].weight_bytes = (double)b->layer[l];
+    c->embed_weight_bytes = (double)b->embed;
+    c->embed_bytes_per_token = (double)b->embed / m.vocab; /* one row as stored */
+    c->head_weight_bytes = (double)b->head;
+    c->tied_bytes = (double)b->tied;
+    *costs_p = c;
+    return PL_OK;
+}
+
+void pl_sched_refusals_find(const pl_sched_device_t *devs, int n, const pl_model_bytes_t *b,
+                            pl_sched_refusals_t *r)
+{
+    memset(r, 0, sizeof(*r));
+    if (!b || b->quantized == PL_WT_COUNT)
+        return;
+    snprintf(r->why, sizeof(r->why),
+             "the model's weights are quantized (%s) and the GPU backends have no quantized "
+             "kernels yet",
+             pl_wtype_name(b->quantized));
+    for (int i = 0; i < n && i < PL_SCHED_MAX_DEVICES; i++)
+        if (strcmp(devs[i].backend, "cpu") != 0) {
+            r->refused[i] = r->why;
+            r->n_refused++;
+        }
 }
 
 pl_status_t pl_sched_job_from_spec(const pl_job_spec_t *spec, const pl_model_config_t *cfg,
@@ -69,28 +116,41 @@ pl_status_t pl_sched_job_from_spec(const pl_job_spec_t *spec, const pl_model_con
 }
 
 pl_status_t pl_sched_plan_spec(const pl_job_spec_t *spec, const pl_model_config_t *cfg,
-                               const pl_sched_device_t *devs, int n, const pl_sched_link_t *links,
-                               const bool *cand, double act_bytes, pl_sched_model_t *model,
-                               pl_plan_input_t *in, pl_plan_t **plan_p)
+                               const pl_model_bytes_t *bytes, const pl_sched_device_t *devs, int n,
+                               const pl_sched_link_t *links, const bool *cand, double act_bytes,
+                               pl_sched_plan_inputs_t *pi, pl_plan_t **plan_p)
 {
-    bool any_cpu = false;
-    for (int i = 0; i < n; i++)
-        any_cpu |= (!cand || cand[i]) && !strcmp(devs[i].backend, "cpu");
-    pl_sched_model_t m;
-    pl_plan_input_t pi = {.devices = devs, .n_devices = n, .links = links};
-    pl_plan_t *plan = NULL;
     pl_status_t st;
-    if ((st = pl_sched_model_from_config(cfg, any_cpu, &m)) ||
-        (st = pl_sched_job_from_spec(spec, cfg, &pi.job)))
-        return st;
+    memset(pi, 0, sizeof(*pi));
+    if (n < 0 || n > PL_SCHED_MAX_DEVICES)
+        return pl_error(PL_ERR_RANGE, "plan: %d devices, at most %d", n, PL_SCHED_MAX_DEVICES);
+    pl_sched_refusals_find(devs, n, bytes, &pi->refusals);
+    bool any_cpu = false; /* among the candidates: what KV elements are charged by */
+    for (int i = 0; i < n; i++)
+        any_cpu |= (!cand || cand[i]) && !pi->refusals.refused[i] && !strcmp(devs[i].backend, "cpu");
+    if ((st = pl_sched_model_from_config(cfg, any_cpu, &pi->model)))
+        goto err;
     if (act_bytes > 0)
-        m.act_bytes = act_bytes; /* the links carry the job's wire dtype */
-    pi.model = &m;
-    if ((st = pl_sched_plan_mode(&pi, cand, spec->planner, spec->stages, &plan)))
-        return st;
-    *model = m;
-    pi.model = model; /* the plan keeps no pointer into its input */
-    *in = pi;
-    *plan_p = plan;
+        pi->model.act_bytes = act_bytes; /* the links carry the job's wire dtype */
+    pi->in = (pl_plan_input_t){.model = &pi->model,
+                               .devices = devs,
+                               .n_devices = n,
+                               .links = links,
+                               .refused = pi->refusals.refused};
+    if ((st = pl_sched_costs_from_stored(&pi->model, bytes, any_cpu, &pi->costs)) ||
+        (st = pl_sched_job_from_spec(spec, cfg, &pi->in.job)))
+        goto err;
+    pi->in.costs = pi->costs;
+    if ((st = pl_sched_plan_mode(&pi->in, cand, spec->planner, spec->stages, plan_p)))
+        goto err;
     return PL_OK;
+err:
+    pl_sched_plan_inputs_clear(pi);
+    return st;
+}
+
+void pl_sched_plan_inputs_clear(pl_sched_plan_inputs_t *pi)
+{
+    pl_sched_costs_destroy(&pi->costs);
+    memset(pi, 0, sizeof(*pi));
 }

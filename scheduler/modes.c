@@ -64,8 +64,19 @@ pl_status_t pl_sched_plan_mode(const pl_plan_input_t *in, const bool *alive, pl_
                         PL_SCHED_MAX_DEVICES);
     if ((unsigned)mode > PL_PLANNER_EVEN)
         return pl_error(PL_ERR_INVALID, "plan: planner mode %d unknown", (int)mode);
-    for (int i = 0; i < in->n_devices; i++)
-        n += (mask[i] = !alive || alive[i]);
+    bool cand[PL_SCHED_MAX_DEVICES];
+    int first_refused = -1;
+    for (int i = 0; i < in->n_devices; i++) {
+        mask[i] = !alive || alive[i];
+        bool refused = in->refused && in->refused[i];
+        if (mask[i] && refused && first_refused < 0)
+            first_refused = i;
+        n += (cand[i] = mask[i] && !refused);
+    }
+    if (n == 0 && first_refused >= 0)
+        return pl_error(PL_ERR_NO_DEVICE, "no device can hold this model (%s on %s: %s)",
+                        in->devices[first_refused].name, in->devices[first_refused].node,
+                        in->refused[first_refused]);
     if (n == 0)
         return pl_error(PL_ERR_NO_DEVICE, "no device can take a stage");
     if (stages < 0)
@@ -73,12 +84,17 @@ pl_status_t pl_sched_plan_mode(const pl_plan_input_t *in, const bool *alive, pl_
     if (mode != PL_PLANNER_AUTO) {
         if (stages > n)
             return pl_error(PL_ERR_INFEASIBLE,
-                            "%d stages asked for, but only %d device%s can take one", stages, n,
-                            n == 1 ? "" : "s");
+                            "%d stages asked for, but only %d device%s can take one%s%s%s", stages,
+                            n, n == 1 ? "" : "s", first_refused >= 0 ? " (the others: " : "",
+                            first_refused >= 0 ? in->refused[first_refused] : "",
+                            first_refused >= 0 ? ")" : "");
         int want = PL_MIN(stages > 0 ? stages : n, s_layers(in));
-        if (want < n && (st = s_fastest(in, mask, want)))
+        if (want < n && (st = s_fastest(in, cand, want)))
             return st;
     }
+    /* the refused devices stay in the mask: the planner passes them over and lists why */
+    for (int i = 0; i < in->n_devices; i++)
+        mask[i] = cand[i] || (mask[i] && in->refused && in->refused[i]);
     pl_plan_input_t x = *in;
     pl_plan_t *p = NULL;
     if ((st = s_plan_once(&x, mask, mode, stages, &p)))

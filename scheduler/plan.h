@@ -67,6 +67,7 @@
 #define PL_SCHED_MAX_DEVICES 256
 #define PL_SCHED_MAX_LAYERS 4096
 #define PL_SCHED_EXACT_MAX 16 /* the largest exact_max_devices accepted */
+#define PL_SCHED_WHY_MAX 191  /* the longest reason a device is no candidate */
 
 /* ---- model and per-layer costs ---------------------------------------------------------- */
 
@@ -169,6 +170,10 @@ typedef struct {
     const pl_sched_link_t *links; /* n_devices^2, [from * n_devices + to]; NULL: defaults */
     pl_sched_job_t job;
     pl_plan_options_t options;
+    /* n_devices entries, or NULL: a non-NULL entry says why device i cannot hold this model (a
+     * quantized model on a GPU); such a device is no candidate, and an alive one is listed as
+     * left out with that reason */
+    const char *const *refused;
 } pl_plan_input_t;
 
 /* ---- the plan ----------------------------------------------------------------------------- */
@@ -197,13 +202,14 @@ typedef struct {
     int device; /* index into pl_plan_input_t.devices */
     char device_name[PL_SCHED_NAME_MAX + 1];
     char node[PL_SCHED_NAME_MAX + 1];
+    char why[PL_SCHED_WHY_MAX + 1]; /* left out as no candidate: the input's reason; else "" */
 } pl_plan_device_ref_t;
 
 typedef struct pl_plan {
     int n_stages;
     pl_plan_stage_t *stages;
     int n_left_out;
-    pl_plan_device_ref_t *left_out; /* alive devices the plan does not use */
+    pl_plan_device_ref_t *left_out; /* alive devices the plan does not use (refused ones last) */
     pl_sched_objective_t objective;
     const char *search; /* "exact", "fixed", "heuristic"; "single" when one device beat them */
     int bottleneck_stage;

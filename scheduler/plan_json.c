@@ -30,6 +30,8 @@ static json_t *s_ref(s_js_t *js, const pl_plan_device_ref_t *r)
     s_set(js, o, "device", json_integer(r->device));
     s_set(js, o, "device_name", json_string(r->device_name));
     s_set(js, o, "node", json_string(r->node));
+    if (r->why[0])
+        s_set(js, o, "why", json_string(r->why));
     return o;
 }
 

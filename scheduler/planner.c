@@ -13,7 +13,10 @@ typedef struct {
     pl_sched_eval_t *ev;
     pl_plan_options_t opt;
     int devs[PL_SCHED_MAX_DEVICES];
-    int n; /* alive devices, in input order */
+    int n; /* alive candidates, in input order */
+    int refused[PL_SCHED_MAX_DEVICES];
+    int n_refused; /* alive devices the input refuses (in->refused), in input order */
+    const char *const *why;
     int requested_m;
 } s_ctx_t;
 
@@ -139,6 +142,29 @@ static pl_status_t s_diagnose(s_ctx_t *c)
                     need / S_GIB, c->n, c->n == 1 ? " has" : "s have", usable / S_GIB, where);
 }
 
+/* The alive devices the input does not refuse, and the refused ones; PL_ERR_NO_DEVICE (with the
+ * first reason when every alive device is refused) when none is left. */
+static pl_status_t s_candidates(const pl_plan_input_t *in, const bool *alive, s_ctx_t *c)
+{
+    c->why = in->refused;
+    for (int i = 0; i < in->n_devices; i++) {
+        if (alive && !alive[i])
+            continue;
+        if (in->refused && in->refused[i])
+            c->refused[c->n_refused++] = i;
+        else
+            c->devs[c->n++] = i;
+    }
+    if (c->n > 0)
+        return PL_OK;
+    if (c->n_refused > 0) {
+        const pl_sched_device_t *d = &in->devices[c->refused[0]];
+        return pl_error(PL_ERR_NO_DEVICE, "plan: no device can hold this model (%s on %s: %s)",
+                        d->name, d->node, in->refused[c->refused[0]]);
+    }
+    return pl_error(PL_ERR_NO_DEVICE, "plan: none of the %d devices is alive", in->n_devices);
+}
+
 static void s_ref(const s_ctx_t *c, int d, pl_plan_device_ref_t *r)
 {
     r->device = d;
@@ -239,7 +265,7 @@ static pl_status_t s_build(s_ctx_t *c, const pl_sched_split_t *s, int R, int M, 
                            const s_base_t *base, pl_plan_t **plan_p)
 {
     pl_sched_eval_t *ev = c->ev;
-    int S = s->n_stages, left = c->n - S;
+    int S = s->n_stages, left = c->n - S + c->n_refused;
     pl_plan_t *p = calloc(1, sizeof(*p) + sizeof(pl_plan_stage_t) * (size_t)S +
                                  sizeof(pl_plan_device_ref_t) * (size_t)(left > 0 ? left : 1));
     if (!p)
@@ -258,6 +284,11 @@ static pl_status_t s_build(s_ctx_t *c, const pl_sched_split_t *s, int R, int M, 
             used |= s->device[j] == c->devs[i];
         if (!used)
             s_ref(c, c->devs[i], &p->left_out[p->n_left_out++]);
+    }
+    for (int i = 0; i < c->n_refused; i++) {
+        pl_plan_device_ref_t *r = &p->left_out[p->n_left_out++];
+        s_ref(c, c->refused[i], r);
+        snprintf(r->why, sizeof(r->why), "%s", c->why[c->refused[i]]);
     }
     p->objective = c->opt.objective;
     p->search = how;
@@ -304,13 +335,8 @@ static pl_status_t s_plan(const pl_plan_input_t *in, const bool *alive, pl_plan_
     int N = in->job.n_seqs;
     if ((st = pl_sched_eval_new(in, N > 0 ? N : 1, 1, &c.ev)))
         return st;
-    for (int i = 0; i < in->n_devices; i++)
-        if (!alive || alive[i])
-            c.devs[c.n++] = i;
-    if (c.n == 0) {
-        st = pl_error(PL_ERR_NO_DEVICE, "plan: none of the %d devices is alive", in->n_devices);
+    if ((st = s_candidates(in, alive, &c)))
         goto out;
-    }
     c.requested_m = in->job.microbatches;
     int expect_s = c.opt.max_stages > 0 && c.opt.max_stages < c.n ? c.opt.max_stages : c.n;
     int R = N, M = pl_sched_default_m(c.requested_m, R, expect_s);
@@ -417,13 +443,8 @@ pl_status_t pl_plan_even(const pl_plan_input_t *in, const bool *alive, pl_plan_t
     int R = in->job.n_seqs;
     if ((st = pl_sched_eval_new(in, R > 0 ? R : 1, 1, &c.ev)))
         return st;
-    for (int i = 0; i < in->n_devices; i++)
-        if (!alive || alive[i])
-            c.devs[c.n++] = i;
-    if (c.n == 0) {
-        st = pl_error(PL_ERR_NO_DEVICE, "plan: none of the %d devices is alive", in->n_devices);
+    if ((st = s_candidates(in, alive, &c)))
         goto out;
-    }
     c.requested_m = in->job.microbatches;
     int S = c.n < c.ev->L ? c.n : c.ev->L, M = pl_sched_default_m(c.requested_m, R, S);
     pl_sched_eval_set_batch(c.ev, R, pl_sched_mb_size(R, M));

@@ -222,22 +222,27 @@ Test(sched_modes, plan_spec_is_its_parts_in_order)
     spec.stages = 2;
 
     /* by hand: the CPU device a is no candidate, so the config's f16 sizes stand */
+    pl_model_bytes_t *bytes = NULL;
+    cr_assert_eq(pl_model_bytes_estimate(&c, &bytes), PL_OK, "%s", pl_error_msg());
     const bool cand[3] = {false, true, true};
     pl_sched_model_t ref_m;
+    pl_sched_costs_t *ref_costs = NULL;
     pl_plan_input_t ref_in = {.devices = d, .n_devices = 3};
     pl_plan_t *ref = NULL, *p = NULL;
     cr_assert_eq(pl_sched_model_from_config(&c, false, &ref_m), PL_OK);
+    cr_assert_eq(pl_sched_costs_from_stored(&ref_m, bytes, false, &ref_costs), PL_OK);
     cr_assert_eq(pl_sched_job_from_spec(&spec, &c, &ref_in.job), PL_OK);
     ref_in.model = &ref_m;
+    ref_in.costs = ref_costs;
     cr_assert_eq(pl_sched_plan_mode(&ref_in, cand, PL_PLANNER_OPTIMAL, 2, &ref), PL_OK);
 
-    pl_sched_model_t m;
-    pl_plan_input_t in;
-    cr_assert_eq(pl_sched_plan_spec(&spec, &c, d, 3, NULL, cand, 0, &m, &in, &p), PL_OK, "%s",
+    static pl_sched_plan_inputs_t pi;
+    cr_assert_eq(pl_sched_plan_spec(&spec, &c, bytes, d, 3, NULL, cand, 0, &pi, &p), PL_OK, "%s",
                  pl_error_msg());
-    cr_expect_eq(m.weight_bytes, 2.0);
-    cr_expect(in.model == &m && in.devices == d && in.n_devices == 3 && !in.links);
-    cr_expect_eq(memcmp(&in.job, &ref_in.job, sizeof(in.job)), 0);
+    cr_expect_eq(pi.model.weight_bytes, 2.0);
+    cr_expect(pi.in.model == &pi.model && pi.in.costs == pi.costs && pi.in.devices == d &&
+              pi.in.n_devices == 3 && !pi.in.links);
+    cr_expect_eq(memcmp(&pi.in.job, &ref_in.job, sizeof(pi.in.job)), 0);
     cr_assert_eq(p->n_stages, ref->n_stages);
     for (int i = 0; i < p->n_stages; i++) {
         cr_expect_eq(p->stages[i].device, ref->stages[i].device);
@@ -247,25 +252,33 @@ Test(sched_modes, plan_spec_is_its_parts_in_order)
     cr_expect_eq(p->job_time, ref->job_time);
     pl_plan_destroy(&p);
     pl_plan_destroy(&ref);
+    pl_sched_costs_destroy(&ref_costs);
+    pl_sched_plan_inputs_clear(&pi);
 
-    /* every device a candidate (NULL): the CPU among them plans f32 weights */
-    cr_assert_eq(pl_sched_plan_spec(&spec, &c, d, 3, NULL, NULL, 0, &m, &in, &p), PL_OK);
-    cr_expect_eq(m.weight_bytes, 4.0);
+    /* every device a candidate (NULL): with the CPU among them KV elements are f32 */
+    cr_assert_eq(pl_sched_plan_spec(&spec, &c, bytes, d, 3, NULL, NULL, 0, &pi, &p), PL_OK);
+    cr_expect_eq(pi.model.kv_bytes, 4.0);
     pl_plan_destroy(&p);
+    pl_sched_plan_inputs_clear(&pi);
+    /* the wire dtype's bytes reach the links */
+    cr_assert_eq(pl_sched_plan_spec(&spec, &c, bytes, d, 3, NULL, NULL, 2.0, &pi, &p), PL_OK);
+    cr_expect_eq(pi.model.act_bytes, 2.0);
+    pl_plan_destroy(&p);
+    pl_sched_plan_inputs_clear(&pi);
 
     /* errors: the job shape (prompt 3 + max_new_tokens past 100 positions), the mode's stage
-     * count; outputs untouched */
-    pl_sched_model_t keep_m = m;
-    pl_plan_input_t keep_in = in;
+     * count; no plan, nothing kept */
     spec.gen.max_new_tokens = 71;
-    cr_expect_eq(pl_sched_plan_spec(&spec, &c, d, 3, NULL, NULL, 0, &m, &in, &p), PL_ERR_RANGE);
+    cr_expect_eq(pl_sched_plan_spec(&spec, &c, bytes, d, 3, NULL, NULL, 0, &pi, &p),
+                 PL_ERR_RANGE);
     cr_expect(strstr(pl_error_msg(), "prompt 3") != NULL, "%s", pl_error_msg());
     spec.gen.max_new_tokens = 8;
     spec.stages = 3;
-    cr_expect_eq(pl_sched_plan_spec(&spec, &c, d, 3, NULL, cand, 0, &m, &in, &p), PL_ERR_INFEASIBLE);
+    cr_expect_eq(pl_sched_plan_spec(&spec, &c, bytes, d, 3, NULL, cand, 0, &pi, &p),
+                 PL_ERR_INFEASIBLE);
     cr_expect_null(p);
-    cr_expect_eq(memcmp(&keep_m, &m, sizeof(m)), 0);
-    cr_expect_eq(memcmp(&keep_in, &in, sizeof(in)), 0);
+    cr_expect_null(pi.costs);
+    pl_model_bytes_destroy(&bytes);
     spec.prompt_len = NULL; /* borrowed above, not the spec's to free */
     spec.n_prompts = 0;
     pl_job_spec_clear(&spec);

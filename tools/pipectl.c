@@ -327,33 +327,43 @@ static int s_show_plan(const s_ctl_t *c, json_t *r)
 static int s_plan_whatif(const s_ctl_t *c, const pl_job_spec_t *spec, const char *cluster_path)
 {
     static pl_cfg_cluster_t cl;
+    static pl_sched_plan_inputs_t pi;
     pl_sched_device_t *devs = NULL;
     pl_sched_link_t *links = NULL;
-    pl_model_config_t cfg;
-    pl_sched_model_t model;
+    pl_model_t *model = NULL;
+    pl_model_bytes_t *bytes = NULL;
     pl_plan_t *plan = NULL;
     int n = 0, rc = 1;
-    pl_plan_input_t in;
 
     if (pl_cfg_cluster_load(cluster_path, &cl) || pl_sched_whatif(&cl, &devs, &n, &links)) {
         rc = s_die("%s", pl_error_msg());
         goto out;
     }
+    /* the stored bytes of the model's tensors; a model described by its config.json alone
+     * (planning before a download) is charged in the config's dtype */
+    pl_model_config_t cfg;
+    bool described = pl_model_is_described(spec->model);
+    if (described ? pl_model_config_load(spec->model, &cfg) || pl_model_bytes_estimate(&cfg, &bytes)
+                  : pl_model_open(spec->model, &model) || pl_model_bytes_new(model, &bytes)) {
+        rc = s_die("%s", pl_error_msg());
+        goto out;
+    }
+    if (!described)
+        cfg = *pl_model_config(model);
     pl_gen_job_t g; /* the coordinator's checks: token ids in the vocabulary, positions */
-    if (pl_model_config_load(spec->model, &cfg) ||
-        pl_gen_job_from_spec(spec, spec->microbatches, &cfg, &g)) {
+    if (pl_gen_job_from_spec(spec, spec->microbatches, &cfg, &g)) {
         rc = s_die("%s", pl_error_msg());
         goto out;
     }
     pl_gen_job_clear(&g);
-    if (pl_sched_plan_spec(spec, &cfg, devs, n, links, NULL, pl_gen_spec_wire_bytes(spec), &model,
-                           &in, &plan)) {
+    if (pl_sched_plan_spec(spec, &cfg, bytes, devs, n, links, NULL, pl_gen_spec_wire_bytes(spec),
+                           &pi, &plan)) {
         rc = s_die("no feasible plan: %s", pl_error_msg());
         goto out;
     }
     char note[256] = "";
     pl_sched_waves_note(plan, note, sizeof(note));
-    json_t *pj = pl_plan_to_json_full(plan, &in, spec->planner);
+    json_t *pj = pl_plan_to_json_full(plan, &pi.in, spec->planner);
     json_t *r = pj ? json_pack("{s:o, s:s, s:[]}", "plan", pj, "note", note, "busy") : NULL;
     if (!r) {
         rc = s_die("%s", "out of memory");
@@ -363,6 +373,9 @@ static int s_plan_whatif(const s_ctl_t *c, const pl_job_spec_t *spec, const char
     json_decref(r);
 out:
     pl_plan_destroy(&plan);
+    pl_sched_plan_inputs_clear(&pi);
+    pl_model_bytes_destroy(&bytes);
+    pl_model_destroy(&model);
     free(devs);
     free(links);
     return rc;
