@@ -80,6 +80,7 @@ typedef struct {
     pl_job_spec_t spec; /* what the user asked, decoded once at SUBMIT */
     int n_layers, max_ctx, n_seqs;
     int microbatches, max_tokens; /* what the plan decided (with n_stages and stages[]) */
+    int prefill_chunk;            /* the plan's (the job's when it set one); in ASSIGN's spec */
     uint64_t prompt_tokens;
     int n_stages;
     pl_coord_stage_t stages[PL_COORD_MAX_STAGES];

@@ -15,6 +15,7 @@ typedef struct {
     int devs[PL_SCHED_MAX_DEVICES];
     int n; /* alive devices, in input order */
     int requested_m;
+    int requested_chunk; /* the job's prefill_chunk; 0: pl_sched_prefill_chunk chooses */
 } s_ctx_t;
 
 /* The best split under the current batch (fits_only: any split that fits). */
@@ -270,6 +271,8 @@ static pl_status_t s_build(s_ctx_t *c, const pl_sched_split_t *s, int R, int M, 
     p->microbatch_size = pr.b;
     p->ctx = ev->ctx;
     p->max_tokens = pr.b * ev->p_max;
+    p->prefill_chunk =
+        pl_sched_prefill_chunk(c->requested_chunk, S, ev->p_max, ev->p_avg, pr.t_pre_max);
     p->prefill_time = pr.prefill_time;
     p->decode_period = pr.decode_period;
     p->ring_s = pr.ring;
@@ -312,6 +315,7 @@ static pl_status_t s_plan(const pl_plan_input_t *in, const bool *alive, pl_plan_
         goto out;
     }
     c.requested_m = in->job.microbatches;
+    c.requested_chunk = in->job.prefill_chunk;
     int expect_s = c.opt.max_stages > 0 && c.opt.max_stages < c.n ? c.opt.max_stages : c.n;
     int R = N, M = pl_sched_default_m(c.requested_m, R, expect_s);
     pl_sched_split_t s;
@@ -425,6 +429,7 @@ pl_status_t pl_plan_even(const pl_plan_input_t *in, const bool *alive, pl_plan_t
         goto out;
     }
     c.requested_m = in->job.microbatches;
+    c.requested_chunk = in->job.prefill_chunk;
     int S = c.n < c.ev->L ? c.n : c.ev->L, M = pl_sched_default_m(c.requested_m, R, S);
     pl_sched_eval_set_batch(c.ev, R, pl_sched_mb_size(R, M));
     pl_sched_split_t s;
