@@ -581,6 +581,26 @@ Test(cluster, planner_chosen_chunk_reaches_the_stages)
         cr_assert_eq(calls, (P + chunk - 1) / chunk, "stage %zu: %lld prefill calls, chunk %lld", i,
                      (long long)calls, (long long)chunk);
     }
+    /* the text view shows each stage's data plane: its link's UCX transports, the wire dtype,
+     * the slots, credits, most in flight and the memory bound its stats carry */
+    char *text;
+    cr_assert_eq(tc_sh(&text, "%s/pipectl -c %s status 1", tc_bin(), s_c.ep), 0);
+    cr_assert(strstr(text, "link (UCX)") && strstr(text, "mem bound"), "%s", text);
+    for (size_t i = 0; i < 2; i++) {
+        json_t *stats = json_object_get(json_array_get(stages, i), "stats");
+        json_t *dp = json_object_get(stats, "data_plane");
+        cr_assert(json_is_object(dp), "%s", st);
+        char row[160];
+        snprintf(row, sizeof(row), "%-5zu %-16.16s %-5s ", i,
+                 json_string_value(json_object_get(stats, "link")),
+                 json_string_value(json_object_get(stats, "wire_dtype")));
+        cr_assert(strstr(text, row), "no row '%s' in:\n%s", row, text);
+        snprintf(row, sizeof(row), " %-7lld %-9lld ",
+                 (long long)json_integer_value(json_object_get(dp, "send_credits")),
+                 (long long)json_integer_value(json_object_get(dp, "max_in_flight")));
+        cr_assert(strstr(text, row), "no credits '%s' in:\n%s", row, text);
+    }
+    free(text);
     json_decref(js);
     free(ref), free(got), free(st);
     s_passed = 1;
