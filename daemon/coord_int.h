@@ -83,6 +83,7 @@ typedef struct {
     char owner[64];     /* the submitting key's name ("" without authentication) */
     int n_layers, max_ctx, n_seqs;
     int microbatches, max_tokens; /* what the plan decided (with n_stages and stages[]) */
+    int prefill_chunk;            /* the plan's (the job's when it set one); in ASSIGN's spec */
     uint64_t prompt_tokens;
     int n_stages;
     pl_coord_stage_t stages[PL_COORD_MAX_STAGES];

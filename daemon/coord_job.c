@@ -188,6 +188,8 @@ static void s_assign(pl_coord_t *c, pl_coord_job_t *j)
                                       .max_tokens = j->max_tokens,
                                       .microbatches = j->microbatches,
                                       .spec = j->spec}; /* borrowed for encoding, not cleared */
+        if (j->prefill_chunk > 0) /* the plan's choice when the job left it open */
+            m->assign.spec.gen.prefill_chunk = j->prefill_chunk;
         snprintf(m->assign.device, sizeof(m->assign.device), "%s", nd->dev[s->dev].id);
         pl_coord_send_node(c, s->node, m);
     }

@@ -176,6 +176,7 @@ bool pl_coord_plan_job(pl_coord_t *c, pl_coord_job_t *j)
         goto out;
     }
     j->microbatches = g.microbatches;
+    j->prefill_chunk = plan->prefill_chunk;
     j->max_tokens = PL_MAX(pl_gen_job_max_tokens(&g), (j->n_seqs + mb - 1) / mb);
     pl_gen_job_clear(&g);
     json_t *pj = pl_plan_to_json_full(plan, &lv->pi.in, j->spec.planner);

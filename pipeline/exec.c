@@ -38,6 +38,7 @@ struct pl_exec {
     pl_ucx_t *ucx;
     pl_ucx_ep_t *next, *prev; /* prev: its probe is answered and its credits granted there */
     pl_ucx_inbox_t *inbox;    /* messages from prev land here */
+    pl_ucx_outbox_t *outbox;  /* messages to next leave from here, computed or encoded in place */
     size_t out_max;           /* largest message this stage sends */
     bool have_probe;          /* the measured link to next, for DONE */
     pl_msg_probe_t probe;
@@ -141,13 +142,14 @@ static pl_status_t s_wait_start(pl_exec_t *x, char **next_p, char **prev_p)
     return pl_error(PL_ERR_CANCELED, "canceled before start");
 }
 
+/* One forward call from `in` into `out` (x->out, or the payload of the buffer it is sent in). */
 static pl_status_t s_forward(pl_exec_t *x, const pl_act_hdr_t *hdr, const pl_act_seq_t *seqs,
-                             const void *in)
+                             const void *in, float *out)
 {
     pl_be_batch_t batch;
     double t0 = pl_now();
     pl_gen_batch(hdr, seqs, x->ints, &batch);
-    pl_status_t st = pl_be_stage_forward(x->stage, &batch, in, x->out);
+    pl_status_t st = pl_be_stage_forward(x->stage, &batch, in, out);
     double dt = pl_now() - t0;
     x->compute_s += dt;
     x->phase_s[hdr->step > 0] += dt;
@@ -158,25 +160,71 @@ static pl_status_t s_forward(pl_exec_t *x, const pl_act_hdr_t *hdr, const pl_act
     return st;
 }
 
-static pl_status_t s_send(pl_exec_t *x, const pl_act_hdr_t *hdr, const pl_act_seq_t *seqs,
-                          const void *payload)
+/* Take a send buffer for a hidden message of n_seq entries; *out_p is where the forward call
+ * writes: straight into the buffer's payload when the wire carries f32 as computed (no copy),
+ * else x->out (narrowed to the wire dtype by the encoder). */
+static pl_status_t s_take(pl_exec_t *x, uint32_t n_seq, void **buf_p, float **out_p)
 {
-    void *buf;
-    size_t len;
+    size_t cap;
+    pl_status_t st =
+        pl_ucx_outbox_get(x->outbox, buf_p, &cap, -1, (const volatile int *)&x->cancel);
+    if (st)
+        return st;
+    *out_p = x->out;
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    if (x->job.wire_dtype == PL_ACT_F32)
+        *out_p = (float *)((unsigned char *)*buf_p + pl_act_payload_offset(n_seq));
+#endif
+    return PL_OK;
+}
+
+/* Encode a message into `buf` (taken by s_take; NULL: take one here) and send it; the buffer
+ * goes back to the pool in every case. */
+static pl_status_t s_send_in(pl_exec_t *x, void *buf, const pl_act_hdr_t *hdr,
+                             const pl_act_seq_t *seqs, const void *payload)
+{
+    size_t len, cap = x->out_max;
+    float *unused;
     pl_act_hdr_t h = *hdr;
+    pl_status_t st;
     if (h.kind == PL_ACT_HIDDEN) {
         h.dim = (uint32_t)x->hidden;
         h.dtype = (uint32_t)x->job.wire_dtype;
     }
-    pl_status_t st = pl_act_encode(&h, seqs, payload, &buf, &len);
-    if (st)
+    if (!buf && (st = s_take(x, h.n_seq, &buf, &unused)))
         return st;
+    if ((st = pl_act_encode_into(&h, seqs, payload, buf, cap, &len))) {
+        pl_ucx_outbox_unget(x->outbox, buf);
+        return st;
+    }
     x->n_msgs++;
     x->bytes_sent += len;
     pl_metrics_add(x->p.metrics.link_bytes, x->peer, (double)len);
-    return pl_ucx_send_credited(x->ucx, x->next,
-                                pl_act_tag(hdr->job, (pl_act_kind_t)hdr->kind, hdr->mb, hdr->step),
-                                buf, len, -1, (const volatile int *)&x->cancel);
+    return pl_ucx_outbox_send(x->outbox,
+                              pl_act_tag(hdr->job, (pl_act_kind_t)hdr->kind, hdr->mb, hdr->step),
+                              buf, len, -1, (const volatile int *)&x->cancel);
+}
+
+static pl_status_t s_send(pl_exec_t *x, const pl_act_hdr_t *hdr, const pl_act_seq_t *seqs,
+                          const void *payload)
+{
+    return s_send_in(x, NULL, hdr, seqs, payload);
+}
+
+/* Forward a hidden microbatch and send the result on, computed into the buffer it leaves in. */
+static pl_status_t s_forward_send(pl_exec_t *x, const pl_act_hdr_t *hdr, const pl_act_seq_t *seqs,
+                                  const void *in)
+{
+    void *buf;
+    float *out;
+    pl_status_t st = s_take(x, hdr->n_seq, &buf, &out);
+    if (st)
+        return st;
+    if ((st = s_forward(x, hdr, seqs, in, out))) {
+        pl_ucx_outbox_unget(x->outbox, buf);
+        return st;
+    }
+    return s_send_in(x, buf, hdr, seqs, out);
 }
 
 /* Receive and validate the next data message of this job. It stays in its inbox slot (where
@@ -249,11 +297,11 @@ typedef struct {
 static pl_status_t s_emit(pl_exec_t *x, pl_gen_sink_t *sink, s_fifo_t *fifo, pl_act_hdr_t *hdr,
                           const pl_act_seq_t *seqs)
 {
-    pl_status_t st = s_forward(x, hdr, seqs, x->tokens);
+    if (!fifo)
+        return s_forward_send(x, hdr, seqs, x->tokens);
+    pl_status_t st = s_forward(x, hdr, seqs, x->tokens, x->out);
     if (st)
         return st;
-    if (!fifo)
-        return s_send(x, hdr, seqs, x->out);
     int at = (fifo->head + fifo->count) % fifo->cap;
     st = pl_gen_sink_sample(sink, hdr, seqs, x->out, &fifo->hdr[at], x->seqs_out);
     if (st)
@@ -375,23 +423,32 @@ static pl_status_t s_run_rest(pl_exec_t *x, pl_gen_sink_t *sink)
                           x->p.stage, hdr.kind);
             break;
         }
-        /* computed straight from the slot it arrived in (f32), which goes back before the
-         * send */
+        /* computed straight from the slot it arrived in (f32) into the buffer it leaves in
+         * (x->out on the last stage); the slot goes back before the send waits for a credit */
         const float *in;
+        void *buf = NULL;
+        float *dst = x->out;
         pl_act_payload_f32(&hdr, payload, x->in_f32, &in);
-        st = s_forward(x, &hdr, x->seqs_in, in);
-        pl_status_t st2 = s_release(x);
-        if ((st = st ? st : st2))
+        if (!last && (st = s_take(x, hdr.n_seq, &buf, &dst))) {
+            s_release(x);
             break;
-        if (last) {
-            st = pl_gen_sink_sample(sink, &hdr, x->seqs_in, x->out, &out, x->seqs_out);
-            atomic_store(&x->generated, pl_gen_sink_generated(sink));
-            if (!st && out.n_seq > 0) { /* none after an earlier prefill chunk */
-                s_free_finished(x, &out, x->seqs_out, NULL);
-                st = s_send(x, &out, x->seqs_out, NULL);
-            }
-        } else {
-            st = s_send(x, &hdr, x->seqs_in, x->out);
+        }
+        st = s_forward(x, &hdr, x->seqs_in, in, dst);
+        pl_status_t st2 = s_release(x);
+        if ((st = st ? st : st2)) {
+            if (buf)
+                pl_ucx_outbox_unget(x->outbox, buf);
+            break;
+        }
+        if (!last) {
+            st = s_send_in(x, buf, &hdr, x->seqs_in, dst);
+            continue;
+        }
+        st = pl_gen_sink_sample(sink, &hdr, x->seqs_in, x->out, &out, x->seqs_out);
+        atomic_store(&x->generated, pl_gen_sink_generated(sink));
+        if (!st && out.n_seq > 0) { /* none after an earlier prefill chunk */
+            s_free_finished(x, &out, x->seqs_out, NULL);
+            st = s_send(x, &out, x->seqs_out, NULL);
         }
     }
     return st;
@@ -419,10 +476,12 @@ static void s_stats(pl_exec_t *x, pl_gen_sink_t *sink, pl_msg_stats_t *s)
     if (x->next)
         snprintf(s->link, sizeof(s->link), "%s", pl_ucx_ep_transport(x->next));
     if (x->next && x->inbox) {
-        /* The data plane's memory: this stage's slots, and its sends in flight, which never
-         * outnumber the next stage's grants. */
+        /* The data plane's memory: this stage's slots, and its send pool (a buffer per credit
+         * the next stage grants, and one to compute into). */
         pl_ucx_credit_stats_t cs;
+        pl_ucx_outbox_stats_t os;
         pl_ucx_ep_credit_stats(x->next, &cs);
+        pl_ucx_outbox_stats(x->outbox, &os);
         size_t in_bytes = pl_ucx_inbox_bytes(x->inbox);
         s->has_data_plane = true;
         s->data_plane = (pl_msg_data_plane_t){
@@ -430,7 +489,7 @@ static void s_stats(pl_exec_t *x, pl_gen_sink_t *sink, pl_msg_stats_t *s)
             .inbox_bytes = (int64_t)in_bytes,
             .send_credits = cs.granted,
             .max_in_flight = cs.max_in_flight,
-            .bound_bytes = (int64_t)(in_bytes + (size_t)cs.granted * x->out_max),
+            .bound_bytes = (int64_t)(in_bytes + (size_t)os.bufs * os.buf_bytes),
             .progress_thread = pl_ucx_has_progress(x->ucx)};
     }
 }
@@ -456,6 +515,12 @@ static pl_status_t s_data_plane(pl_exec_t *x)
                                   PL_ACT_TAG_DATA_MASK, pl_act_tag_credit(x->p.job_id),
                                   pl_act_size(first ? &tokens : &hidden),
                                   first ? x->job.microbatches : S_HIDDEN_CREDITS, &x->inbox)))
+        return st;
+    /* One send buffer per credit the next stage's inbox grants (the rule above), and one to
+     * compute into while those are in flight. */
+    if ((st =
+             pl_ucx_outbox_create(x->ucx, x->next, x->out_max,
+                                  (last ? x->job.microbatches : S_HIDDEN_CREDITS) + 1, &x->outbox)))
         return st;
     if (!(pt && strcmp(pt, "0") == 0) && (st = pl_ucx_progress_start(x->ucx)))
         return st;
@@ -569,6 +634,7 @@ out:
     pl_gen_sink_destroy(&sink);
     if (x->ucx && x->next)
         pl_ucx_flush(x->ucx, 1000);
+    pl_ucx_outbox_destroy(&x->outbox);
     pl_ucx_inbox_destroy(&x->inbox);
     x->next = x->prev = NULL; /* closed with the worker */
     pl_ucx_destroy(&x->ucx);

@@ -163,6 +163,9 @@ static pl_status_t s_check_job(const pl_sched_job_t *j)
     if (j->microbatches < 0 || j->microbatches > S_MAX_SEQS)
         return pl_error(PL_ERR_RANGE, "job.microbatches: %d not in [0, %d]", j->microbatches,
                         S_MAX_SEQS);
+    if (j->prefill_chunk < 0 || j->prefill_chunk > PL_JOB_MAX_PREFILL_CHUNK)
+        return pl_error(PL_ERR_RANGE, "job.prefill_chunk: %d not in [0, %d]", j->prefill_chunk,
+                        PL_JOB_MAX_PREFILL_CHUNK);
     if (j->ctx < 0 || j->ctx > 2 * S_MAX_TOKENS)
         return pl_error(PL_ERR_RANGE, "job.ctx: %d not in [0, %d]", j->ctx, 2 * S_MAX_TOKENS);
     if (j->ctx > 0 && j->ctx < j->prompt_max + j->max_new_tokens)

@@ -109,6 +109,10 @@ static void s_write(const pl_plan_t *p, s_out_t *o)
           "max tokens per call %d\n",
           p->microbatches, p->microbatch_size, p->resident_seqs, p->n_seqs, p->waves,
           p->waves == 1 ? "" : "s", p->ctx, p->max_tokens);
+    if (p->prefill_chunk > 0)
+        s_put(o, "prefill chunk: %d tokens per sequence and message\n", p->prefill_chunk);
+    else
+        s_put(o, "prefill chunk: whole prompts\n");
     s_put(o, "prefill: %.1f tokens/s, %s per wave, bubble %.1f%%\n", p->prefill_tok_s,
           pl_sched_fmt_time(p->prefill_time, t1, sizeof(t1)), 100.0 * p->bubble_prefill);
     s_put(o, "decode: %.1f tokens/s, %s per step, bubble %.1f%% (ring %s)\n", p->decode_tok_s,

@@ -111,6 +111,7 @@ pl_status_t pl_sched_job_from_spec(const pl_job_spec_t *spec, const pl_model_con
                             .prompt_max = pmax,
                             .max_new_tokens = spec->gen.max_new_tokens,
                             .microbatches = spec->microbatches,
+                            .prefill_chunk = spec->gen.prefill_chunk,
                             .ctx = pmax + spec->gen.max_new_tokens};
     return PL_OK;
 }

@@ -3,11 +3,31 @@
 #include "scheduler/plan_impl.h"
 
 #include <assert.h>
+#include <math.h>
+#include <stdint.h>
 
 int pl_sched_mb_size(int resident, int m)
 {
     assert(resident >= 1 && m >= 1);
     return (resident + m - 1) / m;
+}
+
+int pl_sched_prefill_chunk(int requested, int stages, int prompt_max, int prompt_avg,
+                           double t_prefill_max)
+{
+    if (requested > 0)
+        return requested;
+    if (stages <= 1 || prompt_max <= PL_SCHED_CHUNK_MIN)
+        return 0;
+    int64_t c = ((int64_t)prompt_max + 2 * stages - 1) / (2 * stages);
+    if (t_prefill_max > 0) {
+        double c_time = floor(PL_SCHED_CHUNK_TARGET_S * prompt_avg / t_prefill_max);
+        if (c_time < (double)c)
+            c = (int64_t)c_time;
+    }
+    if (c < PL_SCHED_CHUNK_MIN)
+        c = PL_SCHED_CHUNK_MIN;
+    return (int)c; /* below prompt_max: ceil(P / 2S) < P and the floor is too */
 }
 
 int pl_sched_default_m(int requested, int resident, int stages)

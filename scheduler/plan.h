@@ -132,6 +132,7 @@ typedef struct {
     int max_new_tokens; /* >= 1 */
     int microbatches;   /* requested count; 0: the planner chooses */
     int ctx;            /* KV positions per sequence slot; 0: prompt_max + max_new_tokens */
+    int prefill_chunk;  /* prompt tokens per prefill message; 0: the planner chooses */
 } pl_sched_job_t;
 
 typedef enum { PL_SCHED_ORDER_SEARCH = 0, PL_SCHED_ORDER_FIXED = 1 } pl_sched_order_t;
@@ -215,6 +216,7 @@ typedef struct pl_plan {
     int bottleneck_stage;
     double bottleneck; /* the largest stage cost */
     int n_seqs, resident_seqs, waves, microbatches, microbatch_size, ctx, max_tokens;
+    int prefill_chunk; /* prompt tokens per prefill message (pl_sched_prefill_chunk); 0: whole */
     double prefill_time, decode_period, ring_s, wave_time, job_time;
     double prefill_tok_s, decode_tok_s, bubble_prefill, bubble_decode;
     double even_job_time;        /* even split over every input device in input order; 0: not fit */
@@ -284,6 +286,25 @@ double pl_sched_stage_mem(const pl_sched_eval_t *ev, int d, int first, int count
 double pl_sched_device_usable(const pl_sched_eval_t *ev, int d);
 /* The link from device d to device n with the defaults applied. */
 pl_sched_link_t pl_sched_link(const pl_sched_eval_t *ev, int d, int n);
+
+/* Chunked prefill: the prompt tokens of one sequence per prefill message, so that stage s + 1
+ * computes chunk k while stage s computes chunk k + 1 (the KV cache grows chunk by chunk; tokens
+ * are those of whole prompts). The job's own value when it set one (requested > 0). Else, for S
+ * stages, the longest prompt P_max, the average P_avg and the bottleneck stage's predicted
+ * prefill time t_pre per microbatch (P_avg tokens of each of its sequences):
+ *   one stage: 0 (whole prompts; there is nothing to overlap);
+ *   c_split  = ceil(P_max / (2 S)): the longest prompt in at least 2 S chunks, so the pipeline
+ *              fills within its first half and every stage works on it;
+ *   c_time   = floor(PL_SCHED_CHUNK_TARGET_S * P_avg / t_pre): the chunk the bottleneck stage
+ *              computes in about that time, short next to a prompt but long next to a
+ *              message's latency;
+ *   c        = max(min(c_split, c_time), PL_SCHED_CHUNK_MIN) (matrix-shaped products, and a
+ *              stage's weights are read once per chunk); prompts of at most PL_SCHED_CHUNK_MIN
+ *              tokens stay whole (0). */
+#define PL_SCHED_CHUNK_TARGET_S 0.004
+#define PL_SCHED_CHUNK_MIN 32
+int pl_sched_prefill_chunk(int requested, int stages, int prompt_max, int prompt_avg,
+                           double t_prefill_max);
 
 typedef struct {
     int n_stages;

@@ -113,6 +113,7 @@ json_t *pl_plan_to_json(const pl_plan_t *p)
     s_set(&js, o, "waves", json_integer(p->waves));
     s_set(&js, o, "microbatches", json_integer(p->microbatches));
     s_set(&js, o, "microbatch_size", json_integer(p->microbatch_size));
+    s_set(&js, o, "prefill_chunk", json_integer(p->prefill_chunk));
     s_set(&js, o, "ctx", json_integer(p->ctx));
     s_set(&js, o, "max_tokens", json_integer(p->max_tokens));
     s_set(&js, o, "prefill_time_s", json_real(p->prefill_time));

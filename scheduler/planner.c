@@ -18,6 +18,7 @@ typedef struct {
     int n_refused; /* alive devices the input refuses (in->refused), in input order */
     const char *const *why;
     int requested_m;
+    int requested_chunk; /* the job's prefill_chunk; 0: pl_sched_prefill_chunk chooses */
 } s_ctx_t;
 
 /* The best split under the current batch (fits_only: any split that fits). */
@@ -301,6 +302,8 @@ static pl_status_t s_build(s_ctx_t *c, const pl_sched_split_t *s, int R, int M, 
     p->microbatch_size = pr.b;
     p->ctx = ev->ctx;
     p->max_tokens = pr.b * ev->p_max;
+    p->prefill_chunk =
+        pl_sched_prefill_chunk(c->requested_chunk, S, ev->p_max, ev->p_avg, pr.t_pre_max);
     p->prefill_time = pr.prefill_time;
     p->decode_period = pr.decode_period;
     p->ring_s = pr.ring;
@@ -338,6 +341,7 @@ static pl_status_t s_plan(const pl_plan_input_t *in, const bool *alive, pl_plan_
     if ((st = s_candidates(in, alive, &c)))
         goto out;
     c.requested_m = in->job.microbatches;
+    c.requested_chunk = in->job.prefill_chunk;
     int expect_s = c.opt.max_stages > 0 && c.opt.max_stages < c.n ? c.opt.max_stages : c.n;
     int R = N, M = pl_sched_default_m(c.requested_m, R, expect_s);
     pl_sched_split_t s;
@@ -446,6 +450,7 @@ pl_status_t pl_plan_even(const pl_plan_input_t *in, const bool *alive, pl_plan_t
     if ((st = s_candidates(in, alive, &c)))
         goto out;
     c.requested_m = in->job.microbatches;
+    c.requested_chunk = in->job.prefill_chunk;
     int S = c.n < c.ev->L ? c.n : c.ev->L, M = pl_sched_default_m(c.requested_m, R, S);
     pl_sched_eval_set_batch(c.ev, R, pl_sched_mb_size(R, M));
     pl_sched_split_t s;

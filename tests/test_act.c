@@ -576,3 +576,53 @@ Test(act, probe_tag_layout)
     cr_assert_neq(pl_act_tag(3, PL_ACT_HIDDEN, 0, 0) & PL_ACT_TAG_PROBE_MASK, want);
     cr_assert_eq(PL_ACT_TAG_PROBE_MASK, 0xffffff0000000000ULL);
 }
+
+/* Encoding into the caller's buffer gives the bytes of pl_act_encode (checked against the
+ * reference layout above) for every dtype and kind, also with the payload computed in place at
+ * pl_act_payload_offset; a buffer too small is refused and left untouched. */
+Test(act, encode_into_matches_encode_also_in_place)
+{
+    pl_act_hdr_t h;
+    pl_act_seq_t seqs[2];
+    float payload[12];
+    s_hidden(&h, seqs, payload);
+    payload[3] = 1.0f / 3.0f; /* rounds differently in bf16 and f16 */
+    for (uint32_t dt = 0; dt < PL_ACT_DTYPE_COUNT; dt++) {
+        h.dtype = dt;
+        size_t ref_len, len = 0;
+        unsigned char *ref = s_encode_ok(&h, seqs, payload, &ref_len);
+        unsigned char buf[512], in_place[512];
+        memset(buf, 0xee, sizeof(buf));
+        cr_assert_eq(pl_act_encode_into(&h, seqs, payload, buf, sizeof(buf), &len), PL_OK, "%s",
+                     pl_error_msg());
+        cr_assert_eq(len, ref_len);
+        cr_assert_eq(memcmp(buf, ref, len), 0, "dtype %u", dt);
+        cr_assert_eq(buf[len], 0xee, "dtype %u: wrote past the message", dt);
+        /* the stage computed its f32 output into the send buffer itself */
+        size_t off = pl_act_payload_offset(h.n_seq);
+        cr_assert_eq(off, PL_ACT_HDR_BYTES + 2 * PL_ACT_SEQ_BYTES);
+        cr_assert_eq(off % 4, 0);
+        memset(in_place, 0xee, sizeof(in_place));
+        memcpy(in_place + off, payload, sizeof(payload));
+        cr_assert_eq(pl_act_encode_into(&h, seqs, in_place + off, in_place, sizeof(in_place), &len),
+                     PL_OK, "%s", pl_error_msg());
+        cr_assert_eq(len, ref_len);
+        cr_assert_eq(memcmp(in_place, ref, len), 0, "dtype %u in place", dt);
+        /* one byte short: refused, nothing written */
+        memset(buf, 0xee, sizeof(buf));
+        size_t kept = 12345;
+        cr_assert_eq(pl_act_encode_into(&h, seqs, payload, buf, ref_len - 1, &kept), PL_ERR_RANGE);
+        cr_assert_eq(kept, 12345);
+        for (size_t i = 0; i < sizeof(buf); i++)
+            cr_assert_eq(buf[i], 0xee);
+        free(ref);
+    }
+    pl_act_hdr_t stop = {.kind = PL_ACT_STOP, .job = 3};
+    unsigned char sb[PL_ACT_HDR_BYTES];
+    size_t sl;
+    cr_assert_eq(pl_act_encode_into(&stop, NULL, NULL, sb, sizeof(sb), &sl), PL_OK);
+    cr_assert_eq(sl, PL_ACT_HDR_BYTES);
+    h.dtype = 0;
+    seqs[0].n_tok = 2; /* entries no longer sum to n_tokens */
+    cr_assert_eq(pl_act_encode_into(&h, seqs, payload, sb, sizeof(sb), &sl), PL_ERR_INVALID);
+}

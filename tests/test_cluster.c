@@ -555,3 +555,65 @@ Test(cluster, bf16_wire_halves_the_bytes_and_matches_its_reference)
               (long long)bytes[0]);
     s_passed = 1;
 }
+
+/* A job that leaves prefill_chunk open gets the planner's chunk: it is in the plan, reaches both
+ * stages in ASSIGN (each runs one prefill call per chunk of the one long prompt), and the tokens
+ * are those of whole prefill in one process. */
+Test(cluster, planner_chosen_chunk_reaches_the_stages)
+{
+    enum { P = 200 };
+    int rc;
+    s_start(2, NULL);
+    char path[512], line[4096];
+    int o = snprintf(line, sizeof(line), "[1");
+    for (int i = 1; i < P; i++)
+        o += snprintf(line + o, sizeof(line) - (size_t)o, ", %d", (i * 37 + 11) % 250 + 2);
+    snprintf(line + o, sizeof(line) - (size_t)o, "]\n");
+    snprintf(path, sizeof(path), "%s/long.jsonl", s_c.dir);
+    tc_write(path, line);
+    snprintf(path, sizeof(path), "%s/long.yaml", s_c.dir);
+    tc_write(path, "model: m\nprompts: long.jsonl\nplanner: even\nstages: 2\nmax_new_tokens: 6\n");
+    char *ref = s_reference("long");
+    char *got = s_submit("long", &rc);
+    cr_assert_eq(rc, 0, "%s", s_err("long"));
+    cr_assert_str_eq(got, ref);
+    char *st;
+    tc_sh(&st, "%s/pipectl -c %s -o json status 1", tc_bin(), s_c.ep);
+    json_t *js = json_loads(st, 0, NULL);
+    cr_assert_not_null(js, "%s", st);
+    json_int_t chunk =
+        json_integer_value(json_object_get(json_object_get(js, "plan"), "prefill_chunk"));
+    /* the rule: at least 2 x 2 chunks of the 200 tokens, at least 32 tokens each */
+    cr_assert(chunk >= 32 && chunk <= P / 4, "chunk %lld: %s", (long long)chunk, st);
+    json_t *stages = json_object_get(js, "stages");
+    cr_assert_eq(json_array_size(stages), 2, "%s", st);
+    for (size_t i = 0; i < 2; i++) {
+        json_t *stats = json_object_get(json_array_get(stages, i), "stats");
+        json_int_t calls = json_integer_value(json_object_get(stats, "prefill_calls"));
+        cr_assert_eq(calls, (P + chunk - 1) / chunk, "stage %zu: %lld prefill calls, chunk %lld", i,
+                     (long long)calls, (long long)chunk);
+    }
+    /* the text view shows each stage's data plane: its link's UCX transports, the wire dtype,
+     * the slots, credits, most in flight and the memory bound its stats carry */
+    char *text;
+    cr_assert_eq(tc_sh(&text, "%s/pipectl -c %s status 1", tc_bin(), s_c.ep), 0);
+    cr_assert(strstr(text, "link (UCX)") && strstr(text, "mem bound"), "%s", text);
+    for (size_t i = 0; i < 2; i++) {
+        json_t *stats = json_object_get(json_array_get(stages, i), "stats");
+        json_t *dp = json_object_get(stats, "data_plane");
+        cr_assert(json_is_object(dp), "%s", st);
+        char row[160];
+        snprintf(row, sizeof(row), "%-5zu %-16.16s %-5s ", i,
+                 json_string_value(json_object_get(stats, "link")),
+                 json_string_value(json_object_get(stats, "wire_dtype")));
+        cr_assert(strstr(text, row), "no row '%s' in:\n%s", row, text);
+        snprintf(row, sizeof(row), " %-7lld %-9lld ",
+                 (long long)json_integer_value(json_object_get(dp, "send_credits")),
+                 (long long)json_integer_value(json_object_get(dp, "max_in_flight")));
+        cr_assert(strstr(text, row), "no credits '%s' in:\n%s", row, text);
+    }
+    free(text);
+    json_decref(js);
+    free(ref), free(got), free(st);
+    s_passed = 1;
+}

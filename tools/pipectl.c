@@ -161,6 +161,44 @@ static void s_print_measured(const json_t *r)
                s_num(t, "prefill_tok_s"), s_num(t, "decode_tok_s"), s_num(t, "wall_s"));
 }
 
+/* Bytes with a binary unit ("512 B", "1.50 MiB"); returns b. */
+static const char *s_bytes(double v, char *b, size_t n)
+{
+    const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int k = 0;
+    for (; v >= 1024 && k < 4; k++)
+        v /= 1024;
+    snprintf(b, n, k ? "%.2f %s" : "%.0f %s", v, u[k]);
+    return b;
+}
+
+/* Each stage's data plane as its stats carry it: the link's UCX transports, the wire dtype, the
+ * bytes sent, the receive slots, the credits granted to it, the most sends in flight, and the
+ * memory bound of its slots and send buffers. */
+static void s_print_data_plane(const json_t *r)
+{
+    json_t *ss = json_object_get(r, "stages");
+    bool any = false;
+    for (size_t i = 0; i < json_array_size(ss); i++) {
+        const json_t *st = json_object_get(json_array_get(ss, i), "stats");
+        const json_t *dp = json_object_get(st, "data_plane");
+        if (!json_is_object(dp))
+            continue;
+        if (!any)
+            printf("%-5s %-16s %-5s %-11s %-17s %-7s %-9s %-11s %s\n", "stage", "link (UCX)",
+                   "wire", "sent", "recv slots", "credits", "in flight", "mem bound", "progress");
+        any = true;
+        char sent[24], slot_b[24], bound[24], slots[40];
+        snprintf(slots, sizeof(slots), "%d (%s)", (int)s_num(dp, "inbox_slots"),
+                 s_bytes(s_num(dp, "inbox_bytes"), slot_b, sizeof(slot_b)));
+        printf("%-5zu %-16.16s %-5s %-11s %-17s %-7d %-9d %-11s %s\n", i, s_str(st, "link"),
+               s_str(st, "wire_dtype"), s_bytes(s_num(st, "bytes_sent"), sent, sizeof(sent)), slots,
+               (int)s_num(dp, "send_credits"), (int)s_num(dp, "max_in_flight"),
+               s_bytes(s_num(dp, "bound_bytes"), bound, sizeof(bound)),
+               json_is_true(json_object_get(dp, "progress_thread")) ? "thread" : "in calls");
+    }
+}
+
 static void s_print_throughput(FILE *f, const json_t *t)
 {
     if (!json_is_object(t))
@@ -187,6 +225,7 @@ static int s_status(s_ctl_t *c, int64_t id)
             printf("note: %s\n", s_str(r, "note"));
         s_print_plan(json_object_get(r, "plan"));
         s_print_measured(r);
+        s_print_data_plane(r);
         s_print_throughput(stdout, json_object_get(r, "throughput"));
     }
     json_decref(r);

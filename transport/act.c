@@ -125,24 +125,70 @@ static pl_status_t s_check_entries(const pl_act_hdr_t *hdr, const pl_act_seq_t *
     return PL_OK;
 }
 
+size_t pl_act_payload_offset(uint32_t n_seq)
+{
+    return PL_ACT_HDR_BYTES + (size_t)n_seq * PL_ACT_SEQ_BYTES;
+}
+
+/* The checks of both encoders: the message's rules, its size and its payload's. */
+static pl_status_t s_check_encode(const pl_act_hdr_t *hdr, const pl_act_seq_t *seqs,
+                                  const void *payload, size_t *total_p, size_t *payload_len_p)
+{
+    pl_status_t st;
+    if ((st = s_check_shape(hdr, PL_ERR_INVALID)) != PL_OK ||
+        (st = s_check_entries(hdr, seqs, PL_ERR_INVALID)) != PL_OK)
+        return st;
+    if (!s_total_bytes(hdr, total_p) || !s_payload_bytes(hdr, payload_len_p))
+        return pl_error(PL_ERR_RANGE, "activation: message size overflows");
+    if (*payload_len_p > 0 && !payload)
+        return pl_error(PL_ERR_INVALID, "activation: %zu payload bytes but no payload",
+                        *payload_len_p);
+    return PL_OK;
+}
+
+static void s_write(const pl_act_hdr_t *hdr, const pl_act_seq_t *seqs, const void *payload,
+                    size_t payload_len, unsigned char *buf);
+
 pl_status_t pl_act_encode(const pl_act_hdr_t *hdr, const pl_act_seq_t *seqs, const void *payload,
                           void **buf_p, size_t *len_p)
 {
     size_t total, payload_len;
-    unsigned char *buf, *p;
+    unsigned char *buf;
     pl_status_t st;
 
-    if ((st = s_check_shape(hdr, PL_ERR_INVALID)) != PL_OK ||
-        (st = s_check_entries(hdr, seqs, PL_ERR_INVALID)) != PL_OK)
+    if ((st = s_check_encode(hdr, seqs, payload, &total, &payload_len)) != PL_OK)
         return st;
-    if (!s_total_bytes(hdr, &total) || !s_payload_bytes(hdr, &payload_len))
-        return pl_error(PL_ERR_RANGE, "activation: message size overflows");
-    if (payload_len > 0 && !payload)
-        return pl_error(PL_ERR_INVALID, "activation: %zu payload bytes but no payload",
-                        payload_len);
     buf = malloc(total);
     if (!buf)
         return pl_error(PL_ERR_NOMEM, "activation: cannot allocate %zu bytes", total);
+    s_write(hdr, seqs, payload, payload_len, buf);
+    *buf_p = buf;
+    *len_p = total;
+    return PL_OK;
+}
+
+pl_status_t pl_act_encode_into(const pl_act_hdr_t *hdr, const pl_act_seq_t *seqs,
+                               const void *payload, void *buf, size_t cap, size_t *len_p)
+{
+    size_t total, payload_len;
+    pl_status_t st;
+
+    if ((st = s_check_encode(hdr, seqs, payload, &total, &payload_len)) != PL_OK)
+        return st;
+    if (total > cap)
+        return pl_error(PL_ERR_RANGE, "activation: a %zu-byte message does not fit in %zu bytes",
+                        total, cap);
+    s_write(hdr, seqs, payload, payload_len, buf);
+    *len_p = total;
+    return PL_OK;
+}
+
+/* Write a checked message into buf (total bytes). A payload already in place (computed into
+ * buf at pl_act_payload_offset) stays there, byte-swapped where the host needs it. */
+static void s_write(const pl_act_hdr_t *hdr, const pl_act_seq_t *seqs, const void *payload,
+                    size_t payload_len, unsigned char *buf)
+{
+    unsigned char *p;
 
     s_put_u32(buf + 0, PL_ACT_MAGIC);
     s_put_u16(buf + 4, PL_ACT_VERSION);
@@ -165,7 +211,8 @@ pl_status_t pl_act_encode(const pl_act_hdr_t *hdr, const pl_act_seq_t *seqs, con
     if (payload_len > 0 && hdr->dtype == PL_ACT_F32) {
         /* f32 payload: byte-swapped only on big-endian hosts. */
 #if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-        memcpy(p, payload, payload_len);
+        if ((const void *)p != payload)
+            memcpy(p, payload, payload_len);
 #else
         const float *src = payload;
         for (size_t i = 0; i < payload_len / 4; i++) {
@@ -178,12 +225,10 @@ pl_status_t pl_act_encode(const pl_act_hdr_t *hdr, const pl_act_seq_t *seqs, con
         const float *src = payload;
         uint16_t (*conv)(float) =
             hdr->dtype == PL_ACT_BF16 ? pl_act_f32_to_bf16 : pl_act_f32_to_f16;
+        /* In place too: value i is read (4 bytes at 4i) before 2i is written. */
         for (size_t i = 0; i < payload_len / 2; i++)
             s_put_u16(p + 2 * i, conv(src[i]));
     }
-    *buf_p = buf;
-    *len_p = total;
-    return PL_OK;
 }
 
 static int s_cmp_u32(const void *a, const void *b)

@@ -80,6 +80,14 @@ size_t pl_act_size(const pl_act_hdr_t *hdr);
  * follow the rules above (PL_ERR_INVALID). */
 pl_status_t pl_act_encode(const pl_act_hdr_t *hdr, const pl_act_seq_t *seqs, const void *payload,
                           void **buf_p, size_t *len_p);
+/* pl_act_encode into the caller's buffer of cap bytes (PL_ERR_RANGE when the message does not
+ * fit; nothing written on error). payload may already sit in buf at pl_act_payload_offset (the
+ * stage computed into the buffer it sends): f32 values stay in place, bf16/f16 are narrowed in
+ * place. */
+pl_status_t pl_act_encode_into(const pl_act_hdr_t *hdr, const pl_act_seq_t *seqs,
+                               const void *payload, void *buf, size_t cap, size_t *len_p);
+/* Where the payload of a message with n_seq entries starts (a multiple of 4). */
+size_t pl_act_payload_offset(uint32_t n_seq);
 /* Decode and validate. seqs must have room for limits->max_seq entries; *payload_p points into
  * buf (NULL for kinds without payload; payload_p may be NULL). The payload starts at a multiple
  * of 4 bytes into buf, so it is float-aligned when buf is malloc'd, and is in the wire dtype

@@ -321,6 +321,10 @@ static void s_send_done(void *request, ucs_status_t status, void *user_data)
     }
     s_send_unlink(s);
     ucp_request_free(request);
+    if (s->done) {
+        s->done(s, true);
+        return;
+    }
     free(s->buf);
     free(s);
 }
@@ -350,6 +354,7 @@ pl_status_t pl_ucx_send_locked(pl_ucx_t *ucx, pl_ucx_ep_t *ep, uint64_t tag, voi
         free(buf);
         return pl_error(PL_ERR_NOMEM, "ucx send: out of memory");
     }
+    ucx->send_allocs++;
     s->ucx = ucx;
     s->ep = ep;
     s->buf = buf;
@@ -367,6 +372,40 @@ pl_status_t pl_ucx_send_locked(pl_ucx_t *ucx, pl_ucx_ep_t *ep, uint64_t tag, voi
         free(buf);
         free(s);
         return pl_ucx_ucs_error(us, "send");
+    }
+    s->req = req;
+    s->prev = ucx->pending.prev;
+    s->next = &ucx->pending;
+    s->prev->next = s;
+    ucx->pending.prev = s;
+    ucx->n_pending++;
+    return PL_OK;
+}
+
+pl_status_t pl_ucx_send_pooled_locked(pl_ucx_t *ucx, pl_ucx_ep_t *ep, uint64_t tag,
+                                      pl_ucx_send_t *s, size_t len, ucp_mem_h memh)
+{
+    ucp_request_param_t param = {0};
+    ucs_status_ptr_t req;
+
+    if (ep->status != UCS_OK) {
+        s->done(s, true);
+        return pl_error(PL_ERR_TRANSPORT, "ucx send: peer endpoint failed: %s",
+                        ucs_status_string(ep->status));
+    }
+    s->ucx = ucx;
+    s->ep = ep;
+    s->req = NULL;
+    /* The pool's registration: UCX's registration cache is never asked about this buffer. */
+    param.op_attr_mask =
+        UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_MEMH;
+    param.cb.send = s_send_done;
+    param.user_data = s;
+    param.memh = memh;
+    req = ucp_tag_send_nbx(ep->ep, s->buf, len, tag, &param);
+    if (req == NULL || UCS_PTR_IS_ERR(req)) {
+        s->done(s, true);
+        return req == NULL ? PL_OK : pl_ucx_ucs_error(UCS_PTR_STATUS(req), "send");
     }
     s->req = req;
     s->prev = ucx->pending.prev;
@@ -509,6 +548,10 @@ void pl_ucx_disconnect(pl_ucx_t *ucx, pl_ucx_ep_t **ep_p)
             continue;
         ucp_request_free(s->req);
         s_send_unlink(s);
+        if (s->done) {
+            s->done(s, false); /* the pool keeps the buffer out of use */
+            continue;
+        }
         s_orphan(ucx, s->buf);
         free(s);
     }
@@ -541,6 +584,7 @@ void pl_ucx_destroy(pl_ucx_t **ucx_p)
         return;
     *ucx_p = NULL;
     assert(ucx->n_inboxes == 0 && "inboxes are destroyed before their worker");
+    assert(ucx->n_outboxes == 0 && "send pools are destroyed before their worker");
     pl_ucx_progress_stop(ucx); /* from here on this thread alone uses the worker */
     pl_ucx_lock(ucx);     /* pl_ucx_sleep lets go of it */
     ucx->closing = true;
@@ -570,6 +614,10 @@ void pl_ucx_destroy(pl_ucx_t **ucx_p)
     while (ucx->pending.next != &ucx->pending) {
         pl_ucx_send_t *s = ucx->pending.next;
         s_send_unlink(s);
+        if (s->done) { /* a pool left in place, its sends stuck (logged there) */
+            s->done(s, false);
+            continue;
+        }
         free(s->buf);
         free(s);
     }

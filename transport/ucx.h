@@ -124,4 +124,42 @@ typedef struct {
 } pl_ucx_credit_stats_t;
 void pl_ucx_ep_credit_stats(pl_ucx_ep_t *ep, pl_ucx_credit_stats_t *stats);
 
+/* The send side without copies or allocations (ucx_outbox.c): n_bufs buffers of buf_bytes
+ * (rounded up to 64; each 64-byte aligned), registered with UCX once (ucp_mem_map) and reused.
+ * The caller takes a buffer, writes its message there (pl_act_encode_into, or computes into it)
+ * and sends it with a credit on `ep` (switched to credits); the buffer comes back to the pool
+ * when UCX is done with it, never before, and no send from the pool allocates. One buffer per
+ * credit the peer grants, plus one to fill while those are in flight, keeps the link busy. */
+typedef struct pl_ucx_outbox pl_ucx_outbox_t;
+/* The outbox must be destroyed before its worker; `ep` must outlive it. */
+pl_status_t pl_ucx_outbox_create(pl_ucx_t *ucx, pl_ucx_ep_t *ep, size_t buf_bytes, int n_bufs,
+                                 pl_ucx_outbox_t **outbox_p);
+/* Waits (bounded) for its sends to finish, then unmaps and frees; *outbox_p NULL; safe on
+ * NULL. A send still in UCX's hands then leaves the pool in place (a logged leak). */
+void pl_ucx_outbox_destroy(pl_ucx_outbox_t **outbox_p);
+/* A buffer no send holds (*cap_p bytes): waits for one of the pool's sends to complete when
+ * all are in flight, at most timeout_ms (PL_ERR_TIMEOUT; < 0 forever); PL_ERR_CANCELED,
+ * PL_ERR_TRANSPORT (peer failed) as pl_ucx_send_credited; PL_ERR_BUSY when every buffer is
+ * with the caller (none would ever come back). */
+pl_status_t pl_ucx_outbox_get(pl_ucx_outbox_t *outbox, void **buf_p, size_t *cap_p, int timeout_ms,
+                              const volatile int *cancel);
+/* Give back a buffer taken and not sent. */
+void pl_ucx_outbox_unget(pl_ucx_outbox_t *outbox, void *buf);
+/* Send len bytes of a taken buffer once a credit is there (the rules and errors of
+ * pl_ucx_send_credited; PL_ERR_RANGE when len exceeds the buffer, PL_ERR_INVALID when buf is not
+ * a taken buffer). The buffer is the pool's again in every case: on error at once, else when
+ * UCX completes the send. */
+pl_status_t pl_ucx_outbox_send(pl_ucx_outbox_t *outbox, uint64_t tag, void *buf, size_t len,
+                               int timeout_ms, const volatile int *cancel);
+typedef struct {
+    int bufs;            /* the pool's buffers */
+    size_t buf_bytes;    /* bytes of each */
+    int64_t sends;       /* sends from the pool */
+    int64_t waits;       /* takes that had to wait for a send to complete */
+    int sending;         /* sends in UCX's hands now */
+    int max_sending;     /* the most at any time */
+    int64_t send_allocs; /* the worker's sends that allocated (pl_ucx_send*): none from a pool */
+} pl_ucx_outbox_stats_t;
+void pl_ucx_outbox_stats(pl_ucx_outbox_t *outbox, pl_ucx_outbox_stats_t *stats);
+
 #endif

@@ -25,6 +25,10 @@ typedef struct pl_ucx_send {
     pl_ucx_ep_t *ep;
     void *buf;
     void *req;
+    /* A pooled send (ucx_outbox.c): the record and its buffer belong to the pool, which `done`
+     * hands them back to (reusable false: UCX may still read the buffer, never reuse it);
+     * NULL for a malloc'd buffer, freed with its record. */
+    void (*done)(struct pl_ucx_send *s, bool reusable);
 } pl_ucx_send_t;
 
 /* A buffer UCX may still write into (a send dropped by disconnect); freed after the worker. */
@@ -85,6 +89,8 @@ struct pl_ucx {
     pthread_t progress;
     int wake_fd;   /* eventfd that wakes the progress thread to stop */
     int n_inboxes; /* live inboxes (ucx_inbox.c): they must go before the worker */
+    int n_outboxes;      /* live send pools (ucx_outbox.c): likewise */
+    int64_t send_allocs; /* sends that allocated their record (the unpooled path) */
 };
 
 /* PL_ERR_TRANSPORT naming the UCX call and status. */
@@ -104,6 +110,14 @@ pl_status_t pl_ucx_send_locked(pl_ucx_t *ucx, pl_ucx_ep_t *ep, uint64_t tag, voi
 pl_status_t pl_ucx_recv_locked(pl_ucx_t *ucx, uint64_t want, uint64_t mask, size_t max_len,
                                void **buf_p, size_t *len_p, uint64_t *tag_p, int timeout_ms,
                                const volatile int *cancel);
+/* Send a pooled buffer (s->done set, s->buf the buffer) registered under memh: no allocation;
+ * s->done runs when UCX is done with it, also at once (completed or failed here). */
+pl_status_t pl_ucx_send_pooled_locked(pl_ucx_t *ucx, pl_ucx_ep_t *ep, uint64_t tag,
+                                      pl_ucx_send_t *s, size_t len, ucp_mem_h memh);
+/* Wait for a credit on a credited endpoint and take it (ucx_inbox.c): the rules of
+ * pl_ucx_send_credited, lock held. */
+pl_status_t pl_ucx_credit_take_locked(pl_ucx_t *ucx, pl_ucx_ep_t *ep, double deadline,
+                                      int timeout_ms, const volatile int *cancel);
 /* The first connected endpoint that has failed, or NULL. */
 pl_ucx_ep_t *pl_ucx_failed_ep(pl_ucx_t *ucx);
 /* Whether a matched message is still arriving (UCX aborts if its worker is destroyed then). */

@@ -325,50 +325,47 @@ static pl_status_t s_take_grants(pl_ucx_t *ucx, pl_ucx_ep_t *ep)
     }
 }
 
-pl_status_t pl_ucx_send_credited(pl_ucx_t *ucx, pl_ucx_ep_t *ep, uint64_t tag, void *buf,
-                                 size_t len, int timeout_ms, const volatile int *cancel)
+pl_status_t pl_ucx_credit_take_locked(pl_ucx_t *ucx, pl_ucx_ep_t *ep, double deadline,
+                                      int timeout_ms, const volatile int *cancel)
 {
-    double deadline = pl_ucx_deadline(timeout_ms);
-    pl_status_t st = PL_OK;
-
-    pl_ucx_lock(ucx);
-    if (!ep->credited) {
-        pl_ucx_unlock(ucx);
-        free(buf);
+    pl_status_t st;
+    if (!ep->credited)
         return pl_error(PL_ERR_INVALID, "ucx: credited send on an endpoint without credits");
-    }
     for (;;) {
         if ((st = s_take_grants(ucx, ep)) != PL_OK)
-            break;
+            return st;
         if (ep->credits > 0)
             break;
-        if (ep->status != UCS_OK) {
-            st = pl_error(PL_ERR_TRANSPORT, "ucx send: peer endpoint failed: %s",
-                          ucs_status_string(ep->status));
-            break;
-        }
-        if (cancel && *cancel) {
-            st = pl_error(PL_ERR_CANCELED, "ucx send: canceled while waiting for a credit");
-            break;
-        }
-        if (pl_now() >= deadline) {
-            st = pl_error(PL_ERR_TIMEOUT, "ucx send: no credit from the peer after %d ms",
-                          timeout_ms);
-            break;
-        }
+        if (ep->status != UCS_OK)
+            return pl_error(PL_ERR_TRANSPORT, "ucx send: peer endpoint failed: %s",
+                            ucs_status_string(ep->status));
+        if (cancel && *cancel)
+            return pl_error(PL_ERR_CANCELED, "ucx send: canceled while waiting for a credit");
+        if (pl_now() >= deadline)
+            return pl_error(PL_ERR_TIMEOUT, "ucx send: no credit from the peer after %d ms",
+                            timeout_ms);
         if ((st = pl_ucx_sleep(ucx, deadline)) != PL_OK)
-            break;
-    }
-    if (st != PL_OK) {
-        pl_ucx_unlock(ucx);
-        free(buf);
-        return st;
+            return st;
     }
     ep->credits--;
     ep->sent++;
     int64_t in_flight = ep->sent - (ep->granted - ep->first_grant);
     if (in_flight > ep->max_in_flight)
         ep->max_in_flight = in_flight;
+    return PL_OK;
+}
+
+pl_status_t pl_ucx_send_credited(pl_ucx_t *ucx, pl_ucx_ep_t *ep, uint64_t tag, void *buf,
+                                 size_t len, int timeout_ms, const volatile int *cancel)
+{
+    pl_ucx_lock(ucx);
+    pl_status_t st =
+        pl_ucx_credit_take_locked(ucx, ep, pl_ucx_deadline(timeout_ms), timeout_ms, cancel);
+    if (st != PL_OK) {
+        pl_ucx_unlock(ucx);
+        free(buf);
+        return st;
+    }
     st = pl_ucx_send_locked(ucx, ep, tag, buf, len);
     pl_ucx_unlock(ucx);
     return st;

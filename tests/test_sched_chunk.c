@@ -1,0 +1,163 @@
+/* The planner's prefill chunk: the rule of pl_sched_prefill_chunk on hand-worked values, and whole
+ * plans whose chunk follows from their own stage times, shown in the table and the JSON. */
+#include "scheduler/plan.h"
+
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define GIB (1024.0 * 1024.0 * 1024.0)
+
+TestSuite(sched_chunk);
+
+Test(sched_chunk, rule_on_hand_worked_values)
+{
+    /* the job's own value always wins, also with one stage */
+    cr_assert_eq(pl_sched_prefill_chunk(7, 1, 1000, 1000, 1.0), 7);
+    cr_assert_eq(pl_sched_prefill_chunk(7, 3, 1000, 1000, 1.0), 7);
+    /* one stage: nothing to overlap */
+    cr_assert_eq(pl_sched_prefill_chunk(0, 1, 4096, 4096, 1.0), 0);
+    /* short prompts stay whole */
+    cr_assert_eq(pl_sched_prefill_chunk(0, 2, 32, 32, 1e-6), 0);
+    cr_assert_eq(pl_sched_prefill_chunk(0, 4, 20, 10, 1e-6), 0);
+    /* fast stages: the count decides, ceil(1024 / 4) = 256 and ceil(1000 / 6) = 167 */
+    cr_assert_eq(pl_sched_prefill_chunk(0, 2, 1024, 1024, 1e-3), 256);
+    cr_assert_eq(pl_sched_prefill_chunk(0, 3, 1000, 500, 1e-4), 167);
+    /* slow stages: 1024 tokens in 0.128 s are 8000 tokens/s, 4 ms of them 32 tokens */
+    cr_assert_eq(pl_sched_prefill_chunk(0, 2, 1024, 1024, 0.128), 32);
+    /* 0.064 s: 64 tokens in 4 ms, below the 256 the count allows */
+    cr_assert_eq(pl_sched_prefill_chunk(0, 2, 1024, 1024, 0.064), 64);
+    /* slower still: never below PL_SCHED_CHUNK_MIN */
+    cr_assert_eq(pl_sched_prefill_chunk(0, 2, 1024, 1024, 10.0), PL_SCHED_CHUNK_MIN);
+    /* just above the floor: 33 tokens on 8 stages still make two chunks */
+    cr_assert_eq(pl_sched_prefill_chunk(0, 8, 33, 33, 1e-6), 32);
+    /* 40 tokens, 2 stages: ceil(40 / 4) = 10, raised to 32: two chunks */
+    cr_assert_eq(pl_sched_prefill_chunk(0, 2, 40, 40, 1e-6), 32);
+    /* no prediction (0 s): the count alone */
+    cr_assert_eq(pl_sched_prefill_chunk(0, 2, 512, 100, 0.0), 128);
+}
+
+static pl_sched_device_t s_dev(const char *name, double gflops, double gbps)
+{
+    pl_sched_device_t d;
+    memset(&d, 0, sizeof(d));
+    snprintf(d.name, sizeof(d.name), "%s", name);
+    snprintf(d.node, sizeof(d.node), "node-%s", name);
+    snprintf(d.host, sizeof(d.host), "h");
+    snprintf(d.backend, sizeof(d.backend), "cpu");
+    d.gflops = gflops;
+    d.mem_gbps = gbps;
+    d.mem_bytes = (uint64_t)(64 * GIB);
+    return d;
+}
+
+static const pl_sched_model_t s_model = {.n_layers = 16,
+                                         .hidden = 2048,
+                                         .intermediate = 8192,
+                                         .n_heads = 32,
+                                         .n_kv_heads = 8,
+                                         .head_dim = 64,
+                                         .vocab = 32000,
+                                         .weight_bytes = 2,
+                                         .kv_bytes = 2,
+                                         .act_bytes = 4};
+
+/* The chunk the rule gives for this plan, worked out from the plan's own figures. */
+static int s_expected(const pl_plan_t *p, int pmax, int pavg)
+{
+    if (p->n_stages == 1 || pmax <= 32)
+        return 0;
+    double t = 0;
+    for (int i = 0; i < p->n_stages; i++)
+        t = fmax(t, p->stages[i].t_prefill);
+    double c = ceil((double)pmax / (2.0 * p->n_stages));
+    c = fmin(c, floor(0.004 * pavg / t));
+    c = fmax(c, 32);
+    return (int)c;
+}
+
+static void s_check(double gflops, double gbps, int stages, int pmax, int pavg,
+                    bool want_time_bound)
+{
+    pl_sched_device_t d[4] = {s_dev("a", gflops, gbps), s_dev("b", gflops, gbps),
+                              s_dev("c", gflops, gbps), s_dev("d", gflops, gbps)};
+    pl_plan_input_t in = {.model = &s_model, .devices = d, .n_devices = stages};
+    in.job =
+        (pl_sched_job_t){.n_seqs = 1, .prompt_avg = pavg, .prompt_max = pmax, .max_new_tokens = 4};
+    in.options.field_mask = PL_PLAN_OPT_ORDER | PL_PLAN_OPT_ALLOW_SKIP;
+    in.options.order = PL_SCHED_ORDER_FIXED;
+    in.options.allow_skip = false;
+    pl_plan_t *p = NULL;
+    cr_assert_eq(pl_plan(&in, &p), PL_OK, "%s", pl_error_msg());
+    cr_assert_eq(p->n_stages, stages);
+    int want = s_expected(p, pmax, pavg);
+    cr_assert_eq(p->prefill_chunk, want, "%d stages, %d tokens: chunk %d, expected %d", stages,
+                 pmax, p->prefill_chunk, want);
+    if (want > 0) {
+        int chunks = (pmax + want - 1) / want;
+        double t = 0;
+        for (int i = 0; i < p->n_stages; i++)
+            t = fmax(t, p->stages[i].t_prefill);
+        double chunk_s = t * want / pavg;
+        if (want_time_bound) /* slow stages: a few ms per chunk, more chunks than 2 S */
+            cr_assert(chunk_s <= 0.004 + 1e-12 && chunk_s > 0.002 && chunks > 2 * stages + 1,
+                      "%g s, %d chunks", chunk_s, chunks);
+        else if (want > 32) /* fast stages: exactly enough chunks for 2 S */
+            cr_assert(chunks >= 2 * stages && chunks <= 2 * stages + 1, "%d chunks", chunks);
+        else
+            cr_assert_eq(chunks, (pmax + 31) / 32);
+    }
+    /* shown in the table and the JSON */
+    char *table = pl_plan_explain_new(p);
+    cr_assert_not_null(table);
+    char line[96];
+    if (want > 0)
+        snprintf(line, sizeof(line), "prefill chunk: %d tokens per sequence and message\n", want);
+    else
+        snprintf(line, sizeof(line), "prefill chunk: whole prompts\n");
+    cr_assert(strstr(table, line), "%s", table);
+    json_t *o = pl_plan_to_json(p);
+    cr_assert_not_null(o);
+    cr_assert_eq(json_integer_value(json_object_get(o, "prefill_chunk")), want);
+    json_decref(o);
+    free(table);
+    pl_plan_destroy(&p);
+}
+
+Test(sched_chunk, plans_choose_by_the_rule)
+{
+    s_check(1e7, 1e6, 2, 1024, 1024, false); /* fast: 4 chunks of 256 */
+    s_check(1e7, 1e6, 3, 1000, 1000, false);
+    /* slower (about 40 us a token per stage): chunks of about 4 ms, more of them than 2 S */
+    s_check(2.5e4, 1e3, 2, 1024, 1024, true);
+    s_check(2.5e4, 1e3, 4, 4000, 3000, true);
+    s_check(1e7, 1e6, 1, 1024, 1024, false); /* one stage: whole */
+    s_check(1e7, 1e6, 2, 24, 24, false);     /* short: whole */
+    /* slow: the floor of 32 tokens */
+    s_check(20, 50, 2, 1024, 1024, false);
+}
+
+Test(sched_chunk, the_jobs_own_chunk_is_kept_and_checked)
+{
+    pl_sched_device_t d[2] = {s_dev("a", 100, 50), s_dev("b", 100, 50)};
+    pl_plan_input_t in = {.model = &s_model, .devices = d, .n_devices = 2};
+    in.job = (pl_sched_job_t){.n_seqs = 2,
+                              .prompt_avg = 500,
+                              .prompt_max = 900,
+                              .max_new_tokens = 4,
+                              .prefill_chunk = 77};
+    in.options.field_mask = PL_PLAN_OPT_ALLOW_SKIP;
+    in.options.allow_skip = false;
+    pl_plan_t *p = NULL;
+    cr_assert_eq(pl_plan(&in, &p), PL_OK, "%s", pl_error_msg());
+    cr_assert_eq(p->prefill_chunk, 77);
+    pl_plan_destroy(&p);
+    in.job.prefill_chunk = -1;
+    cr_assert_eq(pl_plan(&in, &p), PL_ERR_RANGE);
+    cr_assert(strstr(pl_error_msg(), "prefill_chunk"), "%s", pl_error_msg());
+    in.job.prefill_chunk = 65537;
+    cr_assert_eq(pl_plan(&in, &p), PL_ERR_RANGE);
+    cr_assert_null(p);
+}
