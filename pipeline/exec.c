@@ -676,6 +676,11 @@ size_t pl_exec_text(pl_exec_t *x, size_t from, char *buf, size_t cap)
         if (n < x->text_len - from) /* cut before a character that does not fit */
             while (n > 0 && ((unsigned char)x->text[from + n] & 0xC0) == 0x80)
                 n--;
+        /* the control plane's JSON refuses NUL: the stream stops before one (the results
+         * still carry the text) */
+        const char *nul = memchr(x->text + from, '\0', n);
+        if (nul)
+            n = (size_t)(nul - (x->text + from));
         memcpy(buf, x->text + from, n);
     }
     pthread_mutex_unlock(&x->text_mu);

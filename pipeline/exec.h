@@ -46,8 +46,8 @@ int pl_exec_stage(const pl_exec_t *exec);
 uint64_t pl_exec_generated(pl_exec_t *exec);
 /* Bytes [from, from + n) of the completion a one-prompt text job's last stage has decoded so
  * far, as much of it as no later token changes (gen_text.h's stable text), copied into buf; n
- * is at most cap and ends on a character boundary. Returns n: 0 when nothing new (or not such a
- * stage). Safe from any thread. */
+ * is at most cap, ends on a character boundary and before any NUL byte (the stream stops there).
+ * Returns n: 0 when nothing new (or not such a stage). Safe from any thread. */
 size_t pl_exec_text(pl_exec_t *exec, size_t from, char *buf, size_t cap);
 /* Ask the thread to stop soon (the job was canceled). Never blocks. */
 void pl_exec_cancel(pl_exec_t *exec);
