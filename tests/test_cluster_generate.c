@@ -72,6 +72,19 @@ static char *s_result_text(int id, json_t **tokens_p)
     return text;
 }
 
+/* How many stages job id ran on. */
+static size_t s_stages(int id)
+{
+    char *js;
+    cr_assert_eq(tc_sh(&js, "%s/pipectl -c %s -o json status %d", tc_bin(), s_c.ep, id), 0);
+    json_t *r = json_loads(js, 0, NULL);
+    cr_assert_not_null(r, "%s", js);
+    size_t n = json_array_size(json_object_get(r, "stages"));
+    json_decref(r);
+    free(js);
+    return n;
+}
+
 /* pl-generate's text for one prompts line with extra job keys. */
 static char *s_reference_text(const char *name, const char *line, const char *extra)
 {
@@ -100,10 +113,11 @@ Test(cluster_generate, prints_the_text_of_the_results_and_of_the_single_process_
                    "2>%s/gen1.err",
                    tc_bin(), s_c.ep, s_c.dir, s_c.dir);
     cr_assert_eq(rc, 0, "%s", (tc_sh(&err, "cat %s/gen1.err", s_c.dir), err));
+    cr_assert_eq(s_stages(1), 2);
     char *res = s_result_text(1, NULL);
     cr_assert_str_eq(out, res, "generate printed '%s', the results say '%s'", out, res);
-    char *ref = s_reference_text("ref1", "{\"text\": \"Once upon a time\"}\n",
-                                 "max_new_tokens: 12\n");
+    char *ref =
+        s_reference_text("ref1", "{\"text\": \"Once upon a time\"}\n", "max_new_tokens: 12\n");
     cr_assert_str_eq(out, ref);
     cr_assert_gt(strlen(out), 0);
     free(out), free(res), free(ref);
@@ -114,8 +128,7 @@ Test(cluster_generate, prints_the_text_of_the_results_and_of_the_single_process_
                tc_bin(), s_c.ep, s_c.dir);
     cr_assert_eq(rc, 0);
     res = s_result_text(2, NULL);
-    ref = s_reference_text("ref2",
-                           "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi!\"}]}\n",
+    ref = s_reference_text("ref2", "{\"messages\": [{\"role\": \"user\", \"content\": \"Hi!\"}]}\n",
                            "max_new_tokens: 10\nsampling:\n  temperature: 0.8\n"
                            "stop: [\"<|never|>\"]\n");
     cr_assert_str_eq(out, res);
@@ -224,14 +237,14 @@ Test(cluster_generate, streams_while_running_and_the_pieces_make_the_final_text)
     char *err;
     tc_sh(&err, "cat %s/gen.err", s_c.dir);
     cr_assert_eq(rc, 0, "%s", err);
+    cr_assert_eq(s_stages(1), 2);
     json_t *tokens;
     char *res = s_result_text(1, &tokens);
     cr_assert_eq(len, strlen(res));
     cr_assert(memcmp(all, res, len) == 0, "streamed '%s', the results say '%s'", all, res);
     cr_assert_geq(reads_running, 2, "only %d reads while the job ran; stderr: %s", reads_running,
                   err);
-    cr_assert(s_splits_a_character(tokens, res),
-              "no character of '%s' spans two tokens", res);
+    cr_assert(s_splits_a_character(tokens, res), "no character of '%s' spans two tokens", res);
     cr_assert(strstr(res, "ធធធ"), "%s", res);
     json_decref(tokens);
     free(all), free(res), free(err);

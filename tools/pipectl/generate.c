@@ -41,7 +41,9 @@ int pl_pipectl_gen_opt(pl_pipectl_gen_opts_t *o, int opt, const char *arg)
             return s_fail("--temperature: '%s' is not a number", arg);
         o->has_temperature = true;
         return 0;
-    case PL_PIPECTL_GEN_CHAT: o->chat = true; return 0;
+    case PL_PIPECTL_GEN_CHAT:
+        o->chat = true;
+        return 0;
     case PL_PIPECTL_GEN_STOP:
         if (o->n_stop == PL_JOB_MAX_STOP) {
             char n[16];
@@ -50,14 +52,14 @@ int pl_pipectl_gen_opt(pl_pipectl_gen_opts_t *o, int opt, const char *arg)
         }
         o->stop[o->n_stop++] = arg;
         return 0;
-    default: return s_fail("%s", "unknown option");
+    default:
+        return s_fail("%s", "unknown option");
     }
 }
 
 /* The job's settings through the job file's own schema (YAML reads this JSON as a flow
  * mapping), so the options are checked exactly as a job file's keys are. */
-static int s_cfg(const char *model, int stages, const pl_pipectl_gen_opts_t *o,
-                 pl_cfg_job_t *cfg)
+static int s_cfg(const char *model, int stages, const pl_pipectl_gen_opts_t *o, pl_cfg_job_t *cfg)
 {
     /* --stages N is N stages: the optimal planner (auto may leave devices out) */
     json_t *j = json_pack("{s:s, s:s, s:s}", "model", model, "prompts", "-", "planner",
@@ -70,8 +72,8 @@ static int s_cfg(const char *model, int stages, const pl_pipectl_gen_opts_t *o,
             goto out;
         }
     if (!j || !stop ||
-        (o->has_max_tokens && json_object_set_new(j, "max_new_tokens",
-                                                  json_integer((json_int_t)o->max_tokens))) ||
+        (o->has_max_tokens &&
+         json_object_set_new(j, "max_new_tokens", json_integer((json_int_t)o->max_tokens))) ||
         (o->has_temperature &&
          json_object_set_new(j, "sampling", json_pack("{s:f}", "temperature", o->temperature))) ||
         (o->n_stop && json_object_set(j, "stop", stop))) {
