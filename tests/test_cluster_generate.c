@@ -30,7 +30,7 @@ static void s_model(void)
 }
 
 /* A coordinator and two daemons from node files: heartbeats every 100 ms (the stream's pace),
- * node1 slowed `slowdown` times (1: not). */
+ * both slowed `slowdown` times (1: not), so that a job lasts many heartbeats. */
 static void s_start(double slowdown)
 {
     js_ref_require(JS_LENML "/tokenizer-llama3/models");
@@ -42,8 +42,8 @@ static void s_start(double slowdown)
         char path[512], text[512], cmd[1024], log[512];
         snprintf(path, sizeof(path), "%s/node%d.yaml", s_c.dir, i);
         snprintf(text, sizeof(text),
-                 "name: node%d\ncoordinator: %s\nthreads: 1\nheartbeat_ms: 100\n%s", i, s_c.ep,
-                 i == 1 && slowdown > 1 ? "slowdown: 40\n" : "");
+                 "name: node%d\ncoordinator: %s\nthreads: 1\nheartbeat_ms: 100\nslowdown: %g\n", i,
+                 s_c.ep, slowdown);
         tc_write(path, text);
         snprintf(log, sizeof(log), "%s/node%d.log", s_c.dir, i);
         snprintf(cmd, sizeof(cmd), "exec %s/pipeld --config %s", tc_bin(), path);
@@ -214,7 +214,7 @@ static void s_echo_model(void)
 
 Test(cluster_generate, streams_while_running_and_the_pieces_make_the_final_text)
 {
-    s_start(40);
+    s_start(20);
     s_echo_model();
     char cmd[1024], buf[4096], *all = calloc(1, 1 << 20);
     size_t len = 0;
@@ -248,6 +248,19 @@ Test(cluster_generate, streams_while_running_and_the_pieces_make_the_final_text)
     cr_assert(strstr(res, "ធធធ"), "%s", res);
     json_decref(tokens);
     free(all), free(res), free(err);
+    /* Ctrl-C while it streams cancels the job */
+    rc = tc_sh(
+        NULL,
+        "timeout --preserve-status -s INT 3 %s/pipectl -c %s generate %s/e 'ធធធ' --max-tokens 400 "
+        "--stages 2 >/dev/null 2>%s/int.err",
+        tc_bin(), s_c.ep, s_c.dir, s_c.dir);
+    tc_sh(&err, "cat %s/int.err", s_c.dir);
+    cr_assert_eq(rc, 1, "%s", err);
+    cr_assert(strstr(err, "job 2 canceled (interrupted)"), "%s", err);
+    char *st;
+    tc_sh(&st, "%s/pipectl -c %s -o json status 2", tc_bin(), s_c.ep);
+    cr_assert(strstr(st, "\"state\": \"canceled\""), "%s", st);
+    free(err), free(st);
     s_passed = 1;
 }
 

@@ -7,12 +7,21 @@
 #include "pipeline/gen.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #define S_POLL_US (50 * 1000)
+
+static volatile sig_atomic_t s_interrupted;
+
+static void s_on_sigint(int sig)
+{
+    (void)sig;
+    s_interrupted = 1;
+}
 
 static int s_fail(const char *fmt, const char *a)
 {
@@ -192,9 +201,25 @@ int pl_pipectl_generate(pl_pipectl_t *c, const char *model, const char *prompt, 
     }
     json_decref(r);
     fprintf(stderr, "pipectl: job %u submitted\n", js.job);
+    /* Ctrl-C cancels the job rather than leaving it to run unwatched */
+    struct sigaction sa = {.sa_handler = s_on_sigint};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
     size_t printed = 0;
     for (;;) {
-        if (s_job_call(c, PL_MSG_STATUS, js.job, &r))
+        int failed = s_job_call(c, PL_MSG_STATUS, js.job, &r);
+        if (s_interrupted) {
+            if (!failed)
+                json_decref(r);
+            fflush(stdout);
+            s_interrupted = 0;
+            if (!s_job_call(c, PL_MSG_KILL, js.job, &r))
+                json_decref(r);
+            fprintf(stderr, "%spipectl: job %u canceled (interrupted)\n", printed ? "\n" : "",
+                    js.job);
+            return 1;
+        }
+        if (failed)
             return 1;
         const char *state = json_string_value(json_object_get(r, "state"));
         const json_t *text = json_object_get(json_object_get(r, "progress"), "text");

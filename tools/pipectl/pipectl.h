@@ -44,7 +44,8 @@ int pl_pipectl_gen_opt(pl_pipectl_gen_opts_t *o, int opt, const char *arg);
 /* `pipectl generate MODEL PROMPT`: one prompt (text, or a user message with --chat) as a job,
  * `stages` as --stages gives it (-1: the planner's), its text printed to stdout as it streams
  * and the rest from the results, so that stdout holds exactly the completion (a newline added
- * only on a terminal). 0 when the job is done, 1 when it failed or the input was bad. */
+ * only on a terminal). 0 when the job is done, 1 when it failed, the input was bad or Ctrl-C
+ * canceled it. */
 int pl_pipectl_generate(pl_pipectl_t *c, const char *model, const char *prompt, int stages,
                         const pl_pipectl_gen_opts_t *o);
 
