@@ -192,10 +192,13 @@ static void s_on_heartbeat(pl_coord_t *c, const pl_tx_peer_t *from, const pl_msg
     for (int k = 0; k < h->n_stages; k++) {
         const pl_msg_progress_t *e = &h->stages[k];
         pl_coord_job_t *j = pl_coord_find_job(c, e->job);
-        if (j && j->state == PL_JOB_RUNNING && e->epoch == j->epoch &&
-            e->stage == j->n_stages - 1 && j->stages[e->stage].node == i &&
-            e->generated > j->generated)
+        if (!j || j->state != PL_JOB_RUNNING || e->epoch != j->epoch ||
+            e->stage != j->n_stages - 1 || j->stages[e->stage].node != i)
+            continue;
+        if (e->generated > j->generated)
             j->generated = e->generated;
+        if (e->text_len > 0)
+            pl_coord_stream_piece(j, e->epoch, e->text_at, h->text + e->text_off, e->text_len);
     }
     s_reconcile(c, i, h->stages, h->n_stages);
 }

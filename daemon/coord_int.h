@@ -18,6 +18,7 @@
 #define PL_COORD_MAX_NODES 64
 #define PL_COORD_MAX_DEVS 8
 #define PL_COORD_MAX_STAGES 64
+#define PL_COORD_MAX_STREAM (256u << 10) /* bytes of a running job's streamed text */
 
 typedef struct {
     char id[32];
@@ -96,6 +97,11 @@ typedef struct {
     int64_t generated; /* tokens sampled so far, from the last stage's heartbeats */
     int64_t metered_tokens; /* of those, counted in the metrics */
     bool metered;           /* its latency is in the metrics */
+    /* A running one-prompt text job's text so far, from heartbeats (coord_stream.c); freed
+     * when the job ends, when the results have it all. */
+    char *stream;
+    size_t stream_len, stream_cap;
+    uint32_t stream_epoch;
 } pl_coord_job_t;
 
 /* The coordinator's metric families (coord_metrics.c); NULL ones record nothing. */
@@ -136,6 +142,14 @@ void pl_coord_reply_error(pl_coord_t *c, const pl_tx_peer_t *to, pl_status_t cod
 void pl_coord_send_node(pl_coord_t *c, int node, const pl_msg_t *m);
 int pl_coord_find_node(const pl_coord_t *c, const char *name);
 pl_coord_job_t *pl_coord_find_job(pl_coord_t *c, int64_t id);
+
+/* coord_stream.c */
+/* Bytes [at, at + len) of job j's completion, from a heartbeat of assignment `epoch`: what
+ * extends the stream is appended; gaps, duplicates, other epochs and text past
+ * PL_COORD_MAX_STREAM are left out. */
+void pl_coord_stream_piece(pl_coord_job_t *j, uint32_t epoch, int64_t at, const char *text,
+                           size_t len);
+void pl_coord_stream_clear(pl_coord_job_t *j);
 
 /* coord_job.c */
 /* A job from a SUBMIT or PLAN's spec (taken: *spec is left cleared), validated against the

@@ -20,6 +20,7 @@ void pl_coord_job_free(pl_coord_job_t *j)
     pl_msg_results_free(j->results, j->n_results);
     for (int i = 0; i < j->n_stages; i++)
         free(j->stages[i].ucx_addr);
+    pl_coord_stream_clear(j);
     free(j);
 }
 
@@ -149,6 +150,7 @@ static void s_end_job(pl_coord_t *c, pl_coord_job_t *j, pl_job_state_t state, bo
     }
     j->state = state;
     j->t_end = pl_now();
+    pl_coord_stream_clear(j); /* the results have the whole text */
     pl_coord_persist(c, j);
 }
 

@@ -59,9 +59,10 @@ void pl_coord_on_status(pl_coord_t *c, const pl_tx_peer_t *from, const pl_msg_t 
     /* progress: tokens sampled so far (from heartbeats), and the most the job can produce */
     if (body)
         json_object_set_new(body, "progress",
-                            json_pack("{s:I, s:I}", "generated", (json_int_t)j->generated,
-                                      "at_most",
-                                      (json_int_t)j->n_seqs * j->spec.gen.max_new_tokens));
+                            json_pack("{s:I, s:I, s:s%}", "generated",
+                                      (json_int_t)j->generated, "at_most",
+                                      (json_int_t)j->n_seqs * j->spec.gen.max_new_tokens,
+                                      "text", j->stream ? j->stream : "", j->stream_len));
     pl_coord_reply(c, from, body);
 }
 

@@ -49,6 +49,7 @@ typedef struct {
     pl_front_t *front;
     pl_node_metrics_t metrics;
     uint64_t gen_seen[S_MAX_EXECS]; /* of each executor's tokens, counted in the metrics */
+    size_t text_sent[S_MAX_EXECS];  /* of each executor's streamed text, bytes sent */
     bool hb_unanswered;             /* a heartbeat left since the last WELCOME */
     double last_welcome, next_dev_health;
     int dead_after_ms; /* from WELCOME */
@@ -161,11 +162,37 @@ static void s_health(const s_node_t *n, pl_msg_heartbeat_t *h)
     h->load1 = load[0] > 0 ? load[0] : 0;
 }
 
-static void s_send(s_node_t *n, const pl_msg_t *m)
+/* The next pieces of the executors' streamed text into heartbeat h (after s_health filled its
+ * stages in executor order), at most PL_MSG_MAX_HB_TEXT bytes in all; the rest waits for the
+ * next heartbeat. Counted as sent by s_text_sent once the heartbeat left. */
+static void s_text_pieces(s_node_t *n, pl_msg_heartbeat_t *h)
+{
+    for (int i = 0; i < h->n_stages && h->text_used < PL_MSG_MAX_HB_TEXT; i++) {
+        pl_msg_progress_t *p = &h->stages[i];
+        size_t k = pl_exec_text(n->execs[i], n->text_sent[i], h->text + h->text_used,
+                                PL_MSG_MAX_HB_TEXT - h->text_used);
+        if (k == 0)
+            continue;
+        p->text_at = (int64_t)n->text_sent[i];
+        p->text_off = h->text_used;
+        p->text_len = (uint32_t)k;
+        h->text_used += (uint32_t)k;
+    }
+    h->text[h->text_used] = '\0';
+}
+
+static void s_text_sent(s_node_t *n, const pl_msg_heartbeat_t *h)
+{
+    for (int i = 0; i < h->n_stages; i++)
+        n->text_sent[i] += h->stages[i].text_len;
+}
+
+static pl_status_t s_send(s_node_t *n, const pl_msg_t *m)
 {
     pl_status_t st = pl_tx_send(n->dealer, NULL, m);
     if (st && st != PL_ERR_BUSY)
         pl_log_warn("coordinator: cannot send %s: %s", pl_msg_name(m->type), pl_error_msg());
+    return st;
 }
 
 static void s_hello(s_node_t *n)
@@ -210,6 +237,8 @@ static void s_reregister(s_node_t *n)
     n->registered = false;
     n->hello_backoff = S_HELLO_FIRST_S;
     n->next_hello = pl_now();
+    /* a restarted coordinator streams from what it has: send the texts again from the start */
+    memset(n->text_sent, 0, sizeof(n->text_sent));
 }
 
 static s_dev_t *s_find_dev(s_node_t *n, const char *id)
@@ -252,6 +281,7 @@ static pl_exec_t *s_take_exec(s_node_t *n, int i)
     n->done_at[i] = n->done_at[n->n_execs];
     n->epoch[i] = n->epoch[n->n_execs];
     n->gen_seen[i] = n->gen_seen[n->n_execs];
+    n->text_sent[i] = n->text_sent[n->n_execs];
     return x;
 }
 
@@ -320,6 +350,7 @@ static void s_on_assign(s_node_t *n, pl_msg_assign_t *a)
     }
     n->done_at[n->n_execs] = 0;
     n->gen_seen[n->n_execs] = 0;
+    n->text_sent[n->n_execs] = 0;
     n->epoch[n->n_execs] = a->epoch;
     n->execs[n->n_execs++] = x;
     pl_log_info("job %u: stage %d/%d, layers %d-%d on %s", a->job, a->stage, a->n_stages,
@@ -494,11 +525,13 @@ pl_status_t pl_node_run(const pl_cfg_node_t *cfg, volatile sig_atomic_t *stop)
             pl_msg_t hb;
             pl_msg_init(&hb, PL_MSG_HEARTBEAT);
             s_health(&n, &hb.heartbeat);
+            s_text_pieces(&n, &hb.heartbeat);
             pl_metrics_set(n.metrics.rss, NULL, hb.heartbeat.rss_kb * 1024.0);
             if (n.registered && n.hb_unanswered)
                 pl_metrics_add(n.metrics.hb_misses, NULL, 1);
             n.hb_unanswered = true;
-            s_send(&n, &hb);
+            if (s_send(&n, &hb) == PL_OK)
+                s_text_sent(&n, &hb.heartbeat);
             n.next_hb = now + cfg->heartbeat_ms / 1000.0;
         }
         if (!n.registered && now >= n.next_hello)

@@ -30,6 +30,11 @@ struct pl_exec {
     pthread_t thread;
     atomic_int cancel;
     atomic_ullong generated; /* last stage: tokens sampled so far, read by the node's heartbeat */
+    /* last stage of a one-prompt text job: the stable part of the completion (gen_text.h),
+     * copied here for the node's main thread, which streams it in heartbeats */
+    pthread_mutex_t text_mu;
+    char *text;
+    size_t text_len, text_cap;
     /* executor-thread state */
     pl_tx_sock_t *sock;
     pl_model_t *model;
@@ -287,6 +292,34 @@ static bool s_notice_onward(const pl_exec_t *x)
     return x->p.stage + 2 < x->p.n_stages;
 }
 
+/* A one-prompt text job's completion as far as no later token can change it, into the copy
+ * the node streams (pl_exec_text). Out of memory only stops the stream: results still carry the
+ * whole text. */
+static void s_stream_text(pl_exec_t *x, const pl_gen_sink_t *sink)
+{
+    const pl_gen_text_t *t = pl_gen_sink_text(sink);
+    if (!t || x->job.n_seqs != 1)
+        return;
+    size_t len, stable = pl_gen_text_stable(t, 0);
+    const char *s = pl_gen_text_get(t, 0, &len);
+    pthread_mutex_lock(&x->text_mu);
+    if (stable > x->text_len && stable > x->text_cap) {
+        size_t cap = x->text_cap ? x->text_cap : 256;
+        while (cap < stable)
+            cap *= 2;
+        char *b = realloc(x->text, cap);
+        if (b) {
+            x->text = b;
+            x->text_cap = cap;
+        }
+    }
+    if (stable > x->text_len && stable <= x->text_cap) {
+        memcpy(x->text + x->text_len, s + x->text_len, stable - x->text_len);
+        x->text_len = stable;
+    }
+    pthread_mutex_unlock(&x->text_mu);
+}
+
 /* Sampled microbatches of an all-in-one stage wait here instead of on the network. */
 typedef struct {
     pl_act_hdr_t *hdr;
@@ -307,6 +340,7 @@ static pl_status_t s_emit(pl_exec_t *x, pl_gen_sink_t *sink, s_fifo_t *fifo, pl_
     if (st)
         return st;
     atomic_store(&x->generated, pl_gen_sink_generated(sink));
+    s_stream_text(x, sink);
     if (fifo->hdr[at].n_seq == 0)
         return PL_OK; /* an earlier prefill chunk: nothing sampled */
     s_free_finished(x, &fifo->hdr[at], x->seqs_out, NULL);
@@ -446,6 +480,7 @@ static pl_status_t s_run_rest(pl_exec_t *x, pl_gen_sink_t *sink)
         }
         st = pl_gen_sink_sample(sink, &hdr, x->seqs_in, x->out, &out, x->seqs_out);
         atomic_store(&x->generated, pl_gen_sink_generated(sink));
+        s_stream_text(x, sink);
         if (!st && out.n_seq > 0) { /* none after an earlier prefill chunk */
             s_free_finished(x, &out, x->seqs_out, NULL);
             st = s_send(x, &out, x->seqs_out, NULL);
@@ -664,6 +699,7 @@ pl_status_t pl_exec_start(pl_tx_ctx_t *ctx, pl_exec_params_t *params, pl_exec_t 
     }
     x->p = *params;
     pl_job_spec_init(&params->spec); /* moved into the exec */
+    pthread_mutex_init(&x->text_mu, NULL);
     x->ctx = ctx;
     snprintf(x->endpoint, sizeof(x->endpoint), "inproc://exec-%u-%u", x->p.job_id,
              atomic_fetch_add(&s_counter, 1));
@@ -679,6 +715,7 @@ pl_status_t pl_exec_start(pl_tx_ctx_t *ctx, pl_exec_params_t *params, pl_exec_t 
 err:
     pl_tx_sock_destroy(&x->main_sock);
     pl_job_spec_clear(&x->p.spec);
+    pthread_mutex_destroy(&x->text_mu);
     free(x);
     return st;
 }
@@ -696,6 +733,26 @@ uint32_t pl_exec_job(const pl_exec_t *x)
 uint64_t pl_exec_generated(pl_exec_t *x)
 {
     return atomic_load(&x->generated);
+}
+
+size_t pl_exec_text(pl_exec_t *x, size_t from, char *buf, size_t cap)
+{
+    size_t n = 0;
+    pthread_mutex_lock(&x->text_mu);
+    if (from < x->text_len) {
+        n = PL_MIN(cap, x->text_len - from);
+        if (n < x->text_len - from) /* cut before a character that does not fit */
+            while (n > 0 && ((unsigned char)x->text[from + n] & 0xC0) == 0x80)
+                n--;
+        /* the control plane's JSON refuses NUL: the stream stops before one (the results
+         * still carry the text) */
+        const char *nul = memchr(x->text + from, '\0', n);
+        if (nul)
+            n = (size_t)(nul - (x->text + from));
+        memcpy(buf, x->text + from, n);
+    }
+    pthread_mutex_unlock(&x->text_mu);
+    return n;
 }
 
 int pl_exec_stage(const pl_exec_t *x)
@@ -717,6 +774,8 @@ void pl_exec_destroy(pl_exec_t **exec_p)
     pthread_join(x->thread, NULL);
     pl_tx_sock_destroy(&x->main_sock);
     pl_job_spec_clear(&x->p.spec);
+    pthread_mutex_destroy(&x->text_mu);
+    free(x->text);
     free(x);
     *exec_p = NULL;
 }

@@ -10,6 +10,7 @@
 #include "transport/sock.h"
 
 #include <limits.h>
+#include <stddef.h>
 #include <stdint.h>
 
 /* Where a stage records as it runs: families the daemon registered (borrowed; any may be NULL). */
@@ -43,6 +44,11 @@ uint32_t pl_exec_job(const pl_exec_t *exec);
 int pl_exec_stage(const pl_exec_t *exec);
 /* Tokens the (last) stage has sampled so far; 0 for other stages. Safe from any thread. */
 uint64_t pl_exec_generated(pl_exec_t *exec);
+/* Bytes [from, from + n) of the completion a one-prompt text job's last stage has decoded so
+ * far, as much of it as no later token changes (gen_text.h's stable text), copied into buf; n
+ * is at most cap, ends on a character boundary and before any NUL byte (the stream stops there).
+ * Returns n: 0 when nothing new (or not such a stage). Safe from any thread. */
+size_t pl_exec_text(pl_exec_t *exec, size_t from, char *buf, size_t cap);
 /* Ask the thread to stop soon (the job was canceled). Never blocks. */
 void pl_exec_cancel(pl_exec_t *exec);
 /* Cancel, join the thread, close the socket, free; *exec_p NULL; safe on NULL. */

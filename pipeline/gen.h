@@ -57,6 +57,9 @@ pl_status_t pl_gen_prompts_parse(const char *text, size_t len, const char *origi
 /* The spec of a job file: its settings, the model directory made absolute (it must exist) and
  * the prompts file read. *spec is set only on success (pl_job_spec_clear frees it). */
 pl_status_t pl_gen_spec_from_file(const pl_cfg_job_t *cfg, pl_job_spec_t *spec);
+/* The same with the prompts JSONL given (cfg->prompts unused; errors name `origin`). */
+pl_status_t pl_gen_spec_from_prompts(const pl_cfg_job_t *cfg, const char *prompts, size_t len,
+                                     const char *origin, pl_job_spec_t *spec);
 void pl_gen_job_clear(pl_gen_job_t *job);
 /* Bytes of one activation value on the links for this spec's wire dtype (4 for f32 and for an
  * unknown name, 2 for bf16 and f16): what the planner charges a link per hidden element. */

@@ -112,13 +112,13 @@ static bool s_has_text_lines(const char *text, size_t len)
     return false;
 }
 
-pl_status_t pl_gen_spec_from_file(const pl_cfg_job_t *cfg, pl_job_spec_t *spec)
+pl_status_t pl_gen_spec_from_prompts(const pl_cfg_job_t *cfg, const char *prompts, size_t len,
+                                     const char *origin, pl_job_spec_t *spec)
 {
     pl_job_spec_t *s = malloc(sizeof(*s));
-    char *text = NULL, path[PATH_MAX + 32];
+    char path[PATH_MAX + 32];
     pl_tokenizer_t *tok = NULL;
     pl_model_config_t mcfg;
-    size_t len;
     pl_status_t st;
     if (!s)
         return pl_error(PL_ERR_NOMEM, "job: out of memory");
@@ -127,15 +127,14 @@ pl_status_t pl_gen_spec_from_file(const pl_cfg_job_t *cfg, pl_job_spec_t *spec)
         st = pl_error(PL_ERR_NOT_FOUND, "model directory %s does not exist", cfg->model);
         goto err;
     }
-    if ((st = pl_planner_parse(cfg->planner, &s->planner)) ||
-        (st = pl_file_read(cfg->prompts, 64u << 20, &text, &len)))
+    if ((st = pl_planner_parse(cfg->planner, &s->planner)))
         goto err;
     /* Only text needs the model here: its tokenizer, and its positions for the text's length.
      * Token-id prompts are checked by the coordinator, which alone decides which model files may
      * be read (models.allow), so a job of ids never reads the model on the client. */
     pl_gen_prompts_ctx_t ctx = {.chat_format = cfg->chat_format,
                                 .max_new_tokens = cfg->gen.max_new_tokens};
-    if (cfg->gen.n_stop || s_has_text_lines(text, len)) {
+    if (cfg->gen.n_stop || s_has_text_lines(prompts, len)) {
         if ((st = pl_model_config_load(s->model, &mcfg)))
             goto err;
         snprintf(path, sizeof(path), "%s/tokenizer.json", s->model);
@@ -150,7 +149,7 @@ pl_status_t pl_gen_spec_from_file(const pl_cfg_job_t *cfg, pl_job_spec_t *spec)
         ctx.tok = tok;
         ctx.max_pos = mcfg.max_pos;
     }
-    if ((st = pl_gen_prompts_parse(text, len, cfg->prompts, &ctx, s)))
+    if ((st = pl_gen_prompts_parse(prompts, len, origin, &ctx, s)))
         goto err;
     pl_tokenizer_destroy(&tok);
     s->gen = cfg->gen;
@@ -159,15 +158,24 @@ pl_status_t pl_gen_spec_from_file(const pl_cfg_job_t *cfg, pl_job_spec_t *spec)
     s->stages = cfg->stages;
     s->n_nodes = cfg->n_nodes;
     memcpy(s->nodes, cfg->nodes, sizeof(s->nodes));
-    free(text);
     *spec = *s;
     free(s);
     return PL_OK;
 err:
-    free(text);
     pl_tokenizer_destroy(&tok);
     pl_job_spec_clear(s);
     free(s);
+    return st;
+}
+
+pl_status_t pl_gen_spec_from_file(const pl_cfg_job_t *cfg, pl_job_spec_t *spec)
+{
+    char *text = NULL;
+    size_t len;
+    pl_status_t st = pl_file_read(cfg->prompts, 64u << 20, &text, &len);
+    if (!st)
+        st = pl_gen_spec_from_prompts(cfg, text, len, cfg->prompts, spec);
+    free(text);
     return st;
 }
 

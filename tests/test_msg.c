@@ -44,6 +44,11 @@ static void s_heartbeat(pl_msg_heartbeat_t *h)
     h->stages[0] =
         (pl_msg_progress_t){.job = 7, .stage = 2, .epoch = 3000000000u, .generated = 1234567890123};
     h->stages[1] = (pl_msg_progress_t){.job = 8, .stage = 0, .generated = 0};
+    /* stage 0's streamed piece: three characters at byte 17 of its text */
+    memcpy(h->text, "\xe9\xbe\x98\n\xc3\xa7", 6);
+    h->text_used = 6;
+    h->stages[0].text_at = 17;
+    h->stages[0].text_len = 6;
     h->rss_kb = 5000;
     h->load1 = 0.75;
 }
@@ -57,6 +62,12 @@ static void s_heartbeat_eq(const pl_msg_heartbeat_t *a, const pl_msg_heartbeat_t
         cr_assert_eq(a->stages[i].stage, b->stages[i].stage);
         cr_assert_eq(a->stages[i].epoch, b->stages[i].epoch);
         cr_assert_eq(a->stages[i].generated, b->stages[i].generated);
+        cr_assert_eq(a->stages[i].text_len, b->stages[i].text_len);
+        if (a->stages[i].text_len) {
+            cr_assert_eq(a->stages[i].text_at, b->stages[i].text_at);
+            cr_assert(memcmp(a->text + a->stages[i].text_off, b->text + b->stages[i].text_off,
+                             a->stages[i].text_len) == 0);
+        }
     }
     cr_assert_eq(a->rss_kb, b->rss_kb);
     cr_assert_eq(a->load1, b->load1);
@@ -149,6 +160,52 @@ Test(msg, heartbeat_and_welcome)
     cr_assert_eq(out.welcome.heartbeat_ms, 500);
     cr_assert_eq(out.welcome.dead_after_ms, 3000);
     s_refused(PL_MSG_WELCOME, "{\"heartbeat_ms\": 0, \"dead_after_ms\": 1}", "heartbeat_ms");
+}
+
+/* A streamed text piece: a non-empty string with its offset, inside a result's bound, and all of
+ * a heartbeat's pieces within PL_MSG_MAX_HB_TEXT bytes. */
+static void s_piece_refused(const char *entry_tail, const char *needle)
+{
+    char body[PL_MSG_MAX_HB_TEXT * 3];
+    snprintf(body, sizeof(body),
+             "{\"node\": \"n\", \"stages\": [{\"job\": 1, \"stage\": 0, \"epoch\": 1, "
+             "\"generated\": 1%s}], \"rss_kb\": 1, \"load1\": 0}",
+             entry_tail);
+    s_refused(PL_MSG_HEARTBEAT, body, needle);
+}
+
+Test(msg, heartbeat_text_pieces_are_checked)
+{
+    s_piece_refused(", \"text\": \"ab\"", "stages[0]: missing field 'text_at'");
+    s_piece_refused(", \"text_at\": 0", "stages[0]: field 'text_at' without 'text'");
+    s_piece_refused(", \"text\": \"\", \"text_at\": 0", "stages[0]: field 'text'");
+    s_piece_refused(", \"text\": 5, \"text_at\": 0", "stages[0]: field 'text'");
+    s_piece_refused(", \"text\": \"ab\", \"text_at\": -1", "text_at");
+    s_piece_refused(", \"text\": \"ab\", \"text_at\": 16777215", "text_at");
+    /* two stages' pieces of 2100 bytes each: more than one heartbeat carries */
+    char big[2101], tail[2200], body[PL_MSG_MAX_HB_TEXT * 3];
+    memset(big, 'x', 2100);
+    big[2100] = '\0';
+    snprintf(tail, sizeof(tail), ", \"text\": \"%s\", \"text_at\": 0", big);
+    snprintf(body, sizeof(body),
+             "{\"node\": \"n\", \"stages\": [{\"job\": 1, \"stage\": 0, \"epoch\": 1, "
+             "\"generated\": 1%s}, {\"job\": 2, \"stage\": 0, \"epoch\": 1, \"generated\": "
+             "1%s}], \"rss_kb\": 1, \"load1\": 0}",
+             tail, tail);
+    s_refused(PL_MSG_HEARTBEAT, body, "stages[1]: field 'text'");
+    /* one of them fits, next to a stage without text */
+    pl_msg_t out;
+    snprintf(body, sizeof(body),
+             "{\"node\": \"n\", \"stages\": [{\"job\": 2, \"stage\": 0, \"epoch\": 1, "
+             "\"generated\": 0}, {\"job\": 1, \"stage\": 0, \"epoch\": 1, \"generated\": "
+             "1%s}], \"rss_kb\": 1, \"load1\": 0}",
+             tail);
+    cr_assert_eq(pl_msg_decode_wire("HEARTBEAT", 9, body, strlen(body), &out), PL_OK, "%s",
+                 pl_error_msg());
+    cr_assert_eq(out.heartbeat.stages[0].text_len, 0);
+    cr_assert_eq(out.heartbeat.stages[1].text_len, 2100);
+    cr_assert_eq(out.heartbeat.text_used, 2100);
+    cr_assert(memcmp(out.heartbeat.text + out.heartbeat.stages[1].text_off, big, 2100) == 0);
 }
 
 Test(msg, error_carries_the_code)

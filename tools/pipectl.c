@@ -9,6 +9,7 @@
 #include "scheduler/modes.h"
 #include "scheduler/whatif.h"
 #include "transport/keys.h"
+#include "tools/pipectl/pipectl.h"
 #include "transport/sock.h"
 
 #include <getopt.h>
@@ -17,13 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
-typedef struct {
-    const char *endpoint;
-    bool json;
-    double timeout_s;
-    pl_tx_ctx_t *ctx;
-    pl_tx_sock_t *sock;
-} s_ctl_t;
+typedef pl_pipectl_t s_ctl_t;
 
 static int s_die(const char *fmt, const char *a)
 {
@@ -65,6 +60,11 @@ static int s_call(s_ctl_t *c, const pl_msg_t *req, json_t **reply_p)
     *reply_p = m.reply.body; /* taken */
     m.reply.body = NULL;
     return 0;
+}
+
+int pl_pipectl_call(pl_pipectl_t *c, const pl_msg_t *req, json_t **reply_p)
+{
+    return s_call(c, req, reply_p);
 }
 
 /* A query about one job (STATUS, RESULTS, KILL). */
@@ -551,6 +551,10 @@ static void s_usage(FILE *f)
                "  status JOB                             state, plan and throughput of a job\n"
                "  results JOB                            the job's output in prompt order: the text of a\n"
                "                                         text job, else JSONL of token ids\n"
+               "  generate MODEL PROMPT [--max-tokens N] [--temperature T] [--chat] [--stop S]...\n"
+               "                                         run one prompt (text; --chat: a user\n"
+               "                                         message in the model's chat template)\n"
+               "                                         and print its text as it is generated\n"
                "  cancel JOB                             stop a job\n"
                "  nodes                                  the cluster's nodes and devices\n"
                "  health NODE                            one node's devices and heartbeat\n"
@@ -562,7 +566,9 @@ static void s_usage(FILE *f)
                "$PIPELD_COORDINATOR_KEY) and --key FILE (or $PIPELD_KEY_FILE), a secret key on its\n"
                "allow-list; without them pipectl uses the local cluster's keys (the state\n"
                "directory's keys/: $PIPELD_STATE_DIR, else $XDG_STATE_HOME/pipeld, else\n"
-               "~/.local/state/pipeld).\n");
+               "~/.local/state/pipeld).\n"
+               "Example: pipectl generate models/llama3 \"Why is the sky blue?\" --chat "
+               "--max-tokens 200\n");
 }
 
 int main(int argc, char **argv)
@@ -576,12 +582,19 @@ int main(int argc, char **argv)
                                          {"stages", required_argument, NULL, 's'},
                                          {"cluster", required_argument, NULL, 'C'},
                                          {"help", no_argument, NULL, 'h'},
+                                         {"max-tokens", required_argument, NULL,
+                                          PL_PIPECTL_GEN_MAX_TOKENS},
+                                         {"temperature", required_argument, NULL,
+                                          PL_PIPECTL_GEN_TEMPERATURE},
+                                         {"chat", no_argument, NULL, PL_PIPECTL_GEN_CHAT},
+                                         {"stop", required_argument, NULL, PL_PIPECTL_GEN_STOP},
                                          {NULL, 0, NULL, 0}};
     s_ctl_t c = {.endpoint = getenv("PIPELD_COORDINATOR"), .timeout_s = 10};
     const char *key = getenv("PIPELD_COORDINATOR_KEY"); /* CURVE: the coordinator's public key */
     const char *key_file = getenv("PIPELD_KEY_FILE");   /* CURVE: this client's secret key */
     bool wait = false;
     const char *cluster = NULL;
+    pl_pipectl_gen_opts_t gen = {0};
     int stages = -1, o, rc;
 
     if (!c.endpoint || !*c.endpoint)
@@ -609,6 +622,13 @@ int main(int argc, char **argv)
         }
         case 'C': cluster = optarg; break;
         case 'h': s_usage(stdout); return 0;
+        case PL_PIPECTL_GEN_MAX_TOKENS:
+        case PL_PIPECTL_GEN_TEMPERATURE:
+        case PL_PIPECTL_GEN_CHAT:
+        case PL_PIPECTL_GEN_STOP:
+            if (pl_pipectl_gen_opt(&gen, o, optarg))
+                return 1;
+            break;
         default: s_usage(stderr); return 2;
         }
     }
@@ -631,6 +651,11 @@ int main(int argc, char **argv)
         rc = s_die("%s", pl_error_msg());
     } else if (pl_tx_sock_connect(c.sock, c.endpoint)) {
         rc = s_die("bad coordinator endpoint '%s'", c.endpoint);
+    } else if (gen.any && strcmp(cmd, "generate")) {
+        rc = s_die("--max-tokens, --temperature, --chat and --stop are generate's options, not "
+                   "%s's", cmd);
+    } else if (!strcmp(cmd, "generate") && nargs == 2) {
+        rc = pl_pipectl_generate(&c, arg, argv[optind + 2], stages, &gen);
     } else if (!strcmp(cmd, "submit") && nargs == 1) {
         rc = s_submit(&c, arg, wait, stages);
     } else if ((!strcmp(cmd, "status") || !strcmp(cmd, "results") || !strcmp(cmd, "cancel")) &&

@@ -35,12 +35,18 @@ typedef struct {
     char why[256];
 } pl_msg_unavailable_t;
 
-/* HEARTBEAT: tokens the last stage of a running job has sampled so far. */
+#define PL_MSG_MAX_HB_TEXT 4096 /* bytes of streamed text in one heartbeat, all stages */
+
+/* HEARTBEAT: tokens the last stage of a running job has sampled so far and, for a one-prompt
+ * text job, the next piece of its streamed text: bytes [text_at, text_at + text_len) of the
+ * completion, whole UTF-8 characters, held in the heartbeat's `text` from text_off. */
 typedef struct {
     uint32_t job;
     int stage;
     uint32_t epoch; /* the assignment's epoch, so the coordinator can cancel stale stages */
     int64_t generated;
+    int64_t text_at; /* byte offset of the piece in the completion; meaningful when text_len */
+    uint32_t text_off, text_len;
 } pl_msg_progress_t;
 
 typedef struct {
@@ -49,6 +55,8 @@ typedef struct {
     pl_msg_progress_t stages[PL_MSG_MAX_STAGES];
     int64_t rss_kb;
     double load1;
+    uint32_t text_used;               /* bytes of `text` the stages' pieces take */
+    char text[PL_MSG_MAX_HB_TEXT + 1]; /* the pieces, back to back (may hold NUL bytes) */
 } pl_msg_heartbeat_t;
 
 typedef struct {

@@ -5,46 +5,93 @@
 #include "transport/msg_int.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 pl_status_t pl_msg_heartbeat_encode(const pl_msg_heartbeat_t *m, json_t **body_p)
 {
     json_t *stages = json_array();
-    for (int i = 0; stages && i < m->n_stages; i++)
-        json_array_append_new(
-            stages, json_pack("{s:I, s:i, s:I, s:I}", "job", (json_int_t)m->stages[i].job, "stage",
-                              m->stages[i].stage, "epoch", (json_int_t)m->stages[i].epoch,
-                              "generated", (json_int_t)m->stages[i].generated));
+    for (int i = 0; stages && i < m->n_stages; i++) {
+        const pl_msg_progress_t *p = &m->stages[i];
+        json_t *e = json_pack("{s:I, s:i, s:I, s:I}", "job", (json_int_t)p->job, "stage",
+                              p->stage, "epoch", (json_int_t)p->epoch, "generated",
+                              (json_int_t)p->generated);
+        if (e && p->text_len > 0 &&
+            (json_object_set_new(e, "text", json_stringn(m->text + p->text_off, p->text_len)) ||
+             json_object_set_new(e, "text_at", json_integer((json_int_t)p->text_at)))) {
+            json_decref(e);
+            e = NULL;
+        }
+        if (!e || json_array_append_new(stages, e)) {
+            json_decref(stages);
+            stages = NULL;
+        }
+    }
     return pl_msg_int_done(json_pack("{s:s, s:o, s:I, s:f}", "node", m->node, "stages", stages,
                                      "rss_kb", (json_int_t)m->rss_kb, "load1", m->load1),
                            "HEARTBEAT", body_p);
 }
 
+/* A stage's text piece, appended to m's text: a non-empty string that fits what is left of the
+ * heartbeat's PL_MSG_MAX_HB_TEXT bytes, at an offset that keeps it inside one result's text. */
+static pl_status_t s_progress_text(const json_t *e, pl_msg_heartbeat_t *m, pl_msg_progress_t *p)
+{
+    const json_t *t = json_object_get(e, "text");
+    int64_t at;
+    pl_status_t st;
+    if (!t)
+        return json_object_get(e, "text_at")
+                   ? pl_error(PL_ERR_INVALID, "field 'text_at' without 'text'")
+                   : PL_OK;
+    size_t n = json_string_length(t);
+    if (!json_is_string(t) || n == 0 || n > PL_MSG_MAX_HB_TEXT - m->text_used)
+        return pl_error(PL_ERR_INVALID,
+                        "field 'text': expected a non-empty string, at most %u bytes of text "
+                        "in one heartbeat",
+                        PL_MSG_MAX_HB_TEXT);
+    if ((st = pl_json_int(e, "text_at", 0, (int64_t)PL_MSG_MAX_RESULT_TEXT - (int64_t)n, &at)))
+        return st;
+    memcpy(m->text + m->text_used, json_string_value(t), n);
+    p->text_at = at;
+    p->text_off = m->text_used;
+    p->text_len = (uint32_t)n;
+    m->text_used += (uint32_t)n;
+    m->text[m->text_used] = '\0';
+    return PL_OK;
+}
+
 pl_status_t pl_msg_heartbeat_decode(const json_t *body, pl_msg_heartbeat_t *out)
 {
-    pl_msg_heartbeat_t m = {0};
+    pl_msg_heartbeat_t *m = calloc(1, sizeof(*m));
     json_t *stages;
     pl_status_t st;
-    if ((st = pl_msg_int_name(body, "node", m.node, PL_CFG_NAME_MAX)) ||
+    if (!m)
+        return pl_error(PL_ERR_NOMEM, "out of memory");
+    if ((st = pl_msg_int_name(body, "node", m->node, PL_CFG_NAME_MAX)) ||
         (st = pl_json_array(body, "stages", PL_MSG_MAX_STAGES, &stages)) ||
-        (st = pl_json_int(body, "rss_kb", 0, INT64_MAX, &m.rss_kb)) ||
-        (st = pl_json_num(body, "load1", 0, 1e9, &m.load1)))
-        return st;
+        (st = pl_json_int(body, "rss_kb", 0, INT64_MAX, &m->rss_kb)) ||
+        (st = pl_json_num(body, "load1", 0, 1e9, &m->load1)))
+        goto out;
     for (size_t i = 0; i < json_array_size(stages); i++) {
         const json_t *e = json_array_get(stages, i);
         int64_t job, stage, epoch;
-        pl_msg_progress_t *p = &m.stages[m.n_stages++];
+        pl_msg_progress_t *p = &m->stages[m->n_stages++];
         if ((st = pl_json_int(e, "job", 1, UINT32_MAX, &job)) ||
             (st = pl_json_int(e, "stage", 0, PL_MSG_MAX_STAGES - 1, &stage)) ||
             (st = pl_json_int(e, "epoch", 0, UINT32_MAX, &epoch)) ||
-            (st = pl_json_int(e, "generated", 0, INT64_MAX, &p->generated)))
-            return pl_error_prefix(st, "stages[%zu]: ", i);
+            (st = pl_json_int(e, "generated", 0, INT64_MAX, &p->generated)) ||
+            (st = s_progress_text(e, m, p))) {
+            pl_error_prefix(st, "stages[%zu]: ", i);
+            goto out;
+        }
         p->job = (uint32_t)job;
         p->stage = (int)stage;
         p->epoch = (uint32_t)epoch;
     }
-    *out = m;
-    return PL_OK;
+    *out = *m;
+out:
+    free(m);
+    return st;
 }
 
 pl_status_t pl_msg_hello_encode(const pl_msg_hello_t *m, json_t **body_p)

@@ -9,7 +9,8 @@
  *       -ljansson -lzmq -o /tmp/fuzz_ctl
  *   /tmp/fuzz_ctl -max_total_time=60 -max_len=65536 /tmp/fuzz_ctl_corpus
  * Input: one byte n, then n bytes of type name (n taken modulo 48; 0..PL_MSG_COUNT_-2 pick a real
- * type's name so the typed decoders are reached), then the body. */
+ * type's name so the typed decoders are reached), then the body. A decoded HEARTBEAT's (or
+ * HELLO's) text pieces must lie inside its text buffer, within PL_MSG_MAX_HB_TEXT. */
 #include "transport/ctl.h"
 #include "transport/msg.h"
 
@@ -48,6 +49,22 @@ S_REPLY(pl_msg_job_state_t, pl_msg_job_state_decode, pl_msg_job_state_encode, s_
 S_REPLY(pl_msg_results_reply_t, pl_msg_results_reply_decode, pl_msg_results_reply_encode,
         pl_msg_results_reply_clear)
 
+static void s_check_pieces(const pl_msg_heartbeat_t *h)
+{
+    uint64_t sum = 0;
+    if (h->text_used > PL_MSG_MAX_HB_TEXT)
+        abort();
+    for (int i = 0; i < h->n_stages; i++) {
+        const pl_msg_progress_t *p = &h->stages[i];
+        if ((uint64_t)p->text_off + p->text_len > h->text_used || p->text_at < 0 ||
+            (p->text_len && (uint64_t)p->text_at + p->text_len > PL_MSG_MAX_RESULT_TEXT))
+            abort();
+        sum += p->text_len;
+    }
+    if (sum != h->text_used)
+        abort();
+}
+
 static void s_typed(const char *type, size_t type_len, const char *body, size_t body_len)
 {
     pl_msg_t m, again;
@@ -62,6 +79,10 @@ static void s_typed(const char *type, size_t type_len, const char *body, size_t 
         s_reply_pl_msg_job_state_t(m.reply.body);
         s_reply_pl_msg_results_reply_t(m.reply.body);
     }
+    if (m.type == PL_MSG_HEARTBEAT)
+        s_check_pieces(&m.heartbeat);
+    else if (m.type == PL_MSG_HELLO)
+        s_check_pieces(&m.hello.health);
     if (pl_msg_encode(&m, &enc) != PL_OK)
         abort();
     char *text = json_dumps(enc, JSON_COMPACT | JSON_SORT_KEYS);
