@@ -107,7 +107,7 @@ static pl_status_t s_counter(pl_coord_store_t *s, const char *key, uint32_t *out
 pl_status_t pl_coord_store_counters(pl_coord_store_t *s, uint32_t *next_job_p,
                                     uint32_t *next_epoch_p)
 {
-    uint32_t job, epoch;
+    uint32_t job = 0, epoch = 0;
     pl_status_t st;
     if ((st = s_counter(s, "next_job", &job)) || (st = s_counter(s, "next_epoch", &epoch)))
         return st;

@@ -85,7 +85,7 @@ static pl_status_t s_str(s_cur_t *c, const char *what, uint64_t max, uint64_t *o
 /* A NUL-terminated copy of a key or name; embedded NULs are refused. */
 static pl_status_t s_name(s_cur_t *c, const char *what, uint64_t max, char **out)
 {
-    uint64_t off, len;
+    uint64_t off = 0, len = 0; /* set by s_str on success; -O3 cannot see it */
     pl_status_t st = s_str(c, what, max, &off, &len);
     if (st)
         return st;
@@ -349,7 +349,7 @@ pl_status_t pl_gguf_open(const char *path, pl_gguf_t **g_p)
 {
     struct stat sb;
     void *map;
-    pl_gguf_t *g;
+    pl_gguf_t *g = NULL;
     pl_status_t st;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
 

@@ -38,7 +38,7 @@ static pl_status_t s_trie_add(pl_tokenizer_t *t, const char *s, size_t len, int3
         while (c >= 0 && t->trie[c].byte != b)
             c = t->trie[c].sibling;
         if (c < 0) {
-            int32_t n;
+            int32_t n = 0;
             if ((st = s_node_new(t, b, &n)))
                 return st;
             t->trie[n].sibling = t->trie[cur].child;

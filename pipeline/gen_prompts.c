@@ -67,8 +67,8 @@ static pl_status_t s_need_tokenizer(s_parser_t *p, const char *kind)
 
 static pl_status_t s_text(s_parser_t *p, const json_t *v, int32_t **ids_p, size_t *n_p)
 {
-    const char *text;
-    size_t len;
+    const char *text = NULL;
+    size_t len = 0;
     pl_status_t st;
     if ((st = s_string(p, v, "field 'text'", &text, &len)) || (st = s_need_tokenizer(p, "text")))
         return st;

@@ -152,7 +152,7 @@ static void s_write(const pl_act_hdr_t *hdr, const pl_act_seq_t *seqs, const voi
 pl_status_t pl_act_encode(const pl_act_hdr_t *hdr, const pl_act_seq_t *seqs, const void *payload,
                           void **buf_p, size_t *len_p)
 {
-    size_t total, payload_len;
+    size_t total = 0, payload_len = 0;
     unsigned char *buf;
     pl_status_t st;
 
@@ -170,7 +170,7 @@ pl_status_t pl_act_encode(const pl_act_hdr_t *hdr, const pl_act_seq_t *seqs, con
 pl_status_t pl_act_encode_into(const pl_act_hdr_t *hdr, const pl_act_seq_t *seqs,
                                const void *payload, void *buf, size_t cap, size_t *len_p)
 {
-    size_t total, payload_len;
+    size_t total = 0, payload_len = 0;
     pl_status_t st;
 
     if ((st = s_check_encode(hdr, seqs, payload, &total, &payload_len)) != PL_OK)
