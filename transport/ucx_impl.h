@@ -1,5 +1,6 @@
-/* Internals shared by ucx.c (context, endpoints, sends) and ucx_recv.c (receives): the object
- * layouts and the wait helpers. Not for use outside transport/. */
+/* Internals shared by the UCX data plane's files (ucx.c the context, ucx_ep.c endpoints, ucx_send.c
+ * sends, ucx_recv.c receives, ...): the object layouts and the wait helpers. Not for use outside
+ * transport/. */
 #ifndef PL_TRANSPORT_UCX_IMPL_H
 #define PL_TRANSPORT_UCX_IMPL_H
 
@@ -118,6 +119,11 @@ pl_status_t pl_ucx_send_pooled_locked(pl_ucx_t *ucx, pl_ucx_ep_t *ep, uint64_t t
  * pl_ucx_send_credited, lock held. */
 pl_status_t pl_ucx_credit_take_locked(pl_ucx_t *ucx, pl_ucx_ep_t *ep, double deadline,
                                       int timeout_ms, const volatile int *cancel);
+/* Take a send off the list of sends in flight (lock held); its record and buffer stay. */
+void pl_ucx_send_unlink(pl_ucx_send_t *s);
+/* Force-close one endpoint without waiting for the peer, progressing until the deadline (lock
+ * held, or this thread alone on the worker). */
+void pl_ucx_ep_close(pl_ucx_t *ucx, pl_ucx_ep_t *ep, double deadline);
 /* The first connected endpoint that has failed, or NULL. */
 pl_ucx_ep_t *pl_ucx_failed_ep(pl_ucx_t *ucx);
 /* Whether a matched message is still arriving (UCX aborts if its worker is destroyed then). */

@@ -3,7 +3,7 @@
  *
  *   for w in 0 1 2; do
  *     clang -g -O1 -fsanitize=fuzzer,address,undefined -D_GNU_SOURCE -DPL_FUZZ_WHICH=$w -I. \
- *       tests/fuzz/fuzz_config.c common/config.c common/config_default.c common/yaml_schema.c \
+ *       tests/fuzz/fuzz_config.c common/config*.c common/yaml_schema.c \
  *       common/yaml_tree.c common/status.c common/util.c common/log.c -lyaml -lpthread -lm \
  *       -o /tmp/fuzz_config_$w
  *   done

@@ -6,7 +6,7 @@
  * CMake build:
  *   clang -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -I. tests/fuzz/fuzz_http.c \
  *       daemon/http_route.c daemon/front.c daemon/http.c common/metrics.c common/status.c \
- *       common/log.c common/config.c common/config_default.c common/yaml_schema.c \
+ *       common/log.c common/config*.c common/yaml_schema.c \
  *       common/yaml_tree.c common/util.c -lmicrohttpd -ljansson -lyaml -lpthread -lm \
  *       -o /tmp/fuzz_http
  *   /tmp/fuzz_http -max_total_time=60 -max_len=4096 /tmp/fuzz_http_corpus
