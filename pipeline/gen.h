@@ -54,6 +54,9 @@ typedef struct {
  * prompt); text lines set spec->text. Errors name origin:line. ctx NULL: ids only. */
 pl_status_t pl_gen_prompts_parse(const char *text, size_t len, const char *origin,
                                  const pl_gen_prompts_ctx_t *ctx, pl_job_spec_t *spec);
+/* Whether any line of prompts JSONL is a JSON object ({"text"} or {"messages"}, which need the
+ * model's tokenizer), not token ids; the same line rules as pl_gen_prompts_parse. */
+bool pl_gen_prompts_have_text(const char *text, size_t len);
 /* The spec of a job file: its settings, the model directory made absolute (it must exist) and
  * the prompts file read. *spec is set only on success (pl_job_spec_clear frees it). */
 pl_status_t pl_gen_spec_from_file(const pl_cfg_job_t *cfg, pl_job_spec_t *spec);

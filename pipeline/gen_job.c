@@ -95,23 +95,6 @@ err:
     return st;
 }
 
-/* Whether any line of a prompts file is a JSON object ({"text"} or {"messages"}), not ids. */
-static bool s_has_text_lines(const char *text, size_t len)
-{
-    bool start = true;
-    for (size_t i = 0; i < len; i++) {
-        char ch = text[i];
-        if (ch == '\n')
-            start = true;
-        else if (start && ch != ' ' && ch != '\t' && ch != '\r') {
-            if (ch == '{')
-                return true;
-            start = false;
-        }
-    }
-    return false;
-}
-
 pl_status_t pl_gen_spec_from_prompts(const pl_cfg_job_t *cfg, const char *prompts, size_t len,
                                      const char *origin, pl_job_spec_t *spec)
 {
@@ -134,7 +117,7 @@ pl_status_t pl_gen_spec_from_prompts(const pl_cfg_job_t *cfg, const char *prompt
      * be read (models.allow), so a job of ids never reads the model on the client. */
     pl_gen_prompts_ctx_t ctx = {.chat_format = cfg->chat_format,
                                 .max_new_tokens = cfg->gen.max_new_tokens};
-    if (cfg->gen.n_stop || s_has_text_lines(prompts, len)) {
+    if (cfg->gen.n_stop || pl_gen_prompts_have_text(prompts, len)) {
         if ((st = pl_model_config_load(s->model, &mcfg)))
             goto err;
         snprintf(path, sizeof(path), "%s/tokenizer.json", s->model);

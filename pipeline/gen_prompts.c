@@ -170,6 +170,22 @@ static pl_status_t s_line(s_parser_t *p, const char *text, size_t len, int32_t *
     return PL_OK;
 }
 
+bool pl_gen_prompts_have_text(const char *text, size_t len)
+{
+    bool start = true;
+    for (size_t i = 0; i < len; i++) {
+        char ch = text[i];
+        if (ch == '\n')
+            start = true;
+        else if (start && ch != ' ' && ch != '\t' && ch != '\r') {
+            if (ch == '{')
+                return true;
+            start = false;
+        }
+    }
+    return false;
+}
+
 pl_status_t pl_gen_prompts_parse(const char *text, size_t len, const char *origin,
                                  const pl_gen_prompts_ctx_t *ctx, pl_job_spec_t *spec)
 {
