@@ -203,7 +203,13 @@ static void s_fake_slurm(void)
                    " { echo \"fake scontrol: $*\" >&2; exit 1; }\n"
                    "printf '%s\\n' $FAKE_HOSTS\n");
     snprintf(path, sizeof(path), "%s/bin/srun", s_dir);
-    tc_write(path, "#!/bin/sh\necho \"srun $*\" >> \"$FAKE_SRUN_LOG\"\n");
+    /* like real steps, the daemons' step lasts while the coordinator's runs: it ends only once
+     * the coordinator's step has started (the script kills that one when the daemons end) */
+    tc_write(path, "#!/bin/sh\necho \"srun $*\" >> \"$FAKE_SRUN_LOG\"\n"
+                   "case \"$*\" in *--nodelist=*) exit 0 ;; esac\n"
+                   "for i in $(seq 100); do\n"
+                   "  grep -q -- --nodelist= \"$FAKE_SRUN_LOG\" && exit 0; sleep 0.05\n"
+                   "done\n");
     cr_assert_eq(tc_sh(NULL, "chmod +x '%s/bin/scontrol' '%s/bin/srun'", s_dir, s_dir), 0);
 }
 
