@@ -1,7 +1,7 @@
 /* Stage executor thread: load, announce the UCX address, wait for START, measure the link to the
  * next stage (link_probe.h), then run the stage's role (first, middle, last or all-in-one) until
  * the job's STOP arrives. */
-#include "pipeline/exec.h"
+#include "pipeline/exec_int.h"
 
 #include "common/log.h"
 #include "common/util.h"
@@ -19,49 +19,6 @@
 
 /* Longest wait for the coordinator's release after DONE. */
 #define S_LINGER_S 30.0
-/* Receive slots (credits) of a link carrying activations: one arriving while one is computed. */
-#define S_HIDDEN_CREDITS 2
-
-struct pl_exec {
-    pl_exec_params_t p;
-    pl_tx_ctx_t *ctx;
-    pl_tx_sock_t *main_sock; /* PAIR, caller's side */
-    char endpoint[64];
-    pthread_t thread;
-    atomic_int cancel;
-    atomic_ullong generated; /* last stage: tokens sampled so far, read by the node's heartbeat */
-    /* last stage of a one-prompt text job: the stable part of the completion (gen_text.h),
-     * copied here for the node's main thread, which streams it in heartbeats */
-    pthread_mutex_t text_mu;
-    char *text;
-    size_t text_len, text_cap;
-    /* executor-thread state */
-    pl_tx_sock_t *sock;
-    pl_model_t *model;
-    pl_be_stage_t *stage;
-    pl_gen_job_t job;
-    pl_ucx_t *ucx;
-    pl_ucx_ep_t *next, *prev; /* prev: its probe is answered and its credits granted there */
-    pl_ucx_inbox_t *inbox;    /* messages from prev land here */
-    pl_ucx_outbox_t *outbox;  /* messages to next leave from here, computed or encoded in place */
-    size_t out_max;           /* largest message this stage sends */
-    bool have_probe;          /* the measured link to next, for DONE */
-    pl_msg_probe_t probe;
-    pl_act_limits_t limits;
-    int hidden, vocab;
-    int32_t *tokens;
-    float *out;
-    float *in_f32; /* received activations widened to f32, when the wire dtype is narrower */
-    int *ints;
-    pl_act_seq_t *seqs_in, *seqs_out;
-    double compute_s, wait_s, t_start;
-    double phase_s[2]; /* compute of prefill (step 0) and decode calls */
-    uint64_t phase_calls[2];
-    uint64_t n_msgs, n_tokens, bytes_sent;
-    uint64_t n_freed; /* KV slots freed because their sequence finished */
-    int kv_held;      /* KV slots counted in the metrics */
-    char peer[24];    /* the next stage, as the link metric's label */
-};
 
 /* READY, DONE or FAIL to the node's main thread; job and stage are filled in here. */
 static pl_status_t s_send_main(pl_exec_t *x, pl_msg_t *m)
@@ -147,348 +104,6 @@ static pl_status_t s_wait_start(pl_exec_t *x, char **next_p, char **prev_p)
     return pl_error(PL_ERR_CANCELED, "canceled before start");
 }
 
-/* One forward call from `in` into `out` (x->out, or the payload of the buffer it is sent in). */
-static pl_status_t s_forward(pl_exec_t *x, const pl_act_hdr_t *hdr, const pl_act_seq_t *seqs,
-                             const void *in, float *out)
-{
-    pl_be_batch_t batch;
-    double t0 = pl_now();
-    pl_gen_batch(hdr, seqs, x->ints, &batch);
-    pl_status_t st = pl_be_stage_forward(x->stage, &batch, in, out);
-    double dt = pl_now() - t0;
-    x->compute_s += dt;
-    x->phase_s[hdr->step > 0] += dt;
-    x->phase_calls[hdr->step > 0]++;
-    x->n_tokens += hdr->n_tokens;
-    pl_metrics_observe(x->p.metrics.compute_s, NULL, dt);
-    pl_metrics_add(x->p.metrics.microbatches, NULL, 1);
-    return st;
-}
-
-/* Take a send buffer for a hidden message of n_seq entries; *out_p is where the forward call
- * writes: straight into the buffer's payload when the wire carries f32 as computed (no copy),
- * else x->out (narrowed to the wire dtype by the encoder). */
-static pl_status_t s_take(pl_exec_t *x, uint32_t n_seq, void **buf_p, float **out_p)
-{
-    size_t cap;
-    pl_status_t st =
-        pl_ucx_outbox_get(x->outbox, buf_p, &cap, -1, (const volatile int *)&x->cancel);
-    if (st)
-        return st;
-    *out_p = x->out;
-#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-    if (x->job.wire_dtype == PL_ACT_F32)
-        *out_p = (float *)((unsigned char *)*buf_p + pl_act_payload_offset(n_seq));
-#endif
-    return PL_OK;
-}
-
-/* Encode a message into `buf` (taken by s_take; NULL: take one here) and send it; the buffer
- * goes back to the pool in every case. */
-static pl_status_t s_send_in(pl_exec_t *x, void *buf, const pl_act_hdr_t *hdr,
-                             const pl_act_seq_t *seqs, const void *payload)
-{
-    size_t len, cap = x->out_max;
-    float *unused;
-    pl_act_hdr_t h = *hdr;
-    pl_status_t st;
-    if (h.kind == PL_ACT_HIDDEN) {
-        h.dim = (uint32_t)x->hidden;
-        h.dtype = (uint32_t)x->job.wire_dtype;
-    }
-    if (!buf && (st = s_take(x, h.n_seq, &buf, &unused)))
-        return st;
-    if ((st = pl_act_encode_into(&h, seqs, payload, buf, cap, &len))) {
-        pl_ucx_outbox_unget(x->outbox, buf);
-        return st;
-    }
-    x->n_msgs++;
-    x->bytes_sent += len;
-    pl_metrics_add(x->p.metrics.link_bytes, x->peer, (double)len);
-    return pl_ucx_outbox_send(x->outbox,
-                              pl_act_tag(hdr->job, (pl_act_kind_t)hdr->kind, hdr->mb, hdr->step),
-                              buf, len, -1, (const volatile int *)&x->cancel);
-}
-
-static pl_status_t s_send(pl_exec_t *x, const pl_act_hdr_t *hdr, const pl_act_seq_t *seqs,
-                          const void *payload)
-{
-    return s_send_in(x, NULL, hdr, seqs, payload);
-}
-
-/* Forward a hidden microbatch and send the result on, computed into the buffer it leaves in. */
-static pl_status_t s_forward_send(pl_exec_t *x, const pl_act_hdr_t *hdr, const pl_act_seq_t *seqs,
-                                  const void *in)
-{
-    void *buf;
-    float *out;
-    pl_status_t st = s_take(x, hdr->n_seq, &buf, &out);
-    if (st)
-        return st;
-    if ((st = s_forward(x, hdr, seqs, in, out))) {
-        pl_ucx_outbox_unget(x->outbox, buf);
-        return st;
-    }
-    return s_send_in(x, buf, hdr, seqs, out);
-}
-
-/* Receive and validate the next data message of this job. It stays in its inbox slot (where
- * *payload points) until s_release. */
-static pl_status_t s_recv(pl_exec_t *x, pl_act_hdr_t *hdr, const void **payload)
-{
-    double t0 = pl_now();
-    const void *buf;
-    size_t len;
-    pl_status_t st = pl_ucx_inbox_recv(x->inbox, &buf, &len, NULL, -1,
-                                       (const volatile int *)&x->cancel);
-    x->wait_s += pl_now() - t0;
-    if (st)
-        return st;
-    st = pl_act_decode(buf, len, &x->limits, hdr, x->seqs_in, payload);
-    if (!st && hdr->job != x->p.job_id)
-        st = pl_error(PL_ERR_PROTOCOL, "data message for job %u on job %u's stage", hdr->job,
-                      x->p.job_id);
-    if (st) {
-        pl_status_t st2 = pl_ucx_inbox_release(x->inbox);
-        (void)st2; /* the decode error is the one to report */
-    }
-    return st;
-}
-
-/* Hand the received message's slot back (its credit goes to the previous stage). */
-static pl_status_t s_release(pl_exec_t *x)
-{
-    return pl_ucx_inbox_release(x->inbox);
-}
-
-/* Free this stage's KV slot of every sequence a PL_ACT_TOKENS message marks finished; copy
- * those entries to done (may be NULL). Returns how many there were. The last stage frees when it
- * samples, stage 0 when the tokens come back, the stages between when stage 0 passes the
- * finished entries on (a PL_ACT_TOKENS message down the pipeline, stopping before the last). */
-static uint32_t s_free_finished(pl_exec_t *x, const pl_act_hdr_t *hdr, const pl_act_seq_t *seqs,
-                                pl_act_seq_t *done)
-{
-    uint32_t n = 0;
-    for (uint32_t i = 0; i < hdr->n_seq; i++) {
-        if (!(seqs[i].flags & PL_ACT_FINISHED))
-            continue;
-        pl_be_stage_free_seq(x->stage, (int)seqs[i].seq);
-        x->n_freed++;
-        if (x->kv_held > 0) {
-            x->kv_held--;
-            pl_metrics_add(x->p.metrics.kv_slots, NULL, -1);
-        }
-        if (done)
-            done[n] = seqs[i];
-        n++;
-    }
-    return n;
-}
-
-/* Whether finished-sequence notices go on from this stage: only stages before the one ahead of
- * the last (the last frees by itself). */
-static bool s_notice_onward(const pl_exec_t *x)
-{
-    return x->p.stage + 2 < x->p.n_stages;
-}
-
-/* A one-prompt text job's completion as far as no later token can change it, into the copy
- * the node streams (pl_exec_text). Out of memory only stops the stream: results still carry the
- * whole text. */
-static void s_stream_text(pl_exec_t *x, const pl_gen_sink_t *sink)
-{
-    const pl_gen_text_t *t = pl_gen_sink_text(sink);
-    if (!t || x->job.n_seqs != 1)
-        return;
-    size_t len, stable = pl_gen_text_stable(t, 0);
-    const char *s = pl_gen_text_get(t, 0, &len);
-    pthread_mutex_lock(&x->text_mu);
-    if (stable > x->text_len && stable > x->text_cap) {
-        size_t cap = x->text_cap ? x->text_cap : 256;
-        while (cap < stable)
-            cap *= 2;
-        char *b = realloc(x->text, cap);
-        if (b) {
-            x->text = b;
-            x->text_cap = cap;
-        }
-    }
-    if (stable > x->text_len && stable <= x->text_cap) {
-        memcpy(x->text + x->text_len, s + x->text_len, stable - x->text_len);
-        x->text_len = stable;
-    }
-    pthread_mutex_unlock(&x->text_mu);
-}
-
-/* Sampled microbatches of an all-in-one stage wait here instead of on the network. */
-typedef struct {
-    pl_act_hdr_t *hdr;
-    pl_act_seq_t *seqs; /* [cap][n_seqs] */
-    int cap, head, count, stride;
-} s_fifo_t;
-
-static pl_status_t s_emit(pl_exec_t *x, pl_gen_sink_t *sink, s_fifo_t *fifo, pl_act_hdr_t *hdr,
-                          const pl_act_seq_t *seqs)
-{
-    if (!fifo)
-        return s_forward_send(x, hdr, seqs, x->tokens);
-    pl_status_t st = s_forward(x, hdr, seqs, x->tokens, x->out);
-    if (st)
-        return st;
-    int at = (fifo->head + fifo->count) % fifo->cap;
-    st = pl_gen_sink_sample(sink, hdr, seqs, x->out, &fifo->hdr[at], x->seqs_out);
-    if (st)
-        return st;
-    atomic_store(&x->generated, pl_gen_sink_generated(sink));
-    s_stream_text(x, sink);
-    if (fifo->hdr[at].n_seq == 0)
-        return PL_OK; /* an earlier prefill chunk: nothing sampled */
-    s_free_finished(x, &fifo->hdr[at], x->seqs_out, NULL);
-    memcpy(fifo->seqs + (size_t)at * fifo->stride, x->seqs_out, hdr->n_seq * sizeof(pl_act_seq_t));
-    fifo->count++;
-    return PL_OK;
-}
-
-static pl_status_t s_run_first(pl_exec_t *x, pl_gen_sink_t *sink)
-{
-    pl_gen_feed_t *feed = NULL;
-    pl_act_hdr_t hdr, tok;
-    pl_act_seq_t *dec = NULL, *fin = NULL;
-    s_fifo_t fifo = {0}, *fq = NULL;
-    pl_status_t st;
-
-    if ((st = pl_gen_feed_create(&x->job, &feed)))
-        return st;
-    dec = malloc((size_t)x->job.n_seqs * sizeof(*dec));
-    fin = malloc((size_t)x->job.n_seqs * sizeof(*fin));
-    if (x->p.n_stages == 1) {
-        fifo.cap = x->job.microbatches;
-        fifo.stride = x->job.n_seqs;
-        fifo.hdr = calloc((size_t)fifo.cap, sizeof(*fifo.hdr));
-        fifo.seqs = calloc((size_t)fifo.cap * (size_t)fifo.stride, sizeof(*fifo.seqs));
-        fq = &fifo;
-    }
-    if (!dec || !fin || (fq && (!fifo.hdr || !fifo.seqs))) {
-        st = pl_error(PL_ERR_NOMEM, "out of memory");
-        goto out;
-    }
-    for (int mb = 0; mb < x->job.microbatches && !st; mb++) {
-        int chunks = pl_gen_feed_prefill_chunks(feed, mb);
-        for (int c = 0; c < chunks && !st; c++) {
-            pl_gen_feed_prefill(feed, x->p.job_id, mb, c, &hdr, x->seqs_in, x->tokens);
-            st = s_emit(x, sink, fq, &hdr, x->seqs_in);
-        }
-    }
-    while (!st && pl_gen_feed_active(feed) > 0) {
-        const void *payload;
-        bool taken = false;
-        const pl_act_seq_t *in = x->seqs_in;
-        if (atomic_load(&x->cancel)) {
-            st = pl_error(PL_ERR_CANCELED, "canceled");
-            break;
-        }
-        if (fq) {
-            tok = fifo.hdr[fifo.head];
-            in = fifo.seqs + (size_t)fifo.head * fifo.stride;
-            fifo.head = (fifo.head + 1) % fifo.cap;
-            fifo.count--;
-        } else if ((st = s_recv(x, &tok, &payload))) {
-            break;
-        } else {
-            taken = true;
-        }
-        if (tok.kind != PL_ACT_TOKENS) {
-            st = pl_error(PL_ERR_PROTOCOL, "stage 0 expected tokens, got kind %u", tok.kind);
-        } else {
-            st = pl_gen_feed_decode(feed, &tok, in, &hdr, dec, x->tokens);
-            uint32_t n_fin = fq ? 0 : s_free_finished(x, &tok, in, fin);
-            if (!st && n_fin > 0 && s_notice_onward(x)) {
-                pl_act_hdr_t notice = {.kind = PL_ACT_TOKENS, .job = x->p.job_id, .mb = tok.mb,
-                                       .step = tok.step, .n_seq = n_fin, .n_tokens = n_fin};
-                st = s_send(x, &notice, fin, NULL);
-            }
-        }
-        if (taken) { /* the entries were copied out: the slot can take the next message */
-            pl_status_t st2 = s_release(x);
-            st = st ? st : st2;
-        }
-        if (!st && hdr.n_seq > 0)
-            st = s_emit(x, sink, fq, &hdr, dec);
-    }
-    if (!st && !fq) {
-        hdr = (pl_act_hdr_t){.kind = PL_ACT_STOP, .job = x->p.job_id};
-        st = s_send(x, &hdr, NULL, NULL);
-    }
-out:
-    free(fifo.hdr);
-    free(fifo.seqs);
-    free(dec);
-    free(fin);
-    pl_gen_feed_destroy(&feed);
-    return st;
-}
-
-static pl_status_t s_run_rest(pl_exec_t *x, pl_gen_sink_t *sink)
-{
-    bool last = x->p.stage == x->p.n_stages - 1;
-
-    pl_log_set_job(x->p.job_id); /* this thread's lines carry the job (JSON "job") */
-    pl_status_t st = PL_OK;
-    while (!st) {
-        pl_act_hdr_t hdr, out;
-        const void *payload;
-        if ((st = s_recv(x, &hdr, &payload)))
-            break;
-        if (hdr.kind == PL_ACT_STOP) {
-            if (!(st = s_release(x)) && !last)
-                st = s_send(x, &hdr, NULL, NULL);
-            break;
-        }
-        if (hdr.kind == PL_ACT_TOKENS && !last) { /* finished sequences: free, pass on */
-            s_free_finished(x, &hdr, x->seqs_in, NULL);
-            pl_status_t st2 = s_release(x); /* the entries are in seqs_in */
-            st = s_notice_onward(x) ? s_send(x, &hdr, x->seqs_in, NULL) : PL_OK;
-            st = st ? st : st2;
-            continue;
-        }
-        if (hdr.kind != PL_ACT_HIDDEN) {
-            s_release(x);
-            st = pl_error(PL_ERR_PROTOCOL, "stage %d expected activations, got kind %u",
-                          x->p.stage, hdr.kind);
-            break;
-        }
-        /* computed straight from the slot it arrived in (f32) into the buffer it leaves in
-         * (x->out on the last stage); the slot goes back before the send waits for a credit */
-        const float *in;
-        void *buf = NULL;
-        float *dst = x->out;
-        pl_act_payload_f32(&hdr, payload, x->in_f32, &in);
-        if (!last && (st = s_take(x, hdr.n_seq, &buf, &dst))) {
-            s_release(x);
-            break;
-        }
-        st = s_forward(x, &hdr, x->seqs_in, in, dst);
-        pl_status_t st2 = s_release(x);
-        if ((st = st ? st : st2)) {
-            if (buf)
-                pl_ucx_outbox_unget(x->outbox, buf);
-            break;
-        }
-        if (!last) {
-            st = s_send_in(x, buf, &hdr, x->seqs_in, dst);
-            continue;
-        }
-        st = pl_gen_sink_sample(sink, &hdr, x->seqs_in, x->out, &out, x->seqs_out);
-        atomic_store(&x->generated, pl_gen_sink_generated(sink));
-        s_stream_text(x, sink);
-        if (!st && out.n_seq > 0) { /* none after an earlier prefill chunk */
-            s_free_finished(x, &out, x->seqs_out, NULL);
-            st = s_send(x, &out, x->seqs_out, NULL);
-        }
-    }
-    return st;
-}
-
 static void s_stats(pl_exec_t *x, pl_gen_sink_t *sink, pl_msg_stats_t *s)
 {
     double wall = pl_now() - x->t_start;
@@ -549,13 +164,13 @@ static pl_status_t s_data_plane(pl_exec_t *x)
     if ((st = pl_ucx_inbox_create(x->ucx, x->prev, pl_act_tag_job(x->p.job_id),
                                   PL_ACT_TAG_DATA_MASK, pl_act_tag_credit(x->p.job_id),
                                   pl_act_size(first ? &tokens : &hidden),
-                                  first ? x->job.microbatches : S_HIDDEN_CREDITS, &x->inbox)))
+                                  first ? x->job.microbatches : PL_EXEC_HIDDEN_CREDITS, &x->inbox)))
         return st;
     /* One send buffer per credit the next stage's inbox grants (the rule above), and one to
      * compute into while those are in flight. */
     if ((st =
              pl_ucx_outbox_create(x->ucx, x->next, x->out_max,
-                                  (last ? x->job.microbatches : S_HIDDEN_CREDITS) + 1, &x->outbox)))
+                                  (last ? x->job.microbatches : PL_EXEC_HIDDEN_CREDITS) + 1, &x->outbox)))
         return st;
     if (!(pt && strcmp(pt, "0") == 0) && (st = pl_ucx_progress_start(x->ucx)))
         return st;
@@ -635,7 +250,7 @@ static void *s_thread(void *arg)
     pl_log_info("job %u stage %d: running layers %d-%d%s", x->p.job_id, x->p.stage,
                 x->p.first_layer, x->p.last_layer,
                 x->next ? "" : " (single stage)");
-    st = x->p.stage == 0 ? s_run_first(x, sink) : s_run_rest(x, sink);
+    st = x->p.stage == 0 ? pl_exec_run_first(x, sink) : pl_exec_run_rest(x, sink);
     if (!st && x->ucx)
         st = pl_ucx_flush(x->ucx, 10000);
     if (st)
