@@ -183,8 +183,7 @@ static int s_chunk(const pl_batch_t *b, const s_seq_t *s)
     return PL_MIN(b->chunk, s->len - s->fed);
 }
 
-int pl_batch_next(pl_batch_t *b, int *lane_p, pl_act_seq_t *seqs, int32_t *tokens,
-                  int *n_tokens_p)
+int pl_batch_next(pl_batch_t *b, pl_act_seq_t *seqs, int32_t *tokens, pl_batch_mb_t *mb)
 {
     while (b->q_count > 0 && s_free_slot(b) >= 0) {
         s_admit(b, s_queued(b, 0));
@@ -237,8 +236,7 @@ int pl_batch_next(pl_batch_t *b, int *lane_p, pl_act_seq_t *seqs, int32_t *token
     for (int l = 0; l < b->p.lanes; l++)
         busy += b->lane_n[l] > 0;
     b->st.max_in_flight = PL_MAX(b->st.max_in_flight, busy);
-    *lane_p = lane;
-    *n_tokens_p = t;
+    *mb = (pl_batch_mb_t){.lane = lane, .n_tokens = t, .prompt = prompt};
     return n;
 }
 

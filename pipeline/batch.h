@@ -46,6 +46,13 @@ typedef struct {
     int max_in_flight;         /* most lanes awaiting tokens at once */
 } pl_batch_stats_t;
 
+/* A formed microbatch: its lane, its tokens, whether it holds prompt tokens (a prefill step). */
+typedef struct {
+    int lane;
+    int n_tokens;
+    bool prompt;
+} pl_batch_mb_t;
+
 typedef struct pl_batch pl_batch_t;
 
 /* A table for these bounds; PL_ERR_INVALID naming the field when one is out of range. */
@@ -62,13 +69,12 @@ pl_status_t pl_batch_add(pl_batch_t *b, uint64_t id, const int32_t *prompt, int 
  * admitted first, then the live sequences not in flight are taken, decode tokens first (oldest
  * first), then prompt chunks (in admission order, stopping at the first that does not fit),
  * under step_tokens and at most ceil(live / lanes) sequences, so that they spread over the
- * lanes. Fills seqs (seq = the KV slot) and tokens (laid out entry after entry) and returns the
- * entry count, with *lane_p and *n_tokens_p; 0 when there is nothing to send or no lane free.
+ * lanes. Fills seqs (seq = the KV slot), tokens (laid out entry after entry) and *mb, and
+ * returns the entry count; 0 when there is nothing to send or no lane free.
  * A lane whose message samples nothing (prompt chunks only, none ending its prompt) is free
  * again at once; the sequences of such chunks can go on in the next message, since a stage
  * takes its messages in order. seqs needs room for n_slots entries, tokens for step_tokens. */
-int pl_batch_next(pl_batch_t *b, int *lane_p, pl_act_seq_t *seqs, int32_t *tokens,
-                  int *n_tokens_p);
+int pl_batch_next(pl_batch_t *b, pl_act_seq_t *seqs, int32_t *tokens, pl_batch_mb_t *mb);
 
 /* The sampled tokens of lane `lane` came back (the entries of a PL_ACT_TOKENS message: seq =
  * slot, token, flags PL_ACT_FINISHED). They must be exactly the lane's entries that end their

@@ -1,9 +1,11 @@
-/* Stage 0 of a generation: prefill every microbatch, then turn each microbatch's sampled tokens
- * into its next decode step until all have finished; a one-stage plan samples here itself. */
+/* Stage 0 of a generation, a client of the continuous batcher (batch.h): the job's sequences are
+ * submitted at once, each microbatch is formed from the live ones, and each lane's sampled tokens
+ * feed the next; a one-stage plan samples here itself. */
 #include "pipeline/exec_int.h"
 
 #include "common/log.h"
 #include "common/util.h"
+#include "pipeline/batch.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -32,23 +34,66 @@ static pl_status_t s_emit(pl_exec_t *x, pl_gen_sink_t *sink, s_fifo_t *fifo, pl_
     if (fifo->hdr[at].n_seq == 0)
         return PL_OK; /* an earlier prefill chunk: nothing sampled */
     pl_exec_free_finished(x, &fifo->hdr[at], x->seqs_out, NULL);
-    memcpy(fifo->seqs + (size_t)at * fifo->stride, x->seqs_out, hdr->n_seq * sizeof(pl_act_seq_t));
+    memcpy(fifo->seqs + (size_t)at * fifo->stride, x->seqs_out,
+           fifo->hdr[at].n_seq * sizeof(pl_act_seq_t));
     fifo->count++;
+    return PL_OK;
+}
+
+/* The job's sequences into a batcher: a KV slot each (sequence s in slot s, the slot the last
+ * stage's sink and sampler know it by), lanes as the plan's microbatches, a step as large as
+ * the assignment allows, the job's prefill chunk. */
+static pl_status_t s_batch(pl_exec_t *x, pl_batch_t **b_p)
+{
+    const pl_gen_job_t *job = &x->job;
+    pl_batch_params_t bp = {.n_slots = job->n_seqs, .lanes = job->microbatches,
+                            .step_tokens = x->p.max_tokens, .chunk = job->gen.prefill_chunk};
+    pl_batch_t *b;
+    pl_status_t st = pl_batch_create(&bp, &b);
+    for (int s = 0; !st && s < job->n_seqs; s++)
+        st = pl_batch_add(b, (uint64_t)s, job->prompts[s], job->prompt_len[s],
+                          job->gen.max_new_tokens);
+    if (st) {
+        pl_batch_destroy(&b);
+        return st;
+    }
+    *b_p = b;
+    return PL_OK;
+}
+
+/* Send every microbatch the batcher can form now. A message holding prompt tokens is step 0
+ * (a prefill call in the statistics); decode steps count up per lane. */
+static pl_status_t s_fill(pl_exec_t *x, pl_gen_sink_t *sink, s_fifo_t *fq, pl_batch_t *b,
+                          uint32_t *steps)
+{
+    pl_batch_mb_t mb;
+    int n;
+    while ((n = pl_batch_next(b, x->seqs_in, x->tokens, &mb)) > 0) {
+        pl_act_hdr_t hdr = {.kind = PL_ACT_HIDDEN, .job = x->p.job_id, .mb = (uint32_t)mb.lane,
+                            .step = mb.prompt ? 0 : ++steps[mb.lane], .n_seq = (uint32_t)n,
+                            .n_tokens = (uint32_t)mb.n_tokens};
+        pl_status_t st = s_emit(x, sink, fq, &hdr, x->seqs_in);
+        if (st)
+            return st;
+    }
     return PL_OK;
 }
 
 pl_status_t pl_exec_run_first(pl_exec_t *x, pl_gen_sink_t *sink)
 {
-    pl_gen_feed_t *feed = NULL;
-    pl_act_hdr_t hdr, tok;
-    pl_act_seq_t *dec = NULL, *fin = NULL;
+    pl_batch_t *b = NULL;
+    pl_act_hdr_t tok;
+    pl_act_seq_t *fin = NULL;
+    pl_batch_event_t *ev = NULL;
+    uint32_t *steps = NULL;
     s_fifo_t fifo = {0}, *fq = NULL;
     pl_status_t st;
 
-    if ((st = pl_gen_feed_create(&x->job, &feed)))
+    if ((st = s_batch(x, &b)))
         return st;
-    dec = malloc((size_t)x->job.n_seqs * sizeof(*dec));
     fin = malloc((size_t)x->job.n_seqs * sizeof(*fin));
+    ev = malloc((size_t)x->job.n_seqs * sizeof(*ev));
+    steps = calloc((size_t)x->job.microbatches, sizeof(*steps));
     if (x->p.n_stages == 1) {
         fifo.cap = x->job.microbatches;
         fifo.stride = x->job.n_seqs;
@@ -56,26 +101,25 @@ pl_status_t pl_exec_run_first(pl_exec_t *x, pl_gen_sink_t *sink)
         fifo.seqs = calloc((size_t)fifo.cap * (size_t)fifo.stride, sizeof(*fifo.seqs));
         fq = &fifo;
     }
-    if (!dec || !fin || (fq && (!fifo.hdr || !fifo.seqs))) {
+    if (!fin || !ev || !steps || (fq && (!fifo.hdr || !fifo.seqs))) {
         st = pl_error(PL_ERR_NOMEM, "out of memory");
         goto out;
     }
-    for (int mb = 0; mb < x->job.microbatches && !st; mb++) {
-        int chunks = pl_gen_feed_prefill_chunks(feed, mb);
-        for (int c = 0; c < chunks && !st; c++) {
-            pl_gen_feed_prefill(feed, x->p.job_id, mb, c, &hdr, x->seqs_in, x->tokens);
-            st = s_emit(x, sink, fq, &hdr, x->seqs_in);
-        }
-    }
-    while (!st && pl_gen_feed_active(feed) > 0) {
+    st = s_fill(x, sink, fq, b, steps);
+    while (!st && pl_batch_count(b) > 0) {
         const void *payload;
         bool taken = false;
         const pl_act_seq_t *in = x->seqs_in;
+        int n_ev;
         if (atomic_load(&x->cancel)) {
             st = pl_error(PL_ERR_CANCELED, "canceled");
             break;
         }
         if (fq) {
+            if (fifo.count == 0) {
+                st = pl_error(PL_ERR_PROTOCOL, "stage 0: sequences left but none in flight");
+                break;
+            }
             tok = fifo.hdr[fifo.head];
             in = fifo.seqs + (size_t)fifo.head * fifo.stride;
             fifo.head = (fifo.head + 1) % fifo.cap;
@@ -87,10 +131,9 @@ pl_status_t pl_exec_run_first(pl_exec_t *x, pl_gen_sink_t *sink)
         }
         if (tok.kind != PL_ACT_TOKENS) {
             st = pl_error(PL_ERR_PROTOCOL, "stage 0 expected tokens, got kind %u", tok.kind);
-        } else {
-            st = pl_gen_feed_decode(feed, &tok, in, &hdr, dec, x->tokens);
+        } else if (!(st = pl_batch_tokens(b, (int)tok.mb, in, tok.n_seq, ev, &n_ev))) {
             uint32_t n_fin = fq ? 0 : pl_exec_free_finished(x, &tok, in, fin);
-            if (!st && n_fin > 0 && pl_exec_notice_onward(x)) {
+            if (n_fin > 0 && pl_exec_notice_onward(x)) {
                 pl_act_hdr_t notice = {.kind = PL_ACT_TOKENS, .job = x->p.job_id, .mb = tok.mb,
                                        .step = tok.step, .n_seq = n_fin, .n_tokens = n_fin};
                 st = pl_exec_send(x, &notice, fin, NULL);
@@ -100,18 +143,19 @@ pl_status_t pl_exec_run_first(pl_exec_t *x, pl_gen_sink_t *sink)
             pl_status_t st2 = pl_exec_release(x);
             st = st ? st : st2;
         }
-        if (!st && hdr.n_seq > 0)
-            st = s_emit(x, sink, fq, &hdr, dec);
+        if (!st)
+            st = s_fill(x, sink, fq, b, steps);
     }
     if (!st && !fq) {
-        hdr = (pl_act_hdr_t){.kind = PL_ACT_STOP, .job = x->p.job_id};
-        st = pl_exec_send(x, &hdr, NULL, NULL);
+        pl_act_hdr_t stop = {.kind = PL_ACT_STOP, .job = x->p.job_id};
+        st = pl_exec_send(x, &stop, NULL, NULL);
     }
 out:
     free(fifo.hdr);
     free(fifo.seqs);
-    free(dec);
     free(fin);
-    pl_gen_feed_destroy(&feed);
+    free(ev);
+    free(steps);
+    pl_batch_destroy(&b);
     return st;
 }

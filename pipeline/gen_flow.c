@@ -193,32 +193,26 @@ pl_status_t pl_gen_sink_sample(pl_gen_sink_t *k, const pl_act_hdr_t *hdr,
                                pl_act_seq_t *out_seqs)
 {
     const pl_gen_job_t *job = k->job;
-    uint32_t inside = 0; /* entries that end inside their prompt: an earlier prefill chunk */
     for (uint32_t i = 0; i < hdr->n_seq; i++) { /* all or nothing */
         uint32_t s = seqs[i].seq;
         if (s >= (uint32_t)job->n_seqs || k->finish[s])
             return pl_error(PL_ERR_PROTOCOL, "sequence %u is not running", s);
+        for (uint32_t j = 0; j < i; j++)
+            if (seqs[j].seq == s)
+                return pl_error(PL_ERR_PROTOCOL, "sequence %u twice in one message", s);
         uint64_t end = (uint64_t)seqs[i].pos0 + seqs[i].n_tok;
         uint64_t at = (uint64_t)job->prompt_len[s] + (uint64_t)k->n_out[s];
-        if (k->n_out[s] == 0 && end < (uint64_t)job->prompt_len[s])
-            inside++;
-        else if (end != at)
+        if (!(k->n_out[s] == 0 && end < (uint64_t)job->prompt_len[s]) && end != at)
             return pl_error(PL_ERR_PROTOCOL, "sequence %u: message ends at position %llu, the "
                             "sequence stands at %llu", s, (unsigned long long)end,
                             (unsigned long long)at);
     }
-    if (inside > 0 && inside < hdr->n_seq)
-        return pl_error(PL_ERR_PROTOCOL, "microbatch %u: %u of %u sequences end their prompt "
-                        "in this message (all or none must)", hdr->mb, hdr->n_seq - inside,
-                        hdr->n_seq);
-    if (inside > 0) { /* an earlier prefill chunk: its KV is kept, nothing sampled */
-        *out = (pl_act_hdr_t){.kind = PL_ACT_TOKENS, .job = hdr->job, .mb = hdr->mb,
-                              .step = hdr->step};
-        return PL_OK;
-    }
+    uint32_t n = 0;
     for (uint32_t i = 0; i < hdr->n_seq; i++) {
         uint32_t s = seqs[i].seq;
         int step = k->n_out[s];
+        if (step == 0 && seqs[i].pos0 + seqs[i].n_tok < (uint32_t)job->prompt_len[s])
+            continue; /* an earlier chunk of its prompt: its KV is kept, nothing sampled */
         const float *row = logits + (size_t)i * (size_t)k->vocab;
         if (step < job->gen.min_new_tokens) { /* too early for EOS: it cannot be drawn */
             float *masked = k->scratch + 2 * (size_t)k->vocab;
@@ -251,11 +245,11 @@ pl_status_t pl_gen_sink_sample(pl_gen_sink_t *k, const pl_act_hdr_t *hdr,
             flags = PL_ACT_FINISHED;
             k->n_done++;
         }
-        out_seqs[i] = (pl_act_seq_t){.seq = s, .pos0 = seqs[i].pos0 + seqs[i].n_tok - 1,
-                                     .n_tok = 1, .flags = flags, .token = tok};
+        out_seqs[n++] = (pl_act_seq_t){.seq = s, .pos0 = seqs[i].pos0 + seqs[i].n_tok - 1,
+                                       .n_tok = 1, .flags = flags, .token = tok};
     }
     *out = (pl_act_hdr_t){.kind = PL_ACT_TOKENS, .job = hdr->job, .mb = hdr->mb,
-                          .step = hdr->step, .n_seq = hdr->n_seq, .n_tokens = hdr->n_seq};
+                          .step = hdr->step, .n_seq = n, .n_tokens = n};
     return PL_OK;
 }
 

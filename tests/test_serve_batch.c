@@ -26,6 +26,7 @@ static void s_prompt(int32_t *p, int len, int base)
 /* One formed microbatch, kept as the test's record of what was sent. */
 typedef struct {
     int lane, n, n_tokens;
+    bool prompt;
     pl_act_seq_t seqs[S_MAX];
     int32_t tokens[256];
     bool samples[S_MAX]; /* the entry ends its prompt or decodes: it comes back */
@@ -33,7 +34,13 @@ typedef struct {
 
 static bool s_next(pl_batch_t *b, s_mb_t *m)
 {
-    m->n = pl_batch_next(b, &m->lane, m->seqs, m->tokens, &m->n_tokens);
+    pl_batch_mb_t mb;
+    m->n = pl_batch_next(b, m->seqs, m->tokens, &mb);
+    if (m->n > 0) {
+        m->lane = mb.lane;
+        m->n_tokens = mb.n_tokens;
+        m->prompt = mb.prompt;
+    }
     return m->n > 0;
 }
 
@@ -136,6 +143,7 @@ Test(serve_batch, chunked_prefill_mixed_with_decode)
         cr_assert_eq(m.n, 2, "chunk %d: the decode token and the chunk", c);
         cr_assert_leq(m.n_tokens, 4, "budget");
         cr_assert_eq(m.seqs[0].n_tok, 1u, "decode first");
+        cr_assert(m.prompt);
         cr_assert_eq(m.seqs[1].pos0, (uint32_t)want_start[c], "chunk %d", c);
         cr_assert_eq(m.seqs[1].n_tok, (uint32_t)want_len[c], "chunk %d", c);
         cr_assert_eq(m.tokens[1], 50 + want_start[c]);
@@ -155,6 +163,7 @@ Test(serve_batch, chunked_prefill_mixed_with_decode)
     cr_assert_eq(m.seqs[0].pos0, 5u, "2 prompt + 4 sampled - 1");
     cr_assert_eq(m.tokens[0], 22);
     cr_assert_eq(m.seqs[1].pos0, 7u);
+    cr_assert_not(m.prompt, "decode tokens only");
     cr_assert_eq(m.tokens[1], 30);
     pl_batch_destroy(&b);
 }
