@@ -11,32 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Job paths: relative ones are taken from the job file's directory (`user`, may be NULL). */
-static bool s_resolve_path(char *value, size_t size, void *user, char *err, size_t err_len)
-{
-    const char *base_dir = user;
-    char *joined;
-    int n;
-
-    if (!base_dir || !base_dir[0] || value[0] == '/')
-        return true;
-    joined = malloc(size);
-    if (!joined) {
-        snprintf(err, err_len, "out of memory");
-        return false;
-    }
-    n = snprintf(joined, size, "%s/%s", base_dir, value);
-    if (n < 0 || (size_t)n >= size) {
-        snprintf(err, err_len, "path is longer than %zu bytes once joined to '%.200s'", size - 1,
-                 base_dir);
-        free(joined);
-        return false;
-    }
-    memcpy(value, joined, (size_t)n + 1);
-    free(joined);
-    return true;
-}
-
 static const pl_ys_field_t s_stop_elem = {.type = PL_YS_STR, .size = PL_JOB_STOP_MAX + 1};
 
 /* model/chat_template.h's family names (common/ cannot include model/). */
@@ -78,8 +52,8 @@ static const char *const s_planners[] = {"optimal", "auto", "even", NULL};
 static const char *const s_wire_dtypes[] = {"f32", "bf16", "f16", NULL};
 
 static const pl_ys_field_t s_job_fields[] = {
-    PL_CFG_STR("model", PL_YS_REQUIRED, pl_cfg_job_t, model, s_resolve_path),
-    PL_CFG_STR("prompts", PL_YS_REQUIRED, pl_cfg_job_t, prompts, s_resolve_path),
+    PL_CFG_STR("model", PL_YS_REQUIRED, pl_cfg_job_t, model, pl_cfg_path_resolve),
+    PL_CFG_STR("prompts", PL_YS_REQUIRED, pl_cfg_job_t, prompts, pl_cfg_path_resolve),
     PL_CFG_INT("max_new_tokens", pl_cfg_job_t, gen.max_new_tokens, 1, PL_JOB_MAX_NEW_TOKENS, 16),
     PL_CFG_INT("min_new_tokens", pl_cfg_job_t, gen.min_new_tokens, 0, PL_JOB_MAX_NEW_TOKENS, 0),
     {.key = "sampling", .type = PL_YS_MAP, .fields = s_job_sampling},
