@@ -320,6 +320,14 @@ bool pl_batch_cancel(pl_batch_t *b, uint64_t id, pl_batch_event_t *ev)
     return false;
 }
 
+bool pl_batch_slot_id(const pl_batch_t *b, int slot, uint64_t *id_p)
+{
+    if (slot < 0 || slot >= b->p.n_slots || !b->slots[slot].used)
+        return false;
+    *id_p = b->slots[slot].id;
+    return true;
+}
+
 int pl_batch_count(const pl_batch_t *b)
 {
     return b->live + b->q_count;

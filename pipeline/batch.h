@@ -90,6 +90,8 @@ pl_status_t pl_batch_tokens(pl_batch_t *b, int lane, const pl_act_seq_t *in, uin
  * is unknown. */
 bool pl_batch_cancel(pl_batch_t *b, uint64_t id, pl_batch_event_t *ev);
 
+/* The id of the sequence in `slot`; false when the slot is free (or out of range). */
+bool pl_batch_slot_id(const pl_batch_t *b, int slot, uint64_t *id_p);
 /* Sequences in the table (queued + live), and the counters. */
 int pl_batch_count(const pl_batch_t *b);
 void pl_batch_stats(const pl_batch_t *b, pl_batch_stats_t *stats);

@@ -180,12 +180,25 @@ void pl_gen_sink_destroy(pl_gen_sink_t **sink_p)
     *sink_p = NULL;
 }
 
-static bool s_is_eos(const pl_gen_job_t *job, int token)
+int pl_gen_sample_next(const float *row, int vocab, const pl_job_gen_t *gen,
+                       const pl_sample_params_t *sampling, const int *eos, int n_eos,
+                       uint64_t stream, int step, float *scratch, pl_finish_t *finish_p)
 {
-    for (int i = 0; i < job->n_eos; i++)
-        if (job->eos[i] == token)
-            return true;
-    return false;
+    if (step < gen->min_new_tokens) { /* too early for EOS: it cannot be drawn */
+        float *masked = scratch + 2 * (size_t)vocab;
+        memcpy(masked, row, (size_t)vocab * sizeof(float));
+        for (int e = 0; e < n_eos; e++)
+            if (eos[e] >= 0 && eos[e] < vocab)
+                masked[eos[e]] = -INFINITY;
+        row = masked;
+    }
+    int tok = pl_sample(row, vocab, sampling, stream, (uint64_t)step, scratch);
+    bool is_eos = false;
+    for (int e = 0; e < n_eos && gen->stop_at_eos; e++)
+        is_eos |= eos[e] == tok;
+    *finish_p = is_eos ? PL_FINISH_EOS
+                       : step + 1 >= gen->max_new_tokens ? PL_FINISH_LENGTH : PL_FINISH_NONE;
+    return tok;
 }
 
 pl_status_t pl_gen_sink_sample(pl_gen_sink_t *k, const pl_act_hdr_t *hdr,
@@ -213,23 +226,17 @@ pl_status_t pl_gen_sink_sample(pl_gen_sink_t *k, const pl_act_hdr_t *hdr,
         int step = k->n_out[s];
         if (step == 0 && seqs[i].pos0 + seqs[i].n_tok < (uint32_t)job->prompt_len[s])
             continue; /* an earlier chunk of its prompt: its KV is kept, nothing sampled */
-        const float *row = logits + (size_t)i * (size_t)k->vocab;
-        if (step < job->gen.min_new_tokens) { /* too early for EOS: it cannot be drawn */
-            float *masked = k->scratch + 2 * (size_t)k->vocab;
-            memcpy(masked, row, (size_t)k->vocab * sizeof(float));
-            for (int e = 0; e < job->n_eos; e++)
-                if (job->eos[e] >= 0 && job->eos[e] < k->vocab)
-                    masked[job->eos[e]] = -INFINITY;
-            row = masked;
-        }
-        int tok = pl_sample(row, k->vocab, &job->sampling, s, (uint64_t)step, k->scratch);
+        pl_finish_t fin;
+        int tok = pl_gen_sample_next(logits + (size_t)i * (size_t)k->vocab, k->vocab, &job->gen,
+                                     &job->sampling, job->eos, job->n_eos, s, step, k->scratch,
+                                     &fin);
         k->out[s][k->n_out[s]++] = tok;
         k->generated++;
         if (step == 0 && ++k->n_first == job->n_seqs)
             k->prefill_done_at = pl_now();
         uint32_t flags = 0;
-        bool eos = job->gen.stop_at_eos && s_is_eos(job, tok), stopped = false;
-        bool length = k->n_out[s] >= job->gen.max_new_tokens;
+        bool eos = fin == PL_FINISH_EOS, stopped = false;
+        bool length = fin == PL_FINISH_LENGTH;
         if (k->text) {
             pl_status_t st = pl_gen_text_push(k->text, (int)s, tok, eos || length, &stopped);
             if (st)
