@@ -36,6 +36,9 @@ typedef enum {
     PL_MSG_SHUTDOWN,   /* pipectl -> coord, coord -> daemons: stop the cluster */
     PL_MSG_PLAN,       /* pipectl -> coord: plan a job on the live cluster without submitting */
     PL_MSG_BYE,        /* daemon -> coord: this node is stopping (its stages end now) */
+    PL_MSG_SEQ_ADD,    /* coord -> daemon: a request joins a deployment (stage 0, last stage) */
+    PL_MSG_SEQ_CANCEL, /* coord -> daemon: a request leaves a deployment early (stage 0) */
+    PL_MSG_SEQ_OUT,    /* daemon -> coord: a request's new tokens, text and end (last stage) */
     PL_MSG_COUNT_
 } pl_msg_type_t;
 
