@@ -315,7 +315,19 @@ static void s_check_handshakes(pl_coord_t *c)
 pl_status_t pl_coord_run(const pl_cfg_cluster_t *cfg, const char *state_db, bool embedded,
                          volatile sig_atomic_t *stop)
 {
-    pl_coord_t c = {.cfg = cfg, .next_job = 1, .next_epoch = 1};
+    pl_serve_hub_t *hub = NULL;
+    pl_status_t st = pl_serve_hub_create(&hub);
+    if (st)
+        return st;
+    st = pl_coord_serve(cfg, state_db, embedded, hub, stop);
+    pl_serve_hub_destroy(&hub);
+    return st;
+}
+
+pl_status_t pl_coord_serve(const pl_cfg_cluster_t *cfg, const char *state_db, bool embedded,
+                           pl_serve_hub_t *hub, volatile sig_atomic_t *stop)
+{
+    pl_coord_t c = {.cfg = cfg, .next_job = 1, .next_epoch = 1, .hub = hub};
     pl_front_t *front = NULL;
     pl_status_t st;
 
@@ -340,10 +352,14 @@ pl_status_t pl_coord_run(const pl_cfg_cluster_t *cfg, const char *state_db, bool
         pl_log_info("coordinator listening on %s (CURVE, %d client key(s) allowed)",
                     cfg->endpoint, c.n_clients);
     pl_front_set_ready(front, true, NULL); /* listening, and its state is loaded */
+    pl_coord_deploy_publish(&c);
     while (!*stop && !c.shutdown) {
-        bool ready = false;
-        if ((st = pl_tx_poll(&c.router, 1, PL_MAX(50, cfg->heartbeat_ms / 2), &ready)))
+        bool ready = false, hub_ready = false;
+        if ((st = pl_tx_poll_fd(&c.router, 1, pl_serve_hub_fd(hub),
+                                PL_MAX(50, cfg->heartbeat_ms / 2), &ready, &hub_ready)))
             break;
+        if (hub_ready)
+            pl_coord_deploy_on_hub(&c);
         for (int k = 0; ready && k < 256; k++) { /* drain, bounded so liveness still runs */
             pl_msg_t m;
             pl_tx_peer_t from = {0};

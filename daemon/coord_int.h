@@ -6,6 +6,7 @@
 #include "common/job_spec.h"
 #include "common/metrics.h"
 #include "daemon/coord_store.h"
+#include "daemon/serve_req.h"
 #include "scheduler/terms.h"
 #include "transport/sock.h"
 #include "transport/zap.h"
@@ -130,6 +131,7 @@ typedef struct {
     long refused_handshakes; /* seen by the router's monitor (ZAP's own count is separate) */
     double last_refusal_log;
     pl_coord_metrics_t metrics;
+    pl_serve_hub_t *hub; /* serving requests from the front (borrowed) */
 } pl_coord_t;
 
 const char *pl_job_state_name(pl_job_state_t s);
@@ -207,6 +209,13 @@ bool pl_coord_job_terminal(const pl_coord_job_t *j);
 /* coord_row.c */
 /* A job from a stored row, every field checked (errors name the field); nothing kept on error. */
 pl_status_t pl_coord_job_from_row(const pl_coord_row_t *r, pl_coord_job_t **job_p);
+
+/* coord_deploy.c */
+/* Publish the deployments on the hub (what the front may name). */
+void pl_coord_deploy_publish(pl_coord_t *c);
+/* The hub woke the loop: take every request handed over and route it (none is deployed yet:
+ * each ends REFUSED 404 naming its deployment). */
+void pl_coord_deploy_on_hub(pl_coord_t *c);
 
 /* coord_query.c */
 void pl_coord_on_status(pl_coord_t *c, const pl_tx_peer_t *from, const pl_msg_t *m);
