@@ -189,7 +189,7 @@ static pl_status_t s_load(s_run_t *r, pl_model_t *model, pl_be_device_t *dev, co
     if (!r->c.a || !r->c.b || !r->c.ints || !r->seqs || !r->tokens || !r->ev || !r->fifo.hdr ||
         !r->fifo.seqs || !r->fifo.outs)
         return pl_error(PL_ERR_NOMEM, "out of memory");
-    return pl_serve_sink_create((int)ns, cfg->vocab, cfg->eos_ids, cfg->n_eos, &r->sink);
+    return pl_serve_sink_create((int)ns, cfg->vocab, cfg->eos_ids, cfg->n_eos, NULL, &r->sink);
 }
 
 pl_status_t pl_serve_local_run(const char *model_dir, pl_be_device_t *dev, const int *counts,

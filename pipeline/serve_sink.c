@@ -3,6 +3,7 @@
 #include "pipeline/serve_sink.h"
 
 #include "pipeline/gen.h"
+#include "pipeline/gen_text.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -18,11 +19,12 @@ struct pl_serve_sink {
     int n_slots, vocab, n_eos;
     int eos[PL_MODEL_MAX_EOS];
     s_slot_t *slots;
-    float *scratch; /* 3 * vocab */
+    float *scratch;       /* 3 * vocab */
+    pl_gen_text_t *text;  /* NULL: tokens only */
 };
 
 pl_status_t pl_serve_sink_create(int n_slots, int vocab, const int *eos, int n_eos,
-                                 pl_serve_sink_t **sink_p)
+                                 const char *text_model, pl_serve_sink_t **sink_p)
 {
     if (n_slots < 1 || vocab < 1 || n_eos < 0 || n_eos > PL_MODEL_MAX_EOS)
         return pl_error(PL_ERR_INVALID, "serve sink: %d slots, vocab %d, %d EOS ids", n_slots,
@@ -40,6 +42,13 @@ pl_status_t pl_serve_sink_create(int n_slots, int vocab, const int *eos, int n_e
         pl_serve_sink_destroy(&k);
         return pl_error(PL_ERR_NOMEM, "serve sink: out of memory");
     }
+    pl_job_gen_t none = {.max_new_tokens = 1};
+    pl_status_t st;
+    if (text_model && text_model[0] &&
+        (st = pl_gen_text_create(text_model, n_slots, &none, &k->text))) {
+        pl_serve_sink_destroy(&k);
+        return st;
+    }
     *sink_p = k;
     return PL_OK;
 }
@@ -51,6 +60,7 @@ void pl_serve_sink_destroy(pl_serve_sink_t **sink_p)
         return;
     free(k->slots);
     free(k->scratch);
+    pl_gen_text_destroy(&k->text);
     free(k);
     *sink_p = NULL;
 }
@@ -67,10 +77,22 @@ pl_status_t pl_serve_sink_begin(pl_serve_sink_t *k, int slot, const pl_serve_seq
         return pl_error(PL_ERR_INVALID, "serve sink: slot %d: settings out of range (prompt %d, "
                         "max_new_tokens %d, min_new_tokens %d)", slot, seq->prompt_len,
                         g->max_new_tokens, g->min_new_tokens);
+    pl_status_t st;
+    if (k->text && (st = pl_gen_text_begin(k->text, slot, g)))
+        return st;
     k->slots[slot] = (s_slot_t){.used = true, .seq = *seq,
                                 .sampling = {.temperature = g->temperature, .top_k = g->top_k,
                                              .top_p = g->top_p, .seed = g->seed}};
     return PL_OK;
+}
+
+const char *pl_serve_sink_text(const pl_serve_sink_t *k, int slot, size_t *len_p,
+                               size_t *stable_p)
+{
+    if (!k->text || slot < 0 || slot >= k->n_slots || !k->slots[slot].used)
+        return NULL;
+    *stable_p = pl_gen_text_stable(k->text, slot);
+    return pl_gen_text_get(k->text, slot, len_p);
 }
 
 void pl_serve_sink_end(pl_serve_sink_t *k, int slot)
@@ -109,6 +131,13 @@ pl_status_t pl_serve_sink_sample(pl_serve_sink_t *k, const pl_act_hdr_t *hdr,
                                      &t->seq.gen, &t->sampling, k->eos, k->n_eos, t->seq.stream,
                                      t->n_out, k->scratch, &fin);
         t->n_out++;
+        bool stopped = false;
+        pl_status_t st;
+        if (k->text && (st = pl_gen_text_push(k->text, (int)s, tok, fin != PL_FINISH_NONE,
+                                              &stopped)))
+            return st;
+        if (stopped)
+            fin = PL_FINISH_STOP;
         t->finished = fin != PL_FINISH_NONE;
         outs[n] = (pl_serve_out_t){.slot = (int)s, .token = tok, .finish = fin};
         out_seqs[n++] = (pl_act_seq_t){.seq = s, .pos0 = seqs[i].pos0 + seqs[i].n_tok - 1,

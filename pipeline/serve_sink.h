@@ -23,18 +23,25 @@ typedef struct {
 typedef struct {
     int slot;
     int32_t token;
-    pl_finish_t finish; /* PL_FINISH_NONE while it goes on */
+    pl_finish_t finish; /* PL_FINISH_NONE while it goes on; PL_FINISH_STOP: a stop string */
 } pl_serve_out_t;
 
 typedef struct pl_serve_sink pl_serve_sink_t;
 
-/* n_slots slots over a vocabulary, with the model's EOS ids. */
+/* n_slots slots over a vocabulary, with the model's EOS ids; text_model (NULL or "": tokens
+ * only) is the model directory whose tokenizer decodes each slot's completion and checks its
+ * request's stop strings (gen_text.h). */
 pl_status_t pl_serve_sink_create(int n_slots, int vocab, const int *eos, int n_eos,
-                                 pl_serve_sink_t **sink_p);
+                                 const char *text_model, pl_serve_sink_t **sink_p);
 void pl_serve_sink_destroy(pl_serve_sink_t **sink_p);
 /* A sequence takes `slot`; PL_ERR_PROTOCOL when it is out of range or taken, PL_ERR_INVALID for
  * settings out of range. */
 pl_status_t pl_serve_sink_begin(pl_serve_sink_t *k, int slot, const pl_serve_seq_t *seq);
+/* The completion of the slot's sequence as text so far (borrowed until the next sample) and, in
+ * *stable_p, how many leading bytes no later token changes (what may be streamed); NULL for a
+ * tokens-only sink or a free slot. */
+const char *pl_serve_sink_text(const pl_serve_sink_t *k, int slot, size_t *len_p,
+                               size_t *stable_p);
 /* The slot is free again (its sequence finished or was canceled); a free slot is ignored. */
 void pl_serve_sink_end(pl_serve_sink_t *k, int slot);
 /* As pl_gen_sink_sample, per slot: entries (seq = slot) that end inside their prompt sample

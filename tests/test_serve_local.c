@@ -3,12 +3,16 @@
  * prompt run alone as a one-prompt job (pl_gen_local_run, the job runner, an independent path:
  * its own feeder and sink, one sequence per microbatch). */
 #include "cluster_util.h"
+#include "js_ref.h"
+#include "model/tokenizer.h"
 #include "pipeline/gen_local.h"
 #include "pipeline/serve_local.h"
 #include "pipeline/serve_sink.h"
 #include "transport/msg.h"
 
 #include <criterion/criterion.h>
+
+#define LLAMA3 JS_LENML "/tokenizer-llama3/models"
 
 static char s_dir[256];
 static char s_model[300];
@@ -152,7 +156,9 @@ Test(serve_local, sink_refuses_bad_entries)
 {
     pl_serve_sink_t *k;
     int eos[1] = {2};
-    cr_assert_eq(pl_serve_sink_create(2, 8, eos, 1, &k), PL_OK);
+    cr_assert_eq(pl_serve_sink_create(2, 8, eos, 1, NULL, &k), PL_OK);
+    size_t tl, ts;
+    cr_assert_null(pl_serve_sink_text(k, 0, &tl, &ts), "tokens only");
     pl_serve_seq_t sq = {.prompt_len = 3, .gen = {.max_new_tokens = 2, .top_p = 1}};
     cr_assert_eq(pl_serve_sink_begin(k, 0, &sq), PL_OK);
     cr_assert_eq(pl_serve_sink_begin(k, 0, &sq), PL_ERR_PROTOCOL, "slot taken");
@@ -189,4 +195,60 @@ Test(serve_local, sink_refuses_bad_entries)
     cr_assert_eq(pl_serve_sink_begin(k, 0, &sq), PL_OK, "the slot is free again");
     pl_serve_sink_destroy(&k);
     pl_serve_sink_destroy(&k);
+}
+
+/* With text: a slot's request ends at its own stop string (finish stop, the text cut before
+ * it), and the next request in the same slot decodes afresh with its own (none here). The
+ * logits pick the tokens of a known text one after another. */
+Test(serve_local, sink_text_and_stop_strings_per_slot, .timeout = 60)
+{
+    js_ref_require(LLAMA3);
+    pl_tokenizer_t *tok;
+    cr_assert_eq(pl_tokenizer_load(LLAMA3, &tok), PL_OK, "%s", pl_error_msg());
+    const char *full = "The answer is 42, or so they say.";
+    int32_t *ids;
+    size_t n;
+    cr_assert_eq(pl_tokenizer_encode(tok, full, strlen(full), 0, &ids, &n), PL_OK);
+    int V = pl_tokenizer_vocab_size(tok), eos[1] = {0};
+    float *logits = calloc((size_t)V, sizeof(float));
+    pl_serve_sink_t *k;
+    cr_assert_eq(pl_serve_sink_create(1, V, eos, 0, LLAMA3, &k), PL_OK, "%s", pl_error_msg());
+    for (int round = 0; round < 2; round++) {
+        pl_serve_seq_t sq = {.prompt_len = 1, .gen = {.max_new_tokens = 64, .top_p = 1}};
+        if (round == 0) {
+            sq.gen.n_stop = 1;
+            strcpy(sq.gen.stop[0], "42");
+        }
+        cr_assert_eq(pl_serve_sink_begin(k, 0, &sq), PL_OK, "%s", pl_error_msg());
+        pl_finish_t fin = PL_FINISH_NONE;
+        size_t i;
+        for (i = 0; i < n && fin == PL_FINISH_NONE; i++) {
+            pl_act_hdr_t h = {.kind = PL_ACT_HIDDEN, .n_seq = 1, .n_tokens = 1}, out;
+            pl_act_seq_t e = {.seq = 0, .pos0 = (uint32_t)i, .n_tok = 1}, os;
+            pl_serve_out_t so;
+            memset(logits, 0, (size_t)V * sizeof(float));
+            logits[ids[i]] = 1;
+            cr_assert_eq(pl_serve_sink_sample(k, &h, &e, logits, &out, &os, &so), PL_OK, "%s",
+                         pl_error_msg());
+            cr_assert_eq(so.token, ids[i]);
+            fin = so.finish;
+        }
+        size_t len, stable;
+        const char *text = pl_serve_sink_text(k, 0, &len, &stable);
+        cr_assert_not_null(text);
+        cr_assert_eq(stable, len, "an ended sequence's text is all stable");
+        if (round == 0) {
+            cr_assert_eq(fin, PL_FINISH_STOP);
+            cr_assert_lt(i, n, "stopped before the end");
+            cr_assert_str_eq(text, "The answer is ");
+        } else {
+            cr_assert_eq(fin, PL_FINISH_NONE, "no stop string, 64 tokens allowed");
+            cr_assert_str_eq(text, full);
+        }
+        pl_serve_sink_end(k, 0);
+    }
+    pl_serve_sink_destroy(&k);
+    free(logits);
+    free(ids);
+    pl_tokenizer_destroy(&tok);
 }
