@@ -150,6 +150,15 @@ pl_status_t pl_exec_run_first(pl_exec_t *x, pl_gen_sink_t *sink)
         pl_act_hdr_t stop = {.kind = PL_ACT_STOP, .job = x->p.job_id};
         st = pl_exec_send(x, &stop, NULL, NULL);
     }
+    if (!st) {
+        pl_batch_stats_t bs;
+        pl_batch_stats(b, &bs);
+        pl_log_info("job %u stage 0: %llu microbatches (%llu mixing prompt and decode tokens), "
+                    "at most %d of %d in flight, %llu sequences, %llu tokens sampled",
+                    x->p.job_id, (unsigned long long)bs.microbatches,
+                    (unsigned long long)bs.mixed, bs.max_in_flight, x->job.microbatches,
+                    (unsigned long long)bs.left, (unsigned long long)bs.tokens);
+    }
 out:
     free(fifo.hdr);
     free(fifo.seqs);
