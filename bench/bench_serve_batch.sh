@@ -4,7 +4,7 @@
 # with stage 0 forming microbatches two ways: statically (sequence s in microbatch s mod M, the
 # executor of BASE_BUILD, e.g. main before the batcher) and continuously (this build: the
 # batcher refills lanes as sequences leave). Same prompts, same tokens (checked); the median of
-# PL_BENCH_RUNS runs each, and the ratio. The machine's reference beside it: the job's tokens/s
+# PL_BENCH_RUNS runs each (the two clusters' runs interleaved), and the ratio. The machine's reference beside it: the job's tokens/s
 # on ONE stage with this build (no pipeline: nothing to refill).
 #
 # usage: bench/bench_serve_batch.sh BUILD_DIR BASE_BUILD_DIR
@@ -21,14 +21,16 @@ WORK=$(mktemp -d /tmp/pl-bench-serve-XXXXXX)
 EP=
 pids=()
 
+eps=()
 stop_cluster() {
-    if [ -n "$EP" ]; then
-        "$B/pipectl" -c "$EP" --timeout 2 shutdown >/dev/null 2>&1 || true
-        sleep 0.5
-    fi
+    for e in "${eps[@]}"; do
+        "$NEW/pipectl" -c "$e" --timeout 2 shutdown >/dev/null 2>&1 || true
+    done
+    [ "${#eps[@]}" -gt 0 ] && sleep 0.5
     for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
     for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
     pids=()
+    eps=()
     EP=
 }
 cleanup() {
@@ -38,8 +40,9 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-start_cluster() { # BIN_DIR
+start_cluster() { # BIN_DIR: sets B and EP, and adds EP to eps
     B=$1
+    EP=
     mkdir -p "$WORK/logs"
     for _ in $(seq 20); do
         port=$((20000 + RANDOM % 40000))
@@ -48,7 +51,12 @@ start_cluster() { # BIN_DIR
             >"$WORK/logs/pipecoord-$port.log" 2>&1 &
         local cpid=$!
         sleep 0.3
-        if kill -0 "$cpid" 2>/dev/null; then pids+=("$cpid"); EP="tcp://127.0.0.1:$port"; break; fi
+        if kill -0 "$cpid" 2>/dev/null; then
+            pids+=("$cpid")
+            EP="tcp://127.0.0.1:$port"
+            eps+=("$EP")
+            break
+        fi
         wait "$cpid" 2>/dev/null || true
     done
     [ -n "$EP" ] || { echo "bench_serve_batch: no coordinator" >&2; exit 1; }
@@ -137,18 +145,22 @@ json.dump(c, open(sys.argv[2], "w"), indent=2)
 PY
 job mixed "$WORK/me" 2 true
 job one "$WORK/me" 1 true
+# Both clusters up at once, their runs interleaved, so that the load of the shared machine
+# drifts over both alike.
+NEW_EP=$EP
+start_cluster "$OLD"
+OLD_EP=$EP
 declare -A RATE
-for which in new old; do
-    [ "$which" = old ] && { stop_cluster; start_cluster "$OLD"; }
-    for r in $(seq "$RUNS"); do
+for r in $(seq "$RUNS"); do
+    for which in new old; do
+        if [ "$which" = new ]; then B=$NEW EP=$NEW_EP; else B=$OLD EP=$OLD_EP; fi
         read -r rate n wall < <(run mixed)
         echo "  $which run $r: $n tokens in $wall s: $rate tok/s" >&2
         cp "$WORK/mixed.res" "$WORK/$which.$r.res"
         RATE[$which.$r]=$rate
     done
 done
-stop_cluster
-start_cluster "$NEW"
+B=$NEW EP=$NEW_EP
 read -r one_rate one_n _ < <(run one)
 median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 new_m=$(median $(for r in $(seq "$RUNS"); do echo "${RATE[new.$r]}"; done))
