@@ -246,3 +246,9 @@ int pl_pipectl_generate(pl_pipectl_t *c, const char *model, const char *prompt, 
         usleep(S_POLL_US);
     }
 }
+
+int pl_pipectl_generate_verb(pl_pipectl_t *c, char **args, int n_args)
+{
+    (void)n_args;
+    return pl_pipectl_generate(c, args[0], args[1], c->stages, &c->gen);
+}
