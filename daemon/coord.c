@@ -193,7 +193,11 @@ static void s_on_heartbeat(pl_coord_t *c, const pl_tx_peer_t *from, const pl_msg
         const pl_msg_progress_t *e = &h->stages[k];
         pl_coord_job_t *j = pl_coord_find_job(c, e->job);
         if (!j || j->state != PL_JOB_RUNNING || e->epoch != j->epoch ||
-            e->stage != j->n_stages - 1 || j->stages[e->stage].node != i)
+            e->stage >= j->n_stages || j->stages[e->stage].node != i)
+            continue;
+        j->stages[e->stage].busy_s = e->busy_s;
+        j->stages[e->stage].seqs_done = e->seqs_done;
+        if (e->stage != j->n_stages - 1)
             continue;
         if (e->generated > j->generated)
             j->generated = e->generated;
@@ -289,6 +293,8 @@ static void s_dispatch(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_t *m)
     case PL_MSG_SHUTDOWN: s_on_shutdown(c, from); break;
     case PL_MSG_PLAN: pl_coord_on_plan(c, from, m); break;
     case PL_MSG_BYE: s_on_bye(c, from, &m->bye); break;
+    case PL_MSG_JOBS: pl_coord_on_jobs(c, from); break;
+    case PL_MSG_DRAIN: pl_coord_on_drain(c, from, &m->drain); break;
     default:
         pl_log_warn_limited("'%.*s' sent %s, which the coordinator does not take", (int)from->len,
                             from->id, pl_msg_name(m->type));
