@@ -152,7 +152,11 @@ static void s_end_job(pl_coord_t *c, pl_coord_job_t *j, pl_job_state_t state, bo
     }
     j->state = state;
     j->t_end = pl_now();
-    pl_coord_event(j, pl_job_state_name(state), "%s", j->error);
+    if (j->error[0])
+        pl_coord_event(j, pl_job_state_name(state), "%s", j->error);
+    else
+        pl_coord_event(j, pl_job_state_name(state), "%d sequence(s) after %.2f s", j->n_seqs,
+                       j->t_end - j->t_submit);
     pl_coord_stream_clear(j); /* the results have the whole text */
     pl_coord_persist(c, j);
 }

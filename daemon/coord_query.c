@@ -18,6 +18,15 @@ static pl_coord_job_t *s_job_arg(pl_coord_t *c, const pl_tx_peer_t *from, const 
     return j;
 }
 
+/* Tokens sampled so far: the heartbeats' count, or the last stage's own once it is DONE. */
+static int64_t s_generated(const pl_coord_job_t *j)
+{
+    const pl_coord_stage_t *ls = j->n_stages ? &j->stages[j->n_stages - 1] : NULL;
+    if (ls && ls->have_stats && ls->stats.has_sink && ls->stats.generated > j->generated)
+        return ls->stats.generated;
+    return j->generated;
+}
+
 /* Throughput from the last stage's clock: prefill ends when every sequence has its first token. */
 static json_t *s_throughput(const pl_coord_job_t *j)
 {
@@ -72,10 +81,10 @@ void pl_coord_on_status(pl_coord_t *c, const pl_tx_peer_t *from, const pl_msg_t 
         json_object_set_new(
             body, "progress",
             json_pack("{s:I, s:I, s:I, s:i, s:f, s:f, s:s%}", "generated",
-                      (json_int_t)j->generated, "at_most",
+                      (json_int_t)s_generated(j), "at_most",
                       (json_int_t)j->n_seqs * j->spec.gen.max_new_tokens, "sequences_done",
                       (json_int_t)PL_MIN(seqs_done, (int64_t)j->n_seqs), "sequences", j->n_seqs,
-                      "running_s", ran, "tok_s", ran > 0 ? (double)j->generated / ran : 0.0,
+                      "running_s", ran, "tok_s", ran > 0 ? (double)s_generated(j) / ran : 0.0,
                       "text", j->stream ? j->stream : "", j->stream_len));
     if (body)
         json_object_set_new(body, "events", pl_coord_events_json(j));
@@ -226,7 +235,7 @@ void pl_coord_on_jobs(pl_coord_t *c, const pl_tx_peer_t *from)
             arr, json_pack("{s:i, s:s, s:s, s:s, s:i, s:I, s:I, s:i, s:o, s:f, s:s}", "job", j->id,
                            "state", pl_job_state_name(j->state), "model", j->spec.model, "owner",
                            j->owner, "sequences", j->n_seqs, "generated",
-                           (json_int_t)j->generated, "at_most",
+                           (json_int_t)s_generated(j), "at_most",
                            (json_int_t)j->n_seqs * j->spec.gen.max_new_tokens, "stages",
                            j->n_stages, "nodes", nodes, "elapsed_s", end - j->t_submit, "note",
                            j->error));

@@ -12,9 +12,10 @@ int pl_pipectl_shutdown(pl_pipectl_t *c, char **args, int n_args)
     (void)n_args;
     json_t *r;
     pl_msg_t q;
+    int rc;
     pl_msg_init(&q, PL_MSG_SHUTDOWN);
-    if (pl_pipectl_call(c, &q, &r))
-        return 1;
+    if ((rc = pl_pipectl_call(c, &q, &r)))
+        return rc;
     json_decref(r);
     return 0;
 }

@@ -19,17 +19,21 @@ int pl_pipectl_call(pl_pipectl_t *c, const pl_msg_t *req, json_t **reply_p)
 {
     pl_msg_t m;
     pl_status_t st = pl_tx_send(c->sock, NULL, req);
-    if (st)
-        return pl_pipectl_die("cannot send to the coordinator: %s", pl_error_msg());
+    if (st) {
+        pl_pipectl_die("cannot send to the coordinator: %s", pl_error_msg());
+        return PL_PIPECTL_EXIT_UNREACHABLE;
+    }
     st = pl_tx_recv(c->sock, (int)(c->timeout_s * 1000), NULL, NULL, &m);
     if (st == PL_ERR_BUSY) {
         char why[256];
         if (pl_tx_sock_handshake_error(c->sock, why, sizeof(why)))
             fprintf(stderr, "pipectl: not admitted: %s\n", why);
-        else
+        else {
             fprintf(stderr, "pipectl: no answer from the coordinator at %s within %.0f s\n",
                     c->endpoint, c->timeout_s);
-        return 1;
+            return PL_PIPECTL_EXIT_UNREACHABLE;
+        }
+        return PL_PIPECTL_EXIT_FAILED;
     }
     if (st)
         return pl_pipectl_die("bad answer from the coordinator: %s", pl_error_msg());

@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #define S_STR pl_pipectl_str
 #define S_NUM pl_pipectl_num
@@ -19,10 +18,11 @@ int pl_pipectl_results_of(pl_pipectl_t *c, int64_t id)
     json_t *r, *arr = NULL, *e;
     pl_msg_results_reply_t res = {0};
     size_t i;
-    if (pl_pipectl_call_job(c, PL_MSG_RESULTS, id, &r))
-        return 1;
+    int rc;
+    if ((rc = pl_pipectl_call_job(c, PL_MSG_RESULTS, id, &r)))
+        return rc;
     if (c->json) {
-        pl_pipectl_print_json(r);
+        pl_pipectl_print(c, r);
         json_decref(r);
         return 0;
     }
@@ -58,44 +58,7 @@ int pl_pipectl_results(pl_pipectl_t *c, char **args, int n_args)
 {
     (void)n_args;
     int64_t id = pl_pipectl_job_arg(args[0]);
-    return id < 0 ? 1 : pl_pipectl_results_of(c, id);
-}
-
-static int s_wait(pl_pipectl_t *c, int64_t id)
-{
-    char last[32] = "";
-    double t0 = pl_now(), shown_at = 0;
-    int64_t shown = 0;
-    for (;;) {
-        json_t *r;
-        if (pl_pipectl_call_job(c, PL_MSG_STATUS, id, &r))
-            return 1;
-        char state[32];
-        snprintf(state, sizeof(state), "%s", S_STR(r, "state"));
-        if (strcmp(state, last)) {
-            const char *note = S_STR(r, "note");
-            fprintf(stderr, "pipectl: job %lld %s after %.1f s%s%s\n", (long long)id, state,
-                    pl_now() - t0, strcmp(note, "-") && *note ? ": " : "",
-                    strcmp(note, "-") ? note : "");
-            snprintf(last, sizeof(last), "%s", state);
-        }
-        /* long generations: the token count every few seconds while it grows */
-        json_t *pg = json_object_get(r, "progress");
-        int64_t gen = (int64_t)S_NUM(pg, "generated");
-        if (!strcmp(state, "running") && gen > shown && pl_now() - shown_at >= 2.0) {
-            fprintf(stderr, "pipectl: job %lld running: %lld of at most %lld tokens after %.1f s\n",
-                    (long long)id, (long long)gen, (long long)S_NUM(pg, "at_most"),
-                    pl_now() - t0);
-            shown = gen;
-            shown_at = pl_now();
-        }
-        json_decref(r);
-        if (!strcmp(state, "done"))
-            return pl_pipectl_results_of(c, id);
-        if (!strcmp(state, "failed") || !strcmp(state, "canceled"))
-            return 1;
-        usleep(100 * 1000);
-    }
+    return id < 0 ? PL_PIPECTL_EXIT_USAGE : pl_pipectl_results_of(c, id);
 }
 
 /* The SUBMIT / PLAN request of a job file: its typed spec, --stages overriding the file's. */
@@ -116,23 +79,24 @@ int pl_pipectl_submit(pl_pipectl_t *c, char **args, int n_args)
     pl_msg_t *m = malloc(sizeof(*m));
     json_t *r;
     pl_msg_job_state_t js;
-    int rc = !m || pl_pipectl_job_msg(args[0], c->stages, PL_MSG_SUBMIT, m) ||
-             pl_pipectl_call(c, m, &r);
+    int rc = !m ? PL_PIPECTL_EXIT_FAILED
+                : pl_pipectl_job_msg(args[0], c->stages, PL_MSG_SUBMIT, m) ? PL_PIPECTL_EXIT_FAILED
+                                                                           : pl_pipectl_call(c, m, &r);
     if (m)
         pl_msg_clear(m);
     free(m);
     if (rc)
-        return 1;
+        return rc;
     if (pl_msg_job_state_decode(r, &js)) {
         json_decref(r);
         return pl_pipectl_die("bad answer to SUBMIT: %s", pl_error_msg());
     }
     if (c->json && !c->wait)
-        pl_pipectl_print_json(r);
+        pl_pipectl_print(c, r);
     else
         fprintf(c->wait ? stderr : stdout, "job %u submitted\n", js.job);
     json_decref(r);
-    return c->wait ? s_wait(c, js.job) : 0;
+    return c->wait ? pl_pipectl_follow(c, js.job, true) : 0;
 }
 
 int pl_pipectl_cancel(pl_pipectl_t *c, char **args, int n_args)
@@ -141,9 +105,11 @@ int pl_pipectl_cancel(pl_pipectl_t *c, char **args, int n_args)
     json_t *r;
     pl_msg_job_state_t js;
     int64_t id = pl_pipectl_job_arg(args[0]);
-    if (id < 0 || pl_pipectl_call_job(c, PL_MSG_KILL, id, &r))
-        return 1;
-    int rc = 0;
+    int rc;
+    if (id < 0)
+        return PL_PIPECTL_EXIT_USAGE;
+    if ((rc = pl_pipectl_call_job(c, PL_MSG_KILL, id, &r)))
+        return rc;
     if (pl_msg_job_state_decode(r, &js))
         rc = pl_pipectl_die("bad answer to KILL: %s", pl_error_msg());
     else

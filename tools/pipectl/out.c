@@ -15,6 +15,23 @@ void pl_pipectl_print_json(const json_t *v)
     free(s);
 }
 
+void pl_pipectl_print_to(const pl_pipectl_t *c, FILE *f, const json_t *v)
+{
+    if (c->out == PL_PIPECTL_OUT_YAML) {
+        pl_pipectl_yaml(f, v);
+        return;
+    }
+    char *s = json_dumps(v, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    if (s)
+        fprintf(f, "%s\n", s);
+    free(s);
+}
+
+void pl_pipectl_print(const pl_pipectl_t *c, const json_t *v)
+{
+    pl_pipectl_print_to(c, stdout, v);
+}
+
 const char *pl_pipectl_str(const json_t *o, const char *k)
 {
     const char *s = json_string_value(json_object_get(o, k));

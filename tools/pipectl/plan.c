@@ -20,7 +20,7 @@ static int s_show_plan(const pl_pipectl_t *c, json_t *r)
     size_t i;
     json_t *b;
     if (c->json) {
-        pl_pipectl_print_json(r);
+        pl_pipectl_print(c, r);
         return 0;
     }
     pl_pipectl_print_plan(json_object_get(r, "plan"));
@@ -122,7 +122,7 @@ static int s_catalog(const pl_pipectl_t *c)
                                              (json_int_t)e->mem_bytes));
     }
     if (c->json) {
-        pl_pipectl_print_json(arr);
+        pl_pipectl_print(c, arr);
     } else {
         size_t i;
         json_t *e;

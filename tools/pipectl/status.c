@@ -84,10 +84,15 @@ int pl_pipectl_status(pl_pipectl_t *c, char **args, int n_args)
     (void)n_args;
     json_t *r;
     int64_t id = pl_pipectl_job_arg(args[0]);
-    if (id < 0 || pl_pipectl_call_job(c, PL_MSG_STATUS, id, &r))
-        return 1;
+    int rc;
+    if (id < 0)
+        return PL_PIPECTL_EXIT_USAGE;
+    if (c->watch)
+        return pl_pipectl_follow(c, id, false);
+    if ((rc = pl_pipectl_call_job(c, PL_MSG_STATUS, id, &r)))
+        return rc;
     if (c->json) {
-        pl_pipectl_print_json(r);
+        pl_pipectl_print(c, r);
     } else {
         printf("job %lld: %s  (%d sequences, %.2f s)\n", (long long)id, S_STR(r, "state"),
                (int)S_NUM(r, "sequences"), S_NUM(r, "elapsed_s"));
