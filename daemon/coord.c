@@ -164,6 +164,8 @@ static void s_on_hello(pl_coord_t *c, const pl_tx_peer_t *from, const pl_msg_hel
     tmp.n_unavailable = h->n_unavailable;
     memcpy(tmp.unavailable, h->unavailable, sizeof(tmp.unavailable));
     tmp.alive = true;
+    tmp.health = h->health; /* its health until the first heartbeat */
+    tmp.have_health = true;
     tmp.last_seen = tmp.registered_at = pl_now();
     *n = tmp; /* learned device rates start again from the new calibration */
     pl_coord_forget_node(c, i);

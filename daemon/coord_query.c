@@ -173,12 +173,15 @@ static json_t *s_node_json(const pl_coord_t *c, int i)
     if (stages && tls)
         s_node_work(c, i, stages, tls);
     const char *version = n->have_health ? n->health.sys.version : "";
+    /* the daemon's own uptime when it said, else since it registered */
+    double now = pl_now(), up = n->have_health && n->health.sys.uptime_s >= 0
+                                    ? n->health.sys.uptime_s + (now - n->last_seen)
+                                    : now - n->registered_at;
     return json_pack("{s:s, s:s, s:s, s:s, s:b, s:f, s:f, s:s, s:i, s:o, s:o, s:o, s:o, s:o}",
                      "name", n->name, "host", n->host, "state",
                      n->alive ? (n->busy_job ? "busy" : "idle") : "lost", "status",
                      s_node_status(c, n), "draining", pl_coord_node_draining(c, n->name),
-                     "last_seen_s", pl_now() - n->last_seen, "uptime_s",
-                     pl_now() - n->registered_at, "version", version, "job", n->busy_job,
+                     "last_seen_s", now - n->last_seen, "uptime_s", up, "version", version, "job", n->busy_job,
                      "devices", devs, "unavailable", unav, "stages", stages, "transports", tls,
                      "heartbeat", hb ? hb : json_null());
 }

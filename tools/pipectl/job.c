@@ -112,6 +112,8 @@ int pl_pipectl_cancel(pl_pipectl_t *c, char **args, int n_args)
         return rc;
     if (pl_msg_job_state_decode(r, &js))
         rc = pl_pipectl_die("bad answer to KILL: %s", pl_error_msg());
+    else if (c->json)
+        pl_pipectl_print(c, r);
     else
         printf("job %u %s\n", js.job, js.state);
     json_decref(r);

@@ -11,8 +11,8 @@
  * and _ . / -, and not a word YAML gives a meaning (true, null, ...). */
 static bool s_plain(const char *s)
 {
-    static const char *const words[] = {"true", "false", "yes", "no", "on", "off", "null", "y",
-                                        "n"};
+    static const char *const words[] = {"true", "false", "yes", "no",  "on",       "off",
+                                        "null", "y",     "n",   "nan", "infinity", "inf"};
     if (!isalpha((unsigned char)s[0]))
         return false;
     for (const char *p = s; *p; p++)
