@@ -30,8 +30,8 @@ static json_t *s_json(const char *args)
     cr_assert_eq(rc, 0, "pipectl -o json %s: exit %d", args, rc);
     json_error_t e;
     json_t *v = json_loads(out, 0, &e);
-    cr_assert(json_is_object(v) || json_is_array(v), "pipectl -o json %s: not JSON (%s): %s", args, e.text,
-              out);
+    cr_assert(json_is_object(v) || json_is_array(v), "pipectl -o json %s: not JSON (%s): %s", args,
+              e.text, out);
     free(out);
     return v;
 }
@@ -151,14 +151,17 @@ static void s_job_nodes(int job, char *out, size_t n)
     json_t *r = s_json("jobs"), *j;
     size_t i;
     out[0] = '\0';
-    json_array_foreach(json_object_get(r, "jobs"), i, j) if (json_integer_value(
-                                                              json_object_get(j, "job")) == job)
+    json_array_foreach(json_object_get(r, "jobs"), i, j)
     {
+        if (json_integer_value(json_object_get(j, "job")) != job)
+            continue;
         size_t k;
         json_t *nd;
         json_array_foreach(json_object_get(j, "nodes"), k, nd)
+        {
             snprintf(out + strlen(out), n - strlen(out), "%s%s", k ? "," : "",
                      json_string_value(nd));
+        }
     }
     json_decref(r);
 }
@@ -174,8 +177,11 @@ static json_t *s_node(json_t *r, const char *name)
 {
     size_t i;
     json_t *n;
-    json_array_foreach(json_object_get(r, "nodes"), i, n) if (!strcmp(s_s(n, "name"), name))
-        return n;
+    json_array_foreach(json_object_get(r, "nodes"), i, n)
+    {
+        if (!strcmp(s_s(n, "name"), name))
+            return n;
+    }
     return NULL;
 }
 
@@ -201,8 +207,7 @@ Test(cluster_ops, every_verb_table_json_yaml_and_exit_codes)
     cr_assert(strstr(out, "STATUS") && strstr(out, "node0") && strstr(out, "ready"), "%s", out);
     free(out);
     cr_assert_eq(s_ctl(&out, "nodes -o wide"), 0);
-    cr_assert(strstr(out, "HB AGE") && strstr(out, "UPTIME") && strstr(out, "VERSION"), "%s",
-              out);
+    cr_assert(strstr(out, "HB AGE") && strstr(out, "UPTIME") && strstr(out, "VERSION"), "%s", out);
     free(out);
     json_t *r = s_json("nodes"), *n = s_node(r, "node0");
     cr_assert_not_null(n);
@@ -261,11 +266,11 @@ Test(cluster_ops, every_verb_table_json_yaml_and_exit_codes)
     cr_assert_eq(json_integer_value(json_object_get(pg, "generated")), 18);
     json_decref(r);
     cr_assert_eq(s_ctl(&out, "describe job 1"), 0);
-    cr_assert(strstr(out, "3/3 sequences") && strstr(out, "events:") && strstr(out, "busy"),
-              "%s", out);
+    cr_assert(strstr(out, "3/3 sequences") && strstr(out, "events:") && strstr(out, "busy"), "%s",
+              out);
     free(out);
     r = s_json("logs 1");
-    static const char *const order[] = {"submitted", "planned", "loading", "ready", "ready",
+    static const char *const order[] = {"submitted", "planned",    "loading",    "ready", "ready",
                                         "running",   "stage done", "stage done", "done"};
     json_t *ev = json_object_get(r, "events");
     cr_assert_eq(json_array_size(ev), sizeof(order) / sizeof(order[0]), "%zu events",
@@ -280,8 +285,7 @@ Test(cluster_ops, every_verb_table_json_yaml_and_exit_codes)
     }
     json_decref(r);
     cr_assert_eq(s_ctl(&out, "logs 1"), 0);
-    cr_assert(strstr(out, "submitted") && strstr(out, "running") && strstr(out, "Z  "), "%s",
-              out);
+    cr_assert(strstr(out, "submitted") && strstr(out, "running") && strstr(out, "Z  "), "%s", out);
     free(out);
 
     /* status, results, plan, cancel of a finished job, catalog */
@@ -420,8 +424,8 @@ Test(cluster_ops, settings_precedence_and_unreachable)
     char *out;
     int port = tc_free_port();
     /* an unreachable coordinator: 3 */
-    int rc = tc_sh(NULL, "%s/pipectl -c tcp://127.0.0.1:%d --timeout 1 nodes 2>/dev/null",
-                   tc_bin(), port);
+    int rc = tc_sh(NULL, "%s/pipectl -c tcp://127.0.0.1:%d --timeout 1 nodes 2>/dev/null", tc_bin(),
+                   port);
     cr_assert_eq(rc, 3, "unreachable: %d", rc);
 
     /* the user file: coordinator and output from it */
@@ -455,10 +459,11 @@ Test(cluster_ops, settings_precedence_and_unreachable)
     cr_assert(!strncmp(out, "nodes:", 6), "flag's yaml: %s", out);
     free(out);
     /* HOME/.config when XDG_CONFIG_HOME is not set */
-    tc_sh(NULL, "mkdir -p %s/home/.config/pipeld && cp %s/xdg/pipeld/pipectl.yaml %s/home/.config/pipeld/",
-          s_c.dir, s_c.dir, s_c.dir);
-    rc = tc_sh(&out, "%s -u XDG_CONFIG_HOME HOME=%s/home %s/pipectl nodes", env, s_c.dir,
-               tc_bin());
+    tc_sh(
+        NULL,
+        "mkdir -p %s/home/.config/pipeld && cp %s/xdg/pipeld/pipectl.yaml %s/home/.config/pipeld/",
+        s_c.dir, s_c.dir, s_c.dir);
+    rc = tc_sh(&out, "%s -u XDG_CONFIG_HOME HOME=%s/home %s/pipectl nodes", env, s_c.dir, tc_bin());
     cr_assert_eq(rc, 0);
     cr_assert(out[0] == '{', "~/.config's output json: %s", out);
     free(out);
@@ -519,10 +524,21 @@ Test(cluster_ops, progress_bar_under_a_terminal)
     cr_assert(strstr(out, "tok/s") && strstr(out, "busy s0"), "%s", out);
     free(out);
     /* not a terminal: plain lines, no bar */
-    cr_assert_eq(tc_sh(&out, "%s/pipectl -c %s --timeout 5 status 1 --watch 2>&1", tc_bin(),
-                       s_c.ep),
-                 0);
+    cr_assert_eq(
+        tc_sh(&out, "%s/pipectl -c %s --timeout 5 status 1 --watch 2>&1", tc_bin(), s_c.ep), 0);
     cr_assert(!strstr(out, "\033[K") && strstr(out, "job 1 done"), "%s", out);
+    free(out);
+    /* a job that ends without results (canceled while followed): exit 1 */
+    cr_assert_eq(tc_sh(&out,
+                       "%s/pipectl -c %s --timeout 5 submit %s/job.yaml --wait >/dev/null "
+                       "2>%s/w.err & p=$!; sleep 1; %s/pipectl -c %s cancel 2 >/dev/null; "
+                       "wait $p; echo $?",
+                       tc_bin(), s_c.ep, s_c.dir, s_c.dir, tc_bin(), s_c.ep),
+                 0);
+    cr_assert_eq(atoi(out), 1, "submit --wait of a canceled job: exit %s", out);
+    free(out);
+    cr_assert_eq(s_ctl(&out, "-o json status 2"), 0);
+    cr_assert(strstr(out, "\"canceled\""), "%s", out);
     free(out);
     tc_cluster_stop(&s_c);
 }

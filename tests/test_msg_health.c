@@ -18,15 +18,23 @@ static void s_sample(pl_msg_heartbeat_t *h)
     h->sys.mem_total_kb = 1000;
     h->sys.mem_avail_kb = 400;
     h->sys.n_devices = 2;
-    h->sys.devices[0] = (pl_msg_dev_health_t){.id = "cuda:0", .mem_used = 10, .mem_total = 20,
-                                              .util_pct = 55, .temp_c = 61, .power_w = 120.5,
+    h->sys.devices[0] = (pl_msg_dev_health_t){.id = "cuda:0",
+                                              .mem_used = 10,
+                                              .mem_total = 20,
+                                              .util_pct = 55,
+                                              .temp_c = 61,
+                                              .power_w = 120.5,
                                               .errors = 3};
-    h->sys.devices[1] = (pl_msg_dev_health_t){.id = "cpu:0", .mem_used = -1, .mem_total = -1,
-                                              .util_pct = -1, .temp_c = -1, .power_w = -1,
+    h->sys.devices[1] = (pl_msg_dev_health_t){.id = "cpu:0",
+                                              .mem_used = -1,
+                                              .mem_total = -1,
+                                              .util_pct = -1,
+                                              .temp_c = -1,
+                                              .power_w = -1,
                                               .errors = -1};
     h->n_stages = 1;
-    h->stages[0] = (pl_msg_progress_t){.job = 3, .stage = 1, .epoch = 2, .generated = 7,
-                                       .busy_s = 1.25, .seqs_done = 2};
+    h->stages[0] = (pl_msg_progress_t){
+        .job = 3, .stage = 1, .epoch = 2, .generated = 7, .busy_s = 1.25, .seqs_done = 2};
 }
 
 Test(msg_health, heartbeat_round_trip)
@@ -57,8 +65,8 @@ Test(msg_health, heartbeat_round_trip)
 
 Test(msg_health, without_system_all_unknown)
 {
-    json_t *b = json_pack("{s:s, s:[], s:i, s:f}", "node", "n", "stages", "rss_kb", 1, "load1",
-                          0.1);
+    json_t *b =
+        json_pack("{s:s, s:[], s:i, s:f}", "node", "n", "stages", "rss_kb", 1, "load1", 0.1);
     static pl_msg_heartbeat_t back;
     cr_assert_eq(pl_msg_heartbeat_decode(b, &back), PL_OK, "%s", pl_error_msg());
     cr_assert_eq(back.sys.mem_total_kb, -1);
@@ -89,8 +97,7 @@ static void s_refused(const char *key, bool in_device, json_t *v, const char *wh
 Test(msg_health, bad_fields_refused)
 {
     s_refused("uptime_s", false, json_real(-1), "uptime_s");
-    s_refused("version", false, json_string("0123456789012345678901234567890123456789"),
-              "version");
+    s_refused("version", false, json_string("0123456789012345678901234567890123456789"), "version");
     s_refused("mem_avail_kb", false, json_integer(5000), "mem_avail_kb");
     s_refused("cpu_mhz", false, json_string("fast"), "cpu_mhz");
     s_refused("devices", false, json_string("x"), "devices");

@@ -79,9 +79,9 @@ int pl_pipectl_submit(pl_pipectl_t *c, char **args, int n_args)
     pl_msg_t *m = malloc(sizeof(*m));
     json_t *r;
     pl_msg_job_state_t js;
-    int rc = !m ? PL_PIPECTL_EXIT_FAILED
-                : pl_pipectl_job_msg(args[0], c->stages, PL_MSG_SUBMIT, m) ? PL_PIPECTL_EXIT_FAILED
-                                                                           : pl_pipectl_call(c, m, &r);
+    int rc = !m                                                         ? PL_PIPECTL_EXIT_FAILED
+             : pl_pipectl_job_msg(args[0], c->stages, PL_MSG_SUBMIT, m) ? PL_PIPECTL_EXIT_FAILED
+                                                                        : pl_pipectl_call(c, m, &r);
     if (m)
         pl_msg_clear(m);
     free(m);

@@ -26,8 +26,11 @@ static int s_render_jobs(pl_pipectl_t *c, char **args, int n_args, FILE *f, bool
     if ((rc = pl_pipectl_call(c, &q, &r)))
         return rc;
     *final_p = true; /* --watch ends once every job has ended */
-    json_array_foreach(json_object_get(r, "jobs"), i, j) if (!s_terminal(S_STR(j, "state")))
-        *final_p = false;
+    json_array_foreach(json_object_get(r, "jobs"), i, j)
+    {
+        if (!s_terminal(S_STR(j, "state")))
+            *final_p = false;
+    }
     if (c->json) {
         pl_pipectl_print_to(c, f, r);
         json_decref(r);
@@ -48,9 +51,12 @@ static int s_render_jobs(pl_pipectl_t *c, char **args, int n_args, FILE *f, bool
             char nodes[256] = "";
             size_t k, m = 0;
             json_t *n;
-            json_array_foreach(json_object_get(j, "nodes"), k, n) if (m < sizeof(nodes)) m +=
-                (size_t)snprintf(nodes + m, sizeof(nodes) - m, "%s%s", k ? "," : "",
-                                 json_string_value(n));
+            json_array_foreach(json_object_get(j, "nodes"), k, n)
+            {
+                if (m < sizeof(nodes))
+                    m += (size_t)snprintf(nodes + m, sizeof(nodes) - m, "%s%s", k ? "," : "",
+                                          json_string_value(n));
+            }
             const char *owner = S_STR(j, "owner");
             fprintf(f, "  %-10s %s%s%s", *owner ? owner : "-", m ? nodes : "-",
                     *S_STR(j, "note") ? "  " : "", S_STR(j, "note"));
@@ -78,8 +84,8 @@ static void s_events(FILE *f, const json_t *r)
         char when[32] = "-";
         if (gmtime_r(&t, &tm))
             strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", &tm);
-        fprintf(f, "%s.%03dZ  %-10s %s\n", when, (int)((at - (double)t) * 1000),
-                S_STR(e, "what"), S_STR(e, "detail"));
+        fprintf(f, "%s.%03dZ  %-10s %s\n", when, (int)((at - (double)t) * 1000), S_STR(e, "what"),
+                S_STR(e, "detail"));
     }
 }
 

@@ -33,8 +33,9 @@ static int s_fetch_nodes(pl_pipectl_t *c, json_t **r_p)
     json_t *sec = json_object_get(*r_p, "security");
     static bool warned;
     if (!warned && json_is_true(json_object_get(sec, "insecure")))
-        fprintf(stderr, "pipectl: WARNING: this cluster runs with security.insecure: anyone who "
-                        "reaches %s may submit, read every result and shut it down\n",
+        fprintf(stderr,
+                "pipectl: WARNING: this cluster runs with security.insecure: anyone who "
+                "reaches %s may submit, read every result and shut it down\n",
                 c->endpoint);
     warned = true;
     return 0;
@@ -71,9 +72,12 @@ static int s_render_nodes(pl_pipectl_t *c, char **args, int n_args, FILE *f, boo
             char a[24], b[24], st[128] = "";
             size_t k, m = 0;
             json_t *s;
-            json_array_foreach(json_object_get(n, "stages"), k, s) if (m < sizeof(st)) m +=
-                (size_t)snprintf(st + m, sizeof(st) - m, "%s%d/%d", k ? "," : "",
-                                 (int)S_NUM(s, "job"), (int)S_NUM(s, "stage"));
+            json_array_foreach(json_object_get(n, "stages"), k, s)
+            {
+                if (m < sizeof(st))
+                    m += (size_t)snprintf(st + m, sizeof(st) - m, "%s%d/%d", k ? "," : "",
+                                          (int)S_NUM(s, "job"), (int)S_NUM(s, "stage"));
+            }
             fprintf(f, " %8s %8s %-8s %s", s_fig(n, "last_seen_s", "%.1fs", 1, a, sizeof(a)),
                     s_fig(n, "uptime_s", "%.0fs", 1, b, sizeof(b)),
                     *S_STR(n, "version") ? S_STR(n, "version") : "-", m ? st : "-");
@@ -116,8 +120,11 @@ static void s_health_of(FILE *f, const json_t *r, bool detail)
     {
         const json_t *l = json_object_get(v, "learned"), *h = NULL, *x;
         size_t k;
-        json_array_foreach(json_object_get(sys, "devices"), k, x) if (
-            !strcmp(S_STR(x, "id"), S_STR(v, "id"))) h = x;
+        json_array_foreach(json_object_get(sys, "devices"), k, x)
+        {
+            if (!strcmp(S_STR(x, "id"), S_STR(v, "id")))
+                h = x;
+        }
         fprintf(f, "device:     %s  %s, %d cores, %.2f GiB, %.1f GFLOP/s, %.1f GB/s\n",
                 S_STR(v, "id"), S_STR(v, "name"), (int)S_NUM(v, "cores"),
                 S_NUM(v, "mem_bytes") / 1073741824.0, S_NUM(v, "gflops"), S_NUM(v, "mem_gbps"));
@@ -138,12 +145,19 @@ static void s_health_of(FILE *f, const json_t *r, bool detail)
     }
     char tl[256] = "", st[256] = "";
     size_t m = 0;
-    json_array_foreach(json_object_get(r, "transports"), i, v) if (m < sizeof(tl)) m +=
-        (size_t)snprintf(tl + m, sizeof(tl) - m, "%s%s", i ? ", " : "", json_string_value(v));
+    json_array_foreach(json_object_get(r, "transports"), i, v)
+    {
+        if (m < sizeof(tl))
+            m += (size_t)snprintf(tl + m, sizeof(tl) - m, "%s%s", i ? ", " : "",
+                                  json_string_value(v));
+    }
     m = 0;
-    json_array_foreach(json_object_get(r, "stages"), i, v) if (m < sizeof(st)) m +=
-        (size_t)snprintf(st + m, sizeof(st) - m, "%sjob %d stage %d", i ? ", " : "",
-                         (int)S_NUM(v, "job"), (int)S_NUM(v, "stage"));
+    json_array_foreach(json_object_get(r, "stages"), i, v)
+    {
+        if (m < sizeof(st))
+            m += (size_t)snprintf(st + m, sizeof(st) - m, "%sjob %d stage %d", i ? ", " : "",
+                                  (int)S_NUM(v, "job"), (int)S_NUM(v, "stage"));
+    }
     fprintf(f, "stages:     %s\n", st[0] ? st : "none");
     if (detail || tl[0])
         fprintf(f, "transports: %s\n", tl[0] ? tl : "none measured yet");
@@ -177,8 +191,11 @@ static int s_render_health(pl_pipectl_t *c, char **args, int n_args, FILE *f, bo
         return rc;
     json_t *nodes = json_object_get(r, "nodes"), *n, *down = json_array();
     size_t i;
-    json_array_foreach(nodes, i, n) if (!strcmp(S_STR(n, "status"), "unreachable"))
-        json_array_append_new(down, json_string(S_STR(n, "name")));
+    json_array_foreach(nodes, i, n)
+    {
+        if (!strcmp(S_STR(n, "status"), "unreachable"))
+            json_array_append_new(down, json_string(S_STR(n, "name")));
+    }
     if (c->json) {
         json_t *o = json_pack("{s:O, s:o}", "nodes", nodes, "unreachable", down);
         pl_pipectl_print_to(c, f, o);
@@ -186,7 +203,10 @@ static int s_render_health(pl_pipectl_t *c, char **args, int n_args, FILE *f, bo
     } else {
         if (json_array_size(down)) {
             fprintf(f, "unreachable: ");
-            json_array_foreach(down, i, n) fprintf(f, "%s%s", i ? ", " : "", json_string_value(n));
+            json_array_foreach(down, i, n)
+            {
+                fprintf(f, "%s%s", i ? ", " : "", json_string_value(n));
+            }
             fprintf(f, " (%zu of %zu nodes)\n\n", json_array_size(down), json_array_size(nodes));
         }
         json_decref(down);

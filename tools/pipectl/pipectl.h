@@ -67,8 +67,8 @@ typedef struct {
     const char *summary; /* one line */
     const char *example; /* a whole command line */
     int min_args, max_args;
-    unsigned opts;      /* PL_PIPECTL_OPT_* it takes */
-    bool offline;       /* needs no coordinator connection */
+    unsigned opts; /* PL_PIPECTL_OPT_* it takes */
+    bool offline;  /* needs no coordinator connection */
     int (*run)(pl_pipectl_t *c, char **args, int n_args);
 } pl_pipectl_verb_t;
 

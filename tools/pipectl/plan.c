@@ -13,7 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 /* A plan reply {"plan", "note", "busy"} as a table, or as it is with -o json. */
 static int s_show_plan(const pl_pipectl_t *c, json_t *r)
 {
@@ -28,7 +27,8 @@ static int s_show_plan(const pl_pipectl_t *c, json_t *r)
     if (*note && strcmp(note, "-"))
         printf("note: %s\n", note);
     json_array_foreach(json_object_get(r, "busy"), i, b)
-        printf("note: %s is busy with job %d now\n", pl_pipectl_str(b, "node"), (int)pl_pipectl_num(b, "job"));
+        printf("note: %s is busy with job %d now\n", pl_pipectl_str(b, "node"),
+               (int)pl_pipectl_num(b, "job"));
     return 0;
 }
 
@@ -115,23 +115,25 @@ static int s_catalog(const pl_pipectl_t *c)
     json_t *arr = json_array();
     for (int i = 0; i < pl_sched_catalog_count(); i++) {
         const pl_sched_catalog_entry_t *e = pl_sched_catalog_get(i);
-        json_array_append_new(arr, json_pack("{s:s, s:s, s:s, s:s, s:f, s:f, s:I}", "name",
-                                             e->name, "aliases", e->aliases, "vendor", e->vendor,
-                                             "backend", e->backend, "tflops", e->tflops,
-                                             "mem_gbps", e->mem_gbps, "mem_bytes",
-                                             (json_int_t)e->mem_bytes));
+        json_array_append_new(arr, json_pack("{s:s, s:s, s:s, s:s, s:f, s:f, s:I}", "name", e->name,
+                                             "aliases", e->aliases, "vendor", e->vendor, "backend",
+                                             e->backend, "tflops", e->tflops, "mem_gbps",
+                                             e->mem_gbps, "mem_bytes", (json_int_t)e->mem_bytes));
     }
     if (c->json) {
         pl_pipectl_print(c, arr);
     } else {
         size_t i;
         json_t *e;
-        printf("%-22s %-8s %-7s %10s %10s %9s\n", "KIND", "VENDOR", "BACKEND", "TFLOP/S",
-               "GB/S", "MEM(GiB)");
+        printf("%-22s %-8s %-7s %10s %10s %9s\n", "KIND", "VENDOR", "BACKEND", "TFLOP/S", "GB/S",
+               "MEM(GiB)");
         json_array_foreach(arr, i, e)
-            printf("%-22s %-8s %-7s %10.1f %10.1f %9.0f\n", pl_pipectl_str(e, "name"), pl_pipectl_str(e, "vendor"),
-                   pl_pipectl_str(e, "backend"), pl_pipectl_num(e, "tflops"), pl_pipectl_num(e, "mem_gbps"),
+        {
+            printf("%-22s %-8s %-7s %10.1f %10.1f %9.0f\n", pl_pipectl_str(e, "name"),
+                   pl_pipectl_str(e, "vendor"), pl_pipectl_str(e, "backend"),
+                   pl_pipectl_num(e, "tflops"), pl_pipectl_num(e, "mem_gbps"),
                    pl_pipectl_num(e, "mem_bytes") / 1073741824.0);
+        }
     }
     json_decref(arr);
     return 0;

@@ -30,15 +30,18 @@ static void s_figures(const json_t *r, char *b, size_t n)
     const json_t *pg = json_object_get(r, "progress");
     double gen = S_NUM(pg, "generated"), most = S_NUM(pg, "at_most"), tps = S_NUM(pg, "tok_s");
     size_t k = (size_t)snprintf(b, n, "%d/%d seqs, %.0f/%.0f tokens, %.1f tok/s",
-                                (int)S_NUM(pg, "sequences_done"), (int)S_NUM(pg, "sequences"),
-                                gen, most, tps);
+                                (int)S_NUM(pg, "sequences_done"), (int)S_NUM(pg, "sequences"), gen,
+                                most, tps);
     if (k < n && tps > 0 && most > gen)
         k += (size_t)snprintf(b + k, n - k, ", ETA %.0f s", (most - gen) / tps);
     size_t i;
     json_t *s;
-    json_array_foreach(json_object_get(r, "stages"), i, s) if (k < n) k +=
-        (size_t)snprintf(b + k, n - k, "%s s%zu %.0f%%", i ? "" : " | busy", i,
-                         S_NUM(s, "busy_pct"));
+    json_array_foreach(json_object_get(r, "stages"), i, s)
+    {
+        if (k < n)
+            k += (size_t)snprintf(b + k, n - k, "%s s%zu %.0f%%", i ? "" : " | busy", i,
+                                  S_NUM(s, "busy_pct"));
+    }
 }
 
 /* The bar: done share of the tokens at most (sequences ending early end it sooner). */
@@ -86,9 +89,8 @@ int pl_pipectl_follow(pl_pipectl_t *c, int64_t id, bool results)
             snprintf(last, sizeof(last), "%s", state);
             bar_up = false;
         }
-        bool running = !strcmp(state, "running"), end = !strcmp(state, "done") ||
-                                                         !strcmp(state, "failed") ||
-                                                         !strcmp(state, "canceled");
+        bool running = !strcmp(state, "running"),
+             end = !strcmp(state, "done") || !strcmp(state, "failed") || !strcmp(state, "canceled");
         s_figures(r, fig, sizeof(fig));
         if ((running || (end && bar_up)) && strcmp(fig, shown)) {
             if (tty) {

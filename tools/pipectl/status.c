@@ -22,8 +22,8 @@ static void s_print_measured(const json_t *r)
             pl_msg_stats_decode(json_object_get(json_array_get(ss, i), "stats"), &st))
             continue;
         if (!any)
-            printf("%-5s %-12s %-21s %-21s %-23s %s\n", "stage", "node",
-                   "prefill/call pred", "decode/call pred", "stage compute pred", "link measured");
+            printf("%-5s %-12s %-21s %-21s %-23s %s\n", "stage", "node", "prefill/call pred",
+                   "decode/call pred", "stage compute pred", "link measured");
         any = true;
         char a[24], b[24], c[24], d[24], e[24], f[24], link[96] = "-";
         double np = (double)st.prefill_calls, nd = (double)st.decode_calls;
@@ -35,10 +35,10 @@ static void s_print_measured(const json_t *r)
             snprintf(link, sizeof(link), "%.2f GB/s, %.1f us (%s)", st.probe.gbps,
                      st.probe.latency_s * 1e6, st.probe.transport);
         printf("%-5zu %-12.12s %9s / %-9s %9s / %-9s %9s / %-10s %+4.0f%%  %s\n", i,
-               S_STR(p, "node"), pl_pipectl_dur(pp, a, sizeof(a)),
-               pl_pipectl_dur(mp, b, sizeof(b)), pl_pipectl_dur(pd, c, sizeof(c)),
-               pl_pipectl_dur(md, d, sizeof(d)), pl_pipectl_dur(pt, e, sizeof(e)),
-               pl_pipectl_dur(mt, f, sizeof(f)), pt > 0 ? 100.0 * (mt / pt - 1.0) : 0.0, link);
+               S_STR(p, "node"), pl_pipectl_dur(pp, a, sizeof(a)), pl_pipectl_dur(mp, b, sizeof(b)),
+               pl_pipectl_dur(pd, c, sizeof(c)), pl_pipectl_dur(md, d, sizeof(d)),
+               pl_pipectl_dur(pt, e, sizeof(e)), pl_pipectl_dur(mt, f, sizeof(f)),
+               pt > 0 ? 100.0 * (mt / pt - 1.0) : 0.0, link);
     }
     if (any)
         printf("(each pair: predicted / measured; the percentage is the stage's measured "
@@ -71,9 +71,9 @@ static void s_print_data_plane(const json_t *r)
         snprintf(slots, sizeof(slots), "%d (%s)", (int)S_NUM(dp, "inbox_slots"),
                  pl_pipectl_bytes(S_NUM(dp, "inbox_bytes"), slot_b, sizeof(slot_b)));
         printf("%-5zu %-16.16s %-5s %-11s %-17s %-7d %-9d %-11s %s\n", i, S_STR(st, "link"),
-               S_STR(st, "wire_dtype"), pl_pipectl_bytes(S_NUM(st, "bytes_sent"), sent,
-                                                         sizeof(sent)),
-               slots, (int)S_NUM(dp, "send_credits"), (int)S_NUM(dp, "max_in_flight"),
+               S_STR(st, "wire_dtype"),
+               pl_pipectl_bytes(S_NUM(st, "bytes_sent"), sent, sizeof(sent)), slots,
+               (int)S_NUM(dp, "send_credits"), (int)S_NUM(dp, "max_in_flight"),
                pl_pipectl_bytes(S_NUM(dp, "bound_bytes"), bound, sizeof(bound)),
                json_is_true(json_object_get(dp, "progress_thread")) ? "thread" : "in calls");
     }

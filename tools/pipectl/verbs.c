@@ -6,7 +6,8 @@
 #include <string.h>
 
 static const pl_pipectl_verb_t s_verbs[] = {
-    {"nodes", "[--watch]", "the cluster's nodes: status (ready, busy, draining, unreachable), "
+    {"nodes", "[--watch]",
+     "the cluster's nodes: status (ready, busy, draining, unreachable), "
      "devices; -o wide adds heartbeat age, uptime, version and stages",
      "pipectl nodes -o wide", 0, 0, PL_PIPECTL_OPT_WATCH, false, pl_pipectl_nodes},
     {"health", "[NODE] [--watch]",
@@ -22,8 +23,8 @@ static const pl_pipectl_verb_t s_verbs[] = {
     {"submit", "JOB.yaml [--wait] [--stages N]",
      "queue a job (--wait: follow it with a progress bar on a terminal, then print its "
      "results; exit 1 when it fails)",
-     "pipectl submit etc/job.yaml --wait", 1, 1, PL_PIPECTL_OPT_WAIT | PL_PIPECTL_OPT_STAGES,
-     false, pl_pipectl_submit},
+     "pipectl submit etc/job.yaml --wait", 1, 1, PL_PIPECTL_OPT_WAIT | PL_PIPECTL_OPT_STAGES, false,
+     pl_pipectl_submit},
     {"status", "JOB [--watch]",
      "state, plan and throughput of a job (--watch: follow it with a progress bar until it ends)",
      "pipectl status 1 --watch", 1, 1, PL_PIPECTL_OPT_WATCH, false, pl_pipectl_status},
@@ -31,7 +32,8 @@ static const pl_pipectl_verb_t s_verbs[] = {
      "the job's output in prompt order: the text of a text job, else JSONL of token ids",
      "pipectl results 1", 1, 1, 0, false, pl_pipectl_results},
     {"cancel", "JOB", "stop a job", "pipectl cancel 1", 1, 1, 0, false, pl_pipectl_cancel},
-    {"logs", "JOB", "the job's events with their times: submitted, planned, loading, each "
+    {"logs", "JOB",
+     "the job's events with their times: submitted, planned, loading, each "
      "stage ready and done, running, re-queued, its end",
      "pipectl logs 1", 1, 1, 0, false, pl_pipectl_logs},
     {"plan", "JOB.yaml [--stages N] [--cluster WHATIF.yaml]",
@@ -39,18 +41,20 @@ static const pl_pipectl_verb_t s_verbs[] = {
      "needed)",
      "pipectl plan etc/job.yaml --cluster etc/whatif.yaml", 1, 1,
      PL_PIPECTL_OPT_STAGES | PL_PIPECTL_OPT_CLUSTER, false, pl_pipectl_plan},
-    {"catalog", "", "device kinds a described cluster can use", "pipectl catalog -o json", 0, 0,
-     0, true, pl_pipectl_catalog},
+    {"catalog", "", "device kinds a described cluster can use", "pipectl catalog -o json", 0, 0, 0,
+     true, pl_pipectl_catalog},
     {"generate",
      "MODEL PROMPT [--max-tokens N] [--temperature T] [--chat] [--stop S]... [--stages N]",
      "run one prompt (text; --chat: a user message in the model's chat template) and print its "
      "text as it is generated",
      "pipectl generate models/llama3 \"Why is the sky blue?\" --chat --max-tokens 200", 2, 2,
      PL_PIPECTL_OPT_GEN | PL_PIPECTL_OPT_STAGES, false, pl_pipectl_generate_verb},
-    {"drain", "NODE", "admin: no new stages on the node (the running ones finish); kept across "
-     "restarts", "pipectl drain node1", 1, 1, 0, false, pl_pipectl_drain},
-    {"undrain", "NODE", "admin: the node takes new stages again", "pipectl undrain node1", 1, 1,
-     0, false, pl_pipectl_undrain},
+    {"drain", "NODE",
+     "admin: no new stages on the node (the running ones finish); kept across "
+     "restarts",
+     "pipectl drain node1", 1, 1, 0, false, pl_pipectl_drain},
+    {"undrain", "NODE", "admin: the node takes new stages again", "pipectl undrain node1", 1, 1, 0,
+     false, pl_pipectl_undrain},
     {"shutdown", "", "admin: stop the coordinator and its daemons", "pipectl shutdown", 0, 0, 0,
      false, pl_pipectl_shutdown},
     {"keygen", "BASE", "write a CURVE key pair: BASE.key (the secret, 0600) and BASE.pub",
