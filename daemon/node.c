@@ -515,6 +515,7 @@ pl_status_t pl_node_run(const pl_cfg_node_t *cfg, volatile sig_atomic_t *stop)
                   .started_at = pl_now()};
     pl_status_t st;
     pl_msg_node_health_init(&n.sys);
+    pl_node_metrics_host(&n.sys); /* HELLO carries the host's; the devices' follow */
 
     if ((st = pl_front_start(&cfg->http, NULL, 0, &n.front)) ||
         (st = pl_node_metrics_init(&n.metrics, pl_front_metrics(n.front))))

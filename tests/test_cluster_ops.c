@@ -224,8 +224,18 @@ Test(cluster_ops, every_verb_table_json_yaml_and_exit_codes)
     cr_assert_eq(s_ctl(&out, "health node0"), 0);
     cr_assert(strstr(out, "last heartbeat") && strstr(out, "cpu:0"), "%s", out);
     free(out);
-    r = s_json("health node0");
-    json_t *sys = json_object_get(json_object_get(r, "heartbeat"), "system");
+    /* the devices' figures come with the heartbeats after the registration */
+    json_t *sys = NULL;
+    for (int i = 0; i < 50; i++) {
+        r = s_json("health node0");
+        sys = json_object_get(json_object_get(r, "heartbeat"), "system");
+        if (json_array_size(json_object_get(sys, "devices")) > 0)
+            break;
+        json_decref(r);
+        r = NULL;
+        usleep(100 * 1000);
+    }
+    cr_assert_not_null(r, "no device health within 5 s");
     cr_assert(json_is_object(sys), "no heartbeat.system");
     cr_assert(json_number_value(json_object_get(sys, "uptime_s")) > 0);
     cr_assert(json_integer_value(json_object_get(sys, "mem_total_kb")) > 0);
@@ -251,6 +261,18 @@ Test(cluster_ops, every_verb_table_json_yaml_and_exit_codes)
     /* jobs, describe job, logs: job 1 done, its events in order */
     cr_assert_eq(s_ctl(&out, "jobs"), 0);
     cr_assert(strstr(out, "JOB") && strstr(out, "done") && strstr(out, "18/18"), "%s", out);
+    free(out);
+    cr_assert_eq(s_ctl(&out, "jobs -o wide"), 0);
+    cr_assert(strstr(out, "OWNER") && strstr(out, "node0"), "%s", out);
+    free(out);
+    /* --watch: jobs ends by itself once every job has ended; health runs until Ctrl-C */
+    cr_assert_eq(s_ctl(&out, "jobs --watch"), 0);
+    cr_assert(strstr(out, "JOB") && strstr(out, "done"), "%s", out);
+    free(out);
+    cr_assert_eq(tc_sh(&out, "timeout --preserve-status -s INT 2.5 %s/pipectl -c %s nodes --watch",
+                       tc_bin(), s_c.ep),
+                 0, "nodes --watch after Ctrl-C");
+    cr_assert(strstr(out, "NODE") && strstr(out, "node1"), "%s", out);
     free(out);
     r = s_json("jobs");
     json_t *j = json_array_get(json_object_get(r, "jobs"), 0);
