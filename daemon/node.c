@@ -7,6 +7,7 @@
 #include "daemon/front.h"
 #include "daemon/node_metrics.h"
 #include "pipeline/exec.h"
+#include "pipeline/trace.h"
 #include "transport/keys.h"
 #include "transport/sock.h"
 
@@ -189,6 +190,8 @@ static void s_text_sent(s_node_t *n, const pl_msg_heartbeat_t *h)
 
 static pl_status_t s_send(s_node_t *n, const pl_msg_t *m)
 {
+    if (m->type == PL_MSG_HELLO || m->type == PL_MSG_HEARTBEAT) /* answered by WELCOME */
+        pl_trace_clock_sent();
     pl_status_t st = pl_tx_send(n->dealer, NULL, m);
     if (st && st != PL_ERR_BUSY)
         pl_log_warn("coordinator: cannot send %s: %s", pl_msg_name(m->type), pl_error_msg());
@@ -415,6 +418,7 @@ static bool s_on_coord(s_node_t *n)
         n->registered = true;
         n->hb_unanswered = false;
         n->last_welcome = pl_now();
+        pl_trace_clock_answer(m.welcome.clock_ns); /* the round trip times the trace clock */
         if (m.welcome.dead_after_ms > 0)
             n->dead_after_ms = m.welcome.dead_after_ms;
         n->hello_backoff = S_HELLO_FIRST_S;

@@ -7,6 +7,7 @@
 #include "common/util.h"
 #include "pipeline/gen.h"
 #include "pipeline/link_probe.h"
+#include "pipeline/trace.h"
 #include "transport/sock.h"
 #include "transport/ucx.h"
 
@@ -61,6 +62,7 @@ struct pl_exec {
     uint64_t n_freed; /* KV slots freed because their sequence finished */
     int kv_held;      /* KV slots counted in the metrics */
     char peer[24];    /* the next stage, as the link metric's label */
+    pl_trace_t *trace; /* NULL when the job does not trace */
 };
 
 /* READY, DONE or FAIL to the node's main thread; job and stage are filled in here. */
@@ -101,6 +103,8 @@ static pl_status_t s_load(pl_exec_t *x)
         return pl_error(PL_ERR_INVALID, "assignment: max_ctx %d / max_tokens %d smaller than the "
                         "job needs", sp.max_ctx, sp.max_tokens);
     if ((st = pl_be_stage_load(x->p.dev, x->model, &sp, &x->stage)))
+        return st;
+    if (x->job.gen.trace && (st = pl_trace_new(PL_TRACE_MAX_EVENTS, &x->trace)))
         return st;
     x->kv_held = x->job.n_seqs;
     pl_metrics_add(x->p.metrics.kv_slots, NULL, x->kv_held);
@@ -161,6 +165,7 @@ static pl_status_t s_forward(pl_exec_t *x, const pl_act_hdr_t *hdr, const pl_act
     x->phase_calls[hdr->step > 0]++;
     x->n_tokens += hdr->n_tokens;
     pl_metrics_observe(x->p.metrics.compute_s, NULL, dt);
+    pl_trace_add(x->trace, PL_TRACE_COMPUTE, hdr, t0, t0 + dt);
     pl_metrics_add(x->p.metrics.microbatches, NULL, 1);
     return st;
 }
@@ -189,6 +194,7 @@ static pl_status_t s_send_in(pl_exec_t *x, void *buf, const pl_act_hdr_t *hdr,
                              const pl_act_seq_t *seqs, const void *payload)
 {
     size_t len, cap = x->out_max;
+    double t0 = pl_now();
     float *unused;
     pl_act_hdr_t h = *hdr;
     pl_status_t st;
@@ -205,9 +211,11 @@ static pl_status_t s_send_in(pl_exec_t *x, void *buf, const pl_act_hdr_t *hdr,
     x->n_msgs++;
     x->bytes_sent += len;
     pl_metrics_add(x->p.metrics.link_bytes, x->peer, (double)len);
-    return pl_ucx_outbox_send(x->outbox,
-                              pl_act_tag(hdr->job, (pl_act_kind_t)hdr->kind, hdr->mb, hdr->step),
-                              buf, len, -1, (const volatile int *)&x->cancel);
+    st = pl_ucx_outbox_send(x->outbox,
+                            pl_act_tag(hdr->job, (pl_act_kind_t)hdr->kind, hdr->mb, hdr->step), buf,
+                            len, -1, (const volatile int *)&x->cancel);
+    pl_trace_add(x->trace, PL_TRACE_SEND, hdr, t0, pl_now());
+    return st;
 }
 
 static pl_status_t s_send(pl_exec_t *x, const pl_act_hdr_t *hdr, const pl_act_seq_t *seqs,
@@ -241,13 +249,16 @@ static pl_status_t s_recv(pl_exec_t *x, pl_act_hdr_t *hdr, const void **payload)
     size_t len;
     pl_status_t st = pl_ucx_inbox_recv(x->inbox, &buf, &len, NULL, -1,
                                        (const volatile int *)&x->cancel);
-    x->wait_s += pl_now() - t0;
+    double t1 = pl_now();
+    x->wait_s += t1 - t0;
     if (st)
         return st;
     st = pl_act_decode(buf, len, &x->limits, hdr, x->seqs_in, payload);
     if (!st && hdr->job != x->p.job_id)
         st = pl_error(PL_ERR_PROTOCOL, "data message for job %u on job %u's stage", hdr->job,
                       x->p.job_id);
+    if (!st)
+        pl_trace_add(x->trace, PL_TRACE_RECV, hdr, t0, t1);
     if (st) {
         pl_status_t st2 = pl_ucx_inbox_release(x->inbox);
         (void)st2; /* the decode error is the one to report */
@@ -644,6 +655,8 @@ static void *s_thread(void *arg)
     s_stats(x, sink, &m.done.stats);
     if (sink && (st = pl_gen_sink_collect(sink, &m.done.results, &m.done.n_results)))
         goto fail;
+    if (x->trace && pl_trace_export(x->trace, &m.done.trace)) /* DONE goes without it */
+        pl_log_warn("job %u stage %d: trace: %s", x->p.job_id, x->p.stage, pl_error_msg());
     s_send_main(x, &m);
     pl_msg_clear(&m);
     /* Keep the worker and its endpoints until the whole job is over: a peer that still waits
@@ -676,6 +689,7 @@ out:
     pl_metrics_add(x->p.metrics.kv_slots, NULL, -x->kv_held);
     x->kv_held = 0;
     pl_be_stage_unload(&x->stage);
+    pl_trace_destroy(&x->trace);
     pl_model_destroy(&x->model);
     pl_gen_job_clear(&x->job);
     free(x->tokens);
