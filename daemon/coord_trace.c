@@ -2,6 +2,7 @@
  * S_BUDGET events over all jobs (the oldest jobs' go first), and the TRACE query that reads them.
  */
 #include "common/log.h"
+#include "common/util.h"
 #include "daemon/coord_int.h"
 
 #include <stdio.h>
@@ -115,6 +116,12 @@ void pl_coord_on_trace(pl_coord_t *c, const pl_tx_peer_t *from, const pl_msg_t *
         return;
     }
     const pl_coord_stage_t *s = &j->stages[q->stage];
+    if (j->state == PL_JOB_RUNNING && !s->done) { /* ask for the trace so far, for next time */
+        pl_msg_t ask;
+        pl_msg_init(&ask, PL_MSG_TRACE);
+        ask.trace_ref = (pl_msg_trace_ref_t){.job = j->id, .stage = q->stage, .epoch = j->epoch};
+        pl_coord_send_node(c, s->node, &ask);
+    }
     pl_msg_trace_reply_t r = {.job = j->id,
                               .stage = q->stage,
                               .n_stages = j->n_stages,
@@ -137,4 +144,22 @@ void pl_coord_on_trace(pl_coord_t *c, const pl_tx_peer_t *from, const pl_msg_t *
     if (pl_msg_trace_reply_encode(&r, &body))
         body = NULL;
     pl_coord_reply(c, from, body);
+}
+
+void pl_coord_on_traced(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_t *m)
+{
+    const pl_msg_traced_t *t = &m->traced;
+    char node[PL_CFG_NAME_MAX + 1];
+    snprintf(node, sizeof(node), "%.*s", (int)PL_MIN(from->len, PL_CFG_NAME_MAX), from->id);
+    pl_coord_job_t *j = pl_coord_find_job(c, t->job);
+    int ni = pl_coord_find_node(c, node);
+    /* only the assigned node's, for the current assignment, before its DONE (which is final) */
+    if (!j || j->state != PL_JOB_RUNNING || t->epoch != j->epoch || t->stage >= j->n_stages ||
+        j->stages[t->stage].node != ni || j->stages[t->stage].done) {
+        pl_log_info_limited("TRACED for job %u stage %d epoch %u from %s: not a running stage "
+                            "of that node; dropped",
+                            t->job, t->stage, t->epoch, node);
+        return;
+    }
+    pl_coord_trace_keep(c, j, t->stage, &m->traced.trace);
 }

@@ -400,6 +400,19 @@ static void s_publish(s_node_t *n, double now)
     pl_front_set_ready(n->front, !why[0], why);
 }
 
+/* TRACE from the coordinator: a running stage's trace so far, as TRACED. */
+static void s_on_trace(s_node_t *n, const pl_msg_trace_ref_t *q)
+{
+    int i = s_find_exec(n, q->job, q->stage, q->epoch);
+    pl_msg_t m;
+    pl_msg_init(&m, PL_MSG_TRACED);
+    m.traced = (pl_msg_traced_t){.job = q->job, .stage = q->stage, .epoch = q->epoch};
+    if (i < 0 || pl_exec_trace(n->execs[i], &m.traced.trace))
+        return; /* not here (any more), or no tracing: the coordinator has what it has */
+    s_send(n, &m);
+    pl_msg_clear(&m);
+}
+
 /* Returns false when the daemon should stop. */
 static bool s_on_coord(s_node_t *n)
 {
@@ -432,6 +445,9 @@ static bool s_on_coord(s_node_t *n)
             pl_log_warn("START for a stage this node does not run");
         break;
     }
+    case PL_MSG_TRACE:
+        s_on_trace(n, &m.trace_ref);
+        break;
     case PL_MSG_CANCEL: { /* also the release of a finished job's stages */
         int i;
         while ((i = s_find_exec(n, m.cancel.job, m.cancel.stage, m.cancel.epoch)) >= 0) {

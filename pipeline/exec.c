@@ -104,8 +104,6 @@ static pl_status_t s_load(pl_exec_t *x)
                         "job needs", sp.max_ctx, sp.max_tokens);
     if ((st = pl_be_stage_load(x->p.dev, x->model, &sp, &x->stage)))
         return st;
-    if (x->job.gen.trace && (st = pl_trace_new(PL_TRACE_MAX_EVENTS, &x->trace)))
-        return st;
     x->kv_held = x->job.n_seqs;
     pl_metrics_add(x->p.metrics.kv_slots, NULL, x->kv_held);
     snprintf(x->peer, sizeof(x->peer), "stage %d", (x->p.stage + 1) % x->p.n_stages);
@@ -689,7 +687,6 @@ out:
     pl_metrics_add(x->p.metrics.kv_slots, NULL, -x->kv_held);
     x->kv_held = 0;
     pl_be_stage_unload(&x->stage);
-    pl_trace_destroy(&x->trace);
     pl_model_destroy(&x->model);
     pl_gen_job_clear(&x->job);
     free(x->tokens);
@@ -714,6 +711,9 @@ pl_status_t pl_exec_start(pl_tx_ctx_t *ctx, pl_exec_params_t *params, pl_exec_t 
     x->p = *params;
     pl_job_spec_init(&params->spec); /* moved into the exec */
     pthread_mutex_init(&x->text_mu, NULL);
+    /* the ring lives as long as the exec: the node's thread may read it while the stage runs */
+    if (x->p.spec.gen.trace && (st = pl_trace_new(PL_TRACE_MAX_EVENTS, &x->trace)))
+        goto err;
     x->ctx = ctx;
     snprintf(x->endpoint, sizeof(x->endpoint), "inproc://exec-%u-%u", x->p.job_id,
              atomic_fetch_add(&s_counter, 1));
@@ -728,6 +728,7 @@ pl_status_t pl_exec_start(pl_tx_ctx_t *ctx, pl_exec_params_t *params, pl_exec_t 
     return PL_OK;
 err:
     pl_tx_sock_destroy(&x->main_sock);
+    pl_trace_destroy(&x->trace);
     pl_job_spec_clear(&x->p.spec);
     pthread_mutex_destroy(&x->text_mu);
     free(x);
@@ -769,6 +770,14 @@ size_t pl_exec_text(pl_exec_t *x, size_t from, char *buf, size_t cap)
     return n;
 }
 
+pl_status_t pl_exec_trace(pl_exec_t *x, pl_msg_trace_t **out_p)
+{
+    if (!x->trace)
+        return pl_error(PL_ERR_NOT_FOUND, "job %u stage %d does not trace", x->p.job_id,
+                        x->p.stage);
+    return pl_trace_export(x->trace, out_p);
+}
+
 int pl_exec_stage(const pl_exec_t *x)
 {
     return x->p.stage;
@@ -789,6 +798,7 @@ void pl_exec_destroy(pl_exec_t **exec_p)
     pl_tx_sock_destroy(&x->main_sock);
     pl_job_spec_clear(&x->p.spec);
     pthread_mutex_destroy(&x->text_mu);
+    pl_trace_destroy(&x->trace);
     free(x->text);
     free(x);
     *exec_p = NULL;

@@ -3,6 +3,7 @@
 #include "pipeline/trace.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -15,8 +16,9 @@ typedef struct {
 struct pl_trace {
     s_event_t *ev;
     int cap;
-    uint64_t n;      /* recorded in all; the newest is at (n - 1) % cap */
-    int64_t wall_ns; /* wall clock minus monotonic clock, measured at creation */
+    uint64_t n;         /* recorded in all; the newest is at (n - 1) % cap */
+    int64_t wall_ns;    /* wall clock minus monotonic clock, measured at creation */
+    pthread_mutex_t mu; /* the owner records while another thread may export (running job) */
 };
 
 static int64_t s_ns(clockid_t id)
@@ -53,6 +55,7 @@ pl_status_t pl_trace_new(int capacity, pl_trace_t **tr_p)
     }
     tr->cap = capacity;
     tr->wall_ns = s_wall_offset();
+    pthread_mutex_init(&tr->mu, NULL);
     *tr_p = tr;
     return PL_OK;
 }
@@ -61,6 +64,7 @@ void pl_trace_destroy(pl_trace_t **tr_p)
 {
     if (!*tr_p)
         return;
+    pthread_mutex_destroy(&(*tr_p)->mu);
     free((*tr_p)->ev);
     free(*tr_p);
     *tr_p = NULL;
@@ -71,6 +75,7 @@ void pl_trace_add(pl_trace_t *tr, pl_trace_kind_t kind, const pl_act_hdr_t *hdr,
 {
     if (!tr)
         return;
+    pthread_mutex_lock(&tr->mu); /* uncontended but for an export: tens of ns */
     s_event_t *e = &tr->ev[tr->n % (uint64_t)tr->cap];
     e->t0 = llround(t0 * 1e9);
     e->t1 = llround(t1 * 1e9);
@@ -81,6 +86,7 @@ void pl_trace_add(pl_trace_t *tr, pl_trace_kind_t kind, const pl_act_hdr_t *hdr,
     e->kind = (uint8_t)kind;
     e->act = (uint8_t)hdr->kind;
     tr->n++;
+    pthread_mutex_unlock(&tr->mu);
 }
 
 uint64_t pl_trace_recorded(const pl_trace_t *tr)
@@ -98,15 +104,16 @@ uint64_t pl_trace_dropped(const pl_trace_t *tr)
     return tr->n - (uint64_t)pl_trace_count(tr);
 }
 
-pl_status_t pl_trace_export(const pl_trace_t *tr, pl_msg_trace_t **out_p)
+pl_status_t pl_trace_export(pl_trace_t *tr, pl_msg_trace_t **out_p)
 {
-    int n = pl_trace_count(tr);
-    uint64_t first = tr->n - (uint64_t)n;
     pl_msg_trace_t *t = calloc(1, sizeof(*t));
-    if (!t || (n && !(t->events = malloc((size_t)n * sizeof(*t->events))))) {
+    if (!t || !(t->events = malloc((size_t)tr->cap * sizeof(*t->events)))) {
         free(t);
         return pl_error(PL_ERR_NOMEM, "trace: out of memory");
     }
+    pthread_mutex_lock(&tr->mu);
+    int n = pl_trace_count(tr);
+    uint64_t first = tr->n - (uint64_t)n;
     int64_t zero = n ? tr->ev[first % (uint64_t)tr->cap].t0 : 0, prev = 0;
     for (int i = 0; i < n; i++) {
         const s_event_t *e = &tr->ev[(first + (uint64_t)i) % (uint64_t)tr->cap];
@@ -123,6 +130,7 @@ pl_status_t pl_trace_export(const pl_trace_t *tr, pl_msg_trace_t **out_p)
     t->t0_ns = zero + tr->wall_ns + pl_trace_clock_correction_ns();
     t->recorded = (int64_t)tr->n;
     t->n_events = n;
+    pthread_mutex_unlock(&tr->mu);
     *out_p = t;
     return PL_OK;
 }

@@ -21,14 +21,15 @@ void pl_trace_destroy(pl_trace_t **tr_p);
 void pl_trace_add(pl_trace_t *tr, pl_trace_kind_t kind, const pl_act_hdr_t *hdr, double t0,
                   double t1);
 
-/* Events recorded in all, held now, and dropped (overwritten). */
+/* Events recorded in all, held now, and dropped (overwritten); the owning thread's view. */
 uint64_t pl_trace_recorded(const pl_trace_t *tr);
 int pl_trace_count(const pl_trace_t *tr);
 uint64_t pl_trace_dropped(const pl_trace_t *tr);
 
 /* The held events, oldest first, as the wire's trace: times on the coordinator's clock (this
- * process's wall clock corrected by pl_trace_clock_correction_ns). The caller frees *out_p. */
-pl_status_t pl_trace_export(const pl_trace_t *tr, pl_msg_trace_t **out_p);
+ * process's wall clock corrected by pl_trace_clock_correction_ns). The caller frees *out_p. Safe
+ * from any thread while the owner records (a running job's trace so far). */
+pl_status_t pl_trace_export(pl_trace_t *tr, pl_msg_trace_t **out_p);
 
 /* ---- the process's clock against the coordinator's (trace_clock.c) ---- */
 

@@ -215,11 +215,35 @@ Test(trace, codec_round_trips_in_done_and_the_trace_reply)
     json_decref(body);
 
     pl_msg_init(&m, PL_MSG_TRACE);
-    m.trace_ref = (pl_msg_trace_ref_t){.job = 12, .stage = 63};
+    m.trace_ref = (pl_msg_trace_ref_t){.job = 12, .stage = 63, .epoch = 4};
     cr_assert_eq(pl_msg_encode(&m, &body), PL_OK);
     cr_assert_eq(pl_msg_decode(PL_MSG_TRACE, body, &back), PL_OK, "%s", pl_error_msg());
-    cr_assert(back.trace_ref.job == 12 && back.trace_ref.stage == 63);
+    cr_assert(back.trace_ref.job == 12 && back.trace_ref.stage == 63 && back.trace_ref.epoch == 4);
     json_decref(body);
+
+    /* a running stage's answer to the coordinator's TRACE */
+    pl_msg_init(&m, PL_MSG_TRACED);
+    m.traced = (pl_msg_traced_t){.job = 3, .stage = 1, .epoch = 8, .trace = s_sample(9)};
+    cr_assert_eq(pl_msg_encode(&m, &body), PL_OK, "%s", pl_error_msg());
+    cr_assert_eq(pl_msg_decode(PL_MSG_TRACED, body, &back), PL_OK, "%s", pl_error_msg());
+    cr_assert(back.traced.job == 3 && back.traced.stage == 1 && back.traced.epoch == 8);
+    s_same_trace(m.traced.trace, back.traced.trace);
+    json_decref(body);
+    pl_msg_clear(&back);
+    pl_msg_clear(&m);
+    static const char *const bad[][2] = {
+        {"{\"job\": 3, \"stage\": 1, \"epoch\": 8}", "trace"},
+        {"{\"job\": 3, \"stage\": 1, \"epoch\": 0, \"trace\": {\"t0_ns\": 1, \"recorded\": 0, "
+         "\"events\": []}}",
+         "epoch"},
+    };
+    for (int i = 0; i < 2; i++) {
+        body = json_loads(bad[i][0], 0, NULL);
+        cr_assert_not_null(body);
+        cr_assert_neq(pl_msg_decode(PL_MSG_TRACED, body, &back), PL_OK, "accepted %s", bad[i][0]);
+        cr_assert(strstr(pl_error_msg(), bad[i][1]), "%s", pl_error_msg());
+        json_decref(body);
+    }
 }
 
 /* body (a trace object) is refused with a message naming `what`; nothing is returned */

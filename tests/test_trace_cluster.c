@@ -3,7 +3,7 @@
  * count the job's shape and each stage's own call counters give), slices that never overlap on a
  * stage and follow each microbatch from stage to stage, flow arrows into every compute fed by a
  * message; its SVG renders to a PNG of the documented size (rsvg-convert); a job with
- * `trace: false` has none. */
+ * `trace: false` has none; a running job's trace holds what its stages did so far. */
 #include "cluster_util.h"
 #include "tools/pipectl/trace.h"
 
@@ -303,5 +303,73 @@ Test(trace_cluster, a_three_stage_job_traced_end_to_end, .init = s_setup, .fini 
     cr_assert_eq(rc, 1, "%s", err);
     cr_assert(strstr(err, "no job 99"), "%s", err);
     free(err);
+    s_passed = 1;
+}
+
+/* The value of KEY (in object OBJ, or at the top when NULL) of `pipectl -o json status id`, as
+ * text (caller frees; "" when absent). */
+static char *s_status_field(int id, const char *obj, const char *key)
+{
+    char *js;
+    tc_sh(&js, "%s/pipectl -c %s -o json status %d 2>/dev/null", tc_bin(), s_c.ep, id);
+    json_t *r = json_loads(js, 0, NULL), *o = r && obj ? json_object_get(r, obj) : r;
+    json_t *v = json_object_get(o, key);
+    char buf[64] = "";
+    if (json_is_string(v))
+        snprintf(buf, sizeof(buf), "%s", json_string_value(v));
+    else if (json_is_integer(v))
+        snprintf(buf, sizeof(buf), "%lld", (long long)json_integer_value(v));
+    json_decref(r);
+    free(js);
+    return strdup(buf);
+}
+
+Test(trace_cluster, a_running_job_has_its_trace_so_far, .init = s_setup, .fini = s_teardown,
+     .timeout = 300)
+{
+    char extra[256], *out, *err;
+    snprintf(extra, sizeof(extra),
+             "stages: %d\nmicrobatches: %d\nmax_new_tokens: 1500\nstop_at_eos: false\n", S_STAGES,
+             S_MB);
+    tc_job(&s_c, "long", "m", extra);
+    int rc = tc_sh(&out, "%s/pipectl -c %s submit %s/long.yaml 2>&1", tc_bin(), s_c.ep, s_c.dir);
+    cr_assert_eq(rc, 0, "%s", out);
+    free(out);
+    int generated = 0;
+    for (int i = 0; i < 600 && generated < 30; i++) {
+        char *g = s_status_field(1, "progress", "generated");
+        generated = atoi(g);
+        free(g);
+        usleep(50 * 1000);
+    }
+    cr_assert_geq(generated, 30, "the job did not get going");
+    char path[600];
+    snprintf(path, sizeof(path), "%s/running.json", s_c.dir);
+    rc = tc_sh(&err, "%s/pipectl -c %s trace 1 -o %s 2>&1", tc_bin(), s_c.ep, path);
+    cr_assert_eq(rc, 0, "pipectl trace: %s", err);
+    cr_assert(strstr(err, "3 of 3 stages traced"), "%s", err);
+    free(err);
+    char *state = s_status_field(1, NULL, "state");
+    cr_assert_str_eq(state, "running", "the job ended before its trace was taken: make it longer");
+    free(state);
+
+    json_t *doc = json_load_file(path, 0, NULL);
+    cr_assert_not_null(doc);
+    cr_assert_str_eq(json_string_value(json_object_get(json_object_get(doc, "otherData"), "state")),
+                     "running");
+    int comp[S_STAGES] = {0};
+    json_t *ev = json_object_get(doc, "traceEvents");
+    for (size_t i = 0; i < json_array_size(ev); i++) {
+        json_t *e = json_array_get(ev, i);
+        const char *cat = json_string_value(json_object_get(e, "cat"));
+        if (cat && !strcmp(cat, "compute"))
+            comp[s_int(e, "pid")]++;
+    }
+    /* every stage has computed, none the whole job yet */
+    for (int k = 0; k < S_STAGES; k++)
+        cr_assert(comp[k] > 0 && comp[k] < S_MB * 1500, "stage %d: %d compute slices", k, comp[k]);
+    json_decref(doc);
+    rc = tc_sh(NULL, "%s/pipectl -c %s cancel 1 >/dev/null 2>&1", tc_bin(), s_c.ep);
+    cr_assert_eq(rc, 0);
     s_passed = 1;
 }

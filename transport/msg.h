@@ -227,11 +227,20 @@ typedef struct {
     uint32_t job;
 } pl_msg_job_ref_t;
 
-/* TRACE: which job's stage. */
+/* TRACE: which job's stage; to a daemon also which assignment (epoch; 0 from pipectl). */
 typedef struct {
     uint32_t job;
     int stage;
+    uint32_t epoch;
 } pl_msg_trace_ref_t;
+
+/* TRACED: a running stage's trace so far, answering the coordinator's TRACE. */
+typedef struct {
+    uint32_t job;
+    int stage;
+    uint32_t epoch;
+    pl_msg_trace_t *trace; /* owned */
+} pl_msg_traced_t;
 
 /* HEALTH: which node. */
 typedef struct {
@@ -259,6 +268,7 @@ typedef struct {
         pl_job_spec_t submit;     /* SUBMIT and PLAN */
         pl_msg_job_ref_t job_ref; /* STATUS, RESULTS, KILL */
         pl_msg_trace_ref_t trace_ref; /* TRACE */
+        pl_msg_traced_t traced;
         pl_msg_health_t health;   /* HEALTH; BYE names the stopping node the same way */
         pl_msg_health_t bye;
         pl_msg_reply_t reply;
@@ -327,6 +337,8 @@ pl_status_t pl_msg_trace_decode(const json_t *body, pl_msg_trace_t **t_p);
 void pl_msg_trace_free(pl_msg_trace_t **t_p);
 pl_status_t pl_msg_trace_ref_encode(const pl_msg_trace_ref_t *m, json_t **body_p);
 pl_status_t pl_msg_trace_ref_decode(const json_t *body, pl_msg_trace_ref_t *out);
+pl_status_t pl_msg_traced_encode(const pl_msg_traced_t *m, json_t **body_p);
+pl_status_t pl_msg_traced_decode(const json_t *body, pl_msg_traced_t *out);
 
 pl_status_t pl_msg_job_ref_encode(const pl_msg_job_ref_t *m, json_t **body_p);
 pl_status_t pl_msg_job_ref_decode(const json_t *body, pl_msg_job_ref_t *out);

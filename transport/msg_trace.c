@@ -107,18 +107,48 @@ pl_status_t pl_msg_trace_decode(const json_t *body, pl_msg_trace_t **t_p)
 
 pl_status_t pl_msg_trace_ref_encode(const pl_msg_trace_ref_t *m, json_t **body_p)
 {
-    return pl_msg_int_done(json_pack("{s:I, s:i}", "job", (json_int_t)m->job, "stage", m->stage),
+    return pl_msg_int_done(json_pack("{s:I, s:i, s:I}", "job", (json_int_t)m->job, "stage",
+                                     m->stage, "epoch", (json_int_t)m->epoch),
                            "TRACE", body_p);
 }
 
 pl_status_t pl_msg_trace_ref_decode(const json_t *body, pl_msg_trace_ref_t *out)
 {
-    int64_t job, stage;
+    int64_t job, stage, epoch = 0;
     pl_status_t st;
     if ((st = pl_json_int(body, "job", 1, UINT32_MAX, &job)) ||
-        (st = pl_json_int(body, "stage", 0, PL_MSG_MAX_STAGES - 1, &stage)))
+        (st = pl_json_int(body, "stage", 0, PL_MSG_MAX_STAGES - 1, &stage)) ||
+        (st = pl_json_int_opt(body, "epoch", 0, UINT32_MAX, &epoch)))
         return st;
-    *out = (pl_msg_trace_ref_t){.job = (uint32_t)job, .stage = (int)stage};
+    *out =
+        (pl_msg_trace_ref_t){.job = (uint32_t)job, .stage = (int)stage, .epoch = (uint32_t)epoch};
+    return PL_OK;
+}
+
+pl_status_t pl_msg_traced_encode(const pl_msg_traced_t *m, json_t **body_p)
+{
+    static const pl_msg_trace_t empty; /* a message not yet filled carries an empty trace */
+    json_t *tr;
+    pl_status_t st;
+    if ((st = pl_msg_trace_encode(m->trace ? m->trace : &empty, &tr)))
+        return st;
+    return pl_msg_int_done(json_pack("{s:I, s:i, s:I, s:o}", "job", (json_int_t)m->job, "stage",
+                                     m->stage, "epoch", (json_int_t)m->epoch, "trace", tr),
+                           "TRACED", body_p);
+}
+
+pl_status_t pl_msg_traced_decode(const json_t *body, pl_msg_traced_t *out)
+{
+    int64_t job, stage, epoch;
+    pl_msg_trace_t *tr;
+    pl_status_t st;
+    if ((st = pl_json_int(body, "job", 1, UINT32_MAX, &job)) ||
+        (st = pl_json_int(body, "stage", 0, PL_MSG_MAX_STAGES - 1, &stage)) ||
+        (st = pl_json_int(body, "epoch", 1, UINT32_MAX, &epoch)) ||
+        (st = pl_msg_trace_decode(json_object_get(body, "trace"), &tr)))
+        return st;
+    *out = (pl_msg_traced_t){
+        .job = (uint32_t)job, .stage = (int)stage, .epoch = (uint32_t)epoch, .trace = tr};
     return PL_OK;
 }
 

@@ -1,14 +1,15 @@
 /* libFuzzer harness for the trace codecs: a stage's trace (inside DONE and the TRACE answer), the
- * TRACE answer pipectl reads, and DONE as a whole. No input may crash; an accepted trace must
- * hold what its consumers rely on (at most PL_TRACE_MAX_EVENTS events, starts in time order,
- * every field in range, recorded >= held), must be untouched on error, and must be a fixed
- * point of encode after decode. Not part of the CMake build:
+ * TRACE answer pipectl reads, DONE as a whole, the TRACE query and a running stage's TRACED. No
+ * input may crash; an accepted trace must hold what its consumers rely on (at most
+ * PL_TRACE_MAX_EVENTS events, starts in time order, every field in range, recorded >= held), must
+ * be untouched on error, and must be a fixed point of encode after decode. Not part of the CMake
+ * build:
  *   clang -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -I. tests/fuzz/fuzz_trace.c \
  *       transport/ctl.c transport/msg*.c transport/act_dtype.c common/status.c common/json.c \
  *       common/job_spec.c \
  *       -ljansson -lzmq -o /tmp/fuzz_trace
  *   /tmp/fuzz_trace -max_total_time=60 -max_len=65536 /tmp/fuzz_trace_corpus
- * Input: one byte picking the decoder (0 trace, 1 TRACE answer, 2 DONE, 3 TRACE query), then
+ * Input: one byte picking the decoder (0 trace, 1 TRACE answer, 2 DONE, 3 TRACE, 4 TRACED), then
  * the JSON text. */
 #include "transport/msg.h"
 
@@ -83,11 +84,16 @@ static pl_status_t s_query_again(const json_t *body, json_t **out)
     return s_msg_again(PL_MSG_TRACE, body, out);
 }
 
+static pl_status_t s_traced_again(const json_t *body, json_t **out)
+{
+    return s_msg_again(PL_MSG_TRACED, body, out);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 1)
         return 0;
-    int which = data[0] % 4;
+    int which = data[0] % 5;
     char *text = malloc(size); /* exact size: a read past the end is caught */
     memcpy(text, data + 1, size - 1);
     json_t *body = json_loadb(text, size - 1, JSON_REJECT_DUPLICATES, NULL);
@@ -122,16 +128,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort();
         }
     } else {
-        pl_msg_type_t type = which == 2 ? PL_MSG_DONE : PL_MSG_TRACE;
+        pl_msg_type_t type = which == 2 ? PL_MSG_DONE : which == 3 ? PL_MSG_TRACE : PL_MSG_TRACED;
         pl_msg_t m;
         memset(&m, 0x5a, sizeof(m));
         if (pl_msg_decode(type, body, &m) == PL_OK) {
             if (type == PL_MSG_DONE && m.done.trace)
                 s_check(m.done.trace);
+            if (type == PL_MSG_TRACED)
+                s_check(m.traced.trace);
             if (pl_msg_encode(&m, &enc) != PL_OK)
                 abort();
             pl_msg_clear(&m);
-            s_fixed(enc, which == 2 ? s_done_again : s_query_again);
+            s_fixed(enc, which == 2 ? s_done_again : which == 3 ? s_query_again : s_traced_again);
         } else if (((unsigned char *)&m)[0] != 0x5a) {
             abort();
         }

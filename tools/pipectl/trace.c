@@ -5,6 +5,9 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#define S_ASK_US (200 * 1000) /* a running job's stages answer within this, on a live cluster */
 
 static int s_fail(const char *fmt, const char *a)
 {
@@ -64,7 +67,7 @@ static int s_index(pl_pipectl_trace_t *t, int s)
     return 0;
 }
 
-int pl_pipectl_trace_fetch(pl_pipectl_t *c, uint32_t job, pl_pipectl_trace_t *t)
+static int s_fetch_once(pl_pipectl_t *c, uint32_t job, pl_pipectl_trace_t *t)
 {
     memset(t, 0, sizeof(*t));
     t->job = job;
@@ -92,6 +95,24 @@ int pl_pipectl_trace_fetch(pl_pipectl_t *c, uint32_t job, pl_pipectl_trace_t *t)
     if (t->origin_ns > t->end_ns)
         t->origin_ns = t->end_ns = 0;
     return 0;
+}
+
+/* A running job's stages each send their trace so far when asked (the coordinator asks them as
+ * it answers): ask once, then again shortly for what they sent, until every stage has one. */
+int pl_pipectl_trace_fetch(pl_pipectl_t *c, uint32_t job, pl_pipectl_trace_t *t)
+{
+    int rc = s_fetch_once(c, job, t);
+    for (int round = 0; !rc && round < 8 && !strcmp(t->st[0].state, "running"); round++) {
+        bool all = round > 0;
+        for (int s = 0; all && s < t->n_stages; s++)
+            all = t->st[s].trace != NULL;
+        if (all)
+            break;
+        usleep(S_ASK_US);
+        pl_pipectl_trace_clear(t);
+        rc = s_fetch_once(c, job, t);
+    }
+    return rc;
 }
 
 void pl_pipectl_trace_clear(pl_pipectl_trace_t *t)

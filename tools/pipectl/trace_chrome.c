@@ -120,9 +120,9 @@ pl_status_t pl_pipectl_trace_chrome_build(const pl_pipectl_trace_t *t, json_t **
             ok = s_push(ev, s_slice(t, s, i));
     }
     ok = ok && s_flows(t, ev, &flow_id);
-    json_t *doc = ok ? json_pack("{s:o, s:s, s:{s:I, s:I, s:o}}", "traceEvents", ev,
+    json_t *doc = ok ? json_pack("{s:o, s:s, s:{s:I, s:s, s:I, s:o}}", "traceEvents", ev,
                                  "displayTimeUnit", "ms", "otherData", "job", (json_int_t)t->job,
-                                 "origin_ns", (json_int_t)t->origin_ns, "stages", stages)
+                                 "state", t->st[0].state, "origin_ns", (json_int_t)t->origin_ns, "stages", stages)
                      : NULL;
     if (!doc) {
         if (!ok) {
