@@ -106,8 +106,10 @@ void pl_coord_on_trace(pl_coord_t *c, const pl_tx_peer_t *from, const pl_msg_t *
         return;
     }
     if (j->n_stages == 0) {
-        pl_coord_reply_error(c, from, PL_ERR_BUSY, "job %u is %s: no stages yet", j->id,
-                             pl_job_state_name(j->state));
+        pl_coord_reply_error(c, from, PL_ERR_BUSY,
+                             "job %u is %s and has no stages: not planned yet, or from before "
+                             "the coordinator's restart (traces are kept in memory only)",
+                             j->id, pl_job_state_name(j->state));
         return;
     }
     if (q->stage >= j->n_stages) {
