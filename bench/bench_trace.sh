@@ -4,7 +4,8 @@
 # interleaved (on, off, on, off, ...) so drift hits both alike; the median tokens/s of each, their
 # ratio, and beside them the machine's own references: the spread of the untraced runs (the
 # noise floor) and the cost the events should have (events of a run x the ns of one traced
-# interval from bench_trace_ring, over the stages' compute time).
+# interval from bench_trace_ring, over the stages' compute time). The plan is fixed (even split,
+# 3 microbatches): the planner learns from finished jobs, and both settings must run one plan.
 #
 # usage: bench/bench_trace.sh [BUILD_DIR]     (default: build; builds nothing)
 # env:   PL_BENCH_RUNS=N          runs of each setting (default 5)
@@ -46,7 +47,8 @@ prompts: prompts.jsonl
 max_new_tokens: $NEW
 stop_at_eos: false
 stages: 3
-planner: optimal
+microbatches: 3
+planner: even
 trace: $tr
 EOF
 done
@@ -115,7 +117,7 @@ echo "machine: $(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -n 1), $(
 if awk -v l="$l1" -v n="$(nproc)" 'BEGIN { exit !(l > n / 2) }'; then
     echo "measured under load: other work shares this machine; the spread below is the noise"
 fi
-echo "job: 3 stages, $SEQS sequences x $NEW new tokens (greedy), $RUNS runs per setting, interleaved"
+echo "job: 3 stages (even split), 3 microbatches, $SEQS sequences x $NEW new tokens (greedy), $RUNS runs per setting, interleaved"
 echo
 echo "| | trace: true | trace: false | ratio on/off | reference |"
 echo "| --- | ---: | ---: | ---: | --- |"
