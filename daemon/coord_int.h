@@ -145,6 +145,7 @@ typedef struct {
     pl_coord_metrics_t metrics;
     int n_drained; /* nodes kept free of new stages (persisted); by name, so re-registering keeps it */
     char drained[PL_COORD_MAX_NODES][PL_CFG_NAME_MAX + 1];
+    struct pl_coord_traces *traces; /* coord_trace.c: finished stages' traces; NULL: none yet */
 } pl_coord_t;
 
 const char *pl_job_state_name(pl_job_state_t s);
@@ -238,6 +239,16 @@ void pl_coord_on_drain(pl_coord_t *c, const pl_tx_peer_t *from, const pl_msg_dra
 bool pl_coord_node_draining(const pl_coord_t *c, const char *name);
 /* The drained nodes from the store, at start. */
 pl_status_t pl_coord_drain_restore(pl_coord_t *c);
+/* coord_trace.c */
+/* Keep stage `stage` of j's trace from its DONE (taken: *tr_p NULL; NULL is nothing to keep):
+ * in memory only, the oldest jobs' traces dropped beyond the budget. */
+void pl_coord_trace_keep(pl_coord_t *c, const pl_coord_job_t *j, int stage, pl_msg_trace_t **tr_p);
+void pl_coord_trace_free_all(pl_coord_t *c);
+/* TRACE: one stage's trace of a job, with where it ran; for a running stage, the last trace so
+ * far it sent, and the stage is asked for a newer one. */
+void pl_coord_on_trace(pl_coord_t *c, const pl_tx_peer_t *from, const pl_msg_t *m);
+/* TRACED: a running stage's trace so far, kept until a newer one or its DONE. */
+void pl_coord_on_traced(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_t *m);
 
 /* coord_query.c */
 void pl_coord_on_jobs(pl_coord_t *c, const pl_tx_peer_t *from);

@@ -367,6 +367,7 @@ void pl_coord_on_stage_msg(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_t *m)
     /* DONE */
     s->stats = m->done.stats;
     s->have_stats = true;
+    pl_coord_trace_keep(c, j, stage, &m->done.trace);
     s->done = true;
     pl_coord_event(j, "stage done", "stage %d on %s: %.2f s, %.2f s computing", stage, node,
                    s->stats.wall_s, s->stats.compute_s);

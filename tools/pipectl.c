@@ -20,6 +20,7 @@ static unsigned s_opt_bit(int o)
     case 's': return PL_PIPECTL_OPT_STAGES;
     case 'C': return PL_PIPECTL_OPT_CLUSTER;
     case 'W': return PL_PIPECTL_OPT_WATCH;
+    case 'S': return PL_PIPECTL_OPT_SVG;
     case PL_PIPECTL_GEN_MAX_TOKENS:
     case PL_PIPECTL_GEN_TEMPERATURE:
     case PL_PIPECTL_GEN_CHAT:
@@ -96,6 +97,7 @@ int main(int argc, char **argv)
                                          {"cluster", required_argument, NULL, 'C'},
                                          {"help", no_argument, NULL, 'h'},
                                          {"watch", no_argument, NULL, 'W'},
+                                         {"svg", required_argument, NULL, 'S'},
                                          {"max-tokens", required_argument, NULL,
                                           PL_PIPECTL_GEN_MAX_TOKENS},
                                          {"temperature", required_argument, NULL,
@@ -106,7 +108,7 @@ int main(int argc, char **argv)
     pl_pipectl_t c = {.endpoint = "tcp://127.0.0.1:5555", .timeout_s = 10, .stages = -1};
     const char *key = NULL;      /* CURVE: the coordinator's public key */
     const char *key_file = NULL; /* CURVE: this client's secret key */
-    const char *output = NULL, *timeout = NULL, *v_env;
+    const char *output = NULL, *timeout = NULL, *v_env, *o_flag = NULL;
     static pl_cfg_pipectl_t cfg;
     unsigned given = 0; /* PL_PIPECTL_OPT_* seen */
     bool help = false;
@@ -140,18 +142,14 @@ int main(int argc, char **argv)
         return PL_PIPECTL_EXIT_USAGE;
     }
     /* GNU getopt moves the command words after the options, wherever the user put them */
-    while ((o = getopt_long(argc, argv, "c:k:K:o:T:ws:C:hW", opts, NULL)) != -1) {
+    while ((o = getopt_long(argc, argv, "c:k:K:o:T:ws:C:h", opts, NULL)) != -1) {
         given |= s_opt_bit(o);
         switch (o) {
         case 'c': c.endpoint = optarg; break;
         case 'k': key = optarg; break;
         case 'K': key_file = optarg; break;
-        case 'o':
-            if (!s_output(optarg, &c)) {
-                pl_pipectl_die("-o takes table, wide, json or yaml, not '%s'", optarg);
-                return PL_PIPECTL_EXIT_USAGE;
-            }
-            break;
+        case 'o': o_flag = optarg; break; /* a format, or trace's file: the verb says */
+        case 'S': c.svg = optarg; break;
         case 'T':
             if (!s_timeout(optarg, &c.timeout_s)) {
                 pl_pipectl_die("--timeout: '%s' is not seconds in (0, 3600]", optarg);
@@ -202,6 +200,12 @@ int main(int argc, char **argv)
         else
             pl_pipectl_usage(stderr);
         return 2;
+    }
+    if (o_flag && (v->opts & PL_PIPECTL_OPT_OUTFILE)) {
+        c.out_file = o_flag;
+    } else if (o_flag && !s_output(o_flag, &c)) {
+        pl_pipectl_die("-o takes table, wide, json or yaml, not '%s'", o_flag);
+        return PL_PIPECTL_EXIT_USAGE;
     }
     if (given & ~v->opts) {
         if (given & ~v->opts & PL_PIPECTL_OPT_GEN) {

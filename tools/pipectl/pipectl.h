@@ -28,6 +28,8 @@ enum {
     PL_PIPECTL_OPT_CLUSTER = 1u << 2,
     PL_PIPECTL_OPT_GEN = 1u << 3,
     PL_PIPECTL_OPT_WATCH = 1u << 4,
+    PL_PIPECTL_OPT_OUTFILE = 1u << 5, /* -o is a file to write (trace), not a format */
+    PL_PIPECTL_OPT_SVG = 1u << 6,
 };
 
 /* pipectl's exit statuses (documented in `pipectl --help` and the README). */
@@ -56,6 +58,7 @@ typedef struct {
     bool wait, watch;
     int stages; /* -1: the planner's */
     const char *cluster;
+    const char *out_file, *svg; /* trace's -o FILE and --svg FILE */
     pl_pipectl_gen_opts_t gen;
 } pl_pipectl_t;
 
@@ -133,6 +136,7 @@ int pl_pipectl_describe(pl_pipectl_t *c, char **args, int n_args);
 int pl_pipectl_logs(pl_pipectl_t *c, char **args, int n_args);
 int pl_pipectl_drain(pl_pipectl_t *c, char **args, int n_args);
 int pl_pipectl_undrain(pl_pipectl_t *c, char **args, int n_args);
+int pl_pipectl_trace_verb(pl_pipectl_t *c, char **args, int n_args);
 /* describe's halves: one job (status, events) and one node (health). */
 int pl_pipectl_describe_job(pl_pipectl_t *c, const char *id);
 int pl_pipectl_describe_node(pl_pipectl_t *c, const char *name);

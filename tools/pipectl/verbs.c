@@ -36,6 +36,11 @@ static const pl_pipectl_verb_t s_verbs[] = {
      "the job's events with their times: submitted, planned, loading, each "
      "stage ready and done, running, re-queued, its end",
      "pipectl logs 1", 1, 1, 0, false, pl_pipectl_logs},
+    {"trace", "JOB [-o FILE.json] [--svg FILE.svg]",
+     "the job's stage timelines: Chrome Trace JSON (Perfetto; to stdout without -o and --svg) "
+     "and/or an SVG picture (here -o names the file)",
+     "pipectl trace 1 -o trace.json --svg timeline.svg", 1, 1,
+     PL_PIPECTL_OPT_OUTFILE | PL_PIPECTL_OPT_SVG, false, pl_pipectl_trace_verb},
     {"plan", "JOB.yaml [--stages N] [--cluster WHATIF.yaml]",
      "the plan the job would get on the live cluster, or on a described one (no coordinator "
      "needed)",
