@@ -220,15 +220,16 @@ int main(int argc, char **argv)
     }
     if (v->offline)
         return v->run(&c, argv + optind + 1, n_args);
-    if (pl_tx_ctx_new(&c.ctx) || pl_tx_sock_new(c.ctx, PL_TX_DEALER, &c.sock))
+    if (pl_tx_ctx_new(&c.ctx) || pl_tx_sock_new(c.ctx, PL_TX_DEALER, &c.sock)) {
         rc = pl_pipectl_die("%s", pl_error_msg());
-    else if (pl_tx_key_client_setup(c.sock, key, key_file, "admin", NULL))
+    } else if (pl_tx_key_client_setup(c.sock, key, key_file, "admin", NULL)) {
         rc = pl_pipectl_die("%s", pl_error_msg());
-    else if (pl_tx_sock_connect(c.sock, c.endpoint))
-        rc = pl_pipectl_die("bad coordinator endpoint '%s'", c.endpoint) ? PL_PIPECTL_EXIT_USAGE
-                                                                          : 0;
-    else
+    } else if (pl_tx_sock_connect(c.sock, c.endpoint)) {
+        pl_pipectl_die("bad coordinator endpoint '%s'", c.endpoint);
+        rc = PL_PIPECTL_EXIT_USAGE;
+    } else {
         rc = v->run(&c, argv + optind + 1, n_args);
+    }
     pl_tx_sock_destroy(&c.sock);
     pl_tx_ctx_destroy(&c.ctx);
     return rc;
