@@ -166,6 +166,8 @@ static void s_on_hello(pl_coord_t *c, const pl_tx_peer_t *from, const pl_msg_hel
     tmp.n_unavailable = h->n_unavailable;
     memcpy(tmp.unavailable, h->unavailable, sizeof(tmp.unavailable));
     tmp.alive = true;
+    tmp.health = h->health; /* its health until the first heartbeat */
+    tmp.have_health = true;
     tmp.last_seen = tmp.registered_at = pl_now();
     *n = tmp; /* learned device rates start again from the new calibration */
     pl_coord_forget_node(c, i);
@@ -195,7 +197,11 @@ static void s_on_heartbeat(pl_coord_t *c, const pl_tx_peer_t *from, const pl_msg
         const pl_msg_progress_t *e = &h->stages[k];
         pl_coord_job_t *j = pl_coord_find_job(c, e->job);
         if (!j || j->state != PL_JOB_RUNNING || e->epoch != j->epoch ||
-            e->stage != j->n_stages - 1 || j->stages[e->stage].node != i)
+            e->stage >= j->n_stages || j->stages[e->stage].node != i)
+            continue;
+        j->stages[e->stage].busy_s = e->busy_s;
+        j->stages[e->stage].seqs_done = e->seqs_done;
+        if (e->stage != j->n_stages - 1)
             continue;
         if (e->generated > j->generated)
             j->generated = e->generated;
@@ -291,6 +297,8 @@ static void s_dispatch(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_t *m)
     case PL_MSG_SHUTDOWN: s_on_shutdown(c, from); break;
     case PL_MSG_PLAN: pl_coord_on_plan(c, from, m); break;
     case PL_MSG_BYE: s_on_bye(c, from, &m->bye); break;
+    case PL_MSG_JOBS: pl_coord_on_jobs(c, from); break;
+    case PL_MSG_DRAIN: pl_coord_on_drain(c, from, &m->drain); break;
     case PL_MSG_TRACE: pl_coord_on_trace(c, from, m); break;
     case PL_MSG_TRACED: pl_coord_on_traced(c, from, m); break;
     default:

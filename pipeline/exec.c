@@ -31,6 +31,7 @@ struct pl_exec {
     pthread_t thread;
     atomic_int cancel;
     atomic_ullong generated; /* last stage: tokens sampled so far, read by the node's heartbeat */
+    atomic_ullong busy_us, freed; /* compute time and finished sequences so far, likewise */
     /* last stage of a one-prompt text job: the stable part of the completion (gen_text.h),
      * copied here for the node's main thread, which streams it in heartbeats */
     pthread_mutex_t text_mu;
@@ -159,6 +160,7 @@ static pl_status_t s_forward(pl_exec_t *x, const pl_act_hdr_t *hdr, const pl_act
     pl_status_t st = pl_be_stage_forward(x->stage, &batch, in, out);
     double dt = pl_now() - t0;
     x->compute_s += dt;
+    atomic_store(&x->busy_us, (unsigned long long)(x->compute_s * 1e6));
     x->phase_s[hdr->step > 0] += dt;
     x->phase_calls[hdr->step > 0]++;
     x->n_tokens += hdr->n_tokens;
@@ -283,6 +285,7 @@ static uint32_t s_free_finished(pl_exec_t *x, const pl_act_hdr_t *hdr, const pl_
             continue;
         pl_be_stage_free_seq(x->stage, (int)seqs[i].seq);
         x->n_freed++;
+        atomic_store(&x->freed, x->n_freed);
         if (x->kv_held > 0) {
             x->kv_held--;
             pl_metrics_add(x->p.metrics.kv_slots, NULL, -1);
@@ -748,6 +751,16 @@ uint32_t pl_exec_job(const pl_exec_t *x)
 uint64_t pl_exec_generated(pl_exec_t *x)
 {
     return atomic_load(&x->generated);
+}
+
+double pl_exec_busy_s(pl_exec_t *x)
+{
+    return (double)atomic_load(&x->busy_us) * 1e-6;
+}
+
+uint64_t pl_exec_seqs_done(pl_exec_t *x)
+{
+    return atomic_load(&x->freed);
 }
 
 size_t pl_exec_text(pl_exec_t *x, size_t from, char *buf, size_t cap)

@@ -119,6 +119,8 @@ pl_status_t pl_msg_encode(const pl_msg_t *m, json_t **body_p)
     case PL_MSG_HEALTH:
     case PL_MSG_BYE:
         return pl_msg_health_encode(&m->health, body_p);
+    case PL_MSG_DRAIN:
+        return pl_msg_drain_encode(&m->drain, body_p);
     case PL_MSG_TRACE:
         return pl_msg_trace_ref_encode(&m->trace_ref, body_p);
     case PL_MSG_TRACED:
@@ -131,6 +133,7 @@ pl_status_t pl_msg_encode(const pl_msg_t *m, json_t **body_p)
     case PL_MSG_ERROR:
         return pl_msg_error_encode(&m->error, body_p);
     case PL_MSG_NODES:
+    case PL_MSG_JOBS:
     case PL_MSG_SHUTDOWN:
         return pl_msg_int_done(json_object(), pl_msg_name(m->type), body_p);
     default:
@@ -190,6 +193,9 @@ pl_status_t pl_msg_decode(pl_msg_type_t type, const json_t *body, pl_msg_t *out)
     case PL_MSG_BYE:
         st = pl_msg_health_decode(body, &m->health);
         break;
+    case PL_MSG_DRAIN:
+        st = pl_msg_drain_decode(body, &m->drain);
+        break;
     case PL_MSG_TRACE:
         st = pl_msg_trace_ref_decode(body, &m->trace_ref);
         break;
@@ -204,6 +210,7 @@ pl_status_t pl_msg_decode(pl_msg_type_t type, const json_t *body, pl_msg_t *out)
         st = pl_msg_error_decode(body, &m->error);
         break;
     case PL_MSG_NODES:
+    case PL_MSG_JOBS:
     case PL_MSG_SHUTDOWN:
         st = PL_OK;
         break;

@@ -47,7 +47,29 @@ typedef struct {
     int64_t generated;
     int64_t text_at; /* byte offset of the piece in the completion; meaningful when text_len */
     uint32_t text_off, text_len;
+    double busy_s;     /* seconds in forward calls so far */
+    int64_t seqs_done; /* sequences finished (KV slots freed at their end) so far */
 } pl_msg_progress_t;
+
+/* One device's health as its backend reads it (NVML, ROCm SMI; the CPU: /proc); a figure the
+ * backend does not report is -1. */
+typedef struct {
+    char id[32];
+    int64_t mem_used, mem_total; /* bytes */
+    double util_pct, temp_c, power_w;
+    int64_t errors; /* ECC errors and Xid events */
+} pl_msg_dev_health_t;
+
+/* The node's own health in each heartbeat (msg_node_health.c); unknown figures are -1. */
+typedef struct {
+    char version[32]; /* pipeld's; "" when the daemon did not say */
+    double uptime_s;  /* of the daemon process */
+    double load5, load15;
+    int64_t mem_total_kb, mem_avail_kb; /* the host's (/proc/meminfo) */
+    double cpu_mhz;                     /* mean of the cores' current frequency */
+    int n_devices;
+    pl_msg_dev_health_t devices[PL_MSG_MAX_DEVICES];
+} pl_msg_node_health_t;
 
 typedef struct {
     char node[PL_CFG_NAME_MAX + 1];
@@ -55,6 +77,7 @@ typedef struct {
     pl_msg_progress_t stages[PL_MSG_MAX_STAGES];
     int64_t rss_kb;
     double load1;
+    pl_msg_node_health_t sys;
     uint32_t text_used;               /* bytes of `text` the stages' pieces take */
     char text[PL_MSG_MAX_HB_TEXT + 1]; /* the pieces, back to back (may hold NUL bytes) */
 } pl_msg_heartbeat_t;
@@ -247,6 +270,12 @@ typedef struct {
     char node[PL_CFG_NAME_MAX + 1];
 } pl_msg_health_t;
 
+/* DRAIN: keep new stages off a node (drain) or let them on again (!drain). */
+typedef struct {
+    char node[PL_CFG_NAME_MAX + 1];
+    bool drain;
+} pl_msg_drain_t;
+
 /* REPLY: the answer to a query. Which query it answers is the asker's knowledge, so the body is
  * a JSON object here; pl_msg_reply_* below give the typed replies where a program reads them. */
 typedef struct {
@@ -271,9 +300,10 @@ typedef struct {
         pl_msg_traced_t traced;
         pl_msg_health_t health;   /* HEALTH; BYE names the stopping node the same way */
         pl_msg_health_t bye;
+        pl_msg_drain_t drain;
         pl_msg_reply_t reply;
         pl_msg_error_t error;
-        /* NODES and SHUTDOWN carry nothing */
+        /* NODES, JOBS and SHUTDOWN carry nothing */
     };
 } pl_msg_t;
 
@@ -301,6 +331,11 @@ pl_status_t pl_msg_welcome_encode(const pl_msg_welcome_t *m, json_t **body_p);
 pl_status_t pl_msg_welcome_decode(const json_t *body, pl_msg_welcome_t *out);
 pl_status_t pl_msg_heartbeat_encode(const pl_msg_heartbeat_t *m, json_t **body_p);
 pl_status_t pl_msg_heartbeat_decode(const json_t *body, pl_msg_heartbeat_t *out);
+/* The heartbeat's "system" object: absent fields are unknown (-1), present ones are checked. */
+pl_status_t pl_msg_node_health_encode(const pl_msg_node_health_t *m, json_t **body_p);
+pl_status_t pl_msg_node_health_decode(const json_t *body, pl_msg_node_health_t *out);
+/* Every figure unknown. */
+void pl_msg_node_health_init(pl_msg_node_health_t *m);
 pl_status_t pl_msg_error_encode(const pl_msg_error_t *m, json_t **body_p);
 pl_status_t pl_msg_error_decode(const json_t *body, pl_msg_error_t *out);
 
@@ -344,6 +379,8 @@ pl_status_t pl_msg_job_ref_encode(const pl_msg_job_ref_t *m, json_t **body_p);
 pl_status_t pl_msg_job_ref_decode(const json_t *body, pl_msg_job_ref_t *out);
 pl_status_t pl_msg_health_encode(const pl_msg_health_t *m, json_t **body_p);
 pl_status_t pl_msg_health_decode(const json_t *body, pl_msg_health_t *out);
+pl_status_t pl_msg_drain_encode(const pl_msg_drain_t *m, json_t **body_p);
+pl_status_t pl_msg_drain_decode(const json_t *body, pl_msg_drain_t *out);
 
 /* Typed replies. SUBMIT and KILL are answered {"job", "state"}; RESULTS {"job", "state",
  * "results", "throughput"}. STATUS, NODES, HEALTH and PLAN replies are tables for people and

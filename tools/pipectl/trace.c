@@ -246,3 +246,9 @@ int pl_pipectl_trace(pl_pipectl_t *c, const char *job, const char *json_out, con
     pl_pipectl_trace_clear(&t);
     return rc;
 }
+
+int pl_pipectl_trace_verb(pl_pipectl_t *c, char **args, int n_args)
+{
+    (void)n_args;
+    return pl_pipectl_trace(c, args[0], c->out_file, c->svg);
+}
