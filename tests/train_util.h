@@ -31,13 +31,13 @@ typedef struct {
 
 static uint64_t g_rng;
 
-static float rnd(void)
+static inline float rnd(void)
 {
     g_rng = g_rng * 6364136223846793005ULL + 1442695040888963407ULL;
     return (float)((g_rng >> 40) & 0xffffff) / 8388608.0f - 1.0f;
 }
 
-static float *rnd_arr(size_t n, float scale, float off)
+static inline float *rnd_arr(size_t n, float scale, float off)
 {
     float *p = malloc(n * sizeof(float));
     cr_assert(p);
@@ -46,7 +46,7 @@ static float *rnd_arr(size_t n, float scale, float off)
     return p;
 }
 
-static void model_make(model_t *m, uint64_t seed)
+static inline void model_make(model_t *m, uint64_t seed)
 {
     size_t sz[9], H = (size_t)g_d.hidden;
     g_rng = seed;
@@ -66,7 +66,7 @@ static void model_make(model_t *m, uint64_t seed)
     m->w = (pl_train_weights_t){m->embed, m->layers, m->norm, m->head};
 }
 
-static void model_free(model_t *m)
+static inline void model_free(model_t *m)
 {
     free(m->embed);
     free(m->norm);
@@ -77,7 +77,7 @@ static void model_free(model_t *m)
 }
 
 /* Every weight of the model in order: (pointer, floats, decay). */
-static int model_tensors(model_t *m, float **p, size_t *n, bool *decay)
+static inline int model_tensors(model_t *m, float **p, size_t *n, bool *decay)
 {
     size_t sz[9], H = (size_t)g_d.hidden;
     int k = 0;
@@ -92,7 +92,7 @@ static int model_tensors(model_t *m, float **p, size_t *n, bool *decay)
     return k;
 }
 
-static bool model_equal(model_t *a, model_t *b)
+static inline bool model_equal(model_t *a, model_t *b)
 {
     float *pa[64], *pb[64];
     size_t na[64], nb[64];
@@ -105,7 +105,7 @@ static bool model_equal(model_t *a, model_t *b)
     return true;
 }
 
-static pl_train_local_cfg_t cfg_make(float clip, bool recompute)
+static inline pl_train_local_cfg_t cfg_make(float clip, bool recompute)
 {
     pl_model_config_t mc = {.head_dim = 4,
                             .rope_theta = 10000.0f,
@@ -128,7 +128,7 @@ static pl_train_local_cfg_t cfg_make(float clip, bool recompute)
                                   .opt = o};
 }
 
-static void tokens_make(int step, int32_t *tok)
+static inline void tokens_make(int step, int32_t *tok)
 {
     for (int m = 0; m < MB; m++)
         for (int i = 0; i <= T; i++)
@@ -137,7 +137,7 @@ static void tokens_make(int step, int32_t *tok)
 
 #define K 5
 
-static void run_pipelined(pl_train_kind_t kind, const int *counts, int S, float clip,
+static inline void run_pipelined(pl_train_kind_t kind, const int *counts, int S, float clip,
                           bool recompute, double *losses, model_t *m, bool check_stash)
 {
     pl_train_local_cfg_t c = cfg_make(clip, recompute);
@@ -171,7 +171,7 @@ static void run_pipelined(pl_train_kind_t kind, const int *counts, int S, float 
 }
 
 /* The plain loop: whole model forward per microbatch, loss, backward, AdamW written here. */
-static void run_reference(double *losses, model_t *m)
+static inline void run_reference(double *losses, model_t *m)
 {
     pl_train_local_cfg_t c = cfg_make(0, false);
     model_make(m, 42);
