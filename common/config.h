@@ -117,6 +117,21 @@ typedef struct {
     char log_target[16];            /* stderr (default), journald */
 } pl_cfg_node_t;
 
+/* pipectl's user settings (~/.config/pipeld/pipectl.yaml), below its flags and environment. */
+typedef struct {
+    char coordinator[256];    /* endpoint; "" when not set */
+    char coordinator_key[64]; /* coordinator_public_key (Z85); "" when not set */
+    char key_file[PATH_MAX];  /* key_file: the user's secret key; "" when not set */
+    char output[8];           /* table (default), wide, json, yaml */
+    float timeout_s;          /* answer timeout, default 10 */
+} pl_cfg_pipectl_t;
+
+pl_status_t pl_cfg_pipectl_load(const char *path, pl_cfg_pipectl_t *out);
+pl_status_t pl_cfg_pipectl_parse(const char *text, size_t len, const char *origin,
+                                 pl_cfg_pipectl_t *out);
+/* pipectl's output formats, NULL-ended (the -o words). */
+extern const char *const pl_cfg_output_names[];
+
 typedef struct {
     char model[PATH_MAX];   /* resolved against the job file's directory */
     char prompts[PATH_MAX]; /* JSONL: [ids], {"text"} or {"messages"} per line, resolved likewise */

@@ -6,6 +6,7 @@
 #include "common/util.h"
 #include "daemon/coord_int.h"
 #include "daemon/front.h"
+#include "pipeline/trace.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -91,7 +92,8 @@ static void s_welcome(pl_coord_t *c, const pl_tx_peer_t *to)
     pl_msg_t w;
     pl_msg_init(&w, PL_MSG_WELCOME);
     w.welcome = (pl_msg_welcome_t){.heartbeat_ms = c->cfg->heartbeat_ms,
-                                   .dead_after_ms = c->cfg->dead_after_ms};
+                                   .dead_after_ms = c->cfg->dead_after_ms,
+                                   .clock_ns = pl_trace_clock_wall_ns()};
     pl_coord_reply_msg(c, to, &w);
 }
 
@@ -164,6 +166,8 @@ static void s_on_hello(pl_coord_t *c, const pl_tx_peer_t *from, const pl_msg_hel
     tmp.n_unavailable = h->n_unavailable;
     memcpy(tmp.unavailable, h->unavailable, sizeof(tmp.unavailable));
     tmp.alive = true;
+    tmp.health = h->health; /* its health until the first heartbeat */
+    tmp.have_health = true;
     tmp.last_seen = tmp.registered_at = pl_now();
     *n = tmp; /* learned device rates start again from the new calibration */
     pl_coord_forget_node(c, i);
@@ -193,7 +197,11 @@ static void s_on_heartbeat(pl_coord_t *c, const pl_tx_peer_t *from, const pl_msg
         const pl_msg_progress_t *e = &h->stages[k];
         pl_coord_job_t *j = pl_coord_find_job(c, e->job);
         if (!j || j->state != PL_JOB_RUNNING || e->epoch != j->epoch ||
-            e->stage != j->n_stages - 1 || j->stages[e->stage].node != i)
+            e->stage >= j->n_stages || j->stages[e->stage].node != i)
+            continue;
+        j->stages[e->stage].busy_s = e->busy_s;
+        j->stages[e->stage].seqs_done = e->seqs_done;
+        if (e->stage != j->n_stages - 1)
             continue;
         if (e->generated > j->generated)
             j->generated = e->generated;
@@ -289,6 +297,10 @@ static void s_dispatch(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_t *m)
     case PL_MSG_SHUTDOWN: s_on_shutdown(c, from); break;
     case PL_MSG_PLAN: pl_coord_on_plan(c, from, m); break;
     case PL_MSG_BYE: s_on_bye(c, from, &m->bye); break;
+    case PL_MSG_JOBS: pl_coord_on_jobs(c, from); break;
+    case PL_MSG_DRAIN: pl_coord_on_drain(c, from, &m->drain); break;
+    case PL_MSG_TRACE: pl_coord_on_trace(c, from, m); break;
+    case PL_MSG_TRACED: pl_coord_on_traced(c, from, m); break;
     default:
         pl_log_warn_limited("'%.*s' sent %s, which the coordinator does not take", (int)from->len,
                             from->id, pl_msg_name(m->type));
@@ -387,6 +399,7 @@ out:
     for (int i = 0; i < c.n_jobs; i++)
         pl_coord_job_free(c.jobs[i]);
     free(c.jobs);
+    pl_coord_trace_free_all(&c);
     pl_tx_sock_destroy(&c.router);
     pl_tx_zap_stop(&c.zap);
     pl_tx_ctx_destroy(&c.ctx);

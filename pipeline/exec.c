@@ -7,6 +7,7 @@
 #include "common/util.h"
 #include "pipeline/gen.h"
 #include "pipeline/link_probe.h"
+#include "pipeline/trace.h"
 #include "transport/sock.h"
 #include "transport/ucx.h"
 
@@ -259,6 +260,8 @@ static void *s_thread(void *arg)
     s_stats(x, sink, &m.done.stats);
     if (sink && (st = pl_gen_sink_collect(sink, &m.done.results, &m.done.n_results)))
         goto fail;
+    if (x->trace && pl_trace_export(x->trace, &m.done.trace)) /* DONE goes without it */
+        pl_log_warn("job %u stage %d: trace: %s", x->p.job_id, x->p.stage, pl_error_msg());
     s_send_main(x, &m);
     pl_msg_clear(&m);
     /* Keep the worker and its endpoints until the whole job is over: a peer that still waits
@@ -315,6 +318,9 @@ pl_status_t pl_exec_start(pl_tx_ctx_t *ctx, pl_exec_params_t *params, pl_exec_t 
     x->p = *params;
     pl_job_spec_init(&params->spec); /* moved into the exec */
     pthread_mutex_init(&x->text_mu, NULL);
+    /* the ring lives as long as the exec: the node's thread may read it while the stage runs */
+    if (x->p.spec.gen.trace && (st = pl_trace_new(PL_TRACE_MAX_EVENTS, &x->trace)))
+        goto err;
     x->ctx = ctx;
     snprintf(x->endpoint, sizeof(x->endpoint), "inproc://exec-%u-%u", x->p.job_id,
              atomic_fetch_add(&s_counter, 1));
@@ -329,6 +335,7 @@ pl_status_t pl_exec_start(pl_tx_ctx_t *ctx, pl_exec_params_t *params, pl_exec_t 
     return PL_OK;
 err:
     pl_tx_sock_destroy(&x->main_sock);
+    pl_trace_destroy(&x->trace);
     pl_job_spec_clear(&x->p.spec);
     pthread_mutex_destroy(&x->text_mu);
     free(x);
@@ -348,6 +355,16 @@ uint32_t pl_exec_job(const pl_exec_t *x)
 uint64_t pl_exec_generated(pl_exec_t *x)
 {
     return atomic_load(&x->generated);
+}
+
+double pl_exec_busy_s(pl_exec_t *x)
+{
+    return (double)atomic_load(&x->busy_us) * 1e-6;
+}
+
+uint64_t pl_exec_seqs_done(pl_exec_t *x)
+{
+    return atomic_load(&x->freed);
 }
 
 size_t pl_exec_text(pl_exec_t *x, size_t from, char *buf, size_t cap)
@@ -370,6 +387,14 @@ size_t pl_exec_text(pl_exec_t *x, size_t from, char *buf, size_t cap)
     return n;
 }
 
+pl_status_t pl_exec_trace(pl_exec_t *x, pl_msg_trace_t **out_p)
+{
+    if (!x->trace)
+        return pl_error(PL_ERR_NOT_FOUND, "job %u stage %d does not trace", x->p.job_id,
+                        x->p.stage);
+    return pl_trace_export(x->trace, out_p);
+}
+
 int pl_exec_stage(const pl_exec_t *x)
 {
     return x->p.stage;
@@ -390,6 +415,7 @@ void pl_exec_destroy(pl_exec_t **exec_p)
     pl_tx_sock_destroy(&x->main_sock);
     pl_job_spec_clear(&x->p.spec);
     pthread_mutex_destroy(&x->text_mu);
+    pl_trace_destroy(&x->trace);
     free(x->text);
     free(x);
     *exec_p = NULL;

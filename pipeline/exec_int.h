@@ -5,6 +5,7 @@
 
 #include "pipeline/exec.h"
 #include "pipeline/gen.h"
+#include "pipeline/trace.h"
 #include "transport/ucx.h"
 
 #include <pthread.h>
@@ -22,6 +23,7 @@ struct pl_exec {
     pthread_t thread;
     atomic_int cancel;
     atomic_ullong generated; /* last stage: tokens sampled so far, read by the node's heartbeat */
+    atomic_ullong busy_us, freed; /* compute time and finished sequences so far, likewise */
     /* last stage of a one-prompt text job: the stable part of the completion (gen_text.h),
      * copied here for the node's main thread, which streams it in heartbeats */
     pthread_mutex_t text_mu;
@@ -53,6 +55,7 @@ struct pl_exec {
     uint64_t n_freed; /* KV slots freed because their sequence finished */
     int kv_held;      /* KV slots counted in the metrics */
     char peer[24];    /* the next stage, as the link metric's label */
+    pl_trace_t *trace; /* NULL when the job does not trace */
 };
 
 /* ---- exec_io.c: the data plane as the roles use it ---- */

@@ -18,10 +18,12 @@ pl_status_t pl_exec_forward(pl_exec_t *x, const pl_act_hdr_t *hdr, const pl_act_
     pl_status_t st = pl_be_stage_forward(x->stage, &batch, in, out);
     double dt = pl_now() - t0;
     x->compute_s += dt;
+    atomic_store(&x->busy_us, (unsigned long long)(x->compute_s * 1e6));
     x->phase_s[hdr->step > 0] += dt;
     x->phase_calls[hdr->step > 0]++;
     x->n_tokens += hdr->n_tokens;
     pl_metrics_observe(x->p.metrics.compute_s, NULL, dt);
+    pl_trace_add(x->trace, PL_TRACE_COMPUTE, hdr, t0, t0 + dt);
     pl_metrics_add(x->p.metrics.microbatches, NULL, 1);
     return st;
 }
@@ -50,6 +52,7 @@ pl_status_t pl_exec_send_in(pl_exec_t *x, void *buf, const pl_act_hdr_t *hdr,
                              const pl_act_seq_t *seqs, const void *payload)
 {
     size_t len, cap = x->out_max;
+    double t0 = pl_now();
     float *unused;
     pl_act_hdr_t h = *hdr;
     pl_status_t st;
@@ -66,9 +69,11 @@ pl_status_t pl_exec_send_in(pl_exec_t *x, void *buf, const pl_act_hdr_t *hdr,
     x->n_msgs++;
     x->bytes_sent += len;
     pl_metrics_add(x->p.metrics.link_bytes, x->peer, (double)len);
-    return pl_ucx_outbox_send(x->outbox,
-                              pl_act_tag(hdr->job, (pl_act_kind_t)hdr->kind, hdr->mb, hdr->step),
-                              buf, len, -1, (const volatile int *)&x->cancel);
+    st = pl_ucx_outbox_send(x->outbox,
+                            pl_act_tag(hdr->job, (pl_act_kind_t)hdr->kind, hdr->mb, hdr->step), buf,
+                            len, -1, (const volatile int *)&x->cancel);
+    pl_trace_add(x->trace, PL_TRACE_SEND, hdr, t0, pl_now());
+    return st;
 }
 
 pl_status_t pl_exec_send(pl_exec_t *x, const pl_act_hdr_t *hdr, const pl_act_seq_t *seqs,
@@ -102,13 +107,16 @@ pl_status_t pl_exec_recv(pl_exec_t *x, pl_act_hdr_t *hdr, const void **payload)
     size_t len;
     pl_status_t st = pl_ucx_inbox_recv(x->inbox, &buf, &len, NULL, -1,
                                        (const volatile int *)&x->cancel);
-    x->wait_s += pl_now() - t0;
+    double t1 = pl_now();
+    x->wait_s += t1 - t0;
     if (st)
         return st;
     st = pl_act_decode(buf, len, &x->limits, hdr, x->seqs_in, payload);
     if (!st && hdr->job != x->p.job_id)
         st = pl_error(PL_ERR_PROTOCOL, "data message for job %u on job %u's stage", hdr->job,
                       x->p.job_id);
+    if (!st)
+        pl_trace_add(x->trace, PL_TRACE_RECV, hdr, t0, t1);
     if (st) {
         pl_status_t st2 = pl_ucx_inbox_release(x->inbox);
         (void)st2; /* the decode error is the one to report */
@@ -135,6 +143,7 @@ uint32_t pl_exec_free_finished(pl_exec_t *x, const pl_act_hdr_t *hdr, const pl_a
             continue;
         pl_be_stage_free_seq(x->stage, (int)seqs[i].seq);
         x->n_freed++;
+        atomic_store(&x->freed, x->n_freed);
         if (x->kv_held > 0) {
             x->kv_held--;
             pl_metrics_add(x->p.metrics.kv_slots, NULL, -1);

@@ -17,12 +17,12 @@ pl_status_t pl_job_gen_encode(const pl_job_gen_t *g, json_t **obj_p)
         json_array_append_new(stop, json_string(g->stop[i]));
     snprintf(seed, sizeof(seed), "%llu", (unsigned long long)g->seed);
     return pl_msg_int_done(
-        json_pack("{s:o, s:i, s:i, s:b, s:{s:f, s:i, s:f, s:s}, s:i, s:s}", "stop", stop,
+        json_pack("{s:o, s:i, s:i, s:b, s:{s:f, s:i, s:f, s:s}, s:i, s:s, s:b}", "stop", stop,
                   "max_new_tokens", g->max_new_tokens, "min_new_tokens", g->min_new_tokens,
                   "stop_at_eos", g->stop_at_eos, "sampling", "temperature",
                   (double)g->temperature, "top_k", g->top_k, "top_p", (double)g->top_p, "seed",
                   seed, "prefill_chunk", g->prefill_chunk, "wire_dtype",
-                  g->wire_dtype[0] ? g->wire_dtype : "f32"),
+                  g->wire_dtype[0] ? g->wire_dtype : "f32", "trace", g->trace),
         "gen", obj_p);
 }
 
@@ -136,6 +136,7 @@ pl_status_t pl_job_gen_decode(const json_t *gen, pl_job_gen_t *out)
     if ((st = pl_json_int_opt(gen, "max_new_tokens", 1, PL_JOB_MAX_NEW_TOKENS, &max_new)) ||
         (st = pl_json_int_opt(gen, "min_new_tokens", 0, max_new, &min_new)) ||
         (st = pl_json_bool_opt(gen, "stop_at_eos", &g.stop_at_eos)) ||
+        (st = pl_json_bool_opt(gen, "trace", &g.trace)) ||
         (st = s_stop(json_object_get(gen, "stop"), &g)) ||
         (st = s_sampling(json_object_get(gen, "sampling"), &g)) ||
         (st = pl_json_int_opt(gen, "prefill_chunk", 0, PL_JOB_MAX_PREFILL_CHUNK, &chunk)) ||
