@@ -236,7 +236,8 @@ int pl_batch_next(pl_batch_t *b, pl_act_seq_t *seqs, int32_t *tokens, pl_batch_m
     for (int l = 0; l < b->p.lanes; l++)
         busy += b->lane_n[l] > 0;
     b->st.max_in_flight = PL_MAX(b->st.max_in_flight, busy);
-    *mb = (pl_batch_mb_t){.lane = lane, .n_tokens = t, .prompt = prompt};
+    *mb = (pl_batch_mb_t){.lane = lane, .n_tokens = t, .prompt = prompt,
+                          .awaits = b->lane_n[lane] > 0};
     return n;
 }
 

@@ -46,11 +46,13 @@ typedef struct {
     int max_in_flight;         /* most lanes awaiting tokens at once */
 } pl_batch_stats_t;
 
-/* A formed microbatch: its lane, its tokens, whether it holds prompt tokens (a prefill step). */
+/* A formed microbatch: its lane, its tokens, whether it holds prompt tokens, and whether its
+ * lane now awaits tokens (false: earlier prompt chunks only, the lane is free at once). */
 typedef struct {
     int lane;
     int n_tokens;
     bool prompt;
+    bool awaits;
 } pl_batch_mb_t;
 
 typedef struct pl_batch pl_batch_t;

@@ -61,8 +61,10 @@ static pl_status_t s_batch(pl_exec_t *x, pl_batch_t **b_p)
     return PL_OK;
 }
 
-/* Send every microbatch the batcher can form now. A message holding prompt tokens is step 0
- * (a prefill call in the statistics); decode steps count up per lane. */
+/* Send every microbatch the batcher can form now. A lane's step counts the messages it awaited
+ * tokens for: the tokens of step k feed its step k + 1 (as traces draw it), its first messages
+ * (the prompts) are step 0, a prefill call in the statistics, and messages of earlier prompt
+ * chunks only share the step of the one after them. */
 static pl_status_t s_fill(pl_exec_t *x, pl_gen_sink_t *sink, s_fifo_t *fq, pl_batch_t *b,
                           uint32_t *steps)
 {
@@ -70,11 +72,13 @@ static pl_status_t s_fill(pl_exec_t *x, pl_gen_sink_t *sink, s_fifo_t *fq, pl_ba
     int n;
     while ((n = pl_batch_next(b, x->seqs_in, x->tokens, &mb)) > 0) {
         pl_act_hdr_t hdr = {.kind = PL_ACT_HIDDEN, .job = x->p.job_id, .mb = (uint32_t)mb.lane,
-                            .step = mb.prompt ? 0 : ++steps[mb.lane], .n_seq = (uint32_t)n,
+                            .step = steps[mb.lane], .n_seq = (uint32_t)n,
                             .n_tokens = (uint32_t)mb.n_tokens};
         pl_status_t st = s_emit(x, sink, fq, &hdr, x->seqs_in);
         if (st)
             return st;
+        if (mb.awaits)
+            steps[mb.lane]++;
     }
     return PL_OK;
 }

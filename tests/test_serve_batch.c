@@ -26,7 +26,7 @@ static void s_prompt(int32_t *p, int len, int base)
 /* One formed microbatch, kept as the test's record of what was sent. */
 typedef struct {
     int lane, n, n_tokens;
-    bool prompt;
+    bool prompt, awaits;
     pl_act_seq_t seqs[S_MAX];
     int32_t tokens[256];
     bool samples[S_MAX]; /* the entry ends its prompt or decodes: it comes back */
@@ -40,6 +40,7 @@ static bool s_next(pl_batch_t *b, s_mb_t *m)
         m->lane = mb.lane;
         m->n_tokens = mb.n_tokens;
         m->prompt = mb.prompt;
+        m->awaits = mb.awaits;
     }
     return m->n > 0;
 }
@@ -329,6 +330,7 @@ Test(serve_batch, whole_run_against_each_sequence_alone)
                 m.samples[e] = fed_pos[id] >= len[id];
                 samples |= m.samples[e];
             }
+            cr_assert_eq(m.awaits, samples, "the lane awaits exactly when an entry samples");
             if (samples) {
                 cr_assert_not(busy[m.lane]);
                 busy[m.lane] = true;
