@@ -6,6 +6,7 @@
 #include "common/job_spec.h"
 #include "common/metrics.h"
 #include "daemon/coord_store.h"
+#include "daemon/serve_req.h"
 #include "scheduler/terms.h"
 #include "transport/sock.h"
 #include "transport/zap.h"
@@ -130,6 +131,7 @@ typedef struct {
     long refused_handshakes; /* seen by the router's monitor (ZAP's own count is separate) */
     double last_refusal_log;
     pl_coord_metrics_t metrics;
+    pl_serve_hub_t *serve_hub; /* serving requests from the HTTP front (daemon/serve_req.h) */
 } pl_coord_t;
 
 const char *pl_job_state_name(pl_job_state_t s);
