@@ -97,9 +97,11 @@ typedef struct {
     double last_sent;
 } s_stream_t;
 
-/* Append an event (taken; NULL: out of memory, which ends the stream as an error). */
-static bool s_put(s_stream_t *s, char *ev, size_t len)
+/* Append an event (taken; NULL: out of memory, which ends the stream as an error). Its
+ * length is read after the event is made: s_put(s, make(&len), &len). */
+static bool s_put(s_stream_t *s, char *ev, const size_t *len_p)
 {
+    size_t len = *len_p;
     if (!ev)
         return false;
     if (s->out_at == s->out_len)
@@ -137,7 +139,7 @@ static bool s_text(s_stream_t *s, const char *text, size_t len, bool final)
         memcpy(s->hold, joined + used, s->n_hold);
         size_t ev_len = 0;
         if (n)
-            ok = s_put(s, pl_sapi_chunk_text(&s->a, clean, n, s->usage, &ev_len), ev_len);
+            ok = s_put(s, pl_sapi_chunk_text(&s->a, clean, n, s->usage, &ev_len), &ev_len);
     }
     free(joined);
     free(clean);
@@ -149,17 +151,17 @@ static bool s_finish(s_stream_t *s, const pl_serve_end_t *end, int n_tokens)
     size_t len = 0;
     bool ok = true;
     if (end->finish == PL_SERVE_STOP || end->finish == PL_SERVE_LENGTH) {
-        ok = s_put(s, pl_sapi_chunk_finish(&s->a, end->finish, s->usage, &len), len);
+        ok = s_put(s, pl_sapi_chunk_finish(&s->a, end->finish, s->usage, &len), &len);
         if (ok && s->usage)
-            ok = s_put(s, pl_sapi_chunk_usage(&s->a, n_tokens, &len), len);
+            ok = s_put(s, pl_sapi_chunk_usage(&s->a, n_tokens, &len), &len);
     } else {
         pl_sapi_err_t e;
         pl_sapi_end_err(end, &e);
-        ok = s_put(s, pl_sapi_chunk_error(&e, &len), len);
+        ok = s_put(s, pl_sapi_chunk_error(&e, &len), &len);
     }
     static const char done[] = "data: [DONE]\n\n";
-    char *d = strdup(done);
-    return ok && s_put(s, d, sizeof(done) - 1);
+    size_t dlen = sizeof(done) - 1;
+    return ok && s_put(s, strdup(done), &dlen);
 }
 
 static ssize_t s_next(void *arg, char *buf, size_t max)
@@ -172,7 +174,7 @@ static ssize_t s_next(void *arg, char *buf, size_t max)
         if (s->phase == S_BEGIN) {
             s->phase = S_RUNNING;
             if (s->a.kind == PL_SAPI_CHAT &&
-                !s_put(s, pl_sapi_chunk_role(&s->a, s->usage, &len), len))
+                !s_put(s, pl_sapi_chunk_role(&s->a, s->usage, &len), &len))
                 return PL_HTTP_STREAM_ERROR;
         }
         char *text = NULL;
@@ -193,8 +195,9 @@ static ssize_t s_next(void *arg, char *buf, size_t max)
             return PL_HTTP_STREAM_ERROR;
         double now = pl_now();
         if (s->out_at == s->out_len && now - s->last_sent >= S_KEEPALIVE_S) {
-            char *ka = strdup(": keep-alive\n\n");
-            if (!s_put(s, ka, ka ? strlen(ka) : 0))
+            static const char ka[] = ": keep-alive\n\n";
+            size_t ka_len = sizeof(ka) - 1;
+            if (!s_put(s, strdup(ka), &ka_len))
                 return PL_HTTP_STREAM_ERROR;
         }
         if (s->out_at == s->out_len)
