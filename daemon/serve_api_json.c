@@ -33,11 +33,17 @@ static char *s_event(json_t *v, size_t *len_p)
     return out;
 }
 
+/* The message and param may quote the request (a field's name, the JSON parser's view of the
+ * body), cut at any byte: cleaned to UTF-8 before they become JSON strings. */
 static json_t *s_err_obj(const pl_sapi_err_t *e)
 {
-    return json_pack("{s:{s:s, s:s, s:s?, s:s?}}", "error", "message", e->message, "type",
+    char msg[3 * sizeof(e->message) + 1], param[3 * sizeof(e->param) + 1];
+    size_t used;
+    pl_sapi_utf8_clean(e->message, strnlen(e->message, sizeof(e->message)), true, msg, &used);
+    pl_sapi_utf8_clean(e->param, strnlen(e->param, sizeof(e->param)), true, param, &used);
+    return json_pack("{s:{s:s, s:s, s:s?, s:s?}}", "error", "message", msg, "type",
                      e->type ? e->type : "invalid_request_error", "param",
-                     e->param[0] ? e->param : NULL, "code", e->code);
+                     param[0] ? param : NULL, "code", e->code);
 }
 
 char *pl_sapi_err_json(const pl_sapi_err_t *e, size_t *len_p)
