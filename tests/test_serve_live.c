@@ -151,3 +151,42 @@ Test(serve_live, a_client_that_leaves_mid_stream_and_bad_requests, .fini = s_fin
         free(out);
     }
 }
+
+/* Without the serving runtime too: the coordinator's front serves the API when --http is set
+ * (no deployments yet: an empty list, and a 404 naming the model), beside /metrics. */
+Test(serve_live, the_coordinator_serves_the_api_on_its_front, .fini = s_fini, .timeout = 120)
+{
+    char bin[512], log[512], db[512], http[64], *out = NULL;
+    if (system("curl --version >/dev/null 2>&1") != 0)
+        cr_skip_test("curl is missing: run tools/setup.sh");
+    memset(&s_c, 0, sizeof(s_c));
+    tc_mkdtemp(s_c.dir, sizeof(s_c.dir));
+    snprintf(s_c.ep, sizeof(s_c.ep), "tcp://127.0.0.1:%d", tc_free_port());
+    s_http = tc_free_port();
+    tc_use_state_dir(&s_c);
+    snprintf(bin, sizeof(bin), "%s/pipecoord", tc_bin());
+    snprintf(log, sizeof(log), "%s/pipecoord.log", s_c.dir);
+    snprintf(db, sizeof(db), "%s/coord.db", s_c.dir);
+    snprintf(http, sizeof(http), "127.0.0.1:%d", s_http);
+    char *argv[] = {bin, "--endpoint", s_c.ep, "--http", http, "--state-db", db, NULL};
+    s_c.coord = tc_spawn(argv, log);
+    for (int i = 0; i < 100; i++) {
+        tc_sh(&out, "curl -s http://127.0.0.1:%d/v1/models", s_http);
+        if (out && strstr(out, "\"object\""))
+            break;
+        free(out);
+        out = NULL;
+        usleep(100 * 1000);
+    }
+    cr_assert(out && !strcmp(out, "{\"object\":\"list\",\"data\":[]}"), "%s", out ? out : "");
+    free(out);
+    tc_sh(&out,
+          "curl -s -w ' %%{http_code}' -H 'Content-Type: application/json' -d "
+          "'{\"model\":\"tiny\",\"prompt\":\"x\"}' http://127.0.0.1:%d/v1/completions",
+          s_http);
+    cr_assert(strstr(out, "model_not_found") && strstr(out, " 404"), "%s", out);
+    free(out);
+    tc_sh(&out, "curl -s -o /dev/null -w '%%{http_code}' http://127.0.0.1:%d/metrics", s_http);
+    cr_assert_str_eq(out, "200");
+    free(out);
+}
