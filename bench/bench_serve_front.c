@@ -41,8 +41,7 @@ static void *s_loop(void *arg)
         double now = pl_now();
         while (n < S_MAX_LIVE && (r = pl_serve_hub_take(l->hub)))
             live[n++] = (s_live_t){
-                .r = r,
-                .first_at = now + pl_serve_req_input(r)->n_prompt * l->prefill_us * 1e-6};
+                .r = r, .first_at = now + pl_serve_req_input(r)->n_prompt * l->prefill_us * 1e-6};
         for (int i = 0; i < n; i++) {
             s_live_t *s = &live[i];
             const pl_serve_in_t *in = pl_serve_req_input(s->r);

@@ -187,7 +187,7 @@ static enum MHD_Result s_access(void *cls, struct MHD_Connection *conn, const ch
         if (want > s->max_body) {
             q->too_big = true;
             if (want <= PL_HTTP_MAX_DRAIN && s_takes_oversize(s, q->target))
-                return MHD_YES; /* read and dropped, then answered by the route */
+                return MHD_YES;        /* read and dropped, then answered by the route */
             return s_too_big(s, conn); /* refused before a byte of it is read */
         }
         return MHD_YES;

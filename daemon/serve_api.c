@@ -181,8 +181,7 @@ static bool s_deployment(pl_serve_api_t *api, const char *name, pl_serve_deploym
     }
     if (!out->ready) {
         pl_sapi_err_set(e, 503, "server_error", "service_unavailable", "model",
-                        "The model '%s' is not ready (planning, loading or recovering)",
-                        out->name);
+                        "The model '%s' is not ready (planning, loading or recovering)", out->name);
         e->retry_after = 5;
         return false;
     }
@@ -194,8 +193,8 @@ static bool s_deployment(pl_serve_api_t *api, const char *name, pl_serve_deploym
 static bool s_settings(const pl_sapi_call_t *c, const pl_serve_deployment_t *d, int n_prompt,
                        pl_job_gen_t *gen, pl_sapi_err_t *e)
 {
-    int cap = d->max_tokens > 0 ? PL_MIN(d->max_tokens, PL_JOB_MAX_NEW_TOKENS)
-                                : PL_JOB_MAX_NEW_TOKENS;
+    int cap =
+        d->max_tokens > 0 ? PL_MIN(d->max_tokens, PL_JOB_MAX_NEW_TOKENS) : PL_JOB_MAX_NEW_TOKENS;
     int room = d->context > 0 ? d->context - n_prompt : cap;
     int max = c->max_tokens;
     const char *param = c->kind == PL_SAPI_CHAT ? "messages" : "prompt";
@@ -209,8 +208,7 @@ static bool s_settings(const pl_sapi_call_t *c, const pl_serve_deployment_t *d, 
     if (!max) /* OpenAI's default for completions; a chat may fill the context */
         max = c->kind == PL_SAPI_CHAT ? PL_MIN(room, cap) : 16;
     if (max > room) {
-        pl_sapi_err_set(e, 400, "invalid_request_error", "context_length_exceeded",
-                        "max_tokens",
+        pl_sapi_err_set(e, 400, "invalid_request_error", "context_length_exceeded", "max_tokens",
                         "This model's maximum context length is %d tokens. However, you "
                         "requested %d tokens (%d in the prompt, %d for the completion)",
                         d->context, n_prompt + max, n_prompt, max);
@@ -232,8 +230,8 @@ static bool s_settings(const pl_sapi_call_t *c, const pl_serve_deployment_t *d, 
     if (!c->seed_set) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
-        gen->seed = pl_rand_u64((uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 30),
-                                (uint64_t)getpid());
+        gen->seed =
+            pl_rand_u64((uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 30), (uint64_t)getpid());
     }
     return true;
 }
@@ -377,8 +375,7 @@ static void s_chat(void *arg, const pl_http_req_t *req, pl_http_resp_t *resp)
 
 /* ---- the object ---- */
 
-pl_status_t pl_serve_api_new(const pl_cfg_http_t *cfg, pl_serve_hub_t *hub,
-                             pl_serve_api_t **api_p)
+pl_status_t pl_serve_api_new(const pl_cfg_http_t *cfg, pl_serve_hub_t *hub, pl_serve_api_t **api_p)
 {
     pl_serve_api_t *api = calloc(1, sizeof(*api));
     pl_status_t st;

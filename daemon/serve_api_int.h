@@ -22,10 +22,10 @@ typedef enum { PL_SAPI_COMPLETION = 0, PL_SAPI_CHAT } pl_sapi_kind_t;
 
 /* An OpenAI-shaped error: {"error": {"message", "type", "param", "code"}} with its status. */
 typedef struct {
-    int status;         /* 400, 401, 404, 413, 429, 500, 503 */
-    const char *type;   /* "invalid_request_error", ... (a constant) */
-    const char *code;   /* a constant, NULL: null */
-    char param[64];     /* the request field at fault; "" : null */
+    int status;       /* 400, 401, 404, 413, 429, 500, 503 */
+    const char *type; /* "invalid_request_error", ... (a constant) */
+    const char *code; /* a constant, NULL: null */
+    char param[64];   /* the request field at fault; "" : null */
     char message[512];
     double retry_after; /* 429: seconds, the Retry-After header */
 } pl_sapi_err_t;
@@ -43,7 +43,7 @@ typedef struct {
     pl_chat_msg_t *msgs;
     char **msg_own; /* contents joined from parts (freed with the call), else NULL */
     size_t n_msgs;
-    int max_tokens; /* 0: not given */
+    int max_tokens;   /* 0: not given */
     pl_job_gen_t gen; /* sampling, stop strings, min tokens, EOS; max_new_tokens set later */
     bool seed_set;
     bool stream, include_usage;
@@ -80,8 +80,8 @@ char *pl_sapi_answer_json(const pl_sapi_answer_t *a, const char *text, size_t le
  * the last (finish set; with_usage adds "usage": null to every chunk as OpenAI does when
  * stream_options.include_usage is set), and the usage chunk. */
 char *pl_sapi_chunk_role(const pl_sapi_answer_t *a, bool with_usage, size_t *len_p);
-char *pl_sapi_chunk_text(const pl_sapi_answer_t *a, const char *text, size_t len,
-                         bool with_usage, size_t *len_p);
+char *pl_sapi_chunk_text(const pl_sapi_answer_t *a, const char *text, size_t len, bool with_usage,
+                         size_t *len_p);
 char *pl_sapi_chunk_finish(const pl_sapi_answer_t *a, pl_serve_finish_t finish, bool with_usage,
                            size_t *len_p);
 char *pl_sapi_chunk_usage(const pl_sapi_answer_t *a, int n_completion, size_t *len_p);

@@ -42,8 +42,8 @@ static json_t *s_err_obj(const pl_sapi_err_t *e)
     pl_sapi_utf8_clean(e->message, strnlen(e->message, sizeof(e->message)), true, msg, &used);
     pl_sapi_utf8_clean(e->param, strnlen(e->param, sizeof(e->param)), true, param, &used);
     return json_pack("{s:{s:s, s:s, s:s?, s:s?}}", "error", "message", msg, "type",
-                     e->type ? e->type : "invalid_request_error", "param",
-                     param[0] ? param : NULL, "code", e->code);
+                     e->type ? e->type : "invalid_request_error", "param", param[0] ? param : NULL,
+                     "code", e->code);
 }
 
 char *pl_sapi_err_json(const pl_sapi_err_t *e, size_t *len_p)
@@ -124,8 +124,8 @@ char *pl_sapi_chunk_role(const pl_sapi_answer_t *a, bool with_usage, size_t *len
                    len_p);
 }
 
-char *pl_sapi_chunk_text(const pl_sapi_answer_t *a, const char *text, size_t len,
-                         bool with_usage, size_t *len_p)
+char *pl_sapi_chunk_text(const pl_sapi_answer_t *a, const char *text, size_t len, bool with_usage,
+                         size_t *len_p)
 {
     json_t *delta = json_pack("{s:o}", "content", json_stringn(text, len));
     return s_event(s_envelope(a, s_chunk_object(a), s_choice(a, delta, text, len, NULL),
@@ -151,8 +151,8 @@ char *pl_sapi_models_json(const pl_serve_deployment_t *deps, int n, size_t *len_
 {
     json_t *data = json_array();
     for (int i = 0; data && i < n; i++)
-        json_array_append_new(data, json_pack("{s:s, s:s, s:I, s:s}", "id", deps[i].name,
-                                              "object", "model", "created",
-                                              (json_int_t)deps[i].created, "owned_by", "pipeld"));
+        json_array_append_new(data, json_pack("{s:s, s:s, s:I, s:s}", "id", deps[i].name, "object",
+                                              "model", "created", (json_int_t)deps[i].created,
+                                              "owned_by", "pipeld"));
     return s_dump(data ? json_pack("{s:s, s:o}", "object", "list", "data", data) : NULL, len_p);
 }

@@ -118,8 +118,7 @@ static pl_status_t s_prompt(pl_sapi_call_t *c, const json_t *v, pl_sapi_err_t *e
         return pl_sapi_err_set(e, 500, "server_error", NULL, NULL, "out of memory");
     for (size_t i = 0; i < n; i++) {
         const json_t *t = json_array_get(v, i);
-        if (!json_is_integer(t) || json_integer_value(t) < 0 ||
-            json_integer_value(t) > INT32_MAX) {
+        if (!json_is_integer(t) || json_integer_value(t) < 0 || json_integer_value(t) > INT32_MAX) {
             free(ids);
             return s_bad(e, "prompt", "'prompt': entry %zu is not a token id", i);
         }
@@ -198,9 +197,9 @@ static pl_status_t s_messages(pl_sapi_call_t *c, const json_t *v, pl_sapi_err_t 
         snprintf(param, sizeof(param), "messages[%zu]", i);
         if (!json_is_object(m))
             return s_bad(e, param, "'%s' must be an object with 'role' and 'content'", param);
-        json_object_foreach((json_t *)m, key, val) {
-            if (strcmp(key, "role") != 0 && strcmp(key, "content") != 0 &&
-                strcmp(key, "name") != 0)
+        json_object_foreach((json_t *)m, key, val)
+        {
+            if (strcmp(key, "role") != 0 && strcmp(key, "content") != 0 && strcmp(key, "name") != 0)
                 return s_bad(e, param, "'%s': unrecognized field '%.64s'", param, key);
         }
         if (!s_str(json_object_get(m, "role"), 32, &role, NULL))
@@ -209,8 +208,10 @@ static pl_status_t s_messages(pl_sapi_call_t *c, const json_t *v, pl_sapi_err_t 
         while (r < 4 && strcmp(role, roles[r]) != 0)
             r++;
         if (r == 4)
-            return s_bad(e, param, "'%s.role' is '%s'; it must be system, user, assistant or "
-                                   "developer", param, role);
+            return s_bad(e, param,
+                         "'%s.role' is '%s'; it must be system, user, assistant or "
+                         "developer",
+                         param, role);
         c->msgs[i].role = r == 3 ? "system" : roles[r];
         const json_t *name = json_object_get(m, "name");
         const char *ignored;
@@ -383,7 +384,8 @@ pl_status_t pl_sapi_call_parse(pl_sapi_kind_t kind, const char *body, size_t len
         st = s_bad(err, NULL, "the body must be a JSON object");
         goto out;
     }
-    json_object_foreach(c.root, key, v) {
+    json_object_foreach(c.root, key, v)
+    {
         if (json_is_null(v))
             continue; /* null: the default, as OpenAI takes it */
         if ((st = s_field(&c, key, v, &max_comp, err)))

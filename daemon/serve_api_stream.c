@@ -9,9 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define S_WAIT_S 0.2       /* one wait on the request; the server's contract is 0.25 s */
-#define S_KEEPALIVE_S 5.0  /* a comment line when nothing else was sent for this long */
-#define S_HOLD 8           /* an incomplete UTF-8 character held back */
+#define S_WAIT_S 0.2      /* one wait on the request; the server's contract is 0.25 s */
+#define S_KEEPALIVE_S 5.0 /* a comment line when nothing else was sent for this long */
+#define S_HOLD 8          /* an incomplete UTF-8 character held back */
 
 /* The length of the UTF-8 sequence starting at p (at most n bytes), 0 when invalid, -1 when it
  * is a valid but incomplete start. */

@@ -16,7 +16,7 @@
 
 typedef struct {
     char dir[PATH_MAX];
-    pl_tokenizer_t *tok;   /* NULL: it failed to load (not retried) */
+    pl_tokenizer_t *tok; /* NULL: it failed to load (not retried) */
     pl_chat_template_t *tmpl;
     bool tmpl_tried;
 } s_model_t;
@@ -121,8 +121,7 @@ pl_status_t pl_sapi_prompt(pl_sapi_toks_t *t, const char *model_dir, const pl_sa
             return pl_sapi_err_set(e, 500, "server_error", NULL, NULL, "out of memory");
         memcpy(ids, c->ids, (size_t)c->n_ids * sizeof(*ids));
         n = (size_t)c->n_ids;
-    } else if (pl_tokenizer_encode(m->tok, c->text, c->text_len, PL_TOK_ENCODE_DEFAULT, &ids,
-                                   &n)) {
+    } else if (pl_tokenizer_encode(m->tok, c->text, c->text_len, PL_TOK_ENCODE_DEFAULT, &ids, &n)) {
         return pl_sapi_err_set(e, 400, "invalid_request_error", NULL, "prompt", "%s",
                                pl_error_msg());
     }
@@ -133,8 +132,7 @@ pl_status_t pl_sapi_prompt(pl_sapi_toks_t *t, const char *model_dir, const pl_sa
             return pl_sapi_err_set(e, 400, "invalid_request_error", NULL, param,
                                    "the prompt encodes to no tokens");
         return pl_sapi_err_set(e, 400, "invalid_request_error", NULL, param,
-                               "the prompt is %zu tokens, more than %d", n,
-                               PL_SAPI_MAX_PROMPT_IDS);
+                               "the prompt is %zu tokens, more than %d", n, PL_SAPI_MAX_PROMPT_IDS);
     }
     *ids_p = ids;
     *n_p = (int)n;

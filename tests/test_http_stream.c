@@ -64,7 +64,7 @@ static void s_events(void *arg, const pl_http_req_t *req, pl_http_resp_t *resp)
     pl_http_resp_stream(resp, 200, "text/event-stream", &st);
     pl_http_resp_header(resp, "Cache-Control", "no-cache");
     pl_http_resp_header(resp, "Retry-After", "%d", 7);
-    pl_http_resp_header(resp, "Bad Name", "x");       /* dropped: a space in the name */
+    pl_http_resp_header(resp, "Bad Name", "x");        /* dropped: a space in the name */
     pl_http_resp_header(resp, "X-Split", "a\r\nb: c"); /* dropped: a line break */
 }
 
@@ -285,8 +285,9 @@ Test(http_stream, an_oversized_body_is_read_and_answered_by_the_route)
     cr_assert(strstr(a, "{\"oversize\": 10485760}"), "%s", a);
     free(a);
     /* a route without the flag answers 413 as before */
-    n = snprintf(req, 512, "POST /plain HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
-                           "Content-Length: 2048\r\n\r\n");
+    n = snprintf(req, 512,
+                 "POST /plain HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                 "Content-Length: 2048\r\n\r\n");
     fd = s_connect(pl_http_port(srv));
     s_send(fd, req, (size_t)n + 2048);
     a = s_read_all(fd, &len);
@@ -294,16 +295,18 @@ Test(http_stream, an_oversized_body_is_read_and_answered_by_the_route)
     cr_assert(strncmp(a, "HTTP/1.1 413", 12) == 0, "%.200s", a);
     free(a);
     /* within the limit: the header reaches the handler */
-    n = snprintf(req, 512, "POST /auth HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
-                           "authorization: Bearer k2\r\nContent-Length: 3\r\n\r\nabc");
+    n = snprintf(req, 512,
+                 "POST /auth HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                 "authorization: Bearer k2\r\nContent-Length: 3\r\n\r\nabc");
     fd = s_connect(pl_http_port(srv));
     s_send(fd, req, (size_t)n);
     a = s_read_all(fd, &len);
     close(fd);
     cr_assert(strstr(a, "\r\n\r\nBearer k2|3"), "%s", a);
     free(a);
-    n = snprintf(req, 512, "POST /auth HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
-                           "Content-Length: 0\r\n\r\n");
+    n = snprintf(req, 512,
+                 "POST /auth HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                 "Content-Length: 0\r\n\r\n");
     fd = s_connect(pl_http_port(srv));
     s_send(fd, req, (size_t)n);
     a = s_read_all(fd, &len);
@@ -388,8 +391,7 @@ Test(http_stream, config_keys)
         snprintf(text, sizeof(text),
                  "coordinator:\n  endpoint: tcp://127.0.0.1:5555\n  http:\n    port: 9100\n%s",
                  bad[i]);
-        cr_assert_neq(pl_cfg_cluster_parse(text, strlen(text), "c.yaml", &c), PL_OK, "%s",
-                      bad[i]);
+        cr_assert_neq(pl_cfg_cluster_parse(text, strlen(text), "c.yaml", &c), PL_OK, "%s", bad[i]);
         cr_assert(strstr(pl_error_msg(), "c.yaml:"), "%s", pl_error_msg());
     }
     /* the node's http section has no API keys */

@@ -45,8 +45,8 @@ static void s_start(void)
     snprintf(log, sizeof(log), "%s/pipecoord.log", s_c.dir);
     snprintf(db, sizeof(db), "%s/coord.db", s_c.dir);
     snprintf(http, sizeof(http), "127.0.0.1:%d", s_http);
-    char *argv[] = {bin,  "--endpoint",  s_c.ep,  "--http", http,
-                    "--state-db", db, "--log-level", "debug", NULL};
+    char *argv[] = {bin,          "--endpoint", s_c.ep,        "--http", http,
+                    "--state-db", db,           "--log-level", "debug",  NULL};
     s_c.coord = tc_spawn(argv, log);
     tc_start_node(&s_c, "node0", 1, NULL);
     tc_start_node(&s_c, "node1", 1, NULL);
@@ -109,8 +109,7 @@ Test(serve_live, openai_client_on_a_two_stage_deployment, .fini = s_fini, .timeo
     free(out);
 }
 
-Test(serve_live, a_client_that_leaves_mid_stream_and_bad_requests, .fini = s_fini,
-     .timeout = 400)
+Test(serve_live, a_client_that_leaves_mid_stream_and_bad_requests, .fini = s_fini, .timeout = 400)
 {
     s_require();
     s_start();
