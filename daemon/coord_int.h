@@ -122,6 +122,7 @@ typedef struct {
     int n_jobs, cap_jobs;
     uint32_t next_job, next_epoch; /* persisted: never repeat */
     pl_coord_store_t *store;
+    struct pl_serve_api *serve_api; /* the OpenAI routes on the HTTP front (daemon/serve_api.h) */
     bool shutdown;
     pl_tx_zap_t *zap;  /* NULL when insecure */
     bool insecure;     /* security.insecure: no authentication, every peer may do everything */
@@ -131,7 +132,7 @@ typedef struct {
     long refused_handshakes; /* seen by the router's monitor (ZAP's own count is separate) */
     double last_refusal_log;
     pl_coord_metrics_t metrics;
-    pl_serve_hub_t *serve_hub; /* serving requests from the HTTP front (daemon/serve_req.h) */
+    pl_serve_hub_t *hub; /* serving requests from the front (borrowed) */
 } pl_coord_t;
 
 const char *pl_job_state_name(pl_job_state_t s);
