@@ -7,6 +7,7 @@
 #include "daemon/coord_int.h"
 #include "daemon/front.h"
 #include "daemon/serve_api.h"
+#include "pipeline/trace.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -92,7 +93,8 @@ static void s_welcome(pl_coord_t *c, const pl_tx_peer_t *to)
     pl_msg_t w;
     pl_msg_init(&w, PL_MSG_WELCOME);
     w.welcome = (pl_msg_welcome_t){.heartbeat_ms = c->cfg->heartbeat_ms,
-                                   .dead_after_ms = c->cfg->dead_after_ms};
+                                   .dead_after_ms = c->cfg->dead_after_ms,
+                                   .clock_ns = pl_trace_clock_wall_ns()};
     pl_coord_reply_msg(c, to, &w);
 }
 
@@ -290,6 +292,8 @@ static void s_dispatch(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_t *m)
     case PL_MSG_SHUTDOWN: s_on_shutdown(c, from); break;
     case PL_MSG_PLAN: pl_coord_on_plan(c, from, m); break;
     case PL_MSG_BYE: s_on_bye(c, from, &m->bye); break;
+    case PL_MSG_TRACE: pl_coord_on_trace(c, from, m); break;
+    case PL_MSG_TRACED: pl_coord_on_traced(c, from, m); break;
     default:
         pl_log_warn_limited("'%.*s' sent %s, which the coordinator does not take", (int)from->len,
                             from->id, pl_msg_name(m->type));
@@ -392,6 +396,7 @@ out:
     for (int i = 0; i < c.n_jobs; i++)
         pl_coord_job_free(c.jobs[i]);
     free(c.jobs);
+    pl_coord_trace_free_all(&c);
     pl_tx_sock_destroy(&c.router);
     pl_tx_zap_stop(&c.zap);
     pl_tx_ctx_destroy(&c.ctx);

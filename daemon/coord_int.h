@@ -133,6 +133,7 @@ typedef struct {
     double last_refusal_log;
     pl_coord_metrics_t metrics;
     pl_serve_hub_t *hub; /* serving requests from the front (borrowed) */
+    struct pl_coord_traces *traces; /* coord_trace.c: finished stages' traces; NULL: none yet */
 } pl_coord_t;
 
 const char *pl_job_state_name(pl_job_state_t s);
@@ -210,6 +211,17 @@ bool pl_coord_job_terminal(const pl_coord_job_t *j);
 /* coord_row.c */
 /* A job from a stored row, every field checked (errors name the field); nothing kept on error. */
 pl_status_t pl_coord_job_from_row(const pl_coord_row_t *r, pl_coord_job_t **job_p);
+
+/* coord_trace.c */
+/* Keep stage `stage` of j's trace from its DONE (taken: *tr_p NULL; NULL is nothing to keep):
+ * in memory only, the oldest jobs' traces dropped beyond the budget. */
+void pl_coord_trace_keep(pl_coord_t *c, const pl_coord_job_t *j, int stage, pl_msg_trace_t **tr_p);
+void pl_coord_trace_free_all(pl_coord_t *c);
+/* TRACE: one stage's trace of a job, with where it ran; for a running stage, the last trace so
+ * far it sent, and the stage is asked for a newer one. */
+void pl_coord_on_trace(pl_coord_t *c, const pl_tx_peer_t *from, const pl_msg_t *m);
+/* TRACED: a running stage's trace so far, kept until a newer one or its DONE. */
+void pl_coord_on_traced(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_t *m);
 
 /* coord_query.c */
 void pl_coord_on_status(pl_coord_t *c, const pl_tx_peer_t *from, const pl_msg_t *m);

@@ -348,6 +348,7 @@ void pl_coord_on_stage_msg(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_t *m)
     /* DONE */
     s->stats = m->done.stats;
     s->have_stats = true;
+    pl_coord_trace_keep(c, j, stage, &m->done.trace);
     s->done = true;
     if (stage == j->n_stages - 1) {
         if (m->done.n_results != j->n_seqs) {

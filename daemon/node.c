@@ -7,6 +7,7 @@
 #include "daemon/front.h"
 #include "daemon/node_metrics.h"
 #include "pipeline/exec.h"
+#include "pipeline/trace.h"
 #include "transport/keys.h"
 #include "transport/sock.h"
 
@@ -189,6 +190,8 @@ static void s_text_sent(s_node_t *n, const pl_msg_heartbeat_t *h)
 
 static pl_status_t s_send(s_node_t *n, const pl_msg_t *m)
 {
+    if (m->type == PL_MSG_HELLO || m->type == PL_MSG_HEARTBEAT) /* answered by WELCOME */
+        pl_trace_clock_sent();
     pl_status_t st = pl_tx_send(n->dealer, NULL, m);
     if (st && st != PL_ERR_BUSY)
         pl_log_warn("coordinator: cannot send %s: %s", pl_msg_name(m->type), pl_error_msg());
@@ -397,6 +400,19 @@ static void s_publish(s_node_t *n, double now)
     pl_front_set_ready(n->front, !why[0], why);
 }
 
+/* TRACE from the coordinator: a running stage's trace so far, as TRACED. */
+static void s_on_trace(s_node_t *n, const pl_msg_trace_ref_t *q)
+{
+    int i = s_find_exec(n, q->job, q->stage, q->epoch);
+    pl_msg_t m;
+    pl_msg_init(&m, PL_MSG_TRACED);
+    m.traced = (pl_msg_traced_t){.job = q->job, .stage = q->stage, .epoch = q->epoch};
+    if (i < 0 || pl_exec_trace(n->execs[i], &m.traced.trace))
+        return; /* not here (any more), or no tracing: the coordinator has what it has */
+    s_send(n, &m);
+    pl_msg_clear(&m);
+}
+
 /* Returns false when the daemon should stop. */
 static bool s_on_coord(s_node_t *n)
 {
@@ -415,6 +431,7 @@ static bool s_on_coord(s_node_t *n)
         n->registered = true;
         n->hb_unanswered = false;
         n->last_welcome = pl_now();
+        pl_trace_clock_answer(m.welcome.clock_ns); /* the round trip times the trace clock */
         if (m.welcome.dead_after_ms > 0)
             n->dead_after_ms = m.welcome.dead_after_ms;
         n->hello_backoff = S_HELLO_FIRST_S;
@@ -428,6 +445,9 @@ static bool s_on_coord(s_node_t *n)
             pl_log_warn("START for a stage this node does not run");
         break;
     }
+    case PL_MSG_TRACE:
+        s_on_trace(n, &m.trace_ref);
+        break;
     case PL_MSG_CANCEL: { /* also the release of a finished job's stages */
         int i;
         while ((i = s_find_exec(n, m.cancel.job, m.cancel.stage, m.cancel.epoch)) >= 0) {

@@ -7,6 +7,7 @@
 #include "common/util.h"
 #include "pipeline/gen.h"
 #include "pipeline/link_probe.h"
+#include "pipeline/trace.h"
 #include "transport/sock.h"
 #include "transport/ucx.h"
 
@@ -61,6 +62,7 @@ struct pl_exec {
     uint64_t n_freed; /* KV slots freed because their sequence finished */
     int kv_held;      /* KV slots counted in the metrics */
     char peer[24];    /* the next stage, as the link metric's label */
+    pl_trace_t *trace; /* NULL when the job does not trace */
 };
 
 /* READY, DONE or FAIL to the node's main thread; job and stage are filled in here. */
@@ -161,6 +163,7 @@ static pl_status_t s_forward(pl_exec_t *x, const pl_act_hdr_t *hdr, const pl_act
     x->phase_calls[hdr->step > 0]++;
     x->n_tokens += hdr->n_tokens;
     pl_metrics_observe(x->p.metrics.compute_s, NULL, dt);
+    pl_trace_add(x->trace, PL_TRACE_COMPUTE, hdr, t0, t0 + dt);
     pl_metrics_add(x->p.metrics.microbatches, NULL, 1);
     return st;
 }
@@ -189,6 +192,7 @@ static pl_status_t s_send_in(pl_exec_t *x, void *buf, const pl_act_hdr_t *hdr,
                              const pl_act_seq_t *seqs, const void *payload)
 {
     size_t len, cap = x->out_max;
+    double t0 = pl_now();
     float *unused;
     pl_act_hdr_t h = *hdr;
     pl_status_t st;
@@ -205,9 +209,11 @@ static pl_status_t s_send_in(pl_exec_t *x, void *buf, const pl_act_hdr_t *hdr,
     x->n_msgs++;
     x->bytes_sent += len;
     pl_metrics_add(x->p.metrics.link_bytes, x->peer, (double)len);
-    return pl_ucx_outbox_send(x->outbox,
-                              pl_act_tag(hdr->job, (pl_act_kind_t)hdr->kind, hdr->mb, hdr->step),
-                              buf, len, -1, (const volatile int *)&x->cancel);
+    st = pl_ucx_outbox_send(x->outbox,
+                            pl_act_tag(hdr->job, (pl_act_kind_t)hdr->kind, hdr->mb, hdr->step), buf,
+                            len, -1, (const volatile int *)&x->cancel);
+    pl_trace_add(x->trace, PL_TRACE_SEND, hdr, t0, pl_now());
+    return st;
 }
 
 static pl_status_t s_send(pl_exec_t *x, const pl_act_hdr_t *hdr, const pl_act_seq_t *seqs,
@@ -241,13 +247,16 @@ static pl_status_t s_recv(pl_exec_t *x, pl_act_hdr_t *hdr, const void **payload)
     size_t len;
     pl_status_t st = pl_ucx_inbox_recv(x->inbox, &buf, &len, NULL, -1,
                                        (const volatile int *)&x->cancel);
-    x->wait_s += pl_now() - t0;
+    double t1 = pl_now();
+    x->wait_s += t1 - t0;
     if (st)
         return st;
     st = pl_act_decode(buf, len, &x->limits, hdr, x->seqs_in, payload);
     if (!st && hdr->job != x->p.job_id)
         st = pl_error(PL_ERR_PROTOCOL, "data message for job %u on job %u's stage", hdr->job,
                       x->p.job_id);
+    if (!st)
+        pl_trace_add(x->trace, PL_TRACE_RECV, hdr, t0, t1);
     if (st) {
         pl_status_t st2 = pl_ucx_inbox_release(x->inbox);
         (void)st2; /* the decode error is the one to report */
@@ -644,6 +653,8 @@ static void *s_thread(void *arg)
     s_stats(x, sink, &m.done.stats);
     if (sink && (st = pl_gen_sink_collect(sink, &m.done.results, &m.done.n_results)))
         goto fail;
+    if (x->trace && pl_trace_export(x->trace, &m.done.trace)) /* DONE goes without it */
+        pl_log_warn("job %u stage %d: trace: %s", x->p.job_id, x->p.stage, pl_error_msg());
     s_send_main(x, &m);
     pl_msg_clear(&m);
     /* Keep the worker and its endpoints until the whole job is over: a peer that still waits
@@ -700,6 +711,9 @@ pl_status_t pl_exec_start(pl_tx_ctx_t *ctx, pl_exec_params_t *params, pl_exec_t 
     x->p = *params;
     pl_job_spec_init(&params->spec); /* moved into the exec */
     pthread_mutex_init(&x->text_mu, NULL);
+    /* the ring lives as long as the exec: the node's thread may read it while the stage runs */
+    if (x->p.spec.gen.trace && (st = pl_trace_new(PL_TRACE_MAX_EVENTS, &x->trace)))
+        goto err;
     x->ctx = ctx;
     snprintf(x->endpoint, sizeof(x->endpoint), "inproc://exec-%u-%u", x->p.job_id,
              atomic_fetch_add(&s_counter, 1));
@@ -714,6 +728,7 @@ pl_status_t pl_exec_start(pl_tx_ctx_t *ctx, pl_exec_params_t *params, pl_exec_t 
     return PL_OK;
 err:
     pl_tx_sock_destroy(&x->main_sock);
+    pl_trace_destroy(&x->trace);
     pl_job_spec_clear(&x->p.spec);
     pthread_mutex_destroy(&x->text_mu);
     free(x);
@@ -755,6 +770,14 @@ size_t pl_exec_text(pl_exec_t *x, size_t from, char *buf, size_t cap)
     return n;
 }
 
+pl_status_t pl_exec_trace(pl_exec_t *x, pl_msg_trace_t **out_p)
+{
+    if (!x->trace)
+        return pl_error(PL_ERR_NOT_FOUND, "job %u stage %d does not trace", x->p.job_id,
+                        x->p.stage);
+    return pl_trace_export(x->trace, out_p);
+}
+
 int pl_exec_stage(const pl_exec_t *x)
 {
     return x->p.stage;
@@ -775,6 +798,7 @@ void pl_exec_destroy(pl_exec_t **exec_p)
     pl_tx_sock_destroy(&x->main_sock);
     pl_job_spec_clear(&x->p.spec);
     pthread_mutex_destroy(&x->text_mu);
+    pl_trace_destroy(&x->trace);
     free(x->text);
     free(x);
     *exec_p = NULL;

@@ -49,6 +49,9 @@ uint64_t pl_exec_generated(pl_exec_t *exec);
  * is at most cap, ends on a character boundary and before any NUL byte (the stream stops there).
  * Returns n: 0 when nothing new (or not such a stage). Safe from any thread. */
 size_t pl_exec_text(pl_exec_t *exec, size_t from, char *buf, size_t cap);
+/* The stage's trace so far (pipeline/trace.h), for a running job; PL_ERR_NOT_FOUND when the
+ * job does not trace. Safe from any thread; the caller frees *out_p. */
+pl_status_t pl_exec_trace(pl_exec_t *exec, pl_msg_trace_t **out_p);
 /* Ask the thread to stop soon (the job was canceled). Never blocks. */
 void pl_exec_cancel(pl_exec_t *exec);
 /* Cancel, join the thread, close the socket, free; *exec_p NULL; safe on NULL. */

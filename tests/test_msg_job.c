@@ -144,7 +144,7 @@ Test(msg_job, spec_wire_shape)
         "\"text\": true, \"stop\": [\"\\n\\n\", \"END\"], "
         "\"sampling\": {\"temperature\": 0.699999988079071, \"top_k\": 40, "
         "\"top_p\": 0.949999988079071, \"seed\": \"18446744073709551615\"}, "
-        "\"prefill_chunk\": 64, \"wire_dtype\": \"bf16\"}, "
+        "\"prefill_chunk\": 64, \"wire_dtype\": \"bf16\", \"trace\": false}, "
         "\"microbatches\": 3, \"stages\": 2, \"planner\": \"even\", "
         "\"nodes\": [\"node0\", \"node-1.b\"]}",
         0, NULL);
@@ -179,6 +179,7 @@ Test(msg_job, spec_bad_fields_are_named)
     s_refused(PL_MSG_SUBMIT, G("\"prompts\": [[1]], \"max_new_tokens\": 0"), "max_new_tokens");
     s_refused(PL_MSG_SUBMIT, G("\"prompts\": [[1]], \"max_new_tokens\": 65537"), "max_new_tokens");
     s_refused(PL_MSG_SUBMIT, G("\"prompts\": [[1]], \"stop_at_eos\": 1"), "stop_at_eos");
+    s_refused(PL_MSG_SUBMIT, G("\"prompts\": [[1]], \"trace\": \"yes\""), "trace");
     s_refused(PL_MSG_SUBMIT, G("\"prompts\": [[1]], \"max_new_tokens\": 4, \"min_new_tokens\": 5"),
               "min_new_tokens");
     s_refused(PL_MSG_SUBMIT, G("\"prompts\": [[1]], \"min_new_tokens\": -1"), "min_new_tokens");

@@ -10,6 +10,7 @@
 #include "scheduler/whatif.h"
 #include "transport/keys.h"
 #include "tools/pipectl/pipectl.h"
+#include "tools/pipectl/trace.h"
 #include "transport/sock.h"
 
 #include <getopt.h>
@@ -558,6 +559,9 @@ static void s_usage(FILE *f)
                "  cancel JOB                             stop a job\n"
                "  nodes                                  the cluster's nodes and devices\n"
                "  health NODE                            one node's devices and heartbeat\n"
+               "  trace JOB [-o FILE.json] [--svg FILE.svg]\n"
+               "                                         the job's stage timelines: Chrome Trace\n"
+               "                                         JSON (Perfetto) and/or an SVG picture\n"
                "  shutdown                               stop the coordinator and its daemons\n"
                "  keygen BASE                            write a CURVE key pair: BASE.key (the\n"
                "                                         secret, 0600) and BASE.pub\n"
@@ -588,12 +592,13 @@ int main(int argc, char **argv)
                                           PL_PIPECTL_GEN_TEMPERATURE},
                                          {"chat", no_argument, NULL, PL_PIPECTL_GEN_CHAT},
                                          {"stop", required_argument, NULL, PL_PIPECTL_GEN_STOP},
+                                         {"svg", required_argument, NULL, 'S'},
                                          {NULL, 0, NULL, 0}};
     s_ctl_t c = {.endpoint = getenv("PIPELD_COORDINATOR"), .timeout_s = 10};
     const char *key = getenv("PIPELD_COORDINATOR_KEY"); /* CURVE: the coordinator's public key */
     const char *key_file = getenv("PIPELD_KEY_FILE");   /* CURVE: this client's secret key */
     bool wait = false;
-    const char *cluster = NULL;
+    const char *cluster = NULL, *out_arg = NULL, *svg = NULL;
     pl_pipectl_gen_opts_t gen = {0};
     int stages = -1, o, rc;
 
@@ -605,11 +610,8 @@ int main(int argc, char **argv)
         case 'c': c.endpoint = optarg; break;
         case 'k': key = optarg; break;
         case 'K': key_file = optarg; break;
-        case 'o':
-            if (strcmp(optarg, "json") && strcmp(optarg, "table"))
-                return s_die("-o takes table or json, not '%s'", optarg);
-            c.json = !strcmp(optarg, "json");
-            break;
+        case 'o': out_arg = optarg; break; /* a format, or trace's output file */
+        case 'S': svg = optarg; break;
         case 'T': c.timeout_s = atof(optarg) > 0 ? atof(optarg) : 10; break;
         case 'w': wait = true; break;
         case 's': {
@@ -638,6 +640,14 @@ int main(int argc, char **argv)
     }
     const char *cmd = argv[optind], *arg = optind + 1 < argc ? argv[optind + 1] : NULL;
     int nargs = argc - optind - 1;
+    bool trace = !strcmp(cmd, "trace");
+    if (out_arg && !trace) {
+        if (strcmp(out_arg, "json") && strcmp(out_arg, "table"))
+            return s_die("-o takes table or json, not '%s'", out_arg);
+        c.json = !strcmp(out_arg, "json");
+    }
+    if (svg && !trace)
+        return s_die("--svg is trace's option, not %s's", cmd);
     if (!strcmp(cmd, "keygen") && nargs == 1) {
         pl_tx_keypair_t pair;
         if (pl_tx_key_generate(arg, &pair))
@@ -687,6 +697,8 @@ int main(int argc, char **argv)
         rc = s_nodes(&c);
     } else if (!strcmp(cmd, "health") && nargs == 1) {
         rc = s_health(&c, arg);
+    } else if (trace && nargs == 1) {
+        rc = pl_pipectl_trace(&c, arg, out_arg, svg);
     } else if (!strcmp(cmd, "shutdown") && nargs == 0) {
         json_t *r;
         pl_msg_t q;

@@ -73,6 +73,8 @@ typedef struct {
 
 typedef struct {
     int heartbeat_ms, dead_after_ms;
+    int64_t clock_ns; /* the coordinator's wall clock as it sent this (ns since the epoch), for
+                       * the daemons' trace clocks (pipeline/trace.h); 0: not given */
 } pl_msg_welcome_t;
 
 /* Every stage message names (job, stage, epoch). The epoch is the coordinator's assignment
@@ -161,6 +163,33 @@ typedef struct {
     pl_finish_t finish;
 } pl_msg_result_t;
 
+/* A stage's trace (msg_trace.c): the intervals it spent waiting to receive, computing and
+ * sending, per microbatch step, as its fixed-size ring (pipeline/trace.h) kept them. */
+#define PL_TRACE_MAX_EVENTS 8192 /* events of one stage's trace: the ring's size */
+
+typedef enum {
+    PL_TRACE_RECV = 0,    /* waiting for a data message, until it arrived and was decoded */
+    PL_TRACE_COMPUTE = 1, /* one forward call of a microbatch step */
+    PL_TRACE_SEND = 2,    /* encoding a data message and handing it to UCX (credit wait too) */
+    PL_TRACE_KINDS_
+} pl_trace_kind_t;
+
+typedef struct {
+    uint8_t kind;   /* pl_trace_kind_t */
+    uint8_t act;    /* the data message's kind (transport/act.h: 1 hidden, 2 tokens, 3 stop) */
+    uint32_t mb;    /* microbatch */
+    uint32_t step;  /* 0: prefill (every chunk of it), n: the n-th decode step */
+    int64_t t_ns;   /* start, from the trace's t0_ns */
+    int64_t dur_ns; /* length */
+} pl_msg_trace_event_t;
+
+typedef struct {
+    int64_t t0_ns;    /* the events' zero on the coordinator's wall clock, ns since the epoch */
+    int64_t recorded; /* events recorded in all; the oldest recorded - n_events were dropped */
+    int n_events;     /* at most PL_TRACE_MAX_EVENTS, in time order (starts never decrease) */
+    pl_msg_trace_event_t *events; /* owned */
+} pl_msg_trace_t;
+
 typedef struct {
     uint32_t job;
     int stage;
@@ -168,6 +197,7 @@ typedef struct {
     pl_msg_stats_t stats;
     int n_results;            /* the last stage: one per sequence in prompt order; others 0 */
     pl_msg_result_t *results; /* owned */
+    pl_msg_trace_t *trace;    /* owned; NULL when the job does not trace */
 } pl_msg_done_t;
 
 typedef struct {
@@ -197,6 +227,21 @@ typedef struct {
     uint32_t job;
 } pl_msg_job_ref_t;
 
+/* TRACE: which job's stage; to a daemon also which assignment (epoch; 0 from pipectl). */
+typedef struct {
+    uint32_t job;
+    int stage;
+    uint32_t epoch;
+} pl_msg_trace_ref_t;
+
+/* TRACED: a running stage's trace so far, answering the coordinator's TRACE. */
+typedef struct {
+    uint32_t job;
+    int stage;
+    uint32_t epoch;
+    pl_msg_trace_t *trace; /* owned */
+} pl_msg_traced_t;
+
 /* HEALTH: which node. */
 typedef struct {
     char node[PL_CFG_NAME_MAX + 1];
@@ -222,6 +267,8 @@ typedef struct {
         pl_msg_cancel_t cancel;
         pl_job_spec_t submit;     /* SUBMIT and PLAN */
         pl_msg_job_ref_t job_ref; /* STATUS, RESULTS, KILL */
+        pl_msg_trace_ref_t trace_ref; /* TRACE */
+        pl_msg_traced_t traced;
         pl_msg_health_t health;   /* HEALTH; BYE names the stopping node the same way */
         pl_msg_health_t bye;
         pl_msg_reply_t reply;
@@ -283,6 +330,16 @@ pl_status_t pl_msg_fail_decode(const json_t *body, pl_msg_fail_t *out);
 pl_status_t pl_msg_cancel_encode(const pl_msg_cancel_t *m, json_t **body_p);
 pl_status_t pl_msg_cancel_decode(const json_t *body, pl_msg_cancel_t *out);
 
+/* Traces: {"t0_ns", "recorded", "events": [[kind, act, mb, step, t_ns, dur_ns], ...]}. Decode
+ * checks every event's fields, ranges and time order; pl_msg_trace_free is safe on NULL. */
+pl_status_t pl_msg_trace_encode(const pl_msg_trace_t *t, json_t **body_p);
+pl_status_t pl_msg_trace_decode(const json_t *body, pl_msg_trace_t **t_p);
+void pl_msg_trace_free(pl_msg_trace_t **t_p);
+pl_status_t pl_msg_trace_ref_encode(const pl_msg_trace_ref_t *m, json_t **body_p);
+pl_status_t pl_msg_trace_ref_decode(const json_t *body, pl_msg_trace_ref_t *out);
+pl_status_t pl_msg_traced_encode(const pl_msg_traced_t *m, json_t **body_p);
+pl_status_t pl_msg_traced_decode(const json_t *body, pl_msg_traced_t *out);
+
 pl_status_t pl_msg_job_ref_encode(const pl_msg_job_ref_t *m, json_t **body_p);
 pl_status_t pl_msg_job_ref_decode(const json_t *body, pl_msg_job_ref_t *out);
 pl_status_t pl_msg_health_encode(const pl_msg_health_t *m, json_t **body_p);
@@ -308,5 +365,20 @@ pl_status_t pl_msg_job_state_decode(const json_t *body, pl_msg_job_state_t *out)
 pl_status_t pl_msg_results_reply_encode(const pl_msg_results_reply_t *m, json_t **body_p);
 pl_status_t pl_msg_results_reply_decode(const json_t *body, pl_msg_results_reply_t *out);
 void pl_msg_results_reply_clear(pl_msg_results_reply_t *m);
+
+/* The answer to TRACE: where the stage ran and, once it finished, its trace. */
+typedef struct {
+    uint32_t job;
+    int stage, n_stages;
+    char state[16]; /* the job's */
+    char node[PL_CFG_NAME_MAX + 1];
+    char device[32];
+    int first, last;       /* layer range */
+    pl_msg_trace_t *trace; /* owned; NULL: none (the stage has not finished, or no tracing) */
+} pl_msg_trace_reply_t;
+
+pl_status_t pl_msg_trace_reply_encode(const pl_msg_trace_reply_t *m, json_t **body_p);
+pl_status_t pl_msg_trace_reply_decode(const json_t *body, pl_msg_trace_reply_t *out);
+void pl_msg_trace_reply_clear(pl_msg_trace_reply_t *m);
 
 #endif

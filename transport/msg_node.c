@@ -178,19 +178,22 @@ pl_status_t pl_msg_hello_decode(const json_t *body, pl_msg_hello_t *out)
 
 pl_status_t pl_msg_welcome_encode(const pl_msg_welcome_t *m, json_t **body_p)
 {
-    return pl_msg_int_done(
-        json_pack("{s:i, s:i}", "heartbeat_ms", m->heartbeat_ms, "dead_after_ms", m->dead_after_ms),
-        "WELCOME", body_p);
+    return pl_msg_int_done(json_pack("{s:i, s:i, s:I}", "heartbeat_ms", m->heartbeat_ms,
+                                     "dead_after_ms", m->dead_after_ms, "clock_ns",
+                                     (json_int_t)m->clock_ns),
+                           "WELCOME", body_p);
 }
 
 pl_status_t pl_msg_welcome_decode(const json_t *body, pl_msg_welcome_t *out)
 {
-    int64_t hb, dead;
+    int64_t hb, dead, clock = 0;
     pl_status_t st;
     if ((st = pl_json_int(body, "heartbeat_ms", 1, 3600000, &hb)) ||
-        (st = pl_json_int(body, "dead_after_ms", 1, 3600000, &dead)))
+        (st = pl_json_int(body, "dead_after_ms", 1, 3600000, &dead)) ||
+        (st = pl_json_int_opt(body, "clock_ns", 0, INT64_MAX, &clock)))
         return st;
-    *out = (pl_msg_welcome_t){.heartbeat_ms = (int)hb, .dead_after_ms = (int)dead};
+    *out = (pl_msg_welcome_t){.heartbeat_ms = (int)hb, .dead_after_ms = (int)dead,
+                              .clock_ns = clock};
     return PL_OK;
 }
 

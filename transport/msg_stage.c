@@ -291,20 +291,19 @@ pl_status_t pl_msg_results_decode(const json_t *arr, pl_msg_result_t **r_p, int 
 
 pl_status_t pl_msg_done_encode(const pl_msg_done_t *m, json_t **body_p)
 {
-    json_t *stats, *res = NULL;
+    json_t *stats, *res = NULL, *tr = NULL;
     pl_status_t st = pl_msg_stats_encode(&m->stats, &stats);
     if (st)
         return st;
-    if (m->n_results && (st = pl_msg_results_encode(m->results, m->n_results, &res))) {
+    if ((m->n_results && (st = pl_msg_results_encode(m->results, m->n_results, &res))) ||
+        (m->trace && (st = pl_msg_trace_encode(m->trace, &tr)))) {
         json_decref(stats);
+        json_decref(res);
         return st;
     }
-    json_t *body = json_pack("{s:I, s:i, s:I, s:o}", "job", (json_int_t)m->job, "stage", m->stage,
-                             "epoch", (json_int_t)m->epoch, "stats", stats);
-    if (body && res)
-        json_object_set_new(body, "results", res);
-    else
-        json_decref(res);
+    json_t *body = json_pack("{s:I, s:i, s:I, s:o, s:o?, s:o?}", "job", (json_int_t)m->job,
+                             "stage", m->stage, "epoch", (json_int_t)m->epoch, "stats", stats,
+                             "results", res, "trace", tr);
     return pl_msg_int_done(body, "DONE", body_p);
 }
 
@@ -315,9 +314,13 @@ pl_status_t pl_msg_done_decode(const json_t *body, pl_msg_done_t *out)
     if ((st = s_ids(body, 0, &m.job, &m.stage, &m.epoch)) ||
         (st = pl_msg_stats_decode(json_object_get(body, "stats"), &m.stats)))
         return st;
-    const json_t *res = json_object_get(body, "results");
+    const json_t *res = json_object_get(body, "results"), *tr = json_object_get(body, "trace");
     if (res && !json_is_null(res) && (st = pl_msg_results_decode(res, &m.results, &m.n_results)))
         return st;
+    if (tr && !json_is_null(tr) && (st = pl_msg_trace_decode(tr, &m.trace))) {
+        pl_msg_results_free(m.results, m.n_results);
+        return st;
+    }
     *out = m;
     return PL_OK;
 }
