@@ -6,6 +6,7 @@
 #include "common/util.h"
 #include "daemon/coord_int.h"
 #include "daemon/front.h"
+#include "daemon/serve_api.h"
 #include "pipeline/trace.h"
 
 #include <stdarg.h>
@@ -327,14 +328,33 @@ static void s_check_handshakes(pl_coord_t *c)
 pl_status_t pl_coord_run(const pl_cfg_cluster_t *cfg, const char *state_db, bool embedded,
                          volatile sig_atomic_t *stop)
 {
-    pl_coord_t c = {.cfg = cfg, .next_job = 1, .next_epoch = 1};
+    pl_serve_hub_t *hub = NULL;
+    pl_status_t st = pl_serve_hub_create(&hub);
+    if (st)
+        return st;
+    st = pl_coord_serve(cfg, state_db, embedded, hub, stop);
+    pl_serve_hub_destroy(&hub);
+    return st;
+}
+
+pl_status_t pl_coord_serve(const pl_cfg_cluster_t *cfg, const char *state_db, bool embedded,
+                           pl_serve_hub_t *hub, volatile sig_atomic_t *stop)
+{
+    pl_coord_t c = {.cfg = cfg, .next_job = 1, .next_epoch = 1, .hub = hub};
     pl_front_t *front = NULL;
     pl_status_t st;
 
     /* the state first: no message is taken before the jobs and counters are back */
     if (state_db && ((st = pl_coord_store_open(state_db, &c.store)) || (st = pl_coord_restore(&c))))
         goto out;
-    if ((st = pl_front_start(&cfg->http, NULL, 0, &front)) ||
+    /* the OpenAI API joins the front when coordinator.http is configured */
+    pl_http_route_t api_routes[PL_SERVE_API_N_ROUTES];
+    int n_api = 0;
+    if (cfg->http.port && (st = pl_serve_api_new(&cfg->http, c.hub, &c.serve_api)))
+        goto out;
+    if (c.serve_api)
+        n_api = pl_serve_api_routes(c.serve_api, api_routes);
+    if ((st = pl_front_start(&cfg->http, api_routes, n_api, &front)) ||
         (st = pl_coord_metrics_init(&c, pl_front_metrics(front))))
         goto out;
 
@@ -380,6 +400,7 @@ pl_status_t pl_coord_run(const pl_cfg_cluster_t *cfg, const char *state_db, bool
         usleep(200 * 1000);
 out:
     pl_front_stop(&front); /* its threads read nothing of c, but stop them first all the same */
+    pl_serve_api_destroy(&c.serve_api); /* no HTTP thread uses it now */
     for (int i = 0; i < c.n_jobs; i++)
         pl_coord_job_free(c.jobs[i]);
     free(c.jobs);

@@ -6,6 +6,7 @@
 #include "common/job_spec.h"
 #include "common/metrics.h"
 #include "daemon/coord_store.h"
+#include "daemon/serve_req.h"
 #include "scheduler/terms.h"
 #include "transport/sock.h"
 #include "transport/zap.h"
@@ -134,6 +135,7 @@ typedef struct {
     int n_jobs, cap_jobs;
     uint32_t next_job, next_epoch; /* persisted: never repeat */
     pl_coord_store_t *store;
+    struct pl_serve_api *serve_api; /* the OpenAI routes on the HTTP front (daemon/serve_api.h) */
     bool shutdown;
     pl_tx_zap_t *zap;  /* NULL when insecure */
     bool insecure;     /* security.insecure: no authentication, every peer may do everything */
@@ -145,6 +147,7 @@ typedef struct {
     pl_coord_metrics_t metrics;
     int n_drained; /* nodes kept free of new stages (persisted); by name, so re-registering keeps it */
     char drained[PL_COORD_MAX_NODES][PL_CFG_NAME_MAX + 1];
+    pl_serve_hub_t *hub; /* serving requests from the front (borrowed) */
     struct pl_coord_traces *traces; /* coord_trace.c: finished stages' traces; NULL: none yet */
 } pl_coord_t;
 
