@@ -18,6 +18,8 @@
 #        PL_BENCH_PREFILL_CHUNK=N   the batched prefill job's chunk (default 0: the planner's)
 #        PL_BENCH_MB=N        microbatches of every job (default 0: the planner chooses)
 #        PL_BENCH_STAGES="1 2"   the stage counts to run (default "1 2 3"; 1 is the reference)
+#        PL_BENCH_DEAD_AFTER_MS=N   the coordinator's dead_after_ms (default 20000: on a machine
+#                              shared with many builds a daemon's heartbeat can lag 3 s)
 #        PL_BENCH_PIN=0       do not pin the daemons to cores (default: node0 on the first CPU,
 #                              node1 on the second, node2 (started for 3 stages) on the third, or
 #                              the first when there are only two)
@@ -113,10 +115,26 @@ EOF
 
 # ---- the local cluster on a free port ----
 mkdir -p "$WORK/logs"
+cat >"$WORK/cluster.yaml" <<EOF
+coordinator:
+  endpoint: tcp://127.0.0.1:5555
+  heartbeat_ms: 500
+  dead_after_ms: ${PL_BENCH_DEAD_AFTER_MS:-20000}
+nodes:
+  - name: node0
+    address: 127.0.0.1
+    threads: 1
+  - name: node1
+    address: 127.0.0.1
+    threads: 1
+  - name: node2
+    address: 127.0.0.1
+    threads: 1
+EOF
 for _ in $(seq 20); do
     port=$((20000 + RANDOM % 40000))
     [ -n "$(ss -Htln "sport = :$port" 2>/dev/null)" ] && continue
-    "$B/pipecoord" --endpoint "tcp://127.0.0.1:$port" --state-db "$WORK/coord-$port.db" >"$WORK/logs/pipecoord.log" 2>&1 &
+    "$B/pipecoord" --cluster "$WORK/cluster.yaml" --endpoint "tcp://127.0.0.1:$port" --state-db "$WORK/coord-$port.db" >"$WORK/logs/pipecoord.log" 2>&1 &
     cpid=$!
     sleep 0.3
     if kill -0 "$cpid" 2>/dev/null; then
