@@ -16,7 +16,8 @@
 #        PL_UCX_PROGRESS_THREAD=0   progress UCX between layers (no progress thread), to compare
 #        PL_BENCH_PLANNER=even   the job's planner (default optimal)
 #        PL_BENCH_PREFILL_CHUNK=N   the batched prefill job's chunk (default 0: the planner's)
-#        PL_BENCH_MB=N        microbatches of every job (default 0: the planner chooses)
+#        PL_BENCH_MB=N        microbatches of every job on 2 or more stages (default 0: the
+#                              planner chooses; one stage always runs the whole batch at once)
 #        PL_BENCH_STAGES="1 2"   the stage counts to run (default "1 2 3"; 1 is the reference)
 #        PL_BENCH_DEAD_AFTER_MS=N   the coordinator's dead_after_ms (default 20000: on a machine
 #                              shared with many builds a daemon's heartbeat can lag 3 s)
@@ -105,7 +106,7 @@ prompts: $2
 max_new_tokens: $3
 sampling:
   temperature: 0.0
-microbatches: $MB
+microbatches: $([ "$4" = 1 ] && echo 0 || echo "$MB")
 prefill_chunk: ${5:-0}
 stages: $4
 planner: $PLANNER
@@ -340,26 +341,32 @@ echo
 # The same jobs in CPU time, which the machine's other processes do not inflate: one stage's
 # work against the busiest stage's (what S cores of their own would give, with no bubble), and
 # each stage's busy share of its wall time (compute / wall: the rest is waiting). Their product
-# estimates the ratio on a quiet machine; under load it is pessimistic, as a stage also waits
-# while its neighbour is descheduled.
+# estimates the speedup on a quiet machine (for TTFT: 1 / the time ratio); under load it is
+# pessimistic, as a stage also waits while its neighbour is descheduled. The estimated tok/s is
+# one stage's tokens per CPU second times that speedup, beside what the planner predicted.
 stage_nums() { # FILE KEY: KEY of each stage of the job (its "stages" array), one a line
     sed -n '/^  "stages": \[/,/^  \]/p' "$1" | sed -n "s/^ *\"$2\": *\([-0-9.eE+]*\),\{0,1\}$/\1/p"
 }
 echo "| job | CPU s per stage | CPU-time ratio to 1 stage | busy share per stage |" \
-    "estimated quiet ratio |"
-echo "| --- | --- | ---: | --- | ---: |"
+    "estimated quiet speedup | tok/s: planned, estimated quiet |"
+echo "| --- | --- | ---: | --- | ---: | ---: |"
 for j in prefill decode ttft; do
+    k=${j}_tok_s
+    [ "$j" = ttft ] && k=prefill_tok_s
     c1=$(stage_nums "$WORK/${j}1.json" compute_cpu_s | head -n 1)
+    w1=$(stage_nums "$WORK/${j}1.json" compute_s | head -n 1)
+    t1=$(tput "$WORK/${j}1.json" "$k")
     for s in $STAGES; do
         f="$WORK/$j$s.json"
         printf '| %s, %d stage(s) | %s | ' "$j" "$s" "$(nums "$f" compute_cpu_s)"
         paste -d' ' <(stage_nums "$f" compute_cpu_s) <(stage_nums "$f" compute_s) \
             <(stage_nums "$f" wall_s) |
-            awk -v c1="$c1" '{ busy[NR] = ($3 > 0 ? $2 / $3 : 0)
-                               if ($1 > mx) { mx = $1; b = busy[NR] } }
+            awk -v c1="$c1" -v w1="$w1" -v t1="$t1" -v plan="$(field "$f" "$k")" '
+                { busy[NR] = ($3 > 0 ? $2 / $3 : 0); if ($1 > mx) { mx = $1; b = busy[NR] } }
                 END { r = (mx > 0 ? c1 / mx : 0); printf "%.2f | ", r
                       for (i = 1; i <= NR; i++) printf "%s%.0f%%", (i > 1 ? "+" : ""), 100 * busy[i]
-                      printf " | %.2f |\n", r * b }'
+                      printf " | %.2f | %.1f, %.1f |\n", r * b, plan,
+                          (c1 > 0 ? t1 * w1 / c1 : 0) * r * b }'
     done
 done
 echo
