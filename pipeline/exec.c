@@ -248,8 +248,8 @@ static pl_status_t s_send_in(pl_exec_t *x, void *buf, const pl_act_hdr_t *hdr,
     pl_metrics_add(x->p.metrics.link_bytes, x->peer, (double)len);
     double t0 = pl_now(); /* the credit's wait inside is told apart in s_stats */
     st = pl_ucx_outbox_send(x->outbox,
-                            pl_act_tag(hdr->job, (pl_act_kind_t)hdr->kind, hdr->mb, hdr->step),
-                            buf, len, -1, (const volatile int *)&x->cancel);
+                            pl_act_tag(hdr->job, (pl_act_kind_t)hdr->kind, hdr->mb, hdr->step), buf,
+                            len, -1, (const volatile int *)&x->cancel);
     x->send_s += pl_now() - t0;
     return st;
 }
@@ -609,8 +609,8 @@ static pl_status_t s_data_plane(pl_exec_t *x)
                            .n_tokens = x->limits.max_seq};
     bool first = x->p.stage == 0, last = x->p.stage == x->p.n_stages - 1;
     const char *pt = getenv("PL_UCX_PROGRESS_THREAD"); /* "0": progress between layers */
-    int hidden_credits = PL_MAX(S_MIN_HIDDEN_CREDITS,
-                                PL_MIN(x->job.microbatches, S_MAX_HIDDEN_CREDITS));
+    int hidden_credits =
+        PL_MAX(S_MIN_HIDDEN_CREDITS, PL_MIN(x->job.microbatches, S_MAX_HIDDEN_CREDITS));
     pl_status_t st;
 
     x->out_max = pl_act_size(last ? &tokens : &hidden);
@@ -622,9 +622,8 @@ static pl_status_t s_data_plane(pl_exec_t *x)
         return st;
     /* One send buffer per credit the next stage's inbox grants (the rule above), and one to
      * compute into while those are in flight. */
-    if ((st =
-             pl_ucx_outbox_create(x->ucx, x->next, x->out_max,
-                                  (last ? x->job.microbatches : hidden_credits) + 1, &x->outbox)))
+    if ((st = pl_ucx_outbox_create(x->ucx, x->next, x->out_max,
+                                   (last ? x->job.microbatches : hidden_credits) + 1, &x->outbox)))
         return st;
     if (!(pt && strcmp(pt, "0") == 0) && (st = pl_ucx_progress_start(x->ucx)))
         return st;

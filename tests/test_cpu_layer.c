@@ -807,8 +807,14 @@ Test(cpu_layer, no_logits_skips_the_head_and_keeps_the_kv)
     for (int i = 0; i < 64; i++)
         out[i] = (float)i + 0.5f;
     int slot = 0, pos0 = 0, n = 4;
-    pl_be_batch_t b = {.n_seq = 1, .n_tokens = 4, .slot = &slot, .pos0 = &pos0, .n_tok = &n,
-                       .no_logits = true, .between_layers = s_count, .between_arg = &calls};
+    pl_be_batch_t b = {.n_seq = 1,
+                       .n_tokens = 4,
+                       .slot = &slot,
+                       .pos0 = &pos0,
+                       .n_tok = &n,
+                       .no_logits = true,
+                       .between_layers = s_count,
+                       .between_arg = &calls};
     cr_assert(pl_be_stage_forward(e.stage, &b, tok, out) == PL_OK, "%s", pl_error_msg());
     for (int i = 0; i < 64; i++)
         cr_assert_eq(out[i], (float)i + 0.5f, "out[%d] written although no logits were asked", i);

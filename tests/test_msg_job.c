@@ -364,9 +364,12 @@ Test(msg_job, done_round_trips_stats_probe_and_results)
                          .max_mb_in_flight = 3,
                          .avg_mb_in_flight = 2.25,
                          .has_data_plane = true,
-                         .data_plane = {.inbox_slots = 2, .inbox_bytes = 4096,
-                                        .send_credits = 3, .max_in_flight = 3,
-                                        .bound_bytes = 10240, .progress_thread = true},
+                         .data_plane = {.inbox_slots = 2,
+                                        .inbox_bytes = 4096,
+                                        .send_credits = 3,
+                                        .max_in_flight = 3,
+                                        .bound_bytes = 10240,
+                                        .progress_thread = true},
                          .has_probe = true,
                          .probe = {.to_stage = 0, .gbps = 3.5, .latency_s = 1e-5, .took_s = 0.01}};
     snprintf(m.done.stats.link, sizeof(m.done.stats.link), "tcp");

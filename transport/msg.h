@@ -139,12 +139,12 @@ typedef struct {
     char link[64]; /* transport to the next stage; "" when none */
     /* Where the stage's wall time went besides compute_s (wait_s: waiting for its input) */
     bool has_overlap;
-    double compute_cpu_s; /* the forward calls' CPU time: below compute_s when others ran */
-    double buf_wait_s;    /* waiting for a free send buffer */
-    double credit_wait_s; /* waiting for the next stage's credit */
-    double send_s;        /* the rest of the sends (encoding, posting) */
-    double sample_s;      /* the last stage's sampling */
-    int64_t credit_waits; /* sends that found no credit */
+    double compute_cpu_s;     /* the forward calls' CPU time: below compute_s when others ran */
+    double buf_wait_s;        /* waiting for a free send buffer */
+    double credit_wait_s;     /* waiting for the next stage's credit */
+    double send_s;            /* the rest of the sends (encoding, posting) */
+    double sample_s;          /* the last stage's sampling */
+    int64_t credit_waits;     /* sends that found no credit */
     int64_t max_mb_in_flight; /* stage 0: most microbatches sent whose tokens were not back */
     double avg_mb_in_flight;  /* stage 0: their time average */
     bool has_data_plane;

@@ -86,12 +86,12 @@ pl_status_t pl_msg_stats_encode(const pl_msg_stats_t *m, json_t **body_p)
     if (m->link[0])
         json_object_set_new(s, "link", json_string(m->link));
     if (m->has_overlap) {
-        json_t *oj = json_pack("{s:f, s:f, s:f, s:f, s:f, s:I, s:I, s:f}", "compute_cpu_s",
-                               m->compute_cpu_s, "buf_wait_s", m->buf_wait_s, "credit_wait_s",
-                               m->credit_wait_s, "send_s", m->send_s, "sample_s", m->sample_s,
-                               "credit_waits", (json_int_t)m->credit_waits, "max_mb_in_flight",
-                               (json_int_t)m->max_mb_in_flight, "avg_mb_in_flight",
-                               m->avg_mb_in_flight);
+        json_t *oj =
+            json_pack("{s:f, s:f, s:f, s:f, s:f, s:I, s:I, s:f}", "compute_cpu_s", m->compute_cpu_s,
+                      "buf_wait_s", m->buf_wait_s, "credit_wait_s", m->credit_wait_s, "send_s",
+                      m->send_s, "sample_s", m->sample_s, "credit_waits",
+                      (json_int_t)m->credit_waits, "max_mb_in_flight",
+                      (json_int_t)m->max_mb_in_flight, "avg_mb_in_flight", m->avg_mb_in_flight);
         if (!oj) {
             json_decref(s);
             return pl_msg_int_done(NULL, "stats.overlap", body_p);

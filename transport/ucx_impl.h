@@ -71,8 +71,8 @@ struct pl_ucx_ep {
     ucs_status_t grant_status;
     ucp_tag_recv_info_t grant_info;
     unsigned char grant_buf[PL_UCX_GRANT_BYTES];
-    double credit_wait_s;  /* time credited sends waited for a credit */
-    int64_t credit_waits;  /* credited sends that found none at once */
+    double credit_wait_s; /* time credited sends waited for a credit */
+    int64_t credit_waits; /* credited sends that found none at once */
 };
 
 struct pl_ucx {

@@ -39,8 +39,8 @@ struct pl_ucx_inbox {
     ucp_mem_h memh;
     s_slot_t *slots;
     s_grant_t *grants; /* n + 1: the first grant and one per slot's return */
-    int head;   /* the oldest posted slot: the next message arrives there */
-    bool taken; /* the head slot's message is with the caller */
+    int head;          /* the oldest posted slot: the next message arrives there */
+    bool taken;        /* the head slot's message is with the caller */
 };
 
 static void s_grant_done(pl_ucx_send_t *s, bool reusable)
@@ -342,8 +342,8 @@ void pl_ucx_ep_use_credits(pl_ucx_ep_t *ep, uint64_t credit_tag)
     pl_ucx_unlock(ep->ucx);
 }
 
-static void s_grant_recv_done(void *request, ucs_status_t status,
-                              const ucp_tag_recv_info_t *info, void *user_data)
+static void s_grant_recv_done(void *request, ucs_status_t status, const ucp_tag_recv_info_t *info,
+                              void *user_data)
 {
     pl_ucx_ep_t *ep = user_data;
     ep->grant_status = status;
@@ -360,16 +360,16 @@ static void s_grant_recv_done(void *request, ucs_status_t status,
 static pl_status_t s_grant_post(pl_ucx_t *ucx, pl_ucx_ep_t *ep)
 {
     ucp_request_param_t param = {0};
-    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
-                         UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+    param.op_attr_mask =
+        UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
     param.cb.recv = s_grant_recv_done;
     param.user_data = ep;
     ep->grant_done = false;
     ep->grant_status = UCS_INPROGRESS;
     ep->grant_req = NULL;
-    ucs_status_ptr_t req = ucp_tag_recv_nbx(ucx->worker, ep->grant_buf, sizeof(ep->grant_buf),
-                                            ep->credit_want & ep->credit_mask, ep->credit_mask,
-                                            &param);
+    ucs_status_ptr_t req =
+        ucp_tag_recv_nbx(ucx->worker, ep->grant_buf, sizeof(ep->grant_buf),
+                         ep->credit_want & ep->credit_mask, ep->credit_mask, &param);
     if (UCS_PTR_IS_ERR(req))
         return pl_ucx_ucs_error(UCS_PTR_STATUS(req), "credit grant receive");
     ep->grant_posted = true;
