@@ -16,12 +16,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 /* Longest wait for the coordinator's release after DONE. */
 #define S_LINGER_S 30.0
-/* Receive slots (credits) of a link carrying activations: one arriving while one is computed. */
-#define S_HIDDEN_CREDITS 2
+/* Receive slots (credits) of a link carrying activations: one per microbatch, so stage 0 can
+ * run through a batch's prefill without waiting on a stage that has jitter, at least one
+ * arriving while one is computed, and at most S_MAX_HIDDEN_CREDITS (the memory bound). */
+#define S_MIN_HIDDEN_CREDITS 2
+#define S_MAX_HIDDEN_CREDITS 8
 
 struct pl_exec {
     pl_exec_params_t p;
@@ -57,6 +61,11 @@ struct pl_exec {
     int *ints;
     pl_act_seq_t *seqs_in, *seqs_out;
     double compute_s, wait_s, t_start;
+    /* where else the time went (DONE's stats.overlap) */
+    double compute_cpu_s, buf_wait_s, send_s, sample_s;
+    int mb_in_flight, max_mb_in_flight; /* stage 0: microbatches out, tokens not yet back */
+    double mb_area, mb_t;               /* their integral over time, and its last update */
+    pl_gen_sink_t *sink;                /* the last stage's sampler (skips unsampled heads) */
     double phase_s[2]; /* compute of prefill (step 0) and decode calls */
     uint64_t phase_calls[2];
     uint64_t n_msgs, n_tokens, bytes_sent;
@@ -150,15 +159,45 @@ static pl_status_t s_wait_start(pl_exec_t *x, char **next_p, char **prev_p)
     return pl_error(PL_ERR_CANCELED, "canceled before start");
 }
 
+static double s_thread_cpu(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Between layers of a stage without a progress thread: the data plane moves there. */
+static void s_between_layers(void *arg)
+{
+    pl_ucx_progress(arg);
+}
+
+/* Stage 0: microbatches sent down the ring whose tokens are not back yet, changed by delta. */
+static void s_mb_in_flight(pl_exec_t *x, int delta)
+{
+    double t = pl_now();
+    if (x->mb_t > 0)
+        x->mb_area += x->mb_in_flight * (t - x->mb_t);
+    x->mb_t = t;
+    x->mb_in_flight += delta;
+    x->max_mb_in_flight = PL_MAX(x->max_mb_in_flight, x->mb_in_flight);
+}
+
 /* One forward call from `in` into `out` (x->out, or the payload of the buffer it is sent in). */
 static pl_status_t s_forward(pl_exec_t *x, const pl_act_hdr_t *hdr, const pl_act_seq_t *seqs,
                              const void *in, float *out)
 {
     pl_be_batch_t batch;
-    double t0 = pl_now();
+    double t0 = pl_now(), c0 = s_thread_cpu();
     pl_gen_batch(hdr, seqs, x->ints, &batch);
+    batch.no_logits = x->sink && !pl_gen_sink_wants_logits(x->sink, hdr, seqs);
+    if (x->ucx && !pl_ucx_has_progress(x->ucx)) {
+        batch.between_layers = s_between_layers;
+        batch.between_arg = x->ucx;
+    }
     pl_status_t st = pl_be_stage_forward(x->stage, &batch, in, out);
     double dt = pl_now() - t0;
+    x->compute_cpu_s += s_thread_cpu() - c0;
     x->compute_s += dt;
     atomic_store(&x->busy_us, (unsigned long long)(x->compute_s * 1e6));
     x->phase_s[hdr->step > 0] += dt;
@@ -176,8 +215,10 @@ static pl_status_t s_forward(pl_exec_t *x, const pl_act_hdr_t *hdr, const pl_act
 static pl_status_t s_take(pl_exec_t *x, uint32_t n_seq, void **buf_p, float **out_p)
 {
     size_t cap;
+    double t0 = pl_now();
     pl_status_t st =
         pl_ucx_outbox_get(x->outbox, buf_p, &cap, -1, (const volatile int *)&x->cancel);
+    x->buf_wait_s += pl_now() - t0;
     if (st)
         return st;
     *out_p = x->out;
@@ -211,10 +252,13 @@ static pl_status_t s_send_in(pl_exec_t *x, void *buf, const pl_act_hdr_t *hdr,
     x->n_msgs++;
     x->bytes_sent += len;
     pl_metrics_add(x->p.metrics.link_bytes, x->peer, (double)len);
+    double t1 = pl_now(); /* the credit's wait inside is told apart in s_stats */
     st = pl_ucx_outbox_send(x->outbox,
                             pl_act_tag(hdr->job, (pl_act_kind_t)hdr->kind, hdr->mb, hdr->step), buf,
                             len, -1, (const volatile int *)&x->cancel);
-    pl_trace_add(x->trace, PL_TRACE_SEND, hdr, t0, pl_now());
+    double t2 = pl_now();
+    x->send_s += t2 - t1;
+    pl_trace_add(x->trace, PL_TRACE_SEND, hdr, t0, t2);
     return st;
 }
 
@@ -348,7 +392,9 @@ static pl_status_t s_emit(pl_exec_t *x, pl_gen_sink_t *sink, s_fifo_t *fifo, pl_
     if (st)
         return st;
     int at = (fifo->head + fifo->count) % fifo->cap;
+    double t0 = pl_now();
     st = pl_gen_sink_sample(sink, hdr, seqs, x->out, &fifo->hdr[at], x->seqs_out);
+    x->sample_s += pl_now() - t0;
     if (st)
         return st;
     atomic_store(&x->generated, pl_gen_sink_generated(sink));
@@ -389,6 +435,8 @@ static pl_status_t s_run_first(pl_exec_t *x, pl_gen_sink_t *sink)
         for (int c = 0; c < chunks && !st; c++) {
             pl_gen_feed_prefill(feed, x->p.job_id, mb, c, &hdr, x->seqs_in, x->tokens);
             st = s_emit(x, sink, fq, &hdr, x->seqs_in);
+            if (!st && !fq && c == chunks - 1)
+                s_mb_in_flight(x, 1);
         }
     }
     while (!st && pl_gen_feed_active(feed) > 0) {
@@ -408,6 +456,7 @@ static pl_status_t s_run_first(pl_exec_t *x, pl_gen_sink_t *sink)
             break;
         } else {
             taken = true;
+            s_mb_in_flight(x, -1);
         }
         if (tok.kind != PL_ACT_TOKENS) {
             st = pl_error(PL_ERR_PROTOCOL, "stage 0 expected tokens, got kind %u", tok.kind);
@@ -424,8 +473,11 @@ static pl_status_t s_run_first(pl_exec_t *x, pl_gen_sink_t *sink)
             pl_status_t st2 = s_release(x);
             st = st ? st : st2;
         }
-        if (!st && hdr.n_seq > 0)
+        if (!st && hdr.n_seq > 0) {
             st = s_emit(x, sink, fq, &hdr, dec);
+            if (!st && !fq)
+                s_mb_in_flight(x, 1);
+        }
     }
     if (!st && !fq) {
         hdr = (pl_act_hdr_t){.kind = PL_ACT_STOP, .job = x->p.job_id};
@@ -490,7 +542,9 @@ static pl_status_t s_run_rest(pl_exec_t *x, pl_gen_sink_t *sink)
             st = s_send_in(x, buf, &hdr, x->seqs_in, dst);
             continue;
         }
+        double t0 = pl_now();
         st = pl_gen_sink_sample(sink, &hdr, x->seqs_in, x->out, &out, x->seqs_out);
+        x->sample_s += pl_now() - t0;
         atomic_store(&x->generated, pl_gen_sink_generated(sink));
         s_stream_text(x, sink);
         if (!st && out.n_seq > 0) { /* none after an earlier prefill chunk */
@@ -519,6 +573,16 @@ static void s_stats(pl_exec_t *x, pl_gen_sink_t *sink, pl_msg_stats_t *s)
         s->generated = (int64_t)pl_gen_sink_generated(sink);
         s->prefill_s = pf > 0 ? pf - x->t_start : wall;
     }
+    s->has_overlap = true;
+    s->compute_cpu_s = x->compute_cpu_s;
+    s->buf_wait_s = x->buf_wait_s;
+    s->sample_s = x->sample_s;
+    s->send_s = x->send_s;
+    s->max_mb_in_flight = x->max_mb_in_flight;
+    if (x->mb_t > 0) {
+        s_mb_in_flight(x, 0);
+        s->avg_mb_in_flight = wall > 0 ? x->mb_area / wall : 0;
+    }
     snprintf(s->wire_dtype, sizeof(s->wire_dtype), "%s", pl_act_dtype_name(x->job.wire_dtype));
     if (x->next)
         snprintf(s->link, sizeof(s->link), "%s", pl_ucx_ep_transport(x->next));
@@ -529,6 +593,9 @@ static void s_stats(pl_exec_t *x, pl_gen_sink_t *sink, pl_msg_stats_t *s)
         pl_ucx_outbox_stats_t os;
         pl_ucx_ep_credit_stats(x->next, &cs);
         pl_ucx_outbox_stats(x->outbox, &os);
+        s->credit_waits = cs.waits;
+        s->credit_wait_s = cs.wait_s;
+        s->send_s = PL_MAX(0.0, x->send_s - cs.wait_s);
         size_t in_bytes = pl_ucx_inbox_bytes(x->inbox);
         s->has_data_plane = true;
         s->data_plane = (pl_msg_data_plane_t){
@@ -553,7 +620,9 @@ static pl_status_t s_data_plane(pl_exec_t *x)
     pl_act_hdr_t tokens = {.kind = PL_ACT_TOKENS, .n_seq = x->limits.max_seq,
                            .n_tokens = x->limits.max_seq};
     bool first = x->p.stage == 0, last = x->p.stage == x->p.n_stages - 1;
-    const char *pt = getenv("PL_UCX_PROGRESS_THREAD"); /* "0": progress in calls only */
+    const char *pt = getenv("PL_UCX_PROGRESS_THREAD"); /* "0": progress between layers */
+    int hidden_credits =
+        PL_MAX(S_MIN_HIDDEN_CREDITS, PL_MIN(x->job.microbatches, S_MAX_HIDDEN_CREDITS));
     pl_status_t st;
 
     x->out_max = pl_act_size(last ? &tokens : &hidden);
@@ -561,13 +630,12 @@ static pl_status_t s_data_plane(pl_exec_t *x)
     if ((st = pl_ucx_inbox_create(x->ucx, x->prev, pl_act_tag_job(x->p.job_id),
                                   PL_ACT_TAG_DATA_MASK, pl_act_tag_credit(x->p.job_id),
                                   pl_act_size(first ? &tokens : &hidden),
-                                  first ? x->job.microbatches : S_HIDDEN_CREDITS, &x->inbox)))
+                                  first ? x->job.microbatches : hidden_credits, &x->inbox)))
         return st;
     /* One send buffer per credit the next stage's inbox grants (the rule above), and one to
      * compute into while those are in flight. */
-    if ((st =
-             pl_ucx_outbox_create(x->ucx, x->next, x->out_max,
-                                  (last ? x->job.microbatches : S_HIDDEN_CREDITS) + 1, &x->outbox)))
+    if ((st = pl_ucx_outbox_create(x->ucx, x->next, x->out_max,
+                                   (last ? x->job.microbatches : hidden_credits) + 1, &x->outbox)))
         return st;
     if (!(pt && strcmp(pt, "0") == 0) && (st = pl_ucx_progress_start(x->ucx)))
         return st;
@@ -643,6 +711,7 @@ static void *s_thread(void *arg)
     }
     if (last && (st = pl_gen_sink_create(&x->job, x->vocab, &sink)))
         goto fail;
+    x->sink = sink;
     x->t_start = pl_now();
     pl_log_info("job %u stage %d: running layers %d-%d%s", x->p.job_id, x->p.stage,
                 x->p.first_layer, x->p.last_layer,
@@ -680,6 +749,7 @@ out:
     free(addr);
     free(next);
     free(prev);
+    x->sink = NULL;
     pl_gen_sink_destroy(&sink);
     if (x->ucx && x->next)
         pl_ucx_flush(x->ucx, 1000);
