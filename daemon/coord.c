@@ -6,6 +6,7 @@
 #include "common/util.h"
 #include "daemon/coord_int.h"
 #include "daemon/front.h"
+#include "daemon/serve_api.h"
 #include "pipeline/trace.h"
 
 #include <stdarg.h>
@@ -346,7 +347,14 @@ pl_status_t pl_coord_serve(const pl_cfg_cluster_t *cfg, const char *state_db, bo
     /* the state first: no message is taken before the jobs and counters are back */
     if (state_db && ((st = pl_coord_store_open(state_db, &c.store)) || (st = pl_coord_restore(&c))))
         goto out;
-    if ((st = pl_front_start(&cfg->http, NULL, 0, &front)) ||
+    /* the OpenAI API joins the front when coordinator.http is configured */
+    pl_http_route_t api_routes[PL_SERVE_API_N_ROUTES];
+    int n_api = 0;
+    if (cfg->http.port && (st = pl_serve_api_new(&cfg->http, c.hub, &c.serve_api)))
+        goto out;
+    if (c.serve_api)
+        n_api = pl_serve_api_routes(c.serve_api, api_routes);
+    if ((st = pl_front_start(&cfg->http, api_routes, n_api, &front)) ||
         (st = pl_coord_metrics_init(&c, pl_front_metrics(front))))
         goto out;
 
@@ -396,6 +404,7 @@ pl_status_t pl_coord_serve(const pl_cfg_cluster_t *cfg, const char *state_db, bo
         usleep(200 * 1000);
 out:
     pl_front_stop(&front); /* its threads read nothing of c, but stop them first all the same */
+    pl_serve_api_destroy(&c.serve_api); /* no HTTP thread uses it now */
     for (int i = 0; i < c.n_jobs; i++)
         pl_coord_job_free(c.jobs[i]);
     free(c.jobs);

@@ -135,6 +135,7 @@ typedef struct {
     int n_jobs, cap_jobs;
     uint32_t next_job, next_epoch; /* persisted: never repeat */
     pl_coord_store_t *store;
+    struct pl_serve_api *serve_api; /* the OpenAI routes on the HTTP front (daemon/serve_api.h) */
     bool shutdown;
     pl_tx_zap_t *zap;  /* NULL when insecure */
     bool insecure;     /* security.insecure: no authentication, every peer may do everything */

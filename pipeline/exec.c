@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 /* Longest wait for the coordinator's release after DONE. */
@@ -123,6 +124,16 @@ static void s_stats(pl_exec_t *x, pl_gen_sink_t *sink, pl_msg_stats_t *s)
         s->generated = (int64_t)pl_gen_sink_generated(sink);
         s->prefill_s = pf > 0 ? pf - x->t_start : wall;
     }
+    s->has_overlap = true;
+    s->compute_cpu_s = x->compute_cpu_s;
+    s->buf_wait_s = x->buf_wait_s;
+    s->sample_s = x->sample_s;
+    s->send_s = x->send_s;
+    s->max_mb_in_flight = x->max_mb_in_flight;
+    if (x->mb_t > 0) {
+        pl_exec_mb_in_flight(x, 0);
+        s->avg_mb_in_flight = wall > 0 ? x->mb_area / wall : 0;
+    }
     snprintf(s->wire_dtype, sizeof(s->wire_dtype), "%s", pl_act_dtype_name(x->job.wire_dtype));
     if (x->next)
         snprintf(s->link, sizeof(s->link), "%s", pl_ucx_ep_transport(x->next));
@@ -133,6 +144,9 @@ static void s_stats(pl_exec_t *x, pl_gen_sink_t *sink, pl_msg_stats_t *s)
         pl_ucx_outbox_stats_t os;
         pl_ucx_ep_credit_stats(x->next, &cs);
         pl_ucx_outbox_stats(x->outbox, &os);
+        s->credit_waits = cs.waits;
+        s->credit_wait_s = cs.wait_s;
+        s->send_s = PL_MAX(0.0, x->send_s - cs.wait_s);
         size_t in_bytes = pl_ucx_inbox_bytes(x->inbox);
         s->has_data_plane = true;
         s->data_plane = (pl_msg_data_plane_t){
@@ -157,7 +171,9 @@ static pl_status_t s_data_plane(pl_exec_t *x)
     pl_act_hdr_t tokens = {.kind = PL_ACT_TOKENS, .n_seq = x->limits.max_seq,
                            .n_tokens = x->limits.max_seq};
     bool first = x->p.stage == 0, last = x->p.stage == x->p.n_stages - 1;
-    const char *pt = getenv("PL_UCX_PROGRESS_THREAD"); /* "0": progress in calls only */
+    const char *pt = getenv("PL_UCX_PROGRESS_THREAD"); /* "0": progress between layers */
+    int hidden_credits =
+        PL_MAX(PL_EXEC_MIN_HIDDEN_CREDITS, PL_MIN(x->job.microbatches, PL_EXEC_MAX_HIDDEN_CREDITS));
     pl_status_t st;
 
     x->out_max = pl_act_size(last ? &tokens : &hidden);
@@ -165,13 +181,12 @@ static pl_status_t s_data_plane(pl_exec_t *x)
     if ((st = pl_ucx_inbox_create(x->ucx, x->prev, pl_act_tag_job(x->p.job_id),
                                   PL_ACT_TAG_DATA_MASK, pl_act_tag_credit(x->p.job_id),
                                   pl_act_size(first ? &tokens : &hidden),
-                                  first ? x->job.microbatches : PL_EXEC_HIDDEN_CREDITS, &x->inbox)))
+                                  first ? x->job.microbatches : hidden_credits, &x->inbox)))
         return st;
     /* One send buffer per credit the next stage's inbox grants (the rule above), and one to
      * compute into while those are in flight. */
-    if ((st =
-             pl_ucx_outbox_create(x->ucx, x->next, x->out_max,
-                                  (last ? x->job.microbatches : PL_EXEC_HIDDEN_CREDITS) + 1, &x->outbox)))
+    if ((st = pl_ucx_outbox_create(x->ucx, x->next, x->out_max,
+                                   (last ? x->job.microbatches : hidden_credits) + 1, &x->outbox)))
         return st;
     if (!(pt && strcmp(pt, "0") == 0) && (st = pl_ucx_progress_start(x->ucx)))
         return st;
@@ -247,6 +262,7 @@ static void *s_thread(void *arg)
     }
     if (last && (st = pl_gen_sink_create(&x->job, x->vocab, &sink)))
         goto fail;
+    x->sink = sink;
     x->t_start = pl_now();
     pl_log_info("job %u stage %d: running layers %d-%d%s", x->p.job_id, x->p.stage,
                 x->p.first_layer, x->p.last_layer,
@@ -284,6 +300,7 @@ out:
     free(addr);
     free(next);
     free(prev);
+    x->sink = NULL;
     pl_gen_sink_destroy(&sink);
     if (x->ucx && x->next)
         pl_ucx_flush(x->ucx, 1000);

@@ -26,7 +26,9 @@ static pl_status_t s_emit(pl_exec_t *x, pl_gen_sink_t *sink, s_fifo_t *fifo, pl_
     if (st)
         return st;
     int at = (fifo->head + fifo->count) % fifo->cap;
+    double t0 = pl_now();
     st = pl_gen_sink_sample(sink, hdr, seqs, x->out, &fifo->hdr[at], x->seqs_out);
+    x->sample_s += pl_now() - t0;
     if (st)
         return st;
     atomic_store(&x->generated, pl_gen_sink_generated(sink));
@@ -77,8 +79,11 @@ static pl_status_t s_fill(pl_exec_t *x, pl_gen_sink_t *sink, s_fifo_t *fq, pl_ba
         pl_status_t st = s_emit(x, sink, fq, &hdr, x->seqs_in);
         if (st)
             return st;
-        if (mb.awaits)
+        if (mb.awaits) {
             steps[mb.lane]++;
+            if (!fq)
+                pl_exec_mb_in_flight(x, 1);
+        }
     }
     return PL_OK;
 }
@@ -132,6 +137,7 @@ pl_status_t pl_exec_run_first(pl_exec_t *x, pl_gen_sink_t *sink)
             break;
         } else {
             taken = true;
+            pl_exec_mb_in_flight(x, -1);
         }
         if (tok.kind != PL_ACT_TOKENS) {
             st = pl_error(PL_ERR_PROTOCOL, "stage 0 expected tokens, got kind %u", tok.kind);

@@ -12,8 +12,11 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 
-/* Receive slots (credits) of a link carrying activations: one arriving while one is computed. */
-#define PL_EXEC_HIDDEN_CREDITS 2
+/* Receive slots (credits) of a link carrying activations: one per microbatch, so stage 0 can
+ * run through a batch's prefill without waiting on a stage that has jitter, at least one
+ * arriving while one is computed, and at most PL_EXEC_MAX_HIDDEN_CREDITS (the memory bound). */
+#define PL_EXEC_MIN_HIDDEN_CREDITS 2
+#define PL_EXEC_MAX_HIDDEN_CREDITS 8
 
 struct pl_exec {
     pl_exec_params_t p;
@@ -49,6 +52,11 @@ struct pl_exec {
     int *ints;
     pl_act_seq_t *seqs_in, *seqs_out;
     double compute_s, wait_s, t_start;
+    /* where else the time went (DONE's stats.overlap) */
+    double compute_cpu_s, buf_wait_s, send_s, sample_s;
+    int mb_in_flight, max_mb_in_flight; /* stage 0: microbatches out, tokens not yet back */
+    double mb_area, mb_t;               /* their integral over time, and its last update */
+    pl_gen_sink_t *sink;                /* the last stage's sampler (skips unsampled heads) */
     double phase_s[2]; /* compute of prefill (step 0) and decode calls */
     uint64_t phase_calls[2];
     uint64_t n_msgs, n_tokens, bytes_sent;
@@ -87,6 +95,8 @@ uint32_t pl_exec_free_finished(pl_exec_t *x, const pl_act_hdr_t *hdr, const pl_a
 /* Whether finished-sequence notices go on from this stage (stages before the one ahead of the
  * last). */
 bool pl_exec_notice_onward(const pl_exec_t *x);
+/* Stage 0: microbatches sent down the ring whose tokens are not back yet, changed by delta. */
+void pl_exec_mb_in_flight(pl_exec_t *x, int delta);
 /* A one-prompt text job's stable completion into the copy the node streams (pl_exec_text). */
 void pl_exec_stream_text(pl_exec_t *x, const pl_gen_sink_t *sink);
 

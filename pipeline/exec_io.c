@@ -7,16 +7,46 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+static double s_thread_cpu(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Between layers of a stage without a progress thread: the data plane moves there. */
+static void s_between_layers(void *arg)
+{
+    pl_ucx_progress(arg);
+}
+
+void pl_exec_mb_in_flight(pl_exec_t *x, int delta)
+{
+    double t = pl_now();
+    if (x->mb_t > 0)
+        x->mb_area += x->mb_in_flight * (t - x->mb_t);
+    x->mb_t = t;
+    x->mb_in_flight += delta;
+    x->max_mb_in_flight = PL_MAX(x->max_mb_in_flight, x->mb_in_flight);
+}
 
 /* One forward call from `in` into `out` (x->out, or the payload of the buffer it is sent in). */
 pl_status_t pl_exec_forward(pl_exec_t *x, const pl_act_hdr_t *hdr, const pl_act_seq_t *seqs,
                              const void *in, float *out)
 {
     pl_be_batch_t batch;
-    double t0 = pl_now();
+    double t0 = pl_now(), c0 = s_thread_cpu();
     pl_gen_batch(hdr, seqs, x->ints, &batch);
+    batch.no_logits = x->sink && !pl_gen_sink_wants_logits(x->sink, hdr, seqs);
+    if (x->ucx && !pl_ucx_has_progress(x->ucx)) {
+        batch.between_layers = s_between_layers;
+        batch.between_arg = x->ucx;
+    }
     pl_status_t st = pl_be_stage_forward(x->stage, &batch, in, out);
     double dt = pl_now() - t0;
+    x->compute_cpu_s += s_thread_cpu() - c0;
     x->compute_s += dt;
     atomic_store(&x->busy_us, (unsigned long long)(x->compute_s * 1e6));
     x->phase_s[hdr->step > 0] += dt;
@@ -34,8 +64,10 @@ pl_status_t pl_exec_forward(pl_exec_t *x, const pl_act_hdr_t *hdr, const pl_act_
 pl_status_t pl_exec_take(pl_exec_t *x, uint32_t n_seq, void **buf_p, float **out_p)
 {
     size_t cap;
+    double t0 = pl_now();
     pl_status_t st =
         pl_ucx_outbox_get(x->outbox, buf_p, &cap, -1, (const volatile int *)&x->cancel);
+    x->buf_wait_s += pl_now() - t0;
     if (st)
         return st;
     *out_p = x->out;
@@ -69,10 +101,13 @@ pl_status_t pl_exec_send_in(pl_exec_t *x, void *buf, const pl_act_hdr_t *hdr,
     x->n_msgs++;
     x->bytes_sent += len;
     pl_metrics_add(x->p.metrics.link_bytes, x->peer, (double)len);
+    double t1 = pl_now(); /* the credit's wait inside is told apart in s_stats */
     st = pl_ucx_outbox_send(x->outbox,
                             pl_act_tag(hdr->job, (pl_act_kind_t)hdr->kind, hdr->mb, hdr->step), buf,
                             len, -1, (const volatile int *)&x->cancel);
-    pl_trace_add(x->trace, PL_TRACE_SEND, hdr, t0, pl_now());
+    double t2 = pl_now();
+    x->send_s += t2 - t1;
+    pl_trace_add(x->trace, PL_TRACE_SEND, hdr, t0, t2);
     return st;
 }
 

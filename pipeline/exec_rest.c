@@ -58,7 +58,9 @@ pl_status_t pl_exec_run_rest(pl_exec_t *x, pl_gen_sink_t *sink)
             st = pl_exec_send_in(x, buf, &hdr, x->seqs_in, dst);
             continue;
         }
+        double t0 = pl_now();
         st = pl_gen_sink_sample(sink, &hdr, x->seqs_in, x->out, &out, x->seqs_out);
+        x->sample_s += pl_now() - t0;
         atomic_store(&x->generated, pl_gen_sink_generated(sink));
         pl_exec_stream_text(x, sink);
         if (!st && out.n_seq > 0) { /* none after an earlier prefill chunk */

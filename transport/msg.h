@@ -162,6 +162,16 @@ typedef struct {
     int64_t bytes_sent; /* data-plane bytes this stage sent */
     char wire_dtype[8]; /* how its activations travelled ("f32", "bf16", "f16"); "" unknown */
     char link[64]; /* transport to the next stage; "" when none */
+    /* Where the stage's wall time went besides compute_s (wait_s: waiting for its input) */
+    bool has_overlap;
+    double compute_cpu_s;     /* the forward calls' CPU time: below compute_s when others ran */
+    double buf_wait_s;        /* waiting for a free send buffer */
+    double credit_wait_s;     /* waiting for the next stage's credit */
+    double send_s;            /* the rest of the sends (encoding, posting) */
+    double sample_s;          /* the last stage's sampling */
+    int64_t credit_waits;     /* sends that found no credit */
+    int64_t max_mb_in_flight; /* stage 0: most microbatches sent whose tokens were not back */
+    double avg_mb_in_flight;  /* stage 0: their time average */
     bool has_data_plane;
     pl_msg_data_plane_t data_plane;
     bool has_probe;
