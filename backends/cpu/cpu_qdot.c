@@ -43,6 +43,12 @@ size_t pl_cpu_qact_bytes(pl_wtype_t wt, int64_t n)
 
 void pl_cpu_qact_quantize(pl_wtype_t wt, const float *x, int64_t n, void *qx)
 {
+#if defined(__x86_64__)
+    if (pl_cpu_isa() >= PL_CPU_ISA_AVX2) {
+        pl_cpu_qact_quantize_avx2(wt, x, n, qx);
+        return;
+    }
+#endif
     if (wt == PL_WT_Q8_0 || wt == PL_WT_Q4_0) {
         pl_q8_act_t *a = qx;
         for (int64_t b = 0; b < n / PL_QK8_0; b++)

@@ -81,6 +81,9 @@ float pl_cpu_q4_0_dot_avx2(const void *w, const void *qx, int64_t n);
 float pl_cpu_q4_k_dot_avx2(const void *w, const void *qx, int64_t n);
 float pl_cpu_q5_k_dot_avx2(const void *w, const void *qx, int64_t n);
 
+/* Internal: pl_cpu_qact_quantize with AVX2, bitwise the same bytes. */
+void pl_cpu_qact_quantize_avx2(pl_wtype_t wt, const float *x, int64_t n, void *qx);
+
 /* Internal: the per-ISA tables (cpu_qdot.c, cpu_qdot_avx2.c, cpu_qdot_avx512.c). */
 extern const pl_cpu_qdot_table_t pl_cpu_qdot_scalar;
 extern const pl_cpu_qdot_table_t pl_cpu_qdot_avx2;

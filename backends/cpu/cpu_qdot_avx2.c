@@ -204,6 +204,57 @@ static float s_q6_k(const void *w, const void *qx, int64_t n)
     return sum;
 }
 
+/* ---- the activation quantizer: bitwise the scalar one (the same max, the same division and
+ * reciprocal, round-to-nearest-even as lrintf, the same clamp) ---- */
+
+/* n (a multiple of 32) values x as int8 quants at scale d = amax / 127 into qs; *d_p = d. */
+static void s_quant_block(const float *x, int n, float *d_p, int8_t *qs)
+{
+    const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    __m256 mx = _mm256_setzero_ps();
+    for (int i = 0; i < n; i += 8) /* max(|x|, acc): a NaN x leaves acc, as fmaxf does */
+        mx = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(x + i), abs_mask), mx);
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    float amax = _mm_cvtss_f32(m4), d = amax / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
+    const __m256 vid = _mm256_set1_ps(id);
+    const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for (int i = 0; i < n; i += 32) {
+        __m256i q0 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + i), vid));
+        __m256i q1 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + i + 8), vid));
+        __m256i q2 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + i + 16), vid));
+        __m256i q3 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + i + 24), vid));
+        __m256i q = _mm256_packs_epi16(_mm256_packs_epi32(q0, q1), _mm256_packs_epi32(q2, q3));
+        q = _mm256_max_epi8(_mm256_permutevar8x32_epi32(q, perm), _mm256_set1_epi8(-127));
+        _mm256_storeu_si256((__m256i *)(qs + i), q);
+    }
+    *d_p = d;
+}
+
+void pl_cpu_qact_quantize_avx2(pl_wtype_t wt, const float *x, int64_t n, void *qx)
+{
+    if (wt == PL_WT_Q8_0 || wt == PL_WT_Q4_0) {
+        pl_q8_act_t *a = qx;
+        for (int64_t b = 0; b < n / PL_QK8_0; b++)
+            s_quant_block(x + b * PL_QK8_0, PL_QK8_0, &a[b].d, a[b].qs);
+        return;
+    }
+    pl_q8k_act_t *a = qx;
+    const __m256i one8 = _mm256_set1_epi8(1), one16 = _mm256_set1_epi16(1);
+    for (int64_t b = 0; b < n / PL_QK_K; b++) {
+        s_quant_block(x + b * PL_QK_K, PL_QK_K, &a[b].d, a[b].qs);
+        for (int j = 0; j < PL_QK_K; j += 32) { /* two sums of 16 per 32 quants */
+            __m256i q = _mm256_loadu_si256((const __m256i *)(a[b].qs + j));
+            __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(one8, q), one16);
+            s = _mm256_hadd_epi32(s, s);
+            s = _mm256_hadd_epi32(s, s);
+            a[b].bsums[j / 16] = (int16_t)_mm256_cvtsi256_si32(s);
+            a[b].bsums[j / 16 + 1] = (int16_t)_mm_cvtsi128_si32(_mm256_extracti128_si256(s, 1));
+        }
+    }
+}
+
 const pl_cpu_qdot_table_t pl_cpu_qdot_avx2 = {pl_cpu_q8_0_dot_avx2, pl_cpu_q4_0_dot_avx2,
                                               pl_cpu_q4_k_dot_avx2, pl_cpu_q5_k_dot_avx2, s_q6_k};
 #pragma GCC pop_options
