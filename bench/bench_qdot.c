@@ -1,5 +1,6 @@
 /* bench_qdot: decode-shaped products (one activation row) on weights as stored, per weight type,
- * as weight bytes streamed per second beside the machine's best streaming read, in wall and CPU time. */
+ * as weight bytes streamed per second beside the machine's best streaming read, in wall and CPU
+ * time. */
 /* the references this file does not use (sgemm, CPU accounting) are static in the header */
 #pragma GCC diagnostic ignored "-Wunused-function"
 #include "bench/bench_ref.h"
@@ -12,7 +13,7 @@
 #include <getopt.h>
 #include <time.h>
 
-#define S_BYTES (768ull << 20) /* per matrix: well past a 300 MB last-level cache */
+#define S_BYTES (768ull << 20)  /* per matrix: well past a 300 MB last-level cache */
 #define S_L2_BYTES (1ull << 20) /* --cached: a matrix that stays in a 2 MB L2 */
 #define S_K 4096
 
@@ -55,10 +56,11 @@ static void s_keep(s_best_t *b, double wall, double cpu)
 
 static int s_usage(FILE *f, int rc)
 {
-    fprintf(f, "usage: bench_qdot [--isa scalar|avx2|avx512] [--types q4_k,q8_0,...] "
-               "[--threads 1,2] [--reps N] [--cached]\n"
-               "  --cached  a 1 MiB matrix called over and over: the kernel's compute rate, which\n"
-               "            must sit well above the read reference for decode to be memory-bound\n");
+    fprintf(f,
+            "usage: bench_qdot [--isa scalar|avx2|avx512] [--types q4_k,q8_0,...] "
+            "[--threads 1,2] [--reps N] [--cached]\n"
+            "  --cached  a 1 MiB matrix called over and over: the kernel's compute rate, which\n"
+            "            must sit well above the read reference for decode to be memory-bound\n");
     return rc;
 }
 
@@ -106,10 +108,16 @@ int main(int argc, char **argv)
                 threads[n_thr++] = atoi(tok);
             }
             break;
-        case 'r': reps = PL_MAX(1, atoi(optarg)); break;
-        case 'c': cached = true; break;
-        case 'h': return s_usage(stdout, 0);
-        default: return s_usage(stderr, 2);
+        case 'r':
+            reps = PL_MAX(1, atoi(optarg));
+            break;
+        case 'c':
+            cached = true;
+            break;
+        case 'h':
+            return s_usage(stdout, 0);
+        default:
+            return s_usage(stderr, 2);
         }
     }
     size_t bytes = cached ? S_L2_BYTES : S_BYTES, ref_bytes = PL_MAX(S_BYTES, 4 * s_llc_bytes());
@@ -129,8 +137,9 @@ int main(int argc, char **argv)
     getloadavg(load, 3);
     printf("bench_qdot: k = %d, %llu KiB of weights per type%s, best of %d; kernels: %s; "
            "load average %.2f %.2f %.2f\n",
-           S_K, (unsigned long long)(bytes >> 10), cached ? " (L2-resident, called 64 times per rep)" : "",
-           reps, pl_cpu_isa_name(pl_cpu_isa()), load[0], load[1], load[2]);
+           S_K, (unsigned long long)(bytes >> 10),
+           cached ? " (L2-resident, called 64 times per rep)" : "", reps,
+           pl_cpu_isa_name(pl_cpu_isa()), load[0], load[1], load[2]);
     printf("reference: %s over %zu MB, timed in the same rounds as each product; wall and CPU "
            "time (process CPU seconds / threads), best of each\n\n",
            s_read_names[kind], ref_bytes >> 20);
