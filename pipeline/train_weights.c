@@ -41,6 +41,36 @@ pl_status_t pl_train_cfg_from_model(const pl_model_config_t *mc, int seq_len, in
     return PL_OK;
 }
 
+pl_status_t pl_train_cfg_from_job(const pl_cfg_train_t *job, const pl_model_config_t *mc,
+                                  double *inv_freq, pl_train_local_cfg_t *cfg)
+{
+    if (job->micro_batch < 1 || job->global_batch % job->micro_batch)
+        return pl_error(PL_ERR_INVALID, "training: global_batch %d is not a multiple of "
+                                        "micro_batch %d",
+                        job->global_batch, job->micro_batch);
+    pl_train_local_cfg_t c = {0};
+    pl_status_t rc = pl_train_cfg_from_model(mc, job->seq_len,
+                                             job->global_batch / job->micro_batch, inv_freq, &c);
+    if (rc != PL_OK)
+        return rc;
+    const pl_cfg_train_opt_t *o = &job->opt;
+    bool constant = !strcmp(o->lr_schedule, "constant");
+    c.recompute = job->recompute;
+    c.opt = (pl_adamw_cfg_t){.lr = o->lr,
+                             .min_lr = constant ? o->lr : o->min_lr,
+                             .warmup_steps = o->warmup_steps,
+                             .total_steps = job->steps,
+                             .beta1 = o->beta1,
+                             .beta2 = o->beta2,
+                             .eps = o->eps,
+                             .weight_decay = o->weight_decay,
+                             .clip_norm = o->clip_norm};
+    if ((rc = pl_adamw_cfg_check(&c.opt)) != PL_OK)
+        return rc;
+    *cfg = c;
+    return PL_OK;
+}
+
 void pl_train_master_destroy(pl_train_master_t **tm_p)
 {
     if (!tm_p || !*tm_p)

@@ -3,6 +3,7 @@
 #ifndef PL_PIPELINE_TRAIN_WEIGHTS_H
 #define PL_PIPELINE_TRAIN_WEIGHTS_H
 
+#include "common/config_train.h"
 #include "model/model.h"
 #include "pipeline/train_local.h"
 
@@ -12,6 +13,12 @@
  * norms, a sliding window shorter than seq_len); PL_ERR_RANGE when seq_len exceeds max_pos. */
 pl_status_t pl_train_cfg_from_model(const pl_model_config_t *mc, int seq_len, int n_mb,
                                     double *inv_freq, pl_train_local_cfg_t *cfg);
+
+/* The whole trainer config of a training job file on this model: the shape as above with
+ * seq_len, global_batch / micro_batch microbatches and recompute from the file, and AdamW from
+ * its optimizer section (total_steps = steps; lr_schedule constant: min_lr = lr), checked. */
+pl_status_t pl_train_cfg_from_job(const pl_cfg_train_t *job, const pl_model_config_t *mc,
+                                  double *inv_freq, pl_train_local_cfg_t *cfg);
 
 typedef struct pl_train_master pl_train_master_t;
 

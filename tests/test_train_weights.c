@@ -197,3 +197,42 @@ Test(train_weights, refuses_what_the_trainer_lacks)
     cr_assert_eq(pl_train_master_random(&c, 1, 1, 3, false, true, &t), PL_ERR_INVALID);
     cr_assert_null(t);
 }
+
+Test(train_weights, job_file_gives_the_trainer_config)
+{
+    static const char yaml[] = "model: m\ndata: {tokens: d}\nseq_len: 16\nglobal_batch: 6\n"
+                               "steps: 40\nrecompute: true\n"
+                               "optimizer: {lr: 0.02, min_lr: 0.002, warmup_steps: 4, "
+                               "beta1: 0.8, beta2: 0.95, eps: 1.0e-6, weight_decay: 0.1, "
+                               "clip_norm: 2}\n";
+    pl_cfg_train_t job;
+    cr_assert_eq(pl_cfg_train_parse(yaml, strlen(yaml), "t.yaml", NULL, &job), PL_OK, "%s",
+                 pl_error_msg());
+    pl_model_config_t mc = {.family = PL_FAMILY_LLAMA, .hidden = 16, .intermediate = 32,
+                            .n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .head_dim = 4,
+                            .vocab = 12, .max_pos = 32, .rms_eps = 1e-5f, .rope_theta = 1e4f};
+    double inv[2];
+    pl_train_local_cfg_t c;
+    cr_assert_eq(pl_train_cfg_from_job(&job, &mc, inv, &c), PL_OK, "%s", pl_error_msg());
+    cr_assert_eq(c.seq_len, 16);
+    cr_assert_eq(c.n_mb, 6);
+    cr_assert(c.recompute);
+    cr_assert_eq(c.n_layers, 2);
+    cr_assert_eq(c.opt.lr, 0.02f);
+    cr_assert_eq(c.opt.min_lr, 0.002f);
+    cr_assert_eq(c.opt.warmup_steps, 4);
+    cr_assert_eq(c.opt.total_steps, 40);
+    cr_assert_eq(c.opt.beta1, 0.8f);
+    cr_assert_eq(c.opt.beta2, 0.95f);
+    cr_assert_eq(c.opt.eps, 1e-6f);
+    cr_assert_eq(c.opt.weight_decay, 0.1f);
+    cr_assert_eq(c.opt.clip_norm, 2.0f);
+    /* constant: the learning rate stays at lr after the warmup */
+    snprintf(job.opt.lr_schedule, sizeof(job.opt.lr_schedule), "constant");
+    cr_assert_eq(pl_train_cfg_from_job(&job, &mc, inv, &c), PL_OK);
+    cr_assert_eq(c.opt.min_lr, 0.02f);
+    cr_assert_float_eq(pl_adamw_lr(&c.opt, 39), 0.02, 1e-9);
+    /* the model's limits still hold */
+    job.seq_len = 33;
+    cr_assert_eq(pl_train_cfg_from_job(&job, &mc, inv, &c), PL_ERR_RANGE);
+}
