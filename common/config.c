@@ -152,28 +152,3 @@ pl_status_t pl_cfg_http_parse(const char *text, const char *origin, pl_cfg_http_
         out->max_body_kb = 1024;
     return PL_OK;
 }
-
-bool pl_cfg_path_resolve(char *value, size_t size, void *user, char *err, size_t err_len)
-{
-    const char *base_dir = user;
-    char *joined;
-    int n;
-
-    if (!base_dir || !base_dir[0] || value[0] == '/')
-        return true;
-    joined = malloc(size);
-    if (!joined) {
-        snprintf(err, err_len, "out of memory");
-        return false;
-    }
-    n = snprintf(joined, size, "%s/%s", base_dir, value);
-    if (n < 0 || (size_t)n >= size) {
-        snprintf(err, err_len, "path is longer than %zu bytes once joined to '%.200s'", size - 1,
-                 base_dir);
-        free(joined);
-        return false;
-    }
-    memcpy(value, joined, (size_t)n + 1);
-    free(joined);
-    return true;
-}

@@ -11,6 +11,31 @@
 #include <stdlib.h>
 #include <string.h>
 
+bool pl_cfg_path_resolve(char *value, size_t size, void *user, char *err, size_t err_len)
+{
+    const char *base_dir = user;
+    char *joined;
+    int n;
+
+    if (!base_dir || !base_dir[0] || value[0] == '/')
+        return true;
+    joined = malloc(size);
+    if (!joined) {
+        snprintf(err, err_len, "out of memory");
+        return false;
+    }
+    n = snprintf(joined, size, "%s/%s", base_dir, value);
+    if (n < 0 || (size_t)n >= size) {
+        snprintf(err, err_len, "path is longer than %zu bytes once joined to '%.200s'", size - 1,
+                 base_dir);
+        free(joined);
+        return false;
+    }
+    memcpy(value, joined, (size_t)n + 1);
+    free(joined);
+    return true;
+}
+
 static const pl_ys_field_t s_stop_elem = {.type = PL_YS_STR, .size = PL_JOB_STOP_MAX + 1};
 
 /* model/chat_template.h's family names (common/ cannot include model/). */
