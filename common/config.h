@@ -155,6 +155,24 @@ typedef struct {
     char nodes[PL_CFG_MAX_NODES][PL_CFG_NAME_MAX + 1];
 } pl_cfg_job_t;
 
+/* A deployment file (pipectl serve): a model kept loaded on planned stages for requests. */
+#define PL_CFG_DEPLOY_MAX_SLOTS 4096
+#define PL_CFG_DEPLOY_MAX_QUEUE 65536
+typedef struct {
+    char name[PL_CFG_NAME_MAX + 1]; /* required; what requests name (the OpenAI "model") */
+    char model[PATH_MAX];           /* required; resolved against the file's directory */
+    int stages;                     /* as a job's: default 0, every live node */
+    char planner[16];               /* as a job's: "auto" (default), "optimal", "even" */
+    int n_nodes;                    /* placement.nodes, as a job's */
+    char nodes[PL_CFG_MAX_NODES][PL_CFG_NAME_MAX + 1];
+    int microbatches;               /* in flight; default 0: as many as stages */
+    int kv_slots;    /* sequences each stage holds (fewer if memory is short); default 16 */
+    int max_queue;   /* requests waiting for a slot at most, beyond: 429; default 64 */
+    int max_tokens;  /* cap of a request's max_tokens; default 512 */
+    int step_tokens; /* tokens of one microbatch at most (prefill chunks + decode); default 256 */
+    char wire_dtype[8]; /* as a job's: "f32" (default), "bf16", "f16" */
+} pl_cfg_deploy_t;
+
 /* Load from a path (errors carry path:line:col) or from text (errors carry `origin`). */
 pl_status_t pl_cfg_cluster_load(const char *path, pl_cfg_cluster_t *out);
 pl_status_t pl_cfg_cluster_parse(const char *text, size_t len, const char *origin,
@@ -166,6 +184,11 @@ pl_status_t pl_cfg_node_parse(const char *text, size_t len, const char *origin,
 pl_status_t pl_cfg_job_load(const char *path, pl_cfg_job_t *out);
 pl_status_t pl_cfg_job_parse(const char *text, size_t len, const char *origin,
                              const char *base_dir, pl_cfg_job_t *out);
+
+/* Relative model paths are resolved against `base_dir` (the file's directory). */
+pl_status_t pl_cfg_deploy_load(const char *path, pl_cfg_deploy_t *out);
+pl_status_t pl_cfg_deploy_parse(const char *text, size_t len, const char *origin,
+                                const char *base_dir, pl_cfg_deploy_t *out);
 
 /* An HTTP listener from a command line flag, "ADDRESS:PORT" ("[V6]:PORT" for IPv6), checked as
  * the files' http sections are; errors name `origin` (the flag). Sets out's address and port

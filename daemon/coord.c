@@ -372,10 +372,14 @@ pl_status_t pl_coord_serve(const pl_cfg_cluster_t *cfg, const char *state_db, bo
         pl_log_info("coordinator listening on %s (CURVE, %d client key(s) allowed)",
                     cfg->endpoint, c.n_clients);
     pl_front_set_ready(front, true, NULL); /* listening, and its state is loaded */
+    pl_coord_deploy_publish(&c);
     while (!*stop && !c.shutdown) {
-        bool ready = false;
-        if ((st = pl_tx_poll(&c.router, 1, PL_MAX(50, cfg->heartbeat_ms / 2), &ready)))
+        bool ready = false, hub_ready = false;
+        if ((st = pl_tx_poll_fd(&c.router, 1, pl_serve_hub_fd(hub),
+                                PL_MAX(50, cfg->heartbeat_ms / 2), &ready, &hub_ready)))
             break;
+        if (hub_ready)
+            pl_coord_deploy_on_hub(&c);
         for (int k = 0; ready && k < 256; k++) { /* drain, bounded so liveness still runs */
             pl_msg_t m;
             pl_tx_peer_t from = {0};

@@ -126,6 +126,7 @@ static bool s_role_may(pl_tx_role_t role, pl_msg_type_t t)
     case PL_MSG_DONE:
     case PL_MSG_FAIL:
     case PL_MSG_TRACED:
+    case PL_MSG_SEQ_OUT:
         return role == PL_TX_ROLE_NODE;
     case PL_MSG_SHUTDOWN:
     case PL_MSG_DRAIN:

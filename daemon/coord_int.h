@@ -147,8 +147,8 @@ typedef struct {
     pl_coord_metrics_t metrics;
     int n_drained; /* nodes kept free of new stages (persisted); by name, so re-registering keeps it */
     char drained[PL_COORD_MAX_NODES][PL_CFG_NAME_MAX + 1];
-    pl_serve_hub_t *hub; /* serving requests from the front (borrowed) */
     struct pl_coord_traces *traces; /* coord_trace.c: finished stages' traces; NULL: none yet */
+    pl_serve_hub_t *hub; /* serving requests from the front (borrowed) */
 } pl_coord_t;
 
 const char *pl_job_state_name(pl_job_state_t s);
@@ -252,6 +252,12 @@ void pl_coord_trace_free_all(pl_coord_t *c);
 void pl_coord_on_trace(pl_coord_t *c, const pl_tx_peer_t *from, const pl_msg_t *m);
 /* TRACED: a running stage's trace so far, kept until a newer one or its DONE. */
 void pl_coord_on_traced(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_t *m);
+/* coord_deploy.c */
+/* Publish the deployments on the hub (what the front may name). */
+void pl_coord_deploy_publish(pl_coord_t *c);
+/* The hub woke the loop: take every request handed over and route it (none is deployed yet:
+ * each ends REFUSED 404 naming its deployment). */
+void pl_coord_deploy_on_hub(pl_coord_t *c);
 
 /* coord_query.c */
 void pl_coord_on_jobs(pl_coord_t *c, const pl_tx_peer_t *from);

@@ -99,14 +99,25 @@ pl_status_t pl_gen_feed_decode(pl_gen_feed_t *feed, const pl_act_hdr_t *in,
 /* Microbatches not yet finished. */
 int pl_gen_feed_active(const pl_gen_feed_t *feed);
 
+/* One sequence's next token from its logits row (the one home of the sampling rules, for the
+ * job's sink and the serving sink): EOS cannot be drawn before gen->min_new_tokens, the draw
+ * depends only on (seed, stream, step), stream being the sequence's own id. *finish_p is
+ * PL_FINISH_EOS (an EOS id with stop_at_eos) or PL_FINISH_LENGTH (step + 1 reaches
+ * max_new_tokens) when the sequence ends with this token, else PL_FINISH_NONE. scratch holds
+ * 3 * vocab floats. */
+int pl_gen_sample_next(const float *row, int vocab, const pl_job_gen_t *gen,
+                       const pl_sample_params_t *sampling, const int *eos, int n_eos,
+                       uint64_t stream, int step, float *scratch, pl_finish_t *finish_p);
+
 typedef struct pl_gen_sink pl_gen_sink_t;
 pl_status_t pl_gen_sink_create(const pl_gen_job_t *job, int vocab, pl_gen_sink_t **sink_p);
 void pl_gen_sink_destroy(pl_gen_sink_t **sink_p);
 /* Sample one token per sequence of the message `hdr`/`seqs` from logits [n_seq][vocab], record
- * them, and fill the PL_ACT_TOKENS message for stage 0. A message that ends no sequence's
- * prompt (an earlier prefill chunk) samples nothing: out->n_seq is 0 and nothing is to be sent.
- * Every entry must end where its sequence stands (its prompt, plus the tokens sampled so far),
- * or, for all entries at once, inside its prompt; else PL_ERR_PROTOCOL and nothing recorded. */
+ * them, and fill the PL_ACT_TOKENS message for stage 0 with the sampled entries, in order. An
+ * entry that ends inside its prompt (an earlier prefill chunk) samples nothing, so a message of
+ * such entries only gives out->n_seq 0, and nothing is to be sent. Every other entry must end
+ * where its sequence stands (its prompt, plus the tokens sampled so far), each sequence once;
+ * else PL_ERR_PROTOCOL and nothing recorded. */
 pl_status_t pl_gen_sink_sample(pl_gen_sink_t *sink, const pl_act_hdr_t *hdr,
                                const pl_act_seq_t *seqs, const float *logits, pl_act_hdr_t *out,
                                pl_act_seq_t *out_seqs);

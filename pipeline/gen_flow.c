@@ -180,12 +180,25 @@ void pl_gen_sink_destroy(pl_gen_sink_t **sink_p)
     *sink_p = NULL;
 }
 
-static bool s_is_eos(const pl_gen_job_t *job, int token)
+int pl_gen_sample_next(const float *row, int vocab, const pl_job_gen_t *gen,
+                       const pl_sample_params_t *sampling, const int *eos, int n_eos,
+                       uint64_t stream, int step, float *scratch, pl_finish_t *finish_p)
 {
-    for (int i = 0; i < job->n_eos; i++)
-        if (job->eos[i] == token)
-            return true;
-    return false;
+    if (step < gen->min_new_tokens) { /* too early for EOS: it cannot be drawn */
+        float *masked = scratch + 2 * (size_t)vocab;
+        memcpy(masked, row, (size_t)vocab * sizeof(float));
+        for (int e = 0; e < n_eos; e++)
+            if (eos[e] >= 0 && eos[e] < vocab)
+                masked[eos[e]] = -INFINITY;
+        row = masked;
+    }
+    int tok = pl_sample(row, vocab, sampling, stream, (uint64_t)step, scratch);
+    bool is_eos = false;
+    for (int e = 0; e < n_eos && gen->stop_at_eos; e++)
+        is_eos |= eos[e] == tok;
+    *finish_p = is_eos ? PL_FINISH_EOS
+                       : step + 1 >= gen->max_new_tokens ? PL_FINISH_LENGTH : PL_FINISH_NONE;
+    return tok;
 }
 
 /* Whether entry e (of a running sequence) ends inside its prompt: an earlier prefill chunk. */
@@ -211,49 +224,37 @@ pl_status_t pl_gen_sink_sample(pl_gen_sink_t *k, const pl_act_hdr_t *hdr,
                                pl_act_seq_t *out_seqs)
 {
     const pl_gen_job_t *job = k->job;
-    uint32_t inside = 0; /* entries that end inside their prompt: an earlier prefill chunk */
     for (uint32_t i = 0; i < hdr->n_seq; i++) { /* all or nothing */
         uint32_t s = seqs[i].seq;
         if (s >= (uint32_t)job->n_seqs || k->finish[s])
             return pl_error(PL_ERR_PROTOCOL, "sequence %u is not running", s);
+        for (uint32_t j = 0; j < i; j++)
+            if (seqs[j].seq == s)
+                return pl_error(PL_ERR_PROTOCOL, "sequence %u twice in one message", s);
         uint64_t end = (uint64_t)seqs[i].pos0 + seqs[i].n_tok;
         uint64_t at = (uint64_t)job->prompt_len[s] + (uint64_t)k->n_out[s];
-        if (s_inside(k, &seqs[i]))
-            inside++;
-        else if (end != at)
+        if (!s_inside(k, &seqs[i]) && end != at)
             return pl_error(PL_ERR_PROTOCOL, "sequence %u: message ends at position %llu, the "
                             "sequence stands at %llu", s, (unsigned long long)end,
                             (unsigned long long)at);
     }
-    if (inside > 0 && inside < hdr->n_seq)
-        return pl_error(PL_ERR_PROTOCOL, "microbatch %u: %u of %u sequences end their prompt "
-                        "in this message (all or none must)", hdr->mb, hdr->n_seq - inside,
-                        hdr->n_seq);
-    if (inside > 0) { /* an earlier prefill chunk: its KV is kept, nothing sampled */
-        *out = (pl_act_hdr_t){.kind = PL_ACT_TOKENS, .job = hdr->job, .mb = hdr->mb,
-                              .step = hdr->step};
-        return PL_OK;
-    }
+    uint32_t n = 0;
     for (uint32_t i = 0; i < hdr->n_seq; i++) {
         uint32_t s = seqs[i].seq;
         int step = k->n_out[s];
-        const float *row = logits + (size_t)i * (size_t)k->vocab;
-        if (step < job->gen.min_new_tokens) { /* too early for EOS: it cannot be drawn */
-            float *masked = k->scratch + 2 * (size_t)k->vocab;
-            memcpy(masked, row, (size_t)k->vocab * sizeof(float));
-            for (int e = 0; e < job->n_eos; e++)
-                if (job->eos[e] >= 0 && job->eos[e] < k->vocab)
-                    masked[job->eos[e]] = -INFINITY;
-            row = masked;
-        }
-        int tok = pl_sample(row, k->vocab, &job->sampling, s, (uint64_t)step, k->scratch);
+        if (s_inside(k, &seqs[i]))
+            continue; /* an earlier chunk of its prompt: its KV is kept, nothing sampled */
+        pl_finish_t fin;
+        int tok = pl_gen_sample_next(logits + (size_t)i * (size_t)k->vocab, k->vocab, &job->gen,
+                                     &job->sampling, job->eos, job->n_eos, s, step, k->scratch,
+                                     &fin);
         k->out[s][k->n_out[s]++] = tok;
         k->generated++;
         if (step == 0 && ++k->n_first == job->n_seqs)
             k->prefill_done_at = pl_now();
         uint32_t flags = 0;
-        bool eos = job->gen.stop_at_eos && s_is_eos(job, tok), stopped = false;
-        bool length = k->n_out[s] >= job->gen.max_new_tokens;
+        bool eos = fin == PL_FINISH_EOS, stopped = false;
+        bool length = fin == PL_FINISH_LENGTH;
         if (k->text) {
             pl_status_t st = pl_gen_text_push(k->text, (int)s, tok, eos || length, &stopped);
             if (st)
@@ -269,11 +270,11 @@ pl_status_t pl_gen_sink_sample(pl_gen_sink_t *k, const pl_act_hdr_t *hdr,
             flags = PL_ACT_FINISHED;
             k->n_done++;
         }
-        out_seqs[i] = (pl_act_seq_t){.seq = s, .pos0 = seqs[i].pos0 + seqs[i].n_tok - 1,
-                                     .n_tok = 1, .flags = flags, .token = tok};
+        out_seqs[n++] = (pl_act_seq_t){.seq = s, .pos0 = seqs[i].pos0 + seqs[i].n_tok - 1,
+                                       .n_tok = 1, .flags = flags, .token = tok};
     }
     *out = (pl_act_hdr_t){.kind = PL_ACT_TOKENS, .job = hdr->job, .mb = hdr->mb,
-                          .step = hdr->step, .n_seq = hdr->n_seq, .n_tokens = hdr->n_seq};
+                          .step = hdr->step, .n_seq = n, .n_tokens = n};
     return PL_OK;
 }
 

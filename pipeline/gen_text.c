@@ -4,6 +4,7 @@
 
 #include "model/tokenizer.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,18 +13,30 @@ typedef struct {
     char *buf;
     size_t len, cap;
     bool ended;
+    /* its stop strings (the job's, or its own request's) */
+    int n_stop;
+    char stop[PL_JOB_MAX_STOP][PL_JOB_STOP_MAX + 1];
+    size_t stop_len[PL_JOB_MAX_STOP];
+    size_t hold; /* longest stop string - 1: bytes that may still begin one */
 } s_seq_t;
 
 struct pl_gen_text {
     pl_tokenizer_t *tok;
     int n_seqs;
     s_seq_t *seqs;
-    int n_stop;
-    const char *stop[PL_JOB_MAX_STOP];
-    size_t stop_len[PL_JOB_MAX_STOP];
-    size_t hold;      /* longest stop string - 1: bytes that may still begin one */
-    pl_job_gen_t gen; /* owns the stop strings */
 };
+
+static void s_set_stops(s_seq_t *q, const pl_job_gen_t *gen)
+{
+    q->n_stop = gen->n_stop;
+    q->hold = 0;
+    for (int i = 0; i < q->n_stop; i++) {
+        snprintf(q->stop[i], sizeof(q->stop[i]), "%s", gen->stop[i]);
+        q->stop_len[i] = strlen(q->stop[i]);
+        if (q->stop_len[i] - 1 > q->hold)
+            q->hold = q->stop_len[i] - 1;
+    }
+}
 
 pl_status_t pl_gen_text_create(const char *model_dir, int n_seqs, const pl_job_gen_t *gen,
                                pl_gen_text_t **text_p)
@@ -32,7 +45,6 @@ pl_status_t pl_gen_text_create(const char *model_dir, int n_seqs, const pl_job_g
     pl_status_t st;
     if (!t)
         return pl_error(PL_ERR_NOMEM, "text: out of memory");
-    t->gen = *gen;
     t->n_seqs = n_seqs;
     if ((st = pl_tokenizer_load(model_dir, &t->tok)))
         goto err;
@@ -48,13 +60,7 @@ pl_status_t pl_gen_text_create(const char *model_dir, int n_seqs, const pl_job_g
             goto err;
         }
         t->seqs[s].cap = 64;
-    }
-    t->n_stop = gen->n_stop;
-    for (int i = 0; i < t->n_stop; i++) {
-        t->stop[i] = t->gen.stop[i];
-        t->stop_len[i] = strlen(t->gen.stop[i]);
-        if (t->stop_len[i] - 1 > t->hold)
-            t->hold = t->stop_len[i] - 1;
+        s_set_stops(&t->seqs[s], gen);
     }
     *text_p = t;
     return PL_OK;
@@ -97,18 +103,34 @@ static pl_status_t s_append(s_seq_t *q, const char *p, size_t n)
 }
 
 /* Earliest stop string that ends after byte `from`: text before it stays. */
-static bool s_find_stop(const pl_gen_text_t *t, const s_seq_t *q, size_t from, size_t *at_p)
+static bool s_find_stop(const s_seq_t *q, size_t from, size_t *at_p)
 {
     bool found = false;
-    for (int i = 0; i < t->n_stop; i++) {
-        size_t a = from > t->stop_len[i] - 1 ? from - (t->stop_len[i] - 1) : 0;
-        const char *hit = memmem(q->buf + a, q->len - a, t->stop[i], t->stop_len[i]);
+    for (int i = 0; i < q->n_stop; i++) {
+        size_t a = from > q->stop_len[i] - 1 ? from - (q->stop_len[i] - 1) : 0;
+        const char *hit = memmem(q->buf + a, q->len - a, q->stop[i], q->stop_len[i]);
         if (hit && (!found || (size_t)(hit - q->buf) < *at_p)) {
             *at_p = (size_t)(hit - q->buf);
             found = true;
         }
     }
     return found;
+}
+
+pl_status_t pl_gen_text_begin(pl_gen_text_t *t, int seq, const pl_job_gen_t *gen)
+{
+    s_seq_t *q = &t->seqs[seq];
+    pl_tok_stream_t *fresh;
+    pl_status_t st = pl_tok_stream_new(t->tok, PL_TOK_SKIP_SPECIAL, &fresh);
+    if (st)
+        return pl_error_prefix(st, "sequence %d: ", seq);
+    pl_tok_stream_destroy(&q->stream);
+    q->stream = fresh;
+    q->len = 0;
+    q->buf[0] = '\0';
+    q->ended = false;
+    s_set_stops(q, gen);
+    return PL_OK;
 }
 
 pl_status_t pl_gen_text_push(pl_gen_text_t *t, int seq, int32_t token, bool last, bool *stopped_p)
@@ -123,7 +145,7 @@ pl_status_t pl_gen_text_push(pl_gen_text_t *t, int seq, int32_t token, bool last
         return pl_error_prefix(st, "sequence %d: ", seq);
     if (last && ((st = pl_tok_stream_flush(q->stream, &piece, &n)) || (st = s_append(q, piece, n))))
         return pl_error_prefix(st, "sequence %d: ", seq);
-    bool stopped = q->len > from && s_find_stop(t, q, from, &at);
+    bool stopped = q->len > from && s_find_stop(q, from, &at);
     if (stopped) {
         q->len = at;
         q->buf[at] = '\0';
@@ -142,9 +164,9 @@ const char *pl_gen_text_get(const pl_gen_text_t *t, int seq, size_t *len_p)
 size_t pl_gen_text_stable(const pl_gen_text_t *t, int seq)
 {
     const s_seq_t *q = &t->seqs[seq];
-    if (q->ended || q->len <= t->hold)
+    if (q->ended || q->len <= q->hold)
         return q->ended ? q->len : 0;
-    size_t n = q->len - t->hold;
+    size_t n = q->len - q->hold;
     while (n > 0 && ((unsigned char)q->buf[n] & 0xC0) == 0x80) /* whole characters only */
         n--;
     return n;

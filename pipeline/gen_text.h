@@ -1,5 +1,6 @@
 /* The text of a generation's completions, at the last stage: sampled tokens decoded as they
- * arrive (a character split across tokens held until complete) and the job's stop strings. */
+ * arrive (a character split across tokens held until complete) and each sequence's stop
+ * strings. */
 #ifndef PL_PIPELINE_GEN_TEXT_H
 #define PL_PIPELINE_GEN_TEXT_H
 
@@ -17,6 +18,9 @@ typedef struct pl_gen_text pl_gen_text_t;
 pl_status_t pl_gen_text_create(const char *model_dir, int n_seqs, const pl_job_gen_t *gen,
                                pl_gen_text_t **text_p);
 void pl_gen_text_destroy(pl_gen_text_t **text_p);
+/* Sequence seq starts again, empty, with gen's stop strings: a deployment's slot taking its
+ * next request. */
+pl_status_t pl_gen_text_begin(pl_gen_text_t *t, int seq, const pl_job_gen_t *gen);
 /* Append sequence seq's next token; `last`: the sequence ends with it (a held incomplete
  * character becomes U+FFFD). *stopped_p: the text now contains a stop string and was cut before
  * it; the sequence is over. PL_ERR_RANGE for a token the tokenizer lacks. */

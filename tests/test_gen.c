@@ -230,12 +230,21 @@ Test(gen, prefill_chunks_end_together_and_cover_each_prompt_once)
     cr_assert_eq(seqs[2].n_tok, 3);
     cr_assert_eq(tokens[3], 8);
     cr_assert_eq(pl_gen_sink_generated(k), 3);
-    /* a message where some sequences end their prompt and others do not is refused */
+    /* a message where some sequences end their prompt and others do not (a continuous batch
+     * mixes a prompt's chunks with other sequences) samples those that end it, in order */
     pl_gen_sink_destroy(&k);
     cr_assert_eq(pl_gen_sink_create(&j, 50, &k), PL_OK);
     h = (pl_act_hdr_t){.kind = PL_ACT_HIDDEN, .n_seq = 2, .n_tokens = 2};
     seqs[0] = (pl_act_seq_t){.seq = 0, .pos0 = 0, .n_tok = 1};
     seqs[1] = (pl_act_seq_t){.seq = 1, .pos0 = 0, .n_tok = 1};
+    cr_assert_eq(pl_gen_sink_sample(k, &h, seqs, logits, &out, res), PL_OK, "%s", pl_error_msg());
+    cr_assert_eq(out.n_seq, 1u);
+    cr_assert_eq(res[0].seq, 1u);
+    cr_assert_eq(pl_gen_sink_generated(k), 1);
+    /* the same sequence twice, or one already past its prompt's end, is refused */
+    pl_gen_sink_destroy(&k);
+    cr_assert_eq(pl_gen_sink_create(&j, 50, &k), PL_OK);
+    seqs[1] = seqs[0];
     cr_assert_eq(pl_gen_sink_sample(k, &h, seqs, logits, &out, res), PL_ERR_PROTOCOL);
     cr_assert_eq(pl_gen_sink_generated(k), 0);
     /* one past the prompt before anything was sampled is refused too */

@@ -280,6 +280,45 @@ Test(gen_text, a_stop_string_ends_the_text_where_the_unstopped_run_shows_it, .ti
     pl_tokenizer_destroy(&tok);
 }
 
+/* One decoder whose sequence is begun again for each request (a deployment's slot): each run
+ * takes its own stop strings and ends as a fresh decoder's would, whatever ran before. */
+Test(gen_text, a_sequence_begun_again_takes_its_own_stop_strings, .timeout = 60)
+{
+    pl_tokenizer_t *tok = s_load();
+    const char *full = "The answer is 42.\nUser: and then? END of the story 龘 🦙 Z";
+    const char *stops[] = {"END", "\nUser:", "", "42", "🦙"};
+    int32_t *ids;
+    size_t n;
+    cr_assert_eq(pl_tokenizer_encode(tok, full, strlen(full), 0, &ids, &n), PL_OK);
+    pl_job_gen_t none = {.max_new_tokens = 64};
+    pl_gen_text_t *t;
+    cr_assert_eq(pl_gen_text_create(LLAMA3, 1, &none, &t), PL_OK, "%s", pl_error_msg());
+    for (size_t s = 0; s < PL_ARRAY_SIZE(stops); s++) {
+        pl_job_gen_t gen = {.max_new_tokens = 64, .n_stop = stops[s][0] ? 1 : 0};
+        snprintf(gen.stop[0], sizeof(gen.stop[0]), "%s", stops[s]);
+        cr_assert_eq(pl_gen_text_begin(t, 0, &gen), PL_OK, "%s", pl_error_msg());
+        pl_gen_text_t *fresh;
+        cr_assert_eq(pl_gen_text_create(LLAMA3, 1, &gen, &fresh), PL_OK);
+        char a[256], b[256];
+        int held;
+        size_t ta = s_run(t, ids, n, a, sizeof(a), &held);
+        size_t tb = s_run(fresh, ids, n, b, sizeof(b), &held);
+        size_t la, lb;
+        cr_assert_eq(ta, tb, "stop '%s'", stops[s]);
+        cr_assert_str_eq(pl_gen_text_get(t, 0, &la), pl_gen_text_get(fresh, 0, &lb), "stop '%s'",
+                         stops[s]);
+        cr_assert_str_eq(a, b);
+        if (stops[s][0])
+            cr_assert_null(strstr(a, stops[s]), "stop '%s' left in the text", stops[s]);
+        else
+            cr_assert_str_eq(a, full, "no stop strings: the whole text");
+        pl_gen_text_destroy(&fresh);
+    }
+    pl_gen_text_destroy(&t);
+    free(ids);
+    pl_tokenizer_destroy(&tok);
+}
+
 Test(gen_text, a_model_without_tokenizer_is_named)
 {
     pl_job_gen_t gen = {.max_new_tokens = 4};

@@ -40,6 +40,9 @@ typedef enum {
     PL_MSG_DRAIN,      /* pipectl -> coord: no new stages on a node (or again, drain false) */
     PL_MSG_TRACE,      /* pipectl -> coord: one stage's trace; coord -> daemon: send it now */
     PL_MSG_TRACED,     /* daemon -> coord: a running stage's trace so far */
+    PL_MSG_SEQ_ADD,    /* coord -> daemon: a request joins a deployment (stage 0, last stage) */
+    PL_MSG_SEQ_CANCEL, /* coord -> daemon: a request leaves a deployment early (stage 0) */
+    PL_MSG_SEQ_OUT,    /* daemon -> coord: a request's new tokens, text and end (last stage) */
     PL_MSG_COUNT_
 } pl_msg_type_t;
 

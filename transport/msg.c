@@ -82,6 +82,12 @@ void pl_msg_clear(pl_msg_t *msg)
     case PL_MSG_REPLY:
         json_decref(msg->reply.body);
         break;
+    case PL_MSG_SEQ_ADD:
+        free(msg->seq_add.prompt);
+        break;
+    case PL_MSG_SEQ_OUT:
+        free(msg->seq_out.text);
+        break;
     default:
         break;
     }
@@ -132,6 +138,12 @@ pl_status_t pl_msg_encode(const pl_msg_t *m, json_t **body_p)
         return PL_OK;
     case PL_MSG_ERROR:
         return pl_msg_error_encode(&m->error, body_p);
+    case PL_MSG_SEQ_ADD:
+        return pl_msg_seq_add_encode(&m->seq_add, body_p);
+    case PL_MSG_SEQ_CANCEL:
+        return pl_msg_seq_cancel_encode(&m->seq_cancel, body_p);
+    case PL_MSG_SEQ_OUT:
+        return pl_msg_seq_out_encode(&m->seq_out, body_p);
     case PL_MSG_NODES:
     case PL_MSG_JOBS:
     case PL_MSG_SHUTDOWN:
@@ -208,6 +220,15 @@ pl_status_t pl_msg_decode(pl_msg_type_t type, const json_t *body, pl_msg_t *out)
         break;
     case PL_MSG_ERROR:
         st = pl_msg_error_decode(body, &m->error);
+        break;
+    case PL_MSG_SEQ_ADD:
+        st = pl_msg_seq_add_decode(body, &m->seq_add);
+        break;
+    case PL_MSG_SEQ_CANCEL:
+        st = pl_msg_seq_cancel_decode(body, &m->seq_cancel);
+        break;
+    case PL_MSG_SEQ_OUT:
+        st = pl_msg_seq_out_decode(body, &m->seq_out);
         break;
     case PL_MSG_NODES:
     case PL_MSG_JOBS:

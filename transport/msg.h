@@ -285,6 +285,44 @@ typedef struct {
     char node[PL_CFG_NAME_MAX + 1];
     bool drain;
 } pl_msg_drain_t;
+/* Serving: a request's sequence in a deployment (a job whose stages stay loaded). Every one
+ * names the deployment's stage (job, stage, epoch) as stage messages do, and the request. */
+#define PL_MSG_MAX_SEQ_PROMPT 32768 /* tokens of a request's prompt */
+#define PL_MSG_MAX_SEQ_OUT 256      /* tokens of one SEQ_OUT */
+#define PL_MSG_MAX_SEQ_TEXT 16384   /* bytes of text of one SEQ_OUT */
+
+/* SEQ_ADD: the request's prompt and settings, to stage 0 (which batches it) and to the last
+ * stage (which samples it). */
+typedef struct {
+    uint32_t job;
+    int stage;
+    uint32_t epoch;
+    uint64_t req;    /* the coordinator's request id, 1..INT64_MAX */
+    int n_prompt;    /* 1..PL_MSG_MAX_SEQ_PROMPT */
+    int32_t *prompt; /* owned */
+    pl_job_gen_t gen;
+} pl_msg_seq_add_t;
+
+/* SEQ_CANCEL: the request leaves now (its slots are freed on every stage). */
+typedef struct {
+    uint32_t job;
+    int stage;
+    uint32_t epoch;
+    uint64_t req;
+} pl_msg_seq_cancel_t;
+
+/* SEQ_OUT: what the request gained since the last one: tokens, the text they made stable (no
+ * NUL bytes), and, in its last one, how it finished. */
+typedef struct {
+    uint32_t job;
+    int stage;
+    uint32_t epoch;
+    uint64_t req;
+    int n_tokens;
+    int32_t tokens[PL_MSG_MAX_SEQ_OUT];
+    char *text; /* owned; NULL when none */
+    pl_finish_t finish; /* PL_FINISH_NONE: more follows */
+} pl_msg_seq_out_t;
 
 /* REPLY: the answer to a query. Which query it answers is the asker's knowledge, so the body is
  * a JSON object here; pl_msg_reply_* below give the typed replies where a program reads them. */
@@ -313,6 +351,9 @@ typedef struct {
         pl_msg_drain_t drain;
         pl_msg_reply_t reply;
         pl_msg_error_t error;
+        pl_msg_seq_add_t seq_add;
+        pl_msg_seq_cancel_t seq_cancel;
+        pl_msg_seq_out_t seq_out;
         /* NODES, JOBS and SHUTDOWN carry nothing */
     };
 } pl_msg_t;
@@ -353,6 +394,10 @@ pl_status_t pl_msg_error_decode(const json_t *body, pl_msg_error_t *out);
  * "sampling": {...}}, "microbatches"... }. Decode checks every field's type and range (token ids
  * non-negative; the model's own limits are pipeline/gen.h's to check). */
 pl_status_t pl_job_spec_encode(const pl_job_spec_t *spec, json_t **body_p);
+/* The generation settings' part of it ("gen" without prompts and text), also what a serving
+ * request carries; decode starts from *g's values as defaults and sets *g only on success. */
+pl_status_t pl_job_gen_encode(const pl_job_gen_t *g, json_t **obj_p);
+pl_status_t pl_job_gen_decode(const json_t *gen, pl_job_gen_t *g);
 pl_status_t pl_job_spec_decode(const json_t *body, pl_job_spec_t *out);
 
 pl_status_t pl_msg_assign_encode(const pl_msg_assign_t *m, json_t **body_p);
@@ -384,6 +429,16 @@ pl_status_t pl_msg_trace_ref_encode(const pl_msg_trace_ref_t *m, json_t **body_p
 pl_status_t pl_msg_trace_ref_decode(const json_t *body, pl_msg_trace_ref_t *out);
 pl_status_t pl_msg_traced_encode(const pl_msg_traced_t *m, json_t **body_p);
 pl_status_t pl_msg_traced_decode(const json_t *body, pl_msg_traced_t *out);
+/* msg_serve.c */
+pl_status_t pl_msg_seq_add_encode(const pl_msg_seq_add_t *m, json_t **body_p);
+pl_status_t pl_msg_seq_add_decode(const json_t *body, pl_msg_seq_add_t *out);
+pl_status_t pl_msg_seq_cancel_encode(const pl_msg_seq_cancel_t *m, json_t **body_p);
+pl_status_t pl_msg_seq_cancel_decode(const json_t *body, pl_msg_seq_cancel_t *out);
+pl_status_t pl_msg_seq_out_encode(const pl_msg_seq_out_t *m, json_t **body_p);
+pl_status_t pl_msg_seq_out_decode(const json_t *body, pl_msg_seq_out_t *out);
+/* "none", "eos", "length", "stop": a finish on the wire, and back (PL_ERR_INVALID otherwise). */
+const char *pl_msg_finish_name(pl_finish_t f);
+pl_status_t pl_msg_finish_parse(const char *name, pl_finish_t *f_p);
 
 pl_status_t pl_msg_job_ref_encode(const pl_msg_job_ref_t *m, json_t **body_p);
 pl_status_t pl_msg_job_ref_decode(const json_t *body, pl_msg_job_ref_t *out);

@@ -16,6 +16,11 @@ pl_status_t pl_msg_int_done(json_t *body, const char *what, json_t **body_p);
  * absent or null). */
 pl_status_t pl_msg_int_strdup_opt(const json_t *obj, const char *key, size_t max_len, char **out);
 
+/* job, stage (min_stage .. PL_MSG_MAX_STAGES - 1) and epoch, the first fields of every stage
+ * message; set only on success. */
+pl_status_t pl_msg_int_ids(const json_t *body, int64_t min_stage, uint32_t *job, int *stage,
+                           uint32_t *epoch);
+
 /* A required string as pl_json_str, and non-empty. */
 pl_status_t pl_msg_int_name(const json_t *obj, const char *key, char *out, size_t max_len);
 

@@ -9,35 +9,45 @@
 #include <stdlib.h>
 #include <string.h>
 
-pl_status_t pl_job_spec_encode(const pl_job_spec_t *s, json_t **body_p)
+pl_status_t pl_job_gen_encode(const pl_job_gen_t *g, json_t **obj_p)
 {
     char seed[24];
-    json_t *prompts = json_array(), *nodes = json_array(), *stop = json_array();
+    json_t *stop = json_array();
+    for (int i = 0; stop && i < g->n_stop; i++)
+        json_array_append_new(stop, json_string(g->stop[i]));
+    snprintf(seed, sizeof(seed), "%llu", (unsigned long long)g->seed);
+    return pl_msg_int_done(
+        json_pack("{s:o, s:i, s:i, s:b, s:{s:f, s:i, s:f, s:s}, s:i, s:s, s:b}", "stop", stop,
+                  "max_new_tokens", g->max_new_tokens, "min_new_tokens", g->min_new_tokens,
+                  "stop_at_eos", g->stop_at_eos, "sampling", "temperature",
+                  (double)g->temperature, "top_k", g->top_k, "top_p", (double)g->top_p, "seed",
+                  seed, "prefill_chunk", g->prefill_chunk, "wire_dtype",
+                  g->wire_dtype[0] ? g->wire_dtype : "f32", "trace", g->trace),
+        "gen", obj_p);
+}
+
+pl_status_t pl_job_spec_encode(const pl_job_spec_t *s, json_t **body_p)
+{
+    json_t *prompts = json_array(), *nodes = json_array(), *gen;
+    pl_status_t st = pl_job_gen_encode(&s->gen, &gen);
+    if (st) {
+        json_decref(prompts);
+        json_decref(nodes);
+        return st;
+    }
     for (int i = 0; prompts && i < s->n_prompts; i++) {
         json_t *p = json_array();
         for (int t = 0; p && t < s->prompt_len[i]; t++)
             json_array_append_new(p, json_integer(s->prompts[i][t]));
         json_array_append_new(prompts, p);
     }
-    for (int i = 0; stop && i < s->gen.n_stop; i++)
-        json_array_append_new(stop, json_string(s->gen.stop[i]));
     for (int i = 0; nodes && i < s->n_nodes; i++)
         json_array_append_new(nodes, json_string(s->nodes[i]));
-    snprintf(seed, sizeof(seed), "%llu", (unsigned long long)s->gen.seed);
-    json_t *body = json_pack(
-        "{s:s, s:{s:o, s:b, s:o, s:i, s:i, s:b, s:{s:f, s:i, s:f, s:s}}, s:i, s:i, s:s, s:o}",
-        "model", s->model, "gen", "prompts", prompts, "text", s->text, "stop", stop, "max_new_tokens", s->gen.max_new_tokens,
-        "min_new_tokens", s->gen.min_new_tokens, "stop_at_eos", s->gen.stop_at_eos, "sampling",
-        "temperature", (double)s->gen.temperature, "top_k", s->gen.top_k, "top_p",
-        (double)s->gen.top_p, "seed", seed, "microbatches", s->microbatches, "stages", s->stages,
-        "planner", pl_planner_name(s->planner), "nodes", nodes);
-    json_t *g = json_object_get(body, "gen");
-    if (g) { /* the data plane's settings */
-        json_object_set_new(g, "prefill_chunk", json_integer(s->gen.prefill_chunk));
-        json_object_set_new(g, "wire_dtype",
-                            json_string(s->gen.wire_dtype[0] ? s->gen.wire_dtype : "f32"));
-        json_object_set_new(g, "trace", json_boolean(s->gen.trace));
-    }
+    json_object_set_new(gen, "prompts", prompts);
+    json_object_set_new(gen, "text", json_boolean(s->text));
+    json_t *body = json_pack("{s:s, s:o, s:i, s:i, s:s, s:o}", "model", s->model, "gen", gen,
+                             "microbatches", s->microbatches, "stages", s->stages, "planner",
+                             pl_planner_name(s->planner), "nodes", nodes);
     return pl_msg_int_done(body, "job", body_p);
 }
 
@@ -114,13 +124,38 @@ static pl_status_t s_stop(const json_t *stop, pl_job_gen_t *g)
     return PL_OK;
 }
 
+pl_status_t pl_job_gen_decode(const json_t *gen, pl_job_gen_t *out)
+{
+    pl_job_gen_t g = *out;
+    int64_t max_new = g.max_new_tokens, min_new = g.min_new_tokens, chunk = g.prefill_chunk;
+    const char *wire = NULL;
+    pl_act_dtype_t dt;
+    pl_status_t st;
+    if (!json_is_object(gen))
+        return pl_error(PL_ERR_INVALID, "field 'gen': expected an object");
+    if ((st = pl_json_int_opt(gen, "max_new_tokens", 1, PL_JOB_MAX_NEW_TOKENS, &max_new)) ||
+        (st = pl_json_int_opt(gen, "min_new_tokens", 0, max_new, &min_new)) ||
+        (st = pl_json_bool_opt(gen, "stop_at_eos", &g.stop_at_eos)) ||
+        (st = pl_json_bool_opt(gen, "trace", &g.trace)) ||
+        (st = s_stop(json_object_get(gen, "stop"), &g)) ||
+        (st = s_sampling(json_object_get(gen, "sampling"), &g)) ||
+        (st = pl_json_int_opt(gen, "prefill_chunk", 0, PL_JOB_MAX_PREFILL_CHUNK, &chunk)) ||
+        (st = pl_json_str_opt(gen, "wire_dtype", sizeof(g.wire_dtype) - 1, &wire)))
+        return st;
+    if (wire && (st = pl_act_dtype_parse(wire, &dt)))
+        return pl_error_prefix(st, "field 'wire_dtype': ");
+    if (wire)
+        snprintf(g.wire_dtype, sizeof(g.wire_dtype), "%s", wire);
+    g.prefill_chunk = (int)chunk;
+    g.max_new_tokens = (int)max_new;
+    g.min_new_tokens = (int)min_new;
+    *out = g;
+    return PL_OK;
+}
+
 static pl_status_t s_gen(const json_t *gen, pl_job_spec_t *s)
 {
     json_t *prompts;
-    int64_t max_new = s->gen.max_new_tokens, min_new = s->gen.min_new_tokens;
-    int64_t chunk = s->gen.prefill_chunk;
-    const char *wire = NULL;
-    pl_act_dtype_t dt;
     pl_status_t st;
     if (!json_is_object(gen))
         return pl_error(PL_ERR_INVALID, "field 'gen': expected an object");
@@ -128,23 +163,9 @@ static pl_status_t s_gen(const json_t *gen, pl_job_spec_t *s)
         return st;
     if (json_array_size(prompts) == 0)
         return pl_error(PL_ERR_INVALID, "field 'prompts': no prompts");
-    if ((st = pl_json_int_opt(gen, "max_new_tokens", 1, PL_JOB_MAX_NEW_TOKENS, &max_new)) ||
-        (st = pl_json_int_opt(gen, "min_new_tokens", 0, max_new, &min_new)) ||
-        (st = pl_json_bool_opt(gen, "stop_at_eos", &s->gen.stop_at_eos)) ||
-        (st = pl_json_bool_opt(gen, "trace", &s->gen.trace)) ||
-        (st = pl_json_bool_opt(gen, "text", &s->text)) ||
-        (st = s_stop(json_object_get(gen, "stop"), &s->gen)) ||
-        (st = s_sampling(json_object_get(gen, "sampling"), &s->gen)) ||
-        (st = pl_json_int_opt(gen, "prefill_chunk", 0, PL_JOB_MAX_PREFILL_CHUNK, &chunk)) ||
-        (st = pl_json_str_opt(gen, "wire_dtype", sizeof(s->gen.wire_dtype) - 1, &wire)))
+    if ((st = pl_job_gen_decode(gen, &s->gen)) ||
+        (st = pl_json_bool_opt(gen, "text", &s->text)))
         return st;
-    if (wire && (st = pl_act_dtype_parse(wire, &dt)))
-        return pl_error_prefix(st, "field 'wire_dtype': ");
-    if (wire)
-        snprintf(s->gen.wire_dtype, sizeof(s->gen.wire_dtype), "%s", wire);
-    s->gen.prefill_chunk = (int)chunk;
-    s->gen.max_new_tokens = (int)max_new;
-    s->gen.min_new_tokens = (int)min_new;
     s->n_prompts = (int)json_array_size(prompts);
     s->prompts = calloc((size_t)s->n_prompts, sizeof(*s->prompts));
     s->prompt_len = calloc((size_t)s->n_prompts, sizeof(*s->prompt_len));

@@ -7,8 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* job, stage and epoch, the first fields of every stage message */
-static pl_status_t s_ids(const json_t *body, int64_t min_stage, uint32_t *job, int *stage,
+pl_status_t pl_msg_int_ids(const json_t *body, int64_t min_stage, uint32_t *job, int *stage,
                          uint32_t *epoch)
 {
     int64_t j, s, e;
@@ -35,7 +34,7 @@ pl_status_t pl_msg_ready_decode(const json_t *body, pl_msg_ready_t *out)
 {
     pl_msg_ready_t m = {0};
     pl_status_t st;
-    if ((st = s_ids(body, 0, &m.job, &m.stage, &m.epoch)) ||
+    if ((st = pl_msg_int_ids(body, 0, &m.job, &m.stage, &m.epoch)) ||
         (st = pl_msg_int_strdup_opt(body, "ucx_addr", PL_MSG_MAX_ADDR, &m.ucx_addr)))
         return st;
     *out = m;
@@ -54,7 +53,7 @@ pl_status_t pl_msg_start_decode(const json_t *body, pl_msg_start_t *out)
 {
     pl_msg_start_t m = {0};
     pl_status_t st;
-    if ((st = s_ids(body, 0, &m.job, &m.stage, &m.epoch)) ||
+    if ((st = pl_msg_int_ids(body, 0, &m.job, &m.stage, &m.epoch)) ||
         (st = pl_msg_int_strdup_opt(body, "next", PL_MSG_MAX_ADDR, &m.next)) ||
         (st = pl_msg_int_strdup_opt(body, "prev", PL_MSG_MAX_ADDR, &m.prev))) {
         free(m.next);
@@ -209,6 +208,21 @@ pl_status_t pl_msg_stats_decode(const json_t *body, pl_msg_stats_t *out)
 
 static const char *const s_finish_names[] = {"none", "eos", "length", "stop"};
 
+const char *pl_msg_finish_name(pl_finish_t f)
+{
+    return (unsigned)f <= PL_FINISH_STOP ? s_finish_names[f] : "none";
+}
+
+pl_status_t pl_msg_finish_parse(const char *name, pl_finish_t *f_p)
+{
+    for (int f = 0; f <= PL_FINISH_STOP; f++)
+        if (strcmp(name, s_finish_names[f]) == 0) {
+            *f_p = (pl_finish_t)f;
+            return PL_OK;
+        }
+    return pl_error(PL_ERR_INVALID, "'%s' is not none, eos, length or stop", name);
+}
+
 pl_status_t pl_msg_results_encode(const pl_msg_result_t *r, int n, json_t **arr_p)
 {
     json_t *arr = json_array();
@@ -339,7 +353,7 @@ pl_status_t pl_msg_done_decode(const json_t *body, pl_msg_done_t *out)
 {
     pl_msg_done_t m = {0};
     pl_status_t st;
-    if ((st = s_ids(body, 0, &m.job, &m.stage, &m.epoch)) ||
+    if ((st = pl_msg_int_ids(body, 0, &m.job, &m.stage, &m.epoch)) ||
         (st = pl_msg_stats_decode(json_object_get(body, "stats"), &m.stats)))
         return st;
     const json_t *res = json_object_get(body, "results"), *tr = json_object_get(body, "trace");
@@ -367,7 +381,7 @@ pl_status_t pl_msg_fail_decode(const json_t *body, pl_msg_fail_t *out)
     pl_msg_fail_t m = {0};
     int64_t code;
     pl_status_t st;
-    if ((st = s_ids(body, 0, &m.job, &m.stage, &m.epoch)) ||
+    if ((st = pl_msg_int_ids(body, 0, &m.job, &m.stage, &m.epoch)) ||
         (st = pl_json_int(body, "code", PL_MSG_MIN_CODE, -1, &code)) ||
         (st = pl_json_str(body, "error", m.error, sizeof(m.error) - 1)))
         return st;
@@ -386,7 +400,7 @@ pl_status_t pl_msg_cancel_encode(const pl_msg_cancel_t *m, json_t **body_p)
 pl_status_t pl_msg_cancel_decode(const json_t *body, pl_msg_cancel_t *out)
 {
     pl_msg_cancel_t m;
-    pl_status_t st = s_ids(body, -1, &m.job, &m.stage, &m.epoch);
+    pl_status_t st = pl_msg_int_ids(body, -1, &m.job, &m.stage, &m.epoch);
     if (st)
         return st;
     *out = m;

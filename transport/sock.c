@@ -288,15 +288,26 @@ pl_status_t pl_tx_recv(pl_tx_sock_t *s, int timeout_ms, pl_tx_peer_t *from, pl_m
 
 pl_status_t pl_tx_poll(pl_tx_sock_t *const *socks, int n, long timeout_ms, bool *ready)
 {
-    zmq_pollitem_t items[64];
+    bool unused;
+    return pl_tx_poll_fd(socks, n, -1, timeout_ms, ready, &unused);
+}
+
+pl_status_t pl_tx_poll_fd(pl_tx_sock_t *const *socks, int n, int fd, long timeout_ms,
+                          bool *ready, bool *fd_ready)
+{
+    zmq_pollitem_t items[65];
     if (n < 0 || n > 64)
         return pl_error(PL_ERR_INVALID, "poll: %d sockets", n);
     for (int i = 0; i < n; i++)
         items[i] = (zmq_pollitem_t){.socket = socks[i]->z, .events = ZMQ_POLLIN};
-    int rc = zmq_poll(items, n, timeout_ms);
+    int n_items = n;
+    if (fd >= 0)
+        items[n_items++] = (zmq_pollitem_t){.fd = fd, .events = ZMQ_POLLIN};
+    int rc = zmq_poll(items, n_items, timeout_ms);
     if (rc < 0 && errno != EINTR)
         return pl_error(PL_ERR_TRANSPORT, "poll: %s", zmq_strerror(errno));
     for (int i = 0; i < n; i++)
         ready[i] = rc > 0 && (items[i].revents & ZMQ_POLLIN);
+    *fd_ready = fd >= 0 && rc > 0 && (items[n].revents & ZMQ_POLLIN);
     return PL_OK;
 }

@@ -80,5 +80,9 @@ pl_status_t pl_tx_recv(pl_tx_sock_t *s, int timeout_ms, pl_tx_peer_t *from, pl_m
 /* Wait until one of n sockets has a message or timeout_ms passes (-1: forever); ready[i] says
  * which. A signal is not an error (nothing ready). */
 pl_status_t pl_tx_poll(pl_tx_sock_t *const *socks, int n, long timeout_ms, bool *ready);
+/* The same with one file descriptor beside them (fd < 0: none): *fd_ready says whether it is
+ * readable (an eventfd another thread writes, say). */
+pl_status_t pl_tx_poll_fd(pl_tx_sock_t *const *socks, int n, int fd, long timeout_ms,
+                          bool *ready, bool *fd_ready);
 
 #endif
