@@ -36,6 +36,7 @@ typedef enum {
     PL_MSG_SHUTDOWN,   /* pipectl -> coord, coord -> daemons: stop the cluster */
     PL_MSG_PLAN,       /* pipectl -> coord: plan a job on the live cluster without submitting */
     PL_MSG_BYE,        /* daemon -> coord: this node is stopping (its stages end now) */
+    PL_MSG_PROGRESS,   /* daemon -> coord: tokens the last stage sampled since its last report */
     PL_MSG_COUNT_
 } pl_msg_type_t;
 

@@ -19,4 +19,9 @@ pl_status_t pl_msg_int_strdup_opt(const json_t *obj, const char *key, size_t max
 /* A required string as pl_json_str, and non-empty. */
 pl_status_t pl_msg_int_name(const json_t *obj, const char *key, char *out, size_t max_len);
 
+/* A sequence's finish as the wire spells it ("none", "eos", "length", "stop"), and back
+ * (PL_ERR_INVALID naming the value). */
+const char *pl_msg_int_finish_name(int finish);
+pl_status_t pl_msg_int_finish_parse(const char *name, int *finish_p);
+
 #endif

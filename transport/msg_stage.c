@@ -181,6 +181,22 @@ pl_status_t pl_msg_stats_decode(const json_t *body, pl_msg_stats_t *out)
 
 static const char *const s_finish_names[] = {"none", "eos", "length", "stop"};
 
+const char *pl_msg_int_finish_name(int finish)
+{
+    return finish >= 0 && finish <= PL_FINISH_STOP ? s_finish_names[finish] : "none";
+}
+
+pl_status_t pl_msg_int_finish_parse(const char *name, int *finish_p)
+{
+    for (int f = 0; f <= PL_FINISH_STOP; f++)
+        if (strcmp(name, s_finish_names[f]) == 0) {
+            *finish_p = f;
+            return PL_OK;
+        }
+    return pl_error(PL_ERR_INVALID, "field 'finish': '%.16s' is not eos, length, stop or none",
+                    name);
+}
+
 pl_status_t pl_msg_results_encode(const pl_msg_result_t *r, int n, json_t **arr_p)
 {
     json_t *arr = json_array();
