@@ -289,6 +289,7 @@ static void s_dispatch(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_t *m)
     case PL_MSG_SHUTDOWN: s_on_shutdown(c, from); break;
     case PL_MSG_PLAN: pl_coord_on_plan(c, from, m); break;
     case PL_MSG_BYE: s_on_bye(c, from, &m->bye); break;
+    case PL_MSG_PROGRESS: pl_coord_on_progress(c, from, m); break;
     default:
         pl_log_warn_limited("'%.*s' sent %s, which the coordinator does not take", (int)from->len,
                             from->id, pl_msg_name(m->type));
