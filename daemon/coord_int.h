@@ -196,6 +196,8 @@ void pl_coord_on_progress(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_t *m);
 void pl_coord_job_interrupt(pl_coord_t *c, pl_coord_job_t *j, const char *why);
 /* Where each sequence stands, as ASSIGN's resume carries it; *n_p 0 when nothing is held. */
 pl_status_t pl_coord_resume_list(const pl_coord_job_t *j, pl_msg_result_t **r_p, int *n_p);
+/* A report or the results show `tokens` generated: the first past the resume point is timed. */
+void pl_coord_resume_seen(pl_coord_job_t *j, int64_t tokens);
 /* The same applied to a runtime job (the plan's message sizes count the resumed tokens). */
 pl_status_t pl_coord_resume_apply(const pl_coord_job_t *j, pl_gen_job_t *g);
 /* Stored progress back into the restored jobs (after pl_coord_restore queued them). */

@@ -386,6 +386,10 @@ void pl_coord_on_stage_msg(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_t *m)
         pl_msg_results_free(j->results, j->n_results);
         j->results = m->done.results; /* taken */
         j->n_results = m->done.n_results;
+        int64_t total = 0;
+        for (int i = 0; i < j->n_results; i++)
+            total += j->results[i].n_tokens;
+        pl_coord_resume_seen(j, total); /* it ended before a report showed a new token */
         m->done.results = NULL;
         m->done.n_results = 0;
     }

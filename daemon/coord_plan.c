@@ -149,11 +149,13 @@ static void s_capacity_note(const pl_coord_t *c, pl_coord_job_t *j, const s_live
     for (int i = 0; i < lv->n; i++)
         if (lv->cand[i])
             have += (double)lv->devs[i].mem_bytes;
+    bool gib = need >= 1073741824.0 || have >= 1073741824.0;
+    double unit = gib ? 1073741824.0 : 1048576.0;
     snprintf(j->error, sizeof(j->error),
-             "waiting for capacity: need %.2f GiB of weights, have %.2f GiB on %d device(s) "
+             "waiting for capacity: need %.2f %s of weights, have %.2f %s on %d device(s) "
              "(%s); resumes from %lld generated tokens when a node joins",
-             need / 1073741824.0, have / 1073741824.0, lv->n_cand, planner,
-             (long long)j->resumed_from);
+             need / unit, gib ? "GiB" : "MiB", have / unit, gib ? "GiB" : "MiB", lv->n_cand,
+             planner, (long long)j->resumed_from);
     (void)c;
 }
 
@@ -209,7 +211,12 @@ bool pl_coord_plan_job(pl_coord_t *c, pl_coord_job_t *j)
         goto out;
     }
     if (pl_sched_waves_note(plan, note, sizeof(note))) {
-        pl_coord_job_fail(c, j, "%s", note);
+        if (j->resuming) {
+            pl_error(PL_ERR_INFEASIBLE, "%s", note);
+            s_capacity_note(c, j, lv);
+        } else {
+            pl_coord_job_fail(c, j, "%s", note);
+        }
         goto out;
     }
     if (plan->n_stages > PL_COORD_MAX_STAGES) {

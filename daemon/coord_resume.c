@@ -149,14 +149,19 @@ void pl_coord_on_progress(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_t *m)
     int64_t held = s_held(j);
     if (held > j->generated)
         j->generated = held;
-    if (j->n_resumes && !j->t_first_new && held > j->resumed_from) {
-        j->t_first_new = pl_now();
-        pl_log_info("job %u: resumed: first new token %.2f s after the interruption was "
-                    "detected (%.2f s after the new assignment), from %lld tokens",
-                    j->id, j->t_first_new - j->t_lost, j->t_first_new - j->t_resumed,
-                    (long long)j->resumed_from);
-    }
+    pl_coord_resume_seen(j, held);
     s_save(c, j);
+}
+
+void pl_coord_resume_seen(pl_coord_job_t *j, int64_t tokens)
+{
+    if (!j->n_resumes || j->t_first_new || tokens <= j->resumed_from)
+        return;
+    j->t_first_new = pl_now();
+    pl_log_info("job %u: resumed: first new token seen %.2f s after the interruption was "
+                "detected (%.2f s after the new assignment), from %lld tokens",
+                j->id, j->t_first_new - j->t_lost, j->t_first_new - j->t_resumed,
+                (long long)j->resumed_from);
 }
 
 void pl_coord_job_interrupt(pl_coord_t *c, pl_coord_job_t *j, const char *why)
