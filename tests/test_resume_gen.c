@@ -224,3 +224,85 @@ Test(resume_gen, text_and_stop_strings_resume_whole, .init = s_setup, .fini = s_
     json_decref(gen);
     pl_job_spec_clear(&spec);
 }
+
+static pl_status_t s_decode_progress(const char *text, pl_msg_t *m)
+{
+    json_t *b = json_loads(text, 0, NULL);
+    cr_assert_not_null(b, "%s", text);
+    pl_status_t st = pl_msg_decode(PL_MSG_PROGRESS, b, m);
+    json_decref(b);
+    return st;
+}
+
+/* PROGRESS round-trips; every bound the coordinator relies on is the decoder's. */
+Test(resume_gen, progress_messages_are_checked)
+{
+    pl_msg_t m;
+    cr_assert_eq(s_decode_progress("{\"job\":4,\"stage\":2,\"epoch\":9,\"seqs\":[{\"seq\":1,"
+                                   "\"at\":3,\"tokens\":[5,6],\"finish\":\"eos\"}]}",
+                                   &m),
+                 PL_OK, "%s", pl_error_msg());
+    cr_assert_eq(m.progress.n_seqs, 1);
+    cr_assert_eq(m.progress.seqs[0].at, 3);
+    cr_assert_eq(m.progress.seqs[0].tokens[1], 6);
+    cr_assert_eq(m.progress.seqs[0].finish, PL_FINISH_EOS);
+    json_t *enc;
+    cr_assert_eq(pl_msg_encode(&m, &enc), PL_OK);
+    char *s = json_dumps(enc, JSON_SORT_KEYS | JSON_COMPACT);
+    cr_assert_str_eq(s, "{\"epoch\":9,\"job\":4,\"seqs\":[{\"at\":3,\"finish\":\"eos\",\"seq\":1,"
+                        "\"tokens\":[5,6]}],\"stage\":2}");
+    free(s);
+    json_decref(enc);
+    pl_msg_clear(&m);
+    static const char *bad[] = {
+        "{\"job\":4,\"stage\":2,\"epoch\":9,\"seqs\":[{\"seq\":1,\"at\":0,\"tokens\":[5],"
+        "\"finish\":\"none\"},{\"seq\":1,\"at\":1,\"tokens\":[6],\"finish\":\"none\"}]}",
+        "{\"job\":4,\"stage\":2,\"epoch\":9,\"seqs\":[{\"seq\":4096,\"at\":0,\"tokens\":[5],"
+        "\"finish\":\"none\"}]}",
+        "{\"job\":4,\"stage\":2,\"epoch\":9,\"seqs\":[{\"seq\":0,\"at\":65535,\"tokens\":[5,6],"
+        "\"finish\":\"none\"}]}",
+        "{\"job\":4,\"stage\":2,\"epoch\":9,\"seqs\":[{\"seq\":0,\"at\":0,\"tokens\":[],"
+        "\"finish\":\"none\"}]}",
+        "{\"job\":4,\"stage\":2,\"epoch\":9,\"seqs\":[{\"seq\":0,\"at\":0,\"tokens\":[-1],"
+        "\"finish\":\"none\"}]}",
+        "{\"job\":4,\"stage\":2,\"epoch\":9,\"seqs\":[{\"seq\":0,\"at\":0,\"tokens\":[1],"
+        "\"finish\":\"maybe\"}]}",
+        "{\"job\":4,\"stage\":2,\"epoch\":0,\"seqs\":[]}",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        cr_expect_neq(s_decode_progress(bad[i], &m), PL_OK, "accepted: %s", bad[i]);
+}
+
+/* The log a node reports from: what was taken is sent again until committed; a rewind sends
+ * all again; the budget splits a long report; the finish rides with the last token. */
+Test(resume_gen, progress_log_take_commit_rewind)
+{
+    pl_gen_log_t *log;
+    pl_msg_gen_progress_t p;
+    cr_assert_eq(pl_gen_log_create(3, &log), PL_OK);
+    for (int t = 0; t < 5; t++)
+        pl_gen_log_push(log, 0, 10 + t, t == 4 ? PL_FINISH_LENGTH : PL_FINISH_NONE);
+    pl_gen_log_push(log, 2, 7, PL_FINISH_NONE);
+    cr_assert_eq(pl_gen_log_take(log, 3, &p), PL_OK);
+    cr_assert_eq(p.n_seqs, 1);
+    cr_assert_eq(p.seqs[0].n_tokens, 3);
+    cr_assert_eq(p.seqs[0].finish, PL_FINISH_NONE, "a finish before the last token");
+    pl_msg_gen_progress_clear(&p);
+    cr_assert_eq(pl_gen_log_take(log, 100, &p), PL_OK); /* nothing committed: the same again */
+    cr_assert_eq(p.n_seqs, 2);
+    cr_assert_eq(p.seqs[0].at, 0);
+    cr_assert_eq(p.seqs[0].n_tokens, 5);
+    cr_assert_eq(p.seqs[0].finish, PL_FINISH_LENGTH);
+    cr_assert_eq(p.seqs[1].seq, 2);
+    pl_gen_log_commit(log, &p);
+    pl_msg_gen_progress_clear(&p);
+    cr_assert_eq(pl_gen_log_take(log, 100, &p), PL_OK);
+    cr_assert_eq(p.n_seqs, 0, "committed tokens reported again");
+    pl_msg_gen_progress_clear(&p);
+    pl_gen_log_rewind(log);
+    cr_assert_eq(pl_gen_log_take(log, 100, &p), PL_OK);
+    cr_assert_eq(p.n_seqs, 2);
+    pl_msg_gen_progress_clear(&p);
+    pl_gen_log_destroy(&log);
+    cr_assert_null(log);
+}
