@@ -97,8 +97,11 @@ static void s_save(pl_coord_t *c, pl_coord_job_t *j)
     for (int s = 0; s < j->n_seqs; s++) {
         pl_coord_seq_t *q = &j->seqs[s];
         if (q->n > q->saved)
-            ch[n++] = (pl_coord_chunk_t){.job = j->id, .seq = s, .at = q->saved,
-                                         .n = q->n - q->saved, .tokens = q->tok + q->saved,
+            ch[n++] = (pl_coord_chunk_t){.job = j->id,
+                                         .seq = s,
+                                         .at = q->saved,
+                                         .n = q->n - q->saved,
+                                         .tokens = q->tok + q->saved,
                                          .finish = q->finish};
     }
     if (pl_coord_store_progress_put(c->store, ch, n) == PL_OK)
@@ -123,8 +126,7 @@ void pl_coord_on_progress(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_t *m)
         pl_coord_auth_stage_refused(c, from, what);
         return;
     }
-    if (!j || j->state != PL_JOB_RUNNING || p->epoch != j->epoch ||
-        p->stage != j->n_stages - 1) {
+    if (!j || j->state != PL_JOB_RUNNING || p->epoch != j->epoch || p->stage != j->n_stages - 1) {
         pl_log_debug("PROGRESS for job %u stage %d epoch %u from %s: not its running last stage",
                      p->job, p->stage, p->epoch, node);
         return;
@@ -133,13 +135,13 @@ void pl_coord_on_progress(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_t *m)
     for (int i = 0; i < p->n_seqs; i++) {
         const pl_msg_seq_tokens_t *e = &p->seqs[i];
         const char *why = NULL;
-        int k = e->seq < j->n_seqs ? s_extend(j, e->seq, e->at, e->tokens, e->n_tokens,
-                                              (int)e->finish, &why)
-                                   : -1;
+        int k = e->seq < j->n_seqs
+                    ? s_extend(j, e->seq, e->at, e->tokens, e->n_tokens, (int)e->finish, &why)
+                    : -1;
         if (k < 0) {
             c->refused_stage_msgs++;
-            pl_log_warn_limited("job %u: PROGRESS from %s: sequence %d at %d: refused: %s",
-                                j->id, node, e->seq, e->at, why ? why : "no such sequence");
+            pl_log_warn_limited("job %u: PROGRESS from %s: sequence %d at %d: refused: %s", j->id,
+                                node, e->seq, e->at, why ? why : "no such sequence");
             continue;
         }
         added += k;
@@ -240,8 +242,7 @@ pl_status_t pl_coord_resume_apply(const pl_coord_job_t *j, pl_gen_job_t *g)
 static pl_status_t s_on_chunk(void *user, const pl_coord_chunk_t *ch)
 {
     pl_coord_t *c = user;
-    pl_coord_job_t *j = ch->job > 0 && ch->job <= UINT32_MAX ? pl_coord_find_job(c, ch->job)
-                                                              : NULL;
+    pl_coord_job_t *j = ch->job > 0 && ch->job <= UINT32_MAX ? pl_coord_find_job(c, ch->job) : NULL;
     const char *why = NULL;
     if (!j || pl_coord_job_terminal(j))
         return PL_OK; /* an ended job's leftovers: its results have everything */
@@ -272,14 +273,17 @@ pl_status_t pl_coord_progress_restore(pl_coord_t *c)
             j->resuming = true;
             j->n_resumes = 1;
             j->t_lost = j->t_queued;
-            snprintf(j->lost_why, sizeof(j->lost_why), "it waited to resume when the "
+            snprintf(j->lost_why, sizeof(j->lost_why),
+                     "it waited to resume when the "
                      "coordinator restarted");
         }
         if (!j->resuming)
             continue;
         j->resumed_from = s_held(j);
-        snprintf(j->error, sizeof(j->error), "resuming from %lld generated tokens after a "
-                 "coordinator restart", (long long)j->resumed_from);
+        snprintf(j->error, sizeof(j->error),
+                 "resuming from %lld generated tokens after a "
+                 "coordinator restart",
+                 (long long)j->resumed_from);
         pl_log_info("job %u: resumes from %lld generated tokens", j->id,
                     (long long)j->resumed_from);
     }
@@ -290,7 +294,7 @@ json_t *pl_coord_resume_json(const pl_coord_job_t *j)
 {
     if (!j->n_resumes)
         return NULL;
-    return json_pack("{s:i, s:s, s:I, s:f, s:f, s:f}", "resumes", j->n_resumes, "why",
-                     j->lost_why, "from_tokens", (json_int_t)j->resumed_from, "detected_at",
-                     j->t_lost, "assigned_at", j->t_resumed, "first_token_at", j->t_first_new);
+    return json_pack("{s:i, s:s, s:I, s:f, s:f, s:f}", "resumes", j->n_resumes, "why", j->lost_why,
+                     "from_tokens", (json_int_t)j->resumed_from, "detected_at", j->t_lost,
+                     "assigned_at", j->t_resumed, "first_token_at", j->t_first_new);
 }

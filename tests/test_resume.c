@@ -124,8 +124,8 @@ static int s_stage_node(int job, int stage)
 static char *s_results(int job)
 {
     char *out = NULL;
-    int rc = tc_sh(&out, "%s/pipectl -c %s --timeout 5 -o json results %d 2>/dev/null",
-                   tc_bin(), s_c.ep, job);
+    int rc = tc_sh(&out, "%s/pipectl -c %s --timeout 5 -o json results %d 2>/dev/null", tc_bin(),
+                   s_c.ep, job);
     cr_assert_eq(rc, 0, "results %d: %s", job, out);
     json_t *j = json_loads(out, 0, NULL), *r = json_object_get(j, "results");
     cr_assert(json_is_array(r), "results %d: %s", job, out);
@@ -193,8 +193,7 @@ static void s_kill_case(int stage, double temperature, int sig, const char *what
     char *ref = tc_reference(&s_c, "long");
     int job = s_submit_nowait("long");
     json_t *st = s_wait(job, NULL, 60, 60);
-    cr_assert_str_eq(s_str(st, "state"), "running", "job did not get going: %s",
-                     s_str(st, "note"));
+    cr_assert_str_eq(s_str(st, "state"), "running", "job did not get going: %s", s_str(st, "note"));
     json_decref(st);
     int victim = s_stage_node(job, stage);
     double t0 = tc_now();
@@ -358,8 +357,8 @@ Test(resume, text_job_streams_and_results_whole_after_kill9)
         free(seen[i]);
     }
     cr_expect_gt(n_seen, 0, "no streamed text seen");
-    fprintf(stderr, "[resume] text job: %d streamed texts seen, longest %zu of %zu bytes\n",
-            n_seen, longest, strlen(want));
+    fprintf(stderr, "[resume] text job: %d streamed texts seen, longest %zu of %zu bytes\n", n_seen,
+            longest, strlen(want));
     json_decref(line);
     free(ref);
     s_passed = 1;

@@ -18,8 +18,9 @@ static void s_setup(void)
 {
     tc_mkdtemp(s_dir, sizeof(s_dir));
     snprintf(s_model, sizeof(s_model), "%s/m", s_dir);
-    cr_assert_eq(tc_make_model(s_dir, "m", "--layers 5 --hidden 96 --intermediate 200 "
-                                           "--heads 6 --kv-heads 2 --vocab 300 --seed 3 --eos 2"),
+    cr_assert_eq(tc_make_model(s_dir, "m",
+                               "--layers 5 --hidden 96 --intermediate 200 "
+                               "--heads 6 --kv-heads 2 --vocab 300 --seed 3 --eos 2"),
                  0);
 }
 
@@ -41,10 +42,10 @@ static json_t *s_gen(double temperature, int max_new)
     /* EOS allowed after 2 tokens: sequences end at different steps */
     return json_pack("{s:[[i,i,i,i],[i,i],[i,i,i,i,i,i,i,i,i],[i],[i,i,i]], s:i, s:i, s:b, "
                      "s:{s:f, s:i, s:f, s:s}}",
-                     "prompts", 1, 15, 27, 99, 1, 7, 1, 100, 101, 102, 103, 104, 105, 106, 107,
-                     250, 3, 200, 5, "max_new_tokens", max_new, "min_new_tokens", 2,
-                     "stop_at_eos", 1, "sampling", "temperature", temperature, "top_k", 40,
-                     "top_p", 0.95, "seed", "1234");
+                     "prompts", 1, 15, 27, 99, 1, 7, 1, 100, 101, 102, 103, 104, 105, 106, 107, 250,
+                     3, 200, 5, "max_new_tokens", max_new, "min_new_tokens", 2, "stop_at_eos", 1,
+                     "sampling", "temperature", temperature, "top_k", 40, "top_p", 0.95, "seed",
+                     "1234");
 }
 
 /* Run spec on the CPU (split as counts), from resume when given. */
@@ -55,8 +56,8 @@ static json_t *s_run(const pl_job_spec_t *spec, const pl_msg_result_t *resume, i
     json_t *res = NULL;
     pl_gen_local_stats_t stats;
     cr_assert_eq(pl_be_device_open(pl_be_cpu(), 0, 1, &dev), PL_OK);
-    pl_status_t st = pl_gen_local_resume(spec->model, spec, resume, n_resume, dev, counts,
-                                         n_stages, &res, &stats);
+    pl_status_t st = pl_gen_local_resume(spec->model, spec, resume, n_resume, dev, counts, n_stages,
+                                         &res, &stats);
     cr_assert_eq(st, PL_OK, "%s", pl_error_msg());
     pl_be_device_close(&dev);
     return res;
@@ -94,8 +95,8 @@ static void s_check_cuts(double temperature)
     json_t *full = s_run(&spec, NULL, 0, NULL, 1);
     int longest = 0;
     for (size_t i = 0; i < json_array_size(full); i++)
-        longest = PL_MAX(longest, (int)json_array_size(json_object_get(
-                                      json_array_get(full, i), "tokens")));
+        longest = PL_MAX(longest,
+                         (int)json_array_size(json_object_get(json_array_get(full, i), "tokens")));
     cr_assert_gt(longest, 5, "a run this short tests little");
     static const int cuts[] = {0, 1, 2, 3, 5, 8, 11, 12};
     static const int two[] = {2, 3}, three[] = {1, 3, 1};
@@ -187,9 +188,9 @@ Test(resume_gen, text_and_stop_strings_resume_whole, .init = s_setup, .fini = s_
                  0);
     char model[320];
     snprintf(model, sizeof(model), "%s/t", s_dir);
-    json_t *gen = json_pack("{s:[[i,i,i],[i,i]], s:i, s:b, s:{s:f, s:s}}", "prompts", 128000,
-                            9906, 11, 128000, 40, "max_new_tokens", 24, "stop_at_eos", 0,
-                            "sampling", "temperature", 0.8, "seed", "5");
+    json_t *gen = json_pack("{s:[[i,i,i],[i,i]], s:i, s:b, s:{s:f, s:s}}", "prompts", 128000, 9906,
+                            11, 128000, 40, "max_new_tokens", 24, "stop_at_eos", 0, "sampling",
+                            "temperature", 0.8, "seed", "5");
     pl_job_spec_t spec;
     s_spec(model, json_deep_copy(gen), 1, &spec);
     spec.text = true;
@@ -207,8 +208,7 @@ Test(resume_gen, text_and_stop_strings_resume_whole, .init = s_setup, .fini = s_
     spec.gen.n_stop = 1;
     snprintf(spec.gen.stop[0], sizeof(spec.gen.stop[0]), "%.*s", (int)len, t0 + at);
     json_t *full = s_run(&spec, NULL, 0, NULL, 1);
-    cr_assert_str_eq(json_string_value(json_object_get(json_array_get(full, 0), "finish")),
-                     "stop");
+    cr_assert_str_eq(json_string_value(json_object_get(json_array_get(full, 0), "finish")), "stop");
     for (int k = 0; k <= 24; k += 3) {
         int n;
         pl_msg_result_t *r = s_cut(full, k, &n);

@@ -10,11 +10,12 @@
 #include <jansson.h>
 
 #define S_NODES 4
-#define S_SOAK_S 120.0      /* submitting and killing; then the jobs in flight finish */
-#define S_KILL_EVERY_S 7.0  /* a kill this often (jittered) */
-#define S_DOWN_S 2.0        /* how long a killed daemon stays down */
+#define S_SOAK_S 120.0     /* submitting and killing; then the jobs in flight finish */
+#define S_KILL_EVERY_S 7.0 /* a kill this often (jittered) */
+#define S_DOWN_S 2.0       /* how long a killed daemon stays down */
 #define S_IN_FLIGHT 3
-#define S_RSS_GROWTH_KB (16 * 1024) /* allowed from after the warm-up to the end, idle both times */
+#define S_RSS_GROWTH_KB (16 * 1024) /* allowed from after the warm-up to the end, idle both times  \
+                                     */
 #define S_N_SPECS 4
 #define S_KEPT 16 /* the coordinator's results_kept */
 
@@ -86,8 +87,8 @@ static int s_submit(int spec)
 {
     char *out = NULL;
     int id = 0;
-    tc_sh(&out, "%s/pipectl -c %s --timeout 5 submit %s/j%d.yaml 2>&1", tc_bin(), s_c.ep,
-          s_c.dir, spec);
+    tc_sh(&out, "%s/pipectl -c %s --timeout 5 submit %s/j%d.yaml 2>&1", tc_bin(), s_c.ep, s_c.dir,
+          spec);
     if (!out || sscanf(out, "job %d submitted", &id) != 1)
         cr_log_warn("submit j%d: %s", spec, out ? out : "");
     free(out);

@@ -28,8 +28,8 @@ pl_status_t pl_msg_gen_progress_encode(const pl_msg_gen_progress_t *m, json_t **
                 json_decref(toks);
                 toks = NULL;
             }
-        json_t *o = toks ? json_pack("{s:i, s:i, s:o, s:s}", "seq", e->seq, "at", e->at,
-                                     "tokens", toks, "finish", pl_msg_int_finish_name(e->finish))
+        json_t *o = toks ? json_pack("{s:i, s:i, s:o, s:s}", "seq", e->seq, "at", e->at, "tokens",
+                                     toks, "finish", pl_msg_int_finish_name(e->finish))
                          : NULL;
         if (!o || json_array_append_new(arr, o)) {
             json_decref(arr);
@@ -61,24 +61,26 @@ static pl_status_t s_entry(const json_t *o, int64_t *budget, pl_msg_seq_tokens_t
         return st;
     size_t n = json_array_size(toks);
     if (n == 0 || at + (int64_t)n > PL_JOB_MAX_NEW_TOKENS || (int64_t)n > *budget)
-        return pl_error(PL_ERR_INVALID, "field 'tokens': %zu tokens at %lld: 1 to %lld allowed",
-                        n, (long long)at,
+        return pl_error(PL_ERR_INVALID, "field 'tokens': %zu tokens at %lld: 1 to %lld allowed", n,
+                        (long long)at,
                         (long long)PL_MIN(*budget, (int64_t)PL_JOB_MAX_NEW_TOKENS - at));
     int32_t *t = malloc(n * sizeof(int32_t));
     if (!t)
         return pl_error(PL_ERR_NOMEM, "PROGRESS: out of memory");
     for (size_t k = 0; k < n; k++) {
         const json_t *v = json_array_get(toks, k);
-        if (!json_is_integer(v) || json_integer_value(v) < 0 ||
-            json_integer_value(v) > INT32_MAX) {
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX) {
             free(t);
             return pl_error(PL_ERR_INVALID, "token %zu: not a token id", k);
         }
         t[k] = (int32_t)json_integer_value(v);
     }
     *budget -= (int64_t)n;
-    *e = (pl_msg_seq_tokens_t){.seq = (int)seq, .at = (int)at, .n_tokens = (int)n,
-                               .tokens = t, .finish = (pl_finish_t)finish};
+    *e = (pl_msg_seq_tokens_t){.seq = (int)seq,
+                               .at = (int)at,
+                               .n_tokens = (int)n,
+                               .tokens = t,
+                               .finish = (pl_finish_t)finish};
     return PL_OK;
 }
 
