@@ -55,7 +55,7 @@ static int s_extend(pl_coord_job_t *j, int s, int at, const int32_t *tok, int n,
             return -1;
         }
     int same = PL_MIN(q->n - at, n);
-    if (memcmp(q->tok + at, tok, (size_t)same * sizeof(int32_t)) != 0) {
+    if (same > 0 && memcmp(q->tok + at, tok, (size_t)same * sizeof(int32_t)) != 0) {
         *why = "tokens that differ from the ones reported before";
         return -1;
     }
