@@ -246,7 +246,15 @@ Test(soak, random_daemon_kills_while_jobs_run)
     cr_assert_gt(recoveries, 0, "no job was ever interrupted");
     cr_assert_gt(n_done, 8);
     /* node0 and the coordinator lived through the whole soak (the coordinator holding
-     * results_kept finished jobs at both figures) */
+     * results_kept finished jobs at both figures). Under AddressSanitizer freed memory sits in
+     * its quarantine (up to 256 MiB), so RSS says nothing there: figures only. */
+#if defined(__SANITIZE_ADDRESS__)
+    fprintf(stderr, "[soak] built with AddressSanitizer: RSS shown, not checked\n");
+    for (int k = 0; k < S_N_SPECS; k++)
+        free(ref[k]);
+    s_passed = 1;
+    return;
+#endif
     cr_expect_leq(rss1[0] - rss0[0], S_RSS_GROWTH_KB, "node0 grew %ld KiB", rss1[0] - rss0[0]);
     cr_expect_leq(rss1[S_NODES] - rss0[S_NODES], S_RSS_GROWTH_KB, "pipecoord grew %ld KiB",
                   rss1[S_NODES] - rss0[S_NODES]);
