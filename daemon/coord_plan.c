@@ -59,7 +59,7 @@ static pl_status_t s_live(pl_coord_t *c, const pl_coord_job_t *j, bool idle_only
         const pl_coord_node_t *nd = &c->nodes[order[oi]];
         /* a resuming job takes only nodes heard from since the interruption: the one whose
          * data plane failed may be dead without having been declared so yet */
-        bool ok = nd->alive && s_allowed(j, nd->name) &&
+        bool ok = nd->alive && s_allowed(j, nd->name) && !pl_coord_node_draining(c, nd->name) &&
                   (!j->resuming || nd->last_seen > j->t_lost);
         for (int d = 0; d < nd->n_dev && lv->n < PL_SCHED_MAX_DEVICES; d++) {
             const pl_coord_dev_t *dv = &nd->dev[d];

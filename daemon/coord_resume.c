@@ -198,6 +198,8 @@ void pl_coord_job_interrupt(pl_coord_t *c, pl_coord_job_t *j, const char *why)
              (long long)j->resumed_from, why);
     pl_log_warn("job %u: interrupted (%s): queued to resume from %lld tokens", j->id, why,
                 (long long)j->resumed_from);
+    pl_coord_event(j, "interrupted", "%s; resumes from %lld tokens", why,
+                   (long long)j->resumed_from);
     pl_coord_persist(c, j);
     s_save(c, j);
 }
