@@ -230,6 +230,9 @@ bool pl_coord_plan_job(pl_coord_t *c, pl_coord_job_t *j)
         pl_coord_job_fail(c, j, "%s", pl_error_msg());
         goto out;
     }
+    /* every stage's buffers fit both the job as it started and as it resumes (only the first
+     * and last stages hear where sequences stand; each checks what it knows against this) */
+    int from_start = pl_gen_job_max_tokens(&g);
     if (pl_coord_resume_apply(j, &g)) { /* its messages carry the resumed tokens too */
         pl_gen_job_clear(&g);
         pl_coord_job_fail(c, j, "resume: %s", pl_error_msg());
@@ -237,7 +240,8 @@ bool pl_coord_plan_job(pl_coord_t *c, pl_coord_job_t *j)
     }
     j->microbatches = g.microbatches;
     j->prefill_chunk = plan->prefill_chunk;
-    j->max_tokens = PL_MAX(pl_gen_job_max_tokens(&g), (j->n_seqs + mb - 1) / mb);
+    j->max_tokens =
+        PL_MAX(PL_MAX(pl_gen_job_max_tokens(&g), from_start), (j->n_seqs + mb - 1) / mb);
     pl_gen_job_clear(&g);
     json_t *pj = pl_plan_to_json_full(plan, &lv->pi.in, j->spec.planner);
     if (!pj) {
