@@ -117,6 +117,7 @@ typedef struct {
     char devices[4][16];            /* "cpu", "cuda", "hip" */
     int threads;                    /* CPU threads; 0: all cores */
     int memory_reserve_mb;          /* default 512 */
+    int memory_limit_mb;            /* at most this much usable per device; 0 (default): no cap */
     int heartbeat_ms;               /* default 500 */
     char log_level[16];             /* default "info" */
     char coordinator_key[64];       /* coordinator_public_key: CURVE (Z85), "" = plaintext */

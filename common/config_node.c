@@ -23,6 +23,7 @@ static const pl_ys_field_t s_node_fields[] = {
      .max_count = (int)PL_ARRAY_SIZE(((pl_cfg_node_t *)0)->devices)},
     PL_CFG_INT("threads", pl_cfg_node_t, threads, 0, 4096, 0),
     PL_CFG_INT("memory_reserve_mb", pl_cfg_node_t, memory_reserve_mb, 0, 1 << 20, 512),
+    PL_CFG_INT("memory_limit_mb", pl_cfg_node_t, memory_limit_mb, 0, 1 << 30, 0),
     PL_CFG_INT("heartbeat_ms", pl_cfg_node_t, heartbeat_ms, 10, 60000, 500),
     {.key = "log_level",
      .type = PL_YS_STR,

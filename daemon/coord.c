@@ -298,6 +298,7 @@ static void s_dispatch(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_t *m)
     case PL_MSG_SHUTDOWN: s_on_shutdown(c, from); break;
     case PL_MSG_PLAN: pl_coord_on_plan(c, from, m); break;
     case PL_MSG_BYE: s_on_bye(c, from, &m->bye); break;
+    case PL_MSG_PROGRESS: pl_coord_on_progress(c, from, m); break;
     case PL_MSG_JOBS: pl_coord_on_jobs(c, from); break;
     case PL_MSG_DRAIN: pl_coord_on_drain(c, from, &m->drain); break;
     case PL_MSG_TRACE: pl_coord_on_trace(c, from, m); break;

@@ -125,6 +125,7 @@ static bool s_role_may(pl_tx_role_t role, pl_msg_type_t t)
     case PL_MSG_READY:
     case PL_MSG_DONE:
     case PL_MSG_FAIL:
+    case PL_MSG_PROGRESS:
     case PL_MSG_TRACED:
     case PL_MSG_SEQ_OUT:
         return role == PL_TX_ROLE_NODE;

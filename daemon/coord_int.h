@@ -6,6 +6,7 @@
 #include "common/job_spec.h"
 #include "common/metrics.h"
 #include "daemon/coord_store.h"
+#include "pipeline/gen.h"
 #include "daemon/serve_req.h"
 #include "scheduler/terms.h"
 #include "transport/sock.h"
@@ -87,6 +88,14 @@ typedef struct {
     int64_t seqs_done; /* sequences it finished so far, likewise */
 } pl_coord_stage_t;
 
+/* One sequence's tokens so far, from the last stage's PROGRESS: where a resume continues. */
+typedef struct {
+    int32_t *tok;
+    int n, cap;
+    int finish; /* pl_finish_t; 0 while it runs */
+    int saved;  /* of n, in the state db */
+} pl_coord_seq_t;
+
 typedef struct {
     uint32_t id;
     uint32_t epoch; /* of its current assignment; stage messages of any other are refused */
@@ -113,6 +122,16 @@ typedef struct {
     char *stream;
     size_t stream_len, stream_cap;
     uint32_t stream_epoch;
+    /* Progress and recovery (coord_resume.c). */
+    int vocab;
+    pl_coord_seq_t *seqs; /* n_seqs */
+    bool resuming;        /* interrupted: the next assignment continues from seqs */
+    int n_resumes;
+    double t_lost;        /* the interruption was seen: candidates must have heartbeated since */
+    double t_resumed;     /* its new stages were assigned */
+    double t_first_new;   /* the first token past the resume point arrived; 0 before */
+    int64_t resumed_from; /* tokens held when it was interrupted */
+    char lost_why[192];
     int n_events;          /* of events[] */
     int64_t events_dropped; /* left out between the first and the latest */
     pl_coord_event_t events[PL_COORD_MAX_EVENTS];
@@ -183,6 +202,27 @@ void pl_coord_on_kill(pl_coord_t *c, const pl_tx_peer_t *from, const pl_msg_t *m
 void pl_coord_schedule(pl_coord_t *c);
 void pl_coord_node_lost(pl_coord_t *c, int node, const char *why);
 void pl_coord_job_free(pl_coord_job_t *j);
+
+/* coord_resume.c */
+/* The job's per-sequence progress, empty (after validation set n_seqs). */
+pl_status_t pl_coord_job_seqs_new(pl_coord_job_t *j);
+void pl_coord_job_seqs_free(pl_coord_job_t *j);
+/* PROGRESS from a job's last stage: accepted only from the assigned node, stage and epoch of a
+ * running job; every piece checked; what extends a sequence is kept and persisted. */
+void pl_coord_on_progress(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_t *m);
+/* A loading or running job lost a stage (`why`): its other stages are canceled and it is queued
+ * again to resume from its progress on what remains (failed after too many interruptions). */
+void pl_coord_job_interrupt(pl_coord_t *c, pl_coord_job_t *j, const char *why);
+/* Where each sequence stands, as ASSIGN's resume carries it; *n_p 0 when nothing is held. */
+pl_status_t pl_coord_resume_list(const pl_coord_job_t *j, pl_msg_result_t **r_p, int *n_p);
+/* A report or the results show `tokens` generated: the first past the resume point is timed. */
+void pl_coord_resume_seen(pl_coord_job_t *j, int64_t tokens);
+/* The same applied to a runtime job (the plan's message sizes count the resumed tokens). */
+pl_status_t pl_coord_resume_apply(const pl_coord_job_t *j, pl_gen_job_t *g);
+/* Stored progress back into the restored jobs (after pl_coord_restore queued them). */
+pl_status_t pl_coord_progress_restore(pl_coord_t *c);
+/* The job's last recovery for STATUS; NULL when it never resumed. */
+json_t *pl_coord_resume_json(const pl_coord_job_t *j);
 
 /* coord_plan.c */
 /* Plan a queued job on the idle devices and fill its stages; false with a note in j->error

@@ -16,6 +16,7 @@ void pl_coord_job_free(pl_coord_job_t *j)
     if (!j)
         return;
     pl_job_spec_clear(&j->spec);
+    pl_coord_job_seqs_free(j);
     json_decref(j->plan);
     pl_msg_results_free(j->results, j->n_results);
     for (int i = 0; i < j->n_stages; i++)
@@ -43,6 +44,7 @@ static pl_status_t s_validate(pl_coord_job_t *j)
         return st;
     }
     j->n_layers = cfg->n_layers;
+    j->vocab = cfg->vocab;
     j->n_seqs = g.n_seqs;
     j->max_ctx = pl_gen_job_max_ctx(&g);
     for (int i = 0; i < g.n_seqs; i++)
@@ -63,7 +65,7 @@ pl_status_t pl_coord_job_new(pl_job_spec_t *spec, pl_coord_job_t **job_p)
     }
     j->spec = *spec;
     pl_job_spec_init(spec); /* moved into the job */
-    if ((st = s_validate(j)))
+    if ((st = s_validate(j)) || (st = pl_coord_job_seqs_new(j)))
         goto err;
     if (j->spec.stages > j->n_layers) {
         st = pl_error(PL_ERR_RANGE, "%d stages asked for a model of %d layers", j->spec.stages,
@@ -159,6 +161,8 @@ static void s_end_job(pl_coord_t *c, pl_coord_job_t *j, pl_job_state_t state, bo
                        j->t_end - j->t_submit);
     pl_coord_stream_clear(j); /* the results have the whole text */
     pl_coord_persist(c, j);
+    if (c->store) /* the results (or the end) make the progress moot */
+        pl_coord_store_progress_delete(c->store, j->id);
 }
 
 void pl_coord_job_fail(pl_coord_t *c, pl_coord_job_t *j, const char *fmt, ...)
@@ -178,9 +182,19 @@ static void s_assign(pl_coord_t *c, pl_coord_job_t *j)
         pl_coord_job_fail(c, j, "coordinator out of memory");
         return;
     }
+    pl_msg_result_t *resume = NULL;
+    int n_resume = 0;
+    if (pl_coord_resume_list(j, &resume, &n_resume)) {
+        free(m);
+        pl_coord_job_fail(c, j, "coordinator out of memory");
+        return;
+    }
     j->epoch = c->next_epoch++;
     j->state = PL_JOB_LOADING;
     j->t_start = pl_now();
+    if (j->resuming)
+        j->t_resumed = j->t_start;
+    j->resuming = false;
     {
         char where[160] = "";
         size_t k = 0;
@@ -208,11 +222,18 @@ static void s_assign(pl_coord_t *c, pl_coord_job_t *j)
                                       .spec = j->spec}; /* borrowed for encoding, not cleared */
         if (j->prefill_chunk > 0) /* the plan's choice when the job left it open */
             m->assign.spec.gen.prefill_chunk = j->prefill_chunk;
+        /* only the first stage (prefill) and the last (sampling) need where sequences stand */
+        if (i == 0 || i == j->n_stages - 1) {
+            m->assign.resume = resume; /* borrowed for encoding */
+            m->assign.n_resume = n_resume;
+        }
         snprintf(m->assign.device, sizeof(m->assign.device), "%s", nd->dev[s->dev].id);
         pl_coord_send_node(c, s->node, m);
     }
     free(m);
-    pl_log_info("job %u: %d stage(s) assigned, epoch %u", j->id, j->n_stages, j->epoch);
+    pl_msg_results_free(resume, n_resume);
+    pl_log_info("job %u: %d stage(s) assigned, epoch %u%s", j->id, j->n_stages, j->epoch,
+                n_resume ? ", resuming" : "");
 }
 
 /* A loading job whose stages are not all READY in time fails, naming the ones that are not. */
@@ -344,6 +365,14 @@ void pl_coord_on_stage_msg(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_t *m)
         char where[160];
         snprintf(where, sizeof(where), "stage %d (%s, %s)", stage, node, dev);
         s->done = true; /* its executor is gone already */
+        if (m->fail.code == PL_ERR_TRANSPORT || m->fail.code == PL_ERR_TIMEOUT) {
+            /* a peer's data plane failed (it died, froze or was cut off): resume on the nodes
+             * that still heartbeat, without waiting for the lost one to be declared dead */
+            char why[PL_MSG_TEXT_MAX + 200];
+            snprintf(why, sizeof(why), "%s: %s", where, m->fail.error);
+            pl_coord_job_interrupt(c, j, why);
+            return;
+        }
         pl_coord_job_fail(c, j, "%s: %s", where, m->fail.error[0] ? m->fail.error : "failed");
         return;
     }
@@ -379,6 +408,10 @@ void pl_coord_on_stage_msg(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_t *m)
         pl_msg_results_free(j->results, j->n_results);
         j->results = m->done.results; /* taken */
         j->n_results = m->done.n_results;
+        int64_t total = 0;
+        for (int i = 0; i < j->n_results; i++)
+            total += j->results[i].n_tokens;
+        pl_coord_resume_seen(j, total); /* it ended before a report showed a new token */
         m->done.results = NULL;
         m->done.n_results = 0;
     }
@@ -421,8 +454,9 @@ void pl_coord_node_lost(pl_coord_t *c, int node, const char *why)
             continue;
         for (int s = 0; s < j->n_stages; s++)
             if (j->stages[s].node == node) {
-                j->stages[s].done = true; /* nothing to cancel there */
-                pl_coord_job_fail(c, j, "node %s lost: %s", c->nodes[node].name, why);
+                char what[PL_CFG_NAME_MAX + 160];
+                snprintf(what, sizeof(what), "node %s lost: %s", c->nodes[node].name, why);
+                pl_coord_job_interrupt(c, j, what);
                 break;
             }
     }

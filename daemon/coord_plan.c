@@ -57,7 +57,10 @@ static pl_status_t s_live(pl_coord_t *c, const pl_coord_job_t *j, bool idle_only
     }
     for (int oi = 0; oi < c->n_nodes; oi++) {
         const pl_coord_node_t *nd = &c->nodes[order[oi]];
-        bool ok = nd->alive && s_allowed(j, nd->name) && !pl_coord_node_draining(c, nd->name);
+        /* a resuming job takes only nodes heard from since the interruption: the one whose
+         * data plane failed may be dead without having been declared so yet */
+        bool ok = nd->alive && s_allowed(j, nd->name) && !pl_coord_node_draining(c, nd->name) &&
+                  (!j->resuming || nd->last_seen > j->t_lost);
         for (int d = 0; d < nd->n_dev && lv->n < PL_SCHED_MAX_DEVICES; d++) {
             const pl_coord_dev_t *dv = &nd->dev[d];
             pl_sched_device_t *sd = &lv->devs[lv->n];
@@ -131,8 +134,52 @@ static void s_mark_links(const pl_coord_t *c, const s_live_t *lv, const pl_plan_
     }
 }
 
+/* Why a resuming job waits: the weights it needs beside the memory of the devices it may use. */
+static void s_capacity_note(const pl_coord_t *c, pl_coord_job_t *j, const s_live_t *lv)
+{
+    char planner[256];
+    pl_model_t *m = NULL;
+    double need = 0, have = 0;
+    snprintf(planner, sizeof(planner), "%s", pl_error_msg());
+    if (pl_model_open(j->spec.model, &m) == PL_OK)
+        need = (double)pl_model_weight_bytes(m);
+    else
+        pl_error_clear();
+    pl_model_destroy(&m);
+    for (int i = 0; i < lv->n; i++)
+        if (lv->cand[i])
+            have += (double)lv->devs[i].mem_bytes;
+    bool gib = need >= 1073741824.0 || have >= 1073741824.0;
+    double unit = gib ? 1073741824.0 : 1048576.0;
+    snprintf(j->error, sizeof(j->error),
+             "waiting for capacity: need %.2f %s of weights, have %.2f %s on %d device(s) "
+             "(%s); resumes from %lld generated tokens when a node joins",
+             need / unit, gib ? "GiB" : "MiB", have / unit, gib ? "GiB" : "MiB", lv->n_cand,
+             planner, (long long)j->resumed_from);
+    (void)c;
+}
+
+/* A resuming job waits a little for every node that seems alive to be heard from since the
+ * interruption, so it is planned on all the live ones, not on whichever answered first; a node
+ * still silent after two heartbeats is left out (it may be the lost one). */
+static bool s_hearing(const pl_coord_t *c, pl_coord_job_t *j)
+{
+    int silent = 0;
+    if (!j->resuming || pl_now() - j->t_lost > 2.0 * c->cfg->heartbeat_ms / 1000.0)
+        return false;
+    for (int i = 0; i < c->n_nodes; i++)
+        silent += c->nodes[i].alive && s_allowed(j, c->nodes[i].name) &&
+                  c->nodes[i].last_seen <= j->t_lost;
+    if (silent)
+        snprintf(j->error, sizeof(j->error), "resuming from %lld generated tokens: waiting to "
+                 "hear from %d node(s) (%s)", (long long)j->resumed_from, silent, j->lost_why);
+    return silent > 0;
+}
+
 bool pl_coord_plan_job(pl_coord_t *c, pl_coord_job_t *j)
 {
+    if (s_hearing(c, j))
+        return false;
     s_live_t *lv = calloc(1, sizeof(*lv));
     pl_plan_t *plan = NULL;
     bool ok = false;
@@ -157,11 +204,19 @@ bool pl_coord_plan_job(pl_coord_t *c, pl_coord_job_t *j)
     }
     pl_model_config_t cfg;
     if (s_plan(j, lv, &cfg, &plan)) {
-        pl_coord_job_fail(c, j, "no feasible plan: %s", pl_error_msg());
+        if (j->resuming) /* it ran before: what it lost may come back */
+            s_capacity_note(c, j, lv);
+        else
+            pl_coord_job_fail(c, j, "no feasible plan: %s", pl_error_msg());
         goto out;
     }
     if (pl_sched_waves_note(plan, note, sizeof(note))) {
-        pl_coord_job_fail(c, j, "%s", note);
+        if (j->resuming) {
+            pl_error(PL_ERR_INFEASIBLE, "%s", note);
+            s_capacity_note(c, j, lv);
+        } else {
+            pl_coord_job_fail(c, j, "%s", note);
+        }
         goto out;
     }
     if (plan->n_stages > PL_COORD_MAX_STAGES) {
@@ -175,9 +230,18 @@ bool pl_coord_plan_job(pl_coord_t *c, pl_coord_job_t *j)
         pl_coord_job_fail(c, j, "%s", pl_error_msg());
         goto out;
     }
+    /* every stage's buffers fit both the job as it started and as it resumes (only the first
+     * and last stages hear where sequences stand; each checks what it knows against this) */
+    int from_start = pl_gen_job_max_tokens(&g);
+    if (pl_coord_resume_apply(j, &g)) { /* its messages carry the resumed tokens too */
+        pl_gen_job_clear(&g);
+        pl_coord_job_fail(c, j, "resume: %s", pl_error_msg());
+        goto out;
+    }
     j->microbatches = g.microbatches;
     j->prefill_chunk = plan->prefill_chunk;
-    j->max_tokens = PL_MAX(pl_gen_job_max_tokens(&g), (j->n_seqs + mb - 1) / mb);
+    j->max_tokens =
+        PL_MAX(PL_MAX(pl_gen_job_max_tokens(&g), from_start), (j->n_seqs + mb - 1) / mb);
     pl_gen_job_clear(&g);
     json_t *pj = pl_plan_to_json_full(plan, &lv->pi.in, j->spec.planner);
     if (!pj) {

@@ -88,6 +88,11 @@ void pl_coord_on_status(pl_coord_t *c, const pl_tx_peer_t *from, const pl_msg_t 
                       "text", j->stream ? j->stream : "", j->stream_len));
     if (body)
         json_object_set_new(body, "events", pl_coord_events_json(j));
+    json_t *rec = pl_coord_resume_json(j); /* the last resume after a lost stage */
+    if (body && rec)
+        json_object_set_new(body, "recovery", rec);
+    else
+        json_decref(rec);
     pl_coord_reply(c, from, body);
 }
 

@@ -85,7 +85,8 @@ pl_status_t pl_coord_add_job(pl_coord_t *c, pl_coord_job_t *j)
 }
 
 /* A stored job that was not finished: validated again against its model (which may have gone),
- * and queued from the start; its seed is in the spec, so its output is the same. */
+ * and queued; one that had started resumes from its stored progress (pl_coord_progress_restore),
+ * which gives the same output as an undisturbed run. */
 static pl_status_t s_requeue(pl_coord_t *c, pl_coord_job_t **jp)
 {
     pl_coord_job_t *old = *jp, *j = NULL;
@@ -109,7 +110,11 @@ static pl_status_t s_requeue(pl_coord_t *c, pl_coord_job_t **jp)
     j->t_queued = pl_now();
     j->state = PL_JOB_QUEUED;
     if (old->state != PL_JOB_QUEUED) {
-        snprintf(j->error, sizeof(j->error), "re-run from the start after a coordinator restart");
+        j->resuming = true;
+        j->n_resumes = 1;
+        j->t_lost = j->t_queued;
+        snprintf(j->lost_why, sizeof(j->lost_why), "the coordinator restarted while it was %s",
+                 pl_job_state_name(old->state));
         pl_log_info("job %u: was %s, queued again after the restart", j->id,
                     pl_job_state_name(old->state));
         pl_coord_event(j, "requeued", "was %s; queued again after a coordinator restart",
@@ -158,6 +163,8 @@ pl_status_t pl_coord_restore(pl_coord_t *c)
         if ((st = s_requeue(c, &c->jobs[i])))
             return st;
     }
+    if ((st = pl_coord_progress_restore(c)))
+        return st;
     pl_log_info("state db %s: %d finished job(s), %d to run; next job %u, next epoch %u",
                 pl_coord_store_path(c->store), n_terminal, n_again, c->next_job, c->next_epoch);
     return PL_OK;

@@ -21,7 +21,11 @@ static const char s_schema[] =
     " n_layers INTEGER NOT NULL DEFAULT 0, prompt_tokens INTEGER NOT NULL DEFAULT 0,"
     " epoch INTEGER NOT NULL DEFAULT 0, submitted_at REAL NOT NULL DEFAULT 0,"
     " ended_at REAL NOT NULL DEFAULT 0, events TEXT);"
-    "CREATE TABLE IF NOT EXISTS drained(node TEXT PRIMARY KEY);";
+    "CREATE TABLE IF NOT EXISTS drained(node TEXT PRIMARY KEY);"
+    /* a running job's tokens, appended as the last stage reports them (coord_resume.c) */
+    "CREATE TABLE IF NOT EXISTS progress(job INTEGER NOT NULL, seq INTEGER NOT NULL,"
+    " at INTEGER NOT NULL, tokens BLOB NOT NULL, finish INTEGER NOT NULL DEFAULT 0,"
+    " PRIMARY KEY(job, seq, at));";
 
 static pl_status_t s_err(pl_coord_store_t *s, const char *what)
 {
@@ -231,15 +235,124 @@ err:
     return st;
 }
 
-pl_status_t pl_coord_store_delete(pl_coord_store_t *s, int64_t id)
+static pl_status_t s_delete(pl_coord_store_t *s, const char *sql, int64_t id)
 {
     sqlite3_stmt *q;
-    if (sqlite3_prepare_v2(s->db, "DELETE FROM jobs WHERE id = ?", -1, &q, NULL))
+    if (sqlite3_prepare_v2(s->db, sql, -1, &q, NULL))
         return s_err(s, "delete job");
     sqlite3_bind_int64(q, 1, id);
     int rc = sqlite3_step(q);
     sqlite3_finalize(q);
     return rc == SQLITE_DONE ? PL_OK : s_err(s, "delete job");
+}
+
+pl_status_t pl_coord_store_delete(pl_coord_store_t *s, int64_t id)
+{
+    pl_status_t st = s_delete(s, "DELETE FROM jobs WHERE id = ?", id);
+    return st ? st : pl_coord_store_progress_delete(s, id);
+}
+
+pl_status_t pl_coord_store_progress_delete(pl_coord_store_t *s, int64_t job)
+{
+    return s_delete(s, "DELETE FROM progress WHERE job = ?", job);
+}
+
+pl_status_t pl_coord_store_progress_put(pl_coord_store_t *s, const pl_coord_chunk_t *c, int n)
+{
+    sqlite3_stmt *q = NULL;
+    unsigned char *blob = NULL;
+    pl_status_t st;
+    if (n <= 0)
+        return PL_OK;
+    if ((st = s_exec(s, "BEGIN IMMEDIATE")))
+        return st;
+    if (sqlite3_prepare_v2(s->db,
+                           "INSERT OR REPLACE INTO progress(job, seq, at, tokens, finish)"
+                           " VALUES(?,?,?,?,?)",
+                           -1, &q, NULL)) {
+        st = s_err(s, "write progress");
+        goto err;
+    }
+    for (int i = 0; i < n; i++) {
+        /* little-endian int32s, whatever the host */
+        unsigned char *b = realloc(blob, (size_t)c[i].n * 4 + 1);
+        if (!b) {
+            st = pl_error(PL_ERR_NOMEM, "state db %s: out of memory", s->path);
+            goto err;
+        }
+        blob = b;
+        for (int t = 0; t < c[i].n; t++) {
+            uint32_t v = (uint32_t)c[i].tokens[t];
+            for (int k = 0; k < 4; k++)
+                blob[4 * t + k] = (unsigned char)(v >> (8 * k));
+        }
+        sqlite3_reset(q);
+        sqlite3_bind_int64(q, 1, c[i].job);
+        sqlite3_bind_int(q, 2, c[i].seq);
+        sqlite3_bind_int(q, 3, c[i].at);
+        sqlite3_bind_blob(q, 4, blob, c[i].n * 4, SQLITE_STATIC);
+        sqlite3_bind_int(q, 5, c[i].finish);
+        if (sqlite3_step(q) != SQLITE_DONE) {
+            st = s_err(s, "write progress");
+            goto err;
+        }
+    }
+    sqlite3_finalize(q);
+    q = NULL;
+    free(blob);
+    blob = NULL;
+    if ((st = s_exec(s, "COMMIT")))
+        goto err;
+    return PL_OK;
+err:
+    free(blob);
+    sqlite3_finalize(q);
+    sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+    return st;
+}
+
+pl_status_t pl_coord_store_progress_each(pl_coord_store_t *s,
+                                         pl_status_t (*fn)(void *user, const pl_coord_chunk_t *c),
+                                         void *user)
+{
+    sqlite3_stmt *q;
+    int32_t *tok = NULL;
+    pl_status_t st = PL_OK;
+    if (sqlite3_prepare_v2(s->db,
+                           "SELECT job, seq, at, tokens, finish FROM progress"
+                           " ORDER BY job, seq, at",
+                           -1, &q, NULL))
+        return s_err(s, "read progress");
+    int rc;
+    while (!st && (rc = sqlite3_step(q)) == SQLITE_ROW) {
+        const unsigned char *b = sqlite3_column_blob(q, 3);
+        int bytes = sqlite3_column_bytes(q, 3);
+        int64_t seq = sqlite3_column_int64(q, 1), at = sqlite3_column_int64(q, 2);
+        pl_coord_chunk_t c = {.job = sqlite3_column_int64(q, 0),
+                              .seq = seq < 0 || seq > INT32_MAX ? -1 : (int)seq,
+                              .at = at < 0 || at > INT32_MAX ? -1 : (int)at,
+                              .n = -1,
+                              .finish = sqlite3_column_int(q, 4)};
+        if (sqlite3_column_type(q, 3) == SQLITE_BLOB && bytes > 0 && bytes % 4 == 0) {
+            int32_t *t = realloc(tok, (size_t)bytes);
+            if (!t) {
+                st = pl_error(PL_ERR_NOMEM, "state db %s: out of memory", s->path);
+                break;
+            }
+            tok = t;
+            for (int i = 0; i < bytes / 4; i++)
+                tok[i] = (int32_t)((uint32_t)b[4 * i] | (uint32_t)b[4 * i + 1] << 8 |
+                                   (uint32_t)b[4 * i + 2] << 16 | (uint32_t)b[4 * i + 3] << 24);
+            c.n = bytes / 4;
+            c.tokens = tok;
+        }
+        st = fn(user, &c);
+    }
+    if (!st && rc != SQLITE_DONE)
+        st = s_err(s, "read progress");
+    sqlite3_finalize(q);
+    free(tok);
+    return st;
 }
 
 pl_status_t pl_coord_store_drain(pl_coord_store_t *s, const char *node, bool drained)

@@ -39,7 +39,27 @@ pl_status_t pl_coord_store_each(pl_coord_store_t *s,
 /* Write one job row and the counters in one durable transaction. */
 pl_status_t pl_coord_store_put(pl_coord_store_t *s, const pl_coord_row_t *row, uint32_t next_job,
                                uint32_t next_epoch);
+/* Delete a job's row and its progress. */
 pl_status_t pl_coord_store_delete(pl_coord_store_t *s, int64_t id);
+
+/* A piece of one sequence's progress: tokens [at, at + n) of its output, finish the pl_finish_t
+ * it ended with (0: running). Borrowed both ways, as rows are. */
+typedef struct {
+    int64_t job;
+    int seq, at, n;
+    const int32_t *tokens;
+    int finish;
+} pl_coord_chunk_t;
+
+/* Append pieces (any jobs) in one durable transaction. */
+pl_status_t pl_coord_store_progress_put(pl_coord_store_t *s, const pl_coord_chunk_t *c, int n);
+/* Every stored piece in (job, seq, at) order through fn; a piece whose stored form is broken
+ * (a blob that is no whole number of tokens) is passed with n = -1 so fn can say so. */
+pl_status_t pl_coord_store_progress_each(pl_coord_store_t *s,
+                                         pl_status_t (*fn)(void *user, const pl_coord_chunk_t *c),
+                                         void *user);
+/* Forget a job's progress (it ended: its results hold everything). */
+pl_status_t pl_coord_store_progress_delete(pl_coord_store_t *s, int64_t job);
 /* Mark a node drained (no new stages) or not, durably; every drained node's name through fn. */
 pl_status_t pl_coord_store_drain(pl_coord_store_t *s, const char *node, bool drained);
 pl_status_t pl_coord_store_drained(pl_coord_store_t *s,

@@ -9,10 +9,8 @@
 void pl_coord_stream_piece(pl_coord_job_t *j, uint32_t epoch, int64_t at, const char *text,
                            size_t len)
 {
-    /* Only one assignment's text: a re-planned job's new last stage decodes from where it
-     * resumed, so its offsets are not this stream's. The results carry the whole text. */
-    if (j->stream_len > 0 && epoch != j->stream_epoch)
-        return;
+    /* Any assignment's: a resumed job's new last stage decodes its tokens again from the
+     * first (gen_flow.c replays them), so its offsets and bytes are this stream's. */
     /* a piece that starts past the end (one before it was lost) or ends before it (a
      * duplicate) adds nothing; an overlap adds what is new, which starts on a character
      * boundary since both are prefixes of the same text */

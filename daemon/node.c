@@ -7,6 +7,7 @@
 #include "daemon/front.h"
 #include "daemon/node_metrics.h"
 #include "pipeline/exec.h"
+#include "pipeline/gen_log.h"
 #include "pipeline/trace.h"
 #include "transport/keys.h"
 #include "transport/sock.h"
@@ -126,6 +127,9 @@ static pl_status_t s_discover(s_node_t *n)
             }
             uint64_t reserve = (uint64_t)n->cfg->memory_reserve_mb << 20;
             dv->info.mem_bytes = dv->info.mem_bytes > reserve ? dv->info.mem_bytes - reserve : 0;
+            uint64_t cap = (uint64_t)n->cfg->memory_limit_mb << 20;
+            if (cap && dv->info.mem_bytes > cap)
+                dv->info.mem_bytes = cap;
             char id[sizeof(dv->id)];
             snprintf(id, sizeof(id), "%.15s:%d", infos[d].backend, infos[d].index);
             memcpy(dv->id, id, sizeof(id));
@@ -249,6 +253,9 @@ static void s_reregister(s_node_t *n)
     n->next_hello = pl_now();
     /* a restarted coordinator streams from what it has: send the texts again from the start */
     memset(n->text_sent, 0, sizeof(n->text_sent));
+    for (int i = 0; i < n->n_execs; i++) /* and the tokens (it keeps only what extends) */
+        if (pl_exec_log(n->execs[i]))
+            pl_gen_log_rewind(pl_exec_log(n->execs[i]));
 }
 
 static s_dev_t *s_find_dev(s_node_t *n, const char *id)
@@ -365,6 +372,28 @@ static void s_on_assign(s_node_t *n, pl_msg_assign_t *a)
     n->execs[n->n_execs++] = x;
     pl_log_info("job %u: stage %d/%d, layers %d-%d on %s", a->job, a->stage, a->n_stages,
                 a->first, a->last, a->device);
+}
+
+/* PROGRESS beside each heartbeat: the tokens each last stage sampled since its last report,
+ * which the coordinator persists so a lost stage costs no work. */
+static void s_progress(s_node_t *n)
+{
+    for (int i = 0; i < n->n_execs; i++) {
+        pl_gen_log_t *log = pl_exec_log(n->execs[i]);
+        pl_msg_t m;
+        pl_msg_init(&m, PL_MSG_PROGRESS);
+        if (!log || pl_gen_log_take(log, PL_MSG_MAX_PROGRESS_TOKENS, &m.progress) ||
+            !m.progress.n_seqs) {
+            pl_msg_clear(&m);
+            continue;
+        }
+        m.progress.job = pl_exec_job(n->execs[i]);
+        m.progress.stage = pl_exec_stage(n->execs[i]);
+        m.progress.epoch = n->epoch[i];
+        if (s_send(n, &m) == PL_OK)
+            pl_gen_log_commit(log, &m.progress);
+        pl_msg_clear(&m);
+    }
 }
 
 /* Tokens the executors sampled since last counted, into the metrics. */
@@ -584,6 +613,7 @@ pl_status_t pl_node_run(const pl_cfg_node_t *cfg, volatile sig_atomic_t *stop)
             n.hb_unanswered = true;
             if (s_send(&n, &hb) == PL_OK)
                 s_text_sent(&n, &hb.heartbeat);
+            s_progress(&n);
             n.next_hb = now + cfg->heartbeat_ms / 1000.0;
         }
         if (!n.registered && now >= n.next_hello)

@@ -49,6 +49,9 @@ static pl_status_t s_load(pl_exec_t *x)
     cfg = pl_model_config(x->model);
     if ((st = pl_gen_job_from_spec(&x->p.spec, x->p.microbatches, cfg, &x->job)))
         return st;
+    if (x->p.n_resume &&
+        (st = pl_gen_job_resume(&x->job, x->p.resume, x->p.n_resume, cfg->vocab)))
+        return st;
     x->hidden = cfg->hidden;
     x->vocab = cfg->vocab;
     sp = (pl_be_stage_params_t){.first_layer = x->p.first_layer, .last_layer = x->p.last_layer,
@@ -262,6 +265,8 @@ static void *s_thread(void *arg)
     }
     if (last && (st = pl_gen_sink_create(&x->job, x->vocab, &sink)))
         goto fail;
+    if (sink)
+        pl_gen_sink_set_log(sink, x->log);
     x->sink = sink;
     x->t_start = pl_now();
     pl_log_info("job %u stage %d: running layers %d-%d%s", x->p.job_id, x->p.stage,
@@ -334,6 +339,15 @@ pl_status_t pl_exec_start(pl_tx_ctx_t *ctx, pl_exec_params_t *params, pl_exec_t 
     }
     x->p = *params;
     pl_job_spec_init(&params->spec); /* moved into the exec */
+    params->resume = NULL;
+    params->n_resume = 0;
+    if (x->p.stage == x->p.n_stages - 1 && x->p.spec.n_prompts > 0 &&
+        (st = pl_gen_log_create(x->p.spec.n_prompts, &x->log))) {
+        pl_msg_results_free(x->p.resume, x->p.n_resume);
+        pl_job_spec_clear(&x->p.spec);
+        free(x);
+        return st;
+    }
     pthread_mutex_init(&x->text_mu, NULL);
     /* the ring lives as long as the exec: the node's thread may read it while the stage runs */
     if (x->p.spec.gen.trace && (st = pl_trace_new(PL_TRACE_MAX_EVENTS, &x->trace)))
@@ -354,6 +368,8 @@ err:
     pl_tx_sock_destroy(&x->main_sock);
     pl_trace_destroy(&x->trace);
     pl_job_spec_clear(&x->p.spec);
+    pl_msg_results_free(x->p.resume, x->p.n_resume);
+    pl_gen_log_destroy(&x->log);
     pthread_mutex_destroy(&x->text_mu);
     free(x);
     return st;
@@ -367,6 +383,11 @@ pl_tx_sock_t *pl_exec_socket(pl_exec_t *x)
 uint32_t pl_exec_job(const pl_exec_t *x)
 {
     return x->p.job_id;
+}
+
+pl_gen_log_t *pl_exec_log(pl_exec_t *x)
+{
+    return x->log;
 }
 
 uint64_t pl_exec_generated(pl_exec_t *x)
@@ -431,6 +452,8 @@ void pl_exec_destroy(pl_exec_t **exec_p)
     pthread_join(x->thread, NULL);
     pl_tx_sock_destroy(&x->main_sock);
     pl_job_spec_clear(&x->p.spec);
+    pl_msg_results_free(x->p.resume, x->p.n_resume);
+    pl_gen_log_destroy(&x->log);
     pthread_mutex_destroy(&x->text_mu);
     pl_trace_destroy(&x->trace);
     free(x->text);

@@ -27,6 +27,8 @@ typedef struct {
     int stage, n_stages;
     int first_layer, last_layer;
     pl_job_spec_t spec; /* the job as the user asked it (model, prompts, settings); moved in */
+    int n_resume;       /* ASSIGN's resume: where each sequence stands (0: from the start) */
+    struct pl_msg_result *resume; /* moved in with the spec */
     int microbatches;   /* what the plan decided */
     int max_ctx, max_tokens;
     pl_be_device_t *dev; /* opened device; borrowed, outlives the exec */
@@ -53,6 +55,9 @@ uint64_t pl_exec_seqs_done(pl_exec_t *exec);
  * is at most cap, ends on a character boundary and before any NUL byte (the stream stops there).
  * Returns n: 0 when nothing new (or not such a stage). Safe from any thread. */
 size_t pl_exec_text(pl_exec_t *exec, size_t from, char *buf, size_t cap);
+/* The last stage's log of sampled tokens (gen_log.h), which the node reports in PROGRESS;
+ * NULL for other stages. Borrowed, lives as long as the exec. */
+struct pl_gen_log *pl_exec_log(pl_exec_t *exec);
 /* The stage's trace so far (pipeline/trace.h), for a running job; PL_ERR_NOT_FOUND when the
  * job does not trace. Safe from any thread; the caller frees *out_p. */
 pl_status_t pl_exec_trace(pl_exec_t *exec, pl_msg_trace_t **out_p);

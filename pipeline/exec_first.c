@@ -52,9 +52,12 @@ static pl_status_t s_batch(pl_exec_t *x, pl_batch_t **b_p)
                             .step_tokens = x->p.max_tokens, .chunk = job->gen.prefill_chunk};
     pl_batch_t *b;
     pl_status_t st = pl_batch_create(&bp, &b);
+    /* a resumed job: finished sequences stay out; the others' prompts hold the tokens
+     * generated before (their KV rebuilt by this prefill) and may sample what is left */
     for (int s = 0; !st && s < job->n_seqs; s++)
-        st = pl_batch_add(b, (uint64_t)s, job->prompts[s], job->prompt_len[s],
-                          job->gen.max_new_tokens);
+        if (!pl_gen_job_was_done(job, s))
+            st = pl_batch_add(b, (uint64_t)s, job->prompts[s], job->prompt_len[s],
+                              job->gen.max_new_tokens - pl_gen_job_resumed(job, s));
     if (st) {
         pl_batch_destroy(&b);
         return st;

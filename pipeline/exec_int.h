@@ -29,6 +29,7 @@ struct pl_exec {
     atomic_ullong busy_us, freed; /* compute time and finished sequences so far, likewise */
     /* last stage of a one-prompt text job: the stable part of the completion (gen_text.h),
      * copied here for the node's main thread, which streams it in heartbeats */
+    pl_gen_log_t *log; /* last stage: every sampled token, for the node's PROGRESS reports */
     pthread_mutex_t text_mu;
     char *text;
     size_t text_len, text_cap;

@@ -8,6 +8,7 @@
 #include "common/job_spec.h"
 #include "model/sample.h"
 #include "model/tokenizer.h"
+#include "pipeline/gen_log.h"
 #include "pipeline/gen_text.h"
 #include "transport/act.h"
 #include "transport/msg.h"
@@ -31,6 +32,12 @@ typedef struct {
     /* The model directory whose tokenizer decodes the completions (spec.text or stop strings);
      * "" when results are tokens only. */
     char text_model[PATH_MAX];
+    /* A resumed job (pl_gen_job_resume): per sequence, the tokens an earlier assignment
+     * generated, held at the end of prompts[s] (prompt_len[s] counts them, so the feeder
+     * prefills them with the prompt), and the finish of a sequence that had already ended (0: it
+     * runs on). Both NULL when nothing was resumed. */
+    int *gen_len;
+    int *finish0;
 } pl_gen_job_t;
 
 /* The runtime's job from the typed spec and the microbatch count the plan chose (0 or less: one
@@ -64,6 +71,19 @@ pl_status_t pl_gen_spec_from_file(const pl_cfg_job_t *cfg, pl_job_spec_t *spec);
 pl_status_t pl_gen_spec_from_prompts(const pl_cfg_job_t *cfg, const char *prompts, size_t len,
                                      const char *origin, pl_job_spec_t *spec);
 void pl_gen_job_clear(pl_gen_job_t *job);
+/* Continue job where an earlier assignment stopped: r[s] (n == job->n_seqs entries, prompt
+ * order, as pl_msg_results_decode gives them) holds sequence s's tokens so far and its finish
+ * (PL_FINISH_NONE: it runs on). Every count (max_new_tokens, min_new_tokens, sampling steps,
+ * stop strings) stays counted from the original start, so the output is the undisturbed
+ * run's. Token ids are checked against vocab, counts against max_new_tokens; on error the job
+ * is unchanged. */
+pl_status_t pl_gen_job_resume(pl_gen_job_t *job, const pl_msg_result_t *r, int n, int vocab);
+/* Tokens of sequence s generated before this assignment (0 when the job was not resumed), and
+ * its prompt's length without them. */
+int pl_gen_job_resumed(const pl_gen_job_t *job, int s);
+int pl_gen_job_prompt_base(const pl_gen_job_t *job, int s);
+/* Whether sequence s had finished before this assignment (nothing is fed or sampled for it). */
+bool pl_gen_job_was_done(const pl_gen_job_t *job, int s);
 /* Bytes of one activation value on the links for this spec's wire dtype (4 for f32 and for an
  * unknown name, 2 for bf16 and f16): what the planner charges a link per hidden element. */
 double pl_gen_spec_wire_bytes(const pl_job_spec_t *spec);
@@ -136,7 +156,10 @@ json_t *pl_gen_sink_results(const pl_gen_sink_t *sink);
 uint64_t pl_gen_sink_generated(const pl_gen_sink_t *sink);
 /* The text decoder of a text job (borrowed; NULL for a tokens-only job). */
 const pl_gen_text_t *pl_gen_sink_text(const pl_gen_sink_t *sink);
-/* Time (pl_now) at which the last sequence got its first token; 0 before. */
+/* Record every token in log from now on (borrowed, may be NULL), after the ones the sink holds
+ * already (a resumed job's), so the log has each sequence from its first token. */
+void pl_gen_sink_set_log(pl_gen_sink_t *sink, pl_gen_log_t *log);
+/* Time (pl_now) at which the last sequence got its first token of this assignment; 0 before. */
 double pl_gen_sink_prefill_done_at(const pl_gen_sink_t *sink);
 
 #endif

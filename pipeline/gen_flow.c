@@ -27,7 +27,16 @@ pl_status_t pl_gen_feed_create(const pl_gen_job_t *job, pl_gen_feed_t **feed_p)
         pl_gen_feed_destroy(&f);
         return pl_error(PL_ERR_NOMEM, "feed: out of memory");
     }
-    f->active = job->microbatches;
+    /* a resumed job: sequences that had finished are not fed, and a microbatch of only such
+     * sequences is over before it starts */
+    for (int mb = 0; mb < job->microbatches; mb++) {
+        bool live = false;
+        for (int s = mb; s < job->n_seqs; s += job->microbatches) {
+            f->finished[s] = pl_gen_job_was_done(job, s);
+            live = live || !f->finished[s];
+        }
+        f->active += live;
+    }
     *feed_p = f;
     return PL_OK;
 }
@@ -47,7 +56,10 @@ int pl_gen_feed_prefill_chunks(const pl_gen_feed_t *f, int mb)
     const pl_gen_job_t *job = f->job;
     int longest = 0;
     for (int s = mb; s < job->n_seqs; s += job->microbatches)
-        longest = PL_MAX(longest, job->prompt_len[s]);
+        if (!f->finished[s])
+            longest = PL_MAX(longest, job->prompt_len[s]);
+    if (longest == 0) /* every sequence of it finished before a resume: nothing to send */
+        return 0;
     if (job->gen.prefill_chunk <= 0 || longest <= job->gen.prefill_chunk)
         return 1;
     return (longest + job->gen.prefill_chunk - 1) / job->gen.prefill_chunk;
@@ -61,6 +73,8 @@ void pl_gen_feed_prefill(pl_gen_feed_t *f, uint32_t job_id, int mb, int chunk, p
     uint32_t n = 0, t = 0;
     for (int s = mb; s < job->n_seqs; s += job->microbatches) {
         int len = job->prompt_len[s], end = len, start = 0;
+        if (f->finished[s])
+            continue;
         if (chunks > 1) { /* counted back from the prompt's end */
             end = len - (chunks - 1 - chunk) * job->gen.prefill_chunk;
             start = PL_MAX(0, end - job->gen.prefill_chunk);
@@ -127,11 +141,44 @@ struct pl_gen_sink {
     int *finish;       /* 0 running, else the pl_finish_t */
     pl_gen_text_t *text; /* a text job's decoder and stop strings; NULL otherwise */
     int n_done;
-    int n_first;       /* sequences that have their first token */
+    int n_first;       /* sequences that have their first token of this assignment */
+    int n_live;        /* sequences not finished when the assignment started */
+    pl_gen_log_t *log; /* where each token is also recorded (NULL: nowhere) */
     uint64_t generated;
     double prefill_done_at;
     float *scratch; /* 2 * vocab for the sampler, then one logits row with EOS masked */
 };
+
+/* A resumed job's earlier tokens, recorded as if just sampled: the text decoder and the stop
+ * strings see them in order (so text and stops are the undisturbed run's), and the next sample
+ * of a sequence is its next step. */
+static pl_status_t s_replay(pl_gen_sink_t *k)
+{
+    const pl_gen_job_t *job = k->job;
+    for (int s = 0; s < job->n_seqs; s++) {
+        int n = pl_gen_job_resumed(job, s), base = pl_gen_job_prompt_base(job, s);
+        bool done = pl_gen_job_was_done(job, s);
+        memcpy(k->out[s], job->prompts[s] + base, (size_t)n * sizeof(int32_t));
+        for (int t = 0; t < n && k->text; t++) {
+            bool stopped = false;
+            pl_status_t st = pl_gen_text_push(k->text, s, k->out[s][t], done && t == n - 1,
+                                              &stopped);
+            if (st)
+                return st;
+        }
+        k->n_out[s] = n;
+        k->generated += (uint64_t)n;
+        if (done) {
+            k->finish[s] = job->finish0[s];
+            k->n_done++;
+        } else {
+            k->n_live++;
+        }
+    }
+    if (k->n_live == 0)
+        k->prefill_done_at = pl_now();
+    return PL_OK;
+}
 
 pl_status_t pl_gen_sink_create(const pl_gen_job_t *job, int vocab, pl_gen_sink_t **sink_p)
 {
@@ -155,6 +202,11 @@ pl_status_t pl_gen_sink_create(const pl_gen_job_t *job, int vocab, pl_gen_sink_t
             pl_gen_sink_destroy(&k);
             return st;
         }
+    }
+    pl_status_t st = s_replay(k);
+    if (st) {
+        pl_gen_sink_destroy(&k);
+        return st;
     }
     *sink_p = k;
     return PL_OK;
@@ -205,7 +257,9 @@ int pl_gen_sample_next(const float *row, int vocab, const pl_job_gen_t *gen,
 static bool s_inside(const pl_gen_sink_t *k, const pl_act_seq_t *e)
 {
     uint64_t end = (uint64_t)e->pos0 + e->n_tok;
-    return k->n_out[e->seq] == 0 && end < (uint64_t)k->job->prompt_len[e->seq];
+    /* nothing sampled in this assignment yet (a resumed sequence holds its earlier tokens) */
+    return k->n_out[e->seq] == pl_gen_job_resumed(k->job, (int)e->seq) &&
+           end < (uint64_t)k->job->prompt_len[e->seq];
 }
 
 bool pl_gen_sink_wants_logits(const pl_gen_sink_t *k, const pl_act_hdr_t *hdr,
@@ -232,7 +286,7 @@ pl_status_t pl_gen_sink_sample(pl_gen_sink_t *k, const pl_act_hdr_t *hdr,
             if (seqs[j].seq == s)
                 return pl_error(PL_ERR_PROTOCOL, "sequence %u twice in one message", s);
         uint64_t end = (uint64_t)seqs[i].pos0 + seqs[i].n_tok;
-        uint64_t at = (uint64_t)job->prompt_len[s] + (uint64_t)k->n_out[s];
+        uint64_t at = (uint64_t)pl_gen_job_prompt_base(job, s) + (uint64_t)k->n_out[s];
         if (!s_inside(k, &seqs[i]) && end != at)
             return pl_error(PL_ERR_PROTOCOL, "sequence %u: message ends at position %llu, the "
                             "sequence stands at %llu", s, (unsigned long long)end,
@@ -244,13 +298,15 @@ pl_status_t pl_gen_sink_sample(pl_gen_sink_t *k, const pl_act_hdr_t *hdr,
         int step = k->n_out[s];
         if (s_inside(k, &seqs[i]))
             continue; /* an earlier chunk of its prompt: its KV is kept, nothing sampled */
+        /* the draw depends on (seed, sequence, step) only: a resumed sequence's step counts
+         * from its original start, so it draws what the undisturbed run drew */
         pl_finish_t fin;
         int tok = pl_gen_sample_next(logits + (size_t)i * (size_t)k->vocab, k->vocab, &job->gen,
                                      &job->sampling, job->eos, job->n_eos, s, step, k->scratch,
                                      &fin);
         k->out[s][k->n_out[s]++] = tok;
         k->generated++;
-        if (step == 0 && ++k->n_first == job->n_seqs)
+        if (step == pl_gen_job_resumed(job, s) && ++k->n_first == k->n_live)
             k->prefill_done_at = pl_now();
         uint32_t flags = 0;
         bool eos = fin == PL_FINISH_EOS, stopped = false;
@@ -270,6 +326,7 @@ pl_status_t pl_gen_sink_sample(pl_gen_sink_t *k, const pl_act_hdr_t *hdr,
             flags = PL_ACT_FINISHED;
             k->n_done++;
         }
+        pl_gen_log_push(k->log, (int)s, tok, (pl_finish_t)k->finish[s]);
         out_seqs[n++] = (pl_act_seq_t){.seq = s, .pos0 = seqs[i].pos0 + seqs[i].n_tok - 1,
                                        .n_tok = 1, .flags = flags, .token = tok};
     }
@@ -326,6 +383,15 @@ uint64_t pl_gen_sink_generated(const pl_gen_sink_t *k)
 const pl_gen_text_t *pl_gen_sink_text(const pl_gen_sink_t *k)
 {
     return k->text;
+}
+
+void pl_gen_sink_set_log(pl_gen_sink_t *k, pl_gen_log_t *log)
+{
+    k->log = log;
+    for (int s = 0; s < k->job->n_seqs; s++) /* what it holds from before, in order */
+        for (int t = 0; t < k->n_out[s]; t++)
+            pl_gen_log_push(log, s, k->out[s][t],
+                            t == k->n_out[s] - 1 ? (pl_finish_t)k->finish[s] : PL_FINISH_NONE);
 }
 
 double pl_gen_sink_prefill_done_at(const pl_gen_sink_t *k)

@@ -15,7 +15,80 @@ void pl_gen_job_clear(pl_gen_job_t *job)
             free(job->prompts[i]);
     free(job->prompts);
     free(job->prompt_len);
+    free(job->gen_len);
+    free(job->finish0);
     memset(job, 0, sizeof(*job));
+}
+
+int pl_gen_job_resumed(const pl_gen_job_t *job, int s)
+{
+    return job->gen_len ? job->gen_len[s] : 0;
+}
+
+int pl_gen_job_prompt_base(const pl_gen_job_t *job, int s)
+{
+    return job->prompt_len[s] - pl_gen_job_resumed(job, s);
+}
+
+bool pl_gen_job_was_done(const pl_gen_job_t *job, int s)
+{
+    return job->finish0 && job->finish0[s] != PL_FINISH_NONE;
+}
+
+pl_status_t pl_gen_job_resume(pl_gen_job_t *job, const pl_msg_result_t *r, int n, int vocab)
+{
+    if (n != job->n_seqs || n < 1)
+        return pl_error(PL_ERR_INVALID, "resume: %d sequences for a job of %d", n, job->n_seqs);
+    if (job->gen_len)
+        return pl_error(PL_ERR_INVALID, "resume: the job was resumed already");
+    /* everything is checked before anything changes */
+    for (int s = 0; s < n; s++) {
+        int max = job->gen.max_new_tokens;
+        if (r[s].seq != s || r[s].n_tokens < 0 || r[s].n_tokens > max ||
+            (unsigned)r[s].finish > PL_FINISH_STOP)
+            return pl_error(PL_ERR_INVALID, "resume: sequence %d: %d tokens, %d allowed", s,
+                            r[s].n_tokens, max);
+        if (r[s].finish == PL_FINISH_NONE && r[s].n_tokens == max)
+            return pl_error(PL_ERR_INVALID, "resume: sequence %d: all %d tokens but not finished",
+                            s, max);
+        if (r[s].finish != PL_FINISH_NONE && r[s].n_tokens == 0)
+            return pl_error(PL_ERR_INVALID, "resume: sequence %d: finished without a token", s);
+        for (int t = 0; t < r[s].n_tokens; t++)
+            if (r[s].tokens[t] < 0 || r[s].tokens[t] >= vocab)
+                return pl_error(PL_ERR_RANGE, "resume: sequence %d, token %d: id %d outside the "
+                                "vocabulary [0, %d)", s, t, r[s].tokens[t], vocab);
+    }
+    int *gen_len = calloc((size_t)n, sizeof(int)), *finish0 = calloc((size_t)n, sizeof(int));
+    int32_t **grown = calloc((size_t)n, sizeof(*grown));
+    if (!gen_len || !finish0 || !grown)
+        goto nomem;
+    for (int s = 0; s < n; s++) {
+        grown[s] = malloc((size_t)(job->prompt_len[s] + r[s].n_tokens) * sizeof(int32_t));
+        if (!grown[s])
+            goto nomem;
+        memcpy(grown[s], job->prompts[s], (size_t)job->prompt_len[s] * sizeof(int32_t));
+        if (r[s].n_tokens)
+            memcpy(grown[s] + job->prompt_len[s], r[s].tokens,
+                   (size_t)r[s].n_tokens * sizeof(int32_t));
+    }
+    for (int s = 0; s < n; s++) {
+        free(job->prompts[s]);
+        job->prompts[s] = grown[s];
+        job->prompt_len[s] += r[s].n_tokens;
+        gen_len[s] = r[s].n_tokens;
+        finish0[s] = (int)r[s].finish;
+    }
+    free(grown);
+    job->gen_len = gen_len;
+    job->finish0 = finish0;
+    return PL_OK;
+nomem:
+    for (int s = 0; grown && s < n; s++)
+        free(grown[s]);
+    free(grown);
+    free(gen_len);
+    free(finish0);
+    return pl_error(PL_ERR_NOMEM, "resume: out of memory");
 }
 
 /* A copy of prompt idx, checked against the model: ids in the vocabulary, length in positions. */
@@ -166,7 +239,7 @@ int pl_gen_job_max_ctx(const pl_gen_job_t *job)
 {
     int m = 0;
     for (int i = 0; i < job->n_seqs; i++)
-        m = PL_MAX(m, job->prompt_len[i] + job->gen.max_new_tokens);
+        m = PL_MAX(m, pl_gen_job_prompt_base(job, i) + job->gen.max_new_tokens);
     return m;
 }
 
@@ -181,10 +254,10 @@ int pl_gen_job_max_tokens(const pl_gen_job_t *job)
     for (int mb = 0; mb < job->microbatches; mb++) {
         int sum = 0;
         for (int s = mb; s < job->n_seqs; s += job->microbatches)
-            sum += job->prompt_len[s];
+            sum += pl_gen_job_was_done(job, s) ? 0 : job->prompt_len[s];
         m = PL_MAX(m, sum);
     }
-    return m;
+    return PL_MAX(m, 1); /* a resumed job whose sequences all finished still has buffers */
 }
 
 void pl_gen_batch(const pl_act_hdr_t *hdr, const pl_act_seq_t *seqs, int *ints,

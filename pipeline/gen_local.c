@@ -69,6 +69,15 @@ pl_status_t pl_gen_local_run(const char *model_dir, const pl_job_spec_t *spec,
                              pl_be_device_t *dev, const int *counts, int n_stages,
                              json_t **results_p, pl_gen_local_stats_t *stats)
 {
+    return pl_gen_local_resume(model_dir, spec, NULL, 0, dev, counts, n_stages, results_p,
+                               stats);
+}
+
+pl_status_t pl_gen_local_resume(const char *model_dir, const pl_job_spec_t *spec,
+                                const pl_msg_result_t *resume, int n_resume,
+                                pl_be_device_t *dev, const int *counts, int n_stages,
+                                json_t **results_p, pl_gen_local_stats_t *stats)
+{
     pl_model_t *model = NULL;
     pl_gen_job_t job = {0};
     pl_gen_feed_t *feed = NULL;
@@ -88,7 +97,8 @@ pl_status_t pl_gen_local_run(const char *model_dir, const pl_job_spec_t *spec,
     if ((st = pl_model_open(model_dir, &model)))
         return st;
     const pl_model_config_t *cfg = pl_model_config(model);
-    if ((st = pl_gen_job_from_spec(spec, spec->microbatches, cfg, &job)))
+    if ((st = pl_gen_job_from_spec(spec, spec->microbatches, cfg, &job)) ||
+        (resume && (st = pl_gen_job_resume(&job, resume, n_resume, cfg->vocab))))
         goto out;
     int max_tokens = pl_gen_job_max_tokens(&job), first = 0, total = 0;
     c.wire = job.wire_dtype;

@@ -165,6 +165,51 @@ static inline void tc_start_node(tc_cluster_t *c, const char *name, int threads,
     c->node[c->n_nodes++] = tc_spawn(argv, log);
 }
 
+/* Start daemon `name` into slot i (i == c->n_nodes: a new one; else it replaces a stopped one)
+ * from a node file of its own: name, coordinator, threads and the YAML lines `extra` (may be
+ * NULL), e.g. "memory_limit_mb: 8\n". */
+static inline void tc_start_node_file(tc_cluster_t *c, int i, const char *name, int threads,
+                                      const char *extra)
+{
+    char cmd[1024], log[512], path[512], text[1024];
+    snprintf(log, sizeof(log), "%s/%s.log", c->dir, name);
+    snprintf(path, sizeof(path), "%s/%s.node.yaml", c->dir, name);
+    snprintf(text, sizeof(text), "name: %s\ncoordinator: %s\nthreads: %d\n%s", name, c->ep,
+             threads, extra ? extra : "");
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f, "cannot write %s", path);
+    fputs(text, f);
+    fclose(f);
+    snprintf(cmd, sizeof(cmd), "exec %s/pipeld --config %s", tc_bin(), path);
+    char *argv[] = {"/bin/sh", "-c", cmd, NULL};
+    c->node[i] = tc_spawn(argv, log);
+    if (i == c->n_nodes)
+        c->n_nodes++;
+}
+
+static inline double tc_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t); /* the clock pl_now() reads in every process */
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* Resident set of a process in KiB (/proc/PID/status VmRSS); -1 when it is gone. */
+static inline long tc_rss_kb(pid_t pid)
+{
+    char path[64], line[256];
+    long kb = -1;
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    while (fgets(line, sizeof(line), f))
+        if (sscanf(line, "VmRSS: %ld kB", &kb) == 1)
+            break;
+    fclose(f);
+    return kb;
+}
+
 /* Wait until `n` nodes are registered and idle; returns 0 when they are. */
 static inline int tc_wait_idle(tc_cluster_t *c, int n, double timeout_s)
 {

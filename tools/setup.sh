@@ -18,6 +18,8 @@ command -v npm >/dev/null 2>&1 || PKGS+=(npm)
 # kubectl kustomize builds the manifests offline
 command -v systemd-analyze >/dev/null 2>&1 || PKGS+=(systemd)
 command -v kubectl >/dev/null 2>&1 || PKGS+=(kubernetes-client)
+# test_resume tampers with a coordinator's state db between a kill and a restart
+command -v sqlite3 >/dev/null 2>&1 || PKGS+=(sqlite3)
 # curl checks the OpenAI API's raw Server-Sent Events and error bodies (tests/test_serve_api.c)
 command -v curl >/dev/null 2>&1 || PKGS+=(curl)
 # the trace timeline test renders pipectl's SVG to PNG (tests/test_trace_cluster.c)

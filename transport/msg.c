@@ -64,6 +64,10 @@ void pl_msg_clear(pl_msg_t *msg)
         break;
     case PL_MSG_ASSIGN:
         pl_job_spec_clear(&msg->assign.spec);
+        pl_msg_results_free(msg->assign.resume, msg->assign.n_resume);
+        break;
+    case PL_MSG_PROGRESS:
+        pl_msg_gen_progress_clear(&msg->progress);
         break;
     case PL_MSG_READY:
         free(msg->ready.ucx_addr);
@@ -115,6 +119,8 @@ pl_status_t pl_msg_encode(const pl_msg_t *m, json_t **body_p)
         return pl_msg_fail_encode(&m->fail, body_p);
     case PL_MSG_CANCEL:
         return pl_msg_cancel_encode(&m->cancel, body_p);
+    case PL_MSG_PROGRESS:
+        return pl_msg_gen_progress_encode(&m->progress, body_p);
     case PL_MSG_SUBMIT:
     case PL_MSG_PLAN:
         return pl_job_spec_encode(&m->submit, body_p);
@@ -191,6 +197,9 @@ pl_status_t pl_msg_decode(pl_msg_type_t type, const json_t *body, pl_msg_t *out)
         break;
     case PL_MSG_CANCEL:
         st = pl_msg_cancel_decode(body, &m->cancel);
+        break;
+    case PL_MSG_PROGRESS:
+        st = pl_msg_gen_progress_decode(body, &m->progress);
         break;
     case PL_MSG_SUBMIT:
     case PL_MSG_PLAN:

@@ -116,6 +116,11 @@ typedef struct {
     int max_tokens;   /* largest token count of one microbatch message */
     int microbatches; /* the plan's microbatch count */
     pl_job_spec_t spec;
+    /* A resumed job: per sequence (prompt order, n_resume == the spec's prompts), the tokens
+     * generated before this assignment and the finish of those that ended (pipeline/gen.h's
+     * pl_gen_job_resume). 0 / NULL: from the start. Owned. */
+    int n_resume;
+    struct pl_msg_result *resume;
 } pl_msg_assign_t;
 
 /* READY: the stage is loaded; its UCX worker address (NULL for a single-stage job). */
@@ -187,8 +192,8 @@ typedef enum {
 
 #define PL_MSG_MAX_RESULT_TEXT (16u << 20) /* bytes of one result's text */
 
-/* One finished sequence. */
-typedef struct {
+/* One finished sequence (or, resuming, one sequence so far). */
+typedef struct pl_msg_result {
     int seq;
     int n_tokens;
     int32_t *tokens; /* owned */
@@ -232,6 +237,26 @@ typedef struct {
     pl_msg_result_t *results; /* owned */
     pl_msg_trace_t *trace;    /* owned; NULL when the job does not trace */
 } pl_msg_done_t;
+
+#define PL_MSG_MAX_PROGRESS_TOKENS 65536 /* tokens of one PROGRESS message, all sequences */
+
+/* PROGRESS: tokens the last stage sampled since its previous report, per sequence: tokens
+ * [at, at + n_tokens) of the sequence's output; finish: it ended with the last of them. */
+typedef struct {
+    int seq;
+    int at;
+    int n_tokens;
+    int32_t *tokens; /* owned */
+    pl_finish_t finish;
+} pl_msg_seq_tokens_t;
+
+typedef struct {
+    uint32_t job;
+    int stage;
+    uint32_t epoch;
+    int n_seqs;
+    pl_msg_seq_tokens_t *seqs; /* owned; each sequence at most once */
+} pl_msg_gen_progress_t;
 
 typedef struct {
     uint32_t job;
@@ -342,6 +367,7 @@ typedef struct {
         pl_msg_done_t done;
         pl_msg_fail_t fail;
         pl_msg_cancel_t cancel;
+        pl_msg_gen_progress_t progress;
         pl_job_spec_t submit;     /* SUBMIT and PLAN */
         pl_msg_job_ref_t job_ref; /* STATUS, RESULTS, KILL */
         pl_msg_trace_ref_t trace_ref; /* TRACE */
@@ -417,6 +443,9 @@ pl_status_t pl_msg_done_encode(const pl_msg_done_t *m, json_t **body_p);
 pl_status_t pl_msg_done_decode(const json_t *body, pl_msg_done_t *out);
 pl_status_t pl_msg_fail_encode(const pl_msg_fail_t *m, json_t **body_p);
 pl_status_t pl_msg_fail_decode(const json_t *body, pl_msg_fail_t *out);
+pl_status_t pl_msg_gen_progress_encode(const pl_msg_gen_progress_t *m, json_t **body_p);
+pl_status_t pl_msg_gen_progress_decode(const json_t *body, pl_msg_gen_progress_t *out);
+void pl_msg_gen_progress_clear(pl_msg_gen_progress_t *m);
 pl_status_t pl_msg_cancel_encode(const pl_msg_cancel_t *m, json_t **body_p);
 pl_status_t pl_msg_cancel_decode(const json_t *body, pl_msg_cancel_t *out);
 

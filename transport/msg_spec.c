@@ -239,6 +239,14 @@ pl_status_t pl_msg_assign_encode(const pl_msg_assign_t *m, json_t **body_p)
                              "n_stages", m->n_stages, "device", m->device, "first", m->first,
                              "last", m->last, "max_ctx", m->max_ctx, "max_tokens", m->max_tokens,
                              "microbatches", m->microbatches, "spec", spec);
+    if (body && m->n_resume) {
+        json_t *res;
+        if ((st = pl_msg_results_encode(m->resume, m->n_resume, &res))) {
+            json_decref(body);
+            return st;
+        }
+        json_object_set_new(body, "resume", res);
+    }
     return pl_msg_int_done(body, "ASSIGN", body_p);
 }
 
@@ -268,6 +276,18 @@ pl_status_t pl_msg_assign_decode(const json_t *body, pl_msg_assign_t *out)
     if ((st = pl_job_spec_decode(spec, &m->spec))) {
         pl_error_prefix(st, "spec: ");
         goto out;
+    }
+    const json_t *res = json_object_get(body, "resume");
+    if (res && !json_is_null(res)) {
+        if ((st = pl_msg_results_decode(res, &m->resume, &m->n_resume)) ||
+            (m->n_resume != m->spec.n_prompts &&
+             (st = pl_error(PL_ERR_INVALID, "field 'resume': %d sequences for %d prompts",
+                            m->n_resume, m->spec.n_prompts)))) {
+            pl_error_prefix(st, "ASSIGN: ");
+            pl_msg_results_free(m->resume, m->n_resume);
+            pl_job_spec_clear(&m->spec);
+            goto out;
+        }
     }
     m->job = (uint32_t)job;
     m->stage = (int)stage;

@@ -220,7 +220,8 @@ pl_status_t pl_msg_finish_parse(const char *name, pl_finish_t *f_p)
             *f_p = (pl_finish_t)f;
             return PL_OK;
         }
-    return pl_error(PL_ERR_INVALID, "'%s' is not none, eos, length or stop", name);
+    return pl_error(PL_ERR_INVALID, "field 'finish': '%.16s' is not eos, length, stop or none",
+                    name);
 }
 
 pl_status_t pl_msg_results_encode(const pl_msg_result_t *r, int n, json_t **arr_p)
