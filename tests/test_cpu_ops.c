@@ -389,6 +389,22 @@ Test(cpu_ops, attention_decode_gqa)
     check_attention(1, 0, 4, 1, 8);
 }
 
+/* Decode's own path (one query row) on every instruction set this machine runs: head sizes
+ * with 32-, 8- and 1-float tails, a long context, GQA. */
+Test(cpu_ops, attention_decode_every_isa)
+{
+    int top = (int)pl_cpu_isa();
+    for (int isa = PL_CPU_ISA_SCALAR; isa <= top; isa++) {
+        pl_cpu_isa_cap((pl_cpu_isa_t)isa);
+        check_attention(1, 0, 1, 1, 1);
+        check_attention(1, 7, 2, 1, 13);
+        check_attention(1, 300, 4, 2, 64);
+        check_attention(1, 61, 6, 3, 45);
+        check_attention(1, 130, 2, 2, 128);
+    }
+    pl_cpu_isa_cap(PL_CPU_ISA_COUNT - 1);
+}
+
 Test(cpu_ops, swiglu_add_embed)
 {
     float g[5] = {-3.0f, -0.5f, 0.0f, 0.7f, 9.0f}, u[5] = {1.0f, 2.0f, 3.0f, -4.0f, 0.5f};

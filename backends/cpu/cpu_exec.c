@@ -5,6 +5,7 @@
 #include "backends/cpu/cpu_dev.h"
 #include "backends/cpu/cpu_gemm.h"
 #include "backends/cpu/cpu_ops.h"
+#include "backends/cpu/cpu_wcopy.h"
 
 #include "common/log.h"
 #include "common/util.h"
@@ -37,6 +38,7 @@ typedef struct {
     int q_dim, kv_dim;
     s_layer_t *layers;
     pl_cpu_wmat_t embed, head;
+    pl_cpu_wcopy_t wcopy; /* the matrices above, out of the mapping (empty: in the mapping) */
     const float *norm;
     float **owned; /* converted tensors this stage must free */
     int n_owned, max_owned;
@@ -99,6 +101,27 @@ static pl_status_t s_matrix(pl_model_t *model, const char *name, int64_t d0, int
     pl_tensor_view_t v;
     pl_status_t st = pl_model_tensor_shaped(model, name, 2, shape, &v);
     return st ? st : pl_cpu_wmat_from_view(name, &v, m_p);
+}
+
+/* Every matrix of the stage into anonymous huge-page memory (cpu_wcopy.h). */
+static pl_status_t s_copy_weights(s_stage_t *s)
+{
+    int n = 7 * s->n_layers + 2;
+    pl_cpu_wmat_t **mats = calloc((size_t)n, sizeof(*mats));
+    pl_status_t st;
+
+    if (!mats)
+        return pl_error(PL_ERR_NOMEM, "cpu stage: out of memory");
+    for (int l = 0; l < s->n_layers; l++) {
+        s_layer_t *L = &s->layers[l];
+        pl_cpu_wmat_t *m[7] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        memcpy(mats + 7 * l, m, sizeof(m));
+    }
+    mats[n - 2] = &s->embed;
+    mats[n - 1] = &s->head;
+    st = pl_cpu_wcopy_make(mats, n, &s->wcopy);
+    free(mats);
+    return st;
 }
 
 static pl_status_t s_load_layer(s_stage_t *s, pl_model_t *model, int layer, s_layer_t *L)
@@ -276,6 +299,8 @@ pl_status_t pl_cpu_stage_load(void *dev, pl_model_t *model, const pl_be_stage_pa
         if (st)
             goto err_free;
     }
+    if (pl_cpu_wcopy_wanted() && (st = s_copy_weights(s)) != PL_OK)
+        goto err_free;
     /* long sequences' sgemm reads f32 weights in place and converts the others by tiles */
     if (params->max_tokens >= S_SGEMM_MIN_TOKENS) {
         int k = PL_MAX(PL_MAX(s->cfg.hidden, s->q_dim), s->cfg.intermediate);
@@ -478,6 +503,7 @@ void pl_cpu_stage_unload(void *stage)
     for (int i = 0; i < s->n_owned; i++)
         free(s->owned[i]);
     free(s->owned);
+    pl_cpu_wcopy_free(&s->wcopy);
     free(s->layers);
     free(s->kv);
     free(s->x);

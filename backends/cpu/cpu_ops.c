@@ -1,6 +1,7 @@
 /* CPU kernels of a Llama decoder in f32: the element-wise ops, RoPE, attention over the KV cache
  * and the OpenBLAS matrix product (the batch-invariant one is in cpu_gemm.c). */
 #include "backends/cpu/cpu_ops.h"
+#include "backends/cpu/cpu_gemm.h"
 
 #include "common/util.h"
 
@@ -79,6 +80,57 @@ static void s_softmax_row(float *row, int n_valid, int n)
         row[j] = 0.0f;
 }
 
+void pl_cpu_attn_scores_scalar(const float *q, const float *k, int kv_stride, int n, int hd,
+                               float scale, float *scores)
+{
+    for (int j = 0; j < n; j++) {
+        const float *kj = k + (size_t)j * kv_stride;
+        float s = 0.0f;
+        for (int d = 0; d < hd; d++)
+            s += q[d] * kj[d];
+        scores[j] = s * scale;
+    }
+}
+
+void pl_cpu_attn_values_scalar(const float *p, const float *v, int kv_stride, int n, int hd,
+                               float *out)
+{
+    for (int d = 0; d < hd; d++)
+        out[d] = 0.0f;
+    for (int j = 0; j < n; j++)
+        for (int d = 0; d < hd; d++)
+            out[d] += p[j] * v[(size_t)j * kv_stride + d];
+}
+
+/* One query row (a decode step): two OpenBLAS calls per head cost more than the products
+ * (a quarter of a small model's step, profiled), so plain kernels do it. */
+static void s_attention_row(const float *q, int pos, const float *k_cache, const float *v_cache,
+                            int n_heads, int n_kv, int head_dim, float *scores, float *out)
+{
+    int kv_stride = n_kv * head_dim, group = n_heads / n_kv, n = pos + 1;
+    float scale = 1.0f / sqrtf((float)head_dim);
+#if defined(__x86_64__)
+    bool avx2 = pl_cpu_isa() >= PL_CPU_ISA_AVX2;
+#else
+    bool avx2 = false;
+#endif
+    for (int h = 0; h < n_heads; h++) {
+        const float *kh = k_cache + (size_t)(h / group) * head_dim;
+        const float *vh = v_cache + (size_t)(h / group) * head_dim;
+        const float *qh = q + (size_t)h * head_dim;
+        float *oh = out + (size_t)h * head_dim;
+        if (avx2)
+            pl_cpu_attn_scores_avx2(qh, kh, kv_stride, n, head_dim, scale, scores);
+        else
+            pl_cpu_attn_scores_scalar(qh, kh, kv_stride, n, head_dim, scale, scores);
+        s_softmax_row(scores, n, n);
+        if (avx2)
+            pl_cpu_attn_values_avx2(scores, vh, kv_stride, n, head_dim, oh);
+        else
+            pl_cpu_attn_values_scalar(scores, vh, kv_stride, n, head_dim, oh);
+    }
+}
+
 void pl_cpu_attention(const float *q, int n_tok, int pos0, const float *k_cache,
                       const float *v_cache, int n_heads, int n_kv, int head_dim, float *scores,
                       float *out)
@@ -86,6 +138,10 @@ void pl_cpu_attention(const float *q, int n_tok, int pos0, const float *k_cache,
     int q_stride = n_heads * head_dim, kv_stride = n_kv * head_dim, group = n_heads / n_kv;
     float scale = 1.0f / sqrtf((float)head_dim);
 
+    if (n_tok == 1) {
+        s_attention_row(q, pos0, k_cache, v_cache, n_heads, n_kv, head_dim, scores, out);
+        return;
+    }
     for (int h = 0; h < n_heads; h++) {
         const float *kh = k_cache + (size_t)(h / group) * head_dim;
         const float *vh = v_cache + (size_t)(h / group) * head_dim;

@@ -59,6 +59,18 @@ void pl_cpu_attention(const float *q, int n_tok, int pos0, const float *k_cache,
                       const float *v_cache, int n_heads, int n_kv, int head_dim, float *scores,
                       float *out);
 
+/* Decode's attention for one query row and head, per instruction set (the scalar one always,
+ * AVX2 on x86-64): scores[j] = scale * q . k[j] for the n cache rows k + j * kv_stride, and
+ * out[d] = sum_j p[j] * v[j * kv_stride + d]; hd floats per row, any hd >= 1. */
+void pl_cpu_attn_scores_scalar(const float *q, const float *k, int kv_stride, int n, int hd,
+                               float scale, float *scores);
+void pl_cpu_attn_values_scalar(const float *p, const float *v, int kv_stride, int n, int hd,
+                               float *out);
+void pl_cpu_attn_scores_avx2(const float *q, const float *k, int kv_stride, int n, int hd,
+                             float scale, float *scores);
+void pl_cpu_attn_values_avx2(const float *p, const float *v, int kv_stride, int n, int hd,
+                             float *out);
+
 /* gate[i] = silu(gate[i]) * up[i]. */
 void pl_cpu_swiglu(float *gate, const float *up, size_t n);
 
