@@ -7,6 +7,7 @@
 #include "common/util.h"
 #include "pipeline/gen.h"
 #include "pipeline/link_probe.h"
+#include "transport/act_recv.h"
 #include "transport/sock.h"
 #include "transport/ucx.h"
 
@@ -43,6 +44,7 @@ struct pl_exec {
     pl_ucx_t *ucx;
     pl_ucx_ep_t *next, *prev; /* prev: its probe is answered and its credits granted there */
     pl_ucx_inbox_t *inbox;    /* messages from prev land here */
+    pl_act_rx_t rx;           /* and are taken from it only with the job's token */
     pl_ucx_outbox_t *outbox;  /* messages to next leave from here, computed or encoded in place */
     size_t out_max;           /* largest message this stage sends */
     bool have_probe;          /* the measured link to next, for DONE */
@@ -140,6 +142,7 @@ static pl_status_t s_wait_start(pl_exec_t *x, char **next_p, char **prev_p)
         }
         *next_p = msg.start.next;
         *prev_p = msg.start.prev;
+        x->limits.token = msg.start.token; /* what this assignment's messages carry */
         msg.start.next = msg.start.prev = NULL;
         pl_msg_clear(&msg);
         return PL_OK;
@@ -196,6 +199,7 @@ static pl_status_t s_send_in(pl_exec_t *x, void *buf, const pl_act_hdr_t *hdr,
         h.dim = (uint32_t)x->hidden;
         h.dtype = (uint32_t)x->job.wire_dtype;
     }
+    h.token = x->limits.token;
     if (!buf && (st = s_take(x, h.n_seq, &buf, &unused)))
         return st;
     if ((st = pl_act_encode_into(&h, seqs, payload, buf, cap, &len))) {
@@ -232,26 +236,14 @@ static pl_status_t s_forward_send(pl_exec_t *x, const pl_act_hdr_t *hdr, const p
     return s_send_in(x, buf, hdr, seqs, out);
 }
 
-/* Receive and validate the next data message of this job. It stays in its inbox slot (where
- * *payload points) until s_release. */
+/* Receive and validate the next data message of this job (act_recv.h: others are dropped on
+ * the way). It stays in its inbox slot (where *payload points) until s_release. */
 static pl_status_t s_recv(pl_exec_t *x, pl_act_hdr_t *hdr, const void **payload)
 {
     double t0 = pl_now();
-    const void *buf;
-    size_t len;
-    pl_status_t st = pl_ucx_inbox_recv(x->inbox, &buf, &len, NULL, -1,
-                                       (const volatile int *)&x->cancel);
+    pl_status_t st =
+        pl_act_recv(&x->rx, hdr, x->seqs_in, payload, -1, (const volatile int *)&x->cancel);
     x->wait_s += pl_now() - t0;
-    if (st)
-        return st;
-    st = pl_act_decode(buf, len, &x->limits, hdr, x->seqs_in, payload);
-    if (!st && hdr->job != x->p.job_id)
-        st = pl_error(PL_ERR_PROTOCOL, "data message for job %u on job %u's stage", hdr->job,
-                      x->p.job_id);
-    if (st) {
-        pl_status_t st2 = pl_ucx_inbox_release(x->inbox);
-        (void)st2; /* the decode error is the one to report */
-    }
     return st;
 }
 
@@ -525,6 +517,7 @@ static void s_stats(pl_exec_t *x, pl_gen_sink_t *sink, pl_msg_stats_t *s)
             .send_credits = cs.granted,
             .max_in_flight = cs.max_in_flight,
             .bound_bytes = (int64_t)(in_bytes + (size_t)os.bufs * os.buf_bytes),
+            .dropped = (int64_t)pl_act_rx_dropped(&x->rx),
             .progress_thread = pl_ucx_has_progress(x->ucx)};
     }
 }
@@ -551,6 +544,8 @@ static pl_status_t s_data_plane(pl_exec_t *x)
                                   pl_act_size(first ? &tokens : &hidden),
                                   first ? x->job.microbatches : S_HIDDEN_CREDITS, &x->inbox)))
         return st;
+    x->rx = (pl_act_rx_t){.inbox = x->inbox, .job = x->p.job_id, .limits = &x->limits,
+                          .dropped = x->p.metrics.act_dropped};
     /* One send buffer per credit the next stage's inbox grants (the rule above), and one to
      * compute into while those are in flight. */
     if ((st =

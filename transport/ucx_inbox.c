@@ -187,8 +187,8 @@ int pl_ucx_inbox_slots(const pl_ucx_inbox_t *in)
     return in->n;
 }
 
-/* Re-post the head slot, move on, and return its credit (lock held). */
-static pl_status_t s_release(pl_ucx_inbox_t *in)
+/* Re-post the head slot, move on, and return its credit when `credit` (lock held). */
+static pl_status_t s_release(pl_ucx_inbox_t *in, bool credit)
 {
     s_slot_t *sl = &in->slots[in->head];
     pl_status_t st;
@@ -196,7 +196,7 @@ static pl_status_t s_release(pl_ucx_inbox_t *in)
     in->head = (in->head + 1) % in->n;
     if ((st = s_post(in, sl)) != PL_OK)
         return st;
-    return s_grant(in, 1);
+    return credit ? s_grant(in, 1) : PL_OK;
 }
 
 pl_status_t pl_ucx_inbox_recv(pl_ucx_inbox_t *in, const void **buf_p, size_t *len_p,
@@ -239,8 +239,9 @@ pl_status_t pl_ucx_inbox_recv(pl_ucx_inbox_t *in, const void **buf_p, size_t *le
                           sl->info.length, (unsigned long long)sl->info.sender_tag, in->slot_bytes);
         else
             st = pl_ucx_ucs_error(sl->status, "inbox receive");
-        /* The slot goes back at once, so the link carries on after a bad message. */
-        pl_status_t st2 = s_release(in);
+        /* The slot goes back at once, so the link carries on after a bad message; without a
+         * credit, since anyone who knows the worker's address could have sent it. */
+        pl_status_t st2 = s_release(in, false);
         if (st2 != PL_OK)
             st = st2;
         goto out;
@@ -255,14 +256,24 @@ out:
     return st;
 }
 
-pl_status_t pl_ucx_inbox_release(pl_ucx_inbox_t *in)
+static pl_status_t s_give_back(pl_ucx_inbox_t *in, bool credit)
 {
     if (!in->taken)
         return pl_error(PL_ERR_INVALID, "ucx inbox: no message to release");
     pl_ucx_lock(in->ucx);
-    pl_status_t st = s_release(in);
+    pl_status_t st = s_release(in, credit);
     pl_ucx_unlock(in->ucx);
     return st;
+}
+
+pl_status_t pl_ucx_inbox_release(pl_ucx_inbox_t *in)
+{
+    return s_give_back(in, true);
+}
+
+pl_status_t pl_ucx_inbox_drop(pl_ucx_inbox_t *in)
+{
+    return s_give_back(in, false);
 }
 
 void pl_ucx_inbox_destroy(pl_ucx_inbox_t **in_p)
