@@ -65,22 +65,28 @@ static pl_status_t s_post(pl_ucx_inbox_t *in, s_slot_t *sl)
 
     sl->done = false;
     sl->status = UCS_INPROGRESS;
+    /* Never completed at once: UCX 1.13 then leaves recv_info unwritten when the message came
+     * from its unexpected queue (one that arrived while the slot was away, as behind a dropped
+     * forged message), and the slot would report the length of the one before. The callback
+     * always has the message's own length; it may run before ucp_tag_recv_nbx returns. */
     param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
-                         UCP_OP_ATTR_FIELD_MEMH | UCP_OP_ATTR_FIELD_RECV_INFO;
+                         UCP_OP_ATTR_FIELD_MEMH | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
     param.cb.recv = s_slot_done;
     param.user_data = sl;
     param.memh = in->memh;
-    param.recv_info.tag_info = &sl->info;
     req = ucp_tag_recv_nbx(in->ucx->worker, sl->buf, in->slot_bytes, in->want & in->mask, in->mask,
                            &param);
+    if (UCS_PTR_IS_ERR(req) && UCS_PTR_STATUS(req) == UCS_ERR_MESSAGE_TRUNCATED) {
+        /* an oversized message that was already waiting matched at once: the slot is done,
+         * and inbox_recv refuses it as it would one that came later */
+        sl->status = UCS_ERR_MESSAGE_TRUNCATED;
+        sl->done = true;
+        return PL_OK;
+    }
     if (UCS_PTR_IS_ERR(req))
         return pl_ucx_ucs_error(UCS_PTR_STATUS(req), "inbox receive");
-    if (req == NULL) { /* completed at once; info is filled in */
-        sl->status = UCS_OK;
-        sl->done = true;
-    } else {
+    if (!sl->done) /* the callback has not run yet */
         sl->req = req;
-    }
     return PL_OK;
 }
 
