@@ -18,6 +18,9 @@ command -v npm >/dev/null 2>&1 || PKGS+=(npm)
 # kubectl kustomize builds the manifests offline
 command -v systemd-analyze >/dev/null 2>&1 || PKGS+=(systemd)
 command -v kubectl >/dev/null 2>&1 || PKGS+=(kubernetes-client)
+# the fuzz section of tools/test.sh (tools/fuzz.sh): clang and its libFuzzer and sanitizer runtimes
+command -v clang >/dev/null 2>&1 || PKGS+=(clang)
+PKGS+=(libclang-rt-dev)
 if [ "${PL_GPU_TOOLCHAINS:-0}" = 1 ]; then
     PKGS+=(hipcc libamdhip64-dev)
 fi

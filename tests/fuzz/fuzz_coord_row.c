@@ -42,7 +42,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                         .n_layers = (int8_t)data[4] * 64,
                         .generated = (int8_t)data[5],
                         .prompt_tokens = data[6],
-                        .epoch = (int64_t)(int8_t)data[7] << 28,
+                        .epoch = (int64_t)(int8_t)data[7] * (1LL << 28), /* no shift of a negative */
                         .submitted_at = 1.0,
                         .ended_at = 0};
     pl_coord_job_t *j = NULL;
