@@ -1,4 +1,4 @@
-/* libFuzzer harness for the YAML config loaders (not part of the CMake build). Build one binary
+/* libFuzzer harness for the YAML config loaders (built by tests/fuzz/CMakeLists.txt; tools/fuzz.sh runs it). Build one binary
  * per parser, PL_FUZZ_WHICH = 0 cluster, 1 node, 2 job, from the repository root:
  *
  *   for w in 0 1 2; do

@@ -1,6 +1,6 @@
 /* libFuzzer harness for the coordinator's stored job rows (the state database is outside input):
  * pl_coord_job_from_row must refuse or accept every row without crashing, and an accepted job's
- * spec and results must encode again. Not part of the CMake build:
+ * spec and results must encode again. Built by tests/fuzz/CMakeLists.txt (tools/fuzz.sh runs it); by hand:
  *   clang -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -I. \
  *       tests/fuzz/fuzz_coord_row.c daemon/coord_row.c transport/ctl.c transport/msg*.c \
  *       common/status.c common/json.c common/job_spec.c common/util.c common/log.c \
