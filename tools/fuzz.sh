@@ -21,7 +21,11 @@ command -v clang >/dev/null || { echo "fuzz: clang is missing (apt-get install c
 # shellcheck disable=SC2086
 CC=clang cmake -S . -B "$BUILD" -DPL_FUZZ=ON -DPL_WITH_CUDA=OFF -DPL_WITH_HIP=OFF \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo ${PL_FUZZ_CMAKE_ARGS:-} >/dev/null
-cmake --build "$BUILD" -j"$(nproc)" --target fuzz_all 2>&1 | grep -v -E '^\[ *[0-9]+%\]' || true
+if ! cmake --build "$BUILD" -j"$(nproc)" --target fuzz_all >"$BUILD/fuzz-build.log" 2>&1; then
+    grep -v -E '^\[ *[0-9]+%\]' "$BUILD/fuzz-build.log" | tail -40 >&2
+    echo "fuzz: the build failed ($BUILD/fuzz-build.log)" >&2
+    exit 1
+fi
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
     for d in tests/fuzz/corpus/*/; do targets+=("$(basename "$d")"); done

@@ -24,15 +24,16 @@ s_section() { # NAME COMMAND...: run it, note its time, stop at the first failur
     fi
 }
 
+# (set -e does not hold inside a function called from `||`: every step returns its failure)
 s_suite() {
-    tools/setup.sh
+    tools/setup.sh || return $?
     (cd "${PL_BUILD_DIR:-build}" && ctest --output-on-failure -j1 "$@")
 }
 
 s_asan() {
     PL_BUILD_DIR=build-asan \
         PL_CMAKE_ARGS="${PL_CMAKE_ARGS:-} -DPL_SANITIZE=ON -DPL_WITH_CUDA=OFF -DPL_WITH_HIP=OFF" \
-        tools/setup.sh
+        tools/setup.sh || return $?
     # leaks: the libraries under us (UCX, OpenBLAS, ZeroMQ) keep allocations to exit, so only
     # errors count here; the fuzz section's harnesses do check for leaks
     (cd build-asan && ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
