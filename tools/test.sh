@@ -35,10 +35,14 @@ s_asan() {
         PL_CMAKE_ARGS="${PL_CMAKE_ARGS:-} -DPL_SANITIZE=ON -DPL_WITH_CUDA=OFF -DPL_WITH_HIP=OFF" \
         tools/setup.sh || return $?
     # leaks: the libraries under us (UCX, OpenBLAS, ZeroMQ) keep allocations to exit, so only
-    # errors count here; the fuzz section's harnesses do check for leaks
+    # errors count here; the fuzz section's harnesses do check for leaks. Left out: the suites
+    # whose assertions are about time, which the sanitizers' 2-5x slowdown breaks (the measured
+    # stage times against the plan's, a Ctrl-C 3 s into a streamed job); the first section runs
+    # them.
     (cd build-asan && ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
         UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-        ctest --output-on-failure -j1 -E '^test_gpu_objects$' "$@")
+        ctest --output-on-failure -j1 \
+        -E '^(test_gpu_objects|test_plan_cluster|test_cluster_generate)$' "$@")
 }
 
 for s in $sections; do
