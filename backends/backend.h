@@ -48,6 +48,14 @@ typedef struct {
     const int *slot;
     const int *pos0;
     const int *n_tok;
+    /* Last stage: nothing is sampled from this call (every sequence ends inside its prompt, an
+     * earlier prefill chunk), so the final norm and LM head may be skipped; `out` is then left
+     * as it was. Backends may ignore it. */
+    bool no_logits;
+    /* Called between layers when set: a stage without a UCX progress thread progresses its
+     * data plane there. */
+    void (*between_layers)(void *arg);
+    void *between_arg;
 } pl_be_batch_t;
 
 /* ---- backends ---------------------------------------------------------------------------- */

@@ -13,7 +13,17 @@
 #        PL_BENCH_RUNS=N      runs of each job, the median shown (default 3)
 #        PL_BENCH_TTFT_LEN, PL_BENCH_CHUNK   the long prompt (1024) and its prefill chunk (128)
 #        PL_BENCH_MEMREF=0    skip the memory bandwidth reference (bench_decode)
-#        PL_UCX_PROGRESS_THREAD=0   progress UCX in calls only (no progress thread), to compare
+#        PL_UCX_PROGRESS_THREAD=0   progress UCX between layers (no progress thread), to compare
+#        PL_BENCH_PLANNER=even   the job's planner (default optimal)
+#        PL_BENCH_PREFILL_CHUNK=N   the batched prefill job's chunk (default 0: the planner's)
+#        PL_BENCH_MB=N        microbatches of every job on 2 or more stages (default 0: the
+#                              planner chooses; one stage always runs the whole batch at once)
+#        PL_BENCH_STAGES="1 2"   the stage counts to run (default "1 2 3"; 1 is the reference)
+#        PL_BENCH_DEAD_AFTER_MS=N   the coordinator's dead_after_ms (default 20000: on a machine
+#                              shared with many builds a daemon's heartbeat can lag 3 s)
+#        PL_BENCH_PIN=0       do not pin the daemons to cores (default: node0 on the first CPU,
+#                              node1 on the second, node2 (started for 3 stages) on the third, or
+#                              the first when there are only two)
 set -euo pipefail
 
 BUILD=${1:-build}
@@ -32,6 +42,13 @@ NEW_TOKENS=${PL_BENCH_NEW_TOKENS:-32}  # tokens generated per sequence by the de
 RUNS=${PL_BENCH_RUNS:-3}
 TTFT_LEN=${PL_BENCH_TTFT_LEN:-1024}    # the one long prompt
 CHUNK=${PL_BENCH_CHUNK:-128}           # its prefill chunk
+MB=${PL_BENCH_MB:-0}
+PCHUNK=${PL_BENCH_PREFILL_CHUNK:-0}
+STAGES=${PL_BENCH_STAGES:-1 2 3}
+PIN=${PL_BENCH_PIN:-1}
+PLANNER=${PL_BENCH_PLANNER:-optimal}   # even: split layers evenly (calibration under load is noisy)
+# One BLAS thread per daemon: --threads 1 sets it, and no idle OpenBLAS pool competes either.
+export OPENBLAS_NUM_THREADS=1
 WORK=$(mktemp -d /tmp/pl-bench-pipeline-XXXXXX)
 EP=
 pids=()
@@ -89,20 +106,36 @@ prompts: $2
 max_new_tokens: $3
 sampling:
   temperature: 0.0
-microbatches: 0
+microbatches: $([ "$4" = 1 ] && echo 0 || echo "$MB")
 prefill_chunk: ${5:-0}
 stages: $4
-planner: optimal
+planner: $PLANNER
 stop_at_eos: false
 EOF
 }
 
 # ---- the local cluster on a free port ----
 mkdir -p "$WORK/logs"
+cat >"$WORK/cluster.yaml" <<EOF
+coordinator:
+  endpoint: tcp://127.0.0.1:5555
+  heartbeat_ms: 500
+  dead_after_ms: ${PL_BENCH_DEAD_AFTER_MS:-20000}
+nodes:
+  - name: node0
+    address: 127.0.0.1
+    threads: 1
+  - name: node1
+    address: 127.0.0.1
+    threads: 1
+  - name: node2
+    address: 127.0.0.1
+    threads: 1
+EOF
 for _ in $(seq 20); do
     port=$((20000 + RANDOM % 40000))
     [ -n "$(ss -Htln "sport = :$port" 2>/dev/null)" ] && continue
-    "$B/pipecoord" --endpoint "tcp://127.0.0.1:$port" --state-db "$WORK/coord-$port.db" >"$WORK/logs/pipecoord.log" 2>&1 &
+    "$B/pipecoord" --cluster "$WORK/cluster.yaml" --endpoint "tcp://127.0.0.1:$port" --state-db "$WORK/coord-$port.db" >"$WORK/logs/pipecoord.log" 2>&1 &
     cpid=$!
     sleep 0.3
     if kill -0 "$cpid" 2>/dev/null; then
@@ -113,17 +146,34 @@ for _ in $(seq 20); do
     wait "$cpid" 2>/dev/null || true
 done
 [ -n "$EP" ] || { echo "bench_pipeline: pipecoord did not start on any port" >&2; exit 1; }
-for n in node0 node1 node2; do
-    "$B/pipeld" --name "$n" --coordinator "$EP" --threads 1 >"$WORK/logs/$n.log" 2>&1 &
+# The daemons, each pinned to its own CPU where there are enough: node0 and node1 for the 1- and
+# 2-stage jobs, node2 joining for the 3-stage ones (so a 2-stage job never lands on two daemons
+# that share a core).
+CPUS=($(taskset -pc $$ 2>/dev/null | sed 's/.*: //' | tr ',' '\n' |
+    awk -F- '{ for (i = $1; i <= ($2 == "" ? $1 : $2); i++) print i }'))
+daemon() { # NAME INDEX
+    local pin=()
+    if [ "$PIN" = 1 ] && [ "${#CPUS[@]}" -ge 2 ] && command -v taskset >/dev/null; then
+        pin=(taskset -c "${CPUS[$(($2 < ${#CPUS[@]} ? $2 : 0))]}")
+    fi
+    "${pin[@]}" "$B/pipeld" --name "$1" --coordinator "$EP" --threads 1 >"$WORK/logs/$1.log" 2>&1 &
     pids+=($!)
-done
-up=0
-for _ in $(seq 100); do
-    up=$("$B/pipectl" -c "$EP" -o json nodes 2>/dev/null | grep -c '"state": "idle"' || true)
-    [ "$up" -ge 3 ] && break
-    sleep 0.2
-done
-[ "$up" -ge 3 ] || { echo "bench_pipeline: only $up of 3 daemons registered" >&2; exit 1; }
+    PINS="$PINS $1:${pin[2]:-any}"
+}
+wait_idle() { # N
+    local up=0
+    for _ in $(seq 100); do
+        up=$("$B/pipectl" -c "$EP" -o json nodes 2>/dev/null | grep -c '"state": "idle"' || true)
+        [ "$up" -ge "$1" ] && return 0
+        sleep 0.2
+    done
+    echo "bench_pipeline: only $up of $1 daemons registered" >&2
+    exit 1
+}
+PINS=
+daemon node0 0
+daemon node1 1
+wait_idle 2
 
 # ---- one job: submit, wait, keep its results and throughput ----
 # The first number named KEY in a `pipectl -o json status` file (the plan comes first).
@@ -149,8 +199,8 @@ run() { # NAME YAML
     "$B/pipectl" -c "$EP" -o json status "$id" >"$WORK/$1.json"
     local layers
     layers=$(sed -n 's/^ *"n_layers": \([0-9]*\),*$/\1/p' "$WORK/$1.json" | paste -sd+ -)
-    echo "  $1: job $id, layers per stage $layers, microbatches $(field "$WORK/$1.json" \
-        microbatches), wall $(printf %.2f "$(tput "$WORK/$1.json" wall_s)") s" >&2
+    echo "  $1: job $id, layers per stage $layers, microbatches $(field "$WORK/$1.json" microbatches), chunk $(field "$WORK/$1.json" \
+        prefill_chunk), wall $(printf %.2f "$(tput "$WORK/$1.json" wall_s)") s" >&2
 }
 
 # CPU time (clock ticks) of the whole machine, and of this cluster's processes.
@@ -171,8 +221,12 @@ t0=$(date +%s.%N)
 echo "bench_pipeline: model $MODEL; $SEQS sequences; prefill job: prompts of $PROMPT_LEN tokens," \
     "1 new token; decode job: prompts of 8 tokens, $NEW_TOKENS new tokens (greedy); one prompt" \
     "of $TTFT_LEN tokens in chunks of $CHUNK; $RUNS runs each" >&2
-for s in 1 2 3; do
-    job "prefill$s" "$WORK/prefill.jsonl" 1 "$s"
+for s in $STAGES; do
+    if [ "$s" = 3 ]; then
+        daemon node2 2
+        wait_idle 3
+    fi
+    job "prefill$s" "$WORK/prefill.jsonl" 1 "$s" "$PCHUNK"
     job "decode$s" "$WORK/decode.jsonl" "$NEW_TOKENS" "$s"
     job "ttft$s" "$WORK/ttft.jsonl" 1 "$s" "$CHUNK"
     for r in $(seq "$RUNS"); do
@@ -182,7 +236,7 @@ for s in 1 2 3; do
     done
 done
 # The run whose KEY is the median of the RUNS runs of job J; its status file stands for J.
-for s in 1 2 3; do
+for s in $STAGES; do
     for j in prefill decode ttft; do
         key=${j}_tok_s
         [ "$j" = ttft ] && key=prefill_s
@@ -201,6 +255,8 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }'
 read -r l1 l2 l3 <"/proc/loadavg"
 echo "machine: $(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -n 1), $NPROC cores," \
     "$(date -u '+%Y-%m-%d %H:%M UTC'), load average $l1 $l2 $l3"
+echo "daemons pinned (name:cpu): ${PINS# }; OPENBLAS_NUM_THREADS=$OPENBLAS_NUM_THREADS;" \
+    "progress thread: ${PL_UCX_PROGRESS_THREAD:-1} (0: progress between layers)"
 if [ "$NPROC" -lt 4 ]; then
     echo "note: 3 daemons x 1 thread + coordinator on $NPROC cores: one core per daemon is not" \
         "possible here, so the stages share cores and the 2- and 3-stage figures are" \
@@ -210,15 +266,15 @@ echo "model: $(cfg num_hidden_layers) layers, hidden $(cfg hidden_size), interme
     "$(cfg intermediate_size), heads $(cfg num_attention_heads)/$(cfg num_key_value_heads)," \
     "vocab $VOCAB, $DTYPE on disk (f32 in the CPU backend)"
 echo "prefill job: $SEQS prompts x $PROMPT_LEN tokens, max_new_tokens 1;" \
-    "decode job: $SEQS sequences x $NEW_TOKENS new tokens; microbatches: 0 and planner:" \
-    "optimal (the planner chooses; see below)"
+    "decode job: $SEQS sequences x $NEW_TOKENS new tokens; microbatches: $MB and planner:" \
+    "$PLANNER (0: the planner chooses; see below)"
 echo
 echo "| stages | prefill tok/s | ratio | decode tok/s | ratio | TTFT of $TTFT_LEN tokens, s | ratio |"
 echo "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
 p1=$(tput "$WORK/prefill1.json" prefill_tok_s)
 d1=$(tput "$WORK/decode1.json" decode_tok_s)
 t1=$(tput "$WORK/ttft1.json" prefill_s)
-for s in 1 2 3; do
+for s in $STAGES; do
     p=$(tput "$WORK/prefill$s.json" prefill_tok_s)
     d=$(tput "$WORK/decode$s.json" decode_tok_s)
     t=$(tput "$WORK/ttft$s.json" prefill_s)
@@ -251,7 +307,7 @@ echo "| job | layers per stage | microbatches | tok/s: planned, measured | wall 
     "compute s per stage | wait s per stage |"
 echo "| --- | --- | ---: | ---: | ---: | --- | --- |"
 for j in prefill decode ttft; do
-    for s in 1 2 3; do
+    for s in $STAGES; do
         f="$WORK/$j$s.json"
         k=${j}_tok_s
         [ "$j" = ttft ] && k=prefill_tok_s
@@ -263,7 +319,58 @@ for j in prefill decode ttft; do
     done
 done
 echo
-echo "data plane of the 2-stage decode job (stage 0, then stage 1):" \
+# Where each stage's wall time went besides compute (stats.overlap): a stage that waits for its
+# input while another computes is the bubble; CPU time below compute time is the machine's
+# other processes taking the core.
+echo "| job | compute s | of it CPU s | wait for input s | for a send buffer s |" \
+    "for a credit s (waits) | sending s | sampling s | microbatches in flight: most, mean |"
+echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+for j in prefill decode ttft; do
+    for s in $STAGES; do
+        f="$WORK/$j$s.json"
+        printf '| %s, %d stage(s) | %s | %s | %s | %s | %s (%s) | %s | %s | %s, %s |\n' "$j" "$s" \
+            "$(nums "$f" compute_s)" "$(nums "$f" compute_cpu_s)" "$(nums "$f" wait_s)" \
+            "$(nums "$f" buf_wait_s)" "$(nums "$f" credit_wait_s)" \
+            "$(sed -n 's/^ *"credit_waits": \([0-9]*\),*$/\1/p' "$f" | paste -sd+ -)" \
+            "$(nums "$f" send_s)" "$(nums "$f" sample_s)" \
+            "$(sed -n 's/^ *"max_mb_in_flight": \([0-9]*\),*$/\1/p' "$f" | head -n 1)" \
+            "$(nums "$f" avg_mb_in_flight | cut -d+ -f1)"
+    done
+done
+echo
+# The same jobs in CPU time, which the machine's other processes do not inflate: one stage's
+# work against the busiest stage's (what S cores of their own would give, with no bubble), and
+# each stage's busy share of its wall time (compute / wall: the rest is waiting). Their product
+# estimates the speedup on a quiet machine (for TTFT: 1 / the time ratio); under load it is
+# pessimistic, as a stage also waits while its neighbour is descheduled. The estimated tok/s is
+# one stage's tokens per CPU second times that speedup, beside what the planner predicted.
+stage_nums() { # FILE KEY: KEY of each stage of the job (its "stages" array), one a line
+    sed -n '/^  "stages": \[/,/^  \]/p' "$1" | sed -n "s/^ *\"$2\": *\([-0-9.eE+]*\),\{0,1\}$/\1/p"
+}
+echo "| job | CPU s per stage | CPU-time ratio to 1 stage | busy share per stage |" \
+    "estimated quiet speedup | tok/s: planned, estimated quiet |"
+echo "| --- | --- | ---: | --- | ---: | ---: |"
+for j in prefill decode ttft; do
+    k=${j}_tok_s
+    [ "$j" = ttft ] && k=prefill_tok_s
+    c1=$(stage_nums "$WORK/${j}1.json" compute_cpu_s | head -n 1)
+    w1=$(stage_nums "$WORK/${j}1.json" compute_s | head -n 1)
+    t1=$(tput "$WORK/${j}1.json" "$k")
+    for s in $STAGES; do
+        f="$WORK/$j$s.json"
+        printf '| %s, %d stage(s) | %s | ' "$j" "$s" "$(nums "$f" compute_cpu_s)"
+        paste -d' ' <(stage_nums "$f" compute_cpu_s) <(stage_nums "$f" compute_s) \
+            <(stage_nums "$f" wall_s) |
+            awk -v c1="$c1" -v w1="$w1" -v t1="$t1" -v plan="$(field "$f" "$k")" '
+                { busy[NR] = ($3 > 0 ? $2 / $3 : 0); if ($1 > mx) { mx = $1; b = busy[NR] } }
+                END { r = (mx > 0 ? c1 / mx : 0); printf "%.2f | ", r
+                      for (i = 1; i <= NR; i++) printf "%s%.0f%%", (i > 1 ? "+" : ""), 100 * busy[i]
+                      printf " | %.2f | %.1f, %.1f |\n", r * b, plan,
+                          (c1 > 0 ? t1 * w1 / c1 : 0) * r * b }'
+    done
+done
+echo
+[ -f "$WORK/decode2.json" ] && echo "data plane of the 2-stage decode job (stage 0, then stage 1):" \
     "$(grep -o '"inbox_slots": [0-9]*\|"max_in_flight": [0-9]*\|"bound_bytes": [0-9]*\|"progress_thread": [a-z]*' \
         "$WORK/decode2.json" | tr -d '"' | paste -sd' ' -)"
 echo
@@ -272,7 +379,8 @@ echo "other processes kept $other of $NPROC cores busy on average during the job
 echo
 
 same=yes
-for s in 2 3; do
+for s in $STAGES; do
+    [ "$s" = 1 ] && continue
     for j in prefill decode ttft; do
         cmp -s "$WORK/${j}1.out" "$WORK/$j$s.out" || same=no
     done

@@ -177,6 +177,22 @@ static int s_side_in(const char *ns, char *self, bool sender, int rd, int wr, in
     return 1;
 }
 
+/* PL_BENCH_CPUS="A,B": the receiver on CPU A, the sender on B (as bench_stream.sh pins
+ * ucx_perftest's server and client); unset: wherever the scheduler puts them. */
+static void s_pin(int side)
+{
+    const char *env = getenv("PL_BENCH_CPUS");
+    int cpu[2];
+    if (!env || sscanf(env, "%d,%d", &cpu[0], &cpu[1]) != 2 || cpu[side] < 0 ||
+        cpu[side] >= CPU_SETSIZE)
+        return;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu[side], &set);
+    if (sched_setaffinity(0, sizeof(set), &set))
+        fprintf(stderr, "bench_stream: pin to CPU %d: %s\n", cpu[side], strerror(errno));
+}
+
 int main(int argc, char **argv)
 {
     const char *host = getenv("PL_BENCH_HOSTNAME");
@@ -198,8 +214,11 @@ int main(int argc, char **argv)
     pid_t pid = fork();
     if (pid < 0)
         return 1;
-    if (pid == 0) /* the sender */
+    if (pid == 0) { /* the sender */
+        s_pin(1);
         _exit(s_side_in(ns_b, argv[0], true, ab[0], ba[1], res[1], argv + 1));
+    }
+    s_pin(0);
     int rc = s_side_in(ns_a, argv[0], false, ba[0], ab[1], res[0], argv + 1);
     if (rc)
         kill(pid, SIGKILL);

@@ -6,6 +6,8 @@
 #
 # usage: bench/bench_stream.sh [BUILD_DIR]      (needs ucx_perftest: Debian's ucx-utils)
 # env:   PL_BENCH_RUNS=N   runs per figure, the median printed (default 3)
+#        PL_BENCH_CPUS=A,B receiver / server on CPU A, sender / client on B (default: the first
+#                          two CPUs this script may use; "none": unpinned)
 set -euo pipefail
 
 BUILD=${1:-build}
@@ -19,6 +21,17 @@ NS_A=plbs$$a
 NS_B=plbs$$b
 K=$((200 + $$ % 50))
 NETNS=no
+if [ -z "${PL_BENCH_CPUS:-}" ] && command -v taskset >/dev/null; then
+    PL_BENCH_CPUS=$(taskset -pc $$ | sed 's/.*: //' | tr ',' '\n' |
+        awk -F- '{ for (i = $1; i <= ($2 == "" ? $1 : $2); i++) print i }' | head -n 2 | paste -sd, -)
+    [[ "$PL_BENCH_CPUS" == *,* ]] || PL_BENCH_CPUS=none
+fi
+export PL_BENCH_CPUS
+PIN_A=() PIN_B=()
+if [ "$PL_BENCH_CPUS" != none ]; then
+    PIN_A=(taskset -c "${PL_BENCH_CPUS%,*}")
+    PIN_B=(taskset -c "${PL_BENCH_CPUS#*,}")
+fi
 
 cleanup() {
     ip netns del "$NS_A" 2>/dev/null || true
@@ -59,11 +72,11 @@ perftest_once() {
         srv=(ip netns exec "$NS_A" unshare --uts --ipc -- sh -c "hostname plbsa; exec ucx_perftest -p $port")
         cli=(ip netns exec "$NS_B" unshare --uts --ipc -- sh -c "hostname plbsb; exec ucx_perftest 10.214.$K.1 -p $port -t $2 -s $3 -n $4 -w $(($4 / 10 + 1)) -e -f")
     fi
-    "${srv[@]}" >/dev/null 2>&1 &
+    "${PIN_A[@]}" "${srv[@]}" >/dev/null 2>&1 &
     local spid=$!
     sleep 0.4
     local out
-    out=$(timeout 120 "${cli[@]}" 2>/dev/null | tail -n 1) || true
+    out=$(timeout 120 "${PIN_B[@]}" "${cli[@]}" 2>/dev/null | tail -n 1) || true
     kill "$spid" 2>/dev/null || true
     wait "$spid" 2>/dev/null || true
     # columns: iterations, lat 50%, lat avg, lat overall, bw avg, bw overall, rate avg, overall
@@ -88,7 +101,8 @@ iters_for() { # SIZE: about 64 MiB per run, at least 20 messages
 read -r l1 l2 l3 _ </proc/loadavg
 echo "machine: $(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -n 1), $(nproc) cores," \
     "$(date -u '+%Y-%m-%d %H:%M UTC'), load average $l1 $l2 $l3; UCX $(ucx_info -v | sed -n 's/^# Version //p' | head -n 1)"
-echo "each figure: the median of $RUNS runs; ucx_perftest with -e (error-handling endpoints)"
+echo "each figure: the median of $RUNS runs; ucx_perftest with -e (error-handling endpoints);" \
+    "receiver and sender pinned to CPUs $PL_BENCH_CPUS"
 echo
 paths="shm"
 [ "$NETNS" = yes ] && paths="shm tcp"

@@ -25,7 +25,7 @@ bool pl_cfg_name_check(char *value, size_t size, void *user, char *err, size_t e
 }
 
 /* What an HTTP listener binds: an IPv4 or IPv6 literal (a name would need a resolver). */
-static bool s_check_ip(char *value, size_t size, void *user, char *err, size_t err_len)
+bool pl_cfg_ip_check(char *value, size_t size, void *user, char *err, size_t err_len)
 {
     unsigned char buf[sizeof(struct in6_addr)];
     if (inet_pton(AF_INET, value, buf) == 1 || inet_pton(AF_INET6, value, buf) == 1)
@@ -82,18 +82,7 @@ const pl_ys_field_t pl_cfg_name_elem = {
 const char *const pl_cfg_device_kinds[] = {"cpu", "cuda", "hip", NULL};
 
 const pl_ys_field_t pl_cfg_http_fields[] = {
-    {.key = "address",
-     .type = PL_YS_STR,
-     .offset = offsetof(pl_cfg_http_t, address),
-     .size = sizeof(((pl_cfg_http_t *)0)->address),
-     .def_str = "127.0.0.1",
-     .check = s_check_ip},
-    {.key = "port",
-     .type = PL_YS_INT,
-     .flags = PL_YS_REQUIRED,
-     .offset = offsetof(pl_cfg_http_t, port),
-     .min = 1,
-     .max = 65535},
+    PL_CFG_HTTP_COMMON_FIELDS,
     {.type = PL_YS_END},
 };
 
@@ -139,7 +128,8 @@ pl_status_t pl_cfg_file_load(const char *path,
 
 pl_status_t pl_cfg_http_parse(const char *text, const char *origin, pl_cfg_http_t *out)
 {
-    pl_cfg_http_t h = {0};
+    static const pl_cfg_http_t zero;
+    pl_cfg_http_t h = zero;
     char err[160];
     const char *colon = strrchr(text, ':');
     size_t alen = colon ? (size_t)(colon - text) : 0;
@@ -148,13 +138,17 @@ pl_status_t pl_cfg_http_parse(const char *text, const char *origin, pl_cfg_http_
     if (!colon || alen == 0 || alen >= sizeof(h.address))
         return pl_error(PL_ERR_INVALID, "%s: '%s' is not ADDRESS:PORT", origin, text);
     memcpy(h.address, text, alen);
-    if (!s_check_ip(h.address, sizeof(h.address), NULL, err, sizeof(err)))
+    if (!pl_cfg_ip_check(h.address, sizeof(h.address), NULL, err, sizeof(err)))
         return pl_error(PL_ERR_INVALID, "%s: %s", origin, err);
     char *end;
     long port = strtol(colon + 1, &end, 10);
     if (!colon[1] || *end || port < 1 || port > 65535)
         return pl_error(PL_ERR_RANGE, "%s: port '%s' is not 1-65535", origin, colon + 1);
-    h.port = (int)port;
-    *out = h;
+    memcpy(out->address, h.address, sizeof(out->address));
+    out->port = (int)port;
+    if (!out->max_connections)
+        out->max_connections = 64;
+    if (!out->max_body_kb)
+        out->max_body_kb = 1024;
     return PL_OK;
 }

@@ -65,10 +65,20 @@ typedef struct {
     char public_key[64];            /* Z85, or "" with public_key_file */
     char public_key_file[256];
 } pl_cfg_client_t;
-/* An HTTP listener for /metrics, /livez, /readyz: an IP literal and a port; port 0: off. */
+#define PL_CFG_MAX_API_KEYS 16
+#define PL_CFG_API_KEY_MAX 127
+
+/* An HTTP listener for /metrics, /livez, /readyz (and on the coordinator the OpenAI API): an
+ * IP literal and a port; port 0: off. */
 typedef struct {
-    char address[64]; /* default 127.0.0.1 */
-    int port;         /* required when the section is present */
+    char address[64];    /* default 127.0.0.1 */
+    int port;            /* required when the section is present */
+    int max_connections; /* concurrent connections, each on its own thread; default 64 */
+    int max_body_kb;     /* largest request body; default 1024 */
+    /* coordinator.http only: the bearer tokens the OpenAI API takes (none: no check) */
+    int n_api_keys;
+    char api_keys[PL_CFG_MAX_API_KEYS][PL_CFG_API_KEY_MAX + 1];
+    char api_keys_file[PATH_MAX]; /* one token a line, mode 0600; read when the API starts */
 } pl_cfg_http_t;
 
 typedef struct {
@@ -117,6 +127,21 @@ typedef struct {
     char log_target[16];            /* stderr (default), journald */
 } pl_cfg_node_t;
 
+/* pipectl's user settings (~/.config/pipeld/pipectl.yaml), below its flags and environment. */
+typedef struct {
+    char coordinator[256];    /* endpoint; "" when not set */
+    char coordinator_key[64]; /* coordinator_public_key (Z85); "" when not set */
+    char key_file[PATH_MAX];  /* key_file: the user's secret key; "" when not set */
+    char output[8];           /* table (default), wide, json, yaml */
+    float timeout_s;          /* answer timeout, default 10 */
+} pl_cfg_pipectl_t;
+
+pl_status_t pl_cfg_pipectl_load(const char *path, pl_cfg_pipectl_t *out);
+pl_status_t pl_cfg_pipectl_parse(const char *text, size_t len, const char *origin,
+                                 pl_cfg_pipectl_t *out);
+/* pipectl's output formats, NULL-ended (the -o words). */
+extern const char *const pl_cfg_output_names[];
+
 typedef struct {
     char model[PATH_MAX];   /* resolved against the job file's directory */
     char prompts[PATH_MAX]; /* JSONL: [ids], {"text"} or {"messages"} per line, resolved likewise */
@@ -143,7 +168,8 @@ pl_status_t pl_cfg_job_parse(const char *text, size_t len, const char *origin,
                              const char *base_dir, pl_cfg_job_t *out);
 
 /* An HTTP listener from a command line flag, "ADDRESS:PORT" ("[V6]:PORT" for IPv6), checked as
- * the files' http sections are; errors name `origin` (the flag). */
+ * the files' http sections are; errors name `origin` (the flag). Sets out's address and port
+ * only (the file's other http keys stay). */
 pl_status_t pl_cfg_http_parse(const char *text, const char *origin, pl_cfg_http_t *out);
 
 /* The embedded default cluster: a coordinator on loopback and local nodes. */

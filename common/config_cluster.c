@@ -99,6 +99,46 @@ static bool s_post_link(void *base, void *user, char *err, size_t err_len)
 
 /* ---- schemas ---- */
 
+/* A bearer token: visible ASCII without spaces (it travels in an Authorization header). */
+static bool s_check_api_key(char *value, size_t size, void *user, char *err, size_t err_len)
+{
+    for (const char *p = value; *p; p++) {
+        if ((unsigned char)*p <= ' ' || (unsigned char)*p >= 0x7f) {
+            snprintf(err, err_len, "an API key is visible ASCII without spaces");
+            return false;
+        }
+    }
+    return true;
+}
+
+static const pl_ys_field_t s_api_key_elem = {
+    .type = PL_YS_STR, .size = PL_CFG_API_KEY_MAX + 1, .check = s_check_api_key};
+
+static bool s_post_http(void *base, void *user, char *err, size_t err_len)
+{
+    const pl_cfg_http_t *h = base;
+    if (h->n_api_keys && h->api_keys_file[0]) {
+        snprintf(err, err_len, "give api_keys or api_keys_file, not both");
+        return false;
+    }
+    return true;
+}
+
+/* coordinator.http: the node's keys and the OpenAI API's tokens. */
+static const pl_ys_field_t s_cluster_http[] = {
+    PL_CFG_HTTP_COMMON_FIELDS,
+    {.key = "api_keys",
+     .type = PL_YS_SEQ,
+     .flags = PL_YS_UNIQUE,
+     .offset = offsetof(pl_cfg_http_t, api_keys),
+     .size = PL_CFG_API_KEY_MAX + 1,
+     .elem = &s_api_key_elem,
+     .count_offset = offsetof(pl_cfg_http_t, n_api_keys),
+     .max_count = PL_CFG_MAX_API_KEYS},
+    PL_CFG_STR("api_keys_file", 0, pl_cfg_http_t, api_keys_file, NULL),
+    {.type = PL_YS_END},
+};
+
 static const pl_ys_field_t s_cluster_coordinator[] = {
     PL_CFG_STR("endpoint", PL_YS_REQUIRED, pl_cfg_cluster_t, endpoint, pl_cfg_endpoint_check),
     PL_CFG_INT("heartbeat_ms", pl_cfg_cluster_t, heartbeat_ms, 10, 60000, 500),
@@ -106,7 +146,8 @@ static const pl_ys_field_t s_cluster_coordinator[] = {
     {.key = "http",
      .type = PL_YS_MAP,
      .offset = offsetof(pl_cfg_cluster_t, http),
-     .fields = pl_cfg_http_fields},
+     .fields = s_cluster_http,
+     .post = s_post_http},
     PL_CFG_STR("state_db", 0, pl_cfg_cluster_t, state_db, NULL),
     PL_CFG_INT("max_queued_jobs", pl_cfg_cluster_t, max_queued_jobs, 1, 1000000, 256),
     PL_CFG_INT("max_job_mb", pl_cfg_cluster_t, max_job_mb, 1, 4096, 64),

@@ -37,8 +37,28 @@ bool pl_cfg_name_check(char *value, size_t size, void *user, char *err, size_t e
 bool pl_cfg_endpoint_check(char *value, size_t size, void *user, char *err, size_t err_len);
 bool pl_cfg_z85_key_check(char *value, size_t size, void *user, char *err, size_t err_len);
 
+bool pl_cfg_ip_check(char *value, size_t size, void *user, char *err, size_t err_len);
+
+/* The keys every http section has (the node's is exactly these; the coordinator's adds the API's
+ * keys). */
+#define PL_CFG_HTTP_COMMON_FIELDS                                                                  \
+    {.key = "address",                                                                             \
+     .type = PL_YS_STR,                                                                            \
+     .offset = offsetof(pl_cfg_http_t, address),                                                   \
+     .size = sizeof(((pl_cfg_http_t *)0)->address),                                                \
+     .def_str = "127.0.0.1",                                                                       \
+     .check = pl_cfg_ip_check},                                                                    \
+        {.key = "port",                                                                            \
+         .type = PL_YS_INT,                                                                        \
+         .flags = PL_YS_REQUIRED,                                                                  \
+         .offset = offsetof(pl_cfg_http_t, port),                                                  \
+         .min = 1,                                                                                 \
+         .max = 65535},                                                                            \
+        PL_CFG_INT("max_connections", pl_cfg_http_t, max_connections, 1, 4096, 64),               \
+        PL_CFG_INT("max_body_kb", pl_cfg_http_t, max_body_kb, 1, 65536, 1024)
+
 /* A sequence element that is a checked name; the device kinds (cpu, cuda, hip, NULL-ended); the
- * http section's fields. */
+ * http section's fields (a node's). */
 extern const pl_ys_field_t pl_cfg_name_elem;
 extern const char *const pl_cfg_device_kinds[];
 extern const pl_ys_field_t pl_cfg_http_fields[];

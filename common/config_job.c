@@ -102,6 +102,7 @@ static const pl_ys_field_t s_job_fields[] = {
      .type = PL_YS_BOOL,
      .offset = offsetof(pl_cfg_job_t, gen.stop_at_eos),
      .def = 1},
+    {.key = "trace", .type = PL_YS_BOOL, .offset = offsetof(pl_cfg_job_t, gen.trace), .def = 1},
     {.key = "placement", .type = PL_YS_MAP, .fields = s_job_placement},
     {.key = "stop",
      .type = PL_YS_SEQ,

@@ -23,6 +23,9 @@ typedef struct {
     /* The data plane. */
     int prefill_chunk;  /* prompt tokens of one sequence per prefill message; 0 (default): whole */
     char wire_dtype[8]; /* activations between stages: "f32" (default, "" too), "bf16", "f16" */
+    /* Observability: each stage records its receive-wait, compute and send intervals
+     * (pipeline/trace.h) and sends them with DONE for `pipectl trace`. Default true. */
+    bool trace;
     /* Stop strings: a sequence ends when its decoded text contains one (finish "stop"); the
      * text is cut before it. Non-empty UTF-8; they need the model's tokenizer. */
     int n_stop;

@@ -28,6 +28,7 @@ void pl_job_spec_init(pl_job_spec_t *spec)
     memset(spec, 0, sizeof(*spec));
     spec->gen.max_new_tokens = 16;
     spec->gen.stop_at_eos = true;
+    spec->gen.trace = true;
     spec->gen.top_p = 1.0f;
     spec->planner = PL_PLANNER_AUTO;
     memcpy(spec->gen.wire_dtype, "f32", 4);

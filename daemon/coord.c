@@ -6,6 +6,8 @@
 #include "common/util.h"
 #include "daemon/coord_int.h"
 #include "daemon/front.h"
+#include "daemon/serve_api.h"
+#include "pipeline/trace.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -91,7 +93,8 @@ static void s_welcome(pl_coord_t *c, const pl_tx_peer_t *to)
     pl_msg_t w;
     pl_msg_init(&w, PL_MSG_WELCOME);
     w.welcome = (pl_msg_welcome_t){.heartbeat_ms = c->cfg->heartbeat_ms,
-                                   .dead_after_ms = c->cfg->dead_after_ms};
+                                   .dead_after_ms = c->cfg->dead_after_ms,
+                                   .clock_ns = pl_trace_clock_wall_ns()};
     pl_coord_reply_msg(c, to, &w);
 }
 
@@ -164,6 +167,8 @@ static void s_on_hello(pl_coord_t *c, const pl_tx_peer_t *from, const pl_msg_hel
     tmp.n_unavailable = h->n_unavailable;
     memcpy(tmp.unavailable, h->unavailable, sizeof(tmp.unavailable));
     tmp.alive = true;
+    tmp.health = h->health; /* its health until the first heartbeat */
+    tmp.have_health = true;
     tmp.last_seen = tmp.registered_at = pl_now();
     *n = tmp; /* learned device rates start again from the new calibration */
     pl_coord_forget_node(c, i);
@@ -193,7 +198,11 @@ static void s_on_heartbeat(pl_coord_t *c, const pl_tx_peer_t *from, const pl_msg
         const pl_msg_progress_t *e = &h->stages[k];
         pl_coord_job_t *j = pl_coord_find_job(c, e->job);
         if (!j || j->state != PL_JOB_RUNNING || e->epoch != j->epoch ||
-            e->stage != j->n_stages - 1 || j->stages[e->stage].node != i)
+            e->stage >= j->n_stages || j->stages[e->stage].node != i)
+            continue;
+        j->stages[e->stage].busy_s = e->busy_s;
+        j->stages[e->stage].seqs_done = e->seqs_done;
+        if (e->stage != j->n_stages - 1)
             continue;
         if (e->generated > j->generated)
             j->generated = e->generated;
@@ -289,6 +298,10 @@ static void s_dispatch(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_t *m)
     case PL_MSG_SHUTDOWN: s_on_shutdown(c, from); break;
     case PL_MSG_PLAN: pl_coord_on_plan(c, from, m); break;
     case PL_MSG_BYE: s_on_bye(c, from, &m->bye); break;
+    case PL_MSG_JOBS: pl_coord_on_jobs(c, from); break;
+    case PL_MSG_DRAIN: pl_coord_on_drain(c, from, &m->drain); break;
+    case PL_MSG_TRACE: pl_coord_on_trace(c, from, m); break;
+    case PL_MSG_TRACED: pl_coord_on_traced(c, from, m); break;
     default:
         pl_log_warn_limited("'%.*s' sent %s, which the coordinator does not take", (int)from->len,
                             from->id, pl_msg_name(m->type));
@@ -315,14 +328,33 @@ static void s_check_handshakes(pl_coord_t *c)
 pl_status_t pl_coord_run(const pl_cfg_cluster_t *cfg, const char *state_db, bool embedded,
                          volatile sig_atomic_t *stop)
 {
-    pl_coord_t c = {.cfg = cfg, .next_job = 1, .next_epoch = 1};
+    pl_serve_hub_t *hub = NULL;
+    pl_status_t st = pl_serve_hub_create(&hub);
+    if (st)
+        return st;
+    st = pl_coord_serve(cfg, state_db, embedded, hub, stop);
+    pl_serve_hub_destroy(&hub);
+    return st;
+}
+
+pl_status_t pl_coord_serve(const pl_cfg_cluster_t *cfg, const char *state_db, bool embedded,
+                           pl_serve_hub_t *hub, volatile sig_atomic_t *stop)
+{
+    pl_coord_t c = {.cfg = cfg, .next_job = 1, .next_epoch = 1, .hub = hub};
     pl_front_t *front = NULL;
     pl_status_t st;
 
     /* the state first: no message is taken before the jobs and counters are back */
     if (state_db && ((st = pl_coord_store_open(state_db, &c.store)) || (st = pl_coord_restore(&c))))
         goto out;
-    if ((st = pl_front_start(&cfg->http, NULL, 0, &front)) ||
+    /* the OpenAI API joins the front when coordinator.http is configured */
+    pl_http_route_t api_routes[PL_SERVE_API_N_ROUTES];
+    int n_api = 0;
+    if (cfg->http.port && (st = pl_serve_api_new(&cfg->http, c.hub, &c.serve_api)))
+        goto out;
+    if (c.serve_api)
+        n_api = pl_serve_api_routes(c.serve_api, api_routes);
+    if ((st = pl_front_start(&cfg->http, api_routes, n_api, &front)) ||
         (st = pl_coord_metrics_init(&c, pl_front_metrics(front))))
         goto out;
 
@@ -368,9 +400,11 @@ pl_status_t pl_coord_run(const pl_cfg_cluster_t *cfg, const char *state_db, bool
         usleep(200 * 1000);
 out:
     pl_front_stop(&front); /* its threads read nothing of c, but stop them first all the same */
+    pl_serve_api_destroy(&c.serve_api); /* no HTTP thread uses it now */
     for (int i = 0; i < c.n_jobs; i++)
         pl_coord_job_free(c.jobs[i]);
     free(c.jobs);
+    pl_coord_trace_free_all(&c);
     pl_tx_sock_destroy(&c.router);
     pl_tx_zap_stop(&c.zap);
     pl_tx_ctx_destroy(&c.ctx);

@@ -125,8 +125,10 @@ static bool s_role_may(pl_tx_role_t role, pl_msg_type_t t)
     case PL_MSG_READY:
     case PL_MSG_DONE:
     case PL_MSG_FAIL:
+    case PL_MSG_TRACED:
         return role == PL_TX_ROLE_NODE;
     case PL_MSG_SHUTDOWN:
+    case PL_MSG_DRAIN:
         return role == PL_TX_ROLE_ADMIN;
     case PL_MSG_SUBMIT:
     case PL_MSG_STATUS:
@@ -135,6 +137,8 @@ static bool s_role_may(pl_tx_role_t role, pl_msg_type_t t)
     case PL_MSG_NODES:
     case PL_MSG_HEALTH:
     case PL_MSG_PLAN:
+    case PL_MSG_JOBS:
+    case PL_MSG_TRACE:
         return role == PL_TX_ROLE_USER || role == PL_TX_ROLE_ADMIN;
     default:
         return true; /* the dispatcher refuses the rest itself */

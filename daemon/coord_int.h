@@ -6,6 +6,7 @@
 #include "common/job_spec.h"
 #include "common/metrics.h"
 #include "daemon/coord_store.h"
+#include "daemon/serve_req.h"
 #include "scheduler/terms.h"
 #include "transport/sock.h"
 #include "transport/zap.h"
@@ -19,6 +20,14 @@
 #define PL_COORD_MAX_DEVS 8
 #define PL_COORD_MAX_STAGES 64
 #define PL_COORD_MAX_STREAM (256u << 10) /* bytes of a running job's streamed text */
+#define PL_COORD_MAX_EVENTS 64 /* events kept per job: the first and the latest */
+
+/* One thing that happened to a job, for `pipectl logs` (coord_event.c). */
+typedef struct {
+    double at;      /* Unix seconds */
+    char what[16];  /* "submitted", "planned", "loading", "ready", "running", "done", ... */
+    char detail[160];
+} pl_coord_event_t;
 
 typedef struct {
     char id[32];
@@ -74,6 +83,8 @@ typedef struct {
     double used_gflops, used_gbps; /* the device figures the plan used */
     pl_sched_terms_t terms;        /* its predicted roofline terms per call */
     bool have_terms;
+    double busy_s;     /* compute so far, from heartbeats */
+    int64_t seqs_done; /* sequences it finished so far, likewise */
 } pl_coord_stage_t;
 
 typedef struct {
@@ -102,6 +113,9 @@ typedef struct {
     char *stream;
     size_t stream_len, stream_cap;
     uint32_t stream_epoch;
+    int n_events;          /* of events[] */
+    int64_t events_dropped; /* left out between the first and the latest */
+    pl_coord_event_t events[PL_COORD_MAX_EVENTS];
 } pl_coord_job_t;
 
 /* The coordinator's metric families (coord_metrics.c); NULL ones record nothing. */
@@ -121,6 +135,7 @@ typedef struct {
     int n_jobs, cap_jobs;
     uint32_t next_job, next_epoch; /* persisted: never repeat */
     pl_coord_store_t *store;
+    struct pl_serve_api *serve_api; /* the OpenAI routes on the HTTP front (daemon/serve_api.h) */
     bool shutdown;
     pl_tx_zap_t *zap;  /* NULL when insecure */
     bool insecure;     /* security.insecure: no authentication, every peer may do everything */
@@ -130,6 +145,10 @@ typedef struct {
     long refused_handshakes; /* seen by the router's monitor (ZAP's own count is separate) */
     double last_refusal_log;
     pl_coord_metrics_t metrics;
+    int n_drained; /* nodes kept free of new stages (persisted); by name, so re-registering keeps it */
+    char drained[PL_COORD_MAX_NODES][PL_CFG_NAME_MAX + 1];
+    pl_serve_hub_t *hub; /* serving requests from the front (borrowed) */
+    struct pl_coord_traces *traces; /* coord_trace.c: finished stages' traces; NULL: none yet */
 } pl_coord_t;
 
 const char *pl_job_state_name(pl_job_state_t s);
@@ -208,7 +227,34 @@ bool pl_coord_job_terminal(const pl_coord_job_t *j);
 /* A job from a stored row, every field checked (errors name the field); nothing kept on error. */
 pl_status_t pl_coord_job_from_row(const pl_coord_row_t *r, pl_coord_job_t **job_p);
 
+/* coord_event.c */
+/* Record an event of job j now (the oldest after the first are dropped when full). */
+void pl_coord_event(pl_coord_job_t *j, const char *what, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* j's events as a JSON array [{"at", "what", "detail"}] (new reference; NULL: no memory), and
+ * back from a stored one, every field checked; j's events are replaced only on success. */
+json_t *pl_coord_events_json(const pl_coord_job_t *j);
+pl_status_t pl_coord_events_from_json(const json_t *arr, pl_coord_job_t *j);
+
+/* coord_drain.c */
+/* DRAIN: mark a node drained or not (persisted) and answer with its state. */
+void pl_coord_on_drain(pl_coord_t *c, const pl_tx_peer_t *from, const pl_msg_drain_t *m);
+bool pl_coord_node_draining(const pl_coord_t *c, const char *name);
+/* The drained nodes from the store, at start. */
+pl_status_t pl_coord_drain_restore(pl_coord_t *c);
+/* coord_trace.c */
+/* Keep stage `stage` of j's trace from its DONE (taken: *tr_p NULL; NULL is nothing to keep):
+ * in memory only, the oldest jobs' traces dropped beyond the budget. */
+void pl_coord_trace_keep(pl_coord_t *c, const pl_coord_job_t *j, int stage, pl_msg_trace_t **tr_p);
+void pl_coord_trace_free_all(pl_coord_t *c);
+/* TRACE: one stage's trace of a job, with where it ran; for a running stage, the last trace so
+ * far it sent, and the stage is asked for a newer one. */
+void pl_coord_on_trace(pl_coord_t *c, const pl_tx_peer_t *from, const pl_msg_t *m);
+/* TRACED: a running stage's trace so far, kept until a newer one or its DONE. */
+void pl_coord_on_traced(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_t *m);
+
 /* coord_query.c */
+void pl_coord_on_jobs(pl_coord_t *c, const pl_tx_peer_t *from);
 void pl_coord_on_status(pl_coord_t *c, const pl_tx_peer_t *from, const pl_msg_t *m);
 void pl_coord_on_results(pl_coord_t *c, const pl_tx_peer_t *from, const pl_msg_t *m);
 void pl_coord_on_nodes(pl_coord_t *c, const pl_tx_peer_t *from);

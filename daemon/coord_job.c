@@ -113,6 +113,8 @@ void pl_coord_on_submit(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_t *m)
     j->id = c->next_job;
     j->state = PL_JOB_QUEUED;
     j->t_submit = j->t_queued = pl_now();
+    pl_coord_event(j, "submitted", "%d sequence(s), model %s, by %s", j->n_seqs, j->spec.model,
+                   j->owner[0] ? j->owner : "-");
     c->next_job++; /* saved with the job: the id is durable before anyone hears of it */
     if ((st = pl_coord_persist(c, j)) || (st = pl_coord_add_job(c, j))) {
         if (c->store)
@@ -150,6 +152,11 @@ static void s_end_job(pl_coord_t *c, pl_coord_job_t *j, pl_job_state_t state, bo
     }
     j->state = state;
     j->t_end = pl_now();
+    if (j->error[0])
+        pl_coord_event(j, pl_job_state_name(state), "%s", j->error);
+    else
+        pl_coord_event(j, pl_job_state_name(state), "%d sequence(s) after %.2f s", j->n_seqs,
+                       j->t_end - j->t_submit);
     pl_coord_stream_clear(j); /* the results have the whole text */
     pl_coord_persist(c, j);
 }
@@ -174,6 +181,15 @@ static void s_assign(pl_coord_t *c, pl_coord_job_t *j)
     j->epoch = c->next_epoch++;
     j->state = PL_JOB_LOADING;
     j->t_start = pl_now();
+    {
+        char where[160] = "";
+        size_t k = 0;
+        for (int i = 0; i < j->n_stages && k < sizeof(where); i++)
+            k += (size_t)snprintf(where + k, sizeof(where) - k, "%s%s", i ? ", " : "",
+                                  c->nodes[j->stages[i].node].name);
+        pl_coord_event(j, "planned", "%d stage(s) on %s", j->n_stages, where);
+        pl_coord_event(j, "loading", "epoch %u", j->epoch);
+    }
     pl_coord_persist(c, j); /* the epoch is durable before a stage hears of it */
     for (int i = 0; i < j->n_stages; i++) {
         pl_coord_stage_t *s = &j->stages[i];
@@ -280,6 +296,8 @@ static void s_start(pl_coord_t *c, pl_coord_job_t *j)
     }
     j->state = PL_JOB_RUNNING;
     j->t_run = pl_now();
+    pl_coord_event(j, "running", "all %d stage(s) ready after %.2f s", j->n_stages,
+                   j->t_run - j->t_start);
     pl_coord_persist(c, j);
     pl_log_info("job %u: all stages ready (%.2f s), running", j->id, j->t_run - j->t_start);
 }
@@ -344,6 +362,7 @@ void pl_coord_on_stage_msg(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_t *m)
         s->ucx_addr = m->ready.ucx_addr; /* taken */
         m->ready.ucx_addr = NULL;
         s->ready = true;
+        pl_coord_event(j, "ready", "stage %d on %s (%s)", stage, node, dev);
         bool all = true;
         for (int i = 0; i < j->n_stages; i++)
             all = all && j->stages[i].ready;
@@ -354,7 +373,10 @@ void pl_coord_on_stage_msg(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_t *m)
     /* DONE */
     s->stats = m->done.stats;
     s->have_stats = true;
+    pl_coord_trace_keep(c, j, stage, &m->done.trace);
     s->done = true;
+    pl_coord_event(j, "stage done", "stage %d on %s: %.2f s, %.2f s computing", stage, node,
+                   s->stats.wall_s, s->stats.compute_s);
     if (stage == j->n_stages - 1) {
         if (m->done.n_results != j->n_seqs) {
             pl_coord_job_fail(c, j, "last stage on %s sent malformed results", node);

@@ -57,7 +57,7 @@ static pl_status_t s_live(pl_coord_t *c, const pl_coord_job_t *j, bool idle_only
     }
     for (int oi = 0; oi < c->n_nodes; oi++) {
         const pl_coord_node_t *nd = &c->nodes[order[oi]];
-        bool ok = nd->alive && s_allowed(j, nd->name);
+        bool ok = nd->alive && s_allowed(j, nd->name) && !pl_coord_node_draining(c, nd->name);
         for (int d = 0; d < nd->n_dev && lv->n < PL_SCHED_MAX_DEVICES; d++) {
             const pl_coord_dev_t *dv = &nd->dev[d];
             pl_sched_device_t *sd = &lv->devs[lv->n];

@@ -1,5 +1,5 @@
-/* The coordinator's answers to pipectl: job status with its plan and throughput, results,
- * the node table, and one node's health. */
+/* The coordinator's answers to pipectl: job status with its plan, progress, events and
+ * throughput, results, the job list, the node table with each node's health, and one node's. */
 #include "common/util.h"
 #include "daemon/coord_int.h"
 
@@ -16,6 +16,15 @@ static pl_coord_job_t *s_job_arg(pl_coord_t *c, const pl_tx_peer_t *from, const 
         j = NULL;
     }
     return j;
+}
+
+/* Tokens sampled so far: the heartbeats' count, or the last stage's own once it is DONE. */
+static int64_t s_generated(const pl_coord_job_t *j)
+{
+    const pl_coord_stage_t *ls = j->n_stages ? &j->stages[j->n_stages - 1] : NULL;
+    if (ls && ls->have_stats && ls->stats.has_sink && ls->stats.generated > j->generated)
+        return ls->stats.generated;
+    return j->generated;
 }
 
 /* Throughput from the last stage's clock: prefill ends when every sequence has its first token. */
@@ -42,15 +51,26 @@ void pl_coord_on_status(pl_coord_t *c, const pl_tx_peer_t *from, const pl_msg_t 
     if (!j)
         return;
     json_t *stages = json_array();
-    for (int i = 0; i < j->n_stages; i++) {
-        json_t *stats = NULL;
-        if (j->stages[i].have_stats && pl_msg_stats_encode(&j->stages[i].stats, &stats))
-            stats = NULL;
-        json_array_append_new(stages, json_pack("{s:i, s:b, s:b, s:o?}", "stage", i, "ready",
-                                                j->stages[i].ready, "done", j->stages[i].done,
-                                                "stats", stats));
-    }
     double now = pl_now(), end = j->t_end > 0 ? j->t_end : now;
+    /* a stage's busy share: its compute over the time the job has run */
+    double ran = j->t_run > 0 ? end - j->t_run : 0;
+    int64_t seqs_done = 0;
+    for (int i = 0; i < j->n_stages; i++) {
+        const pl_coord_stage_t *s = &j->stages[i];
+        json_t *stats = NULL;
+        if (s->have_stats && pl_msg_stats_encode(&s->stats, &stats))
+            stats = NULL;
+        double busy = s->have_stats ? s->stats.compute_s : s->busy_s;
+        double wall = s->have_stats ? s->stats.wall_s : ran;
+        json_array_append_new(
+            stages, json_pack("{s:i, s:s, s:b, s:b, s:f, s:f, s:o?}", "stage", i, "node",
+                              c->nodes[s->node].name, "ready", s->ready, "done", s->done,
+                              "busy_s", busy, "busy_pct",
+                              wall > 0 ? PL_MIN(100.0, 100.0 * busy / wall) : 0.0, "stats",
+                              stats));
+    }
+    if (j->n_stages)
+        seqs_done = j->state == PL_JOB_DONE ? j->n_seqs : j->stages[j->n_stages - 1].seqs_done;
     json_t *body = json_pack("{s:i, s:s, s:s, s:s, s:i, s:O?, s:o, s:o, s:f}", "job", j->id,
                              "state", pl_job_state_name(j->state), "model", j->spec.model,
                              "note", j->error, "sequences", j->n_seqs, "plan", j->plan, "stages",
@@ -58,11 +78,16 @@ void pl_coord_on_status(pl_coord_t *c, const pl_tx_peer_t *from, const pl_msg_t 
                              end - j->t_submit);
     /* progress: tokens sampled so far (from heartbeats), and the most the job can produce */
     if (body)
-        json_object_set_new(body, "progress",
-                            json_pack("{s:I, s:I, s:s%}", "generated",
-                                      (json_int_t)j->generated, "at_most",
-                                      (json_int_t)j->n_seqs * j->spec.gen.max_new_tokens,
-                                      "text", j->stream ? j->stream : "", j->stream_len));
+        json_object_set_new(
+            body, "progress",
+            json_pack("{s:I, s:I, s:I, s:i, s:f, s:f, s:s%}", "generated",
+                      (json_int_t)s_generated(j), "at_most",
+                      (json_int_t)j->n_seqs * j->spec.gen.max_new_tokens, "sequences_done",
+                      (json_int_t)PL_MIN(seqs_done, (int64_t)j->n_seqs), "sequences", j->n_seqs,
+                      "running_s", ran, "tok_s", ran > 0 ? (double)s_generated(j) / ran : 0.0,
+                      "text", j->stream ? j->stream : "", j->stream_len));
+    if (body)
+        json_object_set_new(body, "events", pl_coord_events_json(j));
     pl_coord_reply(c, from, body);
 }
 
@@ -85,8 +110,43 @@ void pl_coord_on_results(pl_coord_t *c, const pl_tx_peer_t *from, const pl_msg_t
     pl_coord_reply(c, from, body);
 }
 
-static json_t *s_node_json(const pl_coord_node_t *n)
+/* The operator's view of a node: ready, busy, draining (no new stages; busy ones finish) or
+ * unreachable (no heartbeat within dead_after, or never registered). */
+static const char *s_node_status(const pl_coord_t *c, const pl_coord_node_t *n)
 {
+    return !n->alive                               ? "unreachable"
+           : pl_coord_node_draining(c, n->name)     ? "draining"
+           : n->busy_job                           ? "busy"
+                                                   : "ready";
+}
+
+/* The stages node i runs now ({job, stage}) and the UCX transports its links used. */
+static void s_node_work(const pl_coord_t *c, int i, json_t *stages, json_t *tls)
+{
+    for (int k = 0; k < c->n_jobs; k++) {
+        const pl_coord_job_t *j = c->jobs[k];
+        if (pl_coord_job_terminal(j) || j->state == PL_JOB_QUEUED)
+            continue;
+        for (int s = 0; s < j->n_stages; s++)
+            if (j->stages[s].node == i)
+                json_array_append_new(stages, json_pack("{s:i, s:i}", "job", j->id, "stage", s));
+    }
+    for (int k = 0; k < c->n_nodes; k++) {
+        const pl_coord_link_t *l = &c->links[i][k];
+        bool seen = false;
+        size_t x;
+        json_t *v;
+        if (!l->valid || !l->transport[0])
+            continue;
+        json_array_foreach(tls, x, v) seen = seen || !strcmp(json_string_value(v), l->transport);
+        if (!seen)
+            json_array_append_new(tls, json_string(l->transport));
+    }
+}
+
+static json_t *s_node_json(const pl_coord_t *c, int i)
+{
+    const pl_coord_node_t *n = &c->nodes[i];
     json_t *devs = json_array();
     for (int d = 0; d < n->n_dev; d++) {
         const pl_coord_dev_t *v = &n->dev[d];
@@ -103,9 +163,27 @@ static json_t *s_node_json(const pl_coord_node_t *n)
                                                          v->eff_mem_gbps, "jobs", v->n_obs));
         json_array_append_new(devs, dj);
     }
-    return json_pack("{s:s, s:s, s:s, s:f, s:i, s:o}", "name", n->name, "host", n->host, "state",
-                     n->alive ? (n->busy_job ? "busy" : "idle") : "lost", "last_seen_s",
-                     pl_now() - n->last_seen, "job", n->busy_job, "devices", devs);
+    json_t *unav = json_array(), *hb = NULL, *stages = json_array(), *tls = json_array();
+    for (int k = 0; unav && k < n->n_unavailable; k++)
+        json_array_append_new(unav, json_pack("{s:s, s:s}", "backend",
+                                              n->unavailable[k].backend, "why",
+                                              n->unavailable[k].why));
+    if (n->have_health && pl_msg_heartbeat_encode(&n->health, &hb))
+        hb = NULL;
+    if (stages && tls)
+        s_node_work(c, i, stages, tls);
+    const char *version = n->have_health ? n->health.sys.version : "";
+    /* the daemon's own uptime when it said, else since it registered */
+    double now = pl_now(), up = n->have_health && n->health.sys.uptime_s >= 0
+                                    ? n->health.sys.uptime_s + (now - n->last_seen)
+                                    : now - n->registered_at;
+    return json_pack("{s:s, s:s, s:s, s:s, s:b, s:f, s:f, s:s, s:i, s:o, s:o, s:o, s:o, s:o}",
+                     "name", n->name, "host", n->host, "state",
+                     n->alive ? (n->busy_job ? "busy" : "idle") : "lost", "status",
+                     s_node_status(c, n), "draining", pl_coord_node_draining(c, n->name),
+                     "last_seen_s", now - n->last_seen, "uptime_s", up, "version", version, "job", n->busy_job,
+                     "devices", devs, "unavailable", unav, "stages", stages, "transports", tls,
+                     "heartbeat", hb ? hb : json_null());
 }
 
 void pl_coord_on_nodes(pl_coord_t *c, const pl_tx_peer_t *from)
@@ -113,14 +191,17 @@ void pl_coord_on_nodes(pl_coord_t *c, const pl_tx_peer_t *from)
     json_t *arr = json_array();
     for (int i = 0; i < c->n_nodes; i++)
         if (c->nodes[i].name[0]) /* not a free slot */
-            json_array_append_new(arr, s_node_json(&c->nodes[i]));
+            json_array_append_new(arr, s_node_json(c, i));
     /* nodes the cluster file expects that never registered */
     for (int i = 0; i < c->cfg->n_nodes; i++)
         if (pl_coord_find_node(c, c->cfg->nodes[i].name) < 0)
-            json_array_append_new(arr, json_pack("{s:s, s:s, s:s, s:n, s:i, s:[]}", "name",
-                                                 c->cfg->nodes[i].name, "host",
-                                                 c->cfg->nodes[i].address, "state", "missing",
-                                                 "last_seen_s", "job", 0, "devices"));
+            json_array_append_new(
+                arr, json_pack("{s:s, s:s, s:s, s:s, s:b, s:n, s:i, s:[], s:[], s:[], s:[], s:n}",
+                               "name", c->cfg->nodes[i].name, "host", c->cfg->nodes[i].address,
+                               "state", "missing", "status", "unreachable", "draining",
+                               pl_coord_node_draining(c, c->cfg->nodes[i].name), "last_seen_s",
+                               "job", 0, "devices", "unavailable", "stages", "transports",
+                               "heartbeat"));
     json_t *sec = json_pack("{s:b, s:i, s:I, s:I, s:I}", "insecure", c->insecure, "client_keys",
                             c->n_clients, "refused_handshakes",
                             (json_int_t)(c->refused_handshakes + pl_tx_zap_refused(c->zap)),
@@ -136,16 +217,31 @@ void pl_coord_on_health(pl_coord_t *c, const pl_tx_peer_t *from, const pl_msg_t 
         pl_coord_reply_error(c, from, PL_ERR_NOT_FOUND, "no node '%s'", m->health.node);
         return;
     }
-    const pl_coord_node_t *n = &c->nodes[i];
-    json_t *body = s_node_json(n), *unav = json_array(), *hb = NULL;
-    for (int k = 0; unav && k < n->n_unavailable; k++)
-        json_array_append_new(unav, json_pack("{s:s, s:s}", "backend",
-                                              n->unavailable[k].backend, "why",
-                                              n->unavailable[k].why));
-    if (n->have_health && pl_msg_heartbeat_encode(&n->health, &hb))
-        hb = NULL;
-    json_object_set_new(body, "unavailable", unav);
-    json_object_set_new(body, "heartbeat", hb ? hb : json_null());
-    json_object_set_new(body, "uptime_s", json_real(pl_now() - n->registered_at));
-    pl_coord_reply(c, from, body);
+    pl_coord_reply(c, from, s_node_json(c, i));
+}
+
+/* JOBS: every job the asker may see, newest last, with what a table row shows. */
+void pl_coord_on_jobs(pl_coord_t *c, const pl_tx_peer_t *from)
+{
+    json_t *arr = json_array();
+    double now = pl_now();
+    for (int k = 0; arr && k < c->n_jobs; k++) {
+        const pl_coord_job_t *j = c->jobs[k];
+        /* auth_may_see's rule, without counting the others' jobs as refusals */
+        if (!c->insecure && from->role != PL_TX_ROLE_ADMIN && strcmp(from->user, j->owner))
+            continue;
+        json_t *nodes = json_array();
+        for (int s = 0; nodes && s < j->n_stages; s++)
+            json_array_append_new(nodes, json_string(c->nodes[j->stages[s].node].name));
+        double end = j->t_end > 0 ? j->t_end : now;
+        json_array_append_new(
+            arr, json_pack("{s:i, s:s, s:s, s:s, s:i, s:I, s:I, s:i, s:o, s:f, s:s}", "job", j->id,
+                           "state", pl_job_state_name(j->state), "model", j->spec.model, "owner",
+                           j->owner, "sequences", j->n_seqs, "generated",
+                           (json_int_t)s_generated(j), "at_most",
+                           (json_int_t)j->n_seqs * j->spec.gen.max_new_tokens, "stages",
+                           j->n_stages, "nodes", nodes, "elapsed_s", end - j->t_submit, "note",
+                           j->error));
+    }
+    pl_coord_reply(c, from, json_pack("{s:o}", "jobs", arr));
 }

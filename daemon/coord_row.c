@@ -83,6 +83,11 @@ pl_status_t pl_coord_job_from_row(const pl_coord_row_t *r, pl_coord_job_t **job_
         goto err;
     }
     json_decref(v);
+    v = NULL;
+    if (r->events && ((st = s_json(r->events, "events", &v)) ||
+                      (st = pl_coord_events_from_json(v, j))))
+        goto err;
+    json_decref(v);
     j->id = (uint32_t)r->id;
     j->state = (pl_job_state_t)state;
     snprintf(j->error, sizeof(j->error), "%s", r->error ? r->error : "");

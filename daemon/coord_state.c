@@ -23,8 +23,8 @@ static double s_wall_from_mono(double mono)
 
 pl_status_t pl_coord_persist(pl_coord_t *c, pl_coord_job_t *j)
 {
-    json_t *spec = NULL, *res = NULL;
-    char *spec_s = NULL, *plan_s = NULL, *res_s = NULL;
+    json_t *spec = NULL, *res = NULL, *ev = NULL;
+    char *spec_s = NULL, *plan_s = NULL, *res_s = NULL, *ev_s = NULL;
     pl_status_t st;
 
     if (!c->store)
@@ -36,7 +36,9 @@ pl_status_t pl_coord_persist(pl_coord_t *c, pl_coord_job_t *j)
     spec_s = json_dumps(spec, JSON_COMPACT);
     plan_s = j->plan ? json_dumps(j->plan, JSON_COMPACT) : NULL;
     res_s = res ? json_dumps(res, JSON_COMPACT) : NULL;
-    if (!spec_s || (j->plan && !plan_s) || (res && !res_s)) {
+    ev = pl_coord_events_json(j);
+    ev_s = ev ? json_dumps(ev, JSON_COMPACT) : NULL;
+    if (!spec_s || (j->plan && !plan_s) || (res && !res_s) || !ev_s) {
         st = pl_error(PL_ERR_NOMEM, "job %u: cannot encode it for the state db", j->id);
         goto out;
     }
@@ -52,7 +54,8 @@ pl_status_t pl_coord_persist(pl_coord_t *c, pl_coord_job_t *j)
                         .prompt_tokens = (int64_t)j->prompt_tokens,
                         .epoch = j->epoch,
                         .submitted_at = s_wall_from_mono(j->t_submit),
-                        .ended_at = s_wall_from_mono(j->t_end)};
+                        .ended_at = s_wall_from_mono(j->t_end),
+                        .events = ev_s};
     st = pl_coord_store_put(c->store, &r, c->next_job, c->next_epoch);
 out:
     if (st)
@@ -62,6 +65,8 @@ out:
     free(spec_s);
     free(plan_s);
     free(res_s);
+    json_decref(ev);
+    free(ev_s);
     return st;
 }
 
@@ -97,6 +102,9 @@ static pl_status_t s_requeue(pl_coord_t *c, pl_coord_job_t **jp)
     }
     j->id = old->id;
     j->epoch = old->epoch;
+    memcpy(j->events, old->events, sizeof(j->events));
+    j->n_events = old->n_events;
+    j->events_dropped = old->events_dropped;
     j->t_submit = old->t_submit;
     j->t_queued = pl_now();
     j->state = PL_JOB_QUEUED;
@@ -104,6 +112,8 @@ static pl_status_t s_requeue(pl_coord_t *c, pl_coord_job_t **jp)
         snprintf(j->error, sizeof(j->error), "re-run from the start after a coordinator restart");
         pl_log_info("job %u: was %s, queued again after the restart", j->id,
                     pl_job_state_name(old->state));
+        pl_coord_event(j, "requeued", "was %s; queued again after a coordinator restart",
+                       pl_job_state_name(old->state));
     }
     pl_coord_job_free(old);
     *jp = j;
@@ -131,7 +141,7 @@ pl_status_t pl_coord_restore(pl_coord_t *c)
     pl_status_t st;
     int n_terminal = 0, n_again = 0;
     if ((st = pl_coord_store_counters(c->store, &c->next_job, &c->next_epoch)) ||
-        (st = pl_coord_store_each(c->store, s_on_row, c)))
+        (st = pl_coord_drain_restore(c)) || (st = pl_coord_store_each(c->store, s_on_row, c)))
         return st;
     for (int i = 0; i < c->n_jobs; i++) {
         pl_coord_job_t *j = c->jobs[i];

@@ -20,7 +20,8 @@ static const char s_schema[] =
     " generated INTEGER NOT NULL DEFAULT 0, n_seqs INTEGER NOT NULL DEFAULT 0,"
     " n_layers INTEGER NOT NULL DEFAULT 0, prompt_tokens INTEGER NOT NULL DEFAULT 0,"
     " epoch INTEGER NOT NULL DEFAULT 0, submitted_at REAL NOT NULL DEFAULT 0,"
-    " ended_at REAL NOT NULL DEFAULT 0);";
+    " ended_at REAL NOT NULL DEFAULT 0, events TEXT);"
+    "CREATE TABLE IF NOT EXISTS drained(node TEXT PRIMARY KEY);";
 
 static pl_status_t s_err(pl_coord_store_t *s, const char *what)
 {
@@ -58,6 +59,12 @@ pl_status_t pl_coord_store_open(const char *path, pl_coord_store_t **store_p)
     if ((st = s_exec(s, "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;")) ||
         (st = s_exec(s, s_schema)))
         goto err;
+    /* a database from before job events: the column added, its rows without events */
+    sqlite3_stmt *probe = NULL;
+    if (sqlite3_prepare_v2(s->db, "SELECT events FROM jobs LIMIT 0", -1, &probe, NULL) &&
+        (st = s_exec(s, "ALTER TABLE jobs ADD COLUMN events TEXT")))
+        goto err;
+    sqlite3_finalize(probe);
     *store_p = s;
     return PL_OK;
 err:
@@ -130,7 +137,7 @@ pl_status_t pl_coord_store_each(pl_coord_store_t *s,
     pl_status_t st = PL_OK;
     if (sqlite3_prepare_v2(s->db,
                            "SELECT id, state, spec, plan, results, error, generated, n_seqs,"
-                           " n_layers, prompt_tokens, epoch, submitted_at, ended_at"
+                           " n_layers, prompt_tokens, epoch, submitted_at, ended_at, events"
                            " FROM jobs ORDER BY id",
                            -1, &q, NULL))
         return s_err(s, "read jobs");
@@ -148,7 +155,8 @@ pl_status_t pl_coord_store_each(pl_coord_store_t *s,
                             .prompt_tokens = sqlite3_column_int64(q, 9),
                             .epoch = sqlite3_column_int64(q, 10),
                             .submitted_at = sqlite3_column_double(q, 11),
-                            .ended_at = sqlite3_column_double(q, 12)};
+                            .ended_at = sqlite3_column_double(q, 12),
+                            .events = s_text(q, 13)};
         st = fn(user, &r);
     }
     if (!st && rc != SQLITE_DONE)
@@ -188,7 +196,7 @@ pl_status_t pl_coord_store_put(pl_coord_store_t *s, const pl_coord_row_t *r, uin
     if (sqlite3_prepare_v2(s->db,
                            "INSERT OR REPLACE INTO jobs(id, state, spec, plan, results, error,"
                            " generated, n_seqs, n_layers, prompt_tokens, epoch, submitted_at,"
-                           " ended_at) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                           " ended_at, events) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                            -1, &q, NULL)) {
         st = s_err(s, "write job");
         goto err;
@@ -206,6 +214,7 @@ pl_status_t pl_coord_store_put(pl_coord_store_t *s, const pl_coord_row_t *r, uin
     sqlite3_bind_int64(q, 11, r->epoch);
     sqlite3_bind_double(q, 12, r->submitted_at);
     sqlite3_bind_double(q, 13, r->ended_at);
+    s_bind_text(q, 14, r->events);
     if (sqlite3_step(q) != SQLITE_DONE) {
         st = s_err(s, "write job");
         goto err;
@@ -231,4 +240,37 @@ pl_status_t pl_coord_store_delete(pl_coord_store_t *s, int64_t id)
     int rc = sqlite3_step(q);
     sqlite3_finalize(q);
     return rc == SQLITE_DONE ? PL_OK : s_err(s, "delete job");
+}
+
+pl_status_t pl_coord_store_drain(pl_coord_store_t *s, const char *node, bool drained)
+{
+    sqlite3_stmt *q;
+    if (sqlite3_prepare_v2(s->db,
+                           drained ? "INSERT OR REPLACE INTO drained(node) VALUES(?)"
+                                   : "DELETE FROM drained WHERE node = ?",
+                           -1, &q, NULL))
+        return s_err(s, "write drained node");
+    sqlite3_bind_text(q, 1, node, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(q);
+    sqlite3_finalize(q);
+    return rc == SQLITE_DONE ? PL_OK : s_err(s, "write drained node");
+}
+
+pl_status_t pl_coord_store_drained(pl_coord_store_t *s,
+                                   pl_status_t (*fn)(void *user, const char *node), void *user)
+{
+    sqlite3_stmt *q;
+    pl_status_t st = PL_OK;
+    if (sqlite3_prepare_v2(s->db, "SELECT node FROM drained ORDER BY node", -1, &q, NULL))
+        return s_err(s, "read drained nodes");
+    int rc;
+    while (!st && (rc = sqlite3_step(q)) == SQLITE_ROW) {
+        const char *node = s_text(q, 0);
+        st = node ? fn(user, node)
+                  : pl_error(PL_ERR_INVALID, "state db %s: drained: a NULL node", s->path);
+    }
+    if (!st && rc != SQLITE_DONE)
+        st = s_err(s, "read drained nodes");
+    sqlite3_finalize(q);
+    return st;
 }

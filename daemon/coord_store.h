@@ -6,6 +6,7 @@
 #include "common/status.h"
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 typedef struct pl_coord_store pl_coord_store_t;
@@ -21,6 +22,7 @@ typedef struct {
     const char *error;
     int64_t generated, n_seqs, n_layers, prompt_tokens, epoch;
     double submitted_at, ended_at; /* Unix seconds; ended_at 0: not ended */
+    const char *events;            /* NULL: none; coord_event.c's JSON array */
 } pl_coord_row_t;
 
 /* Open (creating when missing) the database at path. */
@@ -38,6 +40,10 @@ pl_status_t pl_coord_store_each(pl_coord_store_t *s,
 pl_status_t pl_coord_store_put(pl_coord_store_t *s, const pl_coord_row_t *row, uint32_t next_job,
                                uint32_t next_epoch);
 pl_status_t pl_coord_store_delete(pl_coord_store_t *s, int64_t id);
+/* Mark a node drained (no new stages) or not, durably; every drained node's name through fn. */
+pl_status_t pl_coord_store_drain(pl_coord_store_t *s, const char *node, bool drained);
+pl_status_t pl_coord_store_drained(pl_coord_store_t *s,
+                                   pl_status_t (*fn)(void *user, const char *node), void *user);
 /* The path it was opened with, for messages. */
 const char *pl_coord_store_path(const pl_coord_store_t *s);
 

@@ -65,11 +65,14 @@ pl_status_t pl_front_start(const pl_cfg_http_t *cfg, const pl_http_route_t *extr
         pl_front_routes(f, routes);
         if (n_extra)
             memcpy(routes + 3, extra, (size_t)n_extra * sizeof(*extra));
-        pl_http_params_t p = {.address = cfg->address, .port = cfg->port};
+        pl_http_params_t p = {.address = cfg->address,
+                              .port = cfg->port,
+                              .max_conns = cfg->max_connections,
+                              .max_body = (size_t)cfg->max_body_kb * 1024};
         if ((st = pl_http_start(&p, routes, 3 + n_extra, &f->http)))
             goto err_metrics;
-        pl_log_info("http: /metrics, /livez, /readyz on %s port %d", cfg->address,
-                    pl_http_port(f->http));
+        pl_log_info("http: /metrics, /livez, /readyz%s on %s port %d",
+                    n_extra ? " and the API" : "", cfg->address, pl_http_port(f->http));
     }
     *front_p = f;
     return PL_OK;
@@ -83,9 +86,9 @@ err_free:
 
 int pl_front_routes(pl_front_t *f, pl_http_route_t out[3])
 {
-    out[0] = (pl_http_route_t){"GET", "/metrics", s_metrics, f};
-    out[1] = (pl_http_route_t){"GET", "/livez", s_livez, f};
-    out[2] = (pl_http_route_t){"GET", "/readyz", s_readyz, f};
+    out[0] = (pl_http_route_t){"GET", "/metrics", s_metrics, f, 0};
+    out[1] = (pl_http_route_t){"GET", "/livez", s_livez, f, 0};
+    out[2] = (pl_http_route_t){"GET", "/readyz", s_readyz, f, 0};
     return 3;
 }
 

@@ -1,5 +1,6 @@
 /* HTTP request routing without the server: the method and target checked, the route found,
- * the handler run. The server calls it per request; the fuzz harness calls it directly. */
+ * the handler run; the response's parts. The server calls it per request; the fuzz harness
+ * calls it directly. */
 #include "daemon/http.h"
 
 #include <stdarg.h>
@@ -11,13 +12,70 @@
 void pl_http_resp_clear(pl_http_resp_t *resp)
 {
     free(resp->body);
+    if (resp->stream.done)
+        resp->stream.done(resp->stream.arg, false);
     memset(resp, 0, sizeof(*resp));
+}
+
+void pl_http_resp_stream(pl_http_resp_t *resp, int status, const char *content_type,
+                         const pl_http_stream_t *stream)
+{
+    free(resp->body);
+    resp->body = NULL;
+    resp->len = 0;
+    if (resp->stream.done)
+        resp->stream.done(resp->stream.arg, false);
+    resp->status = status;
+    snprintf(resp->content_type, sizeof(resp->content_type), "%s", content_type);
+    resp->stream = *stream;
+}
+
+/* Header names are tokens, values visible ASCII and spaces: nothing that could split a line. */
+static bool s_header_ok(const char *s, bool value)
+{
+    if (!*s)
+        return false;
+    for (; *s; s++)
+        if ((unsigned char)*s < 0x20 || (unsigned char)*s >= 0x7f || (!value && *s == ':') ||
+            (!value && *s == ' '))
+            return false;
+    return true;
+}
+
+void pl_http_resp_header(pl_http_resp_t *resp, const char *name, const char *fmt, ...)
+{
+    if (resp->n_headers >= PL_HTTP_MAX_HEADERS)
+        return;
+    char value[sizeof(resp->headers[0].value)];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(value, sizeof(value), fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= sizeof(value) || strlen(name) >= sizeof(resp->headers[0].name) ||
+        !s_header_ok(name, false) || !s_header_ok(value, true))
+        return;
+    snprintf(resp->headers[resp->n_headers].name, sizeof(resp->headers[0].name), "%s", name);
+    memcpy(resp->headers[resp->n_headers].value, value, (size_t)n + 1);
+    resp->n_headers++;
+}
+
+const char *pl_http_req_header(const pl_http_req_t *req, const char *name)
+{
+    return req->conn && req->conn->header ? req->conn->header(req->conn->ctx, name) : NULL;
+}
+
+bool pl_http_req_gone(const pl_http_req_t *req)
+{
+    return req->conn && req->conn->gone && req->conn->gone(req->conn->ctx);
 }
 
 void pl_http_resp_take(pl_http_resp_t *resp, int status, const char *content_type, char **body_p,
                        size_t len)
 {
     free(resp->body);
+    if (resp->stream.done)
+        resp->stream.done(resp->stream.arg, false);
+    memset(&resp->stream, 0, sizeof(resp->stream));
     resp->status = status;
     snprintf(resp->content_type, sizeof(resp->content_type), "%s", content_type);
     resp->body = *body_p;
@@ -63,6 +121,13 @@ static bool s_valid_target(const char *t, size_t n)
 void pl_http_handle(const pl_http_route_t *routes, int n_routes, const char *method,
                     const char *target, const char *body, size_t body_len, pl_http_resp_t *resp)
 {
+    pl_http_handle_conn(routes, n_routes, method, target, body, body_len, 0, NULL, resp);
+}
+
+void pl_http_handle_conn(const pl_http_route_t *routes, int n_routes, const char *method,
+                         const char *target, const char *body, size_t body_len, size_t oversize,
+                         const pl_http_conn_t *conn, pl_http_resp_t *resp)
+{
     char path[PL_HTTP_MAX_URL + 1];
     size_t tlen = target ? strnlen(target, PL_HTTP_MAX_URL + 1) : 0;
     if (!method || !s_valid_method(method)) {
@@ -95,9 +160,15 @@ void pl_http_handle(const pl_http_route_t *routes, int n_routes, const char *met
             pl_http_req_t req = {.method = method,
                                  .path = path,
                                  .query = query,
-                                 .body = body ? body : "",
-                                 .body_len = body ? body_len : 0};
+                                 .body = body && !oversize ? body : "",
+                                 .body_len = body && !oversize ? body_len : 0,
+                                 .oversize = oversize,
+                                 .conn = conn};
             pl_http_resp_clear(resp);
+            if (oversize && !(routes[i].flags & PL_HTTP_OVERSIZE)) {
+                pl_http_resp_text(resp, 413, "request body larger than the limit\n");
+                return;
+            }
             routes[i].fn(routes[i].arg, &req, resp);
             if (resp->status < 100 || resp->status > 599)
                 pl_http_resp_text(resp, 500, "internal error: the handler gave no answer\n");

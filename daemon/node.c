@@ -7,6 +7,7 @@
 #include "daemon/front.h"
 #include "daemon/node_metrics.h"
 #include "pipeline/exec.h"
+#include "pipeline/trace.h"
 #include "transport/keys.h"
 #include "transport/sock.h"
 
@@ -52,6 +53,8 @@ typedef struct {
     size_t text_sent[S_MAX_EXECS];  /* of each executor's streamed text, bytes sent */
     bool hb_unanswered;             /* a heartbeat left since the last WELCOME */
     double last_welcome, next_dev_health;
+    double started_at;             /* for the heartbeat's uptime */
+    pl_msg_node_health_t sys;      /* host and device health, refreshed with the metrics */
     int dead_after_ms; /* from WELCOME */
     double hello_backoff;           /* the next retry's base delay */
     pthread_t reapers[S_MAX_EXECS]; /* threads that wait for canceled executors to end */
@@ -157,9 +160,14 @@ static void s_health(const s_node_t *n, pl_msg_heartbeat_t *h)
             (pl_msg_progress_t){.job = pl_exec_job(n->execs[i]),
                                 .stage = pl_exec_stage(n->execs[i]),
                                 .epoch = n->epoch[i],
-                                .generated = (int64_t)pl_exec_generated(n->execs[i])};
+                                .generated = (int64_t)pl_exec_generated(n->execs[i]),
+                                .busy_s = pl_exec_busy_s(n->execs[i]),
+                                .seqs_done = (int64_t)pl_exec_seqs_done(n->execs[i])};
     h->rss_kb = rss_kb;
     h->load1 = load[0] > 0 ? load[0] : 0;
+    h->sys = n->sys;
+    snprintf(h->sys.version, sizeof(h->sys.version), "%s", PL_VERSION_STRING);
+    h->sys.uptime_s = pl_now() - n->started_at;
 }
 
 /* The next pieces of the executors' streamed text into heartbeat h (after s_health filled its
@@ -189,6 +197,8 @@ static void s_text_sent(s_node_t *n, const pl_msg_heartbeat_t *h)
 
 static pl_status_t s_send(s_node_t *n, const pl_msg_t *m)
 {
+    if (m->type == PL_MSG_HELLO || m->type == PL_MSG_HEARTBEAT) /* answered by WELCOME */
+        pl_trace_clock_sent();
     pl_status_t st = pl_tx_send(n->dealer, NULL, m);
     if (st && st != PL_ERR_BUSY)
         pl_log_warn("coordinator: cannot send %s: %s", pl_msg_name(m->type), pl_error_msg());
@@ -369,6 +379,20 @@ static void s_count_tokens(s_node_t *n)
     }
 }
 
+/* A CPU device's health from the host's: memory used of the host's, load per core as its
+ * utilisation. */
+static void s_cpu_health(const s_node_t *n, pl_msg_dev_health_t *d)
+{
+    double load[1];
+    if (n->sys.mem_total_kb >= 0 && n->sys.mem_avail_kb >= 0) {
+        d->mem_total = n->sys.mem_total_kb * 1024;
+        d->mem_used = (n->sys.mem_total_kb - n->sys.mem_avail_kb) * 1024;
+    }
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (getloadavg(load, 1) == 1 && cores > 0)
+        d->util_pct = PL_MIN(100.0, PL_MAX(0.0, 100.0 * load[0] / (double)cores));
+}
+
 /* The node's metrics and readiness, from the event loop: ready while registered, the
  * coordinator answered within dead_after, and no device failed. */
 static void s_publish(s_node_t *n, double now)
@@ -376,8 +400,16 @@ static void s_publish(s_node_t *n, double now)
     char why[256] = "";
     if (now >= n->next_dev_health) {
         n->next_dev_health = now + S_DEVICE_HEALTH_S;
+        pl_msg_node_health_init(&n->sys);
+        pl_node_metrics_host(&n->sys);
         for (int i = 0; i < n->n_devs; i++) {
-            pl_status_t st = pl_node_metrics_device(&n->metrics, n->devs[i].id, n->devs[i].dev);
+            pl_msg_dev_health_t *dh = &n->sys.devices[PL_MIN(i, PL_MSG_MAX_DEVICES - 1)];
+            pl_status_t st =
+                pl_node_metrics_device(&n->metrics, n->devs[i].id, n->devs[i].dev, dh);
+            if (i < PL_MSG_MAX_DEVICES)
+                n->sys.n_devices = i + 1;
+            if (st == PL_ERR_UNSUPPORTED && !strcmp(n->devs[i].info.backend, "cpu"))
+                s_cpu_health(n, dh); /* the CPU backend reports none: the host's figures */
             bool failed = st && st != PL_ERR_UNSUPPORTED;
             if (failed && !n->devs[i].failed)
                 pl_log_warn("device %s: health: %s", n->devs[i].id, pl_error_msg());
@@ -395,6 +427,19 @@ static void s_publish(s_node_t *n, double now)
         if (n->devs[i].failed)
             snprintf(why, sizeof(why), "device %s failed", n->devs[i].id);
     pl_front_set_ready(n->front, !why[0], why);
+}
+
+/* TRACE from the coordinator: a running stage's trace so far, as TRACED. */
+static void s_on_trace(s_node_t *n, const pl_msg_trace_ref_t *q)
+{
+    int i = s_find_exec(n, q->job, q->stage, q->epoch);
+    pl_msg_t m;
+    pl_msg_init(&m, PL_MSG_TRACED);
+    m.traced = (pl_msg_traced_t){.job = q->job, .stage = q->stage, .epoch = q->epoch};
+    if (i < 0 || pl_exec_trace(n->execs[i], &m.traced.trace))
+        return; /* not here (any more), or no tracing: the coordinator has what it has */
+    s_send(n, &m);
+    pl_msg_clear(&m);
 }
 
 /* Returns false when the daemon should stop. */
@@ -415,6 +460,7 @@ static bool s_on_coord(s_node_t *n)
         n->registered = true;
         n->hb_unanswered = false;
         n->last_welcome = pl_now();
+        pl_trace_clock_answer(m.welcome.clock_ns); /* the round trip times the trace clock */
         if (m.welcome.dead_after_ms > 0)
             n->dead_after_ms = m.welcome.dead_after_ms;
         n->hello_backoff = S_HELLO_FIRST_S;
@@ -428,6 +474,9 @@ static bool s_on_coord(s_node_t *n)
             pl_log_warn("START for a stage this node does not run");
         break;
     }
+    case PL_MSG_TRACE:
+        s_on_trace(n, &m.trace_ref);
+        break;
     case PL_MSG_CANCEL: { /* also the release of a finished job's stages */
         int i;
         while ((i = s_find_exec(n, m.cancel.job, m.cancel.stage, m.cancel.epoch)) >= 0) {
@@ -482,8 +531,11 @@ pl_status_t pl_node_run(const pl_cfg_node_t *cfg, volatile sig_atomic_t *stop)
     s_node_t n = {.cfg = cfg,
                   .dead_after_ms = 6 * cfg->heartbeat_ms,
                   .hello_backoff = S_HELLO_FIRST_S,
-                  .rand_state = (unsigned)getpid() ^ (unsigned)time(NULL)};
+                  .rand_state = (unsigned)getpid() ^ (unsigned)time(NULL),
+                  .started_at = pl_now()};
     pl_status_t st;
+    pl_msg_node_health_init(&n.sys);
+    pl_node_metrics_host(&n.sys); /* HELLO carries the host's; the devices' follow */
 
     if ((st = pl_front_start(&cfg->http, NULL, 0, &n.front)) ||
         (st = pl_node_metrics_init(&n.metrics, pl_front_metrics(n.front))))

@@ -90,6 +90,7 @@ typedef struct {
     int64_t created;      /* unix seconds */
     int context;          /* the model's context length (prompt + completion) */
     bool ready;           /* stages loaded; false while planning, loading or resuming */
+    int max_tokens;       /* the deployment's cap of a request's max_tokens; 0: none */
 } pl_serve_deployment_t;
 
 typedef struct pl_serve_hub pl_serve_hub_t;

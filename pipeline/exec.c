@@ -7,6 +7,7 @@
 #include "common/util.h"
 #include "pipeline/gen.h"
 #include "pipeline/link_probe.h"
+#include "pipeline/trace.h"
 #include "transport/act_recv.h"
 #include "transport/sock.h"
 #include "transport/ucx.h"
@@ -16,12 +17,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 /* Longest wait for the coordinator's release after DONE. */
 #define S_LINGER_S 30.0
-/* Receive slots (credits) of a link carrying activations: one arriving while one is computed. */
-#define S_HIDDEN_CREDITS 2
+/* Receive slots (credits) of a link carrying activations: one per microbatch, so stage 0 can
+ * run through a batch's prefill without waiting on a stage that has jitter, at least one
+ * arriving while one is computed, and at most S_MAX_HIDDEN_CREDITS (the memory bound). */
+#define S_MIN_HIDDEN_CREDITS 2
+#define S_MAX_HIDDEN_CREDITS 8
 
 struct pl_exec {
     pl_exec_params_t p;
@@ -31,6 +36,7 @@ struct pl_exec {
     pthread_t thread;
     atomic_int cancel;
     atomic_ullong generated; /* last stage: tokens sampled so far, read by the node's heartbeat */
+    atomic_ullong busy_us, freed; /* compute time and finished sequences so far, likewise */
     /* last stage of a one-prompt text job: the stable part of the completion (gen_text.h),
      * copied here for the node's main thread, which streams it in heartbeats */
     pthread_mutex_t text_mu;
@@ -57,12 +63,18 @@ struct pl_exec {
     int *ints;
     pl_act_seq_t *seqs_in, *seqs_out;
     double compute_s, wait_s, t_start;
+    /* where else the time went (DONE's stats.overlap) */
+    double compute_cpu_s, buf_wait_s, send_s, sample_s;
+    int mb_in_flight, max_mb_in_flight; /* stage 0: microbatches out, tokens not yet back */
+    double mb_area, mb_t;               /* their integral over time, and its last update */
+    pl_gen_sink_t *sink;                /* the last stage's sampler (skips unsampled heads) */
     double phase_s[2]; /* compute of prefill (step 0) and decode calls */
     uint64_t phase_calls[2];
     uint64_t n_msgs, n_tokens, bytes_sent;
     uint64_t n_freed; /* KV slots freed because their sequence finished */
     int kv_held;      /* KV slots counted in the metrics */
     char peer[24];    /* the next stage, as the link metric's label */
+    pl_trace_t *trace; /* NULL when the job does not trace */
 };
 
 /* READY, DONE or FAIL to the node's main thread; job and stage are filled in here. */
@@ -150,20 +162,52 @@ static pl_status_t s_wait_start(pl_exec_t *x, char **next_p, char **prev_p)
     return pl_error(PL_ERR_CANCELED, "canceled before start");
 }
 
+static double s_thread_cpu(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Between layers of a stage without a progress thread: the data plane moves there. */
+static void s_between_layers(void *arg)
+{
+    pl_ucx_progress(arg);
+}
+
+/* Stage 0: microbatches sent down the ring whose tokens are not back yet, changed by delta. */
+static void s_mb_in_flight(pl_exec_t *x, int delta)
+{
+    double t = pl_now();
+    if (x->mb_t > 0)
+        x->mb_area += x->mb_in_flight * (t - x->mb_t);
+    x->mb_t = t;
+    x->mb_in_flight += delta;
+    x->max_mb_in_flight = PL_MAX(x->max_mb_in_flight, x->mb_in_flight);
+}
+
 /* One forward call from `in` into `out` (x->out, or the payload of the buffer it is sent in). */
 static pl_status_t s_forward(pl_exec_t *x, const pl_act_hdr_t *hdr, const pl_act_seq_t *seqs,
                              const void *in, float *out)
 {
     pl_be_batch_t batch;
-    double t0 = pl_now();
+    double t0 = pl_now(), c0 = s_thread_cpu();
     pl_gen_batch(hdr, seqs, x->ints, &batch);
+    batch.no_logits = x->sink && !pl_gen_sink_wants_logits(x->sink, hdr, seqs);
+    if (x->ucx && !pl_ucx_has_progress(x->ucx)) {
+        batch.between_layers = s_between_layers;
+        batch.between_arg = x->ucx;
+    }
     pl_status_t st = pl_be_stage_forward(x->stage, &batch, in, out);
     double dt = pl_now() - t0;
+    x->compute_cpu_s += s_thread_cpu() - c0;
     x->compute_s += dt;
+    atomic_store(&x->busy_us, (unsigned long long)(x->compute_s * 1e6));
     x->phase_s[hdr->step > 0] += dt;
     x->phase_calls[hdr->step > 0]++;
     x->n_tokens += hdr->n_tokens;
     pl_metrics_observe(x->p.metrics.compute_s, NULL, dt);
+    pl_trace_add(x->trace, PL_TRACE_COMPUTE, hdr, t0, t0 + dt);
     pl_metrics_add(x->p.metrics.microbatches, NULL, 1);
     return st;
 }
@@ -174,8 +218,10 @@ static pl_status_t s_forward(pl_exec_t *x, const pl_act_hdr_t *hdr, const pl_act
 static pl_status_t s_take(pl_exec_t *x, uint32_t n_seq, void **buf_p, float **out_p)
 {
     size_t cap;
+    double t0 = pl_now();
     pl_status_t st =
         pl_ucx_outbox_get(x->outbox, buf_p, &cap, -1, (const volatile int *)&x->cancel);
+    x->buf_wait_s += pl_now() - t0;
     if (st)
         return st;
     *out_p = x->out;
@@ -192,6 +238,7 @@ static pl_status_t s_send_in(pl_exec_t *x, void *buf, const pl_act_hdr_t *hdr,
                              const pl_act_seq_t *seqs, const void *payload)
 {
     size_t len, cap = x->out_max;
+    double t0 = pl_now();
     float *unused;
     pl_act_hdr_t h = *hdr;
     pl_status_t st;
@@ -209,9 +256,14 @@ static pl_status_t s_send_in(pl_exec_t *x, void *buf, const pl_act_hdr_t *hdr,
     x->n_msgs++;
     x->bytes_sent += len;
     pl_metrics_add(x->p.metrics.link_bytes, x->peer, (double)len);
-    return pl_ucx_outbox_send(x->outbox,
-                              pl_act_tag(hdr->job, (pl_act_kind_t)hdr->kind, hdr->mb, hdr->step),
-                              buf, len, -1, (const volatile int *)&x->cancel);
+    double t1 = pl_now(); /* the credit's wait inside is told apart in s_stats */
+    st = pl_ucx_outbox_send(x->outbox,
+                            pl_act_tag(hdr->job, (pl_act_kind_t)hdr->kind, hdr->mb, hdr->step), buf,
+                            len, -1, (const volatile int *)&x->cancel);
+    double t2 = pl_now();
+    x->send_s += t2 - t1;
+    pl_trace_add(x->trace, PL_TRACE_SEND, hdr, t0, t2);
+    return st;
 }
 
 static pl_status_t s_send(pl_exec_t *x, const pl_act_hdr_t *hdr, const pl_act_seq_t *seqs,
@@ -243,7 +295,10 @@ static pl_status_t s_recv(pl_exec_t *x, pl_act_hdr_t *hdr, const void **payload)
     double t0 = pl_now();
     pl_status_t st =
         pl_act_recv(&x->rx, hdr, x->seqs_in, payload, -1, (const volatile int *)&x->cancel);
-    x->wait_s += pl_now() - t0;
+    double t1 = pl_now();
+    x->wait_s += t1 - t0;
+    if (!st)
+        pl_trace_add(x->trace, PL_TRACE_RECV, hdr, t0, t1);
     return st;
 }
 
@@ -266,6 +321,7 @@ static uint32_t s_free_finished(pl_exec_t *x, const pl_act_hdr_t *hdr, const pl_
             continue;
         pl_be_stage_free_seq(x->stage, (int)seqs[i].seq);
         x->n_freed++;
+        atomic_store(&x->freed, x->n_freed);
         if (x->kv_held > 0) {
             x->kv_held--;
             pl_metrics_add(x->p.metrics.kv_slots, NULL, -1);
@@ -328,7 +384,9 @@ static pl_status_t s_emit(pl_exec_t *x, pl_gen_sink_t *sink, s_fifo_t *fifo, pl_
     if (st)
         return st;
     int at = (fifo->head + fifo->count) % fifo->cap;
+    double t0 = pl_now();
     st = pl_gen_sink_sample(sink, hdr, seqs, x->out, &fifo->hdr[at], x->seqs_out);
+    x->sample_s += pl_now() - t0;
     if (st)
         return st;
     atomic_store(&x->generated, pl_gen_sink_generated(sink));
@@ -369,6 +427,8 @@ static pl_status_t s_run_first(pl_exec_t *x, pl_gen_sink_t *sink)
         for (int c = 0; c < chunks && !st; c++) {
             pl_gen_feed_prefill(feed, x->p.job_id, mb, c, &hdr, x->seqs_in, x->tokens);
             st = s_emit(x, sink, fq, &hdr, x->seqs_in);
+            if (!st && !fq && c == chunks - 1)
+                s_mb_in_flight(x, 1);
         }
     }
     while (!st && pl_gen_feed_active(feed) > 0) {
@@ -388,6 +448,7 @@ static pl_status_t s_run_first(pl_exec_t *x, pl_gen_sink_t *sink)
             break;
         } else {
             taken = true;
+            s_mb_in_flight(x, -1);
         }
         if (tok.kind != PL_ACT_TOKENS) {
             st = pl_error(PL_ERR_PROTOCOL, "stage 0 expected tokens, got kind %u", tok.kind);
@@ -404,8 +465,11 @@ static pl_status_t s_run_first(pl_exec_t *x, pl_gen_sink_t *sink)
             pl_status_t st2 = s_release(x);
             st = st ? st : st2;
         }
-        if (!st && hdr.n_seq > 0)
+        if (!st && hdr.n_seq > 0) {
             st = s_emit(x, sink, fq, &hdr, dec);
+            if (!st && !fq)
+                s_mb_in_flight(x, 1);
+        }
     }
     if (!st && !fq) {
         hdr = (pl_act_hdr_t){.kind = PL_ACT_STOP, .job = x->p.job_id};
@@ -470,7 +534,9 @@ static pl_status_t s_run_rest(pl_exec_t *x, pl_gen_sink_t *sink)
             st = s_send_in(x, buf, &hdr, x->seqs_in, dst);
             continue;
         }
+        double t0 = pl_now();
         st = pl_gen_sink_sample(sink, &hdr, x->seqs_in, x->out, &out, x->seqs_out);
+        x->sample_s += pl_now() - t0;
         atomic_store(&x->generated, pl_gen_sink_generated(sink));
         s_stream_text(x, sink);
         if (!st && out.n_seq > 0) { /* none after an earlier prefill chunk */
@@ -499,6 +565,16 @@ static void s_stats(pl_exec_t *x, pl_gen_sink_t *sink, pl_msg_stats_t *s)
         s->generated = (int64_t)pl_gen_sink_generated(sink);
         s->prefill_s = pf > 0 ? pf - x->t_start : wall;
     }
+    s->has_overlap = true;
+    s->compute_cpu_s = x->compute_cpu_s;
+    s->buf_wait_s = x->buf_wait_s;
+    s->sample_s = x->sample_s;
+    s->send_s = x->send_s;
+    s->max_mb_in_flight = x->max_mb_in_flight;
+    if (x->mb_t > 0) {
+        s_mb_in_flight(x, 0);
+        s->avg_mb_in_flight = wall > 0 ? x->mb_area / wall : 0;
+    }
     snprintf(s->wire_dtype, sizeof(s->wire_dtype), "%s", pl_act_dtype_name(x->job.wire_dtype));
     if (x->next)
         snprintf(s->link, sizeof(s->link), "%s", pl_ucx_ep_transport(x->next));
@@ -509,6 +585,9 @@ static void s_stats(pl_exec_t *x, pl_gen_sink_t *sink, pl_msg_stats_t *s)
         pl_ucx_outbox_stats_t os;
         pl_ucx_ep_credit_stats(x->next, &cs);
         pl_ucx_outbox_stats(x->outbox, &os);
+        s->credit_waits = cs.waits;
+        s->credit_wait_s = cs.wait_s;
+        s->send_s = PL_MAX(0.0, x->send_s - cs.wait_s);
         size_t in_bytes = pl_ucx_inbox_bytes(x->inbox);
         s->has_data_plane = true;
         s->data_plane = (pl_msg_data_plane_t){
@@ -534,7 +613,9 @@ static pl_status_t s_data_plane(pl_exec_t *x)
     pl_act_hdr_t tokens = {.kind = PL_ACT_TOKENS, .n_seq = x->limits.max_seq,
                            .n_tokens = x->limits.max_seq};
     bool first = x->p.stage == 0, last = x->p.stage == x->p.n_stages - 1;
-    const char *pt = getenv("PL_UCX_PROGRESS_THREAD"); /* "0": progress in calls only */
+    const char *pt = getenv("PL_UCX_PROGRESS_THREAD"); /* "0": progress between layers */
+    int hidden_credits =
+        PL_MAX(S_MIN_HIDDEN_CREDITS, PL_MIN(x->job.microbatches, S_MAX_HIDDEN_CREDITS));
     pl_status_t st;
 
     x->out_max = pl_act_size(last ? &tokens : &hidden);
@@ -542,15 +623,14 @@ static pl_status_t s_data_plane(pl_exec_t *x)
     if ((st = pl_ucx_inbox_create(x->ucx, x->prev, pl_act_tag_job(x->p.job_id),
                                   PL_ACT_TAG_DATA_MASK, pl_act_tag_credit(x->p.job_id),
                                   pl_act_size(first ? &tokens : &hidden),
-                                  first ? x->job.microbatches : S_HIDDEN_CREDITS, &x->inbox)))
+                                  first ? x->job.microbatches : hidden_credits, &x->inbox)))
         return st;
     x->rx = (pl_act_rx_t){.inbox = x->inbox, .job = x->p.job_id, .limits = &x->limits,
                           .dropped = x->p.metrics.act_dropped};
     /* One send buffer per credit the next stage's inbox grants (the rule above), and one to
      * compute into while those are in flight. */
-    if ((st =
-             pl_ucx_outbox_create(x->ucx, x->next, x->out_max,
-                                  (last ? x->job.microbatches : S_HIDDEN_CREDITS) + 1, &x->outbox)))
+    if ((st = pl_ucx_outbox_create(x->ucx, x->next, x->out_max,
+                                   (last ? x->job.microbatches : hidden_credits) + 1, &x->outbox)))
         return st;
     if (!(pt && strcmp(pt, "0") == 0) && (st = pl_ucx_progress_start(x->ucx)))
         return st;
@@ -626,6 +706,7 @@ static void *s_thread(void *arg)
     }
     if (last && (st = pl_gen_sink_create(&x->job, x->vocab, &sink)))
         goto fail;
+    x->sink = sink;
     x->t_start = pl_now();
     pl_log_info("job %u stage %d: running layers %d-%d%s", x->p.job_id, x->p.stage,
                 x->p.first_layer, x->p.last_layer,
@@ -639,6 +720,8 @@ static void *s_thread(void *arg)
     s_stats(x, sink, &m.done.stats);
     if (sink && (st = pl_gen_sink_collect(sink, &m.done.results, &m.done.n_results)))
         goto fail;
+    if (x->trace && pl_trace_export(x->trace, &m.done.trace)) /* DONE goes without it */
+        pl_log_warn("job %u stage %d: trace: %s", x->p.job_id, x->p.stage, pl_error_msg());
     s_send_main(x, &m);
     pl_msg_clear(&m);
     /* Keep the worker and its endpoints until the whole job is over: a peer that still waits
@@ -661,6 +744,7 @@ out:
     free(addr);
     free(next);
     free(prev);
+    x->sink = NULL;
     pl_gen_sink_destroy(&sink);
     if (x->ucx && x->next)
         pl_ucx_flush(x->ucx, 1000);
@@ -695,6 +779,9 @@ pl_status_t pl_exec_start(pl_tx_ctx_t *ctx, pl_exec_params_t *params, pl_exec_t 
     x->p = *params;
     pl_job_spec_init(&params->spec); /* moved into the exec */
     pthread_mutex_init(&x->text_mu, NULL);
+    /* the ring lives as long as the exec: the node's thread may read it while the stage runs */
+    if (x->p.spec.gen.trace && (st = pl_trace_new(PL_TRACE_MAX_EVENTS, &x->trace)))
+        goto err;
     x->ctx = ctx;
     snprintf(x->endpoint, sizeof(x->endpoint), "inproc://exec-%u-%u", x->p.job_id,
              atomic_fetch_add(&s_counter, 1));
@@ -709,6 +796,7 @@ pl_status_t pl_exec_start(pl_tx_ctx_t *ctx, pl_exec_params_t *params, pl_exec_t 
     return PL_OK;
 err:
     pl_tx_sock_destroy(&x->main_sock);
+    pl_trace_destroy(&x->trace);
     pl_job_spec_clear(&x->p.spec);
     pthread_mutex_destroy(&x->text_mu);
     free(x);
@@ -728,6 +816,16 @@ uint32_t pl_exec_job(const pl_exec_t *x)
 uint64_t pl_exec_generated(pl_exec_t *x)
 {
     return atomic_load(&x->generated);
+}
+
+double pl_exec_busy_s(pl_exec_t *x)
+{
+    return (double)atomic_load(&x->busy_us) * 1e-6;
+}
+
+uint64_t pl_exec_seqs_done(pl_exec_t *x)
+{
+    return atomic_load(&x->freed);
 }
 
 size_t pl_exec_text(pl_exec_t *x, size_t from, char *buf, size_t cap)
@@ -750,6 +848,14 @@ size_t pl_exec_text(pl_exec_t *x, size_t from, char *buf, size_t cap)
     return n;
 }
 
+pl_status_t pl_exec_trace(pl_exec_t *x, pl_msg_trace_t **out_p)
+{
+    if (!x->trace)
+        return pl_error(PL_ERR_NOT_FOUND, "job %u stage %d does not trace", x->p.job_id,
+                        x->p.stage);
+    return pl_trace_export(x->trace, out_p);
+}
+
 int pl_exec_stage(const pl_exec_t *x)
 {
     return x->p.stage;
@@ -770,6 +876,7 @@ void pl_exec_destroy(pl_exec_t **exec_p)
     pl_tx_sock_destroy(&x->main_sock);
     pl_job_spec_clear(&x->p.spec);
     pthread_mutex_destroy(&x->text_mu);
+    pl_trace_destroy(&x->trace);
     free(x->text);
     free(x);
     *exec_p = NULL;

@@ -45,11 +45,18 @@ uint32_t pl_exec_job(const pl_exec_t *exec);
 int pl_exec_stage(const pl_exec_t *exec);
 /* Tokens the (last) stage has sampled so far; 0 for other stages. Safe from any thread. */
 uint64_t pl_exec_generated(pl_exec_t *exec);
+/* Seconds the stage has spent in forward calls so far, and the sequences whose KV slots it
+ * freed because they finished (on the last stage: the sequences done). Safe from any thread. */
+double pl_exec_busy_s(pl_exec_t *exec);
+uint64_t pl_exec_seqs_done(pl_exec_t *exec);
 /* Bytes [from, from + n) of the completion a one-prompt text job's last stage has decoded so
  * far, as much of it as no later token changes (gen_text.h's stable text), copied into buf; n
  * is at most cap, ends on a character boundary and before any NUL byte (the stream stops there).
  * Returns n: 0 when nothing new (or not such a stage). Safe from any thread. */
 size_t pl_exec_text(pl_exec_t *exec, size_t from, char *buf, size_t cap);
+/* The stage's trace so far (pipeline/trace.h), for a running job; PL_ERR_NOT_FOUND when the
+ * job does not trace. Safe from any thread; the caller frees *out_p. */
+pl_status_t pl_exec_trace(pl_exec_t *exec, pl_msg_trace_t **out_p);
 /* Ask the thread to stop soon (the job was canceled). Never blocks. */
 void pl_exec_cancel(pl_exec_t *exec);
 /* Cancel, join the thread, close the socket, free; *exec_p NULL; safe on NULL. */

@@ -110,6 +110,10 @@ void pl_gen_sink_destroy(pl_gen_sink_t **sink_p);
 pl_status_t pl_gen_sink_sample(pl_gen_sink_t *sink, const pl_act_hdr_t *hdr,
                                const pl_act_seq_t *seqs, const float *logits, pl_act_hdr_t *out,
                                pl_act_seq_t *out_seqs);
+/* Whether pl_gen_sink_sample would read logits for this message: false when every entry ends
+ * inside its prompt (an earlier prefill chunk), so the forward call may skip the LM head. */
+bool pl_gen_sink_wants_logits(const pl_gen_sink_t *sink, const pl_act_hdr_t *hdr,
+                              const pl_act_seq_t *seqs);
 /* True when every sequence has finished. */
 bool pl_gen_sink_done(const pl_gen_sink_t *sink);
 /* Results in prompt order, as DONE carries them (*r_p: free with pl_msg_results_free). */

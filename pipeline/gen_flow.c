@@ -188,6 +188,24 @@ static bool s_is_eos(const pl_gen_job_t *job, int token)
     return false;
 }
 
+/* Whether entry e (of a running sequence) ends inside its prompt: an earlier prefill chunk. */
+static bool s_inside(const pl_gen_sink_t *k, const pl_act_seq_t *e)
+{
+    uint64_t end = (uint64_t)e->pos0 + e->n_tok;
+    return k->n_out[e->seq] == 0 && end < (uint64_t)k->job->prompt_len[e->seq];
+}
+
+bool pl_gen_sink_wants_logits(const pl_gen_sink_t *k, const pl_act_hdr_t *hdr,
+                              const pl_act_seq_t *seqs)
+{
+    if (hdr->n_seq == 0)
+        return true;
+    for (uint32_t i = 0; i < hdr->n_seq; i++)
+        if (seqs[i].seq >= (uint32_t)k->job->n_seqs || !s_inside(k, &seqs[i]))
+            return true; /* sampled (or refused by pl_gen_sink_sample) */
+    return false;
+}
+
 pl_status_t pl_gen_sink_sample(pl_gen_sink_t *k, const pl_act_hdr_t *hdr,
                                const pl_act_seq_t *seqs, const float *logits, pl_act_hdr_t *out,
                                pl_act_seq_t *out_seqs)
@@ -200,7 +218,7 @@ pl_status_t pl_gen_sink_sample(pl_gen_sink_t *k, const pl_act_hdr_t *hdr,
             return pl_error(PL_ERR_PROTOCOL, "sequence %u is not running", s);
         uint64_t end = (uint64_t)seqs[i].pos0 + seqs[i].n_tok;
         uint64_t at = (uint64_t)job->prompt_len[s] + (uint64_t)k->n_out[s];
-        if (k->n_out[s] == 0 && end < (uint64_t)job->prompt_len[s])
+        if (s_inside(k, &seqs[i]))
             inside++;
         else if (end != at)
             return pl_error(PL_ERR_PROTOCOL, "sequence %u: message ends at position %llu, the "

@@ -202,6 +202,9 @@ void pl_gen_batch(const pl_act_hdr_t *hdr, const pl_act_seq_t *seqs, int *ints,
     batch->slot = slot;
     batch->pos0 = pos0;
     batch->n_tok = ntok;
+    batch->no_logits = false;
+    batch->between_layers = NULL;
+    batch->between_arg = NULL;
 }
 
 double pl_gen_spec_wire_bytes(const pl_job_spec_t *spec)

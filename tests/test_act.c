@@ -199,6 +199,51 @@ Test(act, stop_round_trip)
     free(buf);
 }
 
+Test(act, training_kinds_round_trip)
+{
+    /* a gradient is shaped as a hidden message; a sum carries doubles bit for bit */
+    pl_act_hdr_t h, got;
+    pl_act_seq_t seqs[2], out[8];
+    float payload[12];
+    const void *pl;
+    size_t len;
+    s_hidden(&h, seqs, payload);
+    h.kind = PL_ACT_GRAD;
+    void *buf = s_encode_ok(&h, seqs, payload, &len);
+    cr_assert_eq(((unsigned char *)buf)[6], 8, "kind byte on the wire");
+    cr_assert_eq(pl_act_decode(buf, len, &s_limits, &got, out, &pl), PL_OK, "%s",
+                 pl_error_msg());
+    cr_assert_eq(memcmp(&got, &h, sizeof(h)), 0);
+    cr_assert_arr_eq(pl, payload, sizeof(payload));
+    free(buf);
+
+    double v[3] = {0.1, -1e300, 5e-324}, back[3];
+    pl_act_hdr_t s = {.kind = PL_ACT_SUM, .job = 7, .mb = 1, .step = 99, .dim = 3};
+    buf = s_encode_ok(&s, NULL, v, &len);
+    cr_assert_eq(len, 48 + 24);
+    unsigned char *b = buf;
+    uint64_t u;
+    memcpy(&u, &v[0], 8);
+    for (int i = 0; i < 8; i++) /* little-endian IEEE binary64 */
+        cr_assert_eq(b[48 + i], (unsigned char)(u >> (8 * i)));
+    cr_assert_eq(pl_act_decode(buf, len, &s_limits, &got, out, &pl), PL_OK, "%s",
+                 pl_error_msg());
+    cr_assert_eq(memcmp(&got, &s, sizeof(s)), 0);
+    pl_act_payload_f64(&got, pl, back);
+    cr_assert_eq(memcmp(back, v, sizeof(v)), 0);
+    cr_assert_eq(pl_act_decode(buf, len - 8, &s_limits, &got, out, &pl), PL_ERR_PROTOCOL);
+    free(buf);
+    s.dim = PL_ACT_SUM_MAX + 1;
+    cr_assert_eq(pl_act_encode(&s, NULL, v, &buf, &len), PL_ERR_INVALID);
+    s.dim = 0;
+    cr_assert_eq(pl_act_encode(&s, NULL, v, &buf, &len), PL_ERR_INVALID);
+    s.dim = 1, s.dtype = PL_ACT_BF16;
+    cr_assert_eq(pl_act_encode(&s, NULL, v, &buf, &len), PL_ERR_INVALID);
+    s.dtype = 0, s.n_seq = 1, s.n_tokens = 1;
+    pl_act_seq_t e = {.n_tok = 1};
+    cr_assert_eq(pl_act_encode(&s, &e, v, &buf, &len), PL_ERR_INVALID);
+}
+
 Test(act, every_truncation_fails_cleanly)
 {
     pl_act_hdr_t h, got = {.job = 424242};

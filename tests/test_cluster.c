@@ -612,6 +612,28 @@ Test(cluster, planner_chosen_chunk_reaches_the_stages)
                  (long long)json_integer_value(json_object_get(dp, "max_in_flight")));
         cr_assert(strstr(text, row), "no credits '%s' in:\n%s", row, text);
     }
+    /* where each stage's time went: the forward calls' CPU time within their wall time, stage
+     * 0's microbatches in flight within the plan's, sampling on the last stage only */
+    json_t *plan = json_object_get(js, "plan");
+    json_int_t mbs = json_integer_value(json_object_get(plan, "microbatches"));
+    for (size_t i = 0; i < 2; i++) {
+        json_t *stats = json_object_get(json_array_get(stages, i), "stats");
+        json_t *ov = json_object_get(stats, "overlap");
+        cr_assert(json_is_object(ov), "%s", st);
+        double compute = json_number_value(json_object_get(stats, "compute_s"));
+        double cpu = json_number_value(json_object_get(ov, "compute_cpu_s"));
+        cr_assert(cpu > 0 && cpu <= compute + 0.01, "stage %zu: CPU %g s of %g s", i, cpu, compute);
+        json_int_t most = json_integer_value(json_object_get(ov, "max_mb_in_flight"));
+        double avg = json_number_value(json_object_get(ov, "avg_mb_in_flight"));
+        double sample = json_number_value(json_object_get(ov, "sample_s"));
+        if (i == 0)
+            cr_assert(most >= 1 && most <= mbs && avg > 0 && avg <= (double)most && sample == 0,
+                      "stage 0: %lld in flight (mean %g) of %lld microbatches, sampling %g s",
+                      (long long)most, avg, (long long)mbs, sample);
+        else
+            cr_assert(most == 0 && sample > 0, "last stage: %lld in flight, sampling %g s",
+                      (long long)most, sample);
+    }
     free(text);
     json_decref(js);
     free(ref), free(got), free(st);

@@ -784,3 +784,44 @@ Test(cpu_layer, load_failures)
     exec_close(&(exec_t){.dev = NULL, .stage = NULL}); /* unload and close accept NULL */
     tmodel_free(&m);
 }
+
+/* An earlier prefill chunk asks for no logits: the head is skipped (out untouched), the chunk's
+ * KV is kept, and the last chunk's logits equal the reference over the whole prompt; between
+ * layers the hook runs once per layer boundary. */
+static void s_count(void *arg)
+{
+    (*(int *)arg)++;
+}
+
+Test(cpu_layer, no_logits_skips_the_head_and_keeps_the_kv)
+{
+    tmodel_t m;
+    exec_t e;
+    int32_t tok[7] = {5, 3, 8, 1, 9, 2, 6};
+    float out[64], logits[64];
+    double ref[64];
+    int calls = 0;
+    tmodel_make(&m, k_gqa, 7);
+    cr_assert(exec_open(&e, &m, 0, k_gqa.n_layers - 1, true, true, 1, 8, 8) == PL_OK, "%s",
+              pl_error_msg());
+    for (int i = 0; i < 64; i++)
+        out[i] = (float)i + 0.5f;
+    int slot = 0, pos0 = 0, n = 4;
+    pl_be_batch_t b = {.n_seq = 1,
+                       .n_tokens = 4,
+                       .slot = &slot,
+                       .pos0 = &pos0,
+                       .n_tok = &n,
+                       .no_logits = true,
+                       .between_layers = s_count,
+                       .between_arg = &calls};
+    cr_assert(pl_be_stage_forward(e.stage, &b, tok, out) == PL_OK, "%s", pl_error_msg());
+    for (int i = 0; i < 64; i++)
+        cr_assert_eq(out[i], (float)i + 0.5f, "out[%d] written although no logits were asked", i);
+    cr_expect_eq(calls, k_gqa.n_layers - 1, "between-layers hook ran %d times", calls);
+    fwd1(&e, 0, 4, 3, tok + 4, logits);
+    ref_forward(&m, tok, 7, k_gqa.n_layers, NULL, ref);
+    expect_logits(logits, ref, k_gqa.vocab, "after a chunk without logits");
+    exec_close(&e);
+    tmodel_free(&m);
+}

@@ -94,7 +94,7 @@ Test(ctl, names_round_trip)
         NULL,      "HELLO",  "WELCOME", "HEARTBEAT", "ASSIGN", "READY",  "START",
         "DONE",   "FAIL",    "CANCEL",    "SUBMIT", "STATUS", "RESULTS",
         "KILL",    "NODES",  "HEALTH",  "REPLY",     "ERROR",  "SHUTDOWN", "PLAN",
-        "BYE"};
+        "BYE",     "JOBS",   "DRAIN",  "TRACE",  "TRACED"};
     cr_assert_eq(sizeof(expected) / sizeof(expected[0]), PL_MSG_COUNT_);
     for (int t = 1; t < PL_MSG_COUNT_; t++) {
         pl_msg_type_t got = 0;

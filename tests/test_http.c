@@ -33,10 +33,10 @@ static void s_echo(void *arg, const pl_http_req_t *req, pl_http_resp_t *resp)
 static void s_silent(void *arg, const pl_http_req_t *req, pl_http_resp_t *resp) {}
 
 static const pl_http_route_t s_routes[] = {
-    {"GET", "/hello", s_hello, "world"},
-    {"POST", "/echo", s_echo, NULL},
-    {"PUT", "/echo", s_echo, NULL},
-    {"GET", "/silent", s_silent, NULL},
+    {"GET", "/hello", s_hello, "world", 0},
+    {"POST", "/echo", s_echo, NULL, 0},
+    {"PUT", "/echo", s_echo, NULL, 0},
+    {"GET", "/silent", s_silent, NULL, 0},
 };
 #define S_N_ROUTES ((int)(sizeof(s_routes) / sizeof(s_routes[0])))
 

@@ -144,7 +144,7 @@ Test(msg_job, spec_wire_shape)
         "\"text\": true, \"stop\": [\"\\n\\n\", \"END\"], "
         "\"sampling\": {\"temperature\": 0.699999988079071, \"top_k\": 40, "
         "\"top_p\": 0.949999988079071, \"seed\": \"18446744073709551615\"}, "
-        "\"prefill_chunk\": 64, \"wire_dtype\": \"bf16\"}, "
+        "\"prefill_chunk\": 64, \"wire_dtype\": \"bf16\", \"trace\": false}, "
         "\"microbatches\": 3, \"stages\": 2, \"planner\": \"even\", "
         "\"nodes\": [\"node0\", \"node-1.b\"]}",
         0, NULL);
@@ -179,6 +179,7 @@ Test(msg_job, spec_bad_fields_are_named)
     s_refused(PL_MSG_SUBMIT, G("\"prompts\": [[1]], \"max_new_tokens\": 0"), "max_new_tokens");
     s_refused(PL_MSG_SUBMIT, G("\"prompts\": [[1]], \"max_new_tokens\": 65537"), "max_new_tokens");
     s_refused(PL_MSG_SUBMIT, G("\"prompts\": [[1]], \"stop_at_eos\": 1"), "stop_at_eos");
+    s_refused(PL_MSG_SUBMIT, G("\"prompts\": [[1]], \"trace\": \"yes\""), "trace");
     s_refused(PL_MSG_SUBMIT, G("\"prompts\": [[1]], \"max_new_tokens\": 4, \"min_new_tokens\": 5"),
               "min_new_tokens");
     s_refused(PL_MSG_SUBMIT, G("\"prompts\": [[1]], \"min_new_tokens\": -1"), "min_new_tokens");
@@ -371,10 +372,22 @@ Test(msg_job, done_round_trips_stats_probe_and_results)
                          .freed_seqs = 2,
                          .bytes_sent = 123456,
                          .wire_dtype = "f16",
+                         .has_overlap = true,
+                         .compute_cpu_s = 1.0,
+                         .buf_wait_s = 0.0625,
+                         .credit_wait_s = 0.03125,
+                         .send_s = 0.015625,
+                         .sample_s = 0.5,
+                         .credit_waits = 7,
+                         .max_mb_in_flight = 3,
+                         .avg_mb_in_flight = 2.25,
                          .has_data_plane = true,
-                         .data_plane = {.inbox_slots = 2, .inbox_bytes = 4096,
-                                        .send_credits = 3, .max_in_flight = 3,
-                                        .bound_bytes = 10240, .progress_thread = true},
+                         .data_plane = {.inbox_slots = 2,
+                                        .inbox_bytes = 4096,
+                                        .send_credits = 3,
+                                        .max_in_flight = 3,
+                                        .bound_bytes = 10240,
+                                        .progress_thread = true},
                          .has_probe = true,
                          .probe = {.to_stage = 0, .gbps = 3.5, .latency_s = 1e-5, .took_s = 0.01}};
     snprintf(m.done.stats.link, sizeof(m.done.stats.link), "tcp");
@@ -397,6 +410,15 @@ Test(msg_job, done_round_trips_stats_probe_and_results)
     cr_assert_eq(b->freed_seqs, 2);
     cr_assert_eq(b->bytes_sent, 123456);
     cr_assert_str_eq(b->wire_dtype, "f16");
+    cr_assert(b->has_overlap);
+    cr_assert_eq(b->compute_cpu_s, 1.0);
+    cr_assert_eq(b->buf_wait_s, 0.0625);
+    cr_assert_eq(b->credit_wait_s, 0.03125);
+    cr_assert_eq(b->send_s, 0.015625);
+    cr_assert_eq(b->sample_s, 0.5);
+    cr_assert_eq(b->credit_waits, 7);
+    cr_assert_eq(b->max_mb_in_flight, 3);
+    cr_assert_eq(b->avg_mb_in_flight, 2.25);
     cr_assert(b->has_data_plane);
     cr_assert_eq(b->data_plane.inbox_slots, 2);
     cr_assert_eq(b->data_plane.inbox_bytes, 4096);
@@ -420,14 +442,16 @@ Test(msg_job, done_round_trips_stats_probe_and_results)
     cr_assert_eq(out.done.results[1].tokens[0], 9);
     pl_msg_clear(&out);
 
-    /* a middle stage: no sink, no probe, no results */
-    m.done.stats.has_sink = m.done.stats.has_probe = false;
+    /* a middle stage: no sink, no probe, no results; a stats object from before the overlap
+     * figures */
+    m.done.stats.has_sink = m.done.stats.has_probe = m.done.stats.has_overlap = false;
     m.done.stats.link[0] = '\0';
     m.done.n_results = 0;
     m.done.results = NULL;
     s_round_trip(&m, &out);
     cr_assert_not(out.done.stats.has_sink);
     cr_assert_not(out.done.stats.has_probe);
+    cr_assert_not(out.done.stats.has_overlap);
     cr_assert_str_eq(out.done.stats.link, "");
     cr_assert_eq(out.done.n_results, 0);
     pl_msg_clear(&out);

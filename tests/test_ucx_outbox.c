@@ -153,6 +153,19 @@ static void s_run(size_t bytes, int slots, int bufs, bool b_progress, const size
     pl_ucx_credit_stats_t cs;
     pl_ucx_ep_credit_stats(l.ab, &cs);
     cr_assert_leq(cs.max_in_flight, slots);
+    cr_assert_eq(cs.sent, n);
+    cr_assert_eq(cs.granted, slots);
+    cr_assert_leq(cs.waits, n);
+    cr_assert_geq(cs.wait_s, 0.0);
+    /* the grants both ways allocated nothing: b's credits left from its inbox's own buffers,
+     * a took them into its endpoint's; neither worker made an allocating send or receive */
+    pl_ucx_alloc_stats_t aa, ab;
+    pl_ucx_alloc_stats(l.a, &aa);
+    pl_ucx_alloc_stats(l.b, &ab);
+    cr_assert_eq(aa.sends + aa.recvs, 0, "a: %lld sends, %lld receives allocated",
+                 (long long)aa.sends, (long long)aa.recvs);
+    cr_assert_eq(ab.sends + ab.recvs, 0, "b: %lld sends, %lld receives allocated",
+                 (long long)ab.sends, (long long)ab.recvs);
     s_unlink(&l);
 }
 

@@ -18,6 +18,10 @@ command -v npm >/dev/null 2>&1 || PKGS+=(npm)
 # kubectl kustomize builds the manifests offline
 command -v systemd-analyze >/dev/null 2>&1 || PKGS+=(systemd)
 command -v kubectl >/dev/null 2>&1 || PKGS+=(kubernetes-client)
+# curl checks the OpenAI API's raw Server-Sent Events and error bodies (tests/test_serve_api.c)
+command -v curl >/dev/null 2>&1 || PKGS+=(curl)
+# the trace timeline test renders pipectl's SVG to PNG (tests/test_trace_cluster.c)
+command -v rsvg-convert >/dev/null 2>&1 || PKGS+=(librsvg2-bin)
 # the fuzz section of tools/test.sh (tools/fuzz.sh): clang and its libFuzzer and sanitizer runtimes
 command -v clang >/dev/null 2>&1 || PKGS+=(clang)
 PKGS+=(libclang-rt-dev)

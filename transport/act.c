@@ -38,11 +38,19 @@ static uint32_t s_get_u32(const unsigned char *p)
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
+/* Kinds that carry hidden-sized f32 / bf16 / f16 rows. */
+static bool s_rows(uint32_t kind)
+{
+    return kind == PL_ACT_HIDDEN || kind == PL_ACT_GRAD;
+}
+
 /* Payload bytes of a header, or false when the size does not fit in size_t. */
 static bool s_payload_bytes(const pl_act_hdr_t *hdr, size_t *out)
 {
     size_t n = 0;
-    if (hdr->kind == PL_ACT_HIDDEN &&
+    if (hdr->kind == PL_ACT_SUM)
+        n = (size_t)hdr->dim * 8;
+    if (s_rows(hdr->kind) &&
         (__builtin_mul_overflow((size_t)hdr->n_tokens, (size_t)hdr->dim, &n) ||
          __builtin_mul_overflow(n, pl_act_dtype_size((pl_act_dtype_t)hdr->dtype), &n)))
         return false;
@@ -72,16 +80,24 @@ size_t pl_act_size(const pl_act_hdr_t *hdr)
 /* Shape rules that depend only on the header: counts per kind and the hidden size. */
 static pl_status_t s_check_shape(const pl_act_hdr_t *hdr, pl_status_t err)
 {
-    if (hdr->dtype >= PL_ACT_DTYPE_COUNT || (hdr->kind != PL_ACT_HIDDEN && hdr->dtype != 0))
-        return pl_error(err, "activation: dtype %u with kind %u (hidden messages carry f32 0, "
-                             "bf16 1 or f16 2; others 0)",
+    if (hdr->dtype >= PL_ACT_DTYPE_COUNT || (!s_rows(hdr->kind) && hdr->dtype != 0))
+        return pl_error(err, "activation: dtype %u with kind %u (hidden and gradient messages "
+                             "carry f32 0, bf16 1 or f16 2; others 0)",
                         hdr->dtype, hdr->kind);
     switch (hdr->kind) {
     case PL_ACT_HIDDEN:
+    case PL_ACT_GRAD:
         if (hdr->n_seq == 0 || hdr->n_tokens == 0 || hdr->dim == 0)
-            return pl_error(err, "activation: hidden message needs n_seq, n_tokens and dim > 0 "
+            return pl_error(err, "activation: %s message needs n_seq, n_tokens and dim > 0 "
                                  "(n_seq %u, n_tokens %u, dim %u)",
-                            hdr->n_seq, hdr->n_tokens, hdr->dim);
+                            hdr->kind == PL_ACT_GRAD ? "gradient" : "hidden", hdr->n_seq,
+                            hdr->n_tokens, hdr->dim);
+        return PL_OK;
+    case PL_ACT_SUM:
+        if (hdr->n_seq != 0 || hdr->n_tokens != 0 || hdr->dim == 0 || hdr->dim > PL_ACT_SUM_MAX)
+            return pl_error(err, "activation: sum message (kind %u) carries n_seq %u, n_tokens "
+                                 "%u, dim %u (0, 0 and 1..%d values)",
+                            hdr->kind, hdr->n_seq, hdr->n_tokens, hdr->dim, PL_ACT_SUM_MAX);
         return PL_OK;
     case PL_ACT_TOKENS:
         if (hdr->n_seq == 0 || hdr->n_tokens != hdr->n_seq || hdr->dim != 0)
@@ -210,7 +226,15 @@ static void s_write(const pl_act_hdr_t *hdr, const pl_act_seq_t *seqs, const voi
         s_put_u32(p + 12, seqs[i].flags);
         s_put_u32(p + 16, (uint32_t)seqs[i].token);
     }
-    if (payload_len > 0 && hdr->dtype == PL_ACT_F32) {
+    if (hdr->kind == PL_ACT_SUM) {
+        const double *v = payload;
+        for (uint32_t i = 0; i < hdr->dim; i++) {
+            uint64_t u;
+            memcpy(&u, &v[i], 8);
+            s_put_u32(p + 8 * i, (uint32_t)u);
+            s_put_u32(p + 8 * i + 4, (uint32_t)(u >> 32));
+        }
+    } else if (payload_len > 0 && hdr->dtype == PL_ACT_F32) {
         /* f32 payload: byte-swapped only on big-endian hosts. */
 #if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
         if ((const void *)p != payload)
@@ -309,9 +333,9 @@ pl_status_t pl_act_decode(const void *buf, size_t len, const pl_act_limits_t *li
     if (h.n_tokens > limits->max_tokens)
         return pl_error(PL_ERR_PROTOCOL, "activation: n_tokens %u exceeds the limit %u",
                         h.n_tokens, limits->max_tokens);
-    if (h.kind == PL_ACT_HIDDEN && h.dim != limits->dim)
+    if (s_rows(h.kind) && h.dim != limits->dim)
         return pl_error(PL_ERR_PROTOCOL, "activation: dim %u (expected %u)", h.dim, limits->dim);
-    if (h.kind == PL_ACT_HIDDEN && h.dtype != limits->dtype)
+    if (s_rows(h.kind) && h.dtype != limits->dtype)
         return pl_error(PL_ERR_PROTOCOL, "activation: dtype %s (the job's wire dtype is %s)",
                         pl_act_dtype_name((pl_act_dtype_t)h.dtype),
                         pl_act_dtype_name((pl_act_dtype_t)limits->dtype));
@@ -343,8 +367,17 @@ pl_status_t pl_act_decode(const void *buf, size_t len, const pl_act_limits_t *li
 
     *hdr = h;
     if (payload_p)
-        *payload_p = h.kind == PL_ACT_HIDDEN ? (const void *)p : NULL;
+        *payload_p = s_rows(h.kind) || h.kind == PL_ACT_SUM ? (const void *)p : NULL;
     return PL_OK;
+}
+
+void pl_act_payload_f64(const pl_act_hdr_t *hdr, const void *payload, double *out)
+{
+    const unsigned char *p = payload;
+    for (uint32_t i = 0; i < hdr->dim; i++) {
+        uint64_t u = (uint64_t)s_get_u32(p + 8 * i) | (uint64_t)s_get_u32(p + 8 * i + 4) << 32;
+        memcpy(&out[i], &u, 8);
+    }
 }
 
 /* [job:20][kind:4][mb:16][step:24], each value truncated to its field. */

@@ -19,7 +19,11 @@ typedef enum {
     PL_ACT_HIDDEN = 1, /* stage i -> i+1: hidden states f32 [n_tokens][dim] */
     PL_ACT_TOKENS = 2, /* last stage -> stage 0: one sampled token per sequence */
     PL_ACT_STOP = 3,   /* stage 0 -> ... -> last: the job is over */
+    /* training (pipeline/train_exec.c); kinds keep the tag's bit 2 clear (see below) */
+    PL_ACT_GRAD = 8, /* stage i+1 -> i: gradient of the hidden states, shaped as PL_ACT_HIDDEN */
+    PL_ACT_SUM = 9,  /* a reduction's values between stages: dim f64, no entries */
 } pl_act_kind_t;
+#define PL_ACT_SUM_MAX 16 /* values in one PL_ACT_SUM */
 
 /* How hidden states travel: f32 keeps every partition's tokens identical; bf16 and f16 halve the
  * bytes (rounded to nearest even; stages compute in f32 either way). */
@@ -73,14 +77,17 @@ typedef struct {
  * token: i32), then for PL_ACT_HIDDEN the payload [n_tokens][dim] in dtype (IEEE binary32,
  * bfloat16 or binary16); all little-endian. PL_ACT_TOKENS has
  * n_tokens == n_seq, every n_tok 1, dim 0 and no payload (the token is in the entry);
- * PL_ACT_STOP has no entries and no payload. */
+ * PL_ACT_STOP has no entries and no payload. PL_ACT_GRAD follows PL_ACT_HIDDEN's rules (dim, the
+ * wire dtype); PL_ACT_SUM has no entries, n_tokens 0, dtype 0, 1 <= dim <= PL_ACT_SUM_MAX and a
+ * payload of dim IEEE binary64 values, exact to the bit. */
 #define PL_ACT_HDR_BYTES 48u
 #define PL_ACT_SEQ_BYTES 20u
 
 /* Encoded size of a message (SIZE_MAX when it overflows). */
 size_t pl_act_size(const pl_act_hdr_t *hdr);
-/* Encode into a new malloc'd buffer. payload holds f32 values [n_tokens][dim] for PL_ACT_HIDDEN,
- * converted to hdr->dtype on the way (NULL for the other kinds). The header and entries must
+/* Encode into a new malloc'd buffer. payload holds f32 values [n_tokens][dim] for PL_ACT_HIDDEN
+ * and PL_ACT_GRAD, converted to hdr->dtype on the way, dim doubles for PL_ACT_SUM (NULL for the
+ * other kinds). The header and entries must
  * follow the rules above (PL_ERR_INVALID). */
 pl_status_t pl_act_encode(const pl_act_hdr_t *hdr, const pl_act_seq_t *seqs, const void *payload,
                           void **buf_p, size_t *len_p);
@@ -110,6 +117,8 @@ pl_status_t pl_act_decode(const void *buf, size_t len, const pl_act_limits_t *li
  * filled by converting it. */
 void pl_act_payload_f32(const pl_act_hdr_t *hdr, const void *payload, float *scratch,
                         const float **f32_p);
+/* The payload of a decoded PL_ACT_SUM: its hdr->dim values into out. */
+void pl_act_payload_f64(const pl_act_hdr_t *hdr, const void *payload, double *out);
 /* Round n f32 values in place to what they become through the wire dtype and back (what the
  * next stage computes from); nothing for f32. */
 void pl_act_round(pl_act_dtype_t dtype, float *x, size_t n);

@@ -27,6 +27,8 @@ static const char *const s_names[PL_MSG_COUNT_] = {
     [PL_MSG_REPLY] = "REPLY",         [PL_MSG_ERROR] = "ERROR",
     [PL_MSG_SHUTDOWN] = "SHUTDOWN",
     [PL_MSG_PLAN] = "PLAN",           [PL_MSG_BYE] = "BYE",
+    [PL_MSG_JOBS] = "JOBS",           [PL_MSG_DRAIN] = "DRAIN",
+    [PL_MSG_TRACE] = "TRACE",         [PL_MSG_TRACED] = "TRACED",
 };
 
 const char *pl_msg_name(pl_msg_type_t type)

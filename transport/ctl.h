@@ -36,6 +36,10 @@ typedef enum {
     PL_MSG_SHUTDOWN,   /* pipectl -> coord, coord -> daemons: stop the cluster */
     PL_MSG_PLAN,       /* pipectl -> coord: plan a job on the live cluster without submitting */
     PL_MSG_BYE,        /* daemon -> coord: this node is stopping (its stages end now) */
+    PL_MSG_JOBS,       /* pipectl -> coord: the jobs the asker may see */
+    PL_MSG_DRAIN,      /* pipectl -> coord: no new stages on a node (or again, drain false) */
+    PL_MSG_TRACE,      /* pipectl -> coord: one stage's trace; coord -> daemon: send it now */
+    PL_MSG_TRACED,     /* daemon -> coord: a running stage's trace so far */
     PL_MSG_COUNT_
 } pl_msg_type_t;
 

@@ -74,6 +74,10 @@ void pl_msg_clear(pl_msg_t *msg)
         break;
     case PL_MSG_DONE:
         pl_msg_results_free(msg->done.results, msg->done.n_results);
+        pl_msg_trace_free(&msg->done.trace);
+        break;
+    case PL_MSG_TRACED:
+        pl_msg_trace_free(&msg->traced.trace);
         break;
     case PL_MSG_REPLY:
         json_decref(msg->reply.body);
@@ -115,6 +119,12 @@ pl_status_t pl_msg_encode(const pl_msg_t *m, json_t **body_p)
     case PL_MSG_HEALTH:
     case PL_MSG_BYE:
         return pl_msg_health_encode(&m->health, body_p);
+    case PL_MSG_DRAIN:
+        return pl_msg_drain_encode(&m->drain, body_p);
+    case PL_MSG_TRACE:
+        return pl_msg_trace_ref_encode(&m->trace_ref, body_p);
+    case PL_MSG_TRACED:
+        return pl_msg_traced_encode(&m->traced, body_p);
     case PL_MSG_REPLY:
         if (!json_is_object(m->reply.body))
             return pl_error(PL_ERR_INVALID, "REPLY: body is not a JSON object");
@@ -123,6 +133,7 @@ pl_status_t pl_msg_encode(const pl_msg_t *m, json_t **body_p)
     case PL_MSG_ERROR:
         return pl_msg_error_encode(&m->error, body_p);
     case PL_MSG_NODES:
+    case PL_MSG_JOBS:
     case PL_MSG_SHUTDOWN:
         return pl_msg_int_done(json_object(), pl_msg_name(m->type), body_p);
     default:
@@ -182,6 +193,15 @@ pl_status_t pl_msg_decode(pl_msg_type_t type, const json_t *body, pl_msg_t *out)
     case PL_MSG_BYE:
         st = pl_msg_health_decode(body, &m->health);
         break;
+    case PL_MSG_DRAIN:
+        st = pl_msg_drain_decode(body, &m->drain);
+        break;
+    case PL_MSG_TRACE:
+        st = pl_msg_trace_ref_decode(body, &m->trace_ref);
+        break;
+    case PL_MSG_TRACED:
+        st = pl_msg_traced_decode(body, &m->traced);
+        break;
     case PL_MSG_REPLY:
         m->reply.body = json_incref((json_t *)body);
         st = PL_OK;
@@ -190,6 +210,7 @@ pl_status_t pl_msg_decode(pl_msg_type_t type, const json_t *body, pl_msg_t *out)
         st = pl_msg_error_decode(body, &m->error);
         break;
     case PL_MSG_NODES:
+    case PL_MSG_JOBS:
     case PL_MSG_SHUTDOWN:
         st = PL_OK;
         break;

@@ -48,7 +48,29 @@ typedef struct {
     int64_t generated;
     int64_t text_at; /* byte offset of the piece in the completion; meaningful when text_len */
     uint32_t text_off, text_len;
+    double busy_s;     /* seconds in forward calls so far */
+    int64_t seqs_done; /* sequences finished (KV slots freed at their end) so far */
 } pl_msg_progress_t;
+
+/* One device's health as its backend reads it (NVML, ROCm SMI; the CPU: /proc); a figure the
+ * backend does not report is -1. */
+typedef struct {
+    char id[32];
+    int64_t mem_used, mem_total; /* bytes */
+    double util_pct, temp_c, power_w;
+    int64_t errors; /* ECC errors and Xid events */
+} pl_msg_dev_health_t;
+
+/* The node's own health in each heartbeat (msg_node_health.c); unknown figures are -1. */
+typedef struct {
+    char version[32]; /* pipeld's; "" when the daemon did not say */
+    double uptime_s;  /* of the daemon process */
+    double load5, load15;
+    int64_t mem_total_kb, mem_avail_kb; /* the host's (/proc/meminfo) */
+    double cpu_mhz;                     /* mean of the cores' current frequency */
+    int n_devices;
+    pl_msg_dev_health_t devices[PL_MSG_MAX_DEVICES];
+} pl_msg_node_health_t;
 
 typedef struct {
     char node[PL_CFG_NAME_MAX + 1];
@@ -56,6 +78,7 @@ typedef struct {
     pl_msg_progress_t stages[PL_MSG_MAX_STAGES];
     int64_t rss_kb;
     double load1;
+    pl_msg_node_health_t sys;
     uint32_t text_used;               /* bytes of `text` the stages' pieces take */
     char text[PL_MSG_MAX_HB_TEXT + 1]; /* the pieces, back to back (may hold NUL bytes) */
 } pl_msg_heartbeat_t;
@@ -74,6 +97,8 @@ typedef struct {
 
 typedef struct {
     int heartbeat_ms, dead_after_ms;
+    int64_t clock_ns; /* the coordinator's wall clock as it sent this (ns since the epoch), for
+                       * the daemons' trace clocks (pipeline/trace.h); 0: not given */
 } pl_msg_welcome_t;
 
 /* Every stage message names (job, stage, epoch). The epoch is the coordinator's assignment
@@ -142,6 +167,16 @@ typedef struct {
     int64_t bytes_sent; /* data-plane bytes this stage sent */
     char wire_dtype[8]; /* how its activations travelled ("f32", "bf16", "f16"); "" unknown */
     char link[64]; /* transport to the next stage; "" when none */
+    /* Where the stage's wall time went besides compute_s (wait_s: waiting for its input) */
+    bool has_overlap;
+    double compute_cpu_s;     /* the forward calls' CPU time: below compute_s when others ran */
+    double buf_wait_s;        /* waiting for a free send buffer */
+    double credit_wait_s;     /* waiting for the next stage's credit */
+    double send_s;            /* the rest of the sends (encoding, posting) */
+    double sample_s;          /* the last stage's sampling */
+    int64_t credit_waits;     /* sends that found no credit */
+    int64_t max_mb_in_flight; /* stage 0: most microbatches sent whose tokens were not back */
+    double avg_mb_in_flight;  /* stage 0: their time average */
     bool has_data_plane;
     pl_msg_data_plane_t data_plane;
     bool has_probe;
@@ -166,6 +201,33 @@ typedef struct {
     pl_finish_t finish;
 } pl_msg_result_t;
 
+/* A stage's trace (msg_trace.c): the intervals it spent waiting to receive, computing and
+ * sending, per microbatch step, as its fixed-size ring (pipeline/trace.h) kept them. */
+#define PL_TRACE_MAX_EVENTS 8192 /* events of one stage's trace: the ring's size */
+
+typedef enum {
+    PL_TRACE_RECV = 0,    /* waiting for a data message, until it arrived and was decoded */
+    PL_TRACE_COMPUTE = 1, /* one forward call of a microbatch step */
+    PL_TRACE_SEND = 2,    /* encoding a data message and handing it to UCX (credit wait too) */
+    PL_TRACE_KINDS_
+} pl_trace_kind_t;
+
+typedef struct {
+    uint8_t kind;   /* pl_trace_kind_t */
+    uint8_t act;    /* the data message's kind (transport/act.h: 1 hidden, 2 tokens, 3 stop) */
+    uint32_t mb;    /* microbatch */
+    uint32_t step;  /* 0: prefill (every chunk of it), n: the n-th decode step */
+    int64_t t_ns;   /* start, from the trace's t0_ns */
+    int64_t dur_ns; /* length */
+} pl_msg_trace_event_t;
+
+typedef struct {
+    int64_t t0_ns;    /* the events' zero on the coordinator's wall clock, ns since the epoch */
+    int64_t recorded; /* events recorded in all; the oldest recorded - n_events were dropped */
+    int n_events;     /* at most PL_TRACE_MAX_EVENTS, in time order (starts never decrease) */
+    pl_msg_trace_event_t *events; /* owned */
+} pl_msg_trace_t;
+
 typedef struct {
     uint32_t job;
     int stage;
@@ -173,6 +235,7 @@ typedef struct {
     pl_msg_stats_t stats;
     int n_results;            /* the last stage: one per sequence in prompt order; others 0 */
     pl_msg_result_t *results; /* owned */
+    pl_msg_trace_t *trace;    /* owned; NULL when the job does not trace */
 } pl_msg_done_t;
 
 typedef struct {
@@ -202,10 +265,31 @@ typedef struct {
     uint32_t job;
 } pl_msg_job_ref_t;
 
+/* TRACE: which job's stage; to a daemon also which assignment (epoch; 0 from pipectl). */
+typedef struct {
+    uint32_t job;
+    int stage;
+    uint32_t epoch;
+} pl_msg_trace_ref_t;
+
+/* TRACED: a running stage's trace so far, answering the coordinator's TRACE. */
+typedef struct {
+    uint32_t job;
+    int stage;
+    uint32_t epoch;
+    pl_msg_trace_t *trace; /* owned */
+} pl_msg_traced_t;
+
 /* HEALTH: which node. */
 typedef struct {
     char node[PL_CFG_NAME_MAX + 1];
 } pl_msg_health_t;
+
+/* DRAIN: keep new stages off a node (drain) or let them on again (!drain). */
+typedef struct {
+    char node[PL_CFG_NAME_MAX + 1];
+    bool drain;
+} pl_msg_drain_t;
 
 /* REPLY: the answer to a query. Which query it answers is the asker's knowledge, so the body is
  * a JSON object here; pl_msg_reply_* below give the typed replies where a program reads them. */
@@ -227,11 +311,14 @@ typedef struct {
         pl_msg_cancel_t cancel;
         pl_job_spec_t submit;     /* SUBMIT and PLAN */
         pl_msg_job_ref_t job_ref; /* STATUS, RESULTS, KILL */
+        pl_msg_trace_ref_t trace_ref; /* TRACE */
+        pl_msg_traced_t traced;
         pl_msg_health_t health;   /* HEALTH; BYE names the stopping node the same way */
         pl_msg_health_t bye;
+        pl_msg_drain_t drain;
         pl_msg_reply_t reply;
         pl_msg_error_t error;
-        /* NODES and SHUTDOWN carry nothing */
+        /* NODES, JOBS and SHUTDOWN carry nothing */
     };
 } pl_msg_t;
 
@@ -259,6 +346,11 @@ pl_status_t pl_msg_welcome_encode(const pl_msg_welcome_t *m, json_t **body_p);
 pl_status_t pl_msg_welcome_decode(const json_t *body, pl_msg_welcome_t *out);
 pl_status_t pl_msg_heartbeat_encode(const pl_msg_heartbeat_t *m, json_t **body_p);
 pl_status_t pl_msg_heartbeat_decode(const json_t *body, pl_msg_heartbeat_t *out);
+/* The heartbeat's "system" object: absent fields are unknown (-1), present ones are checked. */
+pl_status_t pl_msg_node_health_encode(const pl_msg_node_health_t *m, json_t **body_p);
+pl_status_t pl_msg_node_health_decode(const json_t *body, pl_msg_node_health_t *out);
+/* Every figure unknown. */
+void pl_msg_node_health_init(pl_msg_node_health_t *m);
 pl_status_t pl_msg_error_encode(const pl_msg_error_t *m, json_t **body_p);
 pl_status_t pl_msg_error_decode(const json_t *body, pl_msg_error_t *out);
 
@@ -288,10 +380,22 @@ pl_status_t pl_msg_fail_decode(const json_t *body, pl_msg_fail_t *out);
 pl_status_t pl_msg_cancel_encode(const pl_msg_cancel_t *m, json_t **body_p);
 pl_status_t pl_msg_cancel_decode(const json_t *body, pl_msg_cancel_t *out);
 
+/* Traces: {"t0_ns", "recorded", "events": [[kind, act, mb, step, t_ns, dur_ns], ...]}. Decode
+ * checks every event's fields, ranges and time order; pl_msg_trace_free is safe on NULL. */
+pl_status_t pl_msg_trace_encode(const pl_msg_trace_t *t, json_t **body_p);
+pl_status_t pl_msg_trace_decode(const json_t *body, pl_msg_trace_t **t_p);
+void pl_msg_trace_free(pl_msg_trace_t **t_p);
+pl_status_t pl_msg_trace_ref_encode(const pl_msg_trace_ref_t *m, json_t **body_p);
+pl_status_t pl_msg_trace_ref_decode(const json_t *body, pl_msg_trace_ref_t *out);
+pl_status_t pl_msg_traced_encode(const pl_msg_traced_t *m, json_t **body_p);
+pl_status_t pl_msg_traced_decode(const json_t *body, pl_msg_traced_t *out);
+
 pl_status_t pl_msg_job_ref_encode(const pl_msg_job_ref_t *m, json_t **body_p);
 pl_status_t pl_msg_job_ref_decode(const json_t *body, pl_msg_job_ref_t *out);
 pl_status_t pl_msg_health_encode(const pl_msg_health_t *m, json_t **body_p);
 pl_status_t pl_msg_health_decode(const json_t *body, pl_msg_health_t *out);
+pl_status_t pl_msg_drain_encode(const pl_msg_drain_t *m, json_t **body_p);
+pl_status_t pl_msg_drain_decode(const json_t *body, pl_msg_drain_t *out);
 
 /* Typed replies. SUBMIT and KILL are answered {"job", "state"}; RESULTS {"job", "state",
  * "results", "throughput"}. STATUS, NODES, HEALTH and PLAN replies are tables for people and
@@ -313,5 +417,20 @@ pl_status_t pl_msg_job_state_decode(const json_t *body, pl_msg_job_state_t *out)
 pl_status_t pl_msg_results_reply_encode(const pl_msg_results_reply_t *m, json_t **body_p);
 pl_status_t pl_msg_results_reply_decode(const json_t *body, pl_msg_results_reply_t *out);
 void pl_msg_results_reply_clear(pl_msg_results_reply_t *m);
+
+/* The answer to TRACE: where the stage ran and, once it finished, its trace. */
+typedef struct {
+    uint32_t job;
+    int stage, n_stages;
+    char state[16]; /* the job's */
+    char node[PL_CFG_NAME_MAX + 1];
+    char device[32];
+    int first, last;       /* layer range */
+    pl_msg_trace_t *trace; /* owned; NULL: none (the stage has not finished, or no tracing) */
+} pl_msg_trace_reply_t;
+
+pl_status_t pl_msg_trace_reply_encode(const pl_msg_trace_reply_t *m, json_t **body_p);
+pl_status_t pl_msg_trace_reply_decode(const json_t *body, pl_msg_trace_reply_t *out);
+void pl_msg_trace_reply_clear(pl_msg_trace_reply_t *m);
 
 #endif

@@ -13,9 +13,10 @@ pl_status_t pl_msg_heartbeat_encode(const pl_msg_heartbeat_t *m, json_t **body_p
     json_t *stages = json_array();
     for (int i = 0; stages && i < m->n_stages; i++) {
         const pl_msg_progress_t *p = &m->stages[i];
-        json_t *e = json_pack("{s:I, s:i, s:I, s:I}", "job", (json_int_t)p->job, "stage",
-                              p->stage, "epoch", (json_int_t)p->epoch, "generated",
-                              (json_int_t)p->generated);
+        json_t *e = json_pack("{s:I, s:i, s:I, s:I, s:f, s:I}", "job", (json_int_t)p->job,
+                              "stage", p->stage, "epoch", (json_int_t)p->epoch, "generated",
+                              (json_int_t)p->generated, "busy_s", p->busy_s, "seqs_done",
+                              (json_int_t)p->seqs_done);
         if (e && p->text_len > 0 &&
             (json_object_set_new(e, "text", json_stringn(m->text + p->text_off, p->text_len)) ||
              json_object_set_new(e, "text_at", json_integer((json_int_t)p->text_at)))) {
@@ -27,8 +28,14 @@ pl_status_t pl_msg_heartbeat_encode(const pl_msg_heartbeat_t *m, json_t **body_p
             stages = NULL;
         }
     }
-    return pl_msg_int_done(json_pack("{s:s, s:o, s:I, s:f}", "node", m->node, "stages", stages,
-                                     "rss_kb", (json_int_t)m->rss_kb, "load1", m->load1),
+    json_t *sys = NULL;
+    if (stages && pl_msg_node_health_encode(&m->sys, &sys)) {
+        json_decref(stages);
+        stages = NULL;
+    }
+    return pl_msg_int_done(json_pack("{s:s, s:o, s:I, s:f, s:o?}", "node", m->node, "stages",
+                                     stages, "rss_kb", (json_int_t)m->rss_kb, "load1", m->load1,
+                                     "system", sys),
                            "HEARTBEAT", body_p);
 }
 
@@ -72,6 +79,12 @@ pl_status_t pl_msg_heartbeat_decode(const json_t *body, pl_msg_heartbeat_t *out)
         (st = pl_json_int(body, "rss_kb", 0, INT64_MAX, &m->rss_kb)) ||
         (st = pl_json_num(body, "load1", 0, 1e9, &m->load1)))
         goto out;
+    pl_msg_node_health_init(&m->sys); /* a daemon that says nothing of it: all unknown */
+    if (json_object_get(body, "system") &&
+        (st = pl_msg_node_health_decode(json_object_get(body, "system"), &m->sys))) {
+        pl_error_prefix(st, "system: ");
+        goto out;
+    }
     for (size_t i = 0; i < json_array_size(stages); i++) {
         const json_t *e = json_array_get(stages, i);
         int64_t job, stage, epoch;
@@ -80,6 +93,8 @@ pl_status_t pl_msg_heartbeat_decode(const json_t *body, pl_msg_heartbeat_t *out)
             (st = pl_json_int(e, "stage", 0, PL_MSG_MAX_STAGES - 1, &stage)) ||
             (st = pl_json_int(e, "epoch", 0, UINT32_MAX, &epoch)) ||
             (st = pl_json_int(e, "generated", 0, INT64_MAX, &p->generated)) ||
+            (st = pl_json_num_opt(e, "busy_s", 0, 1e10, &p->busy_s)) ||
+            (st = pl_json_int_opt(e, "seqs_done", 0, INT64_MAX, &p->seqs_done)) ||
             (st = s_progress_text(e, m, p))) {
             pl_error_prefix(st, "stages[%zu]: ", i);
             goto out;
@@ -178,19 +193,22 @@ pl_status_t pl_msg_hello_decode(const json_t *body, pl_msg_hello_t *out)
 
 pl_status_t pl_msg_welcome_encode(const pl_msg_welcome_t *m, json_t **body_p)
 {
-    return pl_msg_int_done(
-        json_pack("{s:i, s:i}", "heartbeat_ms", m->heartbeat_ms, "dead_after_ms", m->dead_after_ms),
-        "WELCOME", body_p);
+    return pl_msg_int_done(json_pack("{s:i, s:i, s:I}", "heartbeat_ms", m->heartbeat_ms,
+                                     "dead_after_ms", m->dead_after_ms, "clock_ns",
+                                     (json_int_t)m->clock_ns),
+                           "WELCOME", body_p);
 }
 
 pl_status_t pl_msg_welcome_decode(const json_t *body, pl_msg_welcome_t *out)
 {
-    int64_t hb, dead;
+    int64_t hb, dead, clock = 0;
     pl_status_t st;
     if ((st = pl_json_int(body, "heartbeat_ms", 1, 3600000, &hb)) ||
-        (st = pl_json_int(body, "dead_after_ms", 1, 3600000, &dead)))
+        (st = pl_json_int(body, "dead_after_ms", 1, 3600000, &dead)) ||
+        (st = pl_json_int_opt(body, "clock_ns", 0, INT64_MAX, &clock)))
         return st;
-    *out = (pl_msg_welcome_t){.heartbeat_ms = (int)hb, .dead_after_ms = (int)dead};
+    *out = (pl_msg_welcome_t){.heartbeat_ms = (int)hb, .dead_after_ms = (int)dead,
+                              .clock_ns = clock};
     return PL_OK;
 }
 

@@ -37,6 +37,26 @@ pl_status_t pl_msg_health_decode(const json_t *body, pl_msg_health_t *out)
     return PL_OK;
 }
 
+pl_status_t pl_msg_drain_encode(const pl_msg_drain_t *m, json_t **body_p)
+{
+    return pl_msg_int_done(json_pack("{s:s, s:b}", "node", m->node, "drain", m->drain), "DRAIN",
+                           body_p);
+}
+
+pl_status_t pl_msg_drain_decode(const json_t *body, pl_msg_drain_t *out)
+{
+    pl_msg_drain_t m;
+    const json_t *d = json_object_get(body, "drain");
+    pl_status_t st = pl_msg_int_name(body, "node", m.node, PL_CFG_NAME_MAX);
+    if (st)
+        return st;
+    if (!json_is_boolean(d))
+        return pl_error(PL_ERR_INVALID, "field 'drain': expected true or false");
+    m.drain = json_is_true(d);
+    *out = m;
+    return PL_OK;
+}
+
 pl_status_t pl_msg_job_state_encode(const pl_msg_job_state_t *m, json_t **body_p)
 {
     return pl_msg_int_done(json_pack("{s:I, s:s}", "job", (json_int_t)m->job, "state", m->state),

@@ -36,6 +36,7 @@ pl_status_t pl_job_spec_encode(const pl_job_spec_t *s, json_t **body_p)
         json_object_set_new(g, "prefill_chunk", json_integer(s->gen.prefill_chunk));
         json_object_set_new(g, "wire_dtype",
                             json_string(s->gen.wire_dtype[0] ? s->gen.wire_dtype : "f32"));
+        json_object_set_new(g, "trace", json_boolean(s->gen.trace));
     }
     return pl_msg_int_done(body, "job", body_p);
 }
@@ -130,6 +131,7 @@ static pl_status_t s_gen(const json_t *gen, pl_job_spec_t *s)
     if ((st = pl_json_int_opt(gen, "max_new_tokens", 1, PL_JOB_MAX_NEW_TOKENS, &max_new)) ||
         (st = pl_json_int_opt(gen, "min_new_tokens", 0, max_new, &min_new)) ||
         (st = pl_json_bool_opt(gen, "stop_at_eos", &s->gen.stop_at_eos)) ||
+        (st = pl_json_bool_opt(gen, "trace", &s->gen.trace)) ||
         (st = pl_json_bool_opt(gen, "text", &s->text)) ||
         (st = s_stop(json_object_get(gen, "stop"), &s->gen)) ||
         (st = s_sampling(json_object_get(gen, "sampling"), &s->gen)) ||

@@ -91,6 +91,19 @@ pl_status_t pl_msg_stats_encode(const pl_msg_stats_t *m, json_t **body_p)
         json_object_set_new(s, "wire_dtype", json_string(m->wire_dtype));
     if (m->link[0])
         json_object_set_new(s, "link", json_string(m->link));
+    if (m->has_overlap) {
+        json_t *oj =
+            json_pack("{s:f, s:f, s:f, s:f, s:f, s:I, s:I, s:f}", "compute_cpu_s", m->compute_cpu_s,
+                      "buf_wait_s", m->buf_wait_s, "credit_wait_s", m->credit_wait_s, "send_s",
+                      m->send_s, "sample_s", m->sample_s, "credit_waits",
+                      (json_int_t)m->credit_waits, "max_mb_in_flight",
+                      (json_int_t)m->max_mb_in_flight, "avg_mb_in_flight", m->avg_mb_in_flight);
+        if (!oj) {
+            json_decref(s);
+            return pl_msg_int_done(NULL, "stats.overlap", body_p);
+        }
+        json_object_set_new(s, "overlap", oj);
+    }
     if (m->has_data_plane) {
         const pl_msg_data_plane_t *d = &m->data_plane;
         json_t *dj = json_pack("{s:i, s:I, s:I, s:I, s:I, s:b, s:I}", "inbox_slots",
@@ -145,6 +158,21 @@ pl_status_t pl_msg_stats_decode(const json_t *body, pl_msg_stats_t *out)
         return pl_error_prefix(st, "stats: ");
     if (wire)
         snprintf(m.wire_dtype, sizeof(m.wire_dtype), "%s", wire);
+    const json_t *ov = json_object_get(body, "overlap");
+    if (ov && !json_is_null(ov)) {
+        if (!json_is_object(ov))
+            return pl_error(PL_ERR_INVALID, "stats: field 'overlap': expected an object");
+        if ((st = pl_json_num(ov, "compute_cpu_s", 0, S_MAX_S, &m.compute_cpu_s)) ||
+            (st = pl_json_num(ov, "buf_wait_s", 0, S_MAX_S, &m.buf_wait_s)) ||
+            (st = pl_json_num(ov, "credit_wait_s", 0, S_MAX_S, &m.credit_wait_s)) ||
+            (st = pl_json_num(ov, "send_s", 0, S_MAX_S, &m.send_s)) ||
+            (st = pl_json_num(ov, "sample_s", 0, S_MAX_S, &m.sample_s)) ||
+            (st = pl_json_int(ov, "credit_waits", 0, S_MAX_N, &m.credit_waits)) ||
+            (st = pl_json_int(ov, "max_mb_in_flight", 0, S_MAX_N, &m.max_mb_in_flight)) ||
+            (st = pl_json_num(ov, "avg_mb_in_flight", 0, S_MAX_N, &m.avg_mb_in_flight)))
+            return pl_error_prefix(st, "stats.overlap: ");
+        m.has_overlap = true;
+    }
     const json_t *dp = json_object_get(body, "data_plane");
     if (dp && !json_is_null(dp)) {
         pl_msg_data_plane_t *d = &m.data_plane;
@@ -298,20 +326,19 @@ pl_status_t pl_msg_results_decode(const json_t *arr, pl_msg_result_t **r_p, int 
 
 pl_status_t pl_msg_done_encode(const pl_msg_done_t *m, json_t **body_p)
 {
-    json_t *stats, *res = NULL;
+    json_t *stats, *res = NULL, *tr = NULL;
     pl_status_t st = pl_msg_stats_encode(&m->stats, &stats);
     if (st)
         return st;
-    if (m->n_results && (st = pl_msg_results_encode(m->results, m->n_results, &res))) {
+    if ((m->n_results && (st = pl_msg_results_encode(m->results, m->n_results, &res))) ||
+        (m->trace && (st = pl_msg_trace_encode(m->trace, &tr)))) {
         json_decref(stats);
+        json_decref(res);
         return st;
     }
-    json_t *body = json_pack("{s:I, s:i, s:I, s:o}", "job", (json_int_t)m->job, "stage", m->stage,
-                             "epoch", (json_int_t)m->epoch, "stats", stats);
-    if (body && res)
-        json_object_set_new(body, "results", res);
-    else
-        json_decref(res);
+    json_t *body = json_pack("{s:I, s:i, s:I, s:o, s:o?, s:o?}", "job", (json_int_t)m->job,
+                             "stage", m->stage, "epoch", (json_int_t)m->epoch, "stats", stats,
+                             "results", res, "trace", tr);
     return pl_msg_int_done(body, "DONE", body_p);
 }
 
@@ -322,9 +349,13 @@ pl_status_t pl_msg_done_decode(const json_t *body, pl_msg_done_t *out)
     if ((st = s_ids(body, 0, &m.job, &m.stage, &m.epoch)) ||
         (st = pl_msg_stats_decode(json_object_get(body, "stats"), &m.stats)))
         return st;
-    const json_t *res = json_object_get(body, "results");
+    const json_t *res = json_object_get(body, "results"), *tr = json_object_get(body, "trace");
     if (res && !json_is_null(res) && (st = pl_msg_results_decode(res, &m.results, &m.n_results)))
         return st;
+    if (tr && !json_is_null(tr) && (st = pl_msg_trace_decode(tr, &m.trace))) {
+        pl_msg_results_free(m.results, m.n_results);
+        return st;
+    }
     *out = m;
     return PL_OK;
 }

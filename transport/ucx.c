@@ -247,8 +247,10 @@ void pl_ucx_destroy(pl_ucx_t **ucx_p)
     pl_ucx_lock(ucx);     /* pl_ucx_sleep lets go of it */
     ucx->closing = true;
     /* Force-closing the endpoints purges their sends: the callbacks free the buffers. */
-    for (pl_ucx_ep_t *ep = ucx->eps; ep; ep = ep->next)
+    for (pl_ucx_ep_t *ep = ucx->eps; ep; ep = ep->next) {
+        pl_ucx_ep_grants_cancel(ucx, ep, deadline);
         pl_ucx_ep_close(ucx, ep, deadline);
+    }
     /* A message still arriving cannot be canceled, and UCX 1.13 asserts when the endpoint it
      * arrives on is destroyed with it: give it time to finish (or fail with its peer). */
     while ((ucx->n_pending > 0 || pl_ucx_rx_busy(ucx)) && pl_now() < deadline)

@@ -128,6 +128,8 @@ typedef struct {
     int64_t sent;          /* credited sends */
     int64_t in_flight;     /* sent and whose credit has not come back */
     int64_t max_in_flight; /* the most at any time */
+    int64_t waits;         /* credited sends that found no credit at once */
+    double wait_s;         /* the time they waited for one */
 } pl_ucx_credit_stats_t;
 void pl_ucx_ep_credit_stats(pl_ucx_ep_t *ep, pl_ucx_credit_stats_t *stats);
 
@@ -168,5 +170,13 @@ typedef struct {
     int64_t send_allocs; /* the worker's sends that allocated (pl_ucx_send*): none from a pool */
 } pl_ucx_outbox_stats_t;
 void pl_ucx_outbox_stats(pl_ucx_outbox_t *outbox, pl_ucx_outbox_stats_t *stats);
+
+/* The worker's messages that allocated: sends through pl_ucx_send / pl_ucx_send_credited (not a
+ * pool's, nor an inbox's grants) and receives through pl_ucx_recv. A stage's data plane, once
+ * set up, makes none. */
+typedef struct {
+    int64_t sends, recvs;
+} pl_ucx_alloc_stats_t;
+void pl_ucx_alloc_stats(pl_ucx_t *ucx, pl_ucx_alloc_stats_t *stats);
 
 #endif

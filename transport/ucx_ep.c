@@ -185,6 +185,7 @@ void pl_ucx_disconnect(pl_ucx_t *ucx, pl_ucx_ep_t **ep_p)
     ep->closed = true;
     ep->next = ucx->closed;
     ucx->closed = ep;
+    pl_ucx_ep_grants_cancel(ucx, ep, pl_now() + PL_UCX_CLOSE_S);
     pl_ucx_ep_close(ucx, ep, pl_now() + PL_UCX_CLOSE_S);
     /* Sends the close did not purge in time are released to UCX; their buffers wait for destroy. */
     for (s = ucx->pending.next; s != &ucx->pending; s = next) {

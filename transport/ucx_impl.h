@@ -5,6 +5,7 @@
 #define PL_TRANSPORT_UCX_IMPL_H
 
 #include "transport/ucx.h"
+#include "transport/ucx_grant.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -63,6 +64,15 @@ struct pl_ucx_ep {
     int64_t credits;                   /* granted and not yet used */
     int64_t granted, sent;             /* totals: in flight = sent - (granted - first grant) */
     int64_t first_grant, max_in_flight;
+    /* The grants' receive: one 8-byte buffer here, posted again after each grant, so taking
+     * grants allocates nothing (ucx_inbox.c). */
+    bool grant_posted, grant_done;
+    void *grant_req; /* the posted receive while UCX holds it */
+    ucs_status_t grant_status;
+    ucp_tag_recv_info_t grant_info;
+    unsigned char grant_buf[PL_UCX_GRANT_BYTES];
+    double credit_wait_s; /* time credited sends waited for a credit */
+    int64_t credit_waits; /* credited sends that found none at once */
 };
 
 struct pl_ucx {
@@ -92,6 +102,7 @@ struct pl_ucx {
     int n_inboxes; /* live inboxes (ucx_inbox.c): they must go before the worker */
     int n_outboxes;      /* live send pools (ucx_outbox.c): likewise */
     int64_t send_allocs; /* sends that allocated their record (the unpooled path) */
+    int64_t recv_allocs; /* receives that allocated their buffer (pl_ucx_recv) */
 };
 
 /* PL_ERR_TRANSPORT naming the UCX call and status. */
@@ -119,6 +130,9 @@ pl_status_t pl_ucx_send_pooled_locked(pl_ucx_t *ucx, pl_ucx_ep_t *ep, uint64_t t
  * pl_ucx_send_credited, lock held. */
 pl_status_t pl_ucx_credit_take_locked(pl_ucx_t *ucx, pl_ucx_ep_t *ep, double deadline,
                                       int timeout_ms, const volatile int *cancel);
+/* Cancel ep's posted grant receive and wait (until the deadline) for UCX to let go of it (lock
+ * held, or this thread alone on the worker); before the endpoint is freed. */
+void pl_ucx_ep_grants_cancel(pl_ucx_t *ucx, pl_ucx_ep_t *ep, double deadline);
 /* Take a send off the list of sends in flight (lock held); its record and buffer stay. */
 void pl_ucx_send_unlink(pl_ucx_send_t *s);
 /* Force-close one endpoint without waiting for the peer, progressing until the deadline (lock

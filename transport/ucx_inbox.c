@@ -22,6 +22,13 @@ typedef struct {
     ucp_tag_recv_info_t info;
 } s_slot_t;
 
+/* A grant's send: its 8 bytes lie in the inbox's registered memory, behind the slots. */
+typedef struct {
+    pl_ucx_send_t send; /* first: the completion hands this back */
+    bool sending;       /* with UCX */
+    bool lost;          /* dropped by a disconnect: UCX may still read it, never reused */
+} s_grant_t;
+
 struct pl_ucx_inbox {
     pl_ucx_t *ucx;
     pl_ucx_ep_t *up;
@@ -31,18 +38,46 @@ struct pl_ucx_inbox {
     unsigned char *mem;
     ucp_mem_h memh;
     s_slot_t *slots;
-    int head;   /* the oldest posted slot: the next message arrives there */
-    bool taken; /* the head slot's message is with the caller */
+    s_grant_t *grants; /* n + 1: the first grant and one per slot's return */
+    int head;          /* the oldest posted slot: the next message arrives there */
+    bool taken;        /* the head slot's message is with the caller */
 };
 
-/* Send `n` credits to the inbox's sender (lock held). */
+static void s_grant_done(pl_ucx_send_t *s, bool reusable)
+{
+    s_grant_t *g = (s_grant_t *)s;
+    g->sending = false;
+    g->lost |= !reusable;
+}
+
+/* Grant buffers still with UCX, or lost (lock held). */
+static int s_grants_busy(const pl_ucx_inbox_t *in)
+{
+    int n = 0;
+    for (int i = 0; i <= in->n; i++)
+        n += in->grants[i].sending || in->grants[i].lost;
+    return n;
+}
+
+/* Send `n` credits to the inbox's sender (lock held): from a grant buffer of the inbox's own;
+ * only when all of them are still with UCX (a peer that does not progress) from a malloc'd one,
+ * which the worker's allocation count shows. */
 static pl_status_t s_grant(pl_ucx_inbox_t *in, uint32_t n)
 {
-    unsigned char *g = malloc(PL_UCX_GRANT_BYTES);
-    if (!g)
+    for (int i = 0; i <= in->n; i++) {
+        s_grant_t *g = &in->grants[i];
+        if (g->sending || g->lost)
+            continue;
+        g->sending = true;
+        pl_ucx_grant_encode(n, g->send.buf);
+        return pl_ucx_send_pooled_locked(in->ucx, in->up, in->credit_tag, &g->send,
+                                         PL_UCX_GRANT_BYTES, in->memh);
+    }
+    unsigned char *b = malloc(PL_UCX_GRANT_BYTES);
+    if (!b)
         return pl_error(PL_ERR_NOMEM, "ucx inbox: out of memory");
-    pl_ucx_grant_encode(n, g);
-    return pl_ucx_send_locked(in->ucx, in->up, in->credit_tag, g, PL_UCX_GRANT_BYTES);
+    pl_ucx_grant_encode(n, b);
+    return pl_ucx_send_locked(in->ucx, in->up, in->credit_tag, b, PL_UCX_GRANT_BYTES);
 }
 
 static void s_slot_done(void *request, ucs_status_t status, const ucp_tag_recv_info_t *info,
@@ -90,8 +125,8 @@ static pl_status_t s_post(pl_ucx_inbox_t *in, s_slot_t *sl)
     return PL_OK;
 }
 
-/* Cancel the posted receives and wait (bounded) for UCX to let go of them; false when one is
- * still in UCX's hands (lock held). */
+/* Cancel the posted receives and wait (bounded) for UCX to let go of them and of the grants'
+ * sends; false when one is still in UCX's hands (lock held). */
 static bool s_cancel_all(pl_ucx_inbox_t *in)
 {
     double deadline = pl_now() + PL_UCX_CLOSE_S;
@@ -100,7 +135,7 @@ static bool s_cancel_all(pl_ucx_inbox_t *in)
         if (in->slots[i].req)
             ucp_request_cancel(in->ucx->worker, in->slots[i].req);
     while (busy) {
-        busy = false;
+        busy = s_grants_busy(in) > 0;
         for (int i = 0; i < in->n; i++)
             busy |= in->slots[i].req != NULL;
         if (!busy || pl_now() >= deadline)
@@ -129,7 +164,8 @@ pl_status_t pl_ucx_inbox_create(pl_ucx_t *ucx, pl_ucx_ep_t *upstream, uint64_t w
                         n_slots, slot_bytes, PL_UCX_INBOX_MAX_SLOTS,
                         (size_t)PL_UCX_INBOX_MAX_SLOT_BYTES);
     slot_bytes = (slot_bytes + S_SLOT_ALIGN - 1) / S_SLOT_ALIGN * S_SLOT_ALIGN;
-    total = slot_bytes * (size_t)n_slots;
+    /* the slots, then n_slots + 1 grant buffers of S_SLOT_ALIGN bytes each */
+    total = slot_bytes * (size_t)n_slots + S_SLOT_ALIGN * (size_t)(n_slots + 1);
     if (!(in = calloc(1, sizeof(*in))))
         return pl_error(PL_ERR_NOMEM, "ucx inbox: out of memory");
     in->ucx = ucx;
@@ -140,8 +176,10 @@ pl_status_t pl_ucx_inbox_create(pl_ucx_t *ucx, pl_ucx_ep_t *upstream, uint64_t w
     in->slot_bytes = slot_bytes;
     in->n = n_slots;
     in->slots = calloc((size_t)n_slots, sizeof(*in->slots));
-    if (!in->slots || posix_memalign((void **)&in->mem, S_MEM_ALIGN, total) != 0) {
+    in->grants = calloc((size_t)n_slots + 1, sizeof(*in->grants));
+    if (!in->slots || !in->grants || posix_memalign((void **)&in->mem, S_MEM_ALIGN, total) != 0) {
         free(in->slots);
+        free(in->grants);
         free(in);
         return pl_error(PL_ERR_NOMEM, "ucx inbox: cannot allocate %zu bytes", total);
     }
@@ -154,6 +192,10 @@ pl_status_t pl_ucx_inbox_create(pl_ucx_t *ucx, pl_ucx_ep_t *upstream, uint64_t w
     if (us != UCS_OK) {
         st = pl_ucx_ucs_error(us, "inbox memory map");
         goto err_free;
+    }
+    for (int i = 0; i <= n_slots; i++) {
+        in->grants[i].send.buf = in->mem + slot_bytes * (size_t)n_slots + S_SLOT_ALIGN * (size_t)i;
+        in->grants[i].send.done = s_grant_done;
     }
     for (int i = 0; i < n_slots; i++) {
         in->slots[i].in = in;
@@ -179,6 +221,7 @@ err_free:
     pl_ucx_unlock(ucx);
     free(in->mem);
     free(in->slots);
+    free(in->grants);
     free(in);
     return st;
 }
@@ -303,6 +346,7 @@ void pl_ucx_inbox_destroy(pl_ucx_inbox_t **in_p)
     pl_ucx_unlock(ucx);
     free(in->mem);
     free(in->slots);
+    free(in->grants);
     free(in);
 }
 
@@ -315,24 +359,71 @@ void pl_ucx_ep_use_credits(pl_ucx_ep_t *ep, uint64_t credit_tag)
     pl_ucx_unlock(ep->ucx);
 }
 
-/* Take the grants that have come in for ep (lock held). */
+static void s_grant_recv_done(void *request, ucs_status_t status, const ucp_tag_recv_info_t *info,
+                              void *user_data)
+{
+    pl_ucx_ep_t *ep = user_data;
+    ep->grant_status = status;
+    if (status == UCS_OK || status == UCS_ERR_MESSAGE_TRUNCATED)
+        ep->grant_info = *info;
+    ep->grant_done = true;
+    ep->grant_req = NULL;
+    ucp_request_free(request);
+}
+
+/* Post ep's grant receive into its own buffer (lock held). Always through the callback, which
+ * fills in the length (UCX 1.13 leaves the info of an at-once completion empty), maybe from
+ * inside this call when the grant is already there. */
+static pl_status_t s_grant_post(pl_ucx_t *ucx, pl_ucx_ep_t *ep)
+{
+    ucp_request_param_t param = {0};
+    param.op_attr_mask =
+        UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+    param.cb.recv = s_grant_recv_done;
+    param.user_data = ep;
+    ep->grant_done = false;
+    ep->grant_status = UCS_INPROGRESS;
+    ep->grant_req = NULL;
+    ucs_status_ptr_t req =
+        ucp_tag_recv_nbx(ucx->worker, ep->grant_buf, sizeof(ep->grant_buf),
+                         ep->credit_want & ep->credit_mask, ep->credit_mask, &param);
+    if (UCS_PTR_IS_ERR(req))
+        return pl_ucx_ucs_error(UCS_PTR_STATUS(req), "credit grant receive");
+    ep->grant_posted = true;
+    if (!ep->grant_done)
+        ep->grant_req = req; /* else the callback has freed it */
+    return PL_OK;
+}
+
+void pl_ucx_ep_grants_cancel(pl_ucx_t *ucx, pl_ucx_ep_t *ep, double deadline)
+{
+    if (ep->grant_req)
+        ucp_request_cancel(ucx->worker, ep->grant_req);
+    while (ep->grant_req && pl_now() < deadline)
+        ucp_worker_progress(ucx->worker);
+    ep->grant_posted = ep->grant_req != NULL;
+}
+
+/* Take the grants that have come in for ep (lock held): each lands in the endpoint's grant
+ * buffer, checked, counted, and the receive posted again. */
 static pl_status_t s_take_grants(pl_ucx_t *ucx, pl_ucx_ep_t *ep)
 {
+    pl_status_t st;
     for (;;) {
-        void *buf;
-        size_t len;
-        uint32_t n;
-        pl_status_t st = pl_ucx_recv_locked(ucx, ep->credit_want, ep->credit_mask,
-                                            PL_UCX_GRANT_BYTES, &buf, &len, NULL, 0, NULL);
-        if (st == PL_ERR_TIMEOUT) {
-            pl_error_clear();
-            return PL_OK;
-        }
-        if (st != PL_OK)
+        if (!ep->grant_posted && (st = s_grant_post(ucx, ep)) != PL_OK)
             return st;
+        if (!ep->grant_done)
+            return PL_OK;
+        ep->grant_posted = false;
+        uint32_t n;
+        if (ep->grant_status == UCS_ERR_MESSAGE_TRUNCATED)
+            return pl_error(PL_ERR_PROTOCOL, "ucx: credit grant of %zu bytes (expected %u)",
+                            ep->grant_info.length, PL_UCX_GRANT_BYTES);
+        if (ep->grant_status != UCS_OK)
+            return pl_ucx_ucs_error(ep->grant_status, "credit grant receive");
         /* more than an inbox can have is a broken peer */
-        st = pl_ucx_grant_decode(buf, len, (uint32_t)(PL_UCX_INBOX_MAX_SLOTS - ep->credits), &n);
-        free(buf);
+        st = pl_ucx_grant_decode(ep->grant_buf, ep->grant_info.length,
+                                 (uint32_t)(PL_UCX_INBOX_MAX_SLOTS - ep->credits), &n);
         if (st != PL_OK)
             return st;
         if (ep->granted == 0)
@@ -346,6 +437,7 @@ pl_status_t pl_ucx_credit_take_locked(pl_ucx_t *ucx, pl_ucx_ep_t *ep, double dea
                                       int timeout_ms, const volatile int *cancel)
 {
     pl_status_t st;
+    double t0 = 0;
     if (!ep->credited)
         return pl_error(PL_ERR_INVALID, "ucx: credited send on an endpoint without credits");
     for (;;) {
@@ -353,6 +445,12 @@ pl_status_t pl_ucx_credit_take_locked(pl_ucx_t *ucx, pl_ucx_ep_t *ep, double dea
             return st;
         if (ep->credits > 0)
             break;
+        if (t0 == 0) {
+            t0 = pl_now();
+            ep->credit_waits++;
+        }
+        if (ucp_worker_progress(ucx->worker))
+            continue;
         if (ep->status != UCS_OK)
             return pl_error(PL_ERR_TRANSPORT, "ucx send: peer endpoint failed: %s",
                             ucs_status_string(ep->status));
@@ -364,6 +462,8 @@ pl_status_t pl_ucx_credit_take_locked(pl_ucx_t *ucx, pl_ucx_ep_t *ep, double dea
         if ((st = pl_ucx_sleep(ucx, deadline)) != PL_OK)
             return st;
     }
+    if (t0 > 0)
+        ep->credit_wait_s += pl_now() - t0;
     ep->credits--;
     ep->sent++;
     int64_t in_flight = ep->sent - (ep->granted - ep->first_grant);
@@ -394,6 +494,8 @@ void pl_ucx_ep_credit_stats(pl_ucx_ep_t *ep, pl_ucx_credit_stats_t *stats)
     *stats = (pl_ucx_credit_stats_t){.granted = ep->first_grant,
                                      .sent = ep->sent,
                                      .in_flight = ep->sent - (ep->granted - ep->first_grant),
-                                     .max_in_flight = ep->max_in_flight};
+                                     .max_in_flight = ep->max_in_flight,
+                                     .waits = ep->credit_waits,
+                                     .wait_s = ep->credit_wait_s};
     pl_ucx_unlock(ep->ucx);
 }

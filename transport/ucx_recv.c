@@ -71,6 +71,7 @@ static pl_status_t s_rx_start(pl_ucx_t *ucx, ucp_tag_message_h msg,
         st = pl_error(PL_ERR_NOMEM, "ucx receive: cannot allocate %zu bytes", info->length);
     } else {
         cap = info->length;
+        ucx->recv_allocs++;
     }
     req = ucp_tag_msg_recv_nbx(ucx->worker, rx->buf, cap, msg, &param);
     if (UCS_PTR_IS_ERR(req))

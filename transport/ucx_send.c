@@ -159,3 +159,10 @@ pl_status_t pl_ucx_flush(pl_ucx_t *ucx, int timeout_ms)
     pl_ucx_unlock(ucx);
     return st;
 }
+
+void pl_ucx_alloc_stats(pl_ucx_t *ucx, pl_ucx_alloc_stats_t *stats)
+{
+    pl_ucx_lock(ucx);
+    *stats = (pl_ucx_alloc_stats_t){.sends = ucx->send_allocs, .recvs = ucx->recv_allocs};
+    pl_ucx_unlock(ucx);
+}

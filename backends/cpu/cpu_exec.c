@@ -441,14 +441,19 @@ pl_status_t pl_cpu_stage_forward(void *stage, const pl_be_batch_t *b, const void
     if (s->n_layers > 0)
         pl_cpu_rope_table(s->inv_freq, c->head_dim / 2, s->pos, b->n_tokens, s->cos_tab,
                           s->sin_tab);
-    for (int l = 0; l < s->n_layers; l++)
+    for (int l = 0; l < s->n_layers; l++) {
         s_layer_forward(s, l, b);
+        if (b->between_layers && l + 1 < s->n_layers)
+            b->between_layers(b->between_arg);
+    }
     for (int i = 0; i < b->n_seq; i++)
         s->slot_len[b->slot[i]] = b->pos0[i] + b->n_tok[i];
     if (!s->p.has_head) {
         memcpy(out, s->x, row * (size_t)b->n_tokens);
         return PL_OK;
     }
+    if (b->no_logits) /* an earlier prefill chunk: its KV is written, nothing is sampled */
+        return PL_OK;
     for (int i = 0, t = 0; i < b->n_seq; i++) {
         t += b->n_tok[i];
         memcpy(s->xn + (size_t)i * c->hidden, s->x + (size_t)(t - 1) * c->hidden, row);

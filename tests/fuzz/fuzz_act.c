@@ -10,6 +10,7 @@
  *   /tmp/fuzz_act -max_total_time=60 -max_len=4096 tests/fuzz/corpus/act */
 #include "transport/act.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,19 +59,31 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort();
         size_t n = (size_t)hdr.n_tokens * hdr.dim;
         const float *f32 = NULL;
+        const void *src = NULL;
         float *scratch = NULL;
-        if (hdr.kind == PL_ACT_HIDDEN &&
+        double sums[PL_ACT_SUM_MAX];
+        bool rows = hdr.kind == PL_ACT_HIDDEN || hdr.kind == PL_ACT_GRAD;
+        if (rows &&
             (hdr.dtype != lim.dtype ||
              (const char *)payload < (const char *)copy ||
              (const char *)payload + n * pl_act_dtype_size((pl_act_dtype_t)hdr.dtype) !=
                  (const char *)copy + size))
             abort();
         /* the payload widened to f32 and narrowed again must give the same bytes */
-        if (hdr.kind == PL_ACT_HIDDEN) {
+        if (rows) {
             scratch = malloc(n * sizeof(float) + 1);
             pl_act_payload_f32(&hdr, payload, scratch, &f32);
+            src = f32;
         }
-        if (pl_act_encode(&hdr, seqs, f32, &again, &again_len) != PL_OK) {
+        /* a sum's doubles read and written again must give the same bytes, NaNs included */
+        if (hdr.kind == PL_ACT_SUM) {
+            if (hdr.dim == 0 || hdr.dim > PL_ACT_SUM_MAX ||
+                (const char *)payload + 8 * (size_t)hdr.dim != (const char *)copy + size)
+                abort();
+            pl_act_payload_f64(&hdr, payload, sums);
+            src = sums;
+        }
+        if (pl_act_encode(&hdr, seqs, src, &again, &again_len) != PL_OK) {
             fprintf(stderr, "accepted but not re-encodable: %s\n", pl_error_msg());
             abort();
         }

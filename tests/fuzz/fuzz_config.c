@@ -1,7 +1,8 @@
-/* libFuzzer harness for the YAML config loaders (built by tests/fuzz/CMakeLists.txt; tools/fuzz.sh runs it). Build one binary
- * per parser, PL_FUZZ_WHICH = 0 cluster, 1 node, 2 job, from the repository root:
+/* libFuzzer harness for the YAML config loaders (built by tests/fuzz/CMakeLists.txt; tools/fuzz.sh
+ * runs it). Build one binary per parser, PL_FUZZ_WHICH = 0 cluster, 1 node, 2 job, 3 pipectl, from
+ * the repository root:
  *
- *   for w in 0 1 2; do
+ *   for w in 0 1 2 3; do
  *     clang -g -O1 -fsanitize=fuzzer,address,undefined -D_GNU_SOURCE -DPL_FUZZ_WHICH=$w -I. \
  *       tests/fuzz/fuzz_config.c common/config*.c common/yaml_schema.c \
  *       common/yaml_tree.c common/status.c common/util.c common/log.c -lyaml -lpthread -lm \
@@ -79,6 +80,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (n.n_devices < 0 || n.n_devices > 4 || !n.name[0] || !n.coordinator[0])
             abort();
         s_check_str(n.log_level, sizeof(n.log_level));
+    }
+#elif PL_FUZZ_WHICH == 3
+    pl_cfg_pipectl_t u;
+    st = pl_cfg_pipectl_parse(text, size, "f", &u);
+    if (st == PL_OK) {
+        if (!(u.timeout_s > 0 && u.timeout_s <= 3600))
+            abort();
+        s_check_str(u.coordinator, sizeof(u.coordinator));
+        s_check_str(u.key_file, sizeof(u.key_file));
+        bool known = false;
+        for (int i = 0; pl_cfg_output_names[i]; i++)
+            known = known || !strcmp(u.output, pl_cfg_output_names[i]);
+        if (!known)
+            abort();
     }
 #else
     static pl_cfg_job_t j;

@@ -2,12 +2,14 @@
  * pl_coord_job_from_row must refuse or accept every row without crashing, and an accepted job's
  * spec and results must encode again. Built by tests/fuzz/CMakeLists.txt (tools/fuzz.sh runs it); by hand:
  *   clang -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -I. \
- *       tests/fuzz/fuzz_coord_row.c daemon/coord_row.c transport/ctl.c transport/msg*.c \
+ *       tests/fuzz/fuzz_coord_row.c daemon/coord_row.c daemon/coord_event.c transport/ctl.c \
+ *       transport/act_dtype.c \
+ *       transport/msg*.c \
  *       common/status.c common/json.c common/job_spec.c common/util.c common/log.c \
  *       -ljansson -lzmq -lm -o /tmp/fuzz_coord_row
  *   /tmp/fuzz_coord_row -max_total_time=60 -max_len=8192 /tmp/fuzz_coord_row_corpus
- * Input: 8 bytes of numbers (state pick, n_seqs, ids...), then three NUL-separated texts: the
- * spec JSON, the results JSON, the plan JSON (a missing one is NULL). */
+ * Input: 8 bytes of numbers (state pick, n_seqs, ids...), then four NUL-separated texts: the
+ * spec JSON, the results JSON, the plan JSON, the events JSON (a missing one is NULL). */
 #include "daemon/coord_int.h"
 
 #include <stdint.h>
@@ -26,9 +28,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     memcpy(text, data + 8, size - 8);
     text[size - 8] = '\0';
-    const char *parts[3] = {NULL, NULL, NULL};
+    const char *parts[4] = {NULL, NULL, NULL, NULL};
     char *p = text, *end = text + (size - 8);
-    for (int i = 0; i < 3 && p <= end; i++) {
+    for (int i = 0; i < 4 && p <= end; i++) {
         parts[i] = p;
         p += strlen(p) + 1;
     }
@@ -37,6 +39,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                         .spec = parts[0],
                         .results = parts[1] && parts[1][0] ? parts[1] : NULL,
                         .plan = parts[2] && parts[2][0] ? parts[2] : NULL,
+                        .events = parts[3] && parts[3][0] ? parts[3] : NULL,
                         .error = "x",
                         .n_seqs = (int8_t)data[3],
                         .n_layers = (int8_t)data[4] * 64,
@@ -56,6 +59,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         json_decref(res);
         if (j->n_results != r.n_seqs && r.results)
             abort();
+        if (j->n_events < 0 || j->n_events > PL_COORD_MAX_EVENTS)
+            abort();
+        for (int i = 0; i < j->n_events; i++)
+            if (!memchr(j->events[i].what, '\0', sizeof(j->events[i].what)) ||
+                !memchr(j->events[i].detail, '\0', sizeof(j->events[i].detail)))
+                abort();
+        json_t *ev = pl_coord_events_json(j);
+        if (!ev || json_array_size(ev) != (size_t)j->n_events)
+            abort();
+        json_decref(ev);
         json_decref(j->plan);
         pl_msg_results_free(j->results, j->n_results);
         pl_job_spec_clear(&j->spec);

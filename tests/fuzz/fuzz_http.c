@@ -53,7 +53,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     pl_front_set_ready(s_front, size & 1, "fuzzing");
     pl_http_route_t routes[4];
     int n = pl_front_routes(s_front, routes);
-    routes[n++] = (pl_http_route_t){"POST", "/echo", s_echo, NULL};
+    routes[n++] = (pl_http_route_t){"POST", "/echo", s_echo, NULL, 0};
     pl_http_resp_t r = {0};
     pl_http_handle(routes, n, method, target, body, body_len, &r);
     if (r.status < 100 || r.status > 599 || (r.body && strlen(r.body) > r.len) ||

@@ -190,11 +190,11 @@ int pl_pipectl_generate(pl_pipectl_t *c, const char *model, const char *prompt, 
     json_t *r;
     if (!m)
         return s_fail("%s", "out of memory");
-    int rc = s_spec(model, prompt, stages, o, m) || pl_pipectl_call(c, m, &r);
+    int rc = s_spec(model, prompt, stages, o, m) ? 1 : pl_pipectl_call(c, m, &r);
     pl_msg_clear(m);
     free(m);
     if (rc)
-        return 1;
+        return rc;
     if (pl_msg_job_state_decode(r, &js)) {
         json_decref(r);
         return s_fail("bad answer to SUBMIT: %s", pl_error_msg());
@@ -245,4 +245,10 @@ int pl_pipectl_generate(pl_pipectl_t *c, const char *model, const char *prompt, 
         json_decref(r);
         usleep(S_POLL_US);
     }
+}
+
+int pl_pipectl_generate_verb(pl_pipectl_t *c, char **args, int n_args)
+{
+    (void)n_args;
+    return pl_pipectl_generate(c, args[0], args[1], c->stages, &c->gen);
 }

@@ -1,5 +1,5 @@
-/* pipectl's pieces shared by the files of its commands (tools/pipectl.c holds main and the job
- * and node commands): the connection to the coordinator and its one request/answer call. */
+/* pipectl's pieces shared by the files of its verbs: the connection to the coordinator and its
+ * one request/answer call, the parsed options, the verb table and the output helpers. */
 #ifndef PL_TOOLS_PIPECTL_H
 #define PL_TOOLS_PIPECTL_H
 
@@ -8,18 +8,7 @@
 #include "transport/sock.h"
 
 #include <stdbool.h>
-
-typedef struct {
-    const char *endpoint;
-    bool json;
-    double timeout_s;
-    pl_tx_ctx_t *ctx;
-    pl_tx_sock_t *sock;
-} pl_pipectl_t;
-
-/* One request, one answer: 0 with the REPLY body in *reply_p (new reference), else 1 after a
- * one-line error on stderr (an ERROR answer, no answer, a bad one). */
-int pl_pipectl_call(pl_pipectl_t *c, const pl_msg_t *req, json_t **reply_p);
+#include <stdio.h>
 
 /* `generate`'s options, as main's getopt meets them (values checked by the job file's schema
  * when the job is built). */
@@ -31,6 +20,131 @@ typedef struct {
     int n_stop;
     const char *stop[PL_JOB_MAX_STOP + 1];
 } pl_pipectl_gen_opts_t;
+
+/* The options a verb may take (a verb table entry lists them; main refuses the others). */
+enum {
+    PL_PIPECTL_OPT_WAIT = 1u << 0,
+    PL_PIPECTL_OPT_STAGES = 1u << 1,
+    PL_PIPECTL_OPT_CLUSTER = 1u << 2,
+    PL_PIPECTL_OPT_GEN = 1u << 3,
+    PL_PIPECTL_OPT_WATCH = 1u << 4,
+    PL_PIPECTL_OPT_OUTFILE = 1u << 5, /* -o is a file to write (trace), not a format */
+    PL_PIPECTL_OPT_SVG = 1u << 6,
+};
+
+/* pipectl's exit statuses (documented in `pipectl --help` and the README). */
+enum {
+    PL_PIPECTL_EXIT_OK = 0,
+    PL_PIPECTL_EXIT_FAILED = 1,      /* a failed job, a refused request, a bad answer */
+    PL_PIPECTL_EXIT_USAGE = 2,       /* wrong command line or settings file */
+    PL_PIPECTL_EXIT_UNREACHABLE = 3, /* no answer from the coordinator */
+};
+
+typedef enum {
+    PL_PIPECTL_OUT_TABLE,
+    PL_PIPECTL_OUT_WIDE,
+    PL_PIPECTL_OUT_JSON,
+    PL_PIPECTL_OUT_YAML,
+} pl_pipectl_out_t;
+
+typedef struct {
+    const char *endpoint;
+    bool json;            /* -o json or yaml: the reply's values, through pl_pipectl_print */
+    pl_pipectl_out_t out; /* -o */
+    double timeout_s;
+    pl_tx_ctx_t *ctx;
+    pl_tx_sock_t *sock;
+    /* the verb's options */
+    bool wait, watch;
+    int stages; /* -1: the planner's */
+    const char *cluster;
+    const char *out_file, *svg; /* trace's -o FILE and --svg FILE */
+    pl_pipectl_gen_opts_t gen;
+} pl_pipectl_t;
+
+/* One verb: `pipectl NAME ARGS...`. run gets the words after the verb (n_args of them, within
+ * [min_args, max_args]) and returns the exit status. */
+typedef struct {
+    const char *name;
+    const char *args;    /* the argument words of its usage line ("JOB.yaml") */
+    const char *summary; /* one line */
+    const char *example; /* a whole command line */
+    int min_args, max_args;
+    unsigned opts; /* PL_PIPECTL_OPT_* it takes */
+    bool offline;  /* needs no coordinator connection */
+    int (*run)(pl_pipectl_t *c, char **args, int n_args);
+} pl_pipectl_verb_t;
+
+/* The verb named `name`, or NULL. */
+const pl_pipectl_verb_t *pl_pipectl_verb_find(const char *name);
+/* pipectl's whole usage (every verb), and one verb's. */
+void pl_pipectl_usage(FILE *f);
+void pl_pipectl_verb_usage(FILE *f, const pl_pipectl_verb_t *v);
+
+/* One request, one answer: 0 with the REPLY body in *reply_p (new reference), else an exit
+ * status after a one-line error on stderr: PL_PIPECTL_EXIT_UNREACHABLE when no answer came,
+ * PL_PIPECTL_EXIT_FAILED for an ERROR answer or a bad one. */
+int pl_pipectl_call(pl_pipectl_t *c, const pl_msg_t *req, json_t **reply_p);
+/* A query about one job (STATUS, RESULTS, KILL), as pl_pipectl_call. */
+int pl_pipectl_call_job(pl_pipectl_t *c, pl_msg_type_t type, int64_t id, json_t **reply_p);
+/* "pipectl: " and the message on stderr; returns 1. */
+int pl_pipectl_die(const char *fmt, const char *a);
+/* A job id argument, or -1 after a one-line error. */
+int64_t pl_pipectl_job_arg(const char *arg);
+
+/* Output helpers: JSON as -o json prints it; a field as a string ("-" when absent) or a
+ * number (0 when absent); a duration as the plan table writes it ("-" when not measured);
+ * bytes with a binary unit ("512 B", "1.50 MiB"). The formatters return b. */
+void pl_pipectl_print_json(const json_t *v);
+/* v as -o asks: JSON, or YAML (one renderer from the JSON value, out_yaml.c). */
+void pl_pipectl_print(const pl_pipectl_t *c, const json_t *v);
+void pl_pipectl_print_to(const pl_pipectl_t *c, FILE *f, const json_t *v);
+void pl_pipectl_yaml(FILE *f, const json_t *v);
+
+/* Run `render` once into stdout, or with --watch every second, redrawing when its output
+ * changes (the screen cleared first on a terminal), until it says *final_p or Ctrl-C.
+ * render returns an exit status (non-zero stops). */
+typedef int (*pl_pipectl_render_fn)(pl_pipectl_t *c, char **args, int n_args, FILE *out,
+                                    bool *final_p);
+int pl_pipectl_watch(pl_pipectl_t *c, pl_pipectl_render_fn render, char **args, int n_args);
+/* Follow job id to its end: a live bar on a terminal (stderr), else a plain line per change;
+ * then its results when `results`. 0 when it is done, 1 when it failed or was canceled. */
+int pl_pipectl_follow(pl_pipectl_t *c, int64_t id, bool results);
+const char *pl_pipectl_str(const json_t *o, const char *k);
+double pl_pipectl_num(const json_t *o, const char *k);
+const char *pl_pipectl_dur(double v, char *b, size_t n);
+const char *pl_pipectl_bytes(double v, char *b, size_t n);
+/* A plan's planner and table, as STATUS and PLAN replies carry them. */
+void pl_pipectl_print_plan(const json_t *plan);
+/* A STATUS or RESULTS reply's throughput line. */
+void pl_pipectl_print_throughput(FILE *f, const json_t *t);
+
+/* The verbs (tools/pipectl/<file>.c says which holds which). */
+int pl_pipectl_submit(pl_pipectl_t *c, char **args, int n_args);
+int pl_pipectl_status(pl_pipectl_t *c, char **args, int n_args);
+int pl_pipectl_results(pl_pipectl_t *c, char **args, int n_args);
+int pl_pipectl_cancel(pl_pipectl_t *c, char **args, int n_args);
+int pl_pipectl_plan(pl_pipectl_t *c, char **args, int n_args);
+int pl_pipectl_catalog(pl_pipectl_t *c, char **args, int n_args);
+int pl_pipectl_nodes(pl_pipectl_t *c, char **args, int n_args);
+int pl_pipectl_health(pl_pipectl_t *c, char **args, int n_args);
+int pl_pipectl_shutdown(pl_pipectl_t *c, char **args, int n_args);
+int pl_pipectl_keygen(pl_pipectl_t *c, char **args, int n_args);
+int pl_pipectl_generate_verb(pl_pipectl_t *c, char **args, int n_args);
+int pl_pipectl_jobs(pl_pipectl_t *c, char **args, int n_args);
+int pl_pipectl_describe(pl_pipectl_t *c, char **args, int n_args);
+int pl_pipectl_logs(pl_pipectl_t *c, char **args, int n_args);
+int pl_pipectl_drain(pl_pipectl_t *c, char **args, int n_args);
+int pl_pipectl_undrain(pl_pipectl_t *c, char **args, int n_args);
+int pl_pipectl_trace_verb(pl_pipectl_t *c, char **args, int n_args);
+/* describe's halves: one job (status, events) and one node (health). */
+int pl_pipectl_describe_job(pl_pipectl_t *c, const char *id);
+int pl_pipectl_describe_node(pl_pipectl_t *c, const char *name);
+/* The SUBMIT or PLAN request (type) of a job file, `stages` >= 0 overriding the file's; 1 after
+ * a one-line error. */
+int pl_pipectl_job_msg(const char *path, int stages, pl_msg_type_t type, pl_msg_t *m);
+/* The results of job id as `results` prints them. */
+int pl_pipectl_results_of(pl_pipectl_t *c, int64_t id);
 
 /* The getopt letters of generate's options (long names --max-tokens, --temperature, --chat,
  * --stop), for main's option table. */

@@ -1,0 +1,191 @@
+/* Integration: the OpenAI API on a live local cluster — a coordinator with coordinator.http, two
+ * daemons, a 2-stage deployment made by `pipectl serve` — checked by tests/js/serve_check.mjs
+ * (the official openai client and the tokenizer references) and by curl for a client that
+ * leaves mid-stream and for the errors. Skipped until the serving runtime's deployment file
+ * (etc/deploy-tiny.yaml) and `pipectl serve` are in the tree. */
+#include "cluster_util.h"
+#include "js_ref.h"
+
+#include <criterion/criterion.h>
+#include <jansson.h>
+
+#define S_TOK JS_LENML "/tokenizer-llama3/models"
+
+static tc_cluster_t s_c;
+static int s_http;
+
+static void s_fini(void)
+{
+    tc_cluster_stop(&s_c);
+}
+
+static void s_require(void)
+{
+    js_ref_require(S_TOK);
+    if (access(PL_SOURCE_DIR "/etc/deploy-tiny.yaml", R_OK) != 0)
+        cr_skip_test("the serving runtime (etc/deploy-tiny.yaml, pipectl serve) is not here yet");
+    if (access(JS_DIR "/node_modules/openai/package.json", R_OK) != 0 ||
+        system("curl --version >/dev/null 2>&1") != 0) {
+        if (getenv("CI") && !strcmp(getenv("CI"), "true"))
+            cr_assert_fail("the openai package or curl is missing (tools/setup.sh installs them)");
+        cr_skip_test("the openai npm package or curl is missing: run tools/setup.sh");
+    }
+}
+
+/* A local coordinator with its HTTP front (--http) on a free port, and two daemons. */
+static void s_start(void)
+{
+    char bin[512], log[512], db[512], http[64], path[512], cluster[1024];
+    memset(&s_c, 0, sizeof(s_c));
+    tc_mkdtemp(s_c.dir, sizeof(s_c.dir));
+    snprintf(s_c.ep, sizeof(s_c.ep), "tcp://127.0.0.1:%d", tc_free_port());
+    s_http = tc_free_port();
+    tc_use_state_dir(&s_c);
+    snprintf(bin, sizeof(bin), "%s/pipecoord", tc_bin());
+    snprintf(log, sizeof(log), "%s/pipecoord.log", s_c.dir);
+    snprintf(db, sizeof(db), "%s/coord.db", s_c.dir);
+    snprintf(http, sizeof(http), "127.0.0.1:%d", s_http);
+    char *argv[] = {bin,          "--endpoint", s_c.ep,        "--http", http,
+                    "--state-db", db,           "--log-level", "debug",  NULL};
+    s_c.coord = tc_spawn(argv, log);
+    tc_start_node(&s_c, "node0", 1, NULL);
+    tc_start_node(&s_c, "node1", 1, NULL);
+    cr_assert_eq(tc_wait_idle(&s_c, 2, 60), 0, "nodes did not register");
+    cr_assert_eq(tc_make_model(s_c.dir, "t",
+                               "--layers 4 --hidden 64 --intermediate 128 --heads 4 "
+                               "--kv-heads 2 --seed 11 --max-pos 512 --tokenizer " S_TOK),
+                 0);
+    /* the tiny deployment of etc/, on this test's model */
+    snprintf(path, sizeof(path), "%s/deploy.yaml", s_c.dir);
+    snprintf(cluster, sizeof(cluster),
+             "name: tiny\nmodel: %s/t\nstages: 2\nplanner: even\nkv_slots: 16\nmax_queue: 64\n"
+             "max_tokens: 64\n",
+             s_c.dir);
+    tc_write(path, cluster);
+    char *out = NULL;
+    int rc = tc_sh(&out, "%s/pipectl -c %s serve %s 2>&1", tc_bin(), s_c.ep, path);
+    if (rc != 0)
+        tc_dump_logs(&s_c);
+    cr_assert_eq(rc, 0, "pipectl serve: %s", out);
+    free(out);
+    /* ready: a completion answers 200 (503 while the stages load) */
+    for (int i = 0; i < 600; i++) {
+        rc = tc_sh(&out,
+                   "curl -s -o /dev/null -w '%%{http_code}' -H 'Content-Type: application/json' "
+                   "-d '{\"model\":\"tiny\",\"prompt\":\"x\",\"max_tokens\":1}' "
+                   "http://127.0.0.1:%d/v1/completions",
+                   s_http);
+        bool ok = out && !strcmp(out, "200");
+        free(out);
+        if (ok)
+            return;
+        usleep(100 * 1000);
+    }
+    tc_dump_logs(&s_c);
+    cr_assert_fail("the deployment never answered");
+}
+
+Test(serve_live, openai_client_on_a_two_stage_deployment, .fini = s_fini, .timeout = 400)
+{
+    s_require();
+    s_start();
+    char in[1024], cmd[2048], *out = NULL;
+    snprintf(in, sizeof(in), "%s/check.json", s_c.dir);
+    snprintf(cmd, sizeof(cmd),
+             "{\"base_url\":\"http://127.0.0.1:%d/v1\",\"model\":\"tiny\",\"model_dir\":\"%s/t\","
+             "\"max_tokens\":12,\"concurrent\":32}",
+             s_http, s_c.dir);
+    tc_write(in, cmd);
+    int rc = tc_sh(&out, "node %s/serve_check.mjs - < %s", JS_DIR, in);
+    json_t *res = out ? json_loads(out, 0, NULL) : NULL;
+    if (rc != 0)
+        tc_dump_logs(&s_c);
+    cr_assert_not_null(res, "serve_check.mjs: %s", out);
+    cr_assert(json_is_true(json_object_get(res, "ok")), "%s", out);
+    cr_assert_eq(json_integer_value(json_object_get(res, "concurrent_ok")), 32, "%s", out);
+    cr_log_info("32 concurrent streams in %lld ms",
+                (long long)json_integer_value(json_object_get(res, "concurrent_ms")));
+    json_decref(res);
+    free(out);
+}
+
+Test(serve_live, a_client_that_leaves_mid_stream_and_bad_requests, .fini = s_fini, .timeout = 400)
+{
+    s_require();
+    s_start();
+    char *out = NULL;
+    /* a long answer cut off after half a second: curl exits 28, the deployment keeps serving */
+    tc_sh(&out,
+          "curl -s -N --max-time 0.5 -H 'Content-Type: application/json' -d "
+          "'{\"model\":\"tiny\",\"stream\":true,\"max_tokens\":64,\"ignore_eos\":true,"
+          "\"messages\":[{\"role\":\"user\",\"content\":\"go\"}]}' "
+          "http://127.0.0.1:%d/v1/chat/completions",
+          s_http);
+    free(out);
+    const char *bad[][2] = {
+        {"{\"model\":", "400"},
+        {"{\"model\":\"tiny\",\"messages\":[]}", "400"},
+        {"{\"model\":\"tiny\",\"max_tokens\":100000,\"messages\":[{\"role\":\"user\","
+         "\"content\":\"x\"}]}",
+         "400"},
+        {"{\"model\":\"other\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", "404"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(*bad); i++) {
+        tc_sh(&out,
+              "curl -s -o /dev/null -w '%%{http_code}' -H 'Content-Type: application/json' "
+              "-d '%s' http://127.0.0.1:%d/v1/chat/completions",
+              bad[i][0], s_http);
+        cr_assert_str_eq(out, bad[i][1], "%s", bad[i][0]);
+        free(out);
+    }
+    /* still serving, and the canceled sequence's slots are free again: 16 at once fit */
+    for (int k = 0; k < 2; k++) {
+        tc_sh(&out,
+              "seq 16 | xargs -P 16 -I{} curl -s -o /dev/null -w '%%{http_code}\\n' -H "
+              "'Content-Type: application/json' -d '{\"model\":\"tiny\",\"max_tokens\":8,"
+              "\"messages\":[{\"role\":\"user\",\"content\":\"n {}\"}]}' "
+              "http://127.0.0.1:%d/v1/chat/completions | sort | uniq -c",
+              s_http);
+        cr_assert(strstr(out, "16 200"), "%s", out);
+        free(out);
+    }
+}
+
+/* Without the serving runtime too: the coordinator's front serves the API when --http is set
+ * (no deployments yet: an empty list, and a 404 naming the model), beside /metrics. */
+Test(serve_live, the_coordinator_serves_the_api_on_its_front, .fini = s_fini, .timeout = 120)
+{
+    char bin[512], log[512], db[512], http[64], *out = NULL;
+    if (system("curl --version >/dev/null 2>&1") != 0)
+        cr_skip_test("curl is missing: run tools/setup.sh");
+    memset(&s_c, 0, sizeof(s_c));
+    tc_mkdtemp(s_c.dir, sizeof(s_c.dir));
+    snprintf(s_c.ep, sizeof(s_c.ep), "tcp://127.0.0.1:%d", tc_free_port());
+    s_http = tc_free_port();
+    tc_use_state_dir(&s_c);
+    snprintf(bin, sizeof(bin), "%s/pipecoord", tc_bin());
+    snprintf(log, sizeof(log), "%s/pipecoord.log", s_c.dir);
+    snprintf(db, sizeof(db), "%s/coord.db", s_c.dir);
+    snprintf(http, sizeof(http), "127.0.0.1:%d", s_http);
+    char *argv[] = {bin, "--endpoint", s_c.ep, "--http", http, "--state-db", db, NULL};
+    s_c.coord = tc_spawn(argv, log);
+    for (int i = 0; i < 100; i++) {
+        tc_sh(&out, "curl -s http://127.0.0.1:%d/v1/models", s_http);
+        if (out && strstr(out, "\"object\""))
+            break;
+        free(out);
+        out = NULL;
+        usleep(100 * 1000);
+    }
+    cr_assert(out && !strcmp(out, "{\"object\":\"list\",\"data\":[]}"), "%s", out ? out : "");
+    free(out);
+    tc_sh(&out,
+          "curl -s -w ' %%{http_code}' -H 'Content-Type: application/json' -d "
+          "'{\"model\":\"tiny\",\"prompt\":\"x\"}' http://127.0.0.1:%d/v1/completions",
+          s_http);
+    cr_assert(strstr(out, "model_not_found") && strstr(out, " 404"), "%s", out);
+    free(out);
+    tc_sh(&out, "curl -s -o /dev/null -w '%%{http_code}' http://127.0.0.1:%d/metrics", s_http);
+    cr_assert_str_eq(out, "200");
+    free(out);
+}
