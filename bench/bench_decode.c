@@ -1,6 +1,6 @@
 /* bench_decode: one CPU stage holding every layer. Decode at batch 1, 4 and 8 on 1 and 2 threads
  * as weight bytes streamed per second beside the machine's best read bandwidth, and a 512-token
- * prefill beside OpenBLAS sgemm on the same shapes; f32, f16 or bf16 weights as stored. */
+ * prefill beside OpenBLAS sgemm on the same shapes; any weight type as stored (quantized: GGUF). */
 #include "bench/bench_parts.h"
 #include "bench/bench_ref.h"
 
@@ -29,6 +29,14 @@ typedef struct {
 
 /* ---- the model: made here for the presets ---- */
 
+/* A block-quantized type name: the model is made as a GGUF file (the only format that holds
+ * them), at dir/model.gguf. */
+static bool s_quant_dtype(const char *dtype)
+{
+    pl_wtype_t t;
+    return pl_wtype_parse(dtype, &t) == PL_OK && pl_wtype_info(t)->quantized;
+}
+
 static int s_run_mkmodel(const char *dir, const char *preset, const char *dtype)
 {
     char exe[PATH_MAX], bin[PATH_MAX], tool[PATH_MAX + 16];
@@ -47,9 +55,25 @@ static int s_run_mkmodel(const char *dir, const char *preset, const char *dtype)
                    "5632",     "--heads", "32",       "--kv-heads", "4",
                    "--vocab",  "32000",   NULL};
     char **shape = strcmp(preset, "1b") == 0 ? big : small;
-    char *argv[32] = {tool,     "--out", (char *)dir, "--dtype", (char *)dtype,
-                      "--seed", "1",     "--max-pos", "4096"};
+    char gguf[PATH_MAX + 16];
+    snprintf(gguf, sizeof(gguf), "%s/model.gguf", dir);
+    bool quant = s_quant_dtype(dtype);
+    char *argv[40] = {tool,
+                      "--out",
+                      quant ? gguf : (char *)dir,
+                      "--dtype",
+                      quant ? "f32" : (char *)dtype,
+                      "--seed",
+                      "1",
+                      "--max-pos",
+                      "4096"};
     int a = 9;
+    if (quant) {
+        argv[a++] = "--format";
+        argv[a++] = "gguf";
+        argv[a++] = "--type";
+        argv[a++] = (char *)dtype;
+    }
     for (int i = 0; shape[i]; i++)
         argv[a++] = shape[i];
     argv[a] = NULL;
@@ -108,24 +132,38 @@ static pl_status_t s_forward(s_bench_t *b, int n_seq, int pos0, int n_tok)
     return pl_be_stage_forward(b->stage, &batch, b->ids, b->out);
 }
 
-/* Seconds per decode step of `batch` sequences: one token each, then `steps` timed steps. */
-static pl_status_t s_bench_decode(s_bench_t *b, const s_opts_t *o, int batch, double *s_p)
+/* CPU seconds the process has used: what a step costs when the scheduler gives time to others. */
+static double s_cpu_now(void)
 {
-    double best = 1e30, start = pl_now();
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Seconds per decode step of `batch` sequences: one token each, then `steps` timed steps. */
+/* Best seconds per step in wall time (*s_p) and in CPU time per thread (*cpu_p: process CPU
+ * seconds / threads, spinning included). */
+static pl_status_t s_bench_decode(s_bench_t *b, const s_opts_t *o, int batch, int threads,
+                                  double *s_p, double *cpu_p)
+{
+    double best = 1e30, best_cpu = 1e30, start = pl_now();
     pl_status_t st;
     for (int r = 0; r <= o->reps || pl_now() - start < S_WARM_S; r++) {
         for (int i = 0; i < batch; i++)
             pl_be_stage_free_seq(b->stage, i);
         if ((st = s_forward(b, batch, 0, 1)))
             return st;
-        double t0 = pl_now();
+        double t0 = pl_now(), c0 = s_cpu_now();
         for (int i = 1; i <= o->steps; i++)
             if ((st = s_forward(b, batch, i, 1)))
                 return st;
-        if (r > 0)
+        if (r > 0) {
             best = PL_MIN(best, (pl_now() - t0) / o->steps);
+            best_cpu = PL_MIN(best_cpu, (s_cpu_now() - c0) / o->steps / threads);
+        }
     }
     *s_p = best;
+    *cpu_p = best_cpu;
     return PL_OK;
 }
 
@@ -206,45 +244,53 @@ static double s_prefill_sgemm_ideal(const pl_model_config_t *c, int T, int reps,
 
 /* GB/s of the decode kernel alone: batch-1 products over a pool of distinct [n][k] matrices of
  * type t totalling `bytes` (nothing stays cached), on `threads` threads. -1: out of memory. */
-static double s_kernel_gbps(pl_wtype_t t, int threads, int n, int k, double bytes, int reps)
+static double s_kernel_gbps(pl_wtype_t t, int threads, int n, int k, double bytes, int reps,
+                            double *cpu_gbps_p)
 {
     pl_cpu_pool_t *pool = NULL;
-    size_t rb = (size_t)k * (t == PL_WT_F32 ? 4 : 2), mat = rb * (size_t)n;
-    /* one pass over the pool per rep: no fewer than 8 matrices */
-    size_t count = (size_t)(bytes / (double)mat) + 1;
-    unsigned char *w = malloc(count * mat);
+    size_t rb = 0, mat;
+    size_t count;
+    unsigned char *w = NULL;
     float *x = malloc((size_t)k * sizeof(float)), *y = malloc((size_t)n * sizeof(float));
-    double best = 1e30, start;
+    double best = 1e30, best_cpu = 1e30, start;
     int row0 = 0;
 
-    if (!w || !x || !y || pl_cpu_pool_create(threads, &pool)) {
+    *cpu_gbps_p = -1.0;
+    if (pl_wtype_row_bytes(t, k, &rb) || !x || !y || pl_cpu_pool_create(threads, &pool)) {
         best = -1.0;
         goto out;
     }
-    /* normal values: denormal weights would time the CPU's microcode assists instead */
-    for (size_t i = 0; i < count * mat / (t == PL_WT_F32 ? 4 : 2); i++) {
-        float f = 0.01f * (float)(i % 97) - 0.4f;
-        uint16_t h = t == PL_WT_F16 ? pl_f32_to_f16(f) : pl_f32_to_bf16(f);
-        if (t == PL_WT_F32)
-            memcpy(w + 4 * i, &f, 4);
-        else
-            memcpy(w + 2 * i, &h, 2);
+    mat = rb * (size_t)n;
+    count = (size_t)(bytes / (double)mat) + 1; /* one pass over the pool per rep */
+    if (!(w = malloc(count * mat))) {
+        best = -1.0;
+        goto out;
     }
+    /* normal values (denormal weights would time the CPU's microcode assists instead), one row
+     * as type t copied over the rest: the values do not matter to the speed */
+    for (int i = 0; i < k; i++)
+        x[i] = 0.01f * (float)(i % 97) - 0.4f;
+    pl_wtype_from_f32(t, x, (size_t)k, w);
+    for (size_t r = 1; r < count * (size_t)n; r++)
+        memcpy(w + r * rb, w, rb);
     for (int i = 0; i < k; i++)
         x[i] = pl_rand_uniform(3, (uint64_t)i) - 0.5f;
     start = pl_now();
     for (int timed = 0; timed < reps;) {
-        double t0 = pl_now();
+        double t0 = pl_now(), c0 = s_cpu_now();
         for (size_t m = 0; m < count; m++) {
             pl_cpu_wmat_t wm = {
                 .type = t, .rows = n, .cols = k, .row_bytes = rb, .data = w + m * mat};
             pl_cpu_gemm_rows(pool, x, &row0, 1, &wm, y);
         }
-        double el = pl_now() - t0;
-        if (t0 - start >= S_WARM_S && ++timed)
+        double el = pl_now() - t0, cpu = (s_cpu_now() - c0) / threads;
+        if (t0 - start >= S_WARM_S && ++timed) {
             best = PL_MIN(best, el);
+            best_cpu = PL_MIN(best_cpu, cpu);
+        }
     }
     best = (double)(count * mat) / best / 1e9;
+    *cpu_gbps_p = (double)(count * mat) / best_cpu / 1e9;
 out:
     pl_cpu_pool_destroy(&pool);
     free(w);
@@ -281,11 +327,12 @@ static void s_machine(void)
 static int s_usage(FILE *f, int rc)
 {
     fprintf(f,
-            "usage: bench_decode [--model small|1b|DIR] [--dtype f32|f16|bf16] [--threads 1,2]\n"
+            "usage: bench_decode [--model small|1b|DIR|FILE.gguf] [--dtype TYPE] [--threads 1,2]\n"
             "                    [--steps N] [--prefill N] [--reps N] [--isa scalar|avx2|avx512]\n"
             "  --model     small: hidden 768, 12 layers (default); 1b: 1.1 G parameters (both\n"
             "              made with pl-mkmodel in a temporary directory); or a model directory\n"
-            "  --dtype     weight type of a made model (default f32)\n"
+            "  --dtype     weight type of a made model: f32 (default), f16, bf16 as safetensors;\n"
+            "              q8_0, q4_0, q4_k, q5_k, q6_k as GGUF (norms in f32)\n"
             "  --threads   thread counts to decode with (default 1,2); prefill uses the last\n"
             "  --steps N   timed decode steps (default 32); --prefill N tokens (default 512,\n"
             "              0 skips it); --reps N repetitions, the best is kept (default 5)\n"
@@ -353,21 +400,23 @@ static int s_parse(int argc, char **argv, s_opts_t *o)
             return -1;
         }
     }
+    pl_wtype_t wt;
     if (optind != argc || o->n_threads < 1 || o->steps < 1 || o->prefill < 0 || o->reps < 1 ||
-        (strcmp(o->dtype, "f32") && strcmp(o->dtype, "f16") && strcmp(o->dtype, "bf16")))
+        pl_wtype_parse(o->dtype, &wt) != PL_OK)
         return -1;
     return 0;
 }
 
-/* The best read bandwidth per thread count over every read kind, printed as a table. */
-static void s_read_refs(const s_opts_t *o, double wbytes, double *best)
+/* The best read bandwidth per thread count over every read kind, printed as a table: in wall
+ * time (best) and in CPU time per thread (best_cpu), which a loaded machine distorts less. */
+static void s_read_refs(const s_opts_t *o, double wbytes, double *best, double *best_cpu)
 {
     size_t bytes = PL_MAX((size_t)1 << 30, 4 * s_llc_bytes()), words = bytes / 8;
     uint64_t *src = malloc(bytes);
     double gbps[S_READ_COUNT][S_MAX_TLIST] = {{0}};
 
     for (int t = 0; t < o->n_threads; t++)
-        best[t] = -1;
+        best[t] = best_cpu[t] = -1;
     if (!src) {
         printf("(no memory for the %zu MB read buffer)\n\n", bytes >> 20);
         return;
@@ -391,20 +440,28 @@ static void s_read_refs(const s_opts_t *o, double wbytes, double *best)
             double s = s_read_time((s_read_kind_t)k, src, words, o->threads[t], o->reps, S_WARM_S);
             gbps[k][t] = (double)bytes / s / 1e9;
             best[t] = PL_MAX(best[t], gbps[k][t]);
-            printf(" %.2f GB/s |", gbps[k][t]);
+            double cpu = 1e30;
+            for (int r = 0; r < o->reps; r++) {
+                double c0 = s_cpu_now();
+                s_read_time((s_read_kind_t)k, src, words, o->threads[t], 1, 0);
+                cpu = PL_MIN(cpu, (s_cpu_now() - c0) / o->threads[t]);
+            }
+            best_cpu[t] = PL_MAX(best_cpu[t], (double)bytes / cpu / 1e9);
+            printf(" %.2f GB/s (CPU time: %.2f) |", gbps[k][t], (double)bytes / cpu / 1e9);
         }
         printf("\n");
     }
     printf("| **best (the reference below)** |");
     for (int t = 0; t < o->n_threads; t++)
-        printf(" **%.2f GB/s** |", best[t]);
+        printf(" **%.2f GB/s (CPU time: %.2f)** |", best[t], best_cpu[t]);
     printf("\n\n");
     free(src);
 }
 
 typedef struct {
-    double step_s[S_MAX_TLIST][3]; /* batch 1, 4, 8 */
-    double kernel_gbps[S_MAX_TLIST];
+    double step_s[S_MAX_TLIST][3];   /* batch 1, 4, 8 */
+    double step_cpu[S_MAX_TLIST][3]; /* the same in CPU seconds per thread */
+    double kernel_gbps[S_MAX_TLIST], kernel_cpu_gbps[S_MAX_TLIST];
     double pf_s, ideal_s, ideal_flops;
     s_parts_t parts;
 } s_res_t;
@@ -438,7 +495,8 @@ static pl_status_t s_run_stage(pl_model_t *model, const s_opts_t *o, s_res_t *r)
             break;
         }
         for (int i = 0; i < 3 && !st; i++)
-            st = s_bench_decode(&b, o, s_batches[i], &r->step_s[t][i]);
+            st = s_bench_decode(&b, o, s_batches[i], o->threads[t], &r->step_s[t][i],
+                                &r->step_cpu[t][i]);
         if (!st && t == o->n_threads - 1 && o->prefill > 0)
             st = s_bench_prefill(&b, o, PL_MAX(1, o->reps / 2), &r->pf_s);
         pl_be_stage_unload(&b.stage);
@@ -450,25 +508,30 @@ static pl_status_t s_run_stage(pl_model_t *model, const s_opts_t *o, s_res_t *r)
 }
 
 static void s_print(const pl_model_config_t *c, const s_opts_t *o, const s_res_t *r, double wbytes,
-                    const double *best, const char *wt)
+                    const double *best, const double *best_cpu, const char *wt)
 {
     printf("| decode, %s weights | threads | batch | ms per step | tok/s | weight bytes streamed | "
-           "best read, same threads | ratio |\n",
+           "best read, same threads | ratio | in CPU time per thread: ms per step, GB/s, best "
+           "read, ratio |\n",
            wt);
-    printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+    printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
     for (int t = 0; t < o->n_threads; t++)
         for (int i = 0; i < 3; i++) {
             double s = r->step_s[t][i], gbps = wbytes / s / 1e9;
-            printf("| %s | %d | %d | %.2f | %.1f | %.2f GB/s | %.2f GB/s | %.0f%% |\n",
+            double sc = r->step_cpu[t][i], gc = wbytes / sc / 1e9;
+            printf("| %s | %d | %d | %.2f | %.1f | %.2f GB/s | %.2f GB/s | %.0f%% | %.2f ms, %.2f "
+                   "GB/s, %.2f GB/s, %.0f%% |\n",
                    i == 0 ? "the stage" : "", o->threads[t], s_batches[i], s * 1e3,
-                   s_batches[i] / s, gbps, best[t], 100.0 * gbps / best[t]);
+                   s_batches[i] / s, gbps, best[t], 100.0 * gbps / best[t], sc * 1e3, gc,
+                   best_cpu[t], 100.0 * gc / best_cpu[t]);
         }
     for (int t = 0; t < o->n_threads; t++)
         if (r->kernel_gbps[t] > 0)
             printf("| the decode kernel alone (batch-1 products %dx%d) | %d | 1 | | | %.2f GB/s | "
-                   "%.2f GB/s | %.0f%% |\n",
+                   "%.2f GB/s | %.0f%% | %.2f GB/s, %.2f GB/s, %.0f%% |\n",
                    c->intermediate, c->hidden, o->threads[t], r->kernel_gbps[t], best[t],
-                   100.0 * r->kernel_gbps[t] / best[t]);
+                   100.0 * r->kernel_gbps[t] / best[t], r->kernel_cpu_gbps[t], best_cpu[t],
+                   100.0 * r->kernel_cpu_gbps[t] / best_cpu[t]);
     printf("\n");
     if (o->prefill > 0 && r->pf_s > 0) {
         double flops = s_prefill_flops(c, o->prefill), T = o->prefill;
@@ -503,12 +566,12 @@ static void s_print(const pl_model_config_t *c, const s_opts_t *o, const s_res_t
 int main(int argc, char **argv)
 {
     s_opts_t o;
-    char tmp[] = "/tmp/pl-bench-decode-XXXXXX";
+    char tmp[] = "/tmp/pl-bench-decode-XXXXXX", gguf[sizeof(tmp) + 16];
     const char *dir;
     bool made = false;
     pl_model_t *model = NULL;
     s_res_t r = {0};
-    double best[S_MAX_TLIST], m0, self0, m1, self1, t0;
+    double best[S_MAX_TLIST], best_cpu[S_MAX_TLIST], m0, self0, m1, self1, t0;
     pl_tensor_view_t v;
     int rc = 1;
 
@@ -525,6 +588,10 @@ int main(int argc, char **argv)
         }
         dir = tmp;
         made = true;
+        if (s_quant_dtype(o.dtype)) {
+            snprintf(gguf, sizeof(gguf), "%s/model.gguf", tmp);
+            dir = gguf;
+        }
     }
     if (pl_model_open(dir, &model) ||
         pl_model_tensor(model, "model.layers.0.self_attn.q_proj.weight", &v))
@@ -540,13 +607,14 @@ int main(int argc, char **argv)
     fflush(stdout);
     t0 = pl_now();
     s_cpu_times(&m0, &self0);
-    s_read_refs(&o, wbytes, best);
+    s_read_refs(&o, wbytes, best, best_cpu);
     fflush(stdout);
     if (s_run_stage(model, &o, &r))
         goto err;
     for (int t = 0; t < o.n_threads; t++)
         r.kernel_gbps[t] = s_kernel_gbps(v.wtype, o.threads[t], c->intermediate, c->hidden,
-                                         PL_MAX(1073741824.0, 4.0 * (double)s_llc_bytes()), o.reps);
+                                         PL_MAX(1073741824.0, 4.0 * (double)s_llc_bytes()), o.reps,
+                                         &r.kernel_cpu_gbps[t]);
     if (o.prefill > 0) {
         openblas_set_num_threads(o.threads[o.n_threads - 1]);
         r.ideal_s = s_prefill_sgemm_ideal(c, o.prefill, o.reps, &r.ideal_flops);
@@ -554,7 +622,7 @@ int main(int argc, char **argv)
             goto err;
     }
     s_cpu_times(&m1, &self1);
-    s_print(c, &o, &r, wbytes, best, pl_wtype_name(v.wtype));
+    s_print(c, &o, &r, wbytes, best, best_cpu, pl_wtype_name(v.wtype));
     printf("other processes kept %.2f of %ld cores busy on average during the measurements "
            "(figures are comparable only when this is near 0)\n",
            PL_MAX(0.0, (m1 - m0) - (self1 - self0)) / (pl_now() - t0),

@@ -36,6 +36,8 @@
 bool pl_cfg_name_check(char *value, size_t size, void *user, char *err, size_t err_len);
 bool pl_cfg_endpoint_check(char *value, size_t size, void *user, char *err, size_t err_len);
 bool pl_cfg_z85_key_check(char *value, size_t size, void *user, char *err, size_t err_len);
+/* A job file's path: a relative one is taken from the file's directory (`user`, may be NULL). */
+bool pl_cfg_path_resolve(char *value, size_t size, void *user, char *err, size_t err_len);
 
 bool pl_cfg_ip_check(char *value, size_t size, void *user, char *err, size_t err_len);
 

@@ -164,3 +164,22 @@ int pl_adamw_steps(const pl_adamw_t *o)
 {
     return o->steps;
 }
+
+int pl_adamw_n_tensors(const pl_adamw_t *o)
+{
+    return o->n_t;
+}
+
+void pl_adamw_moments(pl_adamw_t *o, int i, float **m_p, float **v_p, size_t *n_p)
+{
+    *m_p = o->t[i].m, *v_p = o->t[i].v, *n_p = o->t[i].n;
+}
+
+pl_status_t pl_adamw_set_steps(pl_adamw_t *o, int steps)
+{
+    if (steps < 0 || steps > o->cfg.total_steps)
+        return pl_error(PL_ERR_RANGE, "optimizer: %d steps taken is outside 0..%d (total_steps)",
+                        steps, o->cfg.total_steps);
+    o->steps = steps;
+    return PL_OK;
+}

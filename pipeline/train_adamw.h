@@ -43,6 +43,12 @@ double pl_adamw_grad_sumsq(const pl_adamw_t *opt);
 void pl_adamw_step(pl_adamw_t *opt, double global_sumsq, float *clip_p);
 /* Steps taken so far. */
 int pl_adamw_steps(const pl_adamw_t *opt);
+/* What a checkpoint saves and a resume restores: the tensors (in the order added), tensor i's
+ * two moments (owned by the optimizer, i < pl_adamw_n_tensors) and the steps taken (their bias
+ * corrections and the learning rate's position; PL_ERR_RANGE beyond total_steps). */
+int pl_adamw_n_tensors(const pl_adamw_t *opt);
+void pl_adamw_moments(pl_adamw_t *opt, int i, float **m_p, float **v_p, size_t *n_p);
+pl_status_t pl_adamw_set_steps(pl_adamw_t *opt, int steps);
 /* Bytes of optimizer state (two moments) and gradients per float of weight. */
 #define PL_ADAMW_STATE_BYTES_PER_PARAM 8
 #define PL_ADAMW_GRAD_BYTES_PER_PARAM 4

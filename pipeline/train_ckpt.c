@@ -10,14 +10,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define S_NAME 96
+#define S_NAME PL_TRAIN_CKPT_NAME
 static const char *const s_layer_names[9] = {
     "input_layernorm",       "self_attn.q_proj", "self_attn.k_proj",
     "self_attn.v_proj",      "self_attn.o_proj", "post_attention_layernorm",
     "mlp.gate_proj",         "mlp.up_proj",      "mlp.down_proj"};
 
-/* Stage's tensors (names into names[][S_NAME]); data NULL when w is NULL. Returns the count. */
-static size_t s_stage_tensors(const pl_train_local_cfg_t *c, const pl_train_weights_t *w,
+size_t pl_train_ckpt_stage_tensors(const pl_train_local_cfg_t *c, const pl_train_weights_t *w,
                               bool first, bool last, int l0, int l1, pl_st_out_t *out,
                               char (*names)[S_NAME])
 {
@@ -73,7 +72,8 @@ pl_status_t pl_train_ckpt_stage_write(const char *dir, const pl_train_local_cfg_
         rc = pl_error(PL_ERR_NOMEM, "checkpoint: stage %d", stage);
         goto out;
     }
-    size_t n = s_stage_tensors(cfg, w, stage == 0, stage == n_stages - 1, l0, l1, t, names);
+    size_t n = pl_train_ckpt_stage_tensors(cfg, w, stage == 0, stage == n_stages - 1, l0, l1, t,
+                                           names);
     s_shard_name(stage, n_stages, shard, sizeof(shard));
     if ((rc = pl_path_join(dir, shard, path, sizeof(path))) == PL_OK)
         rc = pl_st_write(path, t, n);
@@ -139,7 +139,7 @@ pl_status_t pl_train_ckpt_index_write(const char *dir, const pl_train_local_cfg_
                           s, counts[s], cfg->n_layers);
             goto out;
         }
-        size_t k = s_stage_tensors(cfg, NULL, s == 0, s == n_stages - 1, l, l + counts[s],
+        size_t k = pl_train_ckpt_stage_tensors(cfg, NULL, s == 0, s == n_stages - 1, l, l + counts[s],
                                    t + n, names + n);
         for (size_t i = n; i < n + k; i++) {
             s_shard_name(s, n_stages, shards[i], 64);

@@ -4,7 +4,18 @@
 #ifndef PL_PIPELINE_TRAIN_CKPT_H
 #define PL_PIPELINE_TRAIN_CKPT_H
 
+#include "model/safetensors_write.h"
 #include "pipeline/train_local.h"
+
+#define PL_TRAIN_CKPT_NAME 96
+
+/* The tensors of a stage (layers [l0, l1); the embedding when first, final norm and LM head when
+ * last) in checkpoint order: HF name (into names), shape, and w's pointer (NULL when w is NULL).
+ * out and names hold 9 * (l1 - l0) + 3 entries; returns the count. The one place the trainer's
+ * tensors meet their HF names: checkpoints write through it and pl_train_master_load reads. */
+size_t pl_train_ckpt_stage_tensors(const pl_train_local_cfg_t *c, const pl_train_weights_t *w,
+                                   bool first, bool last, int l0, int l1, pl_st_out_t *out,
+                                   char (*names)[PL_TRAIN_CKPT_NAME]);
 
 /* Write stage `stage` of n_stages (layers [l0, l1); the embedding when first, final norm and
  * LM head when last) from w as dir/model-<stage+1>-of-<n_stages>.safetensors (5 digits, F32). */

@@ -52,6 +52,11 @@ void pl_train_exec_destroy(pl_train_exec_t **te_p)
     *te_p = NULL;
 }
 
+pl_adamw_t *pl_train_exec_opt(pl_train_exec_t *te)
+{
+    return te->st.opt;
+}
+
 /* The stage's op list may only talk to neighbours it has, about microbatches there are. */
 static pl_status_t s_check_ops(const pl_train_exec_t *x)
 {

@@ -31,6 +31,8 @@ pl_status_t pl_train_exec_create(const pl_train_local_cfg_t *cfg, pl_train_weigh
                                  const pl_train_link_t *link, pl_train_exec_t **te_p);
 /* Waits for this stage's sends to complete (bounded), frees; *te_p NULL; safe on NULL. */
 void pl_train_exec_destroy(pl_train_exec_t **te_p);
+/* The stage's optimizer (borrowed): what checkpoints save and a resume restores. */
+pl_adamw_t *pl_train_exec_opt(pl_train_exec_t *te);
 
 typedef struct {
     double loss;             /* mean cross-entropy per token of the step (every stage has it) */

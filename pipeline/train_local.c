@@ -49,6 +49,11 @@ static void s_free_bufs(float **b, int n)
     free(b);
 }
 
+pl_adamw_t *pl_train_local_opt(pl_train_local_t *tl, int stage)
+{
+    return tl->st[stage].opt;
+}
+
 void pl_train_local_destroy(pl_train_local_t **tl_p)
 {
     if (!tl_p || !*tl_p)

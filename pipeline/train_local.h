@@ -35,6 +35,8 @@ pl_status_t pl_train_local_create(const pl_train_local_cfg_t *cfg, pl_train_weig
                                   const int *counts, int n_stages, const pl_train_ops_t *sched,
                                   pl_train_local_t **tl_p);
 void pl_train_local_destroy(pl_train_local_t **tl_p);
+/* Stage `stage`'s optimizer (borrowed): what checkpoints save and a resume restores. */
+pl_adamw_t *pl_train_local_opt(pl_train_local_t *tl, int stage);
 
 typedef struct {
     double loss;                                  /* mean cross-entropy per token over the step */

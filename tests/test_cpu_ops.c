@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Deterministic pseudo-random values in [-1, 1). */
 static void fill(float *x, size_t n, unsigned seed)
@@ -157,6 +158,35 @@ Test(cpu_ops, pool_runs_every_part_once)
     memset(hits, 0, sizeof(hits));
     pl_cpu_pool_run(NULL, count_part, hits);
     cr_expect(hits[0] == 1 && hits[8] == 1);
+}
+
+static void slow_part(void *arg, int i, int n)
+{
+    int *hits = arg;
+    if (i == n - 1 && hits[8] % 3 == 0)
+        usleep(300); /* longer than the pool's spin: the caller sleeps for it */
+    __atomic_fetch_add(&hits[i], 1, __ATOMIC_SEQ_CST);
+    if (i == 0)
+        __atomic_fetch_add(&hits[8], 1, __ATOMIC_SEQ_CST);
+}
+
+/* Jobs back to back (workers still spinning), after gaps longer than the spin (workers asleep),
+ * and parts that outlast the caller's spin: every part runs once per job, and its writes are
+ * seen when the job returns. */
+Test(cpu_ops, pool_spinning_and_sleeping_workers)
+{
+    pl_cpu_pool_t *pool = NULL;
+    int hits[9] = {0};
+    cr_assert(pl_cpu_pool_create(3, &pool) == PL_OK);
+    for (int r = 0; r < 60; r++) {
+        pl_cpu_pool_run(pool, slow_part, hits);
+        for (int i = 0; i < 3; i++)
+            cr_assert(hits[i] == r + 1, "job %d: part %d ran %d times", r, i, hits[i]);
+        if (r % 4 == 0)
+            usleep(500);
+    }
+    pl_cpu_pool_destroy(&pool);
+    cr_assert_null(pool);
 }
 
 Test(cpu_ops, rmsnorm_matches_reference)

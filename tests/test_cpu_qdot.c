@@ -60,6 +60,38 @@ Test(cpu_qdot, activation_quantizer_within_half_a_step)
     cr_assert_eq(pl_cpu_qact_bytes(PL_WT_F32, N), 0);
 }
 
+/* The SIMD quantizer writes bitwise the scalar one's bytes: scales, quants, bsums; for values
+ * of every magnitude, exact halves (round to even), zero blocks and a NaN. */
+Test(cpu_qdot, activation_quantizer_same_bytes_on_every_isa)
+{
+    enum { N = 1024 };
+    static float x[N];
+    static unsigned char ref[N * 2], got[N * 2];
+    for (int i = 0; i < N; i++)
+        x[i] = (pl_rand_uniform(4, (uint64_t)i) - 0.5f) * (i % 37 == 0 ? 1e3f : i % 5 ? 2.0f : 1e-3f);
+    for (int i = 256; i < 288; i++)
+        x[i] = 0.0f; /* a zero Q8_0 block */
+    for (int i = 512; i < 544; i++)
+        x[i] = (float)(i - 528) * 0.5f; /* amax 8: x / (8 / 127) has exact halves */
+    x[700] = NAN;
+    for (size_t t = 0; t < sizeof(s_types) / sizeof(s_types[0]); t++) {
+        size_t nb = pl_cpu_qact_bytes(s_types[t], N);
+        pl_cpu_isa_cap(PL_CPU_ISA_SCALAR);
+        memset(ref, 0, sizeof(ref));
+        pl_cpu_qact_quantize(s_types[t], x, N, ref);
+        for (int isa = 1; isa < PL_CPU_ISA_COUNT; isa++) {
+            pl_cpu_isa_cap((pl_cpu_isa_t)isa);
+            if (pl_cpu_isa() != (pl_cpu_isa_t)isa)
+                continue;
+            memset(got, 0, sizeof(got));
+            pl_cpu_qact_quantize(s_types[t], x, N, got);
+            cr_assert(memcmp(got, ref, nb) == 0, "%s %s", pl_cpu_isa_name((pl_cpu_isa_t)isa),
+                      pl_wtype_name(s_types[t]));
+        }
+        pl_cpu_isa_cap(PL_CPU_ISA_COUNT - 1);
+    }
+}
+
 /* Weights: quantized random values, or random bytes with finite scales (every bit pattern). */
 static void s_weights(pl_wtype_t dt, int nb, int mode, uint64_t seed, unsigned char *w)
 {

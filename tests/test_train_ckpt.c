@@ -65,4 +65,6 @@ Test(train_ckpt, three_stage_checkpoint_opens_as_the_trained_model, .timeout = 1
     const int bad[2] = {1, 1};
     cr_assert_eq(pl_train_ckpt_index_write(dir, &c, bad, 2, NULL), PL_ERR_INVALID);
     model_free(&m);
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s' '%s'", src, dir);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
 }

@@ -8,14 +8,22 @@
 #include <stdbool.h>
 #include <stdlib.h>
 
+/* Waking a sleeping thread costs tens of microseconds (more on a loaded machine), and a decode
+ * step runs a job per matrix, ~100 a token: so a worker spins this long on the job counter after
+ * its last job before it sleeps on the condition variable, and the caller spins as long for the
+ * workers to finish. */
+#define S_SPIN_S 50e-6
+
 struct pl_cpu_pool {
     int n; /* workers + the calling thread */
     pthread_t *tids;
     pthread_mutex_t mu;
     pthread_cond_t cv_work, cv_done;
-    uint64_t gen;
-    int pending;
-    bool stop;
+    uint64_t gen;     /* atomic; bumped under mu, so a worker about to sleep cannot miss it */
+    int pending;      /* atomic: workers yet to finish the current job */
+    int sleepers;     /* under mu: workers asleep on cv_work */
+    bool done_waiter; /* under mu: the caller asleep on cv_done */
+    bool stop;        /* atomic */
     void (*fn)(void *arg, int i, int n);
     void *arg;
 };
@@ -25,6 +33,33 @@ typedef struct {
     int index;
 } s_worker_t;
 
+static inline void s_pause(void)
+{
+#if defined(__x86_64__)
+    __builtin_ia32_pause();
+#endif
+}
+
+/* Spin until *v != val or S_SPIN_S has passed; whether it changed. */
+static bool s_spin_while(const void *v, uint64_t val, bool wide)
+{
+    double t0 = 0;
+    for (unsigned i = 0;; i++) {
+        uint64_t now = wide ? __atomic_load_n((const uint64_t *)v, __ATOMIC_ACQUIRE)
+                            : (uint64_t)__atomic_load_n((const int *)v, __ATOMIC_ACQUIRE);
+        if (now != val)
+            return true;
+        if ((i & 63) == 0) {
+            double t = pl_now();
+            if (i == 0)
+                t0 = t;
+            else if (t - t0 > S_SPIN_S)
+                return false;
+        }
+        s_pause();
+    }
+}
+
 static void *s_worker(void *p)
 {
     s_worker_t w = *(s_worker_t *)p;
@@ -32,22 +67,27 @@ static void *s_worker(void *p)
     uint64_t seen = 0;
 
     free(p);
-    pthread_mutex_lock(&pool->mu);
     for (;;) {
-        while (pool->gen == seen && !pool->stop)
-            pthread_cond_wait(&pool->cv_work, &pool->mu);
-        if (pool->stop)
+        if (!s_spin_while(&pool->gen, seen, true)) {
+            pthread_mutex_lock(&pool->mu);
+            pool->sleepers++;
+            while (__atomic_load_n(&pool->gen, __ATOMIC_ACQUIRE) == seen &&
+                   !__atomic_load_n(&pool->stop, __ATOMIC_ACQUIRE))
+                pthread_cond_wait(&pool->cv_work, &pool->mu);
+            pool->sleepers--;
+            pthread_mutex_unlock(&pool->mu);
+        }
+        if (__atomic_load_n(&pool->stop, __ATOMIC_ACQUIRE))
             break;
-        seen = pool->gen;
-        void (*fn)(void *, int, int) = pool->fn;
-        void *arg = pool->arg;
-        pthread_mutex_unlock(&pool->mu);
-        fn(arg, w.index, pool->n);
-        pthread_mutex_lock(&pool->mu);
-        if (--pool->pending == 0)
-            pthread_cond_signal(&pool->cv_done);
+        seen = __atomic_load_n(&pool->gen, __ATOMIC_ACQUIRE);
+        pool->fn(pool->arg, w.index, pool->n);
+        if (__atomic_sub_fetch(&pool->pending, 1, __ATOMIC_ACQ_REL) == 0) {
+            pthread_mutex_lock(&pool->mu);
+            if (pool->done_waiter)
+                pthread_cond_signal(&pool->cv_done);
+            pthread_mutex_unlock(&pool->mu);
+        }
     }
-    pthread_mutex_unlock(&pool->mu);
     return NULL;
 }
 
@@ -90,7 +130,7 @@ void pl_cpu_pool_destroy(pl_cpu_pool_t **pool_p)
     if (!pool)
         return;
     pthread_mutex_lock(&pool->mu);
-    pool->stop = true;
+    __atomic_store_n(&pool->stop, true, __ATOMIC_RELEASE);
     pthread_cond_broadcast(&pool->cv_work);
     pthread_mutex_unlock(&pool->mu);
     for (int i = 1; i < pool->n; i++)
@@ -114,16 +154,24 @@ void pl_cpu_pool_run(pl_cpu_pool_t *pool, void (*fn)(void *arg, int i, int n), v
         fn(arg, 0, 1);
         return;
     }
-    pthread_mutex_lock(&pool->mu);
+    /* one job at a time: the previous one finished (pending 0) before this call */
     pool->fn = fn;
     pool->arg = arg;
-    pool->pending = pool->n - 1;
-    pool->gen++;
-    pthread_cond_broadcast(&pool->cv_work);
+    __atomic_store_n(&pool->pending, pool->n - 1, __ATOMIC_RELAXED);
+    pthread_mutex_lock(&pool->mu);
+    __atomic_store_n(&pool->gen, pool->gen + 1, __ATOMIC_RELEASE);
+    if (pool->sleepers)
+        pthread_cond_broadcast(&pool->cv_work);
     pthread_mutex_unlock(&pool->mu);
     fn(arg, 0, pool->n);
-    pthread_mutex_lock(&pool->mu);
-    while (pool->pending > 0)
-        pthread_cond_wait(&pool->cv_done, &pool->mu);
-    pthread_mutex_unlock(&pool->mu);
+    for (int left; (left = __atomic_load_n(&pool->pending, __ATOMIC_ACQUIRE)) > 0;) {
+        if (s_spin_while(&pool->pending, (uint64_t)left, false))
+            continue;
+        pthread_mutex_lock(&pool->mu);
+        pool->done_waiter = true;
+        while (__atomic_load_n(&pool->pending, __ATOMIC_ACQUIRE) > 0)
+            pthread_cond_wait(&pool->cv_done, &pool->mu);
+        pool->done_waiter = false;
+        pthread_mutex_unlock(&pool->mu);
+    }
 }

@@ -43,6 +43,12 @@ size_t pl_cpu_qact_bytes(pl_wtype_t wt, int64_t n)
 
 void pl_cpu_qact_quantize(pl_wtype_t wt, const float *x, int64_t n, void *qx)
 {
+#if defined(__x86_64__)
+    if (pl_cpu_isa() >= PL_CPU_ISA_AVX2) {
+        pl_cpu_qact_quantize_avx2(wt, x, n, qx);
+        return;
+    }
+#endif
     if (wt == PL_WT_Q8_0 || wt == PL_WT_Q4_0) {
         pl_q8_act_t *a = qx;
         for (int64_t b = 0; b < n / PL_QK8_0; b++)
@@ -61,12 +67,17 @@ void pl_cpu_qact_quantize(pl_wtype_t wt, const float *x, int64_t n, void *qx)
     }
 }
 
-/* Q8_0 / Q4_0 rows: block b's integer dot, times its two scales, goes into lane b % 8 (one fmaf
- * chain per lane, so that SIMD code can run eight blocks side by side); then the lanes' fixed sum
- * pl_cpu_q32_lanes_sum. Every path computes exactly this. */
+/* Q8_0 / Q4_0 rows: 16 float lanes. Block b's elements 4m..4m+3 give an exact integer dot s_m
+ * (m = 0..7, the int32 lanes of a 256-bit multiply-add), and lane 8 * (b % 2) + m takes
+ * fmaf(d_w * d_x, s_m, lane); then the lanes' fixed sum pl_cpu_q32_lanes_sum. So SIMD code keeps
+ * a float accumulator per block parity and never sums a block's integers across lanes. Every
+ * path computes exactly this. */
 float pl_cpu_q32_lanes_sum(const float *l)
 {
-    return ((l[0] + l[4]) + (l[1] + l[5])) + ((l[2] + l[6]) + (l[3] + l[7]));
+    float v[8];
+    for (int j = 0; j < 8; j++)
+        v[j] = l[j] + l[j + 8];
+    return ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7]));
 }
 
 void pl_cpu_q32_tail(const void *w, const void *qx, int64_t b0, int64_t nb, bool four,
@@ -76,25 +87,29 @@ void pl_cpu_q32_tail(const void *w, const void *qx, int64_t b0, int64_t nb, bool
     size_t bb = four ? sizeof(pl_block_q4_0_t) : sizeof(pl_block_q8_0_t);
     for (int64_t b = b0; b < nb; b++) {
         const unsigned char *p = (const unsigned char *)w + (size_t)b * bb;
-        int s = 0;
-        for (int j = 0; j < PL_QK8_0 / 2 && four; j++)
-            s += ((p[2 + j] & 0xF) - 8) * a[b].qs[j] + ((p[2 + j] >> 4) - 8) * a[b].qs[j + 16];
-        for (int j = 0; j < PL_QK8_0 && !four; j++)
-            s += (int8_t)p[2 + j] * a[b].qs[j];
-        lanes[b % 8] = fmaf(s_half(p) * a[b].d, (float)s, lanes[b % 8]);
+        float d = s_half(p) * a[b].d;
+        for (int m = 0; m < 8; m++) {
+            int s = 0;
+            for (int i = 4 * m; i < 4 * m + 4; i++) {
+                int q = four ? (i < 16 ? (p[2 + i] & 0xF) : (p[2 + i - 16] >> 4)) - 8
+                             : (int8_t)p[2 + i];
+                s += q * a[b].qs[i];
+            }
+            lanes[8 * (b % 2) + m] = fmaf(d, (float)s, lanes[8 * (b % 2) + m]);
+        }
     }
 }
 
 static float s_q8_0(const void *w, const void *qx, int64_t n)
 {
-    float lanes[8] = {0};
+    float lanes[16] = {0};
     pl_cpu_q32_tail(w, qx, 0, n / PL_QK8_0, false, lanes);
     return pl_cpu_q32_lanes_sum(lanes);
 }
 
 static float s_q4_0(const void *w, const void *qx, int64_t n)
 {
-    float lanes[8] = {0};
+    float lanes[16] = {0};
     pl_cpu_q32_tail(w, qx, 0, n / PL_QK8_0, true, lanes);
     return pl_cpu_q32_lanes_sum(lanes);
 }

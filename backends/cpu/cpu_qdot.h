@@ -68,15 +68,21 @@ PL_CPU_DECLARE_QUANT_KERNELS(q4_k)
 PL_CPU_DECLARE_QUANT_KERNELS(q5_k)
 PL_CPU_DECLARE_QUANT_KERNELS(q6_k)
 
-/* Internal: Q8_0 / Q4_0 rows sum block b into lane b % 8 of eight f32 lanes, then add the lanes
- * in one fixed order; these are the scalar steps every instruction set ends with. */
+/* Internal: Q8_0 / Q4_0 rows sum into 16 f32 lanes (cpu_qdot.c says which block part goes
+ * where), then add the lanes in one fixed order; the scalar steps every instruction set ends
+ * with. */
 float pl_cpu_q32_lanes_sum(const float *lanes);
 /* Blocks b0..nb-1 of a row into their lanes (four: Q4_0, else Q8_0). */
 void pl_cpu_q32_tail(const void *w, const void *qx, int64_t b0, int64_t nb, bool four,
                      float *lanes);
-/* The AVX2 Q8_0 / Q4_0 kernels, which the AVX-512 table shares. */
+/* The AVX2 kernels the AVX-512 table shares. */
 float pl_cpu_q8_0_dot_avx2(const void *w, const void *qx, int64_t n);
 float pl_cpu_q4_0_dot_avx2(const void *w, const void *qx, int64_t n);
+float pl_cpu_q4_k_dot_avx2(const void *w, const void *qx, int64_t n);
+float pl_cpu_q5_k_dot_avx2(const void *w, const void *qx, int64_t n);
+
+/* Internal: pl_cpu_qact_quantize with AVX2, bitwise the same bytes. */
+void pl_cpu_qact_quantize_avx2(pl_wtype_t wt, const float *x, int64_t n, void *qx);
 
 /* Internal: the per-ISA tables (cpu_qdot.c, cpu_qdot_avx2.c, cpu_qdot_avx512.c). */
 extern const pl_cpu_qdot_table_t pl_cpu_qdot_scalar;

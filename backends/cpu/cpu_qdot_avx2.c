@@ -10,6 +10,12 @@
 #include <math.h>
 #include <string.h>
 
+/* Bytes ahead of the block being dotted that the kernels prefetch: decode streams every weight
+ * once, and the hardware prefetcher alone left the dots waiting on memory about half the time. */
+#ifndef S_PF
+#define S_PF 4096
+#endif
+
 static inline float s_half(const unsigned char *p)
 {
     uint16_t h;
@@ -33,51 +39,45 @@ static inline __m256i s_dot_i8(__m256i w, __m256i x)
     return _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sx), _mm256_set1_epi16(1));
 }
 
-/* 32 nibbles of 16 bytes: low nibbles first (elements 0..15), then high ones (16..31). */
-static inline __m256i s_nibbles(const unsigned char *p)
+/* Q4_0's 32 quants minus 8 as int8, element i in byte i: the 16 bytes in both halves, the high
+ * half shifted down to its high nibbles. */
+static inline __m256i s_q4_0_quants(const unsigned char *qs)
 {
-    __m128i b = _mm_loadu_si128((const __m128i *)p), m = _mm_set1_epi8(0x0F);
-    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(b, 4), m), _mm_and_si128(b, m));
+    __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)qs));
+    v = _mm256_srlv_epi32(v, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4));
+    return _mm256_sub_epi8(_mm256_and_si256(v, _mm256_set1_epi8(0x0F)), _mm256_set1_epi8(8));
 }
 
-/* [sum(v[0]), ..., sum(v[7])]: eight horizontal integer sums at once. */
-static inline __m256i s_hsum8(const __m256i *v)
+/* One block's 8 integer lane dots, converted, times its two scales, into acc (cpu_qdot.c's
+ * lanes: blocks of even index in one accumulator, odd in the other). */
+static inline __attribute__((always_inline)) __m256
+s_q32_block(const unsigned char *pb, const pl_q8_act_t *a, bool four, __m256 acc)
 {
-    __m256i h01 = _mm256_hadd_epi32(v[0], v[1]), h23 = _mm256_hadd_epi32(v[2], v[3]);
-    __m256i h45 = _mm256_hadd_epi32(v[4], v[5]), h67 = _mm256_hadd_epi32(v[6], v[7]);
-    __m256i lo = _mm256_hadd_epi32(h01, h23), hi = _mm256_hadd_epi32(h45, h67);
-    return _mm256_add_epi32(_mm256_permute2x128_si256(lo, hi, 0x20),
-                            _mm256_permute2x128_si256(lo, hi, 0x31));
+    _mm_prefetch((const char *)pb + S_PF, _MM_HINT_T0);
+    __m256i qw = four ? s_q4_0_quants(pb + 2) : _mm256_loadu_si256((const __m256i *)(pb + 2));
+    __m256i s = s_dot_i8(qw, _mm256_loadu_si256((const __m256i *)a->qs));
+    __m256 d = _mm256_set1_ps(s_half(pb) * a->d);
+    return _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(s), acc);
 }
 
-/* Eight blocks side by side, block b0 + j in lane j (b0 a multiple of 8): the lanes' fmaf chains
- * of the scalar code, vectorised. */
-static float s_q32(const void *w, const void *qx, int64_t n, bool four)
+static inline __attribute__((always_inline)) float s_q32(const void *w, const void *qx, int64_t n,
+                                                         bool four)
 {
     const unsigned char *p = w;
     const pl_q8_act_t *a = qx;
     size_t bb = four ? sizeof(pl_block_q4_0_t) : sizeof(pl_block_q8_0_t);
-    int64_t nb = n / PL_QK8_0, b0 = 0;
-    __m256 acc = _mm256_setzero_ps();
-    float lanes[8];
-    for (; b0 + 8 <= nb; b0 += 8) {
-        __m256i dots[8];
-        uint16_t dh[8];
-        float dx[8];
-        for (int j = 0; j < 8; j++) {
-            const unsigned char *pb = p + (size_t)(b0 + j) * bb;
-            __m256i qw = four ? _mm256_sub_epi8(s_nibbles(pb + 2), _mm256_set1_epi8(8))
-                              : _mm256_loadu_si256((const __m256i *)(pb + 2));
-            dots[j] = s_dot_i8(qw, _mm256_loadu_si256((const __m256i *)a[b0 + j].qs));
-            memcpy(&dh[j], pb, 2);
-            dx[j] = a[b0 + j].d;
-        }
-        __m256 d = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)dh)),
-                                 _mm256_loadu_ps(dx));
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(s_hsum8(dots)), acc);
+    int64_t nb = n / PL_QK8_0, b = 0;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    float lanes[16];
+    for (; b + 4 <= nb; b += 4) {
+        acc0 = s_q32_block(p + (size_t)b * bb, a + b, four, acc0);
+        acc1 = s_q32_block(p + (size_t)(b + 1) * bb, a + b + 1, four, acc1);
+        acc0 = s_q32_block(p + (size_t)(b + 2) * bb, a + b + 2, four, acc0);
+        acc1 = s_q32_block(p + (size_t)(b + 3) * bb, a + b + 3, four, acc1);
     }
-    _mm256_storeu_ps(lanes, acc);
-    pl_cpu_q32_tail(w, qx, b0, nb, four, lanes);
+    _mm256_storeu_ps(lanes, acc0);
+    _mm256_storeu_ps(lanes + 8, acc1);
+    pl_cpu_q32_tail(w, qx, b, nb, four, lanes);
     return pl_cpu_q32_lanes_sum(lanes);
 }
 
@@ -91,39 +91,69 @@ float pl_cpu_q4_0_dot_avx2(const void *w, const void *qx, int64_t n)
     return s_q32(w, qx, n, true);
 }
 
-/* Q4_K / Q5_K: per 64-element chunk, two sub-blocks of 32 unsigned quants. */
-static float s_k45(const void *w, const void *qx, int64_t n, bool five)
+/* A K-quant super-block's 8 6-bit scales and 8 mins, unpacked from their 12 bytes at once (the
+ * bit shuffle of pl_k_scale_min on four words), as 8 int16 each. */
+static inline void s_k_scales(const uint8_t *q, __m128i *sc_p, __m128i *m_p)
+{
+    const uint32_t km1 = 0x3f3f3f3f, km2 = 0x0f0f0f0f, km3 = 0x03030303;
+    uint32_t u[3];
+    memcpy(u, q, 12);
+    uint32_t sc_lo = u[0] & km1, m_lo = u[1] & km1;
+    uint32_t sc_hi = (u[2] & km2) | (((u[0] >> 6) & km3) << 4);
+    uint32_t m_hi = ((u[2] >> 4) & km2) | (((u[1] >> 6) & km3) << 4);
+    __m128i v = _mm_setr_epi32((int)sc_lo, (int)sc_hi, (int)m_lo, (int)m_hi);
+    *sc_p = _mm_cvtepu8_epi16(v);
+    *m_p = _mm_cvtepu8_epi16(_mm_srli_si128(v, 8));
+}
+
+/* The fifth bit of sub-block j's 32 quants (bit j of qh's bytes), at bit 4. */
+static inline __attribute__((always_inline)) __m256i s_q5_bit(__m256i qh, int j)
+{
+    __m256i t = _mm256_and_si256(qh, _mm256_set1_epi8((char)(1 << j)));
+    return j < 4 ? _mm256_slli_epi16(t, 4 - j) : j > 4 ? _mm256_srli_epi16(t, j - 4) : t;
+}
+
+/* Q4_K / Q5_K: per 64-element chunk, two sub-blocks of 32 unsigned quants, each product times its
+ * scale (broadcast by a byte shuffle) in 32-bit lanes; the mins' sum against the pairs of bsums. */
+static inline __attribute__((always_inline)) float s_k45(const void *w, const void *qx, int64_t n,
+                                                         bool five)
 {
     const unsigned char *p = w;
     const pl_q8k_act_t *a = qx;
     size_t bb = five ? sizeof(pl_block_q5_k_t) : sizeof(pl_block_q4_k_t);
-    const __m256i m4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
     float sum = 0.0f;
     for (int64_t b = 0; b < n / PL_QK_K; b++, p += bb) {
-        const uint8_t *scales = p + 4, *qs = p + (five ? 48 : 16);
+        const uint8_t *qs = p + (five ? 48 : 16);
+        for (size_t l = 0; l < bb; l += 64)
+            _mm_prefetch((const char *)p + S_PF + l, _MM_HINT_T0);
         __m256i qh = five ? _mm256_loadu_si256((const __m256i *)(p + 16)) : _mm256_setzero_si256();
+        __m128i sc, mn;
+        s_k_scales(p + 4, &sc, &mn);
+        __m128i pairs = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)a[b].bsums),
+                                       _mm_loadu_si128((const __m128i *)(a[b].bsums + 8)));
+        __m128i ms = _mm_madd_epi16(mn, pairs);
+        ms = _mm_add_epi32(ms, _mm_shuffle_epi32(ms, 0x4E));
+        ms = _mm_add_epi32(ms, _mm_shuffle_epi32(ms, 0xB1));
+        int summ = _mm_cvtsi128_si32(ms);
+        __m256i sc2 = _mm256_broadcastsi128_si256(sc);
         __m256i isum = _mm256_setzero_si256();
-        int summ = 0;
+#pragma GCC unroll 4
         for (int c = 0; c < 4; c++) {
-            uint8_t sc0, m0, sc1, m1;
-            pl_k_scale_min(2 * c, scales, &sc0, &m0);
-            pl_k_scale_min(2 * c + 1, scales, &sc1, &m1);
             __m256i raw = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
             __m256i lo = _mm256_and_si256(raw, m4);
             __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
             if (five) {
-                __m256i h0 = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), one);
-                __m256i h1 = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), one);
-                lo = _mm256_or_si256(lo, _mm256_slli_epi16(h0, 4));
-                hi = _mm256_or_si256(hi, _mm256_slli_epi16(h1, 4));
+                lo = _mm256_or_si256(lo, s_q5_bit(qh, 2 * c));
+                hi = _mm256_or_si256(hi, s_q5_bit(qh, 2 * c + 1));
             }
+            __m256i s0 = _mm256_shuffle_epi8(sc2, _mm256_set1_epi16((short)(0x0100 + 0x0404 * c)));
+            __m256i s1 = _mm256_shuffle_epi8(sc2, _mm256_set1_epi16((short)(0x0302 + 0x0404 * c)));
             __m256i x0 = _mm256_loadu_si256((const __m256i *)(a[b].qs + 64 * c));
             __m256i x1 = _mm256_loadu_si256((const __m256i *)(a[b].qs + 64 * c + 32));
-            __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, x0), _mm256_set1_epi16(sc0));
-            __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, x1), _mm256_set1_epi16(sc1));
+            __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, x0), s0);
+            __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, x1), s1);
             isum = _mm256_add_epi32(isum, _mm256_add_epi32(p0, p1));
-            summ += m0 * (a[b].bsums[4 * c] + a[b].bsums[4 * c + 1]) +
-                    m1 * (a[b].bsums[4 * c + 2] + a[b].bsums[4 * c + 3]);
         }
         sum = fmaf(a[b].d, fmaf(s_half(p), (float)s_hsum_i32(isum), -(s_half(p + 2) * (float)summ)),
                    sum);
@@ -131,12 +161,12 @@ static float s_k45(const void *w, const void *qx, int64_t n, bool five)
     return sum;
 }
 
-static float s_q4_k(const void *w, const void *qx, int64_t n)
+float pl_cpu_q4_k_dot_avx2(const void *w, const void *qx, int64_t n)
 {
     return s_k45(w, qx, n, false);
 }
 
-static float s_q5_k(const void *w, const void *qx, int64_t n)
+float pl_cpu_q5_k_dot_avx2(const void *w, const void *qx, int64_t n)
 {
     return s_k45(w, qx, n, true);
 }
@@ -162,12 +192,15 @@ static float s_q6_k(const void *w, const void *qx, int64_t n)
             __m256i q[4] = {
                 _mm256_or_si256(_mm256_and_si256(l0, m4),
                                 _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4)),
-                _mm256_or_si256(_mm256_and_si256(l1, m4),
-                                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m2), 4)),
-                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
-                                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m2), 4)),
-                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m2), 4)),
+                _mm256_or_si256(
+                    _mm256_and_si256(l1, m4),
+                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m2), 4)),
+                _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m2), 4)),
+                _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m2), 4)),
             };
             for (int part = 0; part < 4; part++) {
                 int is = 8 * h + 2 * part;
@@ -182,7 +215,58 @@ static float s_q6_k(const void *w, const void *qx, int64_t n)
     return sum;
 }
 
-const pl_cpu_qdot_table_t pl_cpu_qdot_avx2 = {pl_cpu_q8_0_dot_avx2, pl_cpu_q4_0_dot_avx2, s_q4_k,
-                                              s_q5_k, s_q6_k};
+/* ---- the activation quantizer: bitwise the scalar one (the same max, the same division and
+ * reciprocal, round-to-nearest-even as lrintf, the same clamp) ---- */
+
+/* n (a multiple of 32) values x as int8 quants at scale d = amax / 127 into qs; *d_p = d. */
+static void s_quant_block(const float *x, int n, float *d_p, int8_t *qs)
+{
+    const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    __m256 mx = _mm256_setzero_ps();
+    for (int i = 0; i < n; i += 8) /* max(|x|, acc): a NaN x leaves acc, as fmaxf does */
+        mx = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(x + i), abs_mask), mx);
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    float amax = _mm_cvtss_f32(m4), d = amax / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
+    const __m256 vid = _mm256_set1_ps(id);
+    const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for (int i = 0; i < n; i += 32) {
+        __m256i q0 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + i), vid));
+        __m256i q1 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + i + 8), vid));
+        __m256i q2 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + i + 16), vid));
+        __m256i q3 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + i + 24), vid));
+        __m256i q = _mm256_packs_epi16(_mm256_packs_epi32(q0, q1), _mm256_packs_epi32(q2, q3));
+        q = _mm256_max_epi8(_mm256_permutevar8x32_epi32(q, perm), _mm256_set1_epi8(-127));
+        _mm256_storeu_si256((__m256i *)(qs + i), q);
+    }
+    *d_p = d;
+}
+
+void pl_cpu_qact_quantize_avx2(pl_wtype_t wt, const float *x, int64_t n, void *qx)
+{
+    if (wt == PL_WT_Q8_0 || wt == PL_WT_Q4_0) {
+        pl_q8_act_t *a = qx;
+        for (int64_t b = 0; b < n / PL_QK8_0; b++)
+            s_quant_block(x + b * PL_QK8_0, PL_QK8_0, &a[b].d, a[b].qs);
+        return;
+    }
+    pl_q8k_act_t *a = qx;
+    const __m256i one8 = _mm256_set1_epi8(1), one16 = _mm256_set1_epi16(1);
+    for (int64_t b = 0; b < n / PL_QK_K; b++) {
+        s_quant_block(x + b * PL_QK_K, PL_QK_K, &a[b].d, a[b].qs);
+        for (int j = 0; j < PL_QK_K; j += 32) { /* two sums of 16 per 32 quants */
+            __m256i q = _mm256_loadu_si256((const __m256i *)(a[b].qs + j));
+            __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(one8, q), one16);
+            s = _mm256_hadd_epi32(s, s);
+            s = _mm256_hadd_epi32(s, s);
+            a[b].bsums[j / 16] = (int16_t)_mm256_cvtsi256_si32(s);
+            a[b].bsums[j / 16 + 1] = (int16_t)_mm_cvtsi128_si32(_mm256_extracti128_si256(s, 1));
+        }
+    }
+}
+
+const pl_cpu_qdot_table_t pl_cpu_qdot_avx2 = {pl_cpu_q8_0_dot_avx2, pl_cpu_q4_0_dot_avx2,
+                                              pl_cpu_q4_k_dot_avx2, pl_cpu_q5_k_dot_avx2, s_q6_k};
 #pragma GCC pop_options
 #endif

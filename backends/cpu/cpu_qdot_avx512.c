@@ -1,6 +1,6 @@
-/* AVX-512 (F + BW) quantized dots of the K-quants, one 64-element chunk per register; compiled
- * for that target whatever the build's flags, called only when cpuid reports it. The float chain
- * is the scalar code's, so the results are bitwise the scalar ones. */
+/* AVX-512 (F + BW) quantized dot of Q6_K, one 64-element chunk per register (the other types use
+ * the AVX2 kernels: see the table); compiled for that target whatever the build's flags, called
+ * only when cpuid reports it. The float chain is the scalar code's: bitwise the scalar result. */
 #if defined(__x86_64__)
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx2,fma,f16c")
@@ -22,61 +22,6 @@ static inline __m512i s_join(__m256i lo, __m256i hi)
     return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
 }
 
-
-/* Two int16 scales, each over 16 lanes (one 32-element sub-block each). */
-static inline __m512i s_scales2(int a, int b)
-{
-    return s_join(_mm256_set1_epi16((short)a), _mm256_set1_epi16((short)b));
-}
-
-static float s_k45(const void *w, const void *qx, int64_t n, bool five)
-{
-    const unsigned char *p = w;
-    const pl_q8k_act_t *a = qx;
-    size_t bb = five ? sizeof(pl_block_q5_k_t) : sizeof(pl_block_q4_k_t);
-    const __m256i m4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
-    float sum = 0.0f;
-    for (int64_t b = 0; b < n / PL_QK_K; b++, p += bb) {
-        const uint8_t *scales = p + 4, *qs = p + (five ? 48 : 16);
-        __m256i qh = five ? _mm256_loadu_si256((const __m256i *)(p + 16)) : _mm256_setzero_si256();
-        __m512i isum = _mm512_setzero_si512();
-        int summ = 0;
-        for (int c = 0; c < 4; c++) {
-            uint8_t sc0, m0, sc1, m1;
-            pl_k_scale_min(2 * c, scales, &sc0, &m0);
-            pl_k_scale_min(2 * c + 1, scales, &sc1, &m1);
-            __m256i raw = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
-            __m256i lo = _mm256_and_si256(raw, m4);
-            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
-            if (five) {
-                __m256i h0 = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), one);
-                __m256i h1 = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), one);
-                lo = _mm256_or_si256(lo, _mm256_slli_epi16(h0, 4));
-                hi = _mm256_or_si256(hi, _mm256_slli_epi16(h1, 4));
-            }
-            __m512i x = _mm512_loadu_si512((const void *)(a[b].qs + 64 * c));
-            __m512i prod = _mm512_maddubs_epi16(s_join(lo, hi), x);
-            isum = _mm512_add_epi32(isum, _mm512_madd_epi16(prod, s_scales2(sc0, sc1)));
-            summ += m0 * (a[b].bsums[4 * c] + a[b].bsums[4 * c + 1]) +
-                    m1 * (a[b].bsums[4 * c + 2] + a[b].bsums[4 * c + 3]);
-        }
-        sum = fmaf(a[b].d,
-                   fmaf(s_half(p), (float)_mm512_reduce_add_epi32(isum),
-                        -(s_half(p + 2) * (float)summ)),
-                   sum);
-    }
-    return sum;
-}
-
-static float s_q4_k(const void *w, const void *qx, int64_t n)
-{
-    return s_k45(w, qx, n, false);
-}
-
-static float s_q5_k(const void *w, const void *qx, int64_t n)
-{
-    return s_k45(w, qx, n, true);
-}
 
 /* Four int8 scales, each over 8 int16 lanes (one 16-element sub-block each). */
 static inline __m512i s_scales4(const int8_t *sc)
@@ -129,8 +74,10 @@ static float s_q6_k(const void *w, const void *qx, int64_t n)
     return sum;
 }
 
-/* Q8_0 / Q4_0: the AVX2 kernels (eight 32-blocks side by side already fill the pipes). */
-const pl_cpu_qdot_table_t pl_cpu_qdot_avx512 = {pl_cpu_q8_0_dot_avx2, pl_cpu_q4_0_dot_avx2, s_q4_k,
-                                                s_q5_k, s_q6_k};
+/* Q8_0, Q4_0, Q4_K, Q5_K: the AVX2 kernels. 512-bit versions of them (a super-block's chunk per
+ * register, its halves joined across lanes) measured slower on an AVX-512 Xeon: the joins and
+ * the scale broadcasts cost more than the wider multiply-adds save. */
+const pl_cpu_qdot_table_t pl_cpu_qdot_avx512 = {pl_cpu_q8_0_dot_avx2, pl_cpu_q4_0_dot_avx2,
+                                                pl_cpu_q4_k_dot_avx2, pl_cpu_q5_k_dot_avx2, s_q6_k};
 #pragma GCC pop_options
 #endif

@@ -1,17 +1,19 @@
 /* libFuzzer harness for the YAML config loaders (built by tests/fuzz/CMakeLists.txt; tools/fuzz.sh
- * runs it). Build one binary per parser, PL_FUZZ_WHICH = 0 cluster, 1 node, 2 job, 3 pipectl, from
- * the repository root:
+ * runs it). Build one binary per parser, PL_FUZZ_WHICH = 0 cluster, 1 node, 2 job, 3 pipectl,
+ * 4 training job, from the repository root:
  *
- *   for w in 0 1 2 3; do
+ *   for w in 0 1 2 3 4; do
  *     clang -g -O1 -fsanitize=fuzzer,address,undefined -D_GNU_SOURCE -DPL_FUZZ_WHICH=$w -I. \
  *       tests/fuzz/fuzz_config.c common/config*.c common/yaml_schema.c \
  *       common/yaml_tree.c common/status.c common/util.c common/log.c -lyaml -lpthread -lm \
  *       -o /tmp/fuzz_config_$w
  *   done
- *   mkdir -p /tmp/corpus && cp etc/cluster.yaml etc/pipeld.yaml etc/job.yaml /tmp/corpus/
+ *   mkdir -p /tmp/corpus && cp etc/cluster.yaml etc/pipeld.yaml etc/job.yaml \
+ *     etc/train-tiny.yaml /tmp/corpus/
  *   /tmp/fuzz_config_2 -max_total_time=60 -max_len=4096 /tmp/corpus
  */
 #include "common/config.h"
+#include "common/config_train.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -94,6 +96,26 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             known = known || !strcmp(u.output, pl_cfg_output_names[i]);
         if (!known)
             abort();
+    }
+#elif PL_FUZZ_WHICH == 4
+    static pl_cfg_train_t t;
+    st = pl_cfg_train_parse(text, size, "f", "/base", &t);
+    if (st == PL_OK) {
+        /* the cross-field rules hold on everything accepted */
+        if (t.model[0] != '/' || !t.data_tokens[0] == !t.data_text[0] || t.micro_batch != 1 ||
+            t.global_batch < 1 || t.global_batch > PL_CFG_TRAIN_MAX_BATCH || t.steps < 1 ||
+            (t.opt.warmup_steps > 0 && t.opt.warmup_steps >= t.steps) ||
+            t.opt.min_lr > t.opt.lr || !(t.opt.lr > 0) ||
+            (t.checkpoint_every > 0 && !t.checkpoint_dir[0]) || t.checkpoint_every > t.steps ||
+            t.replicas < 1 || (t.stages ? t.stages : 1) * t.replicas > PL_CFG_MAX_NODES ||
+            t.n_nodes < 0 || t.n_nodes > PL_CFG_MAX_NODES)
+            abort();
+        s_check_str(t.model, sizeof(t.model));
+        s_check_str(t.data_tokens, sizeof(t.data_tokens));
+        s_check_str(t.data_text, sizeof(t.data_text));
+        s_check_str(t.checkpoint_dir, sizeof(t.checkpoint_dir));
+        s_check_str(t.resume_from, sizeof(t.resume_from));
+        s_check_str(t.schedule, sizeof(t.schedule));
     }
 #else
     static pl_cfg_job_t j;

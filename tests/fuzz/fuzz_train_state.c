@@ -1,0 +1,51 @@
+/* libFuzzer harness for a checkpoint's trainer_state.json (pipeline/train_ckpt_opt.c; not part of
+ * the CMake build). Each input is written to DIR/trainer_state.json and read back. Build and run
+ * from the repository root:
+ *
+ *   clang -g -O1 -fsanitize=fuzzer,address,undefined -D_GNU_SOURCE -I. \
+ *     tests/fuzz/fuzz_train_state.c pipeline/train_ckpt_opt.c pipeline/train_ckpt.c \
+ *     pipeline/train_adamw.c model/safetensors*.c common/status.c common/util.c common/log.c \
+ *     common/json.c build/backends/libpl_backends.a build/model/libpl_model.a \
+ *     build/common/libpl_common.a -ljansson -lyaml -lopenblas -lpcre2-8 -lutf8proc \
+ *     -lpthread -lm -o /tmp/fuzz_train_state
+ * (the layer code the checkpoint's name table needs comes from an ordinary build in build/)
+ *   mkdir -p /tmp/corpus_tstate && printf '{"step": 3, "n_stages": 2, "data_step": 3, \
+ *     "lr": 0.01}' > /tmp/corpus_tstate/a
+ *   /tmp/fuzz_train_state -max_total_time=60 -max_len=1024 /tmp/corpus_tstate
+ */
+#include "pipeline/train_ckpt_opt.h"
+
+#include <stdio.h>
+#include <sys/stat.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    static char dir[64];
+    if (!dir[0]) {
+        snprintf(dir, sizeof(dir), "/tmp/pl_fuzz_tstate_%d", (int)getpid());
+        if (mkdir(dir, 0700) != 0)
+            abort();
+    }
+    char path[128];
+    snprintf(path, sizeof(path), "%s/trainer_state.json", dir);
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(data, 1, size, f) != size || fclose(f) != 0)
+        abort();
+    pl_train_state_t st;
+    if (pl_train_ckpt_state_read(dir, &st) == PL_OK) {
+        if (st.step < 0 || st.n_stages < 1 || st.n_stages > 99999 || st.data_step < 0)
+            abort();
+        /* what was read writes back and reads as the same */
+        pl_train_state_t again;
+        if (pl_train_ckpt_state_write(dir, &st) != PL_OK ||
+            pl_train_ckpt_state_read(dir, &again) != PL_OK || again.step != st.step ||
+            again.n_stages != st.n_stages || again.data_step != st.data_step)
+            abort();
+    } else if (!strstr(pl_error_msg(), "trainer_state.json")) {
+        abort(); /* every error names the file */
+    }
+    return 0;
+}
