@@ -297,6 +297,11 @@ void pl_coord_schedule(pl_coord_t *c)
 
 static void s_start(pl_coord_t *c, pl_coord_job_t *j)
 {
+    pl_act_token_t token; /* this assignment's data-plane token: fresh for every epoch */
+    if (pl_act_token_new(&token)) {
+        pl_coord_job_fail(c, j, "no data-plane token: %s", pl_error_msg());
+        return;
+    }
     for (int i = 0; i < j->n_stages; i++) {
         /* next: where activations go; prev: the stage whose link probe this one answers */
         int n = j->n_stages;
@@ -306,7 +311,8 @@ static void s_start(pl_coord_t *c, pl_coord_job_t *j)
                                    .stage = i,
                                    .epoch = j->epoch,
                                    .next = n > 1 ? j->stages[(i + 1) % n].ucx_addr : NULL,
-                                   .prev = n > 1 ? j->stages[(i + n - 1) % n].ucx_addr : NULL};
+                                   .prev = n > 1 ? j->stages[(i + n - 1) % n].ucx_addr : NULL,
+                                   .token = token};
         pl_coord_send_node(c, j->stages[i].node, &m); /* borrowed addresses, not cleared */
     }
     j->state = PL_JOB_RUNNING;

@@ -3,6 +3,7 @@
 #include "daemon/node_metrics.h"
 
 #include "common/util.h"
+#include "transport/act_recv.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -28,6 +29,10 @@ pl_status_t pl_node_metrics_init(pl_node_metrics_t *m, pl_metrics_t *r)
         (st = pl_metrics_gauge(r, "pipeld_kv_slots_used",
                                "KV cache slots (sequences) held by this node's stages.", NULL,
                                &m->exec.kv_slots)) ||
+        (st = pl_metrics_counter(r, "pipeld_act_dropped_total",
+                                 "Data-plane messages this node's stages refused: not the job's "
+                                 "token, malformed, or longer than a slot.",
+                                 "reason", &m->exec.act_dropped)) ||
         (st = pl_metrics_counter(r, "pipeld_tokens_generated_total",
                                  "Tokens sampled by last stages running on this node.", NULL,
                                  &m->tokens)) ||
@@ -59,6 +64,8 @@ pl_status_t pl_node_metrics_init(pl_node_metrics_t *m, pl_metrics_t *r)
     pl_metrics_add(m->tokens, NULL, 0);
     pl_metrics_add(m->hb_misses, NULL, 0);
     pl_metrics_add(m->exec.microbatches, NULL, 0);
+    for (int i = 0; i < PL_ACT_DROP_COUNT; i++) /* every reason shows, also at 0 */
+        pl_metrics_add(m->exec.act_dropped, pl_act_drop_reason((pl_act_drop_t)i), 0);
     return PL_OK;
 }
 

@@ -8,6 +8,7 @@
 #include "pipeline/gen.h"
 #include "pipeline/link_probe.h"
 #include "pipeline/trace.h"
+#include "transport/act_recv.h"
 #include "transport/sock.h"
 #include "transport/ucx.h"
 
@@ -102,6 +103,7 @@ static pl_status_t s_wait_start(pl_exec_t *x, char **next_p, char **prev_p)
         }
         *next_p = msg.start.next;
         *prev_p = msg.start.prev;
+        x->limits.token = msg.start.token; /* what this assignment's messages carry */
         msg.start.next = msg.start.prev = NULL;
         pl_msg_clear(&msg);
         return PL_OK;
@@ -158,6 +160,7 @@ static void s_stats(pl_exec_t *x, pl_gen_sink_t *sink, pl_msg_stats_t *s)
             .send_credits = cs.granted,
             .max_in_flight = cs.max_in_flight,
             .bound_bytes = (int64_t)(in_bytes + (size_t)os.bufs * os.buf_bytes),
+            .dropped = (int64_t)pl_act_rx_dropped(&x->rx),
             .progress_thread = pl_ucx_has_progress(x->ucx)};
     }
 }
@@ -186,6 +189,8 @@ static pl_status_t s_data_plane(pl_exec_t *x)
                                   pl_act_size(first ? &tokens : &hidden),
                                   first ? x->job.microbatches : hidden_credits, &x->inbox)))
         return st;
+    x->rx = (pl_act_rx_t){.inbox = x->inbox, .job = x->p.job_id, .limits = &x->limits,
+                          .dropped = x->p.metrics.act_dropped};
     /* One send buffer per credit the next stage's inbox grants (the rule above), and one to
      * compute into while those are in flight. */
     if ((st = pl_ucx_outbox_create(x->ucx, x->next, x->out_max,

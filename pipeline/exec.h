@@ -19,6 +19,7 @@ typedef struct {
     pl_metric_t *microbatches; /* counter: forward calls, one microbatch step each */
     pl_metric_t *link_bytes;   /* counter, label peer ("stage N"): bytes sent to the next stage */
     pl_metric_t *kv_slots;     /* gauge: KV slots (sequences) the stage holds on its device */
+    pl_metric_t *act_dropped;  /* counter, label reason: data messages refused (act_recv.h) */
 } pl_exec_metrics_t;
 
 /* A stage's assignment (the ASSIGN message's values) and the device to run it on. */

@@ -6,6 +6,7 @@
 #include "pipeline/exec.h"
 #include "pipeline/gen.h"
 #include "pipeline/trace.h"
+#include "transport/act_recv.h"
 #include "transport/ucx.h"
 
 #include <pthread.h>
@@ -41,6 +42,7 @@ struct pl_exec {
     pl_ucx_t *ucx;
     pl_ucx_ep_t *next, *prev; /* prev: its probe is answered and its credits granted there */
     pl_ucx_inbox_t *inbox;    /* messages from prev land here */
+    pl_act_rx_t rx;           /* and are taken from it only with the job's token */
     pl_ucx_outbox_t *outbox;  /* messages to next leave from here, computed or encoded in place */
     size_t out_max;           /* largest message this stage sends */
     bool have_probe;          /* the measured link to next, for DONE */

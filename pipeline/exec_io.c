@@ -92,6 +92,7 @@ pl_status_t pl_exec_send_in(pl_exec_t *x, void *buf, const pl_act_hdr_t *hdr,
         h.dim = (uint32_t)x->hidden;
         h.dtype = (uint32_t)x->job.wire_dtype;
     }
+    h.token = x->limits.token;
     if (!buf && (st = pl_exec_take(x, h.n_seq, &buf, &unused)))
         return st;
     if ((st = pl_act_encode_into(&h, seqs, payload, buf, cap, &len))) {
@@ -133,29 +134,17 @@ pl_status_t pl_exec_forward_send(pl_exec_t *x, const pl_act_hdr_t *hdr, const pl
     return pl_exec_send_in(x, buf, hdr, seqs, out);
 }
 
-/* Receive and validate the next data message of this job. It stays in its inbox slot (where
- * *payload points) until pl_exec_release. */
+/* Receive and validate the next data message of this job (act_recv.h: others are dropped on
+ * the way). It stays in its inbox slot (where *payload points) until pl_exec_release. */
 pl_status_t pl_exec_recv(pl_exec_t *x, pl_act_hdr_t *hdr, const void **payload)
 {
     double t0 = pl_now();
-    const void *buf;
-    size_t len;
-    pl_status_t st = pl_ucx_inbox_recv(x->inbox, &buf, &len, NULL, -1,
-                                       (const volatile int *)&x->cancel);
+    pl_status_t st =
+        pl_act_recv(&x->rx, hdr, x->seqs_in, payload, -1, (const volatile int *)&x->cancel);
     double t1 = pl_now();
     x->wait_s += t1 - t0;
-    if (st)
-        return st;
-    st = pl_act_decode(buf, len, &x->limits, hdr, x->seqs_in, payload);
-    if (!st && hdr->job != x->p.job_id)
-        st = pl_error(PL_ERR_PROTOCOL, "data message for job %u on job %u's stage", hdr->job,
-                      x->p.job_id);
     if (!st)
         pl_trace_add(x->trace, PL_TRACE_RECV, hdr, t0, t1);
-    if (st) {
-        pl_status_t st2 = pl_ucx_inbox_release(x->inbox);
-        (void)st2; /* the decode error is the one to report */
-    }
     return st;
 }
 

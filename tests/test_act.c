@@ -5,6 +5,7 @@
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -69,12 +70,12 @@ static pl_status_t s_decode(const void *buf, size_t len)
 Test(act, size_known_values)
 {
     pl_act_hdr_t h = {.kind = PL_ACT_HIDDEN, .n_seq = 2, .n_tokens = 5, .dim = 3};
-    cr_assert_eq(pl_act_size(&h), 32 + 2 * 20 + 5 * 3 * 4);
+    cr_assert_eq(pl_act_size(&h), 48 + 2 * 20 + 5 * 3 * 4);
     h = (pl_act_hdr_t){.kind = PL_ACT_TOKENS, .n_seq = 3, .n_tokens = 3};
-    cr_assert_eq(pl_act_size(&h), 32 + 3 * 20);
+    cr_assert_eq(pl_act_size(&h), 48 + 3 * 20);
     h = (pl_act_hdr_t){.kind = PL_ACT_STOP};
-    cr_assert_eq(pl_act_size(&h), 32);
-    cr_assert_eq(PL_ACT_HDR_BYTES, 32);
+    cr_assert_eq(pl_act_size(&h), 48);
+    cr_assert_eq(PL_ACT_HDR_BYTES, 48);
     cr_assert_eq(PL_ACT_SEQ_BYTES, 20);
 }
 
@@ -96,12 +97,14 @@ Test(act, hidden_bytes_match_reference_layout)
     pl_act_hdr_t h;
     pl_act_seq_t seqs[2];
     float payload[12];
-    unsigned char ref[32 + 40 + 48];
+    unsigned char ref[48 + 40 + 48];
     size_t o = 0, len;
 
     s_hidden(&h, seqs, payload);
+    for (int i = 0; i < 16; i++)
+        h.token.b[i] = (uint8_t)(0xa0 + i);
     o = put32(ref, o, 0x504c4131u);
-    o = put16(ref, o, 2);
+    o = put16(ref, o, 3);
     ref[o++] = PL_ACT_HIDDEN;
     ref[o++] = PL_ACT_F32;
     o = put32(ref, o, 7);
@@ -110,6 +113,8 @@ Test(act, hidden_bytes_match_reference_layout)
     o = put32(ref, o, 2);
     o = put32(ref, o, 4);
     o = put32(ref, o, 3);
+    for (int i = 0; i < 16; i++)
+        ref[o++] = (unsigned char)(0xa0 + i);
     for (int i = 0; i < 2; i++) {
         o = put32(ref, o, seqs[i].seq);
         o = put32(ref, o, seqs[i].pos0);
@@ -147,7 +152,7 @@ Test(act, hidden_round_trip)
         cr_assert_eq(out[i].flags, seqs[i].flags);
         cr_assert_eq(out[i].token, seqs[i].token);
     }
-    cr_assert_eq((const char *)pl, (const char *)buf + 32 + 40, "payload points into buf");
+    cr_assert_eq((const char *)pl, (const char *)buf + 48 + 40, "payload points into buf");
     cr_assert_eq((uintptr_t)pl % _Alignof(float), 0);
     cr_assert_arr_eq(pl, payload, sizeof(payload));
     free(buf);
@@ -166,7 +171,7 @@ Test(act, tokens_round_trip)
     const void *pl = (void *)1;
     size_t len;
     void *buf = s_encode_ok(&h, seqs, NULL, &len);
-    cr_assert_eq(len, 32 + 60);
+    cr_assert_eq(len, 48 + 60);
     cr_assert_eq(pl_act_decode(buf, len, &s_limits, &got, out, &pl), PL_OK, "%s",
                  pl_error_msg());
     cr_assert_eq(memcmp(&got, &h, sizeof(h)), 0);
@@ -187,7 +192,7 @@ Test(act, stop_round_trip)
     pl_act_seq_t out[1];
     size_t len;
     void *buf = s_encode_ok(&h, NULL, NULL, &len);
-    cr_assert_eq(len, 32);
+    cr_assert_eq(len, 48);
     cr_assert_eq(pl_act_decode(buf, len, &s_limits, &got, out, NULL), PL_OK, "%s",
                  pl_error_msg());
     cr_assert_eq(memcmp(&got, &h, sizeof(h)), 0);
@@ -215,12 +220,12 @@ Test(act, training_kinds_round_trip)
     double v[3] = {0.1, -1e300, 5e-324}, back[3];
     pl_act_hdr_t s = {.kind = PL_ACT_SUM, .job = 7, .mb = 1, .step = 99, .dim = 3};
     buf = s_encode_ok(&s, NULL, v, &len);
-    cr_assert_eq(len, 32 + 24);
+    cr_assert_eq(len, 48 + 24);
     unsigned char *b = buf;
     uint64_t u;
     memcpy(&u, &v[0], 8);
     for (int i = 0; i < 8; i++) /* little-endian IEEE binary64 */
-        cr_assert_eq(b[32 + i], (unsigned char)(u >> (8 * i)));
+        cr_assert_eq(b[48 + i], (unsigned char)(u >> (8 * i)));
     cr_assert_eq(pl_act_decode(buf, len, &s_limits, &got, out, &pl), PL_OK, "%s",
                  pl_error_msg());
     cr_assert_eq(memcmp(&got, &s, sizeof(s)), 0);
@@ -289,12 +294,12 @@ static void s_patched(size_t off, uint32_t value, const char *what)
 Test(act, broken_header_fields)
 {
     s_patched(0, 0x504c4132u, "magic");
-    s_patched(4, 1 | (PL_ACT_HIDDEN << 16), "version");
-    s_patched(4, 3 | (PL_ACT_HIDDEN << 16), "version");
-    s_patched(4, 2 | (0u << 16), "kind");
-    s_patched(4, 2 | (9u << 16), "kind");
-    s_patched(4, 2 | (PL_ACT_HIDDEN << 16) | (3u << 24), "dtype"); /* unknown dtype */
-    s_patched(4, 2 | (PL_ACT_HIDDEN << 16) | (1u << 24), "dtype"); /* not the job's */
+    s_patched(4, 2 | (PL_ACT_HIDDEN << 16), "version"); /* the layout before the token */
+    s_patched(4, 4 | (PL_ACT_HIDDEN << 16), "version");
+    s_patched(4, 3 | (0u << 16), "kind");
+    s_patched(4, 3 | (9u << 16), "kind");
+    s_patched(4, 3 | (PL_ACT_HIDDEN << 16) | (3u << 24), "dtype"); /* unknown dtype */
+    s_patched(4, 3 | (PL_ACT_HIDDEN << 16) | (1u << 24), "dtype"); /* not the job's */
     s_patched(20, 0, "n_seq");            /* hidden with no sequences */
     s_patched(20, 9, "n_seq");            /* above max_seq */
     s_patched(20, 3, "bytes");            /* one more entry than present */
@@ -306,7 +311,7 @@ Test(act, broken_header_fields)
 
 Test(act, broken_entries)
 {
-    const size_t e0 = 32, e1 = 52;
+    const size_t e0 = 48, e1 = 68;
     s_patched(e1 + 0, 5, "seq 5");            /* duplicate seq */
     s_patched(e1 + 0, 8, "seq 8");            /* seq >= max_seq */
     s_patched(e1 + 4, 100, "positions");      /* pos0 + n_tok = 101 > 100 */
@@ -343,10 +348,10 @@ Test(act, tokens_rules)
     size_t len;
     unsigned char *buf = s_encode_ok(&h, seqs, NULL, &len);
 
-    put32(buf, 32 + 20 + 16, (uint32_t)-3); /* negative token */
+    put32(buf, 48 + 20 + 16, (uint32_t)-3); /* negative token */
     cr_assert_eq(pl_act_decode(buf, len, &s_limits, &got, out, NULL), PL_ERR_PROTOCOL);
     cr_assert(strstr(pl_error_msg(), "token") != NULL, "%s", pl_error_msg());
-    put32(buf, 32 + 20 + 16, 6);
+    put32(buf, 48 + 20 + 16, 6);
     put32(buf, 28, 3); /* dim must be 0 */
     cr_assert_eq(pl_act_decode(buf, len, &s_limits, &got, out, NULL), PL_ERR_PROTOCOL);
     put32(buf, 28, 0);
@@ -357,7 +362,7 @@ Test(act, tokens_rules)
     h = (pl_act_hdr_t){.kind = PL_ACT_TOKENS, .n_seq = 1, .n_tokens = 1};
     pl_act_seq_t one = {.seq = 0, .n_tok = 1};
     buf = s_encode_ok(&h, &one, NULL, &len);
-    put32(buf, 32 + 8, 2);
+    put32(buf, 48 + 8, 2);
     put32(buf, 24, 2);
     cr_assert_eq(pl_act_decode(buf, len, &s_limits, &got, out, NULL), PL_ERR_PROTOCOL);
     free(buf);
@@ -386,7 +391,7 @@ Test(act, duplicate_check_with_many_entries)
     size_t len;
     unsigned char *buf = s_encode_ok(&h, seqs, NULL, &len);
     cr_assert_eq(s_decode(buf, len), PL_OK, "%s", pl_error_msg());
-    put32(buf, 32 + 20 * 39, 17); /* last entry repeats seq 17 */
+    put32(buf, 48 + 20 * 39, 17); /* last entry repeats seq 17 */
     cr_assert_eq(s_decode(buf, len), PL_ERR_PROTOCOL);
     cr_assert(strstr(pl_error_msg(), "seq 17") != NULL, "%s", pl_error_msg());
     free(buf);
@@ -394,13 +399,13 @@ Test(act, duplicate_check_with_many_entries)
 
 Test(act, huge_counts_do_not_overflow)
 {
-    unsigned char buf[32] = {0};
+    unsigned char buf[48] = {0};
     pl_act_hdr_t got;
     pl_act_seq_t out[1];
     pl_act_limits_t lim = {.max_seq = UINT32_MAX, .max_tokens = UINT32_MAX, .dim = UINT32_MAX,
                            .max_pos = UINT32_MAX};
     put32(buf, 0, PL_ACT_MAGIC);
-    put16(buf, 4, 2);
+    put16(buf, 4, 3);
     buf[6] = PL_ACT_HIDDEN;
     put32(buf, 20, UINT32_MAX);
     put32(buf, 24, UINT32_MAX);
@@ -544,7 +549,7 @@ Test(act, hidden_payload_travels_in_the_wire_dtype)
         h.dtype = dts[d];
         lim.dtype = dts[d];
         unsigned char *buf = s_encode_ok(&h, seqs, payload, &len);
-        cr_assert_eq(len, 32 + 40 + 12 * pl_act_dtype_size(dts[d]));
+        cr_assert_eq(len, 48 + 40 + 12 * pl_act_dtype_size(dts[d]));
         cr_assert_eq(buf[7], dts[d]);
         cr_assert_eq(pl_act_decode(buf, len, &lim, &got, out, &pl), PL_OK, "%s", pl_error_msg());
         cr_assert_eq(got.dtype, dts[d]);
@@ -670,4 +675,98 @@ Test(act, encode_into_matches_encode_also_in_place)
     h.dtype = 0;
     seqs[0].n_tok = 2; /* entries no longer sum to n_tokens */
     cr_assert_eq(pl_act_encode_into(&h, seqs, payload, sb, sizeof(sb), &sl), PL_ERR_INVALID);
+}
+
+/* ---- the job token ---- */
+
+/* The standard hidden message under a job token `t` (every byte 0x10 + i, and byte `flip`
+ * XORed with `x` in the message's copy). */
+static pl_status_t s_decode_token(size_t flip, uint8_t x)
+{
+    pl_act_hdr_t h, got = {.job = 4242};
+    pl_act_seq_t seqs[2], out[8];
+    float payload[12];
+    size_t len;
+    pl_act_limits_t lim = s_limits;
+    s_hidden(&h, seqs, payload);
+    for (int i = 0; i < 16; i++)
+        lim.token.b[i] = h.token.b[i] = (uint8_t)(0x10 + i);
+    h.token.b[flip] ^= x;
+    unsigned char *buf = s_encode_ok(&h, seqs, payload, &len);
+    pl_status_t st = pl_act_decode(buf, len, &lim, &got, out, NULL);
+    if (st == PL_OK)
+        cr_assert_eq(memcmp(got.token.b, lim.token.b, 16), 0, "the decoded header has the token");
+    else
+        cr_assert_eq(got.job, 4242, "header untouched on a refusal");
+    free(buf);
+    return st;
+}
+
+Test(act, the_token_must_match_in_every_byte_and_bit)
+{
+    cr_assert_eq(s_decode_token(0, 0), PL_OK, "%s", pl_error_msg());
+    for (size_t i = 0; i < 16; i++)
+        for (int bit = 0; bit < 8; bit++) {
+            cr_assert_eq(s_decode_token(i, (uint8_t)(1u << bit)), PL_ERR_PERMISSION,
+                         "byte %zu bit %d", i, bit);
+            cr_assert(strstr(pl_error_msg(), "token") != NULL, "%s", pl_error_msg());
+        }
+}
+
+Test(act, the_token_is_checked_before_the_other_fields)
+{
+    /* a message with a wrong token and a broken body is refused for its token: nothing of the
+     * body was looked at */
+    pl_act_hdr_t h, got;
+    pl_act_seq_t seqs[2], out[8];
+    float payload[12];
+    size_t len;
+    pl_act_limits_t lim = s_limits;
+    s_hidden(&h, seqs, payload);
+    lim.token.b[3] = 1;
+    unsigned char *buf = s_encode_ok(&h, seqs, payload, &len);
+    put32(buf, 28, 99);         /* dim */
+    put32(buf, 48 + 0, 77);     /* seq */
+    cr_assert_eq(pl_act_decode(buf, len - 5, &lim, &got, out, NULL), PL_ERR_PERMISSION);
+    /* but a message too short to hold a token, or of the layout before it, is malformed */
+    cr_assert_eq(pl_act_decode(buf, 47, &lim, &got, out, NULL), PL_ERR_PROTOCOL);
+    put16(buf, 4, 2);
+    cr_assert_eq(pl_act_decode(buf, len, &lim, &got, out, NULL), PL_ERR_PROTOCOL);
+    free(buf);
+}
+
+Test(act, token_equality_and_text)
+{
+    pl_act_token_t a, b, c;
+    char hex[PL_ACT_TOKEN_HEX + 1];
+    cr_assert_eq(pl_act_token_new(&a), PL_OK);
+    cr_assert_eq(pl_act_token_new(&b), PL_OK);
+    cr_assert_not(pl_act_token_equal(&a, &b), "two fresh tokens differ (p = 2^-128)");
+    cr_assert(pl_act_token_equal(&a, &a));
+    pl_act_token_hex(&a, hex);
+    cr_assert_eq(strlen(hex), 32);
+    cr_assert_eq(strspn(hex, "0123456789abcdef"), 32);
+    cr_assert_eq(pl_act_token_parse(hex, &c), PL_OK, "%s", pl_error_msg());
+    cr_assert(pl_act_token_equal(&a, &c));
+    cr_assert_eq(memcmp(a.b, c.b, 16), 0);
+    /* an independent reading of the text: byte i is hex digits 2i, 2i+1 */
+    for (int i = 0; i < 16; i++) {
+        unsigned v;
+        char two[3] = {hex[2 * i], hex[2 * i + 1], 0};
+        cr_assert_eq(sscanf(two, "%2x", &v), 1);
+        cr_assert_eq(v, a.b[i]);
+    }
+    cr_assert_eq(pl_act_token_parse("00112233445566778899AABBCCDDEEFF", &c), PL_OK);
+    cr_assert_eq(c.b[0], 0x00);
+    cr_assert_eq(c.b[15], 0xff);
+    pl_act_token_t keep = c;
+    const char *bad[] = {"", "0011", "00112233445566778899aabbccddeeff0",
+                         "00112233445566778899aabbccddeefg", "0x112233445566778899aabbccddeeff",
+                         " 0112233445566778899aabbccddeeff"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        cr_assert_eq(pl_act_token_parse(bad[i], &c), PL_ERR_INVALID, "'%s'", bad[i]);
+        cr_assert(strstr(pl_error_msg(), bad[i][0] ? bad[i] : "\x01") == NULL,
+                  "the message does not quote the text: %s", pl_error_msg());
+        cr_assert(pl_act_token_equal(&c, &keep), "output untouched on error");
+    }
 }

@@ -306,8 +306,11 @@ Test(msg_job, ready_and_start_with_and_without_addresses)
     pl_msg_init(&m, PL_MSG_START);
     m.start = (pl_msg_start_t){
         .job = 9, .stage = 0, .epoch = UINT32_MAX, .next = "bmV4dA==", .prev = "cHJldg=="};
+    for (int i = 0; i < 16; i++)
+        m.start.token.b[i] = (uint8_t)(0xf0 ^ (i * 37));
     s_round_trip(&m, &out);
     cr_assert_eq(out.start.epoch, UINT32_MAX);
+    cr_assert_eq(memcmp(out.start.token.b, m.start.token.b, 16), 0, "the token travels whole");
     cr_assert_str_eq(out.start.next, "bmV4dA==");
     cr_assert_str_eq(out.start.prev, "cHJldg==");
     pl_msg_clear(&out);
@@ -322,7 +325,21 @@ Test(msg_job, ready_and_start_with_and_without_addresses)
               "ucx_addr");
     s_refused(PL_MSG_READY, "{\"job\": 1, \"epoch\": 1, \"stage\": 0, \"ucx_addr\": \"\"}",
               "ucx_addr");
-    s_refused(PL_MSG_START, "{\"job\": 1, \"epoch\": 1, \"stage\": 0, \"next\": \"\"}", "next");
+    s_refused(PL_MSG_START,
+              "{\"job\": 1, \"epoch\": 1, \"stage\": 0, \"next\": \"\", "
+              "\"token\": \"00112233445566778899aabbccddeeff\"}",
+              "next");
+    /* the data-plane token: required, exactly 32 hex digits */
+    s_refused(PL_MSG_START, "{\"job\": 1, \"epoch\": 1, \"stage\": 0}", "token");
+    s_refused(PL_MSG_START,
+              "{\"job\": 1, \"epoch\": 1, \"stage\": 0, \"token\": \"0011223344556677\"}",
+              "token");
+    s_refused(PL_MSG_START,
+              "{\"job\": 1, \"epoch\": 1, \"stage\": 0, "
+              "\"token\": \"00112233445566778899aabbccddeefx\"}",
+              "token");
+    s_refused(PL_MSG_START, "{\"job\": 1, \"epoch\": 1, \"stage\": 0, \"token\": 7}",
+              "token");
     s_refused(PL_MSG_START, "{\"stage\": 0}", "job");
     s_refused(PL_MSG_READY, "{\"job\": 1, \"stage\": 0}", "epoch"); /* every stage message */
     s_refused(PL_MSG_START, "{\"job\": 1, \"stage\": 0, \"epoch\": -1}", "epoch");

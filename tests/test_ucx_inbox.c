@@ -292,6 +292,52 @@ Test(ucx_inbox, oversized_message_and_bad_grants_are_refused)
     s_unlink(&l);
 }
 
+Test(ucx_inbox, a_dropped_message_returns_no_credit_and_later_ones_keep_their_lengths)
+{
+    s_link_t l;
+    const void *buf;
+    size_t len;
+    uint64_t tag;
+    pl_ucx_credit_stats_t cs;
+    s_link(&l, 1000, 2);
+    /* a stranger's message (no credit spent) takes a slot while the sender's two credited
+     * messages are under way: the second finds no slot posted and waits in UCX's queue */
+    cr_assert_eq(pl_ucx_send(l.a, l.ab, S_DATA_TAG | 9, s_pattern(52, 9), 52), PL_OK);
+    cr_assert_eq(pl_ucx_flush(l.a, 5000), PL_OK);
+    cr_assert_eq(pl_ucx_inbox_recv(l.in, &buf, &len, &tag, 5000, NULL), PL_OK, "%s",
+                 pl_error_msg());
+    cr_assert_eq(len, 52);
+    for (unsigned i = 1; i <= 2; i++)
+        cr_assert_eq(pl_ucx_send_credited(l.a, l.ab, S_DATA_TAG | i, s_pattern(100 * i, i),
+                                          100 * i, 5000, NULL),
+                     PL_OK, "%s", pl_error_msg());
+    cr_assert_eq(pl_ucx_flush(l.a, 5000), PL_OK);
+    usleep(100 * 1000); /* both have arrived: one in the free slot, one queued in UCX */
+    /* dropped: its slot is posted again and takes the queued message at once */
+    cr_assert_eq(pl_ucx_inbox_drop(l.in), PL_OK, "%s", pl_error_msg());
+    cr_assert_eq(pl_ucx_inbox_drop(l.in), PL_ERR_INVALID, "nothing taken");
+    for (unsigned i = 1; i <= 2; i++) {
+        cr_assert_eq(pl_ucx_inbox_recv(l.in, &buf, &len, &tag, 5000, NULL), PL_OK, "%s",
+                     pl_error_msg());
+        cr_assert_eq(tag, S_DATA_TAG | i);
+        cr_assert_eq(len, 100 * i, "message %u: %zu bytes (its own length, not the one before)",
+                     i, len);
+        cr_assert(s_pattern_ok(buf, len, i));
+        cr_assert_eq(pl_ucx_inbox_release(l.in), PL_OK);
+    }
+    /* the two releases gave two credits back, the drop none: two sends go, a third waits */
+    for (unsigned i = 3; i <= 4; i++)
+        cr_assert_eq(pl_ucx_send_credited(l.a, l.ab, S_DATA_TAG | i, s_pattern(10, i), 10, 5000,
+                                          NULL),
+                     PL_OK, "%s", pl_error_msg());
+    cr_assert_eq(pl_ucx_send_credited(l.a, l.ab, S_DATA_TAG | 5, s_pattern(10, 5), 10, 300, NULL),
+                 PL_ERR_TIMEOUT);
+    pl_ucx_ep_credit_stats(l.ab, &cs);
+    cr_assert_eq(cs.granted, 2);
+    cr_assert_eq(cs.in_flight, 2);
+    s_unlink(&l);
+}
+
 /* ---- a peer process that dies ---- */
 
 static void s_write_str(int fd, const char *s)

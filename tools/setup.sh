@@ -24,6 +24,9 @@ command -v sqlite3 >/dev/null 2>&1 || PKGS+=(sqlite3)
 command -v curl >/dev/null 2>&1 || PKGS+=(curl)
 # the trace timeline test renders pipectl's SVG to PNG (tests/test_trace_cluster.c)
 command -v rsvg-convert >/dev/null 2>&1 || PKGS+=(librsvg2-bin)
+# the fuzz section of tools/test.sh (tools/fuzz.sh): clang and its libFuzzer and sanitizer runtimes
+command -v clang >/dev/null 2>&1 || PKGS+=(clang)
+PKGS+=(libclang-rt-dev)
 if [ "${PL_GPU_TOOLCHAINS:-0}" = 1 ]; then
     PKGS+=(hipcc libamdhip64-dev)
 fi

@@ -6,9 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The layout is described in act.h. 32 + 20 * n_seq is a multiple of 4, so the payload of a
+/* The layout is described in act.h. 48 + 20 * n_seq is a multiple of 4, so the payload of a
  * message received into a malloc'd buffer is aligned for float. */
-#define PL_ACT_VERSION 2u
+#define PL_ACT_VERSION 3u
+#define S_TOKEN_AT 32u
 #define PL_ACT_KNOWN_FLAGS PL_ACT_FINISHED
 /* Below this many entries the duplicate check compares pairs instead of sorting a copy. */
 #define PL_ACT_DUP_QUADRATIC 32u
@@ -216,6 +217,7 @@ static void s_write(const pl_act_hdr_t *hdr, const pl_act_seq_t *seqs, const voi
     s_put_u32(buf + 20, hdr->n_seq);
     s_put_u32(buf + 24, hdr->n_tokens);
     s_put_u32(buf + 28, hdr->dim);
+    memcpy(buf + S_TOKEN_AT, hdr->token.b, PL_ACT_TOKEN_BYTES);
     p = buf + PL_ACT_HDR_BYTES;
     for (uint32_t i = 0; i < hdr->n_seq; i++, p += PL_ACT_SEQ_BYTES) {
         s_put_u32(p + 0, seqs[i].seq);
@@ -310,6 +312,10 @@ pl_status_t pl_act_decode(const void *buf, size_t len, const pl_act_limits_t *li
     if (version != PL_ACT_VERSION)
         return pl_error(PL_ERR_PROTOCOL, "activation: version %u (expected %u)", version,
                         PL_ACT_VERSION);
+    memcpy(h.token.b, b + S_TOKEN_AT, PL_ACT_TOKEN_BYTES);
+    if (!pl_act_token_equal(&h.token, &limits->token))
+        return pl_error(PL_ERR_PERMISSION, "activation: not this job's token (a message from "
+                                           "outside the job's stages, or an earlier assignment)");
     h.kind = b[6];
     h.dtype = b[7];
     h.job = s_get_u32(b + 8);

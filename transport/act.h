@@ -1,11 +1,13 @@
-/* The data-plane message between stages: a fixed little-endian header, one entry per sequence,
- * then the payload (activations as f32, bf16 or f16: the job's wire dtype; token ids for the
- * ring back to stage 0 travel in the entries).
- * Decoding checks every count and size against the received length and the job's limits. */
+/* The data-plane message between stages: a fixed little-endian header with the job's token, one
+ * entry per sequence, then the payload (activations as f32, bf16 or f16: the job's wire dtype;
+ * token ids for the ring back to stage 0 travel in the entries).
+ * Decoding checks the token first, then every count and size against the received length and
+ * the job's limits. */
 #ifndef PL_TRANSPORT_ACT_H
 #define PL_TRANSPORT_ACT_H
 
 #include "common/status.h"
+#include "transport/act_token.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -58,6 +60,7 @@ typedef struct {
     uint32_t n_tokens; /* sum of n_tok */
     uint32_t dim;      /* hidden size for PL_ACT_HIDDEN, else 0 */
     uint32_t dtype;    /* pl_act_dtype_t of the payload for PL_ACT_HIDDEN, else 0 (f32) */
+    pl_act_token_t token; /* the job's token (act_token.h), written as is */
 } pl_act_hdr_t;
 
 typedef struct {
@@ -66,17 +69,18 @@ typedef struct {
     uint32_t dim;        /* expected hidden size */
     uint32_t max_pos;    /* positions are below this */
     uint32_t dtype;      /* the job's wire dtype: hidden messages must carry it */
+    pl_act_token_t token; /* the job's token: messages must carry it */
 } pl_act_limits_t;
 
-/* Wire layout: a 32-byte header (magic u32, version u16 = 2, kind u8, dtype u8, job, mb, step,
- * n_seq, n_tokens, dim: u32 each), n_seq entries of 20 bytes (seq, pos0, n_tok, flags: u32,
+/* Wire layout: a 48-byte header (magic u32, version u16 = 3, kind u8, dtype u8, job, mb, step,
+ * n_seq, n_tokens, dim: u32 each, then the 16 bytes of the job's token), n_seq entries of 20 bytes (seq, pos0, n_tok, flags: u32,
  * token: i32), then for PL_ACT_HIDDEN the payload [n_tokens][dim] in dtype (IEEE binary32,
  * bfloat16 or binary16); all little-endian. PL_ACT_TOKENS has
  * n_tokens == n_seq, every n_tok 1, dim 0 and no payload (the token is in the entry);
  * PL_ACT_STOP has no entries and no payload. PL_ACT_GRAD follows PL_ACT_HIDDEN's rules (dim, the
  * wire dtype); PL_ACT_SUM has no entries, n_tokens 0, dtype 0, 1 <= dim <= PL_ACT_SUM_MAX and a
  * payload of dim IEEE binary64 values, exact to the bit. */
-#define PL_ACT_HDR_BYTES 32u
+#define PL_ACT_HDR_BYTES 48u
 #define PL_ACT_SEQ_BYTES 20u
 
 /* Encoded size of a message (SIZE_MAX when it overflows). */
@@ -98,7 +102,8 @@ size_t pl_act_payload_offset(uint32_t n_seq);
 /* Decode and validate. seqs must have room for limits->max_seq entries; *payload_p points into
  * buf (NULL for kinds without payload; payload_p may be NULL). The payload starts at a multiple
  * of 4 bytes into buf, so it is float-aligned when buf is malloc'd, and is in the wire dtype
- * (pl_act_payload_f32 reads it). Checks: magic, version, kind, dtype (== limits->dtype for
+ * (pl_act_payload_f32 reads it). Checks: magic, version, then the token (== limits->token,
+ * compared in constant time: PL_ERR_PERMISSION, before any other field is looked at), kind, dtype (== limits->dtype for
  * hidden messages, 0 otherwise), the per-kind shape, 1 <= n_seq <= max_seq, n_tokens <=
  * max_tokens, dim == limits->dim, the
  * exact length, and per entry seq < max_seq (no duplicates), n_tok >= 1, sum(n_tok) == n_tokens,

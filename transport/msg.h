@@ -7,6 +7,7 @@
 #include "common/job_spec.h"
 #include "common/status.h"
 #include "transport/ctl.h"
+#include "transport/act_token.h"
 
 #include <jansson.h>
 #include <stdbool.h>
@@ -131,12 +132,15 @@ typedef struct {
     char *ucx_addr; /* owned */
 } pl_msg_ready_t;
 
-/* START: where activations go (next) and whose link probe to answer (prev); NULL when alone. */
+/* START: where activations go (next) and whose link probe to answer (prev); NULL when alone.
+ * token: the assignment's data-plane token, which every activation message of it carries (only
+ * the coordinator makes it, fresh for each epoch; never logged). */
 typedef struct {
     uint32_t job;
     int stage;
     uint32_t epoch;
     char *next, *prev; /* owned */
+    pl_act_token_t token;
 } pl_msg_start_t;
 
 /* The link a stage measured to the next one. */
@@ -151,6 +155,7 @@ typedef struct {
 typedef struct {
     int inbox_slots;
     int64_t inbox_bytes, send_credits, max_in_flight, bound_bytes;
+    int64_t dropped; /* messages refused on arrival (transport/act_recv.h), all reasons */
     bool progress_thread;
 } pl_msg_data_plane_t;
 

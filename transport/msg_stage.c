@@ -43,17 +43,23 @@ pl_status_t pl_msg_ready_decode(const json_t *body, pl_msg_ready_t *out)
 
 pl_status_t pl_msg_start_encode(const pl_msg_start_t *m, json_t **body_p)
 {
-    return pl_msg_int_done(json_pack("{s:I, s:i, s:I, s:s?, s:s?}", "job", (json_int_t)m->job,
-                                     "stage", m->stage, "epoch", (json_int_t)m->epoch, "next",
-                                     m->next, "prev", m->prev),
+    char token[PL_ACT_TOKEN_HEX + 1];
+    pl_act_token_hex(&m->token, token);
+    return pl_msg_int_done(json_pack("{s:I, s:i, s:I, s:s?, s:s?, s:s}", "job",
+                                     (json_int_t)m->job, "stage", m->stage, "epoch",
+                                     (json_int_t)m->epoch, "next", m->next, "prev", m->prev,
+                                     "token", token),
                            "START", body_p);
 }
 
 pl_status_t pl_msg_start_decode(const json_t *body, pl_msg_start_t *out)
 {
     pl_msg_start_t m = {0};
+    char token[PL_ACT_TOKEN_HEX + 1];
     pl_status_t st;
     if ((st = pl_msg_int_ids(body, 0, &m.job, &m.stage, &m.epoch)) ||
+        (st = pl_json_str(body, "token", token, sizeof(token) - 1)) ||
+        (st = pl_act_token_parse(token, &m.token)) ||
         (st = pl_msg_int_strdup_opt(body, "next", PL_MSG_MAX_ADDR, &m.next)) ||
         (st = pl_msg_int_strdup_opt(body, "prev", PL_MSG_MAX_ADDR, &m.prev))) {
         free(m.next);
@@ -99,12 +105,12 @@ pl_status_t pl_msg_stats_encode(const pl_msg_stats_t *m, json_t **body_p)
     }
     if (m->has_data_plane) {
         const pl_msg_data_plane_t *d = &m->data_plane;
-        json_t *dj = json_pack("{s:i, s:I, s:I, s:I, s:I, s:b}", "inbox_slots", d->inbox_slots,
-                               "inbox_bytes", (json_int_t)d->inbox_bytes, "send_credits",
-                               (json_int_t)d->send_credits, "max_in_flight",
+        json_t *dj = json_pack("{s:i, s:I, s:I, s:I, s:I, s:b, s:I}", "inbox_slots",
+                               d->inbox_slots, "inbox_bytes", (json_int_t)d->inbox_bytes,
+                               "send_credits", (json_int_t)d->send_credits, "max_in_flight",
                                (json_int_t)d->max_in_flight, "bound_bytes",
                                (json_int_t)d->bound_bytes, "progress_thread",
-                               d->progress_thread);
+                               d->progress_thread, "dropped", (json_int_t)d->dropped);
         if (!dj) {
             json_decref(s);
             return pl_msg_int_done(NULL, "stats.data_plane", body_p);
@@ -177,7 +183,8 @@ pl_status_t pl_msg_stats_decode(const json_t *body, pl_msg_stats_t *out)
             (st = pl_json_int(dp, "send_credits", 0, S_MAX_N, &d->send_credits)) ||
             (st = pl_json_int(dp, "max_in_flight", 0, S_MAX_N, &d->max_in_flight)) ||
             (st = pl_json_int(dp, "bound_bytes", 0, S_MAX_N, &d->bound_bytes)) ||
-            (st = pl_json_bool_opt(dp, "progress_thread", &d->progress_thread)))
+            (st = pl_json_bool_opt(dp, "progress_thread", &d->progress_thread)) ||
+            (st = pl_json_int_opt(dp, "dropped", 0, S_MAX_N, &d->dropped)))
             return pl_error_prefix(st, "stats.data_plane: ");
         d->inbox_slots = (int)slots;
         m.has_data_plane = true;

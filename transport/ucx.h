@@ -99,11 +99,18 @@ void pl_ucx_inbox_destroy(pl_ucx_inbox_t **inbox_p);
  * PL_ERR_CANCELED as pl_ucx_recv; PL_ERR_TRANSPORT when nothing came and an endpoint of the
  * worker failed (the upstream peer's, or another: a stage then never waits on a broken ring,
  * within the peer timeout); a message
- * longer than a slot is PL_ERR_PROTOCOL (its slot goes back, the link carries on). */
+ * longer than a slot is PL_ERR_PROTOCOL (its slot is posted again without a credit, as by
+ * pl_ucx_inbox_drop; the link carries on). */
 pl_status_t pl_ucx_inbox_recv(pl_ucx_inbox_t *inbox, const void **buf_p, size_t *len_p,
                               uint64_t *tag_p, int timeout_ms, const volatile int *cancel);
 /* Give the taken message's slot back: posted again and its credit returned upstream. */
 pl_status_t pl_ucx_inbox_release(pl_ucx_inbox_t *inbox);
+/* Give the taken message's slot back without a credit: for a message the receiver refuses (not
+ * the job's token, malformed). UCX does not say who sent a tagged message, so it may not have
+ * cost the sender a credit; returning one would let a flood of forged messages hand the sender
+ * credits for slots that are not there. The slot is posted again, so the flood cannot use the
+ * slots up either. */
+pl_status_t pl_ucx_inbox_drop(pl_ucx_inbox_t *inbox);
 /* Bytes of the slots (slot size rounded up to 64) and their number. */
 size_t pl_ucx_inbox_bytes(const pl_ucx_inbox_t *inbox);
 int pl_ucx_inbox_slots(const pl_ucx_inbox_t *inbox);

@@ -100,22 +100,28 @@ static pl_status_t s_post(pl_ucx_inbox_t *in, s_slot_t *sl)
 
     sl->done = false;
     sl->status = UCS_INPROGRESS;
+    /* Never completed at once: UCX 1.13 then leaves recv_info unwritten when the message came
+     * from its unexpected queue (one that arrived while the slot was away, as behind a dropped
+     * forged message), and the slot would report the length of the one before. The callback
+     * always has the message's own length; it may run before ucp_tag_recv_nbx returns. */
     param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
-                         UCP_OP_ATTR_FIELD_MEMH | UCP_OP_ATTR_FIELD_RECV_INFO;
+                         UCP_OP_ATTR_FIELD_MEMH | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
     param.cb.recv = s_slot_done;
     param.user_data = sl;
     param.memh = in->memh;
-    param.recv_info.tag_info = &sl->info;
     req = ucp_tag_recv_nbx(in->ucx->worker, sl->buf, in->slot_bytes, in->want & in->mask, in->mask,
                            &param);
+    if (UCS_PTR_IS_ERR(req) && UCS_PTR_STATUS(req) == UCS_ERR_MESSAGE_TRUNCATED) {
+        /* an oversized message that was already waiting matched at once: the slot is done,
+         * and inbox_recv refuses it as it would one that came later */
+        sl->status = UCS_ERR_MESSAGE_TRUNCATED;
+        sl->done = true;
+        return PL_OK;
+    }
     if (UCS_PTR_IS_ERR(req))
         return pl_ucx_ucs_error(UCS_PTR_STATUS(req), "inbox receive");
-    if (req == NULL) { /* completed at once; info is filled in */
-        sl->status = UCS_OK;
-        sl->done = true;
-    } else {
+    if (!sl->done) /* the callback has not run yet */
         sl->req = req;
-    }
     return PL_OK;
 }
 
@@ -230,8 +236,8 @@ int pl_ucx_inbox_slots(const pl_ucx_inbox_t *in)
     return in->n;
 }
 
-/* Re-post the head slot, move on, and return its credit (lock held). */
-static pl_status_t s_release(pl_ucx_inbox_t *in)
+/* Re-post the head slot, move on, and return its credit when `credit` (lock held). */
+static pl_status_t s_release(pl_ucx_inbox_t *in, bool credit)
 {
     s_slot_t *sl = &in->slots[in->head];
     pl_status_t st;
@@ -239,7 +245,7 @@ static pl_status_t s_release(pl_ucx_inbox_t *in)
     in->head = (in->head + 1) % in->n;
     if ((st = s_post(in, sl)) != PL_OK)
         return st;
-    return s_grant(in, 1);
+    return credit ? s_grant(in, 1) : PL_OK;
 }
 
 pl_status_t pl_ucx_inbox_recv(pl_ucx_inbox_t *in, const void **buf_p, size_t *len_p,
@@ -282,8 +288,9 @@ pl_status_t pl_ucx_inbox_recv(pl_ucx_inbox_t *in, const void **buf_p, size_t *le
                           sl->info.length, (unsigned long long)sl->info.sender_tag, in->slot_bytes);
         else
             st = pl_ucx_ucs_error(sl->status, "inbox receive");
-        /* The slot goes back at once, so the link carries on after a bad message. */
-        pl_status_t st2 = s_release(in);
+        /* The slot goes back at once, so the link carries on after a bad message; without a
+         * credit, since anyone who knows the worker's address could have sent it. */
+        pl_status_t st2 = s_release(in, false);
         if (st2 != PL_OK)
             st = st2;
         goto out;
@@ -298,14 +305,24 @@ out:
     return st;
 }
 
-pl_status_t pl_ucx_inbox_release(pl_ucx_inbox_t *in)
+static pl_status_t s_give_back(pl_ucx_inbox_t *in, bool credit)
 {
     if (!in->taken)
         return pl_error(PL_ERR_INVALID, "ucx inbox: no message to release");
     pl_ucx_lock(in->ucx);
-    pl_status_t st = s_release(in);
+    pl_status_t st = s_release(in, credit);
     pl_ucx_unlock(in->ucx);
     return st;
+}
+
+pl_status_t pl_ucx_inbox_release(pl_ucx_inbox_t *in)
+{
+    return s_give_back(in, true);
+}
+
+pl_status_t pl_ucx_inbox_drop(pl_ucx_inbox_t *in)
+{
+    return s_give_back(in, false);
 }
 
 void pl_ucx_inbox_destroy(pl_ucx_inbox_t **in_p)

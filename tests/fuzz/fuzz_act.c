@@ -1,9 +1,13 @@
-/* libFuzzer harness for the activation decoder: no input may crash it, and whatever it accepts
- * must re-encode to exactly the same bytes. Not part of the CMake build:
+/* libFuzzer harness for the activation decoder: no input may crash it, whatever it accepts
+ * carries the job's token and must re-encode to exactly the same bytes, and a message of this
+ * version with another token is refused for it (PL_ERR_PERMISSION) whatever its other fields.
+ * Input: optionally 'L' + 15 bytes choosing the limits and 16 bytes of the job's token (else the
+ * defaults and the zero token), then the message. Seeds: tests/fuzz/corpus/act/; built by
+ * tests/fuzz/CMakeLists.txt (see tools/fuzz.sh), or by hand:
  *   clang -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -I. \
- *       tests/fuzz/fuzz_act.c transport/act.c transport/act_dtype.c common/status.c \
- *       -o /tmp/fuzz_act
- *   /tmp/fuzz_act -max_total_time=60 -max_len=4096 /tmp/fuzz_act_corpus */
+ *       tests/fuzz/fuzz_act.c transport/act.c transport/act_dtype.c transport/act_token.c \
+ *       common/status.c -o /tmp/fuzz_act
+ *   /tmp/fuzz_act -max_total_time=60 -max_len=4096 tests/fuzz/corpus/act */
 #include "transport/act.h"
 
 #include <stdbool.h>
@@ -27,20 +31,32 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     void *copy, *again = NULL;
     size_t again_len = 0;
 
-    /* The first 16 bytes, when present, choose the limits (max_seq bounded by our buffer). */
-    if (size >= 16 && data[0] == 'L') {
+    /* The first 32 bytes, when present, choose the limits (max_seq bounded by our buffer) and
+     * the job's token. */
+    if (size >= 32 && data[0] == 'L') {
         lim.max_seq = s_u32(data) % (MAX_SEQ + 1);
         lim.max_tokens = s_u32(data + 4);
         lim.dim = s_u32(data + 8) % 64;
         lim.max_pos = s_u32(data + 12) >> 2;
         lim.dtype = data[12] & 3u; /* 3 is no dtype: every hidden message must be refused */
-        data += 16;
-        size -= 16;
+        memcpy(lim.token.b, data + 16, PL_ACT_TOKEN_BYTES);
+        data += 32;
+        size -= 32;
     }
     /* An exact-size heap copy, so any read past the end is caught. */
     copy = malloc(size ? size : 1);
     memcpy(copy, data, size);
-    if (pl_act_decode(copy, size, &lim, &hdr, seqs, &payload) == PL_OK) {
+    pl_status_t st = pl_act_decode(copy, size, &lim, &hdr, seqs, &payload);
+    /* this version's header (magic, version 3) with a token other than the job's */
+    if (size >= PL_ACT_HDR_BYTES && s_u32(data) == PL_ACT_MAGIC &&
+        (data[4] | data[5] << 8) == 3 && memcmp(data + 32, lim.token.b, PL_ACT_TOKEN_BYTES) != 0 &&
+        st != PL_ERR_PERMISSION) {
+        fprintf(stderr, "another token not refused for it: %d %s\n", st, pl_error_msg());
+        abort();
+    }
+    if (st == PL_OK) {
+        if (memcmp(hdr.token.b, lim.token.b, PL_ACT_TOKEN_BYTES) != 0)
+            abort();
         size_t n = (size_t)hdr.n_tokens * hdr.dim;
         const float *f32 = NULL;
         const void *src = NULL;

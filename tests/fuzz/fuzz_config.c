@@ -1,6 +1,6 @@
-/* libFuzzer harness for the YAML config loaders (not part of the CMake build). Build one binary
- * per parser, PL_FUZZ_WHICH = 0 cluster, 1 node, 2 job, 3 pipectl, 4 training job, from the
- * repository root:
+/* libFuzzer harness for the YAML config loaders (built by tests/fuzz/CMakeLists.txt; tools/fuzz.sh
+ * runs it). Build one binary per parser, PL_FUZZ_WHICH = 0 cluster, 1 node, 2 job, 3 pipectl,
+ * 4 training job, from the repository root:
  *
  *   for w in 0 1 2 3 4; do
  *     clang -g -O1 -fsanitize=fuzzer,address,undefined -D_GNU_SOURCE -DPL_FUZZ_WHICH=$w -I. \

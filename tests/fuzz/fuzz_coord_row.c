@@ -1,6 +1,6 @@
 /* libFuzzer harness for the coordinator's stored job rows (the state database is outside input):
  * pl_coord_job_from_row must refuse or accept every row without crashing, and an accepted job's
- * spec and results must encode again. Not part of the CMake build:
+ * spec and results must encode again. Built by tests/fuzz/CMakeLists.txt (tools/fuzz.sh runs it); by hand:
  *   clang -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -I. \
  *       tests/fuzz/fuzz_coord_row.c daemon/coord_row.c daemon/coord_event.c transport/ctl.c \
  *       transport/act_dtype.c \
@@ -45,7 +45,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                         .n_layers = (int8_t)data[4] * 64,
                         .generated = (int8_t)data[5],
                         .prompt_tokens = data[6],
-                        .epoch = (int64_t)(int8_t)data[7] << 28,
+                        .epoch = (int64_t)(int8_t)data[7] * (1LL << 28), /* no shift of a negative */
                         .submitted_at = 1.0,
                         .ended_at = 0};
     pl_coord_job_t *j = NULL;

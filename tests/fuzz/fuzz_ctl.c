@@ -2,7 +2,7 @@
  * typed decoder behind it (pl_msg_decode_wire), and for REPLY bodies the typed reply decoders
  * (job state, results). No input may crash either; an accepted body must survive a compact
  * re-serialization, and an accepted typed message must encode, and decode again from its own
- * encoding to the same encoding. Not part of the CMake build:
+ * encoding to the same encoding. Built by tests/fuzz/CMakeLists.txt (tools/fuzz.sh runs it); by hand:
  *   clang -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -I. tests/fuzz/fuzz_ctl.c \
  *       transport/ctl.c transport/msg*.c transport/act_dtype.c common/status.c common/json.c \
  *       common/job_spec.c \

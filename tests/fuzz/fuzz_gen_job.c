@@ -2,7 +2,7 @@
  * pl_gen_job_from_spec against a model, and the planner's job shape pl_sched_job_from_spec) and
  * the prompts JSONL pipectl reads (pl_gen_prompts_parse: ids, text and messages lines, tokenized
  * with a real tokenizer, $PL_FUZZ_TOKENIZER, default the Llama 3 files of tests/js; the first
- * byte's low bit picks chat_format chatml over the model's template). Not built by CMake:
+ * byte's low bit picks chat_format chatml over the model's template). Built by tests/fuzz/CMakeLists.txt (tools/fuzz.sh runs it); by hand:
  *   clang -g -O1 -fsanitize=fuzzer,address,undefined -D_GNU_SOURCE -I. \
  *     tests/fuzz/fuzz_gen_job.c pipeline/gen_job.c pipeline/gen_prompts.c transport/msg*.c \
  *     transport/ctl.c transport/act_dtype.c scheduler/inputs.c model/dtype.c model/config.c \

@@ -1,6 +1,6 @@
 /* libFuzzer harness for the code-object lister of test_gpu_objects (ELF section lookup and the
  * .nv_fatbin walk): no input may crash it, and every image it reports lies inside the input.
- * Not part of the CMake build:
+ * Built by tests/fuzz/CMakeLists.txt (tools/fuzz.sh runs it); by hand:
  *   clang -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -I. \
  *       tests/fuzz/fuzz_gpu_objects.c common/status.c -o /tmp/fuzz_gpu_objects
  *   /tmp/fuzz_gpu_objects -max_total_time=60 -max_len=16384 /tmp/fuzz_gpu_objects_corpus

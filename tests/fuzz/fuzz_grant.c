@@ -1,6 +1,6 @@
 /* libFuzzer harness for the credit grant a sender receives from its peer's inbox: no input may
- * crash the decoder, and whatever it accepts must re-encode to exactly the same bytes. Not part
- * of the CMake build:
+ * crash the decoder, and whatever it accepts must re-encode to exactly the same bytes. Built by
+ * tests/fuzz/CMakeLists.txt (tools/fuzz.sh runs it); by hand:
  *   clang -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -I. \
  *       tests/fuzz/fuzz_grant.c transport/ucx_grant.c common/status.c -o /tmp/fuzz_grant
  *   /tmp/fuzz_grant -max_total_time=30 -max_len=64 */

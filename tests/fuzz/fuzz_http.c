@@ -2,8 +2,8 @@
  * checks and routing, with the real /metrics, /livez and /readyz handlers behind it (through
  * pl_front with no server) and a body echo; and the --http flag's parser (pl_cfg_http_parse) on
  * the body. No input may crash; every answer has a status in 100-599 and a body that matches its
- * length; an accepted flag prints back as ADDRESS:PORT that parses the same. Not part of the
- * CMake build:
+ * length; an accepted flag prints back as ADDRESS:PORT that parses the same. Built by
+ * tests/fuzz/CMakeLists.txt (tools/fuzz.sh runs it); by hand:
  *   clang -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -I. tests/fuzz/fuzz_http.c \
  *       daemon/http_route.c daemon/front.c daemon/http.c common/metrics.c common/status.c \
  *       common/log.c common/config*.c common/yaml_schema.c \

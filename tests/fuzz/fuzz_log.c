@@ -1,4 +1,4 @@
-/* libFuzzer harness for the log sink's escaping (not part of the CMake build): any bytes as a
+/* libFuzzer harness for the log sink's escaping (built by tests/fuzz/CMakeLists.txt; tools/fuzz.sh runs it): any bytes as a
  * message and a node name give exactly one line; the text line unescapes to the input, the
  * JSON line parses (jansson) back to it when the input is UTF-8. From the repository root:
  *

@@ -16,6 +16,7 @@
 #include "pipeline/train_ckpt_opt.h"
 
 #include <stdio.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
