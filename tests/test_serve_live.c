@@ -2,7 +2,7 @@
  * daemons, a 2-stage deployment made by `pipectl serve` — checked by tests/js/serve_check.mjs
  * (the official openai client and the tokenizer references) and by curl for a client that
  * leaves mid-stream and for the errors. Skipped until the serving runtime's deployment file
- * (etc/deploy-tiny.yaml) and `pipectl serve` are in the tree. */
+ * (etc/deploy-tiny.yaml) and `pipectl serve` are in the tree; until then they skip. */
 #include "cluster_util.h"
 #include "js_ref.h"
 
@@ -22,8 +22,12 @@ static void s_fini(void)
 static void s_require(void)
 {
     js_ref_require(S_TOK);
-    if (access(PL_SOURCE_DIR "/etc/deploy-tiny.yaml", R_OK) != 0)
-        cr_skip_test("the serving runtime (etc/deploy-tiny.yaml, pipectl serve) is not here yet");
+    /* the deployment file is in; the runtime that keeps a deployment's stages loaded (the
+     * `pipectl serve` verb, the daemons' serving mode) is not yet (issue 11) */
+    char cmd[600];
+    snprintf(cmd, sizeof(cmd), "%s/pipectl --help 2>&1 | grep -q '^  serve '", tc_bin());
+    if (system(cmd) != 0)
+        cr_skip_test("no `pipectl serve` yet: deployments are not built (issue 11)");
     if (access(JS_DIR "/node_modules/openai/package.json", R_OK) != 0 ||
         system("curl --version >/dev/null 2>&1") != 0) {
         if (getenv("CI") && !strcmp(getenv("CI"), "true"))
