@@ -286,6 +286,8 @@ pl_status_t pl_coord_drain_restore(pl_coord_t *c);
 /* Keep stage `stage` of j's trace from its DONE (taken: *tr_p NULL; NULL is nothing to keep):
  * in memory only, the oldest jobs' traces dropped beyond the budget. */
 void pl_coord_trace_keep(pl_coord_t *c, const pl_coord_job_t *j, int stage, pl_msg_trace_t **tr_p);
+/* Drop a job's traces: it left the history (results_kept), so they go with it. */
+void pl_coord_trace_forget(pl_coord_t *c, uint32_t job);
 void pl_coord_trace_free_all(pl_coord_t *c);
 /* TRACE: one stage's trace of a job, with where it ran; for a running stage, the last trace so
  * far it sent, and the stage is asked for a newer one. */

@@ -268,6 +268,7 @@ static void s_trim(pl_coord_t *c)
         }
         if (c->store)
             pl_coord_store_delete(c->store, j->id);
+        pl_coord_trace_forget(c, j->id);
         pl_coord_job_free(j);
         memmove(c->jobs + i, c->jobs + i + 1, (size_t)(--c->n_jobs - i) * sizeof(*c->jobs));
         terminal--;

@@ -81,6 +81,14 @@ nomem:
     pl_msg_trace_free(&tr);
 }
 
+void pl_coord_trace_forget(pl_coord_t *c, uint32_t job)
+{
+    struct pl_coord_traces *t = c->traces;
+    for (int i = t ? t->n - 1 : -1; i >= 0; i--)
+        if (t->e[i].job == job)
+            s_drop(t, i);
+}
+
 void pl_coord_trace_free_all(pl_coord_t *c)
 {
     struct pl_coord_traces *t = c->traces;
