@@ -161,7 +161,17 @@ static void s_start(void)
                  "{ hostname pl%dh%d || echo pl%dh%d >/proc/sys/kernel/hostname; } 2>/dev/null "
                  "&& exec \"$@\"' sh",
                  s_n.ns[i], (int)getpid(), i, (int)getpid(), i);
-        tc_start_node(&s_c, name, 1, wrap);
+        /* slowed (node file `slowdown`), so that on a quiet machine a job still runs for
+         * several heartbeats while its link is cut */
+        char path[512], cmd[1024], log[512], text[256];
+        snprintf(path, sizeof(path), "%s/%s.node.yaml", s_c.dir, name);
+        snprintf(text, sizeof(text), "name: %s\ncoordinator: %s\nthreads: 1\nslowdown: 10\n",
+                 name, s_c.ep);
+        tc_write(path, text);
+        snprintf(log, sizeof(log), "%s/%s.log", s_c.dir, name);
+        snprintf(cmd, sizeof(cmd), "exec %s %s/pipeld --config %s", wrap, tc_bin(), path);
+        char *argv[] = {"/bin/sh", "-c", cmd, NULL};
+        s_c.node[s_c.n_nodes++] = tc_spawn(argv, log);
     }
     cr_assert_eq(tc_wait_idle(&s_c, S_NODES, 30), 0,
                  "daemons in namespaces did not register with %s (is traffic on bridge %s "

@@ -271,7 +271,8 @@ Test(resume, coordinator_restart_mid_job_seeded)
  * output (its "recovery" time then includes the wait). */
 Test(resume, too_little_capacity_waits_then_resumes)
 {
-    s_start("memory_limit_mb: 8\n");
+    /* slowed, so that on a quiet machine the job still runs for several heartbeats */
+    s_start("memory_limit_mb: 8\nslowdown: 20\n");
     tc_job(&s_c, "long", "m", "max_new_tokens: 200\nstop_at_eos: false\n");
     char *ref = tc_reference(&s_c, "long");
     int job = s_submit_nowait("long");
