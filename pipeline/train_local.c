@@ -25,30 +25,6 @@ struct pl_train_local {
     float *cos_tab, *sin_tab;
 };
 
-static float **s_bufs(int n, size_t floats)
-{
-    float **b = calloc((size_t)n, sizeof(float *));
-    if (!b)
-        return NULL;
-    for (int i = 0; i < n; i++)
-        if (!(b[i] = malloc(sizeof(float) * floats))) {
-            for (int j = 0; j < i; j++)
-                free(b[j]);
-            free(b);
-            return NULL;
-        }
-    return b;
-}
-
-static void s_free_bufs(float **b, int n)
-{
-    if (!b)
-        return;
-    for (int i = 0; i < n; i++)
-        free(b[i]);
-    free(b);
-}
-
 pl_adamw_t *pl_train_local_opt(pl_train_local_t *tl, int stage)
 {
     return tl->st[stage].opt;
@@ -62,8 +38,8 @@ void pl_train_local_destroy(pl_train_local_t **tl_p)
     int M = t->cfg.n_mb;
     for (int s = 0; s < t->n_stages; s++) {
         pl_train_stage_fini(&t->st[s]);
-        s_free_bufs(t->act[s].slot, M);
-        s_free_bufs(t->grad[s].slot, M);
+        pl_train_bufs_free(t->act[s].slot, M);
+        pl_train_bufs_free(t->grad[s].slot, M);
         free(t->act[s].full);
         free(t->grad[s].full);
     }
@@ -78,7 +54,7 @@ static pl_status_t s_stage_init(pl_train_local_t *t, int s, int l0, int l1)
     const pl_train_local_cfg_t *c = &t->cfg;
     int M = c->n_mb;
     size_t act = (size_t)c->seq_len * c->dims.hidden;
-    t->act[s].slot = s_bufs(M, act), t->grad[s].slot = s_bufs(M, act);
+    t->act[s].slot = pl_train_bufs_new(M, act), t->grad[s].slot = pl_train_bufs_new(M, act);
     t->act[s].full = calloc((size_t)M, sizeof(bool));
     t->grad[s].full = calloc((size_t)M, sizeof(bool));
     if (!t->act[s].slot || !t->grad[s].slot || !t->act[s].full || !t->grad[s].full)

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static float **s_bufs(int n, size_t floats)
+float **pl_train_bufs_new(int n, size_t floats)
 {
     float **b = calloc((size_t)n, sizeof(float *));
     if (!b)
@@ -23,7 +23,7 @@ static float **s_bufs(int n, size_t floats)
     return b;
 }
 
-static void s_free_bufs(float **b, int n)
+void pl_train_bufs_free(float **b, int n)
 {
     if (!b)
         return;
@@ -46,10 +46,10 @@ void pl_train_stage_fini(pl_train_stage_t *g)
     free(g->stash);
     free(g->head);
     free(g->grads);
-    s_free_bufs(g->x_in, M);
-    s_free_bufs(g->y_out, M);
-    s_free_bufs(g->g_in, M);
-    s_free_bufs(g->g_out, M);
+    pl_train_bufs_free(g->x_in, M);
+    pl_train_bufs_free(g->y_out, M);
+    pl_train_bufs_free(g->g_in, M);
+    pl_train_bufs_free(g->g_out, M);
     free(g->tmp);
     pl_adamw_destroy(&g->opt);
     memset(g, 0, sizeof(*g));
@@ -114,8 +114,8 @@ pl_status_t pl_train_stage_init(pl_train_stage_t *g, const pl_train_local_cfg_t 
     g->grads = calloc((size_t)(nl ? nl : 1), sizeof(*g->grads));
     g->stash = calloc((size_t)(nl > 0 ? nl * M : 1), sizeof(*g->stash));
     g->head = calloc((size_t)M, sizeof(*g->head));
-    g->x_in = s_bufs(M, act), g->y_out = s_bufs(M, act);
-    g->g_in = s_bufs(M, act), g->g_out = s_bufs(M, act);
+    g->x_in = pl_train_bufs_new(M, act), g->y_out = pl_train_bufs_new(M, act);
+    g->g_in = pl_train_bufs_new(M, act), g->g_out = pl_train_bufs_new(M, act);
     g->tmp = malloc(sizeof(float) * act);
     if (!g->grads || !g->stash || !g->head || !g->x_in || !g->y_out || !g->g_in || !g->g_out ||
         !g->tmp)

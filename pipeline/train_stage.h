@@ -48,4 +48,9 @@ size_t pl_train_stage_stash_bytes(const pl_train_stage_t *g);
 /* Drop a failed step's gradients and stashes (the weights were not touched). */
 pl_status_t pl_train_stage_reset(pl_train_stage_t *g);
 
+/* n buffers of `floats` floats each (NULL when out of memory, nothing left allocated), and
+ * their release (safe on NULL): a microbatch's slots, for both trainers. */
+float **pl_train_bufs_new(int n, size_t floats);
+void pl_train_bufs_free(float **b, int n);
+
 #endif
