@@ -13,13 +13,21 @@
 
 /* ---- value checks ---- */
 
+bool pl_cfg_name_ok(const char *name)
+{
+    if (!name[0])
+        return false;
+    for (const char *p = name; *p; p++)
+        if (!strchr("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-", *p))
+            return false;
+    return true;
+}
+
 bool pl_cfg_name_check(char *value, size_t size, void *user, char *err, size_t err_len)
 {
-    for (const char *p = value; *p; p++) {
-        if (!strchr("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-", *p)) {
-            snprintf(err, err_len, "'%s' must match [A-Za-z0-9_.-]+", value);
-            return false;
-        }
+    if (value[0] && !pl_cfg_name_ok(value)) {
+        snprintf(err, err_len, "'%s' must match [A-Za-z0-9_.-]+", value);
+        return false;
     }
     return true;
 }

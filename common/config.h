@@ -196,6 +196,9 @@ pl_status_t pl_cfg_deploy_parse(const char *text, size_t len, const char *origin
  * only (the file's other http keys stay). */
 pl_status_t pl_cfg_http_parse(const char *text, const char *origin, pl_cfg_http_t *out);
 
+/* A node, deployment or other name as the files take it: [A-Za-z0-9_.-]+ (not empty). */
+bool pl_cfg_name_ok(const char *name);
+
 /* The embedded default cluster: a coordinator on loopback and local nodes. */
 extern const char pl_cfg_default_cluster_yaml[];
 

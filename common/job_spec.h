@@ -25,6 +25,18 @@ typedef enum {
 pl_status_t pl_planner_parse(const char *name, pl_planner_t *mode_p);
 const char *pl_planner_name(pl_planner_t mode);
 
+/* A deployment (pipectl serve DEPLOY.yaml; common/config_deploy.c): a job whose stages stay
+ * loaded and take requests (transport/msg.h's SEQ_ADD / SEQ_CANCEL / SEQ_OUT) until the job is
+ * canceled (pipectl undeploy). Such a spec has no prompts. */
+typedef struct {
+    bool on;
+    char name[PL_CFG_NAME_MAX + 1]; /* what requests name (the OpenAI "model" field) */
+    int kv_slots;    /* sequences each stage holds at once; the plan may lower it (memory) */
+    int max_queue;   /* requests waiting for a slot at most; beyond: 429 */
+    int max_tokens;  /* cap of a request's max_new_tokens */
+    int step_tokens; /* tokens of one microbatch at most (prompt chunks + decode tokens) */
+} pl_job_serve_t;
+
 typedef struct {
     char model[PATH_MAX]; /* model directory, absolute */
     /* Prompts as token ids: n_prompts arrays; owned by the spec (pl_job_spec_clear). */
@@ -42,6 +54,12 @@ typedef struct {
     pl_planner_t planner; /* default PL_PLANNER_AUTO */
     int n_nodes;          /* allowed node names; 0: any */
     char nodes[PL_CFG_MAX_NODES][PL_CFG_NAME_MAX + 1];
+    /* serve.on: this job is a deployment (no prompts, n_prompts 0). */
+    pl_job_serve_t serve;
+    /* Non-empty: a batch job whose prompts run as requests on the named deployment (a job
+     * file's `deployment:` key) instead of on stages of its own; model and planning come from
+     * the deployment. */
+    char deployment[PL_CFG_NAME_MAX + 1];
 } pl_job_spec_t;
 
 /* The defaults above, no prompts. */

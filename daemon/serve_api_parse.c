@@ -251,7 +251,7 @@ static pl_status_t s_stop(pl_sapi_call_t *c, const json_t *v, pl_sapi_err_t *e)
 static pl_status_t s_neutral(const char *key, const json_t *v, pl_sapi_err_t *e)
 {
     if (!strcmp(key, "presence_penalty") || !strcmp(key, "frequency_penalty")) {
-        double x;
+        double x = 0;
         pl_status_t st = s_num(v, key, -2, 2, false, &x, e);
         return st ? st : x != 0 ? s_unsupported(e, key, "a non-zero penalty") : PL_OK;
     }
@@ -293,8 +293,8 @@ static pl_status_t s_neutral(const char *key, const json_t *v, pl_sapi_err_t *e)
 static pl_status_t s_field(pl_sapi_call_t *c, const char *key, const json_t *v, int64_t *max_comp,
                            pl_sapi_err_t *e)
 {
-    int64_t i64;
-    double d;
+    int64_t i64 = 0;
+    double d = 0;
     pl_status_t st = PL_OK;
     bool chat = c->kind == PL_SAPI_CHAT;
     if (!strcmp(key, "model")) {

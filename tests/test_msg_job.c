@@ -4,6 +4,7 @@
 #include "transport/msg.h"
 
 #include <criterion/criterion.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -219,6 +220,73 @@ Test(msg_job, spec_bad_fields_are_named)
     s_refused(PL_MSG_PLAN, "{\"model\": \"/m\", \"nodes\": \"a\", \"gen\": {\"prompts\": [[1]]}}",
               "nodes");
 #undef G
+}
+
+Test(msg_job, deployment_spec_round_trips_and_is_checked)
+{
+    pl_job_spec_t s, *got = calloc(1, sizeof(*got));
+    pl_msg_t m, out;
+    pl_job_spec_init(&s);
+    snprintf(s.model, sizeof(s.model), "/models/tiny");
+    s.serve = (pl_job_serve_t){.on = true, .kv_slots = 16, .max_queue = 64, .max_tokens = 512,
+                               .step_tokens = 256};
+    snprintf(s.serve.name, sizeof(s.serve.name), "tiny-1.b");
+    pl_msg_init(&m, PL_MSG_SUBMIT);
+    m.submit = s;
+    s_round_trip(&m, &out);
+    *got = out.submit;
+    cr_assert(got->serve.on);
+    cr_assert_str_eq(got->serve.name, "tiny-1.b");
+    cr_assert_eq(got->serve.kv_slots, 16);
+    cr_assert_eq(got->serve.max_queue, 64);
+    cr_assert_eq(got->serve.max_tokens, 512);
+    cr_assert_eq(got->serve.step_tokens, 256);
+    cr_assert_eq(got->n_prompts, 0);
+    cr_assert_eq(got->deployment[0], 0);
+    pl_msg_clear(&out);
+    free(got);
+
+    /* a batch job naming a deployment */
+    int32_t p0[] = {1, 2, 3}, *pp[] = {p0};
+    int len[] = {3};
+    pl_job_spec_init(&s);
+    snprintf(s.model, sizeof(s.model), "/models/tiny");
+    s.n_prompts = 1, s.prompts = pp, s.prompt_len = len;
+    snprintf(s.deployment, sizeof(s.deployment), "tiny");
+    m.submit = s;
+    s_round_trip(&m, &out);
+    cr_assert_str_eq(out.submit.deployment, "tiny");
+    cr_assert(!out.submit.serve.on);
+    cr_assert_eq(out.submit.n_prompts, 1);
+    pl_msg_clear(&out);
+
+#define D(x) "{\"model\": \"/m\", \"serve\": {" x "}, \"gen\": {\"prompts\": []}}"
+#define OK_SERVE "\"name\": \"t\", \"kv_slots\": 4, \"max_queue\": 1, \"max_tokens\": 8"
+    s_refused(PL_MSG_SUBMIT, D(OK_SERVE), "step_tokens");
+    s_refused(PL_MSG_SUBMIT, D(OK_SERVE ", \"step_tokens\": 0"), "step_tokens");
+    s_refused(PL_MSG_SUBMIT,
+              D("\"name\": \"a b\", \"kv_slots\": 4, \"max_queue\": 1, \"max_tokens\": 8, "
+                "\"step_tokens\": 8"),
+              "serve.name");
+    s_refused(PL_MSG_SUBMIT,
+              D("\"name\": \"t\", \"kv_slots\": 0, \"max_queue\": 1, \"max_tokens\": 8, "
+                "\"step_tokens\": 8"),
+              "kv_slots");
+    s_refused(PL_MSG_SUBMIT, "{\"model\": \"/m\", \"serve\": 3, \"gen\": {\"prompts\": []}}",
+              "serve");
+    s_refused(PL_MSG_SUBMIT,
+              "{\"model\": \"/m\", \"serve\": {" OK_SERVE ", \"step_tokens\": 8}, "
+              "\"gen\": {\"prompts\": [[1]]}}",
+              "takes none");
+    s_refused(PL_MSG_SUBMIT,
+              "{\"model\": \"/m\", \"deployment\": \"x y\", \"gen\": {\"prompts\": [[1]]}}",
+              "deployment");
+    s_refused(PL_MSG_SUBMIT,
+              "{\"model\": \"/m\", \"deployment\": \"t\", \"serve\": {" OK_SERVE
+              ", \"step_tokens\": 8}, \"gen\": {\"prompts\": []}}",
+              "cannot name");
+#undef OK_SERVE
+#undef D
 }
 
 Test(msg_job, assign_round_trips_the_plan_beside_the_spec)

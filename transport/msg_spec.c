@@ -6,6 +6,7 @@
 #include "transport/msg_int.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -48,6 +49,14 @@ pl_status_t pl_job_spec_encode(const pl_job_spec_t *s, json_t **body_p)
     json_t *body = json_pack("{s:s, s:o, s:i, s:i, s:s, s:o}", "model", s->model, "gen", gen,
                              "microbatches", s->microbatches, "stages", s->stages, "planner",
                              pl_planner_name(s->planner), "nodes", nodes);
+    if (body && s->serve.on)
+        json_object_set_new(body, "serve",
+                            json_pack("{s:s, s:i, s:i, s:i, s:i}", "name", s->serve.name,
+                                      "kv_slots", s->serve.kv_slots, "max_queue",
+                                      s->serve.max_queue, "max_tokens", s->serve.max_tokens,
+                                      "step_tokens", s->serve.step_tokens));
+    if (body && s->deployment[0])
+        json_object_set_new(body, "deployment", json_string(s->deployment));
     return pl_msg_int_done(body, "job", body_p);
 }
 
@@ -153,6 +162,32 @@ pl_status_t pl_job_gen_decode(const json_t *gen, pl_job_gen_t *out)
     return PL_OK;
 }
 
+/* A deployment's serving part (pl_job_serve_t), when the job has one. */
+static pl_status_t s_serve(const json_t *serve, pl_job_serve_t *v)
+{
+    int64_t slots, queue, max_tokens, step;
+    pl_status_t st;
+    if (!serve || json_is_null(serve))
+        return PL_OK;
+    if (!json_is_object(serve))
+        return pl_error(PL_ERR_INVALID, "field 'serve': expected an object");
+    if ((st = pl_json_str(serve, "name", v->name, sizeof(v->name) - 1)) ||
+        (st = pl_json_int(serve, "kv_slots", 1, PL_CFG_DEPLOY_MAX_SLOTS, &slots)) ||
+        (st = pl_json_int(serve, "max_queue", 0, PL_CFG_DEPLOY_MAX_QUEUE, &queue)) ||
+        (st = pl_json_int(serve, "max_tokens", 1, PL_JOB_MAX_NEW_TOKENS, &max_tokens)) ||
+        (st = pl_json_int(serve, "step_tokens", 1, PL_JOB_MAX_PREFILL_CHUNK, &step)))
+        return pl_error_prefix(st, "serve: ");
+    if (!pl_cfg_name_ok(v->name))
+        return pl_error(PL_ERR_INVALID, "field 'serve.name': not a name ([A-Za-z0-9_.-]+)");
+    v->on = true;
+    v->kv_slots = (int)slots;
+    v->max_queue = (int)queue;
+    v->max_tokens = (int)max_tokens;
+    v->step_tokens = (int)step;
+    return PL_OK;
+}
+
+/* The generation settings and the prompts: none for a deployment, at least one otherwise. */
 static pl_status_t s_gen(const json_t *gen, pl_job_spec_t *s)
 {
     json_t *prompts;
@@ -161,12 +196,16 @@ static pl_status_t s_gen(const json_t *gen, pl_job_spec_t *s)
         return pl_error(PL_ERR_INVALID, "field 'gen': expected an object");
     if ((st = pl_json_array(gen, "prompts", PL_JOB_MAX_SEQS, &prompts)))
         return st;
-    if (json_array_size(prompts) == 0)
+    if (json_array_size(prompts) == 0 && !s->serve.on)
         return pl_error(PL_ERR_INVALID, "field 'prompts': no prompts");
+    if (json_array_size(prompts) > 0 && s->serve.on)
+        return pl_error(PL_ERR_INVALID, "field 'prompts': a deployment takes none");
     if ((st = pl_job_gen_decode(gen, &s->gen)) ||
         (st = pl_json_bool_opt(gen, "text", &s->text)))
         return st;
     s->n_prompts = (int)json_array_size(prompts);
+    if (s->n_prompts == 0)
+        return PL_OK;
     s->prompts = calloc((size_t)s->n_prompts, sizeof(*s->prompts));
     s->prompt_len = calloc((size_t)s->n_prompts, sizeof(*s->prompt_len));
     if (!s->prompts || !s->prompt_len)
@@ -199,7 +238,7 @@ pl_status_t pl_job_spec_decode(const json_t *body, pl_job_spec_t *out)
 {
     pl_job_spec_t *s = malloc(sizeof(*s));
     int64_t mb = 0, stages = 0;
-    const char *planner = NULL;
+    const char *planner = NULL, *deployment = NULL;
     pl_status_t st;
     if (!s)
         return pl_error(PL_ERR_NOMEM, "job: out of memory");
@@ -215,8 +254,21 @@ pl_status_t pl_job_spec_decode(const json_t *body, pl_job_spec_t *out)
         (st = pl_json_str_opt(body, "planner", 16, &planner)) ||
         (planner && (st = pl_planner_parse(planner, &s->planner))) ||
         (st = s_nodes(json_object_get(body, "nodes"), s)) ||
+        (st = s_serve(json_object_get(body, "serve"), &s->serve)) ||
+        (st = pl_json_str_opt(body, "deployment", PL_CFG_NAME_MAX, &deployment)) ||
         (st = s_gen(json_object_get(body, "gen"), s)))
         goto err;
+    if (deployment && deployment[0]) {
+        if (!pl_cfg_name_ok(deployment)) {
+            st = pl_error(PL_ERR_INVALID, "field 'deployment': not a name ([A-Za-z0-9_.-]+)");
+            goto err;
+        }
+        if (s->serve.on) {
+            st = pl_error(PL_ERR_INVALID, "field 'deployment': a deployment cannot name one");
+            goto err;
+        }
+        snprintf(s->deployment, sizeof(s->deployment), "%s", deployment);
+    }
     s->microbatches = (int)mb;
     s->stages = (int)stages;
     *out = *s;
