@@ -327,9 +327,14 @@ typedef struct {
     uint32_t job;
     int stage;
     uint32_t epoch;
-    uint64_t req;    /* the coordinator's request id, 1..INT64_MAX */
+    uint64_t req;    /* the coordinator's request id, 1..INT64_MAX (a deployment's: INT32_MAX
+                      * at most, so that stage 0 can carry it in a message entry's token) */
     int n_prompt;    /* 1..PL_MSG_MAX_SEQ_PROMPT */
     int32_t *prompt; /* owned */
+    /* A request resumed on a new assignment: the last `resumed` prompt tokens are completion
+     * tokens generated before (0..n_prompt - 1); sampling goes on at step `resumed`, and
+     * gen.max_new_tokens counts what is left. 0: a new request. */
+    int resumed;
     pl_job_gen_t gen;
 } pl_msg_seq_add_t;
 

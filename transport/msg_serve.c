@@ -75,6 +75,8 @@ pl_status_t pl_msg_seq_add_encode(const pl_msg_seq_add_t *m, json_t **body_p)
     }
     if (body) {
         json_object_set_new(body, "prompt", s_ids_encode(m->prompt, m->n_prompt));
+        if (m->resumed > 0)
+            json_object_set_new(body, "resumed", json_integer(m->resumed));
         json_object_set_new(body, "gen", gen);
     } else {
         json_decref(gen);
@@ -93,6 +95,12 @@ pl_status_t pl_msg_seq_add_decode(const json_t *body, pl_msg_seq_add_t *out)
         (st = s_ids_decode(body, "prompt", PL_MSG_MAX_SEQ_PROMPT, false, NULL, &m.prompt,
                            &m.n_prompt)))
         return st;
+    int64_t resumed = 0;
+    if ((st = pl_json_int_opt(body, "resumed", 0, m.n_prompt - 1, &resumed))) {
+        free(m.prompt);
+        return st;
+    }
+    m.resumed = (int)resumed;
     *out = m;
     return PL_OK;
 }
