@@ -187,7 +187,7 @@ pl_status_t pl_train_ckpt_state_read(const char *dir, pl_train_state_t *st)
     json_t *o = json_load_file(path, JSON_REJECT_DUPLICATES, &err);
     if (!o)
         return pl_error(PL_ERR_INVALID, "%s:%d: %s", path, err.line, err.text);
-    int64_t step, n_stages, data_step;
+    int64_t step = 0, n_stages = 0, data_step = 0;
     const json_t *lr = json_object_get(o, "lr");
     if (!json_is_object(o))
         rc = pl_error(PL_ERR_INVALID, "%s: expected an object", path);
