@@ -2,44 +2,13 @@
  * predictions, and the table / JSON forms. */
 #include "scheduler/catalog.h"
 #include "scheduler/plan.h"
+#include "tests/sched_util.h"
 
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define GIB (1024.0 * 1024.0 * 1024.0)
-
-static pl_sched_device_t dev(const char *name, const char *host, double gflops, double gbps,
-                             double mem_gib)
-{
-    pl_sched_device_t d;
-    memset(&d, 0, sizeof(d));
-    snprintf(d.name, sizeof(d.name), "%s", name);
-    snprintf(d.node, sizeof(d.node), "node-%s", name);
-    snprintf(d.host, sizeof(d.host), "%s", host);
-    snprintf(d.backend, sizeof(d.backend), "cpu");
-    d.gflops = gflops;
-    d.mem_gbps = gbps;
-    d.mem_bytes = (uint64_t)(mem_gib * GIB);
-    return d;
-}
-
-/* About 0.11 GiB per layer in bf16. */
-static pl_sched_model_t mid_model(int layers)
-{
-    return (pl_sched_model_t){.n_layers = layers,
-                              .hidden = 2048,
-                              .intermediate = 8192,
-                              .n_heads = 32,
-                              .n_kv_heads = 8,
-                              .head_dim = 64,
-                              .vocab = 32000,
-                              .weight_bytes = 2,
-                              .kv_bytes = 2,
-                              .act_bytes = 4};
-}
 
 static pl_plan_input_t input(const pl_sched_model_t *m, pl_sched_device_t *d, int n)
 {

@@ -1,0 +1,44 @@
+/* What the scheduler suites share: a device with given rates on a host, and the model shapes the
+ * planner is tried on (hand-computed values in the suites depend on these exact shapes). */
+#ifndef PL_TESTS_SCHED_UTIL_H
+#define PL_TESTS_SCHED_UTIL_H
+
+#include "scheduler/plan.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define GIB (1024.0 * 1024.0 * 1024.0)
+
+/* A CPU device `name` on node "node-NAME" of `host`. */
+static inline pl_sched_device_t dev(const char *name, const char *host, double gflops,
+                                    double gbps, double mem_gib)
+{
+    pl_sched_device_t d;
+    memset(&d, 0, sizeof(d));
+    snprintf(d.name, sizeof(d.name), "%s", name);
+    snprintf(d.node, sizeof(d.node), "node-%s", name);
+    snprintf(d.host, sizeof(d.host), "%s", host);
+    snprintf(d.backend, sizeof(d.backend), "cpu");
+    d.gflops = gflops;
+    d.mem_gbps = gbps;
+    d.mem_bytes = (uint64_t)(mem_gib * GIB);
+    return d;
+}
+
+/* A 1B-parameter-ish model whose layers are ~0.11 GiB each in bf16. */
+static inline pl_sched_model_t mid_model(int layers)
+{
+    return (pl_sched_model_t){.n_layers = layers,
+                              .hidden = 2048,
+                              .intermediate = 8192,
+                              .n_heads = 32,
+                              .n_kv_heads = 8,
+                              .head_dim = 64,
+                              .vocab = 32000,
+                              .weight_bytes = 2,
+                              .kv_bytes = 2,
+                              .act_bytes = 4};
+}
+
+#endif
