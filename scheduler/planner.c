@@ -327,21 +327,35 @@ static pl_status_t s_build(s_ctx_t *c, const pl_sched_split_t *s, int R, int M, 
     return PL_OK;
 }
 
+/* What every planner starts with: the options resolved, an evaluator for the job, the candidate
+ * devices and the job's requested microbatches and chunk. On error nothing is left to free. */
+static pl_status_t s_ctx_begin(const pl_plan_input_t *in, const bool *alive, pl_plan_t **plan_p,
+                               s_ctx_t *c)
+{
+    pl_status_t st;
+    if (!in || !plan_p)
+        return pl_error(PL_ERR_INVALID, "plan: missing input");
+    if ((st = pl_sched_options_resolve(&in->options, &c->opt)))
+        return st;
+    int N = in->job.n_seqs;
+    if ((st = pl_sched_eval_new(in, N > 0 ? N : 1, 1, &c->ev)))
+        return st;
+    if ((st = s_candidates(in, alive, c))) {
+        pl_sched_eval_destroy(&c->ev);
+        return st;
+    }
+    c->requested_m = in->job.microbatches;
+    c->requested_chunk = in->job.prefill_chunk;
+    return PL_OK;
+}
+
 static pl_status_t s_plan(const pl_plan_input_t *in, const bool *alive, pl_plan_t **plan_p)
 {
     s_ctx_t c = {0};
     pl_status_t st;
-    if (!in || !plan_p)
-        return pl_error(PL_ERR_INVALID, "plan: missing input");
-    if ((st = pl_sched_options_resolve(&in->options, &c.opt)))
+    if ((st = s_ctx_begin(in, alive, plan_p, &c)))
         return st;
     int N = in->job.n_seqs;
-    if ((st = pl_sched_eval_new(in, N > 0 ? N : 1, 1, &c.ev)))
-        return st;
-    if ((st = s_candidates(in, alive, &c)))
-        goto out;
-    c.requested_m = in->job.microbatches;
-    c.requested_chunk = in->job.prefill_chunk;
     int expect_s = c.opt.max_stages > 0 && c.opt.max_stages < c.n ? c.opt.max_stages : c.n;
     int R = N, M = pl_sched_default_m(c.requested_m, R, expect_s);
     pl_sched_split_t s;
@@ -440,17 +454,9 @@ pl_status_t pl_plan_even(const pl_plan_input_t *in, const bool *alive, pl_plan_t
 {
     s_ctx_t c = {0};
     pl_status_t st;
-    if (!in || !plan_p)
-        return pl_error(PL_ERR_INVALID, "plan: missing input");
-    if ((st = pl_sched_options_resolve(&in->options, &c.opt)))
+    if ((st = s_ctx_begin(in, alive, plan_p, &c)))
         return st;
     int R = in->job.n_seqs;
-    if ((st = pl_sched_eval_new(in, R > 0 ? R : 1, 1, &c.ev)))
-        return st;
-    if ((st = s_candidates(in, alive, &c)))
-        goto out;
-    c.requested_m = in->job.microbatches;
-    c.requested_chunk = in->job.prefill_chunk;
     int S = c.n < c.ev->L ? c.n : c.ev->L, M = pl_sched_default_m(c.requested_m, R, S);
     pl_sched_eval_set_batch(c.ev, R, pl_sched_mb_size(R, M));
     pl_sched_split_t s;
