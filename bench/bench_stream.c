@@ -233,8 +233,9 @@ int main(int argc, char **argv)
         return s_side(strcmp(argv[2], "send") == 0, atoi(argv[3]), atoi(argv[4]), atoi(argv[5]),
                       strcmp(argv[6], "lat") == 0, strtoull(argv[7], NULL, 10), atoi(argv[8]));
     if (argc < 4) {
-        fprintf(stderr, "usage: bench_stream bw|lat|memcpy SIZE ITERS [NETNS_A NETNS_B]\n"
-                        "  prints MB/s (bw, memcpy) or one-way microseconds (lat, ping-pong / 2)\n");
+        fprintf(stderr,
+                "usage: bench_stream bw|lat|memcpy SIZE ITERS [NETNS_A NETNS_B]\n"
+                "  prints MB/s (bw, memcpy) or one-way microseconds (lat, ping-pong / 2)\n");
         return 2;
     }
     if (strcmp(argv[1], "memcpy") == 0) {
