@@ -11,7 +11,8 @@
 #        PL_BENCH_KEEP=1      keep the work directory (logs, jobs, results)
 #        PL_BENCH_PROMPT_LEN, PL_BENCH_NEW_TOKENS, PL_BENCH_SEQS   override the job shapes
 #        PL_BENCH_RUNS=N      runs of each job, the median shown (default 3)
-#        PL_BENCH_TTFT_LEN, PL_BENCH_CHUNK   the long prompt (1024) and its prefill chunk (128)
+#        PL_BENCH_TTFT_LEN, PL_BENCH_CHUNK   the long prompt (1024) and its prefill chunk (default
+#                              0: the planner's, which keeps it whole on one stage)
 #        PL_BENCH_MEMREF=0    skip the memory bandwidth reference (bench_decode)
 #        PL_UCX_PROGRESS_THREAD=0   progress UCX between layers (no progress thread), to compare
 #        PL_BENCH_PLANNER=even   the job's planner (default optimal)
@@ -50,7 +51,7 @@ PROMPT_LEN=${PL_BENCH_PROMPT_LEN:-64}  # tokens per prompt of the prefill job
 NEW_TOKENS=${PL_BENCH_NEW_TOKENS:-32}  # tokens generated per sequence by the decode job
 RUNS=${PL_BENCH_RUNS:-3}
 TTFT_LEN=${PL_BENCH_TTFT_LEN:-1024}    # the one long prompt
-CHUNK=${PL_BENCH_CHUNK:-128}           # its prefill chunk
+CHUNK=${PL_BENCH_CHUNK:-0}             # its prefill chunk (0: the planner's)
 MB=${PL_BENCH_MB:-0}
 PCHUNK=${PL_BENCH_PREFILL_CHUNK:-0}
 STAGES=${PL_BENCH_STAGES:-1 2 3}
@@ -250,7 +251,8 @@ o0=$(our_ticks)
 t0=$(date +%s.%N)
 echo "bench_pipeline: model $MODEL; $SEQS sequences; prefill job: prompts of $PROMPT_LEN tokens," \
     "1 new token; decode job: prompts of 8 tokens, $NEW_TOKENS new tokens (greedy); one prompt" \
-    "of $TTFT_LEN tokens in chunks of $CHUNK; $RUNS runs each" >&2
+    "of $TTFT_LEN tokens in chunks of $([ "$CHUNK" = 0 ] && echo "the planner's choice" || echo "$CHUNK");" \
+    "$RUNS runs each" >&2
 for s in $STAGES; do
     if [ "$s" = 3 ]; then
         daemon node2 2
