@@ -11,7 +11,8 @@
 #        PL_BENCH_KEEP=1      keep the work directory (logs, jobs, results)
 #        PL_BENCH_PROMPT_LEN, PL_BENCH_NEW_TOKENS, PL_BENCH_SEQS   override the job shapes
 #        PL_BENCH_RUNS=N      runs of each job, the median shown (default 3)
-#        PL_BENCH_TTFT_LEN, PL_BENCH_CHUNK   the long prompt (1024) and its prefill chunk (128)
+#        PL_BENCH_TTFT_LEN, PL_BENCH_CHUNK   the long prompt (1024) and its prefill chunk (default
+#                              0: the planner's, which keeps it whole on one stage)
 #        PL_BENCH_MEMREF=0    skip the memory bandwidth reference (bench_decode)
 #        PL_UCX_PROGRESS_THREAD=0   progress UCX between layers (no progress thread), to compare
 #        PL_BENCH_PLANNER=even   the job's planner (default optimal)
@@ -21,6 +22,15 @@
 #        PL_BENCH_STAGES="1 2"   the stage counts to run (default "1 2 3"; 1 is the reference)
 #        PL_BENCH_DEAD_AFTER_MS=N   the coordinator's dead_after_ms (default 20000: on a machine
 #                              shared with many builds a daemon's heartbeat can lag 3 s)
+#        PL_BENCH_NICE=N      run the coordinator and the daemons at this niceness, each in a
+#                              session (scheduler autogroup) of its own with that niceness: root
+#                              may give a negative one, and on a machine shared with builds the
+#                              stages then get their cores almost to themselves (default 0)
+#        PL_BENCH_PAIRED=0    skip the paired reference: each 1-stage job twice at once, one
+#                              on node0's core and one on node1's, which shows what running both
+#                              cores costs each one (shared caches, memory, clock): the most that
+#                              two stages can give on this machine (default 1, with 1 stage)
+#        PL_BENCH_CPUS="A B [C]"   the CPUs of node0, node1 (and node2) instead
 #        PL_BENCH_PIN=0       do not pin the daemons to cores (default: node0 on the first CPU,
 #                              node1 on the second, node2 (started for 3 stages) on the third, or
 #                              the first when there are only two)
@@ -41,11 +51,27 @@ PROMPT_LEN=${PL_BENCH_PROMPT_LEN:-64}  # tokens per prompt of the prefill job
 NEW_TOKENS=${PL_BENCH_NEW_TOKENS:-32}  # tokens generated per sequence by the decode job
 RUNS=${PL_BENCH_RUNS:-3}
 TTFT_LEN=${PL_BENCH_TTFT_LEN:-1024}    # the one long prompt
-CHUNK=${PL_BENCH_CHUNK:-128}           # its prefill chunk
+CHUNK=${PL_BENCH_CHUNK:-0}             # its prefill chunk (0: the planner's)
 MB=${PL_BENCH_MB:-0}
 PCHUNK=${PL_BENCH_PREFILL_CHUNK:-0}
 STAGES=${PL_BENCH_STAGES:-1 2 3}
 PIN=${PL_BENCH_PIN:-1}
+PAIRED=${PL_BENCH_PAIRED:-1}
+NICE=${PL_BENCH_NICE:-0}
+PRIO=()
+[ "$NICE" != 0 ] && PRIO=(setsid nice -n "$NICE")
+# With scheduler autogroups on, niceness counts only within a session: give the sessions of our
+# processes (each its own, once it runs: never this script's) the same niceness.
+prio() {
+    [ "$NICE" = 0 ] && return 0
+    local p mine
+    mine=$(sed 's/ nice.*//' /proc/$$/autogroup 2>/dev/null || true)
+    for p in "${pids[@]}"; do
+        [ -w "/proc/$p/autogroup" ] || continue
+        [ "$(sed 's/ nice.*//' "/proc/$p/autogroup")" = "$mine" ] && continue
+        echo "$NICE" >"/proc/$p/autogroup" 2>/dev/null || true
+    done
+}
 PLANNER=${PL_BENCH_PLANNER:-optimal}   # even: split layers evenly (calibration under load is noisy)
 # One BLAS thread per daemon: --threads 1 sets it, and no idle OpenBLAS pool competes either.
 export OPENBLAS_NUM_THREADS=1
@@ -99,8 +125,9 @@ SEQS=1
 prompts "$TTFT_LEN" 13 >"$WORK/ttft.jsonl"
 SEQS=$SEQS_ALL
 
-job() { # NAME PROMPTS MAX_NEW STAGES [PREFILL_CHUNK]
+job() { # NAME PROMPTS MAX_NEW STAGES [PREFILL_CHUNK] [NODE]
     cat >"$WORK/$1.yaml" <<EOF
+$([ -n "${6:-}" ] && printf "placement:\n  nodes: [%s]" "$6")
 model: $MODEL
 prompts: $2
 max_new_tokens: $3
@@ -135,7 +162,7 @@ EOF
 for _ in $(seq 20); do
     port=$((20000 + RANDOM % 40000))
     [ -n "$(ss -Htln "sport = :$port" 2>/dev/null)" ] && continue
-    "$B/pipecoord" --cluster "$WORK/cluster.yaml" --endpoint "tcp://127.0.0.1:$port" --state-db "$WORK/coord-$port.db" >"$WORK/logs/pipecoord.log" 2>&1 &
+    "${PRIO[@]}" "$B/pipecoord" --cluster "$WORK/cluster.yaml" --endpoint "tcp://127.0.0.1:$port" --state-db "$WORK/coord-$port.db" >"$WORK/logs/pipecoord.log" 2>&1 &
     cpid=$!
     sleep 0.3
     if kill -0 "$cpid" 2>/dev/null; then
@@ -151,12 +178,13 @@ done
 # that share a core).
 CPUS=($(taskset -pc $$ 2>/dev/null | sed 's/.*: //' | tr ',' '\n' |
     awk -F- '{ for (i = $1; i <= ($2 == "" ? $1 : $2); i++) print i }'))
+[ -n "${PL_BENCH_CPUS:-}" ] && CPUS=($PL_BENCH_CPUS)
 daemon() { # NAME INDEX
     local pin=()
     if [ "$PIN" = 1 ] && [ "${#CPUS[@]}" -ge 2 ] && command -v taskset >/dev/null; then
         pin=(taskset -c "${CPUS[$(($2 < ${#CPUS[@]} ? $2 : 0))]}")
     fi
-    "${pin[@]}" "$B/pipeld" --name "$1" --coordinator "$EP" --threads 1 >"$WORK/logs/$1.log" 2>&1 &
+    "${PRIO[@]}" "${pin[@]}" "$B/pipeld" --name "$1" --coordinator "$EP" --threads 1 >"$WORK/logs/$1.log" 2>&1 &
     pids+=($!)
     PINS="$PINS $1:${pin[2]:-any}"
 }
@@ -164,7 +192,7 @@ wait_idle() { # N
     local up=0
     for _ in $(seq 100); do
         up=$("$B/pipectl" -c "$EP" -o json nodes 2>/dev/null | grep -c '"state": "idle"' || true)
-        [ "$up" -ge "$1" ] && return 0
+        [ "$up" -ge "$1" ] && { prio; return 0; }
         sleep 0.2
     done
     echo "bench_pipeline: only $up of $1 daemons registered" >&2
@@ -187,6 +215,9 @@ tput() { # FILE KEY
         sed -n "s/^ *\"$2\": *\([-0-9.eE+]*\),\{0,1\}$/\1/p" | head -n 1
 }
 
+stage_nums() { # FILE KEY: KEY of each stage of the job (its "stages" array), one a line
+    sed -n '/^  "stages": \[/,/^  \]/p' "$1" | sed -n "s/^ *\"$2\": *\([-0-9.eE+]*\),\{0,1\}$/\1/p"
+}
 run() { # NAME YAML
     if ! timeout 900 "$B/pipectl" -c "$EP" submit "$2" --wait >"$WORK/$1.out" \
         2>"$WORK/$1.err"; then
@@ -220,7 +251,8 @@ o0=$(our_ticks)
 t0=$(date +%s.%N)
 echo "bench_pipeline: model $MODEL; $SEQS sequences; prefill job: prompts of $PROMPT_LEN tokens," \
     "1 new token; decode job: prompts of 8 tokens, $NEW_TOKENS new tokens (greedy); one prompt" \
-    "of $TTFT_LEN tokens in chunks of $CHUNK; $RUNS runs each" >&2
+    "of $TTFT_LEN tokens in chunks of $([ "$CHUNK" = 0 ] && echo "the planner's choice" || echo "$CHUNK");" \
+    "$RUNS runs each" >&2
 for s in $STAGES; do
     if [ "$s" = 3 ]; then
         daemon node2 2
@@ -234,6 +266,24 @@ for s in $STAGES; do
             run "$j$s.$r" "$WORK/$j$s.yaml"
         done
     done
+    if [ "$s" = 1 ] && [ "$PAIRED" = 1 ]; then # the paired reference (see the usage above)
+        for j in prefill decode ttft; do
+            c=$PCHUNK
+            [ "$j" = ttft ] && c=$CHUNK
+            n=1
+            [ "$j" = decode ] && n=$NEW_TOKENS
+            job "${j}a" "$WORK/$j.jsonl" "$n" 1 "$c" node0
+            job "${j}b" "$WORK/$j.jsonl" "$n" 1 "$c" node1
+        done
+        for r in $(seq "$RUNS"); do
+            for j in prefill decode ttft; do
+                run "${j}a.$r" "$WORK/${j}a.yaml" &
+                pa=$!
+                run "${j}b.$r" "$WORK/${j}b.yaml"
+                wait "$pa"
+            done
+        done
+    fi
 done
 # The run whose KEY is the median of the RUNS runs of job J; its status file stands for J.
 for s in $STAGES; do
@@ -256,7 +306,7 @@ read -r l1 l2 l3 <"/proc/loadavg"
 echo "machine: $(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -n 1), $NPROC cores," \
     "$(date -u '+%Y-%m-%d %H:%M UTC'), load average $l1 $l2 $l3"
 echo "daemons pinned (name:cpu): ${PINS# }; OPENBLAS_NUM_THREADS=$OPENBLAS_NUM_THREADS;" \
-    "progress thread: ${PL_UCX_PROGRESS_THREAD:-1} (0: progress between layers)"
+    "progress thread: ${PL_UCX_PROGRESS_THREAD:-1} (0: progress between layers); niceness $NICE"
 if [ "$NPROC" -lt 4 ]; then
     echo "note: 3 daemons x 1 thread + coordinator on $NPROC cores: one core per daemon is not" \
         "possible here, so the stages share cores and the 2- and 3-stage figures are" \
@@ -284,16 +334,48 @@ done
 echo
 echo "targets (issue 8, 2 stages against 1): prefill ratio >= 1.8; decode >= 90% of the ideal" \
     "below; TTFT ratio <= 0.6"
+# The paired reference: a stage's work costs more CPU time when the other core computes too.
+if [ "$PAIRED" = 1 ] && [ -f "$WORK/prefilla.1.json" ]; then
+    echo
+    echo "| 1-stage job | alone: compute s, CPU s | two at once, one per core: compute s, CPU s (median of runs, mean of the two) | CPU time paired / alone | the most 2 stages can give here |"
+    echo "| --- | --- | --- | ---: | ---: |"
+    for j in prefill decode ttft; do
+        aw=$(stage_nums "$WORK/${j}1.json" compute_s | head -n 1)
+        ac=$(stage_nums "$WORK/${j}1.json" compute_cpu_s | head -n 1)
+        pw_pc=$(for r in $(seq "$RUNS"); do
+            paste -d' ' <(stage_nums "$WORK/${j}a.$r.json" compute_s; stage_nums "$WORK/${j}b.$r.json" compute_s) \
+                <(stage_nums "$WORK/${j}a.$r.json" compute_cpu_s; stage_nums "$WORK/${j}b.$r.json" compute_cpu_s) |
+                awk '{ w += $1; c += $2 } END { printf "%.3f %.3f\n", c / NR, w / NR }'
+        done | sort -g | awk '{ c[NR] = $1; w[NR] = $2 } END { m = int((NR + 1) / 2); print w[m], c[m] }')
+        read -r pw pc <<<"$pw_pc"
+        awk -v j="$j" -v aw="$aw" -v ac="$ac" -v pw="$pw" -v pc="$pc" 'BEGIN {
+            printf "| %s | %.2f, %.2f | %.2f, %.2f | %.2f | %s %.2f |\n", j, aw, ac, pw, pc,
+                (ac > 0 ? pc / ac : 0), (j == "ttft" ? "time ratio" : "ratio"),
+                (j == "ttft" ? (ac > 0 ? pc / ac / 2 : 0) : (pc > 0 ? 2 * ac / pc : 0)) }'
+    done
+fi
 if [ -x "$B/bench_decode" ] && [ "${PL_BENCH_MEMREF:-1}" = 1 ]; then
     # its table "| **best (the reference below)** | **R1 GB/s** | **R2 GB/s** |" (1, 2 threads)
-    "$B/bench_decode" --threads 1,2 --steps 4 --prefill 0 --reps 2 >"$WORK/memref.txt" 2>&1 || true
+    # in its own session at the cluster's niceness, as the daemons
+    if [ "$NICE" != 0 ]; then
+        setsid bash -c 'echo "$0" >/proc/$$/autogroup 2>/dev/null; exec nice -n "$0" "$@"' "$NICE" \
+            "$B/bench_decode" --threads 1,2 --steps 4 --prefill 0 --reps 2 >"$WORK/memref.txt" 2>&1 || true
+    else
+        "$B/bench_decode" --threads 1,2 --steps 4 --prefill 0 --reps 2 >"$WORK/memref.txt" 2>&1 || true
+    fi
+    # cells "W GB/s (CPU time: C)": W in wall time, C the same read in CPU time (which other
+    # processes do not inflate); the ideal ratio comes from C where it is there
     best=$(grep -m 1 '^| \*\*best' "$WORK/memref.txt" | tr -d '*' | tr '|' '\n' | grep 'GB/s' || true)
-    r1=$(echo "$best" | sed -n '1s/ *\([0-9.]*\) GB\/s */\1/p')
-    r2=$(echo "$best" | sed -n '2s/ *\([0-9.]*\) GB\/s */\1/p')
+    r1=$(echo "$best" | sed -n '1s/^ *\([0-9.]*\) GB\/s.*/\1/p')
+    r2=$(echo "$best" | sed -n '2s/^ *\([0-9.]*\) GB\/s.*/\1/p')
+    c1=$(echo "$best" | sed -n '1s/.*CPU time: *\([0-9.]*\).*/\1/p')
+    c2=$(echo "$best" | sed -n '2s/.*CPU time: *\([0-9.]*\).*/\1/p')
     if [ -n "$r1" ] && [ -n "$r2" ]; then
-        echo "memory read bandwidth (bench_decode): 1 thread $r1 GB/s, 2 threads $r2 GB/s:" \
-            "ideal 2-stage decode ratio $(ratio "$r2" "$r1"), 90% of it" \
-            "$(awk -v a="$r2" -v b="$r1" 'BEGIN { printf "%.2f", 0.9 * a / b }')"
+        i1=${c1:-$r1} i2=${c2:-$r2}
+        echo "memory read bandwidth (bench_decode): 1 thread $r1 GB/s${c1:+ (CPU time: $c1)}," \
+            "2 threads $r2 GB/s${c2:+ (CPU time: $c2)}: ideal 2-stage decode ratio" \
+            "$(ratio "$i2" "$i1"), 90% of it $(awk -v a="$i2" -v b="$i1" 'BEGIN { printf "%.2f", 0.9 * a / b }')" \
+            "${c1:+(from the CPU-time figures)}"
     fi
 fi
 echo
@@ -344,9 +426,6 @@ echo
 # estimates the speedup on a quiet machine (for TTFT: 1 / the time ratio); under load it is
 # pessimistic, as a stage also waits while its neighbour is descheduled. The estimated tok/s is
 # one stage's tokens per CPU second times that speedup, beside what the planner predicted.
-stage_nums() { # FILE KEY: KEY of each stage of the job (its "stages" array), one a line
-    sed -n '/^  "stages": \[/,/^  \]/p' "$1" | sed -n "s/^ *\"$2\": *\([-0-9.eE+]*\),\{0,1\}$/\1/p"
-}
 echo "| job | CPU s per stage | CPU-time ratio to 1 stage | busy share per stage |" \
     "estimated quiet speedup | tok/s: planned, estimated quiet |"
 echo "| --- | --- | ---: | --- | ---: | ---: |"

@@ -1,5 +1,6 @@
-/* bench_stream: the activation stream between two processes exactly as stages use it (inbox
- * slots, credits, progress threads): bandwidth per message size and small-message latency.
+/* bench_stream: the activation stream between two processes exactly as stages use it (send
+ * buffers from a registered pool, inbox slots, credits, progress threads): bandwidth per message
+ * size and small-message latency, and this host's memcpy bandwidth per size as the reference.
  * bench_stream.sh prints it beside ucx_perftest's tag_bw / tag_lat on the same path. */
 #include "common/util.h"
 #include "transport/ucx.h"
@@ -23,6 +24,7 @@ typedef struct {
     pl_ucx_t *ucx;
     pl_ucx_ep_t *ep;
     pl_ucx_inbox_t *in;
+    pl_ucx_outbox_t *out; /* one buffer per credit the peer grants and one to fill */
 } s_side_t;
 
 static int s_die(const char *what)
@@ -65,14 +67,20 @@ static int s_setup(s_side_t *s, int rd, int wr, size_t slot_bytes, bool first)
     pl_ucx_ep_use_credits(s->ep, S_CREDIT);
     if (pl_ucx_inbox_create(s->ucx, s->ep, S_DATA, S_MASK, S_CREDIT, slot_bytes, S_SLOTS, &s->in))
         return s_die("inbox");
+    if (pl_ucx_outbox_create(s->ucx, s->ep, slot_bytes, S_SLOTS + 1, &s->out))
+        return s_die("send buffers");
     return 0;
 }
 
+/* A message from the pool, as a stage sends one (it computed into the buffer; here the buffer
+ * keeps what it held). */
 static int s_send(s_side_t *s, size_t len)
 {
-    void *buf = malloc(len ? len : 1);
-    memset(buf, 0x5a, len);
-    return pl_ucx_send_credited(s->ucx, s->ep, S_DATA, buf, len, 30000, NULL) ? s_die("send") : 0;
+    void *buf;
+    size_t cap;
+    if (pl_ucx_outbox_get(s->out, &buf, &cap, 30000, NULL))
+        return s_die("send buffer");
+    return pl_ucx_outbox_send(s->out, S_DATA, buf, len, 30000, NULL) ? s_die("send") : 0;
 }
 
 static int s_recv(s_side_t *s)
@@ -129,8 +137,31 @@ static int s_side(bool sender, int rd, int wr, int res, bool lat, size_t len, in
             snprintf(line, sizeof(line), "%.3f", v);
         printf("%s\n", line);
     }
+    pl_ucx_outbox_destroy(&s.out);
     pl_ucx_inbox_destroy(&s.in);
     pl_ucx_destroy(&s.ucx);
+    return 0;
+}
+
+/* The reference: memcpy of `len` bytes between two buffers touched beforehand, MB/s. */
+static int s_memcpy(size_t len, int iters)
+{
+    unsigned char *a = malloc(len ? len : 1), *b = malloc(len ? len : 1);
+    if (!a || !b)
+        return 1;
+    memset(a, 0x5a, len);
+    memset(b, 0xa5, len);
+    int warm = iters / 10 + 1;
+    double t0 = 0;
+    for (int i = 0; i < warm + iters; i++) {
+        if (i == warm)
+            t0 = pl_now();
+        memcpy((i & 1) ? a : b, (i & 1) ? b : a, len);
+        __asm__ volatile("" ::: "memory"); /* every copy happens */
+    }
+    printf("%.3f\n", (double)len * iters / (pl_now() - t0) / 1e6);
+    free(a);
+    free(b);
     return 0;
 }
 
@@ -202,9 +233,14 @@ int main(int argc, char **argv)
         return s_side(strcmp(argv[2], "send") == 0, atoi(argv[3]), atoi(argv[4]), atoi(argv[5]),
                       strcmp(argv[6], "lat") == 0, strtoull(argv[7], NULL, 10), atoi(argv[8]));
     if (argc < 4) {
-        fprintf(stderr, "usage: bench_stream bw|lat SIZE ITERS [NETNS_A NETNS_B]\n"
-                        "  prints MB/s (bw) or one-way microseconds (lat, ping-pong / 2)\n");
+        fprintf(stderr,
+                "usage: bench_stream bw|lat|memcpy SIZE ITERS [NETNS_A NETNS_B]\n"
+                "  prints MB/s (bw, memcpy) or one-way microseconds (lat, ping-pong / 2)\n");
         return 2;
+    }
+    if (strcmp(argv[1], "memcpy") == 0) {
+        s_pin(0);
+        return s_memcpy(strtoull(argv[2], NULL, 10), atoi(argv[3]));
     }
     const char *ns_a = argc > 4 ? argv[4] : NULL, *ns_b = argc > 5 ? argv[5] : NULL;
     int ab[2], ba[2], res[2];

@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
-# bench_stream: the activation stream (bench_stream: inboxes, credits, progress threads, as the
-# stages run it) beside ucx_perftest's tag_bw and tag_lat (with -e: error-handling endpoints,
-# as ours) on the same path and sizes: shared memory on this host, and TCP between two network
-# namespaces with their own UTS/IPC namespaces (root only; skipped otherwise).
+# bench_stream: the activation stream (bench_stream: pooled registered send buffers, inboxes,
+# credits, progress threads, as the stages run it) beside ucx_perftest's tag_bw and tag_lat (with
+# -e: error-handling endpoints, as ours) on the same path and sizes, and this host's memcpy
+# bandwidth at each size: shared memory on this host, and TCP between two network namespaces
+# with their own UTS/IPC namespaces (root only; skipped otherwise).
 #
 # usage: bench/bench_stream.sh [BUILD_DIR]      (needs ucx_perftest: Debian's ucx-utils)
 # env:   PL_BENCH_RUNS=N   runs per figure, the median printed (default 3)
 #        PL_BENCH_CPUS=A,B receiver / server on CPU A, sender / client on B (default: the first
 #                          two CPUs this script may use; "none": unpinned)
+#        PL_BENCH_NICE=N   run every measured process in a session (scheduler autogroup) of its
+#                          own at this niceness (root may give a negative one: on a machine
+#                          shared with builds they then get their cores; default 0)
 set -euo pipefail
 
 BUILD=${1:-build}
@@ -27,6 +31,13 @@ if [ -z "${PL_BENCH_CPUS:-}" ] && command -v taskset >/dev/null; then
     [[ "$PL_BENCH_CPUS" == *,* ]] || PL_BENCH_CPUS=none
 fi
 export PL_BENCH_CPUS
+NICE=${PL_BENCH_NICE:-0}
+# hi CMD...: CMD in its own session at niceness NICE (with autogroups, niceness counts only
+# within a session); as it is when NICE is 0.
+hi() {
+    if [ "$NICE" = 0 ]; then "$@"; return; fi
+    setsid bash -c 'echo "$0" >/proc/$$/autogroup 2>/dev/null; exec nice -n "$0" "$@"' "$NICE" "$@"
+}
 PIN_A=() PIN_B=()
 if [ "$PL_BENCH_CPUS" != none ]; then
     PIN_A=(taskset -c "${PL_BENCH_CPUS%,*}")
@@ -72,11 +83,11 @@ perftest_once() {
         srv=(ip netns exec "$NS_A" unshare --uts --ipc -- sh -c "hostname plbsa; exec ucx_perftest -p $port")
         cli=(ip netns exec "$NS_B" unshare --uts --ipc -- sh -c "hostname plbsb; exec ucx_perftest 10.214.$K.1 -p $port -t $2 -s $3 -n $4 -w $(($4 / 10 + 1)) -e -f")
     fi
-    "${PIN_A[@]}" "${srv[@]}" >/dev/null 2>&1 &
+    hi "${PIN_A[@]}" "${srv[@]}" >/dev/null 2>&1 &
     local spid=$!
     sleep 0.4
     local out
-    out=$(timeout 120 "${PIN_B[@]}" "${cli[@]}" 2>/dev/null | tail -n 1) || true
+    out=$(hi timeout 120 "${PIN_B[@]}" "${cli[@]}" 2>/dev/null | tail -n 1) || true
     kill "$spid" 2>/dev/null || true
     wait "$spid" 2>/dev/null || true
     # columns: iterations, lat 50%, lat avg, lat overall, bw avg, bw overall, rate avg, overall
@@ -85,9 +96,9 @@ perftest_once() {
 
 ours() { # PATH MODE SIZE ITERS
     if [ "$1" = tcp ]; then
-        "$B/bench_stream" "$2" "$3" "$4" "$NS_A" "$NS_B"
+        hi "$B/bench_stream" "$2" "$3" "$4" "$NS_A" "$NS_B"
     else
-        "$B/bench_stream" "$2" "$3" "$4"
+        hi "$B/bench_stream" "$2" "$3" "$4"
     fi
 }
 
@@ -102,7 +113,7 @@ read -r l1 l2 l3 _ </proc/loadavg
 echo "machine: $(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -n 1), $(nproc) cores," \
     "$(date -u '+%Y-%m-%d %H:%M UTC'), load average $l1 $l2 $l3; UCX $(ucx_info -v | sed -n 's/^# Version //p' | head -n 1)"
 echo "each figure: the median of $RUNS runs; ucx_perftest with -e (error-handling endpoints);" \
-    "receiver and sender pinned to CPUs $PL_BENCH_CPUS"
+    "receiver and sender pinned to CPUs $PL_BENCH_CPUS; niceness $NICE"
 echo
 paths="shm"
 [ "$NETNS" = yes ] && paths="shm tcp"
@@ -110,14 +121,16 @@ paths="shm"
 for p in $paths; do
     echo "### $p $([ "$p" = tcp ] && echo "(veth between two network namespaces, own UTS/IPC)" || echo "(one host)")"
     echo
-    echo "| message | activation stream | ucx_perftest | ratio |"
-    echo "| ---: | ---: | ---: | ---: |"
+    echo "| message | activation stream | ucx_perftest | ratio | memcpy on this host | stream / memcpy |"
+    echo "| ---: | ---: | ---: | ---: | ---: | ---: |"
     for s in $SIZES; do
         n=$(iters_for "$s")
         a=$(for _ in $(seq "$RUNS"); do ours "$p" bw "$s" "$n"; done | median)
         b=$(for _ in $(seq "$RUNS"); do perftest "$p" tag_bw "$s" "$n"; done | median)
-        printf '| %d B | %.0f MB/s | %.0f MB/s (tag_bw) | %s |\n' "$s" "$a" "$b" \
-            "$(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }')"
+        c=$(for _ in $(seq "$RUNS"); do hi "$B/bench_stream" memcpy "$s" "$((n * 4))"; done | median)
+        printf '| %d B | %.0f MB/s | %.0f MB/s (tag_bw) | %s | %.0f MB/s | %s |\n' "$s" "$a" "$b" \
+            "$(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }')" "$c" \
+            "$(awk -v a="$a" -v c="$c" 'BEGIN { printf "%.2f", (c > 0 ? a / c : 0) }')"
     done
     a=$(for _ in $(seq "$RUNS"); do ours "$p" lat "$LAT_SIZE" 2000; done | median)
     b=$(for _ in $(seq "$RUNS"); do perftest "$p" tag_lat "$LAT_SIZE" 2000; done | median)

@@ -2,12 +2,16 @@
  * keys the GPU plugins write; a backend without health reports none). */
 #include "daemon/node_metrics.h"
 
+#include "common/log.h"
 #include "common/util.h"
 #include "transport/act_recv.h"
+#include "transport/ucx.h"
 
 #include <jansson.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* One forward call of a stage, seconds: a tiny CPU layer to a large prefill. */
 static const double s_compute_bounds[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
@@ -120,8 +124,26 @@ static void s_dev_health(json_t *h, pl_msg_dev_health_t *d)
     d->errors = any ? e : -1;
 }
 
+/* The UCX transports of this process's UCX context: they do not change while it runs, and a
+ * context costs milliseconds to make, so they are asked for once. */
+static pthread_once_t s_ucx_once = PTHREAD_ONCE_INIT;
+static char s_ucx[PL_MSG_MAX_UCX_RES][PL_UCX_RES_LEN];
+static int s_n_ucx;
+
+static void s_ucx_query(void)
+{
+    if (pl_ucx_resources(s_ucx, PL_MSG_MAX_UCX_RES, &s_n_ucx) != PL_OK) {
+        pl_log_warn("health: the UCX transports are not known: %s", pl_error_msg());
+        s_n_ucx = 0;
+    }
+}
+
 void pl_node_metrics_host(pl_msg_node_health_t *h)
 {
+    pthread_once(&s_ucx_once, s_ucx_query);
+    h->n_ucx = s_n_ucx;
+    memcpy(h->ucx, s_ucx, sizeof(s_ucx));
+
     double load[3];
     if (getloadavg(load, 3) == 3) {
         h->load5 = load[1] > 0 ? load[1] : 0;

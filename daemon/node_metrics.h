@@ -21,7 +21,8 @@ pl_status_t pl_node_metrics_init(pl_node_metrics_t *m, pl_metrics_t *r);
  * (*out then has none); another error when the device failed to answer. */
 pl_status_t pl_node_metrics_device(pl_node_metrics_t *m, const char *id, pl_be_device_t *dev,
                                    pl_msg_dev_health_t *out);
-/* The host's load, memory and CPU frequency (/proc) into h; what cannot be read stays -1. */
+/* The host's load, memory and CPU frequency (/proc) into h, what cannot be read -1, and the UCX
+ * transports this process's UCX context has (asked for once; none when UCX cannot say). */
 void pl_node_metrics_host(pl_msg_node_health_t *h);
 
 #endif

@@ -12,12 +12,16 @@ int pl_sched_mb_size(int resident, int m)
     return (resident + m - 1) / m;
 }
 
-int pl_sched_prefill_chunk(int requested, int stages, int prompt_max, int prompt_avg,
+int pl_sched_prefill_chunk(int requested, int stages, int mb_size, int prompt_max, int prompt_avg,
                            double t_prefill_max)
 {
     if (requested > 0)
         return requested;
-    if (stages <= 1 || prompt_max <= PL_SCHED_CHUNK_MIN)
+    int64_t b = mb_size > 0 ? mb_size : 1;
+    int64_t c_min = (PL_SCHED_CHUNK_MIN + b - 1) / b;
+    if (c_min < PL_SCHED_CHUNK_MIN_TOKENS)
+        c_min = PL_SCHED_CHUNK_MIN_TOKENS;
+    if (stages <= 1 || prompt_max <= c_min)
         return 0;
     int64_t c = ((int64_t)prompt_max + 2 * stages - 1) / (2 * stages);
     if (t_prefill_max > 0) {
@@ -25,8 +29,8 @@ int pl_sched_prefill_chunk(int requested, int stages, int prompt_max, int prompt
         if (c_time < (double)c)
             c = (int64_t)c_time;
     }
-    if (c < PL_SCHED_CHUNK_MIN)
-        c = PL_SCHED_CHUNK_MIN;
+    if (c < c_min)
+        c = c_min;
     return (int)c; /* below prompt_max: ceil(P / 2S) < P and the floor is too */
 }
 

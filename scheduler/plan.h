@@ -290,20 +290,24 @@ pl_sched_link_t pl_sched_link(const pl_sched_eval_t *ev, int d, int n);
 /* Chunked prefill: the prompt tokens of one sequence per prefill message, so that stage s + 1
  * computes chunk k while stage s computes chunk k + 1 (the KV cache grows chunk by chunk; tokens
  * are those of whole prompts). The job's own value when it set one (requested > 0). Else, for S
- * stages, the longest prompt P_max, the average P_avg and the bottleneck stage's predicted
- * prefill time t_pre per microbatch (P_avg tokens of each of its sequences):
+ * stages, microbatches of b sequences, the longest prompt P_max, the average P_avg and the
+ * bottleneck stage's predicted prefill time t_pre per microbatch (P_avg tokens of each of its b
+ * sequences):
  *   one stage: 0 (whole prompts; there is nothing to overlap);
  *   c_split  = ceil(P_max / (2 S)): the longest prompt in at least 2 S chunks, so the pipeline
  *              fills within its first half and every stage works on it;
  *   c_time   = floor(PL_SCHED_CHUNK_TARGET_S * P_avg / t_pre): the chunk the bottleneck stage
  *              computes in about that time, short next to a prompt but long next to a
  *              message's latency;
- *   c        = max(min(c_split, c_time), PL_SCHED_CHUNK_MIN) (matrix-shaped products, and a
- *              stage's weights are read once per chunk); prompts of at most PL_SCHED_CHUNK_MIN
- *              tokens stay whole (0). */
+ *   c_min    = max(ceil(PL_SCHED_CHUNK_MIN / b), PL_SCHED_CHUNK_MIN_TOKENS): a message's
+ *              products keep at least PL_SCHED_CHUNK_MIN rows (b sequences' chunks: matrix-
+ *              shaped, and a stage's weights are read once per message), so a batch of many
+ *              sequences may be cut finer than one long prompt and still fill the pipeline;
+ *   c        = max(min(c_split, c_time), c_min); prompts of at most c_min tokens stay whole (0). */
 #define PL_SCHED_CHUNK_TARGET_S 0.004
 #define PL_SCHED_CHUNK_MIN 32
-int pl_sched_prefill_chunk(int requested, int stages, int prompt_max, int prompt_avg,
+#define PL_SCHED_CHUNK_MIN_TOKENS 8
+int pl_sched_prefill_chunk(int requested, int stages, int mb_size, int prompt_max, int prompt_avg,
                            double t_prefill_max);
 
 typedef struct {

@@ -303,7 +303,7 @@ static pl_status_t s_build(s_ctx_t *c, const pl_sched_split_t *s, int R, int M, 
     p->ctx = ev->ctx;
     p->max_tokens = pr.b * ev->p_max;
     p->prefill_chunk =
-        pl_sched_prefill_chunk(c->requested_chunk, S, ev->p_max, ev->p_avg, pr.t_pre_max);
+        pl_sched_prefill_chunk(c->requested_chunk, S, pr.b, ev->p_max, ev->p_avg, pr.t_pre_max);
     p->prefill_time = pr.prefill_time;
     p->decode_period = pr.decode_period;
     p->ring_s = pr.ring;

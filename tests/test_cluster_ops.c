@@ -256,6 +256,8 @@ Test(cluster_ops, every_verb_table_json_yaml_and_exit_codes)
     free(out);
     cr_assert_eq(s_ctl(&out, "describe node node1"), 0);
     cr_assert(strstr(out, "node:       node1") && strstr(out, "transports:"), "%s", out);
+    /* the UCX transports its context has, whether or not a link used them */
+    cr_assert(strstr(out, "ucx has:    ") && !strstr(out, "ucx has:    not reported"), "%s", out);
     free(out);
 
     /* jobs, describe job, logs: job 1 done, its events in order */

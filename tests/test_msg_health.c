@@ -32,6 +32,10 @@ static void s_sample(pl_msg_heartbeat_t *h)
                                               .temp_c = -1,
                                               .power_w = -1,
                                               .errors = -1};
+    h->sys.n_ucx = 3;
+    snprintf(h->sys.ucx[0], sizeof(h->sys.ucx[0]), "sysv/memory");
+    snprintf(h->sys.ucx[1], sizeof(h->sys.ucx[1]), "tcp/eth0");
+    snprintf(h->sys.ucx[2], sizeof(h->sys.ucx[2]), "rc_mlx5/mlx5_0:1");
     h->n_stages = 1;
     h->stages[0] = (pl_msg_progress_t){
         .job = 3, .stage = 1, .epoch = 2, .generated = 7, .busy_s = 1.25, .seqs_done = 2};
@@ -60,6 +64,9 @@ Test(msg_health, heartbeat_round_trip)
     cr_assert_str_eq(back.sys.devices[1].id, "cpu:0");
     cr_assert_float_eq(back.stages[0].busy_s, 1.25, 1e-9);
     cr_assert_eq(back.stages[0].seqs_done, 2);
+    cr_assert_eq(back.sys.n_ucx, 3);
+    cr_assert_str_eq(back.sys.ucx[0], "sysv/memory");
+    cr_assert_str_eq(back.sys.ucx[2], "rc_mlx5/mlx5_0:1");
     json_decref(b);
 }
 
@@ -72,6 +79,7 @@ Test(msg_health, without_system_all_unknown)
     cr_assert_eq(back.sys.mem_total_kb, -1);
     cr_assert_str_eq(back.sys.version, "");
     cr_assert_eq(back.sys.n_devices, 0);
+    cr_assert_eq(back.sys.n_ucx, 0);
     json_decref(b);
 }
 
@@ -106,6 +114,31 @@ Test(msg_health, bad_fields_refused)
     s_refused("memory_used_bytes", true, json_integer(30), "memory_used_bytes");
     s_refused("errors", true, json_integer(-2), "errors");
     s_refused("id", true, json_string(""), "id");
+    s_refused("ucx_transports", false, json_string("tcp/lo"), "ucx_transports");
+    s_refused("ucx_transports", false, json_pack("[i]", 3), "ucx_transports[0]");
+    s_refused("ucx_transports", false, json_pack("[s]", ""), "ucx_transports[0]");
+    s_refused("ucx_transports", false, json_pack("[s,s]", "tcp/lo", "tcp"), "ucx_transports[1]");
+    s_refused("ucx_transports", false, json_pack("[s]", "tcp/lo/x"), "ucx_transports[0]");
+    s_refused("ucx_transports", false, json_pack("[s]", "tcp/l o"), "ucx_transports[0]");
+    s_refused("ucx_transports", false, json_pack("[s]", "/lo"), "ucx_transports[0]");
+    s_refused("ucx_transports", false,
+              json_pack("[s]", "tcp/0123456789012345678901234567890123456789012345"),
+              "ucx_transports[0]");
+}
+
+Test(msg_health, too_many_ucx_transports_refused)
+{
+    json_t *b;
+    s_sample(&s_hb);
+    cr_assert_eq(pl_msg_heartbeat_encode(&s_hb, &b), PL_OK);
+    json_t *tls = json_object_get(json_object_get(b, "system"), "ucx_transports");
+    cr_assert_eq(json_array_size(tls), 3);
+    while (json_array_size(tls) <= PL_MSG_MAX_UCX_RES)
+        json_array_append_new(tls, json_string("tcp/lo"));
+    static pl_msg_heartbeat_t back;
+    cr_assert_neq(pl_msg_heartbeat_decode(b, &back), PL_OK);
+    cr_assert(strstr(pl_error_msg(), "ucx_transports"), "%s", pl_error_msg());
+    json_decref(b);
 }
 
 Test(msg_health, too_many_devices_refused)

@@ -15,28 +15,43 @@ TestSuite(sched_chunk);
 Test(sched_chunk, rule_on_hand_worked_values)
 {
     /* the job's own value always wins, also with one stage */
-    cr_assert_eq(pl_sched_prefill_chunk(7, 1, 1000, 1000, 1.0), 7);
-    cr_assert_eq(pl_sched_prefill_chunk(7, 3, 1000, 1000, 1.0), 7);
+    cr_assert_eq(pl_sched_prefill_chunk(7, 1, 1, 1000, 1000, 1.0), 7);
+    cr_assert_eq(pl_sched_prefill_chunk(7, 3, 1, 1000, 1000, 1.0), 7);
     /* one stage: nothing to overlap */
-    cr_assert_eq(pl_sched_prefill_chunk(0, 1, 4096, 4096, 1.0), 0);
+    cr_assert_eq(pl_sched_prefill_chunk(0, 1, 1, 4096, 4096, 1.0), 0);
     /* short prompts stay whole */
-    cr_assert_eq(pl_sched_prefill_chunk(0, 2, 32, 32, 1e-6), 0);
-    cr_assert_eq(pl_sched_prefill_chunk(0, 4, 20, 10, 1e-6), 0);
+    cr_assert_eq(pl_sched_prefill_chunk(0, 2, 1, 32, 32, 1e-6), 0);
+    cr_assert_eq(pl_sched_prefill_chunk(0, 4, 1, 20, 10, 1e-6), 0);
     /* fast stages: the count decides, ceil(1024 / 4) = 256 and ceil(1000 / 6) = 167 */
-    cr_assert_eq(pl_sched_prefill_chunk(0, 2, 1024, 1024, 1e-3), 256);
-    cr_assert_eq(pl_sched_prefill_chunk(0, 3, 1000, 500, 1e-4), 167);
+    cr_assert_eq(pl_sched_prefill_chunk(0, 2, 1, 1024, 1024, 1e-3), 256);
+    cr_assert_eq(pl_sched_prefill_chunk(0, 3, 1, 1000, 500, 1e-4), 167);
     /* slow stages: 1024 tokens in 0.128 s are 8000 tokens/s, 4 ms of them 32 tokens */
-    cr_assert_eq(pl_sched_prefill_chunk(0, 2, 1024, 1024, 0.128), 32);
+    cr_assert_eq(pl_sched_prefill_chunk(0, 2, 1, 1024, 1024, 0.128), 32);
     /* 0.064 s: 64 tokens in 4 ms, below the 256 the count allows */
-    cr_assert_eq(pl_sched_prefill_chunk(0, 2, 1024, 1024, 0.064), 64);
+    cr_assert_eq(pl_sched_prefill_chunk(0, 2, 1, 1024, 1024, 0.064), 64);
     /* slower still: never below PL_SCHED_CHUNK_MIN */
-    cr_assert_eq(pl_sched_prefill_chunk(0, 2, 1024, 1024, 10.0), PL_SCHED_CHUNK_MIN);
+    cr_assert_eq(pl_sched_prefill_chunk(0, 2, 1, 1024, 1024, 10.0), PL_SCHED_CHUNK_MIN);
     /* just above the floor: 33 tokens on 8 stages still make two chunks */
-    cr_assert_eq(pl_sched_prefill_chunk(0, 8, 33, 33, 1e-6), 32);
+    cr_assert_eq(pl_sched_prefill_chunk(0, 8, 1, 33, 33, 1e-6), 32);
     /* 40 tokens, 2 stages: ceil(40 / 4) = 10, raised to 32: two chunks */
-    cr_assert_eq(pl_sched_prefill_chunk(0, 2, 40, 40, 1e-6), 32);
+    cr_assert_eq(pl_sched_prefill_chunk(0, 2, 1, 40, 40, 1e-6), 32);
     /* no prediction (0 s): the count alone */
-    cr_assert_eq(pl_sched_prefill_chunk(0, 2, 512, 100, 0.0), 128);
+    cr_assert_eq(pl_sched_prefill_chunk(0, 2, 1, 512, 100, 0.0), 128);
+    /* microbatches of several sequences: the floor is on a message's rows (b chunks), so 12
+     * prompts of 64 tokens in two microbatches of 6 on 2 stages go in chunks of
+     * ceil(64 / 4) = 16 (96 rows: 8 messages), where one sequence's floor of 32 made 4 */
+    cr_assert_eq(pl_sched_prefill_chunk(0, 2, 6, 64, 64, 1e-6), 16);
+    /* slow stages: the floor for 3 sequences is ceil(32 / 3) = 11 tokens */
+    cr_assert_eq(pl_sched_prefill_chunk(0, 2, 3, 64, 64, 10.0), 11);
+    /* and never below PL_SCHED_CHUNK_MIN_TOKENS, however many sequences */
+    cr_assert_eq(pl_sched_prefill_chunk(0, 2, 64, 1024, 1024, 10.0), PL_SCHED_CHUNK_MIN_TOKENS);
+    /* prompts no longer than the floor stay whole: 8 tokens with 16 sequences, 5 with 8 */
+    cr_assert_eq(pl_sched_prefill_chunk(0, 2, 16, 8, 8, 1e-6), 0);
+    cr_assert_eq(pl_sched_prefill_chunk(0, 2, 8, 5, 5, 1e-6), 0);
+    /* 9 tokens with 16 sequences: ceil(9 / 4) = 3, raised to the 8-token floor: two chunks */
+    cr_assert_eq(pl_sched_prefill_chunk(0, 2, 16, 9, 9, 1e-6), 8);
+    /* no microbatch size known (0): as one sequence */
+    cr_assert_eq(pl_sched_prefill_chunk(0, 2, 0, 1024, 1024, 10.0), PL_SCHED_CHUNK_MIN);
 }
 
 static pl_sched_device_t s_dev(const char *name, double gflops, double gbps)
@@ -67,14 +82,16 @@ static const pl_sched_model_t s_model = {.n_layers = 16,
 /* The chunk the rule gives for this plan, worked out from the plan's own figures. */
 static int s_expected(const pl_plan_t *p, int pmax, int pavg)
 {
-    if (p->n_stages == 1 || pmax <= 32)
+    int b = p->microbatch_size > 0 ? p->microbatch_size : 1;
+    double floor_c = fmax(ceil(32.0 / b), 8);
+    if (p->n_stages == 1 || pmax <= floor_c)
         return 0;
     double t = 0;
     for (int i = 0; i < p->n_stages; i++)
         t = fmax(t, p->stages[i].t_prefill);
     double c = ceil((double)pmax / (2.0 * p->n_stages));
     c = fmin(c, floor(0.004 * pavg / t));
-    c = fmax(c, 32);
+    c = fmax(c, floor_c);
     return (int)c;
 }
 

@@ -14,6 +14,8 @@
 #include <stdint.h>
 
 #define PL_MSG_MAX_DEVICES 8      /* devices one node registers */
+#define PL_MSG_MAX_UCX_RES 32     /* UCX transports (resources) one node's health lists */
+#define PL_MSG_UCX_RES_LEN 48     /* one's name, "transport/device", with its NUL (PL_UCX_RES_LEN) */
 #define PL_MSG_MAX_UNAVAILABLE 8  /* backends a node reports missing */
 #define PL_MSG_MAX_STAGES 64      /* stages of a job; progress entries of a heartbeat */
 #define PL_MSG_MAX_ADDR (1 << 16) /* a UCX worker address, base64 */
@@ -70,6 +72,10 @@ typedef struct {
     double cpu_mhz;                     /* mean of the cores' current frequency */
     int n_devices;
     pl_msg_dev_health_t devices[PL_MSG_MAX_DEVICES];
+    /* The UCX transports the node's UCX context has ("transport/device", pl_ucx_resources),
+     * not only those of its measured links; none when the node did not say. */
+    int n_ucx;
+    char ucx[PL_MSG_MAX_UCX_RES][PL_MSG_UCX_RES_LEN];
 } pl_msg_node_health_t;
 
 typedef struct {
@@ -420,6 +426,9 @@ pl_status_t pl_msg_heartbeat_encode(const pl_msg_heartbeat_t *m, json_t **body_p
 pl_status_t pl_msg_heartbeat_decode(const json_t *body, pl_msg_heartbeat_t *out);
 /* The heartbeat's "system" object: absent fields are unknown (-1), present ones are checked. */
 pl_status_t pl_msg_node_health_encode(const pl_msg_node_health_t *m, json_t **body_p);
+/* Whether the len bytes at s name a UCX resource as UCX prints it: "transport/device", letters,
+ * digits and "_.:-" around one '/', shorter than PL_MSG_UCX_RES_LEN (ucx_info.c lists them). */
+bool pl_msg_ucx_res_name_ok(const char *s, size_t len);
 pl_status_t pl_msg_node_health_decode(const json_t *body, pl_msg_node_health_t *out);
 /* Every figure unknown. */
 void pl_msg_node_health_init(pl_msg_node_health_t *m);

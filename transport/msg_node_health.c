@@ -1,11 +1,29 @@
 /* A node's health as its heartbeat carries it: version, uptime, the host's load, memory and CPU
- * frequency, and each device's memory, utilisation, temperature, power and error counters. */
+ * frequency, each device's memory, utilisation, temperature, power and error counters, and the
+ * UCX transports the node has. */
 #include "common/json.h"
 #include "transport/msg.h"
 #include "transport/msg_int.h"
 
 #include <stdio.h>
 #include <string.h>
+
+#include <ctype.h>
+
+bool pl_msg_ucx_res_name_ok(const char *s, size_t n)
+{
+    size_t slashes = 0;
+    if (!s || n == 0 || n >= PL_MSG_UCX_RES_LEN || s[0] == '/' || s[n - 1] == '/')
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '/')
+            slashes++;
+        else if (!isalnum(c) && c != '_' && c != '.' && c != ':' && c != '-')
+            return false;
+    }
+    return slashes == 1;
+}
 
 void pl_msg_node_health_init(pl_msg_node_health_t *m)
 {
@@ -27,8 +45,10 @@ static int s_num(json_t *o, const char *key, double v)
 
 pl_status_t pl_msg_node_health_encode(const pl_msg_node_health_t *m, json_t **body_p)
 {
-    json_t *o = json_object(), *devs = json_array();
-    int bad = !o || !devs;
+    json_t *o = json_object(), *devs = json_array(), *tls = json_array();
+    int bad = !o || !devs || !tls;
+    for (int i = 0; !bad && i < m->n_ucx; i++)
+        bad = json_array_append_new(tls, json_string(m->ucx[i]));
     for (int i = 0; !bad && i < m->n_devices; i++) {
         const pl_msg_dev_health_t *d = &m->devices[i];
         json_t *e = json_pack("{s:s}", "id", d->id);
@@ -46,8 +66,10 @@ pl_status_t pl_msg_node_health_encode(const pl_msg_node_health_t *m, json_t **bo
           s_num(o, "uptime_s", m->uptime_s) || s_num(o, "load5", m->load5) ||
           s_num(o, "load15", m->load15) || s_int(o, "mem_total_kb", m->mem_total_kb) ||
           s_int(o, "mem_avail_kb", m->mem_avail_kb) || s_num(o, "cpu_mhz", m->cpu_mhz) ||
-          json_object_set(o, "devices", devs);
+          json_object_set(o, "devices", devs) ||
+          (m->n_ucx > 0 && json_object_set(o, "ucx_transports", tls));
     json_decref(devs);
+    json_decref(tls);
     if (bad) {
         json_decref(o);
         return pl_error(PL_ERR_INVALID, "HEARTBEAT: cannot encode the node's health");
@@ -97,6 +119,19 @@ pl_status_t pl_msg_node_health_decode(const json_t *body, pl_msg_node_health_t *
     for (size_t i = 0; i < json_array_size(devs); i++)
         if ((st = s_dev(json_array_get(devs, i), &m.devices[m.n_devices++])))
             return pl_error_prefix(st, "devices[%zu]: ", i);
+    json_t *tls = NULL;
+    if (json_object_get(body, "ucx_transports") &&
+        (st = pl_json_array(body, "ucx_transports", PL_MSG_MAX_UCX_RES, &tls)))
+        return st;
+    for (size_t i = 0; i < json_array_size(tls); i++) {
+        const char *name = json_string_value(json_array_get(tls, i));
+        if (!name || !pl_msg_ucx_res_name_ok(name, strlen(name)))
+            return pl_error(PL_ERR_INVALID,
+                            "field 'ucx_transports[%zu]': not a UCX transport "
+                            "name (transport/device, at most %d characters)",
+                            i, PL_MSG_UCX_RES_LEN - 1);
+        snprintf(m.ucx[m.n_ucx++], PL_MSG_UCX_RES_LEN, "%s", name);
+    }
     if (m.mem_total_kb >= 0 && m.mem_avail_kb > m.mem_total_kb)
         return pl_error(PL_ERR_INVALID, "field 'mem_avail_kb': more than mem_total_kb");
     snprintf(m.version, sizeof(m.version), "%s", version ? version : "");

@@ -109,10 +109,32 @@ pl_status_t pl_ucx_create(pl_ucx_t **ucx_p)
     return pl_ucx_create_with(&(pl_ucx_params_t){0}, ucx_p);
 }
 
-pl_status_t pl_ucx_create_with(const pl_ucx_params_t *p, pl_ucx_t **ucx_p)
+pl_status_t pl_ucx_context_new(int peer_timeout_ms, ucp_context_h *ctx_p)
 {
     ucp_config_t *config = NULL;
     ucp_params_t params = {0};
+    ucs_status_t us = ucp_config_read(NULL, NULL, &config);
+    if (us != UCS_OK)
+        return pl_ucx_ucs_error(us, "config");
+    /* UCX 1.13's shared-memory transports only declare peer-failure support when asked to; without
+     * it, the error-handling endpoints would fall back to TCP over loopback on one host. */
+    s_config_timeouts(config, peer_timeout_ms);
+    if (s_want_mm_error_handling()) {
+        us = ucp_config_modify(config, "MM_ERROR_HANDLING", "y");
+        if (us != UCS_OK)
+            pl_log_debug("ucx: cannot enable shared-memory error handling: %s",
+                         ucs_status_string(us));
+    }
+    params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;
+    params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
+    params.name = "pipeld";
+    us = ucp_init(&params, config, ctx_p);
+    ucp_config_release(config);
+    return us == UCS_OK ? PL_OK : pl_ucx_ucs_error(us, "init");
+}
+
+pl_status_t pl_ucx_create_with(const pl_ucx_params_t *p, pl_ucx_t **ucx_p)
+{
     ucp_worker_params_t wparams = {0};
     ucs_status_t us;
     pl_status_t st;
@@ -129,29 +151,8 @@ pl_status_t pl_ucx_create_with(const pl_ucx_params_t *p, pl_ucx_t **ucx_p)
     pthread_mutex_init(&ucx->lock, NULL);
     pthread_cond_init(&ucx->idle, NULL);
 
-    us = ucp_config_read(NULL, NULL, &config);
-    if (us != UCS_OK) {
-        st = pl_ucx_ucs_error(us, "config");
+    if ((st = pl_ucx_context_new(timeout_ms, &ucx->ctx)))
         goto err_free;
-    }
-    /* UCX 1.13's shared-memory transports only declare peer-failure support when asked to; without
-     * it, the error-handling endpoints below would fall back to TCP over loopback on one host. */
-    s_config_timeouts(config, timeout_ms);
-    if (s_want_mm_error_handling()) {
-        us = ucp_config_modify(config, "MM_ERROR_HANDLING", "y");
-        if (us != UCS_OK)
-            pl_log_debug("ucx: cannot enable shared-memory error handling: %s",
-                         ucs_status_string(us));
-    }
-    params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;
-    params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
-    params.name = "pipeld";
-    us = ucp_init(&params, config, &ucx->ctx);
-    ucp_config_release(config);
-    if (us != UCS_OK) {
-        st = pl_ucx_ucs_error(us, "init");
-        goto err_free;
-    }
     /* Serialized: the owner thread and the progress thread take turns under ucx->lock. */
     wparams.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
     wparams.thread_mode = UCS_THREAD_MODE_SERIALIZED;

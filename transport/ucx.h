@@ -48,6 +48,15 @@ void pl_ucx_disconnect(pl_ucx_t *ucx, pl_ucx_ep_t **ep_p);
  * endpoint's lanes; "ucx" until the connection is wired up (ask after a message went through).
  * Borrowed, valid while the endpoint lives. */
 const char *pl_ucx_ep_transport(pl_ucx_ep_t *ep);
+/* The transports this host's UCX context has, each "transport/device" as UCX names its
+ * resources ("sysv/memory", "tcp/eth0", "rc_mlx5/mlx5_0:1", ...), after the user's UCX_TLS and
+ * UCX_NET_DEVICES: at most max into out, their count in *n_p. Makes and frees a UCX context. */
+#define PL_UCX_RES_LEN 48
+pl_status_t pl_ucx_resources(char (*out)[PL_UCX_RES_LEN], int max, int *n_p);
+/* The resource names in ucp_context_print_info's text (its "resource N : md M dev D flags --
+ * TL/DEV" lines), in order, without repeats, malformed ones (pl_msg_ucx_res_name_ok) skipped:
+ * at most max; the count. */
+int pl_ucx_resources_parse(const char *text, char (*out)[PL_UCX_RES_LEN], int max);
 /* Non-blocking tagged send; takes ownership of the malloc'd `buf` (freed when sent). */
 pl_status_t pl_ucx_send(pl_ucx_t *ucx, pl_ucx_ep_t *ep, uint64_t tag, void *buf, size_t len);
 /* Wait for the next message whose tag matches (tag & mask) == (want & mask), at most max_len

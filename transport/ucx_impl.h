@@ -13,7 +13,9 @@
 #include <ucp/api/ucp.h>
 
 /* Longest sleep on the event fd, so cancel flags and deadlines are seen promptly. */
+#ifndef PL_UCX_POLL_MS
 #define PL_UCX_POLL_MS 50
+#endif
 /* How long destroy and disconnect wait for endpoints to close and sends to be purged. */
 #define PL_UCX_CLOSE_S 2.0
 /* Sanity bound on a worker address received from the control plane. */
@@ -105,6 +107,10 @@ struct pl_ucx {
     int64_t recv_allocs; /* receives that allocated their buffer (pl_ucx_recv) */
 };
 
+/* A UCX context as the data plane makes it (ucx.c): the user's UCX_* settings (UCX_TLS,
+ * UCX_NET_DEVICES, ...) read from the environment, peer-failure timeouts, tag and wakeup
+ * features. Both the workers and the resource listing (ucx_info.c) come from it. */
+pl_status_t pl_ucx_context_new(int peer_timeout_ms, ucp_context_h *ctx_p);
 /* PL_ERR_TRANSPORT naming the UCX call and status. */
 pl_status_t pl_ucx_ucs_error(ucs_status_t status, const char *what);
 /* Absolute deadline (pl_now() seconds) of a timeout; infinite when timeout_ms < 0. */

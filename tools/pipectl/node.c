@@ -161,6 +161,16 @@ static void s_health_of(FILE *f, const json_t *r, bool detail)
     fprintf(f, "stages:     %s\n", st[0] ? st : "none");
     if (detail || tl[0])
         fprintf(f, "transports: %s\n", tl[0] ? tl : "none measured yet");
+    char ux[512] = "";
+    m = 0;
+    json_array_foreach(json_object_get(sys, "ucx_transports"), i, v)
+    {
+        if (m < sizeof(ux))
+            m += (size_t)snprintf(ux + m, sizeof(ux) - m, "%s%s", i ? ", " : "",
+                                  json_string_value(v));
+    }
+    if (detail || ux[0])
+        fprintf(f, "ucx has:    %s\n", ux[0] ? ux : "not reported");
     json_array_foreach(json_object_get(r, "unavailable"), i, v)
         fprintf(f, "no %-8s %s\n", S_STR(v, "backend"), S_STR(v, "why"));
 }
