@@ -317,6 +317,8 @@ static void s_start(pl_coord_t *c, pl_coord_job_t *j)
                                    .next = n > 1 ? j->stages[(i + 1) % n].ucx_addr : NULL,
                                    .prev = n > 1 ? j->stages[(i + n - 1) % n].ucx_addr : NULL,
                                    .token = token};
+        if (j->train) /* a chain per replica, and rings across them (coord_train.c) */
+            pl_coord_train_start(j, i, &m.start);
         pl_coord_send_node(c, j->stages[i].node, &m); /* borrowed addresses, not cleared */
     }
     j->state = PL_JOB_RUNNING;

@@ -52,9 +52,10 @@ pl_status_t pl_coord_train_validate(pl_coord_job_t *j)
     free(inv);
     if (st)
         return st;
-    if (job->replicas > 1)
-        return pl_error(PL_ERR_UNSUPPORTED, "replicas %d: data-parallel training is not built "
-                        "yet; run one pipeline (replicas: 1)", job->replicas);
+    if (tc.n_mb % job->replicas)
+        return pl_error(PL_ERR_INVALID, "replicas %d: the step's %d microbatches "
+                        "(global_batch / micro_batch) do not split evenly over them",
+                        job->replicas, tc.n_mb);
     if ((st = s_readable("data", job->data_tokens[0] ? job->data_tokens : job->data_text)))
         return st;
     int steps_done = 0;
@@ -102,6 +103,15 @@ pl_status_t pl_coord_train_validate(pl_coord_job_t *j)
     return PL_OK;
 }
 
+void pl_coord_train_start(const pl_coord_job_t *j, int i, pl_msg_start_t *m)
+{
+    int S = j->spec.train->n_split, R = j->n_stages / S, r = i / S, s = i % S;
+    m->next = s < S - 1 ? j->stages[i + 1].ucx_addr : NULL;
+    m->prev = s > 0 ? j->stages[i - 1].ucx_addr : NULL;
+    m->ring_next = R > 1 ? j->stages[((r + 1) % R) * S + s].ucx_addr : NULL;
+    m->ring_prev = R > 1 ? j->stages[((r + R - 1) % R) * S + s].ucx_addr : NULL;
+}
+
 void pl_coord_on_train_step(pl_coord_t *c, const pl_tx_peer_t *from, const pl_msg_t *m)
 {
     const pl_msg_train_step_t *r = &m->train_step;
@@ -145,12 +155,12 @@ void pl_coord_on_train_step(pl_coord_t *c, const pl_tx_peer_t *from, const pl_ms
             p->t_first = pl_now() - r->wall_s;
         p->step = r->step;
         p->loss = r->loss, p->grad_norm = r->grad_norm, p->lr = r->lr;
-        p->tokens += r->tokens;
+        p->tokens += r->tokens * job->replicas; /* every replica trained on as many */
         if (r->step - 1 < S_MAX_CURVE)
             p->losses[r->step - 1] = r->loss;
     }
-    bool all = true; /* a checkpoint is whole once every stage wrote its part */
-    for (int i = 0; i < j->n_stages; i++)
+    bool all = true; /* a checkpoint is whole once every stage of replica 0 wrote its part */
+    for (int i = 0; i < j->spec.train->n_split; i++)
         all = all && j->train->stages[i].ckpt_step == r->step;
     if (all && r->checkpoint && p->ckpt_step < r->step) {
         p->ckpt_step = r->step;
@@ -201,8 +211,8 @@ json_t *pl_coord_train_json(const pl_coord_job_t *j)
     if (p->ckpt_step > 0 && pl_train_run_ckpt_dir(&t->cfg, p->ckpt_step, ckpt, sizeof(ckpt)))
         ckpt[0] = '\0';
     json_t *o = json_pack(
-        "{s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:I, s:f, s:s, s:o, s:i, s:o, s:o, s:s, s:i}",
-        "step", p->step, "steps", t->cfg.steps, "first_step", p->first_step, "loss", p->loss,
+        "{s:i, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:I, s:f, s:s, s:o, s:i, s:o, s:o, s:s, s:i}",
+        "replicas", t->cfg.replicas, "step", p->step, "steps", t->cfg.steps, "first_step", p->first_step, "loss", p->loss,
         "grad_norm", p->grad_norm, "lr", p->lr, "tok_s", tok_s, "tokens", (json_int_t)p->tokens,
         "eta_s", per_step * left, "schedule",
         t->kind >= 0 ? pl_train_kind_name((pl_train_kind_t)t->kind) : t->cfg.schedule, "split",

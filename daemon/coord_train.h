@@ -34,6 +34,10 @@ void pl_coord_train_free(pl_coord_job_t *j);
  * one with the least predicted step time); j's stages and spec.train's schedule and split.
  * As pl_coord_plan_job: false with j->error when it waits, false with j failed when it can't. */
 bool pl_coord_train_plan(pl_coord_t *c, pl_coord_job_t *j);
+/* START's addresses for stage i of a training job (replica i / S, stage i % S of S): next and
+ * prev in its replica's chain (NULL at its ends), and its all-reduce ring across the replicas
+ * (NULL with one replica). Borrowed from j. */
+void pl_coord_train_start(const pl_coord_job_t *j, int i, pl_msg_start_t *m);
 /* TRAIN_STEP from a stage of a running job's current assignment, its node checked. */
 void pl_coord_on_train_step(pl_coord_t *c, const pl_tx_peer_t *from, const pl_msg_t *m);
 /* Whether every stage reported every step (why: the final loss, or what is missing). */

@@ -91,7 +91,7 @@ static pl_status_t s_costs(const pl_coord_job_t *j, s_costs_t *k)
     size_t sz[9];
     double T = tc.seq_len, H = tc.dims.hidden, V = tc.vocab;
     pl_cpu_tlayer_sizes(&tc.dims, sz);
-    *k = (s_costs_t){.n_layers = tc.n_layers, .n_mb = tc.n_mb};
+    *k = (s_costs_t){.n_layers = tc.n_layers, .n_mb = tc.n_mb / job->replicas};
     for (int i = 0; i < 9; i++)
         k->params += (double)sz[i];
     /* the projections' 2 FLOPs per weight and token, and causal attention's scores and sums */
@@ -122,8 +122,8 @@ static void s_stage(const s_costs_t *k, int s, int n_stages, int n, double gflop
 /* The split of n_layers over cands[0..S) under schedule sched that minimises the slowest
  * stage's time with every stage within its device's memory (minimax over contiguous splits);
  * false when none fits. A resume's split is kept as it is (only checked). */
-static bool s_split(const s_costs_t *k, const s_cand_t *cands, int S, const pl_train_ops_t *sched,
-                    const pl_job_train_t *fixed, int *split)
+static bool s_split(const s_costs_t *k, const s_cand_t *cands, int S, int R,
+                    const pl_train_ops_t *sched, const pl_job_train_t *fixed, int *split)
 {
     int L = k->n_layers;
     if (fixed->n_split) {
@@ -131,8 +131,9 @@ static bool s_split(const s_costs_t *k, const s_cand_t *cands, int S, const pl_t
             pl_tsched_mem_t m;
             pl_tsched_times_t t;
             s_stage(k, s, S, fixed->split[s], cands[s].gflops, &m, &t);
-            if (pl_tsched_stage_mem(sched, s, &m) > cands[s].mem)
-                return false;
+            for (int r = 0; r < R; r++)
+                if (pl_tsched_stage_mem(sched, s, &m) > cands[r * S + s].mem)
+                    return false;
             split[s] = fixed->split[s];
         }
         return true;
@@ -153,10 +154,17 @@ static bool s_split(const s_costs_t *k, const s_cand_t *cands, int S, const pl_t
             for (int n = 1; l + n <= L - (S - 1 - s); n++) {
                 pl_tsched_mem_t m;
                 pl_tsched_times_t t;
-                s_stage(k, s, S, n, cands[s].gflops, &m, &t);
-                if (B(s + 1, l + n) == DBL_MAX || pl_tsched_stage_mem(sched, s, &m) > cands[s].mem)
+                double v = 0, mem;
+                bool fits = B(s + 1, l + n) != DBL_MAX;
+                for (int r = 0; fits && r < R; r++) { /* every replica's stage s: the slowest */
+                    s_stage(k, s, S, n, cands[r * S + s].gflops, &m, &t);
+                    mem = pl_tsched_stage_mem(sched, s, &m);
+                    fits = mem <= cands[r * S + s].mem;
+                    v = PL_MAX(v, t.f + t.b + t.w);
+                }
+                if (!fits)
                     continue;
-                double v = PL_MAX(t.f + t.b + t.w, B(s + 1, l + n));
+                v = PL_MAX(v, B(s + 1, l + n));
                 if (v < B(s, l)) {
                     B(s, l) = v;
                     C(s, l) = n;
@@ -176,9 +184,9 @@ out:
     return ok;
 }
 
-/* Schedule `kind` on the first S candidates: its split and prediction; false when it does not
- * fit (*why says so). */
-static bool s_try(const s_costs_t *k, const s_cand_t *cands, int S, int kind,
+/* Schedule `kind` on the first R x S candidates (replica r's stage s on candidate r * S + s):
+ * its split and replica 0's prediction; false when it does not fit. */
+static bool s_try(const s_costs_t *k, const s_cand_t *cands, int S, int R, int kind,
                   const pl_job_train_t *t, s_choice_t *out)
 {
     pl_train_ops_t *sched = NULL;
@@ -190,7 +198,7 @@ static bool s_try(const s_costs_t *k, const s_cand_t *cands, int S, int kind,
         pl_error_clear();
         return false;
     }
-    if (!s_split(k, cands, S, sched, t, ch.split))
+    if (!s_split(k, cands, S, R, sched, t, ch.split))
         goto out;
     for (int s = 0; s < S; s++) {
         pl_tsched_mem_t m;
@@ -214,22 +222,25 @@ out:
 }
 
 static json_t *s_plan_json(const pl_coord_t *c, const s_cand_t *cands, const s_choice_t *ch,
-                           json_t *tried)
+                           int R, json_t *tried)
 {
     json_t *stages = json_array();
-    for (int s = 0, l = 0; s < ch->n_stages; l += ch->split[s], s++) {
-        const pl_coord_node_t *nd = &c->nodes[cands[s].node];
+    for (int i = 0; i < R * ch->n_stages; i++) {
+        int s = i % ch->n_stages, l = 0;
+        for (int q = 0; q < s; q++)
+            l += ch->split[q];
+        const pl_coord_node_t *nd = &c->nodes[cands[i].node];
         json_array_append_new(
-            stages, json_pack("{s:i, s:s, s:s, s:i, s:i, s:f, s:f, s:f, s:f}", "stage", s,
-                              "node", nd->name, "device", nd->dev[cands[s].dev].id, "first_layer",
-                              l, "last_layer", l + ch->split[s] - 1, "mem_bytes", ch->mem[s],
-                              "budget_bytes", cands[s].mem, "stash_bytes", ch->stash[s],
-                              "busy_s", ch->busy[s]));
+            stages, json_pack("{s:i, s:i, s:s, s:s, s:i, s:i, s:f, s:f, s:f, s:f}", "stage", i,
+                              "replica", i / ch->n_stages, "node", nd->name, "device",
+                              nd->dev[cands[i].dev].id, "first_layer", l, "last_layer",
+                              l + ch->split[s] - 1, "mem_bytes", ch->mem[s], "budget_bytes",
+                              cands[i].mem, "stash_bytes", ch->stash[s], "busy_s", ch->busy[s]));
     }
-    return json_pack("{s:s, s:s, s:f, s:f, s:o, s:o}", "kind", "training", "schedule",
+    return json_pack("{s:s, s:s, s:f, s:f, s:i, s:o, s:o}", "kind", "training", "schedule",
                      pl_train_kind_name((pl_train_kind_t)ch->kind), "predicted_step_s",
-                     ch->makespan, "predicted_bubble", ch->bubble, "stages", stages, "tried",
-                     tried);
+                     ch->makespan, "predicted_bubble", ch->bubble, "replicas", R, "stages",
+                     stages, "tried", tried);
 }
 
 bool pl_coord_train_plan(pl_coord_t *c, pl_coord_job_t *j)
@@ -238,20 +249,21 @@ bool pl_coord_train_plan(pl_coord_t *c, pl_coord_job_t *j)
     s_cand_t cands[PL_COORD_MAX_STAGES];
     s_costs_t k;
     int alive, n = s_candidates(c, j, cands, &alive);
-    int want = t->n_split ? t->n_split : t->cfg.stages;
+    int want = t->n_split ? t->n_split : t->cfg.stages, R = t->cfg.replicas;
     if (s_costs(j, &k)) {
         pl_coord_job_fail(c, j, "%s", pl_error_msg());
         return false;
     }
-    if (n == 0 || n < want) {
+    if (n == 0 || n < PL_MAX(want, 1) * R) {
         snprintf(j->error, sizeof(j->error), "waiting for %d idle device(s): %d idle, %d alive",
-                 PL_MAX(want, 1), n, alive);
+                 PL_MAX(want, 1) * R, n, alive);
         return false;
     }
     pl_train_kind_t forced;
     bool is_forced = strcmp(t->cfg.schedule, "auto") && !pl_train_kind_parse(t->cfg.schedule,
                                                                                  &forced);
-    int lo = want ? want : 1, hi = want ? want : PL_MIN(PL_MIN(n, k.n_layers), S_MAX_AUTO_STAGES);
+    int lo = want ? want : 1,
+        hi = want ? want : PL_MIN(PL_MIN(n / R, k.n_layers), S_MAX_AUTO_STAGES);
     s_choice_t best = {.makespan = DBL_MAX};
     json_t *tried = json_array();
     for (int S = lo; S <= hi; S++)
@@ -259,7 +271,7 @@ bool pl_coord_train_plan(pl_coord_t *c, pl_coord_job_t *j)
             s_choice_t ch;
             if (is_forced && kind != (int)forced)
                 continue;
-            bool fits = s_try(&k, cands, S, kind, t, &ch);
+            bool fits = s_try(&k, cands, S, R, kind, t, &ch);
             json_array_append_new(tried, json_pack("{s:i, s:s, s:b, s:f, s:f}", "stages", S,
                                                    "schedule",
                                                    pl_train_kind_name((pl_train_kind_t)kind),
@@ -276,7 +288,7 @@ bool pl_coord_train_plan(pl_coord_t *c, pl_coord_job_t *j)
                           is_forced ? t->cfg.schedule : "any schedule");
         return false;
     }
-    json_t *pj = s_plan_json(c, cands, &best, tried);
+    json_t *pj = s_plan_json(c, cands, &best, R, tried);
     if (!pj) {
         pl_coord_job_fail(c, j, "coordinator out of memory");
         return false;
@@ -285,19 +297,23 @@ bool pl_coord_train_plan(pl_coord_t *c, pl_coord_job_t *j)
     j->plan = pj;
     t->kind = best.kind;
     t->n_split = best.n_stages;
-    j->n_stages = best.n_stages;
-    for (int s = 0, l = 0; s < best.n_stages; l += best.split[s], s++) {
+    j->n_stages = best.n_stages * R; /* replica r's stage s is stage r * S + s */
+    for (int s = 0; s < best.n_stages; s++)
         t->split[s] = best.split[s];
-        j->stages[s] = (pl_coord_stage_t){.node = cands[s].node, .dev = cands[s].dev,
+    for (int i = 0; i < j->n_stages; i++) {
+        int s = i % best.n_stages, l = 0;
+        for (int q = 0; q < s; q++)
+            l += best.split[q];
+        j->stages[i] = (pl_coord_stage_t){.node = cands[i].node, .dev = cands[i].dev,
                                           .first = l, .last = l + best.split[s] - 1,
-                                          .used_gflops = cands[s].gflops};
+                                          .used_gflops = cands[i].gflops};
     }
     j->microbatches = k.n_mb;
     j->max_ctx = t->cfg.seq_len + 1;
     j->max_tokens = t->cfg.seq_len;
-    pl_log_info("job %u: training planned on %d stage(s), %s, predicted %.3f s a step, bubble "
-                "%.3f", j->id, best.n_stages, pl_train_kind_name((pl_train_kind_t)best.kind),
-                best.makespan, best.bubble);
+    pl_log_info("job %u: training planned on %d stage(s) x %d replica(s), %s, predicted %.3g s "
+                "a step, bubble %.3f", j->id, best.n_stages, R,
+                pl_train_kind_name((pl_train_kind_t)best.kind), best.makespan, best.bubble);
     j->error[0] = '\0';
     return true;
 }

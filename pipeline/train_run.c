@@ -5,6 +5,7 @@
 
 #include "common/log.h"
 #include "common/util.h"
+#include "pipeline/train_allreduce.h"
 #include "pipeline/train_ckpt.h"
 #include "pipeline/train_ckpt_opt.h"
 #include "pipeline/train_data.h"
@@ -32,8 +33,12 @@ typedef struct {
     pl_train_data_t *data;
     pl_train_state_t resume; /* step 0 when starting anew */
     int l0, l1;              /* layers [l0, l1) */
+    int S, R, s, rank;       /* replica `rank` of R, its stage s of S */
+    int n_mb_all;            /* the step's microbatches over every replica */
     pl_ucx_t *ucx;
     pl_ucx_ep_t *prev, *next;
+    pl_ucx_ep_t *ring_next, *ring_prev; /* the same stage of the other replicas */
+    pl_train_ar_t *ar;
     pl_train_exec_t *te;
     int32_t *tokens;
     double busy_s, wait_s, t0;
@@ -83,13 +88,20 @@ static pl_status_t s_load(s_run_t *s)
     pl_model_config_t mc;
     pl_model_t *m = NULL;
     pl_status_t st;
-    bool first = r->stage == 0, last = r->stage == r->n_stages - 1;
+    s->S = r->train->n_split, s->R = r->n_stages / s->S;
+    s->s = r->stage % s->S, s->rank = r->stage / s->S;
+    bool first = s->s == 0, last = s->s == s->S - 1;
+    if (s->S * s->R != r->n_stages || s->R != job->replicas)
+        return pl_error(PL_ERR_PROTOCOL, "assignment: %d stages are not %d x %d replicas",
+                        r->n_stages, s->S, job->replicas);
     if ((st = pl_model_config_load(job->model, &mc)))
         return pl_error_prefix(st, "model %s: ", job->model);
     if (!(s->inv_freq = calloc((size_t)mc.head_dim / 2 + 1, sizeof(double))))
         return pl_error(PL_ERR_NOMEM, "training stage: out of memory");
     if ((st = pl_train_cfg_from_job(job, &mc, s->inv_freq, &s->cfg)))
         return st;
+    s->n_mb_all = s->cfg.n_mb;
+    s->cfg.n_mb /= s->R; /* this replica's share of the step */
     s->l0 = r->first, s->l1 = r->last + 1;
     if (s->l0 < 0 || s->l1 > s->cfg.n_layers || s->l1 <= s->l0)
         return pl_error(PL_ERR_INVALID, "assignment: layers %d-%d of a %d-layer model", r->first,
@@ -97,9 +109,9 @@ static pl_status_t s_load(s_run_t *s)
     if (job->resume_from[0]) {
         if ((st = pl_train_ckpt_state_read(job->resume_from, &s->resume)))
             return st;
-        if (s->resume.n_stages != r->n_stages)
+        if (s->resume.n_stages != s->S)
             return pl_error(PL_ERR_INVALID, "resume_from %s: written by %d stages, this job has "
-                            "%d", job->resume_from, s->resume.n_stages, r->n_stages);
+                            "%d", job->resume_from, s->resume.n_stages, s->S);
         if (s->resume.step >= job->steps)
             return pl_error(PL_ERR_INVALID, "resume_from %s: %d steps taken already, the job "
                             "has %d", job->resume_from, s->resume.step, job->steps);
@@ -120,7 +132,7 @@ static pl_status_t s_load(s_run_t *s)
                                                        &s->data);
     if (st)
         return st;
-    size_t n = (size_t)s->cfg.n_mb * ((size_t)s->cfg.seq_len + 1);
+    size_t n = (size_t)s->n_mb_all * ((size_t)s->cfg.seq_len + 1);
     if (!(s->tokens = malloc(n * sizeof(int32_t))))
         return pl_error(PL_ERR_NOMEM, "training stage: out of memory");
     return PL_OK;
@@ -128,7 +140,7 @@ static pl_status_t s_load(s_run_t *s)
 
 /* Wait for START: the neighbours' addresses (next for all but the last, prev for all but the
  * first: a training pipeline is a chain, not the generation ring). */
-static pl_status_t s_start(s_run_t *s, char **next_p, char **prev_p)
+static pl_status_t s_start(s_run_t *s, char **next_p, char **prev_p, char **ring_p)
 {
     while (!*s->r->cancel) {
         pl_msg_t m;
@@ -139,7 +151,8 @@ static pl_status_t s_start(s_run_t *s, char **next_p, char **prev_p)
             return st;
         if (m.type == PL_MSG_START) {
             *next_p = m.start.next, *prev_p = m.start.prev;
-            m.start.next = m.start.prev = NULL;
+            ring_p[0] = m.start.ring_next, ring_p[1] = m.start.ring_prev;
+            m.start.next = m.start.prev = m.start.ring_next = m.start.ring_prev = NULL;
             /* m.start.token: train_exec's messages do not carry a token yet (issue 13's work
              * on train_exec.c adds it to pl_train_link_t; then it is set here) */
             pl_msg_clear(&m);
@@ -153,29 +166,43 @@ static pl_status_t s_start(s_run_t *s, char **next_p, char **prev_p)
 static pl_status_t s_connect(s_run_t *s)
 {
     const pl_train_run_t *r = s->r;
-    char *next = NULL, *prev = NULL;
-    pl_status_t st = s_start(s, &next, &prev);
+    char *next = NULL, *prev = NULL, *ring[2] = {NULL, NULL};
+    pl_status_t st = s_start(s, &next, &prev, ring);
     if (st)
         goto out;
-    if ((r->stage < r->n_stages - 1 && !next) || (r->stage > 0 && !prev)) {
+    if ((s->s < s->S - 1 && !next) || (s->s > 0 && !prev) ||
+        (s->R > 1 && (!ring[0] || !ring[1]))) {
         st = pl_error(PL_ERR_PROTOCOL, "START without a neighbour's address");
         goto out;
     }
-    if (r->stage < r->n_stages - 1 && (st = pl_ucx_connect(s->ucx, next, &s->next)))
+    if (s->s < s->S - 1 && (st = pl_ucx_connect(s->ucx, next, &s->next)))
         goto out;
-    if (r->stage > 0 && (st = pl_ucx_connect(s->ucx, prev, &s->prev)))
+    if (s->s > 0 && (st = pl_ucx_connect(s->ucx, prev, &s->prev)))
         goto out;
+    if (s->R > 1) { /* two replicas: one peer is both ring neighbours */
+        if ((st = pl_ucx_connect(s->ucx, ring[0], &s->ring_next)))
+            goto out;
+        if (strcmp(ring[0], ring[1]) == 0)
+            s->ring_prev = s->ring_next;
+        else if ((st = pl_ucx_connect(s->ucx, ring[1], &s->ring_prev)))
+            goto out;
+        if ((st = pl_train_ar_create(s->ucx, s->ring_next, s->ring_prev, s->rank, s->R, r->job,
+                                     S_DATA_TIMEOUT_MS, r->cancel, &s->ar)))
+            goto out;
+    }
     pl_train_link_t link = {.ucx = s->ucx, .prev = s->prev, .next = s->next, .job = r->job,
-                            .timeout_ms = S_DATA_TIMEOUT_MS, .cancel = r->cancel};
-    if ((st = pl_train_exec_create(&s->cfg, pl_train_master_weights(s->master), r->stage,
-                                   r->n_stages, s->l0, s->l1, r->ops, &link, &s->te)))
+                            .timeout_ms = S_DATA_TIMEOUT_MS, .cancel = r->cancel, .dp = s->ar};
+    if ((st = pl_train_exec_create(&s->cfg, pl_train_master_weights(s->master), s->s, s->S,
+                                   s->l0, s->l1, r->ops, &link, &s->te)))
         goto out;
     if (s->job->resume_from[0])
         st = pl_train_ckpt_opt_read(s->job->resume_from, &s->cfg, pl_train_exec_opt(s->te),
-                                    r->stage, r->n_stages, s->l0, s->l1);
+                                    s->s, s->S, s->l0, s->l1);
 out:
     free(next);
     free(prev);
+    free(ring[0]);
+    free(ring[1]);
     return st;
 }
 
@@ -188,14 +215,14 @@ static pl_status_t s_checkpoint(s_run_t *s, int k)
     char dir[PATH_MAX];
     pl_status_t st;
     if ((st = pl_train_run_ckpt_dir(s->job, k, dir, sizeof(dir))) || (st = s_mkdirs(dir)) ||
-        (st = pl_train_ckpt_stage_write(dir, &s->cfg, pl_train_master_weights(s->master),
-                                        r->stage, r->n_stages, s->l0, s->l1)) ||
-        (st = pl_train_ckpt_opt_write(dir, &s->cfg, pl_train_exec_opt(s->te), r->stage,
-                                      r->n_stages, s->l0, s->l1)))
+        (st = pl_train_ckpt_stage_write(dir, &s->cfg, pl_train_master_weights(s->master), s->s,
+                                        s->S, s->l0, s->l1)) ||
+        (st = pl_train_ckpt_opt_write(dir, &s->cfg, pl_train_exec_opt(s->te), s->s, s->S,
+                                      s->l0, s->l1)))
         return st;
-    if (r->stage != 0)
+    if (s->s != 0)
         return PL_OK;
-    pl_train_state_t ts = {.step = k, .n_stages = r->n_stages, .data_step = k,
+    pl_train_state_t ts = {.step = k, .n_stages = s->S, .data_step = k,
                            .lr = pl_adamw_lr(&s->cfg.opt, k)};
     memcpy(ts.split, t->split, sizeof(int) * (size_t)t->n_split);
     if ((st = pl_train_ckpt_index_write(dir, &s->cfg, t->split, t->n_split, s->job->model)) ||
@@ -214,11 +241,13 @@ static pl_status_t s_steps(s_run_t *s)
         pl_train_exec_step_t out;
         if (*r->cancel)
             return pl_error(PL_ERR_CANCELED, "canceled");
-        if ((st = pl_train_data_step(s->data, s->cfg.seq_len, s->cfg.n_mb, step, s->tokens)) ||
-            (st = pl_train_exec_step(s->te, s->tokens, &out)))
+        /* the step's windows of every replica; this one trains on its share of them */
+        size_t at = (size_t)s->rank * (size_t)s->cfg.n_mb * ((size_t)s->cfg.seq_len + 1);
+        if ((st = pl_train_data_step(s->data, s->cfg.seq_len, s->n_mb_all, step, s->tokens)) ||
+            (st = pl_train_exec_step(s->te, s->tokens + at, &out)))
             return st;
         int k = step + 1;
-        bool ckpt = job->checkpoint_dir[0] &&
+        bool ckpt = job->checkpoint_dir[0] && s->rank == 0 && /* the replicas are one model */
                     ((job->checkpoint_every > 0 && k % job->checkpoint_every == 0) ||
                      k == job->steps);
         if (ckpt && (st = s_checkpoint(s, k)))
@@ -241,7 +270,8 @@ static pl_status_t s_steps(s_run_t *s)
 static void s_free(s_run_t *s)
 {
     pl_train_exec_destroy(&s->te);
-    if (s->ucx && (s->next || s->prev) && pl_ucx_flush(s->ucx, 1000))
+    pl_train_ar_destroy(&s->ar);
+    if (s->ucx && (s->next || s->prev || s->ring_next) && pl_ucx_flush(s->ucx, 1000))
         pl_error_clear();
     pl_ucx_destroy(&s->ucx); /* closes the endpoints */
     pl_train_data_destroy(&s->data);
@@ -256,7 +286,7 @@ void pl_train_run_stage(const pl_train_run_t *r)
     char *addr = NULL;
     pl_msg_t m;
     pl_status_t st;
-    if (r->train->n_split != r->n_stages || r->train->kind < 0) {
+    if (r->train->n_split < 1 || r->n_stages % r->train->n_split || r->train->kind < 0) {
         st = pl_error(PL_ERR_PROTOCOL, "assignment: a training stage without its schedule and "
                       "split");
         goto fail;

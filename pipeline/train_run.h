@@ -12,7 +12,8 @@
 
 typedef struct {
     uint32_t job;
-    int stage, n_stages;
+    int stage, n_stages;           /* the job's: replicas x the split's stages (stage i is
+                                    * replica i / S's stage i % S) */
     int first, last;               /* the assignment's layers, inclusive */
     const pl_job_train_t *train;   /* borrowed: the job and the coordinator's schedule and split */
     const pl_train_ops_t *ops;     /* borrowed: the schedule, which every stage builds alike */

@@ -198,3 +198,29 @@ Test(msg_train, train_step_round_trips_and_is_checked)
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
         s_refused(PL_MSG_TRAIN_STEP, bad[i][0], bad[i][1]);
 }
+
+Test(msg_train, start_carries_the_all_reduce_ring)
+{
+    pl_msg_t m, back;
+    pl_msg_init(&m, PL_MSG_START);
+    m.start = (pl_msg_start_t){.job = 2, .stage = 3, .epoch = 4, .next = strdup("n"),
+                               .prev = strdup("p"), .ring_next = strdup("rn"),
+                               .ring_prev = strdup("rp")};
+    s_round_trip(&m, &back);
+    cr_assert_str_eq(back.start.ring_next, "rn");
+    cr_assert_str_eq(back.start.ring_prev, "rp");
+    cr_assert_str_eq(back.start.next, "n");
+    pl_msg_clear(&back);
+    free(m.start.ring_next);
+    free(m.start.ring_prev);
+    m.start.ring_next = m.start.ring_prev = NULL; /* absent: none */
+    s_round_trip(&m, &back);
+    cr_assert_null(back.start.ring_next);
+    cr_assert_null(back.start.ring_prev);
+    pl_msg_clear(&back);
+    pl_msg_clear(&m);
+    s_refused(PL_MSG_START,
+              "{\"job\": 1, \"stage\": 0, \"epoch\": 1, \"token\": "
+              "\"00000000000000000000000000000000\", \"ring_next\": 5}",
+              "ring_next");
+}

@@ -12,6 +12,7 @@
 #include "scheduler/train_sched.h"
 
 #include <jansson.h>
+#include <math.h>
 
 #define S_STEPS 6
 
@@ -27,11 +28,11 @@ static void s_teardown(void)
         tc_sh(NULL, "rm -rf %s", s_c.dir);
 }
 
-/* A two-daemon cluster, a tiny model (3 layers) and a repetitive corpus of token ids. */
-static void s_start(void)
+/* An n-daemon cluster, a tiny model (3 layers) and a repetitive corpus of token ids. */
+static void s_start_n(int n_nodes)
 {
-    const int threads[2] = {1, 1};
-    cr_assert_eq(tc_cluster_start(&s_c, 2, threads), 0, "nodes did not register");
+    const int threads[4] = {1, 1, 1, 1};
+    cr_assert_eq(tc_cluster_start(&s_c, n_nodes, threads), 0, "nodes did not register");
     cr_assert_eq(tc_make_model(s_c.dir, "tiny", "--layers 3 --hidden 32 --intermediate 64 "
                                                 "--heads 4 --kv-heads 2 --vocab 64 --seed 3"),
                  0);
@@ -41,6 +42,11 @@ static void s_start(void)
         n += (size_t)snprintf(text + n, sizeof(text) - n, "%d ", (i * 7 + 3) % 61);
     snprintf(path, sizeof(path), "%s/corpus.tok", s_c.dir);
     tc_write(path, text);
+}
+
+static void s_start(void)
+{
+    s_start_n(2);
 }
 
 /* dir/NAME.yaml: the tiny model on the corpus, 2 stages, `extra` lines after. */
@@ -125,6 +131,34 @@ static int s_curve(const json_t *tr, double *curve)
     for (size_t i = 0; i < json_array_size(ls); i++)
         curve[from - 1 + (int)i] = json_real_value(json_array_get(ls, i));
     return from;
+}
+
+static void s_split(const json_t *tr, int *split, int *S);
+
+Test(train_job, two_replicas_of_two_stages_equal_one_pipeline_with_the_global_batch,
+     .fini = s_teardown, .timeout = 300)
+{
+    s_start_n(4);
+    s_train_file("dp", "replicas: 2\nschedule: 1f1b\ncheckpoint_dir: ckpt\n");
+    int rc, split[2], S;
+    json_t *tr = s_train("dp", &rc);
+    cr_assert_eq(rc, 0, "pipectl train: %s", tc_err(&s_c, "dp"));
+    cr_assert_eq(json_integer_value(json_object_get(tr, "replicas")), 2);
+    cr_assert_eq(json_array_size(json_object_get(tr, "stages")), 4, "2 x 2 stages");
+    s_split(tr, split, &S);
+    double got[S_STEPS], ref[S_STEPS];
+    s_curve(tr, got);
+    s_local_curve("dp", split, S, "1f1b", ref); /* one pipeline, all 4 sequences a step */
+    /* not to the bit: the replicas' gradient sums are added in another order (test_train_dp) */
+    for (int k = 0; k < S_STEPS; k++)
+        cr_assert(fabs(got[k] - ref[k]) <= 1e-5 * fabs(ref[k]),
+                  "step %d: %.9g on 2 x 2, %.9g on one pipeline", k + 1, got[k], ref[k]);
+    /* one checkpoint, written by replica 0, of 2 stages */
+    cr_assert_eq(tc_sh(NULL, "test -f %s/ckpt/checkpoint-%d/model-00002-of-00002.safetensors",
+                       s_c.dir, S_STEPS),
+                 0);
+    json_decref(tr);
+    s_passed = 1;
 }
 
 static void s_split(const json_t *tr, int *split, int *S)
@@ -276,7 +310,7 @@ Test(train_job, bad_training_jobs_are_refused_naming_why, .fini = s_teardown, .t
     const struct {
         const char *extra, *why;
     } bad[] = {
-        {"replicas: 2\n", "data-parallel"},
+        {"replicas: 3\n", "do not split evenly"},
         {"resume_from: nowhere\n", "nowhere"},
         {"checkpoint_every: 2\n", "checkpoint_dir"},
         {"init: bogus\n", "init"},

@@ -75,6 +75,8 @@ void pl_msg_clear(pl_msg_t *msg)
     case PL_MSG_START:
         free(msg->start.next);
         free(msg->start.prev);
+        free(msg->start.ring_next);
+        free(msg->start.ring_prev);
         break;
     case PL_MSG_DONE:
         pl_msg_results_free(msg->done.results, msg->done.n_results);

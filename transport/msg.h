@@ -141,6 +141,9 @@ typedef struct {
     uint32_t epoch;
     char *next, *prev; /* owned */
     pl_act_token_t token;
+    /* A data-parallel training stage: the same stage of the next and the previous replica, its
+     * all-reduce ring (owned; NULL otherwise). */
+    char *ring_next, *ring_prev;
 } pl_msg_start_t;
 
 /* The link a stage measured to the next one. */
