@@ -190,7 +190,7 @@ void pl_pipectl_train_status(const json_t *r)
     }
     printf(" layers");
     if (json_is_object(plan))
-        printf(", predicted %.3f s a step, bubble %.3f", S_NUM(plan, "predicted_step_s"),
+        printf(", predicted %.3g s a step, bubble %.3f", S_NUM(plan, "predicted_step_s"),
                S_NUM(plan, "predicted_bubble"));
     printf("\n");
     if (strcmp(S_STR(tr, "checkpoint"), "-") && *S_STR(tr, "checkpoint"))
