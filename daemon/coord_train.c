@@ -59,6 +59,8 @@ pl_status_t pl_coord_train_validate(pl_coord_job_t *j)
     if ((st = s_readable("data", job->data_tokens[0] ? job->data_tokens : job->data_text)))
         return st;
     int steps_done = 0;
+    t->kind = -1; /* the plan is the coordinator's to make (a resume fixes the split) */
+    t->n_split = 0;
     if (job->resume_from[0]) {
         pl_train_state_t rs;
         if ((st = pl_train_ckpt_state_read(job->resume_from, &rs)))

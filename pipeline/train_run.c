@@ -102,6 +102,12 @@ static pl_status_t s_load(s_run_t *s)
         return st;
     s->n_mb_all = s->cfg.n_mb;
     s->cfg.n_mb /= s->R; /* this replica's share of the step */
+    int covered = 0;
+    for (int i = 0; i < s->S; i++)
+        covered += r->train->split[i];
+    if (covered != s->cfg.n_layers)
+        return pl_error(PL_ERR_PROTOCOL, "assignment: a split of %d layers for a %d-layer model",
+                        covered, s->cfg.n_layers);
     s->l0 = r->first, s->l1 = r->last + 1;
     if (s->l0 < 0 || s->l1 > s->cfg.n_layers || s->l1 <= s->l0)
         return pl_error(PL_ERR_INVALID, "assignment: layers %d-%d of a %d-layer model", r->first,

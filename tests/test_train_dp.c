@@ -88,7 +88,7 @@ static void s_run(arg_t *args, int silent_steps)
     for (int i = 0; i < R * S; i++) {
         arg_t *a = &args[i];
         *a = (arg_t){.r = i / S, .s = i % S, .bar = &bar, .addr = addr, .sched = sched,
-                     .steps = K, .timeout_ms = silent_steps >= 0 ? 1500 : 60000};
+                     .steps = K, .timeout_ms = silent_steps >= 0 ? 5000 : 60000};
         if (silent_steps >= 0 && a->r == 1)
             a->steps = silent_steps;
         model_make(&a->m, 42);
