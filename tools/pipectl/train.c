@@ -205,6 +205,9 @@ void pl_pipectl_train_status(const json_t *r)
         char busy[24], wait[24], stash[24], layers[24];
         snprintf(layers, sizeof(layers), "%d-%d", (int)S_NUM(p, "first_layer"),
                  (int)S_NUM(p, "last_layer"));
+        if (S_NUM(tr, "replicas") > 1) /* data parallel: which replica's stage */
+            snprintf(layers + strlen(layers), sizeof(layers) - strlen(layers), " r%d",
+                     (int)S_NUM(p, "replica"));
         printf("%-5zu %-12.12s %-10s %-9d %-10s %-10s %-10.3f %s\n", i, S_STR(p, "node"), layers,
                (int)S_NUM(v, "step"), pl_pipectl_dur(S_NUM(v, "busy_s"), busy, 24),
                pl_pipectl_dur(S_NUM(v, "wait_s"), wait, 24), S_NUM(v, "bubble"),
