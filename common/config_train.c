@@ -6,7 +6,10 @@
 #include "common/util.h"
 #include "common/yaml_schema.h"
 
+#include <jansson.h>
+#include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const char *const s_inits[] = {"weights", "random", NULL};
@@ -156,4 +159,93 @@ static pl_status_t s_parse_cb(const char *text, size_t len, const char *origin, 
 pl_status_t pl_cfg_train_load(const char *path, pl_cfg_train_t *out)
 {
     return pl_cfg_file_load(path, s_parse_cb, out);
+}
+
+/* Append `fmt` to the growing text; false when out of memory. */
+static bool s_put(char **buf, size_t *len, size_t *cap, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static bool s_put(char **buf, size_t *len, size_t *cap, const char *fmt, ...)
+{
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(*buf + *len, *cap - *len, fmt, ap);
+        va_end(ap);
+        if (n < 0)
+            return false;
+        if ((size_t)n < *cap - *len) {
+            *len += (size_t)n;
+            return true;
+        }
+        char *b = realloc(*buf, *cap * 2 + (size_t)n);
+        if (!b)
+            return false;
+        *buf = b;
+        *cap = *cap * 2 + (size_t)n;
+    }
+}
+
+/* `"key": "value"` with the value JSON-escaped (a YAML double-quoted scalar), after a comma
+ * unless *first; nothing when the value is empty. */
+static bool s_put_str(char **buf, size_t *len, size_t *cap, bool *first, const char *key,
+                      const char *v)
+{
+    if (!v[0])
+        return true;
+    json_t *js = json_string(v);
+    char *q = js ? json_dumps(js, JSON_ENCODE_ANY) : NULL;
+    json_decref(js);
+    bool ok = q && s_put(buf, len, cap, "%s\"%s\": %s", *first ? "" : ", ", key, q);
+    free(q);
+    *first = false;
+    return ok;
+}
+
+pl_status_t pl_cfg_train_format(const pl_cfg_train_t *t, char **text_p)
+{
+    size_t len = 0, cap = 1024;
+    char *b = malloc(cap);
+    bool top = true, data = true, later = false;
+    const pl_cfg_train_opt_t *o = &t->opt;
+    bool ok = b && s_put(&b, &len, &cap, "{") &&
+              s_put_str(&b, &len, &cap, &top, "model", t->model) &&
+              s_put_str(&b, &len, &cap, &later, "init", t->init) &&
+              s_put(&b, &len, &cap, ", \"seed\": %llu, \"data\": {",
+                    (unsigned long long)t->seed) &&
+              s_put_str(&b, &len, &cap, &data, "tokens", t->data_tokens) &&
+              s_put_str(&b, &len, &cap, &data, "text", t->data_text);
+    ok = ok &&
+         s_put(&b, &len, &cap,
+               "}, \"seq_len\": %d, \"micro_batch\": %d, \"global_batch\": %d, \"steps\": %d, "
+               "\"optimizer\": {\"lr\": %.17g, \"min_lr\": %.17g, \"warmup_steps\": %d, "
+               "\"lr_schedule\": \"%s\", \"beta1\": %.17g, \"beta2\": %.17g, \"eps\": %.17g, "
+               "\"weight_decay\": %.17g, \"clip_norm\": %.17g}, \"recompute\": %s, "
+               "\"stages\": %d, \"replicas\": %d, \"checkpoint_every\": %d",
+               t->seq_len, t->micro_batch, t->global_batch, t->steps, (double)o->lr,
+               (double)o->min_lr, o->warmup_steps, o->lr_schedule, (double)o->beta1,
+               (double)o->beta2, (double)o->eps, (double)o->weight_decay, (double)o->clip_norm,
+               t->recompute ? "true" : "false", t->stages, t->replicas, t->checkpoint_every) &&
+         s_put_str(&b, &len, &cap, &later, "schedule", t->schedule) &&
+         s_put_str(&b, &len, &cap, &later, "checkpoint_dir", t->checkpoint_dir) &&
+         s_put_str(&b, &len, &cap, &later, "resume_from", t->resume_from);
+    if (ok && t->n_nodes > 0) {
+        ok = s_put(&b, &len, &cap, ", \"placement\": {\"nodes\": [");
+        for (int i = 0; ok && i < t->n_nodes; i++) { /* names: [A-Za-z0-9_.-] */
+            bool one = i == 0;
+            json_t *js = json_string(t->nodes[i]);
+            char *q = js ? json_dumps(js, JSON_ENCODE_ANY) : NULL;
+            json_decref(js);
+            ok = q && s_put(&b, &len, &cap, "%s%s", one ? "" : ", ", q);
+            free(q);
+        }
+        ok = ok && s_put(&b, &len, &cap, "]}");
+    }
+    ok = ok && s_put(&b, &len, &cap, "}\n");
+    if (!ok) {
+        free(b);
+        return pl_error(PL_ERR_NOMEM, "training job: out of memory");
+    }
+    *text_p = b;
+    return PL_OK;
 }

@@ -54,4 +54,10 @@ pl_status_t pl_cfg_train_load(const char *path, pl_cfg_train_t *out);
 pl_status_t pl_cfg_train_parse(const char *text, size_t len, const char *origin,
                                const char *base_dir, pl_cfg_train_t *out);
 
+/* The same value as text that pl_cfg_train_parse reads back to it (a JSON-flow YAML document:
+ * strings JSON-escaped, floats to 17 digits, defaults written out; empty strings left out): how
+ * a training job travels in the job spec, so that one schema checks the file and the message.
+ * *text_p is the caller's to free. */
+pl_status_t pl_cfg_train_format(const pl_cfg_train_t *t, char **text_p);
+
 #endif

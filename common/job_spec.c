@@ -41,5 +41,6 @@ void pl_job_spec_clear(pl_job_spec_t *spec)
             free(spec->prompts[i]);
     free(spec->prompts);
     free(spec->prompt_len);
+    free(spec->train);
     pl_job_spec_init(spec);
 }

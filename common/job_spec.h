@@ -6,6 +6,7 @@
 #define PL_COMMON_JOB_SPEC_H
 
 #include "common/config.h"
+#include "common/config_train.h"
 #include "common/job_gen.h"
 #include "common/status.h"
 
@@ -24,6 +25,16 @@ typedef enum {
 /* "optimal", "auto" or "even"; PL_ERR_INVALID naming the value otherwise. */
 pl_status_t pl_planner_parse(const char *name, pl_planner_t *mode_p);
 const char *pl_planner_name(pl_planner_t mode);
+
+/* A training job (pipectl train TRAIN.yaml; common/config_train.c): the job file as asked, and
+ * what the coordinator decided for it (in ASSIGN; kind -1 and n_split 0 before). Such a spec
+ * has no prompts; its model, stages and nodes are the file's. */
+typedef struct pl_job_train {
+    pl_cfg_train_t cfg;
+    int kind;                       /* pl_train_kind_t of the schedule to run; -1: not decided */
+    int n_split;                    /* stages of the split, 0: not decided */
+    int split[PL_CFG_MAX_NODES];    /* layers per stage, in stage order */
+} pl_job_train_t;
 
 /* A deployment (pipectl serve DEPLOY.yaml; common/config_deploy.c): a job whose stages stay
  * loaded and take requests (transport/msg.h's SEQ_ADD / SEQ_CANCEL / SEQ_OUT) until the job is
@@ -60,6 +71,8 @@ typedef struct {
      * file's `deployment:` key) instead of on stages of its own; model and planning come from
      * the deployment. */
     char deployment[PL_CFG_NAME_MAX + 1];
+    /* Non-NULL: a training job (owned; no prompts). */
+    pl_job_train_t *train;
 } pl_job_spec_t;
 
 /* The defaults above, no prompts. */

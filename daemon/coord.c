@@ -5,6 +5,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "daemon/coord_int.h"
+#include "daemon/coord_train.h"
 #include "daemon/front.h"
 #include "daemon/serve_api.h"
 #include "pipeline/trace.h"
@@ -278,7 +279,9 @@ static void s_dispatch(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_t *m)
     if (!pl_coord_auth_check(c, from, m->type))
         return;
     if ((m->type == PL_MSG_SUBMIT || m->type == PL_MSG_PLAN) &&
-        pl_coord_auth_model(c, m->submit.model)) {
+        (pl_coord_auth_model(c, m->submit.model) ||
+         (m->submit.train && m->submit.train->cfg.resume_from[0] && /* a model to read too */
+          pl_coord_auth_model(c, m->submit.train->cfg.resume_from)))) {
         pl_log_info("job from '%s' refused: %s", from->user, pl_error_msg());
         pl_coord_reply_error(c, from, PL_ERR_PERMISSION, "%s", pl_error_msg());
         return;
@@ -299,6 +302,7 @@ static void s_dispatch(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_t *m)
     case PL_MSG_PLAN: pl_coord_on_plan(c, from, m); break;
     case PL_MSG_BYE: s_on_bye(c, from, &m->bye); break;
     case PL_MSG_PROGRESS: pl_coord_on_progress(c, from, m); break;
+    case PL_MSG_TRAIN_STEP: pl_coord_on_train_step(c, from, m); break;
     case PL_MSG_JOBS: pl_coord_on_jobs(c, from); break;
     case PL_MSG_DRAIN: pl_coord_on_drain(c, from, &m->drain); break;
     case PL_MSG_TRACE: pl_coord_on_trace(c, from, m); break;

@@ -128,6 +128,7 @@ static bool s_role_may(pl_tx_role_t role, pl_msg_type_t t)
     case PL_MSG_PROGRESS:
     case PL_MSG_TRACED:
     case PL_MSG_SEQ_OUT:
+    case PL_MSG_TRAIN_STEP:
         return role == PL_TX_ROLE_NODE;
     case PL_MSG_SHUTDOWN:
     case PL_MSG_DRAIN:

@@ -135,6 +135,7 @@ typedef struct {
     int n_events;          /* of events[] */
     int64_t events_dropped; /* left out between the first and the latest */
     pl_coord_event_t events[PL_COORD_MAX_EVENTS];
+    struct pl_coord_train *train; /* a training job's progress (coord_train.h); NULL otherwise */
 } pl_coord_job_t;
 
 /* The coordinator's metric families (coord_metrics.c); NULL ones record nothing. */

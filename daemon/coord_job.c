@@ -3,6 +3,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "daemon/coord_int.h"
+#include "daemon/coord_train.h"
 #include "pipeline/gen.h"
 #include "model/model.h"
 
@@ -22,6 +23,7 @@ void pl_coord_job_free(pl_coord_job_t *j)
     for (int i = 0; i < j->n_stages; i++)
         free(j->stages[i].ucx_addr);
     pl_coord_stream_clear(j);
+    pl_coord_train_free(j);
     free(j);
 }
 
@@ -65,7 +67,8 @@ pl_status_t pl_coord_job_new(pl_job_spec_t *spec, pl_coord_job_t **job_p)
     }
     j->spec = *spec;
     pl_job_spec_init(spec); /* moved into the job */
-    if ((st = s_validate(j)) || (st = pl_coord_job_seqs_new(j)))
+    if (j->spec.train ? (st = pl_coord_train_validate(j)) /* coord_train.c */
+                      : ((st = s_validate(j)) || (st = pl_coord_job_seqs_new(j))))
         goto err;
     if (j->spec.stages > j->n_layers) {
         st = pl_error(PL_ERR_RANGE, "%d stages asked for a model of %d layers", j->spec.stages,
@@ -314,6 +317,8 @@ static void s_start(pl_coord_t *c, pl_coord_job_t *j)
                                    .next = n > 1 ? j->stages[(i + 1) % n].ucx_addr : NULL,
                                    .prev = n > 1 ? j->stages[(i + n - 1) % n].ucx_addr : NULL,
                                    .token = token};
+        if (j->train) /* a chain per replica, and rings across them (coord_train.c) */
+            pl_coord_train_start(j, i, &m.start);
         pl_coord_send_node(c, j->stages[i].node, &m); /* borrowed addresses, not cleared */
     }
     j->state = PL_JOB_RUNNING;
@@ -326,6 +331,13 @@ static void s_start(pl_coord_t *c, pl_coord_job_t *j)
 
 static void s_finish(pl_coord_t *c, pl_coord_job_t *j)
 {
+    char why[160];
+    if (j->train && !pl_coord_train_finished(j, why, sizeof(why))) {
+        pl_coord_job_fail(c, j, "training: every stage is done, but %s", why);
+        return;
+    }
+    if (j->train)
+        pl_coord_event(j, "trained", "%s", why);
     /* every stage is DONE: release them all (they kept their endpoints open until now) */
     s_end_job(c, j, PL_JOB_DONE, true);
     pl_coord_learn(c, j);

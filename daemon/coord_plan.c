@@ -4,6 +4,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "daemon/coord_int.h"
+#include "daemon/coord_train.h"
 #include "pipeline/gen.h"
 #include "scheduler/inputs.h"
 #include "scheduler/modes.h"
@@ -178,6 +179,8 @@ static bool s_hearing(const pl_coord_t *c, pl_coord_job_t *j)
 
 bool pl_coord_plan_job(pl_coord_t *c, pl_coord_job_t *j)
 {
+    if (j->spec.train)
+        return pl_coord_train_plan(c, j); /* coord_train_plan.c */
     if (s_hearing(c, j))
         return false;
     s_live_t *lv = calloc(1, sizeof(*lv));

@@ -2,6 +2,7 @@
  * throughput, results, the job list, the node table with each node's health, and one node's. */
 #include "common/util.h"
 #include "daemon/coord_int.h"
+#include "daemon/coord_train.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -88,6 +89,8 @@ void pl_coord_on_status(pl_coord_t *c, const pl_tx_peer_t *from, const pl_msg_t 
                       "text", j->stream ? j->stream : "", j->stream_len));
     if (body)
         json_object_set_new(body, "events", pl_coord_events_json(j));
+    if (body && j->train) /* a training job: step, loss, tokens/s, schedule, bubble */
+        json_object_set_new(body, "train", pl_coord_train_json(j));
     json_t *rec = pl_coord_resume_json(j); /* the last resume after a lost stage */
     if (body && rec)
         json_object_set_new(body, "recovery", rec);

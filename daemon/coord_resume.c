@@ -168,6 +168,11 @@ void pl_coord_resume_seen(pl_coord_job_t *j, int64_t tokens)
 
 void pl_coord_job_interrupt(pl_coord_t *c, pl_coord_job_t *j, const char *why)
 {
+    if (j->spec.train) { /* its weights live on its stages: only a checkpoint outlives them */
+        pl_coord_job_fail(c, j, "%s (a training job does not resume by itself: submit it again "
+                          "with resume_from its last checkpoint)", why);
+        return;
+    }
     if (j->n_resumes >= S_MAX_RESUMES) {
         pl_coord_job_fail(c, j, "%s, and it was resumed %d times already", why, j->n_resumes);
         return;

@@ -7,6 +7,7 @@
 #include "daemon/front.h"
 #include "daemon/node_metrics.h"
 #include "daemon/node_serve.h"
+#include "daemon/node_train.h"
 #include "pipeline/exec.h"
 #include "pipeline/gen_log.h"
 #include "pipeline/trace.h"
@@ -355,11 +356,17 @@ static void s_on_assign(s_node_t *n, pl_msg_assign_t *a)
                     n->epoch[old], a->epoch);
         s_cancel_exec(n, old);
     }
+    pl_train_ops_t *train_ops = NULL; /* a training stage's schedule (node_train.c) */
+    if (a->spec.train && (st = pl_node_train_ops(a, &train_ops))) {
+        s_fail(n, a, st, pl_error_msg());
+        return;
+    }
     pl_exec_params_t p = {.job_id = a->job, .stage = a->stage, .n_stages = a->n_stages,
                           .first_layer = a->first, .last_layer = a->last, .spec = a->spec,
                           .microbatches = a->microbatches, .max_ctx = a->max_ctx,
                           .max_tokens = a->max_tokens, .dev = d->dev,
-                          .threads = n->cfg->threads, .metrics = n->metrics.exec};
+                          .threads = n->cfg->threads, .metrics = n->metrics.exec,
+                          .train_ops = train_ops};
     pl_job_spec_init(&a->spec); /* moved into the params */
     pl_exec_t *x;
     if ((st = pl_exec_start(n->ctx, &p, &x))) {
@@ -552,6 +559,8 @@ static void s_on_exec(s_node_t *n, int i)
         m.fail.epoch = n->epoch[i];
     else if (m.type == PL_MSG_SEQ_OUT)
         m.seq_out.epoch = n->epoch[i];
+    else if (m.type == PL_MSG_TRAIN_STEP)
+        m.train_step.epoch = n->epoch[i];
     pl_status_t st = pl_tx_send(n->dealer, NULL, &m);
     if (st)
         pl_log_warn("coordinator: cannot forward %s: %s", pl_msg_name(m.type), pl_error_msg());

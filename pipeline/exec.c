@@ -9,6 +9,7 @@
 #include "pipeline/gen.h"
 #include "pipeline/link_probe.h"
 #include "pipeline/trace.h"
+#include "pipeline/train_run.h"
 #include "transport/act_recv.h"
 #include "transport/sock.h"
 #include "transport/ucx.h"
@@ -248,6 +249,14 @@ static void *s_thread(void *arg)
         pl_tx_sock_destroy(&x->sock);
         return NULL;
     }
+    if (x->p.spec.train) { /* a training stage: its own life (train_run.h) */
+        pl_train_run_stage(&(pl_train_run_t){
+            .job = x->p.job_id, .stage = x->p.stage, .n_stages = x->p.n_stages,
+            .first = x->p.first_layer, .last = x->p.last_layer, .train = x->p.spec.train,
+            .ops = x->p.train_ops, .sock = x->sock, .cancel = (const volatile int *)&x->cancel});
+        pl_tx_sock_destroy(&x->sock);
+        return NULL;
+    }
     if ((st = s_load(x)))
         goto fail;
     if (x->p.n_stages > 1) {
@@ -350,10 +359,12 @@ pl_status_t pl_exec_start(pl_tx_ctx_t *ctx, pl_exec_params_t *params, pl_exec_t 
     pl_status_t st;
     if (!x) {
         pl_job_spec_clear(&params->spec);
+        pl_train_ops_destroy(&params->train_ops);
         return pl_error(PL_ERR_NOMEM, "executor: out of memory");
     }
     x->p = *params;
     pl_job_spec_init(&params->spec); /* moved into the exec */
+    params->train_ops = NULL;
     params->resume = NULL;
     params->n_resume = 0;
     if (x->p.stage == x->p.n_stages - 1 && x->p.spec.n_prompts > 0 &&
@@ -382,6 +393,7 @@ pl_status_t pl_exec_start(pl_tx_ctx_t *ctx, pl_exec_params_t *params, pl_exec_t 
 err:
     pl_tx_sock_destroy(&x->main_sock);
     pl_trace_destroy(&x->trace);
+    pl_train_ops_destroy(&x->p.train_ops);
     pl_job_spec_clear(&x->p.spec);
     pl_msg_results_free(x->p.resume, x->p.n_resume);
     pl_gen_log_destroy(&x->log);
@@ -472,6 +484,7 @@ void pl_exec_destroy(pl_exec_t **exec_p)
     pthread_join(x->thread, NULL);
     pl_tx_sock_destroy(&x->main_sock);
     pl_job_spec_clear(&x->p.spec);
+    pl_train_ops_destroy(&x->p.train_ops);
     pl_msg_results_free(x->p.resume, x->p.n_resume);
     pl_gen_log_destroy(&x->log);
     pthread_mutex_destroy(&x->text_mu);

@@ -7,6 +7,7 @@
 #include "backends/backend.h"
 #include "common/job_spec.h"
 #include "common/metrics.h"
+#include "common/train_ops.h"
 #include "transport/sock.h"
 
 #include <limits.h>
@@ -36,6 +37,9 @@ typedef struct {
     pl_be_device_t *dev; /* opened device; borrowed, outlives the exec */
     int threads;
     pl_exec_metrics_t metrics;
+    /* A training stage (spec.train set): its schedule, which the daemon builds (owned, moved in
+     * with the spec); the thread then runs pipeline/train_run.c instead of generating. */
+    pl_train_ops_t *train_ops;
 } pl_exec_params_t;
 
 typedef struct pl_exec pl_exec_t;

@@ -125,6 +125,12 @@ void pl_adamw_zero_grad(pl_adamw_t *o)
         memset(o->t[i].g, 0, sizeof(float) * o->t[i].n);
 }
 
+void pl_adamw_grad(pl_adamw_t *o, int i, float **g_p, size_t *n_p)
+{
+    *g_p = o->t[i].g;
+    *n_p = o->t[i].n;
+}
+
 double pl_adamw_grad_sumsq(const pl_adamw_t *o)
 {
     double s = 0.0;

@@ -47,6 +47,8 @@ int pl_adamw_steps(const pl_adamw_t *opt);
  * two moments (owned by the optimizer, i < pl_adamw_n_tensors) and the steps taken (their bias
  * corrections and the learning rate's position; PL_ERR_RANGE beyond total_steps). */
 int pl_adamw_n_tensors(const pl_adamw_t *opt);
+/* Tensor i's gradient buffer (owned by the optimizer), for a reduction across replicas. */
+void pl_adamw_grad(pl_adamw_t *opt, int i, float **g_p, size_t *n_p);
 void pl_adamw_moments(pl_adamw_t *opt, int i, float **m_p, float **v_p, size_t *n_p);
 pl_status_t pl_adamw_set_steps(pl_adamw_t *opt, int steps);
 /* Bytes of optimizer state (two moments) and gradients per float of weight. */

@@ -154,6 +154,11 @@ pl_status_t pl_train_ckpt_state_write(const char *dir, const pl_train_state_t *s
     snprintf(tmp, sizeof(tmp), "%s.tmp", path);
     json_t *o = json_pack("{s:i, s:i, s:I, s:f}", "step", st->step, "n_stages", st->n_stages,
                           "data_step", (json_int_t)st->data_step, "lr", st->lr);
+    json_t *split = o && st->split[0] ? json_array() : NULL;
+    for (int i = 0; split && i < st->n_stages && i < PL_TRAIN_MAX_STAGES; i++)
+        json_array_append_new(split, json_integer(st->split[i]));
+    if (split)
+        json_object_set_new(o, "split", split);
     if (!o)
         return pl_error(PL_ERR_NOMEM, "%s", path);
     int bad = json_dump_file(o, tmp, JSON_INDENT(2) | JSON_SORT_KEYS);
@@ -196,9 +201,22 @@ pl_status_t pl_train_ckpt_state_read(const char *dir, pl_train_state_t *st)
              (rc = s_int(o, path, "data_step", 0, INT64_MAX, &data_step)) == PL_OK &&
              !json_is_number(lr))
         rc = pl_error(PL_ERR_INVALID, "%s: field 'lr' must be a number", path);
+    pl_train_state_t v = {.step = (int)step, .n_stages = (int)n_stages, .data_step = data_step,
+                          .lr = json_number_value(lr)};
+    const json_t *split = rc == PL_OK ? json_object_get(o, "split") : NULL;
+    if (split && (!json_is_array(split) || json_array_size(split) != (size_t)n_stages ||
+                  n_stages > PL_TRAIN_MAX_STAGES))
+        rc = pl_error(PL_ERR_INVALID, "%s: field 'split' must be %lld layer counts", path,
+                      (long long)n_stages);
+    for (size_t i = 0; rc == PL_OK && split && i < json_array_size(split); i++) {
+        const json_t *e = json_array_get(split, i);
+        if (!json_is_integer(e) || json_integer_value(e) < 1 || json_integer_value(e) > 4096)
+            rc = pl_error(PL_ERR_INVALID, "%s: field 'split': entry %zu is not 1..4096", path, i);
+        else
+            v.split[i] = (int)json_integer_value(e);
+    }
     if (rc == PL_OK)
-        *st = (pl_train_state_t){.step = (int)step, .n_stages = (int)n_stages,
-                                 .data_step = data_step, .lr = json_number_value(lr)};
+        *st = v;
     json_decref(o);
     return rc;
 }

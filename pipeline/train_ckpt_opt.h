@@ -22,11 +22,14 @@ typedef struct {
     int n_stages;       /* the split that wrote the optimizer files */
     int64_t data_step;  /* the next step's windows (pl_train_data_step) */
     double lr;          /* the learning rate the next step uses (informational) */
+    int split[PL_TRAIN_MAX_STAGES]; /* layers per stage (n_stages of them), so that a resume
+                                     * makes the same stages; all 0 when the file has none */
 } pl_train_state_t;
 
 /* dir/trainer_state.json, written to a temporary file and renamed. */
 pl_status_t pl_train_ckpt_state_write(const char *dir, const pl_train_state_t *st);
-/* Read and check it (every field present, an integer in range; errors name the field). */
+/* Read and check it (every field present, an integer in range; errors name the field; "split",
+ * when there, n_stages layer counts of 1..4096). */
 pl_status_t pl_train_ckpt_state_read(const char *dir, pl_train_state_t *st);
 
 #endif

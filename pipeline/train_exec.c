@@ -3,6 +3,7 @@
 #include "pipeline/train_exec.h"
 
 #include "common/util.h"
+#include "pipeline/train_allreduce.h"
 #include "pipeline/train_stage.h"
 #include "transport/act.h"
 
@@ -308,6 +309,13 @@ pl_status_t pl_train_exec_step(pl_train_exec_t *x, const int32_t *tokens,
         size_t now = pl_train_stage_stash_bytes(&x->st);
         if (now > r.peak_stash_bytes)
             r.peak_stash_bytes = now;
+    }
+    if (x->link.dp) { /* replicas: the mean gradient and loss first (train_allreduce.h) */
+        double t_dp = pl_now();
+        rc = pl_train_ar_mean(x->link.dp, x->st.opt, &x->st.loss_sum, x->step);
+        r.wait_s += pl_now() - t_dp;
+        if (rc != PL_OK)
+            goto err_step;
     }
     if ((rc = s_reduce(x, &sumsq, &loss_sum, &r.wait_s)) != PL_OK)
         goto err_step;

@@ -17,6 +17,9 @@ typedef struct {
     uint32_t job;               /* tags and headers carry it */
     int timeout_ms;             /* a receive or a credit waits at most this; < 0 forever */
     const volatile int *cancel; /* non-zero stops a waiting step (PL_ERR_CANCELED); may be NULL */
+    /* Data parallel (train_allreduce.h): this stage's ring across the pipeline's replicas, whose
+     * gradients and loss are averaged before the norm and the optimizer step; NULL: alone. */
+    struct pl_train_ar *dp;
 } pl_train_link_t;
 
 typedef struct pl_train_exec pl_train_exec_t;

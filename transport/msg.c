@@ -75,6 +75,8 @@ void pl_msg_clear(pl_msg_t *msg)
     case PL_MSG_START:
         free(msg->start.next);
         free(msg->start.prev);
+        free(msg->start.ring_next);
+        free(msg->start.ring_prev);
         break;
     case PL_MSG_DONE:
         pl_msg_results_free(msg->done.results, msg->done.n_results);
@@ -150,6 +152,8 @@ pl_status_t pl_msg_encode(const pl_msg_t *m, json_t **body_p)
         return pl_msg_seq_cancel_encode(&m->seq_cancel, body_p);
     case PL_MSG_SEQ_OUT:
         return pl_msg_seq_out_encode(&m->seq_out, body_p);
+    case PL_MSG_TRAIN_STEP:
+        return pl_msg_train_step_encode(&m->train_step, body_p);
     case PL_MSG_NODES:
     case PL_MSG_JOBS:
     case PL_MSG_SHUTDOWN:
@@ -238,6 +242,9 @@ pl_status_t pl_msg_decode(pl_msg_type_t type, const json_t *body, pl_msg_t *out)
         break;
     case PL_MSG_SEQ_OUT:
         st = pl_msg_seq_out_decode(body, &m->seq_out);
+        break;
+    case PL_MSG_TRAIN_STEP:
+        st = pl_msg_train_step_decode(body, &m->train_step);
         break;
     case PL_MSG_NODES:
     case PL_MSG_JOBS:

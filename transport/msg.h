@@ -147,6 +147,9 @@ typedef struct {
     uint32_t epoch;
     char *next, *prev; /* owned */
     pl_act_token_t token;
+    /* A data-parallel training stage: the same stage of the next and the previous replica, its
+     * all-reduce ring (owned; NULL otherwise). */
+    char *ring_next, *ring_prev;
 } pl_msg_start_t;
 
 /* The link a stage measured to the next one. */
@@ -365,6 +368,19 @@ typedef struct {
     pl_finish_t finish; /* PL_FINISH_NONE: more follows */
 } pl_msg_seq_out_t;
 
+/* Training (msg_train.c): a stage's report of one optimizer step, through its node. */
+typedef struct {
+    uint32_t job;
+    int stage;
+    uint32_t epoch;
+    int step;  /* steps taken so far, this one included: 1..steps */
+    double loss, grad_norm, lr; /* the step's mean loss, global norm before clipping, its rate */
+    double busy_s, wait_s, wall_s; /* this stage's F/B/W, waiting, and the whole step */
+    int64_t peak_stash_bytes;
+    int64_t tokens;  /* tokens the step trained on (sequences x seq_len) */
+    bool checkpoint; /* this stage wrote its part of the checkpoint of this step */
+} pl_msg_train_step_t;
+
 /* REPLY: the answer to a query. Which query it answers is the asker's knowledge, so the body is
  * a JSON object here; pl_msg_reply_* below give the typed replies where a program reads them. */
 typedef struct {
@@ -396,6 +412,7 @@ typedef struct {
         pl_msg_seq_add_t seq_add;
         pl_msg_seq_cancel_t seq_cancel;
         pl_msg_seq_out_t seq_out;
+        pl_msg_train_step_t train_step;
         /* NODES, JOBS and SHUTDOWN carry nothing */
     };
 } pl_msg_t;
@@ -487,6 +504,15 @@ pl_status_t pl_msg_seq_out_decode(const json_t *body, pl_msg_seq_out_t *out);
 /* "none", "eos", "length", "stop": a finish on the wire, and back (PL_ERR_INVALID otherwise). */
 const char *pl_msg_finish_name(pl_finish_t f);
 pl_status_t pl_msg_finish_parse(const char *name, pl_finish_t *f_p);
+
+/* msg_train.c: a training job's part of the spec ("train": the job file as
+ * pl_cfg_train_format writes it, read back through the file's own schema; "train_plan": the
+ * coordinator's schedule and split), and TRAIN_STEP. The spec decoder calls
+ * pl_job_train_decode; it sets spec->train only on success (NULL when the body has none). */
+pl_status_t pl_job_train_encode(const pl_job_train_t *t, json_t *spec_body);
+pl_status_t pl_job_train_decode(const json_t *spec_body, pl_job_spec_t *spec);
+pl_status_t pl_msg_train_step_encode(const pl_msg_train_step_t *m, json_t **body_p);
+pl_status_t pl_msg_train_step_decode(const json_t *body, pl_msg_train_step_t *out);
 
 pl_status_t pl_msg_job_ref_encode(const pl_msg_job_ref_t *m, json_t **body_p);
 pl_status_t pl_msg_job_ref_decode(const json_t *body, pl_msg_job_ref_t *out);

@@ -57,6 +57,10 @@ pl_status_t pl_job_spec_encode(const pl_job_spec_t *s, json_t **body_p)
                                       "step_tokens", s->serve.step_tokens));
     if (body && s->deployment[0])
         json_object_set_new(body, "deployment", json_string(s->deployment));
+    if (body && s->train && (st = pl_job_train_encode(s->train, body))) { /* msg_train.c */
+        json_decref(body);
+        return st;
+    }
     return pl_msg_int_done(body, "job", body_p);
 }
 
@@ -196,10 +200,11 @@ static pl_status_t s_gen(const json_t *gen, pl_job_spec_t *s)
         return pl_error(PL_ERR_INVALID, "field 'gen': expected an object");
     if ((st = pl_json_array(gen, "prompts", PL_JOB_MAX_SEQS, &prompts)))
         return st;
-    if (json_array_size(prompts) == 0 && !s->serve.on)
+    if (json_array_size(prompts) == 0 && !s->serve.on && !s->train)
         return pl_error(PL_ERR_INVALID, "field 'prompts': no prompts");
-    if (json_array_size(prompts) > 0 && s->serve.on)
-        return pl_error(PL_ERR_INVALID, "field 'prompts': a deployment takes none");
+    if (json_array_size(prompts) > 0 && (s->serve.on || s->train))
+        return pl_error(PL_ERR_INVALID, "field 'prompts': a %s takes none",
+                        s->train ? "training job" : "deployment");
     if ((st = pl_job_gen_decode(gen, &s->gen)) ||
         (st = pl_json_bool_opt(gen, "text", &s->text)))
         return st;
@@ -255,9 +260,15 @@ pl_status_t pl_job_spec_decode(const json_t *body, pl_job_spec_t *out)
         (planner && (st = pl_planner_parse(planner, &s->planner))) ||
         (st = s_nodes(json_object_get(body, "nodes"), s)) ||
         (st = s_serve(json_object_get(body, "serve"), &s->serve)) ||
+        (st = pl_job_train_decode(body, s)) ||
         (st = pl_json_str_opt(body, "deployment", PL_CFG_NAME_MAX, &deployment)) ||
         (st = s_gen(json_object_get(body, "gen"), s)))
         goto err;
+    if (s->train && (s->serve.on || (deployment && deployment[0]))) {
+        st = pl_error(PL_ERR_INVALID, "field 'train': a training job is neither a deployment "
+                                      "nor runs on one");
+        goto err;
+    }
     if (deployment && deployment[0]) {
         if (!pl_cfg_name_ok(deployment)) {
             st = pl_error(PL_ERR_INVALID, "field 'deployment': not a name ([A-Za-z0-9_.-]+)");

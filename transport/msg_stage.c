@@ -45,10 +45,11 @@ pl_status_t pl_msg_start_encode(const pl_msg_start_t *m, json_t **body_p)
 {
     char token[PL_ACT_TOKEN_HEX + 1];
     pl_act_token_hex(&m->token, token);
-    return pl_msg_int_done(json_pack("{s:I, s:i, s:I, s:s?, s:s?, s:s}", "job",
+    return pl_msg_int_done(json_pack("{s:I, s:i, s:I, s:s?, s:s?, s:s, s:s?, s:s?}", "job",
                                      (json_int_t)m->job, "stage", m->stage, "epoch",
                                      (json_int_t)m->epoch, "next", m->next, "prev", m->prev,
-                                     "token", token),
+                                     "token", token, "ring_next", m->ring_next, "ring_prev",
+                                     m->ring_prev),
                            "START", body_p);
 }
 
@@ -61,8 +62,12 @@ pl_status_t pl_msg_start_decode(const json_t *body, pl_msg_start_t *out)
         (st = pl_json_str(body, "token", token, sizeof(token) - 1)) ||
         (st = pl_act_token_parse(token, &m.token)) ||
         (st = pl_msg_int_strdup_opt(body, "next", PL_MSG_MAX_ADDR, &m.next)) ||
-        (st = pl_msg_int_strdup_opt(body, "prev", PL_MSG_MAX_ADDR, &m.prev))) {
+        (st = pl_msg_int_strdup_opt(body, "prev", PL_MSG_MAX_ADDR, &m.prev)) ||
+        (st = pl_msg_int_strdup_opt(body, "ring_next", PL_MSG_MAX_ADDR, &m.ring_next)) ||
+        (st = pl_msg_int_strdup_opt(body, "ring_prev", PL_MSG_MAX_ADDR, &m.ring_prev))) {
         free(m.next);
+        free(m.prev);
+        free(m.ring_next);
         return st;
     }
     *out = m;

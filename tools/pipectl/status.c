@@ -99,10 +99,14 @@ int pl_pipectl_status(pl_pipectl_t *c, char **args, int n_args)
         printf("model: %s\n", S_STR(r, "model"));
         if (*S_STR(r, "note") && strcmp(S_STR(r, "note"), "-"))
             printf("note: %s\n", S_STR(r, "note"));
-        pl_pipectl_print_plan(json_object_get(r, "plan"));
-        s_print_measured(r);
-        s_print_data_plane(r);
-        pl_pipectl_print_throughput(stdout, json_object_get(r, "throughput"));
+        if (json_is_object(json_object_get(r, "train"))) { /* a training job (train.c) */
+            pl_pipectl_train_status(r);
+        } else {
+            pl_pipectl_print_plan(json_object_get(r, "plan"));
+            s_print_measured(r);
+            s_print_data_plane(r);
+            pl_pipectl_print_throughput(stdout, json_object_get(r, "throughput"));
+        }
     }
     json_decref(r);
     return 0;

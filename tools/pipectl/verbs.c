@@ -25,6 +25,12 @@ static const pl_pipectl_verb_t s_verbs[] = {
      "results; exit 1 when it fails)",
      "pipectl submit etc/job.yaml --wait", 1, 1, PL_PIPECTL_OPT_WAIT | PL_PIPECTL_OPT_STAGES, false,
      pl_pipectl_submit},
+    {"train", "TRAIN.yaml [--wait] [--stages N]",
+     "queue a training job (model, data, batch, optimizer, schedule, checkpoints: "
+     "etc/train-tiny.yaml; --wait: follow it with a progress line of step/total, loss, "
+     "tokens/s and ETA, then print the final loss; exit 1 when it fails)",
+     "pipectl train etc/train-tiny.yaml --wait", 1, 1,
+     PL_PIPECTL_OPT_WAIT | PL_PIPECTL_OPT_STAGES, false, pl_pipectl_train},
     {"status", "JOB [--watch]",
      "state, plan and throughput of a job (--watch: follow it with a progress bar until it ends)",
      "pipectl status 1 --watch", 1, 1, PL_PIPECTL_OPT_WATCH, false, pl_pipectl_status},
