@@ -279,7 +279,7 @@ static void s_dispatch(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_t *m)
         return;
     if ((m->type == PL_MSG_SUBMIT || m->type == PL_MSG_PLAN) &&
         pl_coord_auth_model(c, m->submit.model)) {
-        pl_log_info("job from '%s' refused: %s", from->user, pl_error_msg());
+        pl_log_info_limited("job from '%s' refused: %s", from->user, pl_error_msg());
         pl_coord_reply_error(c, from, PL_ERR_PERMISSION, "%s", pl_error_msg());
         return;
     }
