@@ -124,6 +124,13 @@ pl_status_t pl_base64_decode(const char *text, void **data_p, size_t *len_p)
                 return pl_error(PL_ERR_INVALID, "base64: bad character at %zu", i + k);
             }
         }
+        /* one spelling per value: "x=" padding only as "==" or a final "=", and the bits the
+         * padding leaves over all zero */
+        if ((text[i + 2] == '=' && (text[i + 3] != '=' || (v[1] & 0xf))) ||
+            (text[i + 3] == '=' && text[i + 2] != '=' && (v[2] & 0x3))) {
+            free(out);
+            return pl_error(PL_ERR_INVALID, "base64: bad padding at %zu", i);
+        }
         uint32_t w = (uint32_t)v[0] << 18 | (uint32_t)v[1] << 12 | (uint32_t)v[2] << 6 | v[3];
         out[o++] = (w >> 16) & 0xff;
         if (text[i + 2] != '=')

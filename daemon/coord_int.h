@@ -218,6 +218,11 @@ void pl_coord_job_interrupt(pl_coord_t *c, pl_coord_job_t *j, const char *why);
 pl_status_t pl_coord_resume_list(const pl_coord_job_t *j, pl_msg_result_t **r_p, int *n_p);
 /* A report or the results show `tokens` generated: the first past the resume point is timed. */
 void pl_coord_resume_seen(pl_coord_job_t *j, int64_t tokens);
+/* Whether a stage's ASSIGN (resume: its n_resume sequences' tokens so far) fits the control
+ * plane's body bound once encoded: PL_OK, or PL_ERR_RANGE saying how large it is, with how
+ * many sequences and tokens, and that the job cannot start or resume. A resume is not split
+ * over several messages: the job is failed with that error before any stage is assigned. */
+pl_status_t pl_coord_assign_fits(const pl_msg_t *assign);
 /* The same applied to a runtime job (the plan's message sizes count the resumed tokens). */
 pl_status_t pl_coord_resume_apply(const pl_coord_job_t *j, pl_gen_job_t *g);
 /* Stored progress back into the restored jobs (after pl_coord_restore queued them). */

@@ -178,6 +178,33 @@ void pl_coord_job_fail(pl_coord_t *c, pl_coord_job_t *j, const char *fmt, ...)
     s_end_job(c, j, PL_JOB_FAILED, true);
 }
 
+/* Stage i's ASSIGN of job j into m, borrowing the spec and the resume list for encoding (not
+ * cleared). */
+static void s_assign_msg(const pl_coord_t *c, const pl_coord_job_t *j, int i,
+                         pl_msg_result_t *resume, int n_resume, pl_msg_t *m)
+{
+    const pl_coord_stage_t *s = &j->stages[i];
+    pl_msg_init(m, PL_MSG_ASSIGN);
+    m->assign = (pl_msg_assign_t){.job = j->id,
+                                  .stage = i,
+                                  .n_stages = j->n_stages,
+                                  .epoch = j->epoch,
+                                  .first = s->first,
+                                  .last = s->last,
+                                  .max_ctx = j->max_ctx,
+                                  .max_tokens = j->max_tokens,
+                                  .microbatches = j->microbatches,
+                                  .spec = j->spec};
+    if (j->prefill_chunk > 0) /* the plan's choice when the job left it open */
+        m->assign.spec.gen.prefill_chunk = j->prefill_chunk;
+    /* only the first stage (prefill) and the last (sampling) need where sequences stand */
+    if (i == 0 || i == j->n_stages - 1) {
+        m->assign.resume = resume;
+        m->assign.n_resume = n_resume;
+    }
+    snprintf(m->assign.device, sizeof(m->assign.device), "%s", c->nodes[s->node].dev[s->dev].id);
+}
+
 static void s_assign(pl_coord_t *c, pl_coord_job_t *j)
 {
     pl_msg_t *m = malloc(sizeof(*m));
@@ -190,6 +217,15 @@ static void s_assign(pl_coord_t *c, pl_coord_job_t *j)
     if (pl_coord_resume_list(j, &resume, &n_resume)) {
         free(m);
         pl_coord_job_fail(c, j, "coordinator out of memory");
+        return;
+    }
+    /* stage 0's carries the most (the spec and the resume list): refused whole, before any
+     * stage hears of the job, when it does not fit */
+    s_assign_msg(c, j, 0, resume, n_resume, m);
+    if (pl_coord_assign_fits(m)) {
+        free(m);
+        pl_msg_results_free(resume, n_resume);
+        pl_coord_job_fail(c, j, "%s", pl_error_msg());
         return;
     }
     j->epoch = c->next_epoch++;
@@ -210,27 +246,8 @@ static void s_assign(pl_coord_t *c, pl_coord_job_t *j)
     pl_coord_persist(c, j); /* the epoch is durable before a stage hears of it */
     for (int i = 0; i < j->n_stages; i++) {
         pl_coord_stage_t *s = &j->stages[i];
-        pl_coord_node_t *nd = &c->nodes[s->node];
-        nd->busy_job = j->id;
-        pl_msg_init(m, PL_MSG_ASSIGN);
-        m->assign = (pl_msg_assign_t){.job = j->id,
-                                      .stage = i,
-                                      .n_stages = j->n_stages,
-                                      .epoch = j->epoch,
-                                      .first = s->first,
-                                      .last = s->last,
-                                      .max_ctx = j->max_ctx,
-                                      .max_tokens = j->max_tokens,
-                                      .microbatches = j->microbatches,
-                                      .spec = j->spec}; /* borrowed for encoding, not cleared */
-        if (j->prefill_chunk > 0) /* the plan's choice when the job left it open */
-            m->assign.spec.gen.prefill_chunk = j->prefill_chunk;
-        /* only the first stage (prefill) and the last (sampling) need where sequences stand */
-        if (i == 0 || i == j->n_stages - 1) {
-            m->assign.resume = resume; /* borrowed for encoding */
-            m->assign.n_resume = n_resume;
-        }
-        snprintf(m->assign.device, sizeof(m->assign.device), "%s", nd->dev[s->dev].id);
+        c->nodes[s->node].busy_job = j->id;
+        s_assign_msg(c, j, i, resume, n_resume, m);
         pl_coord_send_node(c, s->node, m);
     }
     free(m);

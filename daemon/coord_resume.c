@@ -235,6 +235,32 @@ pl_status_t pl_coord_resume_list(const pl_coord_job_t *j, pl_msg_result_t **r_p,
     return PL_OK;
 }
 
+/* Room left beside the measured body for what differs between the stages' ASSIGNs (stage
+ * number, epoch, device name). */
+#define S_ASSIGN_SLACK 512u
+
+pl_status_t pl_coord_assign_fits(const pl_msg_t *assign)
+{
+    json_t *body;
+    pl_status_t st = pl_msg_encode(assign, &body);
+    if (st)
+        return st;
+    size_t bytes = json_dumpb(body, NULL, 0, JSON_COMPACT);
+    json_decref(body);
+    if (bytes + S_ASSIGN_SLACK <= PL_CTL_MAX_BODY)
+        return PL_OK;
+    const pl_msg_assign_t *a = &assign->assign;
+    int64_t held = 0;
+    for (int i = 0; i < a->n_resume; i++)
+        held += a->resume[i].n_tokens;
+    return pl_error(PL_ERR_RANGE,
+                    "the assignment of job %u is %.1f MiB with %d sequence(s) and %lld "
+                    "token(s) generated so far, over the control plane's %u MiB message "
+                    "bound: the job cannot %s (fewer or shorter sequences per job fit)",
+                    a->job, (double)bytes / (1 << 20), a->spec.n_prompts, (long long)held,
+                    PL_CTL_MAX_BODY >> 20, a->n_resume ? "resume" : "start");
+}
+
 pl_status_t pl_coord_resume_apply(const pl_coord_job_t *j, pl_gen_job_t *g)
 {
     pl_msg_result_t *r;

@@ -165,7 +165,7 @@ static void s_stats(pl_exec_t *x, pl_gen_sink_t *sink, pl_msg_stats_t *s)
             .send_credits = cs.granted,
             .max_in_flight = cs.max_in_flight,
             .bound_bytes = (int64_t)(in_bytes + (size_t)os.bufs * os.buf_bytes),
-            .dropped = (int64_t)pl_act_rx_dropped(&x->rx),
+            .dropped = (int64_t)pl_act_rx_dropped(&x->rx) + pl_ucx_grants_dropped(x->ucx),
             .progress_thread = pl_ucx_has_progress(x->ucx)};
     }
 }
@@ -188,14 +188,14 @@ static pl_status_t s_data_plane(pl_exec_t *x)
     pl_status_t st;
 
     x->out_max = pl_act_size(last ? &tokens : &hidden);
+    pl_ucx_set_token(x->ucx, &x->limits.token); /* the grants carry it too */
     pl_ucx_ep_use_credits(x->next, pl_act_tag_credit(x->p.job_id));
     if ((st = pl_ucx_inbox_create(x->ucx, x->prev, pl_act_tag_job(x->p.job_id),
                                   PL_ACT_TAG_DATA_MASK, pl_act_tag_credit(x->p.job_id),
                                   pl_act_size(first ? &tokens : &hidden),
                                   first ? x->job.microbatches : hidden_credits, &x->inbox)))
         return st;
-    x->rx = (pl_act_rx_t){.inbox = x->inbox, .job = x->p.job_id, .limits = &x->limits,
-                          .dropped = x->p.metrics.act_dropped};
+    x->rx.inbox = x->inbox; /* its counts began with the probe's */
     /* One send buffer per credit the next stage's inbox grants (the rule above), and one to
      * compute into while those are in flight. */
     if ((st = pl_ucx_outbox_create(x->ucx, x->next, x->out_max,
@@ -215,9 +215,12 @@ static pl_status_t s_probe(pl_exec_t *x, const char *next, const char *prev)
         x->prev = x->next; /* two stages: one endpoint serves both roles */
     else if ((st = pl_ucx_connect(x->ucx, prev, &x->prev)))
         return st;
-    if ((st = pl_probe_run(x->ucx, x->next, x->prev, x->p.job_id,
+    x->rx = (pl_act_rx_t){.job = x->p.job_id, .limits = &x->limits,
+                          .dropped = x->p.metrics.act_dropped};
+    if ((st = pl_probe_run(x->ucx, x->next, x->prev, x->p.job_id, &x->limits.token,
                            (const volatile int *)&x->cancel, &r)))
         return st;
+    pl_act_rx_note(&x->rx, PL_ACT_DROP_PROBE, (uint64_t)r.dropped);
     if (!r.ok) {
         pl_log_warn("job %u stage %d: link probe got no answer in %.1f s", x->p.job_id,
                     x->p.stage, r.took_s);
@@ -332,6 +335,8 @@ out:
     pl_gen_sink_destroy(&sink);
     if (x->ucx && x->next)
         pl_ucx_flush(x->ucx, 1000);
+    if (x->ucx)
+        pl_act_rx_note(&x->rx, PL_ACT_DROP_GRANT, (uint64_t)pl_ucx_grants_dropped(x->ucx));
     pl_ucx_outbox_destroy(&x->outbox);
     pl_ucx_inbox_destroy(&x->inbox);
     x->next = x->prev = NULL; /* closed with the worker */

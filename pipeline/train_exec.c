@@ -6,6 +6,7 @@
 #include "pipeline/train_allreduce.h"
 #include "pipeline/train_stage.h"
 #include "transport/act.h"
+#include "transport/act_recv.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -24,6 +25,7 @@ struct pl_train_exec {
     pl_train_stage_t st;
     float *cos_tab, *sin_tab;
     pl_ucx_inbox_t *act_in, *grad_in; /* from prev, from next */
+    pl_act_rx_t act_rx, grad_rx, sum_rx; /* what is taken from them (and the sums) */
     pl_act_limits_t limits;
     pl_act_seq_t *seqs; /* [n_mb] decode scratch */
     size_t row_bytes;   /* one microbatch's hidden message */
@@ -82,12 +84,16 @@ static pl_status_t s_data_plane(pl_train_exec_t *x)
 {
     const pl_train_link_t *k = &x->link;
     pl_status_t st;
+    pl_act_rx_t rx = {.job = k->job, .limits = &x->limits, .dropped = k->dropped};
+    x->act_rx = x->grad_rx = x->sum_rx = rx;
+    pl_ucx_set_token(k->ucx, &k->token); /* the grants carry it too */
     if (x->stage > 0) {
         pl_ucx_ep_use_credits(k->prev, s_credit_tag(k->job, PL_ACT_GRAD));
         if ((st = pl_ucx_inbox_create(k->ucx, k->prev, pl_act_tag(k->job, PL_ACT_HIDDEN, 0, 0),
                                       S_KIND_MASK, s_credit_tag(k->job, PL_ACT_HIDDEN),
                                       x->row_bytes, x->cfg.n_mb, &x->act_in)) != PL_OK)
             return st;
+        x->act_rx.inbox = x->act_in;
     }
     if (x->stage < x->n_stages - 1) {
         pl_ucx_ep_use_credits(k->next, s_credit_tag(k->job, PL_ACT_HIDDEN));
@@ -95,6 +101,7 @@ static pl_status_t s_data_plane(pl_train_exec_t *x)
                                       S_KIND_MASK, s_credit_tag(k->job, PL_ACT_GRAD),
                                       x->row_bytes, x->cfg.n_mb, &x->grad_in)) != PL_OK)
             return st;
+        x->grad_rx.inbox = x->grad_in;
     }
     return PL_OK;
 }
@@ -127,7 +134,8 @@ pl_status_t pl_train_exec_create(const pl_train_local_cfg_t *cfg, pl_train_weigh
                                   .max_tokens = (uint32_t)cfg->seq_len,
                                   .dim = (uint32_t)cfg->dims.hidden,
                                   .max_pos = (uint32_t)cfg->seq_len,
-                                  .dtype = PL_ACT_F32};
+                                  .dtype = PL_ACT_F32,
+                                  .token = link->token};
     pl_act_hdr_t row = {.kind = PL_ACT_HIDDEN, .n_seq = 1, .n_tokens = (uint32_t)cfg->seq_len,
                         .dim = (uint32_t)cfg->dims.hidden};
     x->row_bytes = pl_act_size(&row);
@@ -157,7 +165,8 @@ static pl_status_t s_send_rows(pl_train_exec_t *x, pl_act_kind_t kind, int m, co
 {
     pl_act_hdr_t h = {.kind = kind, .job = x->link.job, .mb = (uint32_t)m, .step = x->step,
                       .n_seq = 1, .n_tokens = (uint32_t)x->cfg.seq_len,
-                      .dim = (uint32_t)x->cfg.dims.hidden, .dtype = PL_ACT_F32};
+                      .dim = (uint32_t)x->cfg.dims.hidden, .dtype = PL_ACT_F32,
+                      .token = x->link.token};
     pl_act_seq_t e = {.seq = (uint32_t)m, .n_tok = (uint32_t)x->cfg.seq_len};
     void *buf;
     size_t len;
@@ -169,18 +178,18 @@ static pl_status_t s_send_rows(pl_train_exec_t *x, pl_act_kind_t kind, int m, co
                                 x->link.timeout_ms, x->link.cancel);
 }
 
-/* Take microbatch m's rows from an inbox into dst: the message must be this step's m, whole. */
-static pl_status_t s_recv_rows(pl_train_exec_t *x, pl_ucx_inbox_t *in, pl_act_kind_t kind, int m,
+/* Take microbatch m's rows from an inbox into dst: the message must be this step's m, whole
+ * (what is not the job's never gets here: pl_act_recv drops it). */
+static pl_status_t s_recv_rows(pl_train_exec_t *x, pl_act_rx_t *rx, pl_act_kind_t kind, int m,
                                float *dst)
 {
-    const void *buf, *payload;
-    size_t len;
+    const void *payload;
     pl_act_hdr_t h;
-    pl_status_t rc = pl_ucx_inbox_recv(in, &buf, &len, NULL, x->link.timeout_ms, x->link.cancel);
+    pl_status_t rc =
+        pl_act_recv(rx, &h, x->seqs, &payload, x->link.timeout_ms, x->link.cancel);
     if (rc != PL_OK)
         return rc;
-    if ((rc = pl_act_decode(buf, len, &x->limits, &h, x->seqs, &payload)) == PL_OK &&
-        (h.kind != (uint32_t)kind || h.job != x->link.job || h.step != x->step ||
+    if ((h.kind != (uint32_t)kind || h.job != x->link.job || h.step != x->step ||
          h.mb != (uint32_t)m || h.n_seq != 1 || x->seqs[0].seq != (uint32_t)m ||
          x->seqs[0].pos0 != 0 || h.n_tokens != (uint32_t)x->cfg.seq_len))
         rc = pl_error(PL_ERR_PROTOCOL, "train stage %d: expected %s of job %u step %u mb %d "
@@ -193,7 +202,7 @@ static pl_status_t s_recv_rows(pl_train_exec_t *x, pl_ucx_inbox_t *in, pl_act_ki
         if (f != dst)
             memcpy(dst, f, sizeof(float) * (size_t)x->cfg.seq_len * x->cfg.dims.hidden);
     }
-    pl_status_t rc2 = pl_ucx_inbox_release(in);
+    pl_status_t rc2 = pl_ucx_inbox_release(rx->inbox);
     return rc != PL_OK ? rc : rc2;
 }
 
@@ -201,7 +210,7 @@ static pl_status_t s_send_sum(pl_train_exec_t *x, pl_ucx_ep_t *ep, uint32_t dir,
                               int n)
 {
     pl_act_hdr_t h = {.kind = PL_ACT_SUM, .job = x->link.job, .mb = dir, .step = x->step,
-                      .dim = (uint32_t)n};
+                      .dim = (uint32_t)n, .token = x->link.token};
     void *buf;
     size_t len;
     pl_status_t rc = pl_act_encode(&h, NULL, v, &buf, &len);
@@ -217,13 +226,26 @@ static pl_status_t s_recv_sum(pl_train_exec_t *x, uint32_t dir, double *v, int n
     void *buf;
     size_t len;
     const void *payload;
-    pl_status_t rc = pl_ucx_recv(x->link.ucx, pl_act_tag(x->link.job, PL_ACT_SUM, dir, x->step),
-                                 ~0ULL, pl_act_size(&h), &buf, &len, NULL, x->link.timeout_ms,
-                                 x->link.cancel);
-    if (rc != PL_OK)
-        return rc;
-    if ((rc = pl_act_decode(buf, len, &x->limits, &h, x->seqs, &payload)) == PL_OK &&
-        (h.kind != PL_ACT_SUM || h.job != x->link.job || h.step != x->step || h.mb != dir ||
+    size_t max = pl_act_size(&h);
+    double deadline = x->link.timeout_ms < 0 ? INFINITY : pl_now() + x->link.timeout_ms / 1e3;
+    pl_status_t rc;
+    for (;;) { /* what is not the job's is dropped and counted, and the wait goes on */
+        int left = -1;
+        if (x->link.timeout_ms >= 0)
+            left = (int)PL_MAX(0.0, ceil((deadline - pl_now()) * 1e3));
+        rc = pl_ucx_recv(x->link.ucx, pl_act_tag(x->link.job, PL_ACT_SUM, dir, x->step), ~0ULL,
+                         max, &buf, &len, NULL, left, x->link.cancel);
+        if (rc == PL_ERR_PROTOCOL) { /* longer than a sum: taken off the wire */
+            pl_act_rx_note(&x->sum_rx, PL_ACT_DROP_OVERSIZE, 1);
+            continue;
+        }
+        if (rc != PL_OK)
+            return rc;
+        if ((rc = pl_act_rx_check(&x->sum_rx, buf, len, &h, x->seqs, &payload)) == PL_OK)
+            break;
+        free(buf);
+    }
+    if ((h.kind != PL_ACT_SUM || h.job != x->link.job || h.step != x->step || h.mb != dir ||
          h.dim != (uint32_t)n))
         rc = pl_error(PL_ERR_PROTOCOL, "train stage %d: expected a sum of %d values (job %u "
                                        "step %u dir %u), got kind %u job %u step %u dir %u dim %u",
@@ -241,11 +263,11 @@ static pl_status_t s_run_op(pl_train_exec_t *x, pl_train_op_t op, double *busy, 
     pl_status_t rc = PL_OK;
     switch (op.kind) {
     case PL_TRAIN_OP_RECV_ACT:
-        rc = s_recv_rows(x, x->act_in, PL_ACT_HIDDEN, op.mb, g->x_in[op.mb]);
+        rc = s_recv_rows(x, &x->act_rx, PL_ACT_HIDDEN, op.mb, g->x_in[op.mb]);
         *wait += pl_now() - t0;
         return rc;
     case PL_TRAIN_OP_RECV_GRAD:
-        rc = s_recv_rows(x, x->grad_in, PL_ACT_GRAD, op.mb, g->g_in[op.mb]);
+        rc = s_recv_rows(x, &x->grad_rx, PL_ACT_GRAD, op.mb, g->g_in[op.mb]);
         *wait += pl_now() - t0;
         return rc;
     case PL_TRAIN_OP_SEND_ACT:

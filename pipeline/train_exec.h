@@ -5,6 +5,8 @@
 #define PL_PIPELINE_TRAIN_EXEC_H
 
 #include "pipeline/train_local.h"
+#include "common/metrics.h"
+#include "transport/act_token.h"
 #include "transport/ucx.h"
 
 #include <stdint.h>
@@ -15,6 +17,9 @@ typedef struct {
     pl_ucx_t *ucx;
     pl_ucx_ep_t *prev, *next;
     uint32_t job;               /* tags and headers carry it */
+    pl_act_token_t token;       /* the assignment's: every message and grant carries it, and
+                                 * what comes without it is dropped and counted */
+    pl_metric_t *dropped;       /* counter, label reason (transport/act_recv.h); may be NULL */
     int timeout_ms;             /* a receive or a credit waits at most this; < 0 forever */
     const volatile int *cancel; /* non-zero stops a waiting step (PL_ERR_CANCELED); may be NULL */
     /* Data parallel (train_allreduce.h): this stage's ring across the pipeline's replicas, whose

@@ -1,18 +1,23 @@
 /* The data plane takes only the coordinator's messages: two real stage executors run a job while
  * another process, which learned their worker addresses, sends them forged activation messages
  * (the 52-byte message of the layout before the token, full-size ones with a wrong token, STOP,
- * oversized); the job's tokens equal the in-process reference and every forged message is
- * counted as dropped. After a re-plan (a new epoch) the old epoch's token is refused as well. */
+ * oversized) and forged credit grants; the job's tokens equal the in-process reference and every
+ * forged message is counted as dropped. After a re-plan (a new epoch) the old epoch's token is
+ * refused as well. Beside it, with workers in this process: a forged grant adds no credit, and
+ * a forged link probe gets no answer. */
 #include "cluster_util.h"
 #include "common/util.h"
 #include "pipeline/exec.h"
 #include "pipeline/gen.h"
 #include "pipeline/gen_local.h"
+#include "pipeline/link_probe.h"
 #include "transport/act_recv.h"
+#include "transport/ucx_grant.h"
 #include "transport/msg.h"
 #include "transport/ucx.h"
 
 #include <criterion/criterion.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -109,6 +114,21 @@ static void s_forge(pl_ucx_t *u, pl_ucx_ep_t *ep[2], const s_plan_t *p,
     h = (pl_act_hdr_t){.kind = PL_ACT_STOP, .job = p->job};
     b = s_encode(&h, NULL, NULL, token, &len);
     s_send(u, ep[1], pl_act_tag(p->job, PL_ACT_STOP, 0, 0), b, len, sent, PL_ACT_DROP_TOKEN);
+    /* both stages send with credits: a grant of many credits under the token, and (once) one
+     * of the layout before the token */
+    for (int s = 0; s < 2; s++) {
+        unsigned char *g = malloc(PL_UCX_GRANT_BYTES);
+        pl_ucx_grant_encode(60, token, g);
+        s_send(u, ep[s], pl_act_tag_credit(p->job), g, PL_UCX_GRANT_BYTES, sent,
+               PL_ACT_DROP_GRANT);
+        if (legacy) {
+            uint32_t old_grant[2] = {0x31434c50u, 60}; /* "PLC1", credits */
+            g = malloc(sizeof(old_grant));
+            memcpy(g, old_grant, sizeof(old_grant));
+            s_send(u, ep[s], pl_act_tag_credit(p->job), g, sizeof(old_grant), sent,
+                   PL_ACT_DROP_GRANT);
+        }
+    }
 }
 
 /* The attacking process: for each plan, connect to both stages, wait for "go", send, report. */
@@ -363,18 +383,163 @@ Test(act_forge, forged_messages_mid_job_are_dropped_and_counted)
     cr_assert_eq(sent1.sent[PL_ACT_DROP_MALFORMED], 2);
     cr_assert_eq(sent1.sent[PL_ACT_DROP_OVERSIZE], 1);
     cr_assert_eq(sent1.sent[PL_ACT_DROP_TOKEN], 3);
+    cr_assert_eq(sent1.sent[PL_ACT_DROP_GRANT], 4);
     cr_assert_eq(s_dropped(reg, "malformed"), 2);
     cr_assert_eq(s_dropped(reg, "oversize"), 1);
     cr_assert_eq(s_dropped(reg, "token"), 3);
+    cr_assert_eq(s_dropped(reg, "grant"), 4);
+    cr_assert_eq(s_dropped(reg, "probe"), 0);
 
     /* a re-plan: epoch 2 has its own token, and epoch 1's is one more wrong token */
     got = s_run(dropped, &t2, &t1, 2, &sent2);
     s_assert_same(got, want, "epoch 2's tokens under attack with epoch 1's token");
     json_decref(got);
     cr_assert_eq(sent2.sent[PL_ACT_DROP_TOKEN], 6);
+    cr_assert_eq(sent2.sent[PL_ACT_DROP_GRANT], 4 + 2);
     cr_assert_eq(s_dropped(reg, "token"), 3 + 6);
+    cr_assert_eq(s_dropped(reg, "grant"), 4 + 6);
     cr_assert_eq(s_dropped(reg, "malformed"), 2 + 2);
     cr_assert_eq(s_dropped(reg, "oversize"), 1 + 1);
     json_decref(want);
     pl_metrics_destroy(&reg);
+}
+
+/* ---- grants and probes, with workers in this process ---- */
+
+static pl_ucx_ep_t *s_connect(pl_ucx_t *from, pl_ucx_t *to)
+{
+    char *addr = NULL;
+    pl_ucx_ep_t *ep = NULL;
+    cr_assert_eq(pl_ucx_address(to, &addr), PL_OK);
+    cr_assert_eq(pl_ucx_connect(from, addr, &ep), PL_OK, "%s", pl_error_msg());
+    free(addr);
+    return ep;
+}
+
+static void s_send_grant(pl_ucx_t *u, pl_ucx_ep_t *ep, uint32_t credits, const pl_act_token_t *t)
+{
+    unsigned char *g = malloc(PL_UCX_GRANT_BYTES);
+    pl_ucx_grant_encode(credits, t, g);
+    cr_assert_eq(pl_ucx_send(u, ep, pl_act_tag_credit(S_JOB), g, PL_UCX_GRANT_BYTES), PL_OK);
+    cr_assert_eq(pl_ucx_flush(u, 5000), PL_OK);
+}
+
+/* A sender whose worker has the job's token waits for a credit; grants under other tokens (and
+ * the all-zero one, a worker's default) give it none, one under the token gives what it says. */
+Test(act_forge_link, a_forged_grant_adds_no_credit)
+{
+    pl_ucx_t *a, *f;
+    pl_act_token_t t, guess, zero = {{0}};
+    cr_assert_eq(pl_act_token_new(&t), PL_OK);
+    cr_assert_eq(pl_act_token_new(&guess), PL_OK);
+    cr_assert_eq(pl_ucx_create(&a), PL_OK, "%s", pl_error_msg());
+    cr_assert_eq(pl_ucx_create(&f), PL_OK, "%s", pl_error_msg());
+    pl_ucx_set_token(a, &t);
+    pl_ucx_ep_t *af = s_connect(a, f), *fa = s_connect(f, a);
+    pl_ucx_ep_use_credits(af, pl_act_tag_credit(S_JOB));
+    s_send_grant(f, fa, 50, &guess);
+    s_send_grant(f, fa, 50, &zero);
+    pl_status_t st = pl_ucx_send_credited(a, af, pl_act_tag(S_JOB, PL_ACT_HIDDEN, 0, 0),
+                                          calloc(1, 64), 64, 500, NULL);
+    cr_assert_eq(st, PL_ERR_TIMEOUT, "a forged grant gave a credit: %s", pl_error_msg());
+    cr_assert_eq(pl_ucx_grants_dropped(a), 2);
+    pl_ucx_credit_stats_t cs;
+    pl_ucx_ep_credit_stats(af, &cs);
+    cr_assert_eq(cs.granted, 0);
+    /* the job's token: two credits, two sends, and the third waits again */
+    s_send_grant(f, fa, 2, &t);
+    for (int i = 0; i < 2; i++)
+        cr_assert_eq(pl_ucx_send_credited(a, af, pl_act_tag(S_JOB, PL_ACT_HIDDEN, 0, 0),
+                                          calloc(1, 64), 64, 5000, NULL),
+                     PL_OK, "%s", pl_error_msg());
+    cr_assert_eq(pl_ucx_send_credited(a, af, pl_act_tag(S_JOB, PL_ACT_HIDDEN, 0, 0),
+                                      calloc(1, 64), 64, 300, NULL),
+                 PL_ERR_TIMEOUT);
+    pl_ucx_ep_credit_stats(af, &cs);
+    cr_assert_eq(cs.granted, 2);
+    cr_assert_eq(pl_ucx_grants_dropped(a), 2);
+    pl_ucx_destroy(&a);
+    pl_ucx_destroy(&f);
+}
+
+typedef struct {
+    pl_ucx_t *u;
+    pl_ucx_ep_t *ep;
+    pl_act_token_t token;
+    pl_probe_result_t r;
+    pl_status_t st;
+} s_prober_t;
+
+static void *s_prober(void *arg)
+{
+    s_prober_t *p = arg;
+    p->st = pl_probe_run(p->u, p->ep, p->ep, S_JOB, &p->token, NULL, &p->r);
+    return NULL;
+}
+
+/* A probe message of `type` (link_probe.c: 0 ping, 1 pong) and seq, of len bytes starting with
+ * `token` (NULL: filler only). */
+static void s_send_probe(pl_ucx_t *u, pl_ucx_ep_t *ep, uint32_t type, uint32_t seq, size_t len,
+                         const pl_act_token_t *token)
+{
+    unsigned char *b = malloc(len);
+    memset(b, 0x5a, len);
+    if (token)
+        memcpy(b, token->b, PL_ACT_TOKEN_BYTES);
+    cr_assert_eq(pl_ucx_send(u, ep, pl_act_probe_tag(S_JOB, type, seq), b, len), PL_OK);
+}
+
+/* A stage probing its link answers pings that carry the job's token, and only those: forged
+ * pings (another token, the layout before the token, a message longer than any probe) are
+ * counted and get no pong. */
+Test(act_forge_link, a_forged_probe_gets_no_answer)
+{
+    s_prober_t p = {0};
+    pl_ucx_t *f;
+    pl_act_token_t guess;
+    cr_assert_eq(pl_act_token_new(&p.token), PL_OK);
+    cr_assert_eq(pl_act_token_new(&guess), PL_OK);
+    cr_assert_eq(pl_ucx_create(&p.u), PL_OK, "%s", pl_error_msg());
+    cr_assert_eq(pl_ucx_create(&f), PL_OK, "%s", pl_error_msg());
+    p.ep = s_connect(p.u, f);
+    pl_ucx_ep_t *fp = s_connect(f, p.u);
+    pthread_t th;
+    cr_assert_eq(pthread_create(&th, NULL, s_prober, &p), 0);
+    s_send_probe(f, fp, 0, 1, PL_ACT_TOKEN_BYTES, &guess);
+    s_send_probe(f, fp, 0, 2, 8, NULL);
+    s_send_probe(f, fp, 0, 3, PL_PROBE_MAX_BYTES + 1, &p.token);
+    s_send_probe(f, fp, 1, 0, PL_ACT_TOKEN_BYTES, &guess); /* a forged pong to its own ping */
+    s_send_probe(f, fp, 0, 4, PL_ACT_TOKEN_BYTES, &p.token);
+    /* what the prober sends: its own pings (never answered here) and its pongs */
+    int pongs = 0, pong_seq = -1;
+    double t0 = pl_now();
+    while (pl_now() - t0 < 8) {
+        void *buf = NULL;
+        size_t len;
+        uint64_t tag;
+        uint32_t type, seq;
+        pl_status_t st = pl_ucx_recv(f, pl_act_probe_tag(S_JOB, 0, 0), PL_ACT_TAG_PROBE_MASK,
+                                     PL_PROBE_MAX_BYTES, &buf, &len, &tag, 200, NULL);
+        if (st == PL_ERR_TIMEOUT) {
+            pl_error_clear();
+            continue;
+        }
+        cr_assert_eq(st, PL_OK, "%s", pl_error_msg());
+        cr_assert(pl_act_probe_tag_decode(tag, &type, &seq));
+        cr_assert_geq(len, PL_ACT_TOKEN_BYTES);
+        cr_assert(memcmp(buf, p.token.b, PL_ACT_TOKEN_BYTES) == 0, "a probe without the token");
+        free(buf);
+        if (type == 1) {
+            pongs++;
+            pong_seq = (int)seq;
+        }
+    }
+    pthread_join(th, NULL);
+    cr_assert_eq(p.st, PL_OK, "%s", pl_error_msg());
+    cr_assert_eq(pongs, 1, "%d pongs", pongs);
+    cr_assert_eq(pong_seq, 4, "the pong answered ping %d", pong_seq);
+    cr_assert(!p.r.ok, "nobody answered its pings, yet it measured the link");
+    cr_assert_eq(p.r.dropped, 4);
+    pl_ucx_destroy(&p.u);
+    pl_ucx_destroy(&f);
 }

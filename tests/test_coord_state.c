@@ -177,3 +177,48 @@ Test(coord_state, the_state_dir_is_the_owners_only)
     snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
     cr_assert_eq(system(cmd), 0);
 }
+
+/* An ASSIGN too large for the control plane (a resume of many long sequences) is refused whole
+ * with a message that says so, rather than sent and lost; one that fits passes, and the
+ * bound is the one ctl.c enforces on the wire. */
+Test(coord_state, an_assignment_over_the_message_bound_is_refused_with_the_reason)
+{
+    enum { S_SEQS = 2000, S_TOKENS = 700 }; /* ~7 bytes a token in JSON: about 9.3 MiB */
+    json_t *spec_json = json_loads(s_spec, 0, NULL);
+    pl_msg_t m;
+    pl_msg_init(&m, PL_MSG_ASSIGN);
+    m.assign = (pl_msg_assign_t){.job = 5, .stage = 0, .n_stages = 2, .epoch = 3, .first = 0,
+                                 .last = 1, .max_ctx = 1024, .max_tokens = 64,
+                                 .microbatches = 2};
+    cr_assert_eq(pl_job_spec_decode(spec_json, &m.assign.spec), PL_OK, "%s", pl_error_msg());
+    json_decref(spec_json);
+    pl_msg_result_t *r = calloc(S_SEQS, sizeof(*r));
+    for (int s = 0; s < S_SEQS; s++) {
+        r[s].seq = s;
+        r[s].tokens = malloc(S_TOKENS * sizeof(int32_t));
+        for (int k = 0; k < S_TOKENS; k++)
+            r[s].tokens[k] = 100000 + k;
+    }
+    m.assign.resume = r;
+    m.assign.n_resume = S_SEQS;
+    /* a few tokens each: fits */
+    for (int s = 0; s < S_SEQS; s++)
+        r[s].n_tokens = 3;
+    cr_assert_eq(pl_coord_assign_fits(&m), PL_OK, "%s", pl_error_msg());
+    for (int s = 0; s < S_SEQS; s++)
+        r[s].n_tokens = S_TOKENS;
+    cr_assert_eq(pl_coord_assign_fits(&m), PL_ERR_RANGE);
+    const char *e = pl_error_msg();
+    cr_assert(strstr(e, "job 5") && strstr(e, "cannot resume") && strstr(e, "8 MiB") &&
+                  strstr(e, "1400000 token(s)"),
+              "%s", e);
+    /* what the check measured is what the wire refuses */
+    json_t *body;
+    cr_assert_eq(pl_msg_encode(&m, &body), PL_OK);
+    cr_assert_gt(json_dumpb(body, NULL, 0, JSON_COMPACT), PL_CTL_MAX_BODY);
+    json_decref(body);
+    pl_msg_results_free(r, S_SEQS);
+    m.assign.resume = NULL;
+    m.assign.n_resume = 0;
+    pl_job_spec_clear(&m.assign.spec);
+}

@@ -2,6 +2,8 @@
  * refused clients (NULL, unknown key) told why on both sides, roles, forged HELLO and DONE, and
  * models.allow. The keys are the local state directory's plus keys made by pipectl keygen. */
 #include "cluster_util.h"
+#include "common/log.h"
+#include "common/util.h"
 #include "transport/msg.h"
 
 #include <criterion/criterion.h>
@@ -384,6 +386,41 @@ Test(security, models_outside_models_allow_are_refused_without_quoting_files)
         cr_expect(!strstr(err, "secretword"), "the error quotes the file: %s", err);
         free(err);
     }
+    /* a flood of refused submissions logs a few lines a second (pl_log_info_limited), not one
+     * a refusal, and each is still answered */
+    void *ctx = zmq_ctx_new(), *s = zmq_socket(ctx, ZMQ_DEALER);
+    int linger = 0, rcv = 5000, n_flood = 300;
+    zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof(linger));
+    zmq_setsockopt(s, ZMQ_RCVTIMEO, &rcv, sizeof(rcv));
+    tc_curve_local(s, "admin");
+    cr_assert_eq(zmq_connect(s, s_c.ep), 0);
+    pl_msg_t m;
+    pl_msg_init(&m, PL_MSG_SUBMIT);
+    snprintf(path, sizeof(path), "%s/outside/m", d);
+    json_t *body = json_pack("{s:s, s:{s:[[i,i]]}}", "model", path, "gen", "prompts", 1, 2);
+    cr_assert_eq(pl_job_spec_decode(body, &m.submit), PL_OK, "%s", pl_error_msg());
+    json_decref(body);
+    double t0 = pl_now();
+    for (int i = 0; i < n_flood; i++) {
+        char type[32], ans[1024];
+        s_send_msg(s, &m);
+        s_answer(s, type, ans, sizeof(ans));
+        cr_assert(strstr(ans, "models.allow"), "refusal %d: '%s' '%s'", i, type, ans);
+    }
+    double took = pl_now() - t0;
+    pl_msg_clear(&m);
+    zmq_close(s);
+    zmq_ctx_term(ctx);
+    usleep(200 * 1000);
+    char *out;
+    tc_sh(&out, "grep -c 'job from' %s/pipecoord.log", s_c.dir);
+    long lines = strtol(out, NULL, 10);
+    free(out);
+    /* the 4 above, then at most a burst (and its "suppressed" line) per second begun */
+    long most = 4 + (PL_LOG_BURST + 1) * ((long)took + 2);
+    cr_expect_leq(lines, most, "%ld refusal lines for %d refusals in %.2f s", lines,
+                  4 + n_flood, took);
+    cr_expect_geq(lines, 5);
     snprintf(path, sizeof(path), "%s/ok.yaml", d);
     tc_write(path, "model: models/ok\nprompts: prompts.jsonl\n");
     cr_expect_eq(tc_sh(&err, "%s/pipectl -c %s plan %s 2>&1", tc_bin(), s_c.ep, path), 0, "%s",

@@ -2,6 +2,7 @@
  * process: bit-exact transfers of many sizes into pre-posted slots, a receiver that holds its
  * slots holds its sender back, a slow receiver bounds what is in flight, bad input is refused. */
 #include "transport/ucx.h"
+#include "transport/ucx_grant.h"
 
 #include "common/util.h"
 
@@ -262,25 +263,38 @@ Test(ucx_inbox, oversized_message_and_bad_grants_are_refused)
     cr_assert_eq(len, 900);
     cr_assert(s_pattern_ok(buf, len, 2));
     cr_assert_eq(pl_ucx_inbox_release(l.in), PL_OK);
-    /* forged grants on the sender's credit tag: wrong length, wrong magic, absurd count */
-    static const unsigned char bad[][8] = {{'P', 'L', 'C', '1', 0, 0, 0, 0},
-                                           {'X', 'L', 'C', '1', 1, 0, 0, 0},
-                                           {'P', 'L', 'C', '1', 0xff, 0xff, 0xff, 0x7f}};
+    /* grants on the sender's credit tag that are not the job's (wrong length, wrong magic, the
+     * layout before the token, another token): dropped and counted, no credit, no failure; one
+     * with the token (all zero here on both sides) and an absurd count: a broken peer */
+    static const unsigned char bad[][PL_UCX_GRANT_BYTES + 1] = {
+        {'P', 'L', 'C', '2', 1, 0, 0, 0},                   /* 8 bytes: the old layout */
+        {'X', 'L', 'C', '2', 1, 0, 0, 0},                   /* bad magic */
+        {'P', 'L', 'C', '2', 1, 0, 0, 0, 1},                /* another token */
+        {'P', 'L', 'C', '2', 0xff, 0xff, 0xff, 0x7f}};      /* the token, an absurd count */
+    static const size_t bad_len[] = {8, PL_UCX_GRANT_BYTES, PL_UCX_GRANT_BYTES,
+                                     PL_UCX_GRANT_BYTES};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         s_link_t m;
+        bool broken = i == 3;
         s_link(&m, 1000, 1);
-        void *g = malloc(8);
-        memcpy(g, bad[i], 8);
-        cr_assert_eq(pl_ucx_send(m.b, m.ba, S_CREDIT_TAG, g, 8), PL_OK);
+        void *g = malloc(bad_len[i]);
+        memcpy(g, bad[i], bad_len[i]);
+        cr_assert_eq(pl_ucx_send(m.b, m.ba, S_CREDIT_TAG, g, bad_len[i]), PL_OK);
         cr_assert_eq(pl_ucx_flush(m.b, 5000), PL_OK);
-        /* the good first grant may come before or after the forged one */
+        /* the good first grant (one credit) may come before or after the forged one */
         for (int k = 0; k < 2; k++) {
             st = pl_ucx_send_credited(m.a, m.ab, S_DATA_TAG, s_pattern(10, 0), 10, 1000, NULL);
             if (st != PL_OK)
                 break;
         }
-        cr_assert_eq(st, PL_ERR_PROTOCOL, "forged grant %zu: %s", i, pl_error_msg());
-        cr_assert(strstr(pl_error_msg(), "credit grant"), "%s", pl_error_msg());
+        if (broken) {
+            cr_assert_eq(st, PL_ERR_RANGE, "grant %zu: %s", i, pl_error_msg());
+            cr_assert(strstr(pl_error_msg(), "credit grant"), "%s", pl_error_msg());
+        } else {
+            cr_assert_eq(st, PL_ERR_TIMEOUT, "forged grant %zu gave a credit: %s", i,
+                         pl_error_msg());
+            cr_assert_eq(pl_ucx_grants_dropped(m.a), 1, "forged grant %zu", i);
+        }
         s_unlink(&m);
     }
     /* no credits on the endpoint: a misuse, reported */

@@ -7,6 +7,7 @@
 #define PL_TRANSPORT_UCX_H
 
 #include "common/status.h"
+#include "transport/act_token.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -124,6 +125,13 @@ pl_status_t pl_ucx_inbox_drop(pl_ucx_inbox_t *inbox);
 size_t pl_ucx_inbox_bytes(const pl_ucx_inbox_t *inbox);
 int pl_ucx_inbox_slots(const pl_ucx_inbox_t *inbox);
 
+/* The assignment's token (act_token.h) for the credit grants of this worker: its inboxes send
+ * it in every grant and its credited endpoints take only grants that carry it; the others are
+ * dropped (a forged grant adds no credit) and counted. All zero until set; set it before the
+ * first inbox is made. */
+void pl_ucx_set_token(pl_ucx_t *ucx, const pl_act_token_t *token);
+/* Grants dropped so far on this worker as forged. */
+int64_t pl_ucx_grants_dropped(pl_ucx_t *ucx);
 /* Sends on ep through pl_ucx_send_credited wait for credits, granted by the peer's inbox in
  * messages tagged credit_tag (which a grant from the peer's inbox must match exactly). */
 void pl_ucx_ep_use_credits(pl_ucx_ep_t *ep, uint64_t credit_tag);

@@ -66,7 +66,7 @@ struct pl_ucx_ep {
     int64_t credits;                   /* granted and not yet used */
     int64_t granted, sent;             /* totals: in flight = sent - (granted - first grant) */
     int64_t first_grant, max_in_flight;
-    /* The grants' receive: one 8-byte buffer here, posted again after each grant, so taking
+    /* The grants' receive: one grant's buffer here, posted again after each grant, so taking
      * grants allocates nothing (ucx_inbox.c). */
     bool grant_posted, grant_done;
     void *grant_req; /* the posted receive while UCX holds it */
@@ -105,6 +105,8 @@ struct pl_ucx {
     int n_outboxes;      /* live send pools (ucx_outbox.c): likewise */
     int64_t send_allocs; /* sends that allocated their record (the unpooled path) */
     int64_t recv_allocs; /* receives that allocated their buffer (pl_ucx_recv) */
+    pl_act_token_t token;   /* the assignment's (pl_ucx_set_token): every grant carries it */
+    int64_t grants_dropped; /* grants refused as forged (no token, not a grant) */
 };
 
 /* A UCX context as the data plane makes it (ucx.c): the user's UCX_* settings (UCX_TLS,

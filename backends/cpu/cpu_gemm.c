@@ -7,6 +7,10 @@
 #include "common/util.h"
 
 #include <cblas.h>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -52,19 +56,51 @@ const pl_cpu_wkernel_t *pl_cpu_wkernel(pl_wtype_t t)
 
 static int s_isa_cap = PL_CPU_ISA_COUNT - 1;
 
+#if defined(__x86_64__)
+/* cpuid leaf 1 ecx, leaf 7 ebx, and the XCR0 state bits the OS must save for the registers:
+ * spelled out, as <cpuid.h>'s names differ between gcc and clang (and clang's
+ * __builtin_cpu_supports knows no "f16c"). */
+#define S_L1_FMA (1u << 12)
+#define S_L1_OSXSAVE (1u << 27)
+#define S_L1_AVX (1u << 28)
+#define S_L1_F16C (1u << 29)
+#define S_L7_AVX2 (1u << 5)
+#define S_L7_AVX512F (1u << 16)
+#define S_L7_AVX512BW (1u << 30)
+#define S_L7_AVX512VL (1u << 31)
+#define S_XCR0_YMM 0x6u   /* SSE + AVX state */
+#define S_XCR0_ZMM 0xe6u  /* and the opmask and both ZMM halves */
+
+static uint64_t s_xcr0(void)
+{
+    uint32_t lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return (uint64_t)hi << 32 | lo;
+}
+#endif
+
+/* From cpuid itself, with the OS's consent (XCR0) for the wider registers, as gcc's
+ * __builtin_cpu_supports decides: one home for every instruction-set check of the kernels. */
 static pl_cpu_isa_t s_isa_detect(void)
 {
-#if defined(__x86_64__) && defined(__GNUC__)
-    __builtin_cpu_init();
-    bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                __builtin_cpu_supports("f16c");
-    if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl"))
+#if defined(__x86_64__)
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d))
+        return PL_CPU_ISA_SCALAR;
+    unsigned need1 = S_L1_FMA | S_L1_OSXSAVE | S_L1_AVX | S_L1_F16C;
+    if ((c & need1) != need1)
+        return PL_CPU_ISA_SCALAR;
+    uint64_t xcr0 = s_xcr0();
+    if ((xcr0 & S_XCR0_YMM) != S_XCR0_YMM || !__get_cpuid_count(7, 0, &a, &b, &c, &d) ||
+        !(b & S_L7_AVX2))
+        return PL_CPU_ISA_SCALAR;
+    unsigned need7 = S_L7_AVX512F | S_L7_AVX512BW | S_L7_AVX512VL;
+    if ((b & need7) == need7 && (xcr0 & S_XCR0_ZMM) == S_XCR0_ZMM)
         return PL_CPU_ISA_AVX512;
-    if (avx2)
-        return PL_CPU_ISA_AVX2;
-#endif
+    return PL_CPU_ISA_AVX2;
+#else
     return PL_CPU_ISA_SCALAR;
+#endif
 }
 
 pl_cpu_isa_t pl_cpu_isa(void)

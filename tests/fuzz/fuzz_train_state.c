@@ -1,17 +1,7 @@
-/* libFuzzer harness for a checkpoint's trainer_state.json (pipeline/train_ckpt_opt.c; not part of
- * the CMake build). Each input is written to DIR/trainer_state.json and read back. Build and run
- * from the repository root:
- *
- *   clang -g -O1 -fsanitize=fuzzer,address,undefined -D_GNU_SOURCE -I. \
- *     tests/fuzz/fuzz_train_state.c pipeline/train_ckpt_opt.c pipeline/train_ckpt.c \
- *     pipeline/train_adamw.c model/safetensors*.c common/status.c common/util.c common/log.c \
- *     common/json.c build/backends/libpl_backends.a build/model/libpl_model.a \
- *     build/common/libpl_common.a -ljansson -lyaml -lopenblas -lpcre2-8 -lutf8proc \
- *     -lpthread -lm -o /tmp/fuzz_train_state
- * (the layer code the checkpoint's name table needs comes from an ordinary build in build/)
- *   mkdir -p /tmp/corpus_tstate && printf '{"step": 3, "n_stages": 2, "data_step": 3, \
- *     "lr": 0.01}' > /tmp/corpus_tstate/a
- *   /tmp/fuzz_train_state -max_total_time=60 -max_len=1024 /tmp/corpus_tstate
+/* libFuzzer harness for a checkpoint's trainer_state.json (pipeline/train_ckpt_opt.c). Each
+ * input is written to DIR/trainer_state.json and read back. Built by tests/fuzz/CMakeLists.txt
+ * (tools/fuzz.sh runs it, clang building the backends the checkpoint's layer table reaches):
+ *   tools/fuzz.sh train_state
  */
 #include "pipeline/train_ckpt_opt.h"
 
