@@ -2,7 +2,7 @@
  * assign, start, finish or fail; and what happens to a job when one of its nodes is lost. */
 #include "common/log.h"
 #include "common/util.h"
-#include "daemon/coord_int.h"
+#include "daemon/coord_deploy_int.h"
 #include "pipeline/gen.h"
 #include "model/model.h"
 
@@ -15,6 +15,7 @@ void pl_coord_job_free(pl_coord_job_t *j)
 {
     if (!j)
         return;
+    pl_coord_deploy_free(j);
     pl_job_spec_clear(&j->spec);
     pl_coord_job_seqs_free(j);
     json_decref(j->plan);
@@ -39,6 +40,11 @@ static pl_status_t s_validate(pl_coord_job_t *j)
     if (st)
         return pl_error_prefix(st, "model %s: ", j->spec.model);
     const pl_model_config_t *cfg = pl_model_config(model);
+    if (j->spec.serve.on) { /* a deployment: no prompts, its slots and context instead */
+        st = pl_coord_deploy_validate(j, cfg);
+        pl_model_destroy(&model);
+        return st;
+    }
     if ((st = pl_gen_job_from_spec(&j->spec, j->spec.microbatches, cfg, &g))) {
         pl_model_destroy(&model);
         return st;
@@ -109,6 +115,13 @@ void pl_coord_on_submit(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_t *m)
     pl_coord_job_t *j = NULL;
     pl_status_t st;
 
+    const pl_coord_job_t *live;
+    if (m->submit.serve.on && (live = pl_coord_deploy_find(c, m->submit.serve.name))) {
+        st = pl_error(PL_ERR_BUSY, "deployment '%s' is deployed already (job %u, %s): "
+                      "pipectl undeploy %s first", m->submit.serve.name, live->id,
+                      pl_coord_dep_state(live), m->submit.serve.name);
+        goto err;
+    }
     if ((st = s_admit(c, &m->submit)) || (st = pl_coord_job_new(&m->submit, &j)))
         goto err;
     snprintf(j->owner, sizeof(j->owner), "%s", from->user);
@@ -222,6 +235,8 @@ static void s_assign(pl_coord_t *c, pl_coord_job_t *j)
                                       .spec = j->spec}; /* borrowed for encoding, not cleared */
         if (j->prefill_chunk > 0) /* the plan's choice when the job left it open */
             m->assign.spec.gen.prefill_chunk = j->prefill_chunk;
+        if (j->dep) /* the KV slots that fit every stage, so that all stages agree */
+            m->assign.spec.serve.kv_slots = j->n_seqs;
         /* only the first stage (prefill) and the last (sampling) need where sequences stand */
         if (i == 0 || i == j->n_stages - 1) {
             m->assign.resume = resume; /* borrowed for encoding */

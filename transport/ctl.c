@@ -32,6 +32,7 @@ static const char *const s_names[PL_MSG_COUNT_] = {
     [PL_MSG_SEQ_ADD] = "SEQ_ADD",     [PL_MSG_SEQ_CANCEL] = "SEQ_CANCEL",
     [PL_MSG_SEQ_OUT] = "SEQ_OUT",
     [PL_MSG_PROGRESS] = "PROGRESS",
+    [PL_MSG_DEPLOYMENTS] = "DEPLOYMENTS",
 };
 
 const char *pl_msg_name(pl_msg_type_t type)

@@ -152,6 +152,7 @@ pl_status_t pl_msg_encode(const pl_msg_t *m, json_t **body_p)
         return pl_msg_seq_out_encode(&m->seq_out, body_p);
     case PL_MSG_NODES:
     case PL_MSG_JOBS:
+    case PL_MSG_DEPLOYMENTS:
     case PL_MSG_SHUTDOWN:
         return pl_msg_int_done(json_object(), pl_msg_name(m->type), body_p);
     default:
@@ -241,6 +242,7 @@ pl_status_t pl_msg_decode(pl_msg_type_t type, const json_t *body, pl_msg_t *out)
         break;
     case PL_MSG_NODES:
     case PL_MSG_JOBS:
+    case PL_MSG_DEPLOYMENTS:
     case PL_MSG_SHUTDOWN:
         st = PL_OK;
         break;

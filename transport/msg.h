@@ -390,7 +390,7 @@ typedef struct {
         pl_msg_seq_add_t seq_add;
         pl_msg_seq_cancel_t seq_cancel;
         pl_msg_seq_out_t seq_out;
-        /* NODES, JOBS and SHUTDOWN carry nothing */
+        /* NODES, JOBS, DEPLOYMENTS and SHUTDOWN carry nothing */
     };
 } pl_msg_t;
 
