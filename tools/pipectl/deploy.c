@@ -22,17 +22,21 @@ static int s_list(pl_pipectl_t *c, json_t **r_p)
     return pl_pipectl_call(c, &q, r_p);
 }
 
-/* The entry of deployment `name` in a DEPLOYMENTS answer (borrowed), or NULL. */
+/* The entry of deployment `name` in a DEPLOYMENTS answer (borrowed), the live one before a
+ * failed one of the same name; NULL when none. */
 static json_t *s_named(json_t *r, const char *name)
 {
     size_t i;
-    json_t *d;
+    json_t *d, *failed = NULL;
     json_array_foreach(json_object_get(r, "deployments"), i, d)
     {
-        if (!strcmp(S_STR(d, "name"), name))
+        if (strcmp(S_STR(d, "name"), name))
+            continue;
+        if (strcmp(S_STR(d, "state"), "failed"))
             return d;
+        failed = d;
     }
-    return NULL;
+    return failed;
 }
 
 /* Stages as "node0[0-1] node1[2-3]": where each stage runs and its layers. */
