@@ -104,8 +104,9 @@ static uint32_t s_next_id(struct pl_coord_dep *d)
     }
 }
 
-/* Route one request: refused with the HTTP status that says why, or admitted and sent. */
-static void s_route(pl_coord_t *c, pl_serve_req_t *r)
+/* Route one request: refused with the HTTP status that says why, or admitted and sent; for_job
+ * (0: a client's) is the batch job whose prompt for_seq it runs. */
+static void s_route(pl_coord_t *c, pl_serve_req_t *r, uint32_t for_job, int for_seq)
 {
     const pl_serve_in_t *in = pl_serve_req_input(r);
     pl_coord_job_t *j = pl_coord_deploy_find(c, in->deployment);
@@ -172,7 +173,12 @@ static void s_route(pl_coord_t *c, pl_serve_req_t *r)
         d->cap_live = cap;
     }
     pl_dep_live_t *q = &d->live[d->n_live];
-    *q = (pl_dep_live_t){.req = r, .id = s_next_id(d), .gen = gen, .t_add = pl_now()};
+    *q = (pl_dep_live_t){.req = r,
+                         .id = s_next_id(d),
+                         .gen = gen,
+                         .t_add = pl_now(),
+                         .for_job = for_job,
+                         .for_seq = for_seq};
     q->t_last = q->t_add;
     if (s_add(c, j, q)) {
         s_end(r, PL_SERVE_FAILED, 503, "%s", pl_error_msg());
@@ -186,8 +192,7 @@ static void s_route(pl_coord_t *c, pl_serve_req_t *r)
                  gen.max_new_tokens);
 }
 
-/* Requests whose clients left: out of the stages (SEQ_CANCEL) and ended CANCELED. */
-static void s_check_canceled(pl_coord_t *c)
+void pl_coord_deploy_check_canceled(pl_coord_t *c)
 {
     for (int i = 0; i < c->n_jobs; i++) {
         pl_coord_job_t *j = c->jobs[i];
@@ -211,10 +216,15 @@ void pl_coord_deploy_on_hub(pl_coord_t *c)
 {
     pl_serve_req_t *r;
     while ((r = pl_serve_hub_take(c->hub))) {
-        s_route(c, r);
+        s_route(c, r, 0, 0);
         pl_serve_req_unref(&r);
     }
-    s_check_canceled(c);
+    pl_coord_deploy_check_canceled(c);
+}
+
+void pl_coord_deploy_route(pl_coord_t *c, pl_serve_req_t *r, uint32_t for_job, int for_seq)
+{
+    s_route(c, r, for_job, for_seq);
 }
 
 void pl_coord_deploy_readd(pl_coord_t *c, pl_coord_job_t *j)
@@ -339,6 +349,9 @@ void pl_coord_deploy_on_seq_out(pl_coord_t *c, const pl_tx_peer_t *from, const p
     if (o->finish == PL_FINISH_NONE && q->n_tok < q->gen.max_new_tokens)
         return;
     bool length = o->finish == PL_FINISH_LENGTH || o->finish == PL_FINISH_NONE;
+    if (q->for_job) /* a batch job's prompt: its result says eos, stop or length */
+        pl_coord_bound_finished(c, q->for_job, q->for_seq,
+                                o->finish == PL_FINISH_NONE ? PL_FINISH_LENGTH : o->finish);
     s_end(q->req, length ? PL_SERVE_LENGTH : PL_SERVE_STOP, 0, NULL);
     pl_coord_dep_count(c, j, j->spec.serve.name, length ? PL_DEP_OUT_LENGTH : PL_DEP_OUT_STOP);
     s_drop(j, k);

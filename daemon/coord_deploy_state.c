@@ -106,6 +106,7 @@ pl_coord_job_t *pl_coord_deploy_find(pl_coord_t *c, const char *name)
 
 void pl_coord_deploy_free(pl_coord_job_t *j)
 {
+    pl_coord_bound_free(j);
     if (!j->dep)
         return;
     pl_serve_end_t end = {.finish = PL_SERVE_CANCELED};
@@ -164,6 +165,8 @@ void pl_coord_deploy_publish(pl_coord_t *c)
 void pl_coord_deploy_tick(pl_coord_t *c)
 {
     double now = pl_now();
+    pl_coord_bound_tick(c);
+    pl_coord_deploy_check_canceled(c);
     for (int i = 0; i < c->n_jobs; i++) {
         pl_coord_job_t *j = c->jobs[i];
         struct pl_coord_dep *d = j->dep;

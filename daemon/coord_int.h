@@ -138,6 +138,7 @@ typedef struct {
     /* A deployment (spec.serve.on; coord_deploy*.c): its requests and counters; n_seqs is its
      * KV slots as planned (at most spec.serve.kv_slots). NULL for a batch job. */
     struct pl_coord_dep *dep;
+    struct pl_coord_bound *bound; /* a batch job on a deployment (spec.deployment); else NULL */
 } pl_coord_job_t;
 
 /* The coordinator's metric families (coord_metrics.c); NULL ones record nothing. */
@@ -202,6 +203,8 @@ void pl_coord_stream_clear(pl_coord_job_t *j);
 pl_status_t pl_coord_job_new(pl_job_spec_t *spec, pl_coord_job_t **job_p);
 void pl_coord_job_fail(pl_coord_t *c, pl_coord_job_t *j, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* A job with no stages of its own (a batch job on a deployment) has its results: DONE. */
+void pl_coord_job_done(pl_coord_t *c, pl_coord_job_t *j);
 void pl_coord_on_submit(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_t *m);
 /* READY, DONE, FAIL */
 void pl_coord_on_stage_msg(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_t *m);

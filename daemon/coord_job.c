@@ -122,6 +122,16 @@ void pl_coord_on_submit(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_t *m)
                       pl_coord_dep_state(live), m->submit.serve.name);
         goto err;
     }
+    if (m->submit.deployment[0] && !(live = pl_coord_deploy_find(c, m->submit.deployment))) {
+        st = pl_error(PL_ERR_NOT_FOUND, "no deployment named '%s' is deployed",
+                      m->submit.deployment);
+        goto err;
+    }
+    if (m->submit.deployment[0] && strcmp(live->spec.model, m->submit.model)) {
+        st = pl_error(PL_ERR_INVALID, "the job's model %s is not deployment '%s''s (%s)",
+                      m->submit.model, m->submit.deployment, live->spec.model);
+        goto err;
+    }
     if ((st = s_admit(c, &m->submit)) || (st = pl_coord_job_new(&m->submit, &j)))
         goto err;
     snprintf(j->owner, sizeof(j->owner), "%s", from->user);
@@ -186,6 +196,12 @@ void pl_coord_job_fail(pl_coord_t *c, pl_coord_job_t *j, const char *fmt, ...)
     va_end(ap);
     pl_log_warn("job %u failed: %s", j->id, j->error);
     s_end_job(c, j, PL_JOB_FAILED, true);
+}
+
+void pl_coord_job_done(pl_coord_t *c, pl_coord_job_t *j)
+{
+    s_end_job(c, j, PL_JOB_DONE, false);
+    pl_log_info("job %u: done in %.2f s", j->id, j->t_end - j->t_run);
 }
 
 static void s_assign(pl_coord_t *c, pl_coord_job_t *j)
@@ -296,6 +312,8 @@ void pl_coord_schedule(pl_coord_t *c)
     /* first come, first served; a later job may start when it needs other nodes */
     for (int i = 0; i < c->n_jobs; i++) {
         pl_coord_job_t *j = c->jobs[i];
+        if (j->spec.deployment[0]) /* it runs on the deployment: coord_deploy_job.c */
+            continue;
         if (j->state == PL_JOB_QUEUED) {
             if (pl_coord_plan_job(c, j))
                 s_assign(c, j);
