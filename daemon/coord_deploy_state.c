@@ -122,6 +122,8 @@ void pl_coord_deploy_free(pl_coord_job_t *j)
 
 void pl_coord_deploy_free_all(pl_coord_t *c)
 {
+    if (c->serve) /* the loop is ending: nothing it deployed takes requests any more */
+        pl_serve_hub_publish(c->hub, NULL, 0);
     free(c->serve);
     c->serve = NULL;
 }
