@@ -40,6 +40,7 @@ struct pl_coord_dep {
     pl_dep_live_t *live;
     int64_t by_outcome[PL_DEP_OUT_COUNT_];
     int64_t output_tokens;
+    int64_t created;       /* Unix seconds of its submission (the API's `created`) */
     double t_ready;        /* the current assignment started running; 0: not running */
     int64_t tokens_ready;  /* output_tokens then */
 };

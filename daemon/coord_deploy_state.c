@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 const char *const pl_dep_outcome_names[PL_DEP_OUT_COUNT_] = {
     [PL_DEP_OUT_STOP] = "stop",
@@ -148,9 +149,11 @@ void pl_coord_deploy_publish(pl_coord_t *c)
         if (!j->dep || pl_coord_job_terminal(j))
             continue;
         pl_serve_deployment_t *d = &deps[n++];
+        if (!j->dep->created) /* t_submit is on the monotonic clock */
+            j->dep->created = (int64_t)time(NULL) - (int64_t)(pl_now() - j->t_submit);
         snprintf(d->name, sizeof(d->name), "%s", j->spec.serve.name);
         snprintf(d->model, sizeof(d->model), "%s", j->spec.model);
-        d->created = (int64_t)j->t_submit;
+        d->created = j->dep->created;
         d->context = j->max_ctx;
         d->ready = j->state == PL_JOB_RUNNING;
         d->max_tokens = j->spec.serve.max_tokens;

@@ -273,7 +273,7 @@ static json_t *s_deployment(const pl_coord_t *c, const pl_coord_job_t *j, double
                      "s:i, s:i, s:I, s:I, s:f, s:f, s:o, s:o}",
                      "name", j->spec.serve.name, "job", (int)j->id, "model", j->spec.model,
                      "state", pl_coord_dep_state(j), "owner", j->owner, "note", j->error,
-                     "created", j->t_submit, "context", j->max_ctx, "kv_slots", j->n_seqs,
+                     "created", (double)d->created, "context", j->max_ctx, "kv_slots", j->n_seqs,
                      "kv_slots_asked", j->spec.serve.kv_slots, "max_queue",
                      j->spec.serve.max_queue, "max_tokens", j->spec.serve.max_tokens,
                      "microbatches", j->microbatches, "live", live, "queued", queued,
