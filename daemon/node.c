@@ -6,6 +6,7 @@
 #include "common/util.h"
 #include "daemon/front.h"
 #include "daemon/node_metrics.h"
+#include "daemon/node_serve.h"
 #include "pipeline/exec.h"
 #include "pipeline/gen_log.h"
 #include "pipeline/trace.h"
@@ -506,6 +507,10 @@ static bool s_on_coord(s_node_t *n)
     case PL_MSG_TRACE:
         s_on_trace(n, &m.trace_ref);
         break;
+    case PL_MSG_SEQ_ADD: /* a deployment's requests (node_serve.c) */
+    case PL_MSG_SEQ_CANCEL:
+        pl_node_serve_route(n->execs, n->epoch, n->n_execs, &m, n->metrics.serve_dropped);
+        break;
     case PL_MSG_CANCEL: { /* also the release of a finished job's stages */
         int i;
         while ((i = s_find_exec(n, m.cancel.job, m.cancel.stage, m.cancel.epoch)) >= 0) {
@@ -545,6 +550,8 @@ static void s_on_exec(s_node_t *n, int i)
         m.done.epoch = n->epoch[i];
     else if (m.type == PL_MSG_FAIL)
         m.fail.epoch = n->epoch[i];
+    else if (m.type == PL_MSG_SEQ_OUT)
+        m.seq_out.epoch = n->epoch[i];
     pl_status_t st = pl_tx_send(n->dealer, NULL, &m);
     if (st)
         pl_log_warn("coordinator: cannot forward %s: %s", pl_msg_name(m.type), pl_error_msg());

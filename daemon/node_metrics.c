@@ -41,6 +41,10 @@ pl_status_t pl_node_metrics_init(pl_node_metrics_t *m, pl_metrics_t *r)
                                  &m->hb_misses)) ||
         (st = pl_metrics_gauge(r, "pipeld_stages", "Stages loaded on this node.", NULL,
                                &m->stages)) ||
+        (st = pl_metrics_counter(r, "pipeld_serve_dropped_total",
+                                 "Serving messages (SEQ_ADD, SEQ_CANCEL) dropped: for no "
+                                 "deployment stage of this node at that epoch, or its queue full.",
+                                 "reason", &m->serve_dropped)) ||
         (st = pl_metrics_gauge(r, "pipeld_process_resident_memory_bytes",
                                "Resident memory of the daemon process.", NULL, &m->rss)) ||
         (st = pl_metrics_gauge(r, "pipeld_device_memory_used_bytes",

@@ -11,6 +11,7 @@
 typedef struct {
     pl_exec_metrics_t exec;
     pl_metric_t *tokens, *hb_misses, *stages, *rss;
+    pl_metric_t *serve_dropped; /* SEQ_ADD / SEQ_CANCEL for no stage here, by reason */
     pl_metric_t *mem_used, *mem_total, *util, *temp, *power;
 } pl_node_metrics_t;
 

@@ -2,6 +2,7 @@
  * next stage (link_probe.h), then run the stage's role (first, middle, last or all-in-one) until
  * the job's STOP arrives. */
 #include "pipeline/exec_int.h"
+#include "pipeline/exec_serve.h"
 
 #include "common/log.h"
 #include "common/util.h"
@@ -48,9 +49,11 @@ static pl_status_t s_load(pl_exec_t *x)
     if ((st = pl_model_open(x->p.spec.model, &x->model)))
         return st;
     cfg = pl_model_config(x->model);
-    if ((st = pl_gen_job_from_spec(&x->p.spec, x->p.microbatches, cfg, &x->job)))
+    bool serve = x->p.spec.serve.on; /* a deployment: requests come later (exec_serve.h) */
+    if ((st = serve ? pl_exec_serve_load(x, cfg)
+                    : pl_gen_job_from_spec(&x->p.spec, x->p.microbatches, cfg, &x->job)))
         return st;
-    if (x->p.n_resume &&
+    if (!serve && x->p.n_resume &&
         (st = pl_gen_job_resume(&x->job, x->p.resume, x->p.n_resume, cfg->vocab)))
         return st;
     x->hidden = cfg->hidden;
@@ -60,12 +63,13 @@ static pl_status_t s_load(pl_exec_t *x)
                                 .has_head = x->p.stage == x->p.n_stages - 1,
                                 .max_seqs = x->job.n_seqs, .max_ctx = x->p.max_ctx,
                                 .max_tokens = x->p.max_tokens};
-    if (sp.max_ctx < pl_gen_job_max_ctx(&x->job) || sp.max_tokens < pl_gen_job_max_tokens(&x->job))
+    if (!serve &&
+        (sp.max_ctx < pl_gen_job_max_ctx(&x->job) || sp.max_tokens < pl_gen_job_max_tokens(&x->job)))
         return pl_error(PL_ERR_INVALID, "assignment: max_ctx %d / max_tokens %d smaller than the "
                         "job needs", sp.max_ctx, sp.max_tokens);
     if ((st = pl_be_stage_load(x->p.dev, x->model, &sp, &x->stage)))
         return st;
-    x->kv_held = x->job.n_seqs;
+    x->kv_held = serve ? 0 : x->job.n_seqs; /* a deployment's as sequences take them */
     pl_metrics_add(x->p.metrics.kv_slots, NULL, x->kv_held);
     snprintf(x->peer, sizeof(x->peer), "stage %d", (x->p.stage + 1) % x->p.n_stages);
     x->limits = (pl_act_limits_t){.max_seq = (uint32_t)x->job.n_seqs,
@@ -268,7 +272,7 @@ static void *s_thread(void *arg)
             (st = s_data_plane(x)))
             goto fail;
     }
-    if (last && (st = pl_gen_sink_create(&x->job, x->vocab, &sink)))
+    if (last && !x->serve && (st = pl_gen_sink_create(&x->job, x->vocab, &sink)))
         goto fail;
     if (sink)
         pl_gen_sink_set_log(sink, x->log);
@@ -277,7 +281,12 @@ static void *s_thread(void *arg)
     pl_log_info("job %u stage %d: running layers %d-%d%s", x->p.job_id, x->p.stage,
                 x->p.first_layer, x->p.last_layer,
                 x->next ? "" : " (single stage)");
-    st = x->p.stage == 0 ? pl_exec_run_first(x, sink) : pl_exec_run_rest(x, sink);
+    if (x->serve)
+        st = x->p.stage == 0 ? pl_exec_run_serve_first(x)
+             : last          ? pl_exec_run_serve_last(x)
+                             : pl_exec_run_rest(x, NULL);
+    else
+        st = x->p.stage == 0 ? pl_exec_run_first(x, sink) : pl_exec_run_rest(x, sink);
     if (!st && x->ucx)
         st = pl_ucx_flush(x->ucx, 10000);
     if (st)
@@ -320,6 +329,7 @@ out:
     pl_ucx_destroy(&x->ucx);
     pl_metrics_add(x->p.metrics.kv_slots, NULL, -x->kv_held);
     x->kv_held = 0;
+    pl_exec_serve_free(x);
     pl_be_stage_unload(&x->stage);
     pl_model_destroy(&x->model);
     pl_gen_job_clear(&x->job);
@@ -441,6 +451,11 @@ pl_status_t pl_exec_trace(pl_exec_t *x, pl_msg_trace_t **out_p)
 int pl_exec_stage(const pl_exec_t *x)
 {
     return x->p.stage;
+}
+
+bool pl_exec_serves(const pl_exec_t *x)
+{
+    return x->p.spec.serve.on;
 }
 
 void pl_exec_cancel(pl_exec_t *x)

@@ -10,6 +10,7 @@
 #include "transport/sock.h"
 
 #include <limits.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -45,6 +46,9 @@ pl_status_t pl_exec_start(pl_tx_ctx_t *ctx, pl_exec_params_t *params, pl_exec_t 
 pl_tx_sock_t *pl_exec_socket(pl_exec_t *exec);
 uint32_t pl_exec_job(const pl_exec_t *exec);
 int pl_exec_stage(const pl_exec_t *exec);
+/* Whether it runs a deployment's stage (spec.serve.on): it takes SEQ_ADD / SEQ_CANCEL on its
+ * socket and sends SEQ_OUT there. */
+bool pl_exec_serves(const pl_exec_t *exec);
 /* Tokens the (last) stage has sampled so far; 0 for other stages. Safe from any thread. */
 uint64_t pl_exec_generated(pl_exec_t *exec);
 /* Seconds the stage has spent in forward calls so far, and the sequences whose KV slots it

@@ -67,6 +67,11 @@ struct pl_exec {
     int kv_held;      /* KV slots counted in the metrics */
     char peer[24];    /* the next stage, as the link metric's label */
     pl_trace_t *trace; /* NULL when the job does not trace */
+    /* a deployment's stage (spec.serve.on; exec_serve.h): which KV slots hold a sequence now,
+     * taken by its first entry and given back when it ends (kv_held counts them); NULL for a
+     * job, whose slots are all held from the start */
+    bool *kv_used;
+    struct pl_exec_serve *serve;
 };
 
 /* ---- exec_io.c: the data plane as the roles use it ---- */
@@ -89,14 +94,20 @@ pl_status_t pl_exec_forward_send(pl_exec_t *x, const pl_act_hdr_t *hdr, const pl
 /* Receive and validate the next data message of this job; its entries land in x->seqs_in and
  * it stays in its inbox slot (where *payload points) until pl_exec_release. */
 pl_status_t pl_exec_recv(pl_exec_t *x, pl_act_hdr_t *hdr, const void **payload);
+/* The same waiting at most timeout_ms (-1: until one comes or the job is canceled);
+ * PL_ERR_TIMEOUT when none came. */
+pl_status_t pl_exec_recv_for(pl_exec_t *x, pl_act_hdr_t *hdr, const void **payload,
+                             int timeout_ms);
 /* Hand the received message's slot back (its credit goes to the previous stage). */
 pl_status_t pl_exec_release(pl_exec_t *x);
 /* Free this stage's KV slot of every sequence a PL_ACT_TOKENS message marks finished; copy
  * those entries to done (may be NULL). Returns how many there were. */
 uint32_t pl_exec_free_finished(pl_exec_t *x, const pl_act_hdr_t *hdr, const pl_act_seq_t *seqs,
                                pl_act_seq_t *done);
+/* Free this stage's KV slot `slot` (a deployment's: only when a sequence holds it) and count it. */
+void pl_exec_kv_free(pl_exec_t *x, int slot);
 /* Whether finished-sequence notices go on from this stage (stages before the one ahead of the
- * last). */
+ * last; a deployment's: every stage before the last, which frees canceled sequences on them). */
 bool pl_exec_notice_onward(const pl_exec_t *x);
 /* Stage 0: microbatches sent down the ring whose tokens are not back yet, changed by delta. */
 void pl_exec_mb_in_flight(pl_exec_t *x, int delta);

@@ -39,6 +39,12 @@ pl_status_t pl_exec_forward(pl_exec_t *x, const pl_act_hdr_t *hdr, const pl_act_
     pl_be_batch_t batch;
     double t0 = pl_now(), c0 = s_thread_cpu();
     pl_gen_batch(hdr, seqs, x->ints, &batch);
+    for (uint32_t i = 0; x->kv_used && i < hdr->n_seq; i++) /* a deployment's new sequences */
+        if (seqs[i].pos0 == 0 && !x->kv_used[seqs[i].seq]) {
+            x->kv_used[seqs[i].seq] = true;
+            x->kv_held++;
+            pl_metrics_add(x->p.metrics.kv_slots, NULL, 1);
+        }
     batch.no_logits = x->sink && !pl_gen_sink_wants_logits(x->sink, hdr, seqs);
     if (x->ucx && !pl_ucx_has_progress(x->ucx)) {
         batch.between_layers = s_between_layers;
@@ -138,9 +144,15 @@ pl_status_t pl_exec_forward_send(pl_exec_t *x, const pl_act_hdr_t *hdr, const pl
  * the way). It stays in its inbox slot (where *payload points) until pl_exec_release. */
 pl_status_t pl_exec_recv(pl_exec_t *x, pl_act_hdr_t *hdr, const void **payload)
 {
+    return pl_exec_recv_for(x, hdr, payload, -1);
+}
+
+pl_status_t pl_exec_recv_for(pl_exec_t *x, pl_act_hdr_t *hdr, const void **payload,
+                             int timeout_ms)
+{
     double t0 = pl_now();
-    pl_status_t st =
-        pl_act_recv(&x->rx, hdr, x->seqs_in, payload, -1, (const volatile int *)&x->cancel);
+    pl_status_t st = pl_act_recv(&x->rx, hdr, x->seqs_in, payload, timeout_ms,
+                                 (const volatile int *)&x->cancel);
     double t1 = pl_now();
     x->wait_s += t1 - t0;
     if (!st)
@@ -165,13 +177,7 @@ uint32_t pl_exec_free_finished(pl_exec_t *x, const pl_act_hdr_t *hdr, const pl_a
     for (uint32_t i = 0; i < hdr->n_seq; i++) {
         if (!(seqs[i].flags & PL_ACT_FINISHED))
             continue;
-        pl_be_stage_free_seq(x->stage, (int)seqs[i].seq);
-        x->n_freed++;
-        atomic_store(&x->freed, x->n_freed);
-        if (x->kv_held > 0) {
-            x->kv_held--;
-            pl_metrics_add(x->p.metrics.kv_slots, NULL, -1);
-        }
+        pl_exec_kv_free(x, (int)seqs[i].seq);
         if (done)
             done[n] = seqs[i];
         n++;
@@ -179,11 +185,28 @@ uint32_t pl_exec_free_finished(pl_exec_t *x, const pl_act_hdr_t *hdr, const pl_a
     return n;
 }
 
+void pl_exec_kv_free(pl_exec_t *x, int slot)
+{
+    if (x->kv_used) { /* a deployment's: a notice may name a slot its sequence already left */
+        if (slot < 0 || slot >= x->job.n_seqs || !x->kv_used[slot])
+            return;
+        x->kv_used[slot] = false;
+    }
+    pl_be_stage_free_seq(x->stage, slot);
+    x->n_freed++;
+    atomic_store(&x->freed, x->n_freed);
+    if (x->kv_held > 0) {
+        x->kv_held--;
+        pl_metrics_add(x->p.metrics.kv_slots, NULL, -1);
+    }
+}
+
 /* Whether finished-sequence notices go on from this stage: only stages before the one ahead of
- * the last (the last frees by itself). */
+ * the last (the last frees by itself); in a deployment also to the last, which learns of a
+ * canceled sequence that way. */
 bool pl_exec_notice_onward(const pl_exec_t *x)
 {
-    return x->p.stage + 2 < x->p.n_stages;
+    return x->p.stage + (x->kv_used ? 1 : 2) < x->p.n_stages;
 }
 
 /* A one-prompt text job's completion as far as no later token can change it, into the copy

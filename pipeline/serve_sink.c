@@ -65,24 +65,47 @@ void pl_serve_sink_destroy(pl_serve_sink_t **sink_p)
     *sink_p = NULL;
 }
 
-pl_status_t pl_serve_sink_begin(pl_serve_sink_t *k, int slot, const pl_serve_seq_t *seq)
+pl_status_t pl_serve_seq_check(const pl_serve_seq_t *seq)
 {
-    if (slot < 0 || slot >= k->n_slots || k->slots[slot].used)
-        return pl_error(PL_ERR_PROTOCOL, "serve sink: slot %d is not free", slot);
     const pl_job_gen_t *g = &seq->gen;
     if (seq->prompt_len < 1 || g->max_new_tokens < 1 ||
         g->max_new_tokens > PL_JOB_MAX_NEW_TOKENS || g->min_new_tokens < 0 ||
         g->min_new_tokens > g->max_new_tokens || !(g->temperature >= 0) || g->top_k < 0 ||
-        !(g->top_p > 0 && g->top_p <= 1))
-        return pl_error(PL_ERR_INVALID, "serve sink: slot %d: settings out of range (prompt %d, "
-                        "max_new_tokens %d, min_new_tokens %d)", slot, seq->prompt_len,
-                        g->max_new_tokens, g->min_new_tokens);
-    pl_status_t st;
+        !(g->top_p > 0 && g->top_p <= 1) || seq->resumed < 0 ||
+        seq->resumed >= seq->prompt_len || seq->resumed >= g->max_new_tokens ||
+        (seq->resumed > 0 && !seq->earlier))
+        return pl_error(PL_ERR_INVALID, "settings out of range (prompt %d, max_new_tokens %d, "
+                        "min_new_tokens %d, resumed %d)", seq->prompt_len, g->max_new_tokens,
+                        g->min_new_tokens, seq->resumed);
+    return PL_OK;
+}
+
+bool pl_serve_sink_has_text(const pl_serve_sink_t *k)
+{
+    return k->text != NULL;
+}
+
+pl_status_t pl_serve_sink_begin(pl_serve_sink_t *k, int slot, const pl_serve_seq_t *seq)
+{
+    if (slot < 0 || slot >= k->n_slots || k->slots[slot].used)
+        return pl_error(PL_ERR_PROTOCOL, "serve sink: slot %d is not free", slot);
+    pl_status_t st = pl_serve_seq_check(seq);
+    if (st)
+        return pl_error_prefix(st, "serve sink: slot %d: ", slot);
+    const pl_job_gen_t *g = &seq->gen;
     if (k->text && (st = pl_gen_text_begin(k->text, slot, g)))
         return st;
+    /* a resumed sequence's earlier tokens, as if just sampled: the decoder and the stop strings
+     * see them in order */
+    for (int t = 0; k->text && t < seq->resumed; t++) {
+        bool stopped;
+        if ((st = pl_gen_text_push(k->text, slot, seq->earlier[t], false, &stopped)))
+            return st;
+    }
     k->slots[slot] = (s_slot_t){.used = true, .seq = *seq,
                                 .sampling = {.temperature = g->temperature, .top_k = g->top_k,
                                              .top_p = g->top_p, .seed = g->seed}};
+    k->slots[slot].seq.earlier = NULL; /* borrowed for this call only */
     return PL_OK;
 }
 
@@ -129,7 +152,7 @@ pl_status_t pl_serve_sink_sample(pl_serve_sink_t *k, const pl_act_hdr_t *hdr,
         pl_finish_t fin;
         int tok = pl_gen_sample_next(logits + (size_t)i * (size_t)k->vocab, k->vocab,
                                      &t->seq.gen, &t->sampling, k->eos, k->n_eos, t->seq.stream,
-                                     t->n_out, k->scratch, &fin);
+                                     t->seq.resumed + t->n_out, k->scratch, &fin);
         t->n_out++;
         bool stopped = false;
         pl_status_t st;

@@ -17,6 +17,12 @@ typedef struct {
                       * a one-prompt job), the prompt's index for a job's sequence */
     int prompt_len;  /* >= 1 */
     pl_job_gen_t gen; /* max_new_tokens, min_new_tokens, stop_at_eos, sampling */
+    /* A resumed sequence: the last `resumed` tokens of its prompt were sampled before (the
+     * tokens, borrowed for pl_serve_sink_begin, in `earlier`); sampling goes on at step
+     * `resumed`, and gen counts from the original start (max_new_tokens includes them), so its
+     * tokens, text and stops are the undisturbed run's. 0 / NULL: a new sequence. */
+    int resumed;
+    const int32_t *earlier;
 } pl_serve_seq_t;
 
 /* What one sampled entry did. */
@@ -34,6 +40,10 @@ typedef struct pl_serve_sink pl_serve_sink_t;
 pl_status_t pl_serve_sink_create(int n_slots, int vocab, const int *eos, int n_eos,
                                  const char *text_model, pl_serve_sink_t **sink_p);
 void pl_serve_sink_destroy(pl_serve_sink_t **sink_p);
+/* Whether seq's settings are in range (PL_ERR_INVALID naming the one that is not). */
+pl_status_t pl_serve_seq_check(const pl_serve_seq_t *seq);
+/* Whether the sink decodes text (it was given a model with a tokenizer): stop strings need it. */
+bool pl_serve_sink_has_text(const pl_serve_sink_t *k);
 /* A sequence takes `slot`; PL_ERR_PROTOCOL when it is out of range or taken, PL_ERR_INVALID for
  * settings out of range. */
 pl_status_t pl_serve_sink_begin(pl_serve_sink_t *k, int slot, const pl_serve_seq_t *seq);
