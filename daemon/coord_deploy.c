@@ -289,8 +289,11 @@ void pl_coord_deploy_on_seq_out(pl_coord_t *c, const pl_tx_peer_t *from, const p
     snprintf(node, sizeof(node), "%.*s", (int)PL_MIN(from->len, PL_CFG_NAME_MAX), from->id);
     pl_coord_job_t *j = pl_coord_find_job(c, o->job);
     int ni = pl_coord_find_node(c, node);
+    /* stage 0 answers a SEQ_ADD it could not queue with an empty last SEQ_OUT (protocol.md §6) */
+    bool refusal = j && j->n_stages > 1 && o->stage == 0 && o->n_tokens == 0 &&
+                   o->finish != PL_FINISH_NONE;
     if (!j || !j->dep || j->state != PL_JOB_RUNNING || o->epoch != j->epoch ||
-        o->stage != j->n_stages - 1) {
+        (o->stage != j->n_stages - 1 && !refusal)) {
         pl_log_debug("SEQ_OUT for job %u stage %d epoch %u from %s: not a running deployment's "
                      "last stage", o->job, o->stage, o->epoch, node);
         return;
@@ -311,6 +314,16 @@ void pl_coord_deploy_on_seq_out(pl_coord_t *c, const pl_tx_peer_t *from, const p
         return;
     }
     pl_dep_live_t *q = &d->live[k];
+    if (refusal) {
+        pl_log_warn_limited("deployment %s: stage 0 on %s could not queue request %u",
+                            j->spec.serve.name, node, q->id);
+        s_cancel_on_stages(c, j, q); /* the last stage drops its unbound SEQ_ADD */
+        s_end(q->req, PL_SERVE_FAILED, 503, "deployment '%s' could not queue the request",
+              j->spec.serve.name);
+        pl_coord_dep_count(c, j, j->spec.serve.name, PL_DEP_OUT_FAILED);
+        s_drop(j, k);
+        return;
+    }
     const char *why = NULL;
     if (q->n_tok + o->n_tokens > q->gen.max_new_tokens)
         why = "more tokens than max_tokens";
