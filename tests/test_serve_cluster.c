@@ -41,6 +41,14 @@ static void s_start(void)
                  pl_error_msg());
     cr_assert_eq(pl_serve_hub_create(&s_hub), PL_OK);
     cr_assert_eq(pthread_create(&s_thread, NULL, s_coord_main, NULL), 0);
+    /* it answers (its keys made, its socket bound) before a test's pipectl asks anything */
+    int rc = 1;
+    for (int i = 0; i < 300 && rc; i++) {
+        rc = tc_sh(NULL, "%s/pipectl -c %s --timeout 1 nodes >/dev/null 2>&1", tc_bin(), s_ep);
+        if (rc)
+            usleep(100 * 1000);
+    }
+    cr_assert_eq(rc, 0, "the coordinator did not answer");
 }
 
 static tc_cluster_t s_c; /* the test's daemons (the coordinator is this process's thread) */
