@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench_serve_deploy: a 2-stage deployment of a 12-layer model on a local cluster (pipecoord with
 # its HTTP front, two pipeld of one thread each) under 1, 8 and 32 concurrent streaming chat
-# clients with mixed prompt lengths (bench/bench_serve.mjs: requests/s, output tok/s, TTFT and
+# completion clients with mixed prompt lengths (bench/bench_serve.mjs: requests/s, output tok/s, TTFT and
 # inter-token latency p50 / p99, beside its loopback SSE reference), then the same prompts as
 # one batch job: on the deployment (`deployment:` in the job file) and on stages of its own
 # (after undeploy, the same two nodes, 2 microbatches): output tok/s and the ratio.
@@ -38,7 +38,7 @@ trap 'exit 130' INT TERM
 
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
-# ---- the model: 12 layers, the Llama 2 tokenizer and chat template ----
+# ---- the model: 12 layers, the Llama 2 tokenizer (32k ids; text completions, no chat) ----
 "$B/pl-mkmodel" --out "$WORK/m" --layers 12 --hidden 512 --intermediate 1408 --heads 8 \
     --kv-heads 4 --dtype bf16 --seed 5 --max-pos 2048 --tokenizer "$TOK" >&2
 
@@ -74,7 +74,7 @@ EOF
 "$B/pipectl" -c "$EP" deployments -o wide >&2
 echo "measured under load (other engineers' builds and tests share this machine's 2 cores)"
 node "$HERE/bench_serve.mjs" --url "http://127.0.0.1:$HTTP/v1" --model bench --clients "$CLIENTS" \
-    --seconds "$SECONDS_ROW" --max-tokens "$MAX_TOKENS"
+    --seconds "$SECONDS_ROW" --max-tokens "$MAX_TOKENS" --completions
 "$B/pipectl" -c "$EP" deployments >&2
 
 # ---- the same prompts as one batch job: on the deployment, then on stages of its own ----
@@ -85,7 +85,7 @@ with open(sys.argv[1], "w") as f:
     for k in range(64):
         i = k % 16
         text = "Request %d: " % i + "tell me about pipelines and stages " * (1 + (i * 37) % 64)
-        f.write(json.dumps({"messages": [{"role": "user", "content": text}]}) + "\n")
+        f.write(json.dumps({"text": text}) + "\n")
 PY
 job() { # NAME EXTRA
     cat >"$WORK/$1.yaml" <<EOF
@@ -134,7 +134,7 @@ b = [r["tokens"] for r in json.load(open(sys.argv[2]))["results"]]
 print("same tokens on the deployment and on its own stages: %s" % ("yes" if a == b else "NO"))
 PY
 echo
-echo "64 chat prompts (bench_serve.mjs's 16 lengths x 4), up to $MAX_TOKENS new tokens, greedy; measured under load"
+echo "64 text prompts (bench_serve.mjs's 16 lengths x 4), up to $MAX_TOKENS new tokens, greedy; measured under load"
 printf '%-52s %12s %8s %8s\n' "one batch job" "output tok/s" "tokens" "wall s"
 printf '%-52s %12s %8s %8s\n' "on the deployment ($SLOTS KV slots, continuous batching)" "$dep_rate" "$dep_n" "$dep_wall"
 printf '%-52s %12s %8s %8s\n' "on stages of its own (2 microbatches)" "$own_rate" "$own_n" "$own_wall"

@@ -22,12 +22,11 @@ static void s_fini(void)
 static void s_require(void)
 {
     js_ref_require(S_TOK);
-    /* the deployment file is in; the runtime that keeps a deployment's stages loaded (the
-     * `pipectl serve` verb, the daemons' serving mode) is not yet (issue 11) */
+    /* a build without `pipectl serve` has no deployments to test */
     char cmd[600];
     snprintf(cmd, sizeof(cmd), "%s/pipectl --help 2>&1 | grep -q '^  serve '", tc_bin());
     if (system(cmd) != 0)
-        cr_skip_test("no `pipectl serve` yet: deployments are not built (issue 11)");
+        cr_skip_test("this pipectl has no `serve`");
     if (access(JS_DIR "/node_modules/openai/package.json", R_OK) != 0 ||
         system("curl --version >/dev/null 2>&1") != 0) {
         if (getenv("CI") && !strcmp(getenv("CI"), "true"))
@@ -263,8 +262,8 @@ Test(serve_live, a_client_that_leaves_mid_stream_and_bad_requests, .fini = s_fin
     free(out);
 }
 
-/* Without the serving runtime too: the coordinator's front serves the API when --http is set
- * (no deployments yet: an empty list, and a 404 naming the model), beside /metrics. */
+/* Without daemons too: the coordinator's front serves the API when --http is set (nothing
+ * deployed: an empty list, and a 404 naming the model), beside /metrics. */
 Test(serve_live, the_coordinator_serves_the_api_on_its_front, .fini = s_fini, .timeout = 120)
 {
     char bin[512], log[512], db[512], http[64], *out = NULL;
