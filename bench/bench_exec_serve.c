@@ -65,8 +65,11 @@ static void s_spec(const s_opts_t *o, bool serve, pl_job_spec_t *spec)
     spec->gen.stop_at_eos = false;
     spec->gen.trace = false;
     if (serve) {
-        spec->serve = (pl_job_serve_t){.on = true, .name = "b", .kv_slots = o->n_prompts,
-                                       .max_queue = 0, .max_tokens = o->n_new,
+        spec->serve = (pl_job_serve_t){.on = true,
+                                       .name = "b",
+                                       .kv_slots = o->n_prompts,
+                                       .max_queue = 0,
+                                       .max_tokens = o->n_new,
                                        .step_tokens = o->n_prompts * S_PROMPT};
         return;
     }
@@ -99,13 +102,18 @@ static s_run_t s_run(const s_opts_t *o, bool serve)
     for (int s = 0; s < 2; s++) {
         if (pl_be_device_open(pl_be_cpu(), 0, 1, &dev[s]))
             s_die("device");
-        pl_exec_params_t p = {.job_id = S_JOB, .stage = s, .n_stages = 2,
-                              .first_layer = s * (o->layers / 2),
-                              .last_layer = s ? o->layers - 1 : o->layers / 2 - 1,
-                              .microbatches = 2, .max_ctx = S_PROMPT + o->n_new + 1,
-                              .max_tokens = o->n_prompts * S_PROMPT, .dev = dev[s], .threads = 1,
-                              .metrics = {.microbatches = s == 0 ? mbs : NULL,
-                                          .compute_s = s == 0 ? compute : NULL}};
+        pl_exec_params_t p = {
+            .job_id = S_JOB,
+            .stage = s,
+            .n_stages = 2,
+            .first_layer = s * (o->layers / 2),
+            .last_layer = s ? o->layers - 1 : o->layers / 2 - 1,
+            .microbatches = 2,
+            .max_ctx = S_PROMPT + o->n_new + 1,
+            .max_tokens = o->n_prompts * S_PROMPT,
+            .dev = dev[s],
+            .threads = 1,
+            .metrics = {.microbatches = s == 0 ? mbs : NULL, .compute_s = s == 0 ? compute : NULL}};
         s_spec(o, serve, &p.spec);
         if (pl_exec_start(ctx, &p, &x[s]))
             s_die("executor");
@@ -120,8 +128,12 @@ static s_run_t s_run(const s_opts_t *o, bool serve)
     double t0 = pl_now(), c0 = s_cpu();
     for (int s = 0; s < 2; s++) {
         pl_msg_init(&m, PL_MSG_START);
-        m.start = (pl_msg_start_t){.job = S_JOB, .stage = s, .epoch = 1, .next = addr[1 - s],
-                                   .prev = addr[1 - s], .token = token};
+        m.start = (pl_msg_start_t){.job = S_JOB,
+                                   .stage = s,
+                                   .epoch = 1,
+                                   .next = addr[1 - s],
+                                   .prev = addr[1 - s],
+                                   .token = token};
         if (pl_tx_send(pl_exec_socket(x[s]), NULL, &m))
             s_die("start");
     }
@@ -132,16 +144,19 @@ static s_run_t s_run(const s_opts_t *o, bool serve)
         for (int i = 0; i < o->n_prompts; i++)
             for (int s = 0; s < 2; s++) {
                 pl_msg_init(&m, PL_MSG_SEQ_ADD);
-                m.seq_add = (pl_msg_seq_add_t){.job = S_JOB, .stage = s, .epoch = 1,
-                                               .req = (uint64_t)i + 1, .n_prompt = S_PROMPT,
-                                               .prompt = prompts.prompts[i], .gen = prompts.gen};
+                m.seq_add = (pl_msg_seq_add_t){.job = S_JOB,
+                                               .stage = s,
+                                               .epoch = 1,
+                                               .req = (uint64_t)i + 1,
+                                               .n_prompt = S_PROMPT,
+                                               .prompt = prompts.prompts[i],
+                                               .gen = prompts.gen};
                 if (pl_tx_send(pl_exec_socket(x[s]), NULL, &m))
                     s_die("SEQ_ADD");
             }
         pl_job_spec_clear(&prompts);
         for (int done = 0; done < o->n_prompts;) {
-            if (pl_tx_recv(pl_exec_socket(x[1]), 60000, NULL, NULL, &m) ||
-                m.type != PL_MSG_SEQ_OUT)
+            if (pl_tx_recv(pl_exec_socket(x[1]), 60000, NULL, NULL, &m) || m.type != PL_MSG_SEQ_OUT)
                 s_die("SEQ_OUT");
             r.tokens += m.seq_out.n_tokens;
             done += m.seq_out.finish != PL_FINISH_NONE;
@@ -149,8 +164,7 @@ static s_run_t s_run(const s_opts_t *o, bool serve)
         }
     } else {
         for (int s = 0; s < 2; s++) {
-            if (pl_tx_recv(pl_exec_socket(x[s]), 120000, NULL, NULL, &m) ||
-                m.type != PL_MSG_DONE)
+            if (pl_tx_recv(pl_exec_socket(x[s]), 120000, NULL, NULL, &m) || m.type != PL_MSG_DONE)
                 s_die("done");
             if (s == 1)
                 r.tokens = m.done.stats.generated;
@@ -185,11 +199,15 @@ static double s_idle_cpu(const s_opts_t *o, double secs)
     for (int s = 0; s < 2; s++) {
         if (pl_be_device_open(pl_be_cpu(), 0, 1, &dev[s]))
             s_die("device");
-        pl_exec_params_t p = {.job_id = S_JOB, .stage = s, .n_stages = 2,
+        pl_exec_params_t p = {.job_id = S_JOB,
+                              .stage = s,
+                              .n_stages = 2,
                               .first_layer = s * (o->layers / 2),
                               .last_layer = s ? o->layers - 1 : o->layers / 2 - 1,
-                              .microbatches = 2, .max_ctx = S_PROMPT + o->n_new + 1,
-                              .max_tokens = o->n_prompts * S_PROMPT, .dev = dev[s],
+                              .microbatches = 2,
+                              .max_ctx = S_PROMPT + o->n_new + 1,
+                              .max_tokens = o->n_prompts * S_PROMPT,
+                              .dev = dev[s],
                               .threads = 1};
         s_spec(o, true, &p.spec);
         if (pl_exec_start(ctx, &p, &x[s]))
@@ -204,8 +222,12 @@ static double s_idle_cpu(const s_opts_t *o, double secs)
     }
     for (int s = 0; s < 2; s++) {
         pl_msg_init(&m, PL_MSG_START);
-        m.start = (pl_msg_start_t){.job = S_JOB, .stage = s, .epoch = 1, .next = addr[1 - s],
-                                   .prev = addr[1 - s], .token = token};
+        m.start = (pl_msg_start_t){.job = S_JOB,
+                                   .stage = s,
+                                   .epoch = 1,
+                                   .next = addr[1 - s],
+                                   .prev = addr[1 - s],
+                                   .token = token};
         if (pl_tx_send(pl_exec_socket(x[s]), NULL, &m))
             s_die("start");
     }
@@ -265,7 +287,8 @@ int main(int argc, char **argv)
             return 1;
         snprintf(model, sizeof(model), "%s/m", dir);
         char cmd[3 * PATH_MAX];
-        snprintf(cmd, sizeof(cmd), "%s/pl-mkmodel --out %s --layers 8 --hidden 256 "
+        snprintf(cmd, sizeof(cmd),
+                 "%s/pl-mkmodel --out %s --layers 8 --hidden 256 "
                  "--intermediate 512 --heads 8 --kv-heads 4 --vocab 2048 --seed 3 >/dev/null",
                  exe, model);
         if (system(cmd) != 0)
@@ -281,7 +304,7 @@ int main(int argc, char **argv)
     getloadavg(load0, 1);
     double bw[32], bc[32], sw[32], sc[32], bcomp[32], scomp[32], bsteps = 0, ssteps = 0;
     long btok = 0, stok = 0;
-    s_run(&o, false); /* untimed: warm caches and threads */
+    s_run(&o, false);                  /* untimed: warm caches and threads */
     for (int i = 0; i < o.runs; i++) { /* interleaved, so drifting load hits both alike */
         s_run_t b = s_run(&o, false), s = s_run(&o, true);
         bw[i] = b.wall_s / b.steps, bc[i] = b.cpu_s / b.steps, bcomp[i] = b.compute_s / b.steps;
@@ -302,8 +325,8 @@ int main(int argc, char **argv)
     double msw = s_median(sw, o.runs), msc = s_median(sc, o.runs), msp = s_median(scomp, o.runs);
     printf("| batch job | %.0f | %ld | %.3f ms | %.3f ms | %.3f ms |\n", bsteps, btok, mbw * 1e3,
            mbc * 1e3, mbp * 1e3);
-    printf("| deployment | %.0f | %ld | %.3f ms | %.3f ms | %.3f ms |\n", ssteps, stok,
-           msw * 1e3, msc * 1e3, msp * 1e3);
+    printf("| deployment | %.0f | %ld | %.3f ms | %.3f ms | %.3f ms |\n", ssteps, stok, msw * 1e3,
+           msc * 1e3, msp * 1e3);
     printf("| serving - batch | | | %+.3f ms | %+.3f ms | |\n\n", (msw - mbw) * 1e3,
            (msc - mbc) * 1e3);
     printf("an idle deployment (nothing in flight): %.4f CPU seconds per second\n", idle);

@@ -4,8 +4,8 @@
 
 #include "common/log.h"
 
-bool pl_node_serve_route(pl_exec_t *const *execs, const uint32_t *epochs, int n,
-                         const pl_msg_t *m, pl_metric_t *dropped)
+bool pl_node_serve_route(pl_exec_t *const *execs, const uint32_t *epochs, int n, const pl_msg_t *m,
+                         pl_metric_t *dropped)
 {
     uint32_t job, epoch;
     int stage;
@@ -31,7 +31,7 @@ bool pl_node_serve_route(pl_exec_t *const *execs, const uint32_t *epochs, int n,
     }
     pl_metrics_add(dropped, "unknown", 1);
     pl_log_warn_limited("%s of request %llu for job %u stage %d epoch %u, which this node does "
-                        "not serve: dropped", pl_msg_name(m->type), (unsigned long long)req, job,
-                        stage, epoch);
+                        "not serve: dropped",
+                        pl_msg_name(m->type), (unsigned long long)req, job, stage, epoch);
     return false;
 }

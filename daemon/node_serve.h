@@ -13,7 +13,7 @@
  * runs) that runs exactly m's (job, stage, epoch) as a deployment's stage. Any other is dropped:
  * counted in `dropped` (a counter, label reason "unknown" or "busy"; NULL counts nothing) and
  * logged (rate-limited). Returns whether it was forwarded. */
-bool pl_node_serve_route(pl_exec_t *const *execs, const uint32_t *epochs, int n,
-                         const pl_msg_t *m, pl_metric_t *dropped);
+bool pl_node_serve_route(pl_exec_t *const *execs, const uint32_t *epochs, int n, const pl_msg_t *m,
+                         pl_metric_t *dropped);
 
 #endif

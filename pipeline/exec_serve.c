@@ -58,8 +58,8 @@ pl_status_t pl_exec_serve_load(pl_exec_t *x, const pl_model_config_t *cfg)
         return pl_error(PL_ERR_INVALID, "field 'serve.kv_slots': %d not in [1, %d]", sv->kv_slots,
                         PL_JOB_MAX_SEQS);
     if (sv->max_queue < 0 || sv->max_queue > PL_BATCH_MAX_SEQS - sv->kv_slots)
-        return pl_error(PL_ERR_INVALID, "field 'serve.max_queue': %d not in [0, %d]",
-                        sv->max_queue, PL_BATCH_MAX_SEQS - sv->kv_slots);
+        return pl_error(PL_ERR_INVALID, "field 'serve.max_queue': %d not in [0, %d]", sv->max_queue,
+                        PL_BATCH_MAX_SEQS - sv->kv_slots);
     if (x->p.microbatches < 1 || x->p.microbatches > PL_BATCH_MAX_LANES)
         return pl_error(PL_ERR_INVALID, "assignment: microbatches %d not in [1, %d]",
                         x->p.microbatches, PL_BATCH_MAX_LANES);
@@ -67,8 +67,10 @@ pl_status_t pl_exec_serve_load(pl_exec_t *x, const pl_model_config_t *cfg)
         return pl_error(PL_ERR_INVALID, "assignment: serve.step_tokens %d beyond max_tokens %d",
                         sv->step_tokens, x->p.max_tokens);
     if (x->p.max_ctx < 2 || x->p.max_ctx > cfg->max_pos)
-        return pl_error(PL_ERR_INVALID, "assignment: max_ctx %d not in [2, %d] (the model's "
-                        "positions)", x->p.max_ctx, cfg->max_pos);
+        return pl_error(PL_ERR_INVALID,
+                        "assignment: max_ctx %d not in [2, %d] (the model's "
+                        "positions)",
+                        x->p.max_ctx, cfg->max_pos);
     if (spec->gen.prefill_chunk < 0 || spec->gen.prefill_chunk > PL_JOB_MAX_PREFILL_CHUNK)
         return pl_error(PL_ERR_RANGE, "field 'prefill_chunk': %d not in [0, %d]",
                         spec->gen.prefill_chunk, PL_JOB_MAX_PREFILL_CHUNK);
@@ -134,12 +136,16 @@ pl_status_t pl_exec_serve_check(const pl_exec_t *x, const pl_msg_seq_add_t *m)
         return pl_error(PL_ERR_INVALID, "max_new_tokens %d (resumed %d) out of range",
                         g->max_new_tokens, m->resumed);
     if ((int64_t)m->n_prompt + g->max_new_tokens > x->p.max_ctx)
-        return pl_error(PL_ERR_INVALID, "prompt of %d tokens + max_new_tokens %d exceed the "
-                        "context of %d", m->n_prompt, g->max_new_tokens, x->p.max_ctx);
+        return pl_error(PL_ERR_INVALID,
+                        "prompt of %d tokens + max_new_tokens %d exceed the "
+                        "context of %d",
+                        m->n_prompt, g->max_new_tokens, x->p.max_ctx);
     if (g->n_stop > 0 && !x->job.text_model[0])
         return pl_error(PL_ERR_INVALID, "stop strings need the model's tokenizer, and the "
-                        "model has none");
-    pl_serve_seq_t sq = {.prompt_len = m->n_prompt, .gen = *g, .resumed = m->resumed,
+                                        "model has none");
+    pl_serve_seq_t sq = {.prompt_len = m->n_prompt,
+                         .gen = *g,
+                         .resumed = m->resumed,
                          .earlier = m->prompt + m->n_prompt - m->resumed};
     sq.gen.max_new_tokens += m->resumed;
     return pl_serve_seq_check(&sq);
@@ -202,8 +208,7 @@ static pl_status_t s_on_add(pl_exec_t *x, pl_msg_seq_add_t *m)
         s_refused(x, m->req, pl_error_msg());
         return last ? pl_exec_serve_out(x, m->req, NULL, 0, NULL, PL_FINISH_LENGTH) : PL_OK;
     }
-    if (f && (st = pl_batch_add(f->batch, m->req, m->prompt, m->n_prompt,
-                                m->gen.max_new_tokens))) {
+    if (f && (st = pl_batch_add(f->batch, m->req, m->prompt, m->n_prompt, m->gen.max_new_tokens))) {
         /* the coordinator keeps within the queue: this is its mistake, and the request ends */
         s_refused(x, m->req, pl_error_msg());
         return pl_exec_serve_out(x, m->req, NULL, 0, NULL, PL_FINISH_LENGTH);
@@ -250,8 +255,7 @@ pl_status_t pl_exec_serve_control(pl_exec_t *x, int timeout_ms)
     }
     if (st)
         return st;
-    if (m.type == PL_MSG_SEQ_ADD && m.seq_add.job == x->p.job_id &&
-        m.seq_add.stage == x->p.stage)
+    if (m.type == PL_MSG_SEQ_ADD && m.seq_add.job == x->p.job_id && m.seq_add.stage == x->p.stage)
         st = s_on_add(x, &m.seq_add);
     else if (m.type == PL_MSG_SEQ_CANCEL && m.seq_cancel.job == x->p.job_id &&
              m.seq_cancel.stage == x->p.stage)
@@ -278,8 +282,11 @@ static pl_status_t s_fill(pl_exec_t *x, struct pl_exec_first_side *f)
     pl_batch_mb_t mb;
     int n;
     while ((n = pl_batch_next(f->batch, x->seqs_in, x->tokens, &mb)) > 0) {
-        pl_act_hdr_t hdr = {.kind = PL_ACT_HIDDEN, .job = x->p.job_id, .mb = (uint32_t)mb.lane,
-                            .step = f->steps[mb.lane], .n_seq = (uint32_t)n,
+        pl_act_hdr_t hdr = {.kind = PL_ACT_HIDDEN,
+                            .job = x->p.job_id,
+                            .mb = (uint32_t)mb.lane,
+                            .step = f->steps[mb.lane],
+                            .n_seq = (uint32_t)n,
                             .n_tokens = (uint32_t)mb.n_tokens};
         pl_status_t st;
         for (int e = 0; e < n; e++) {
@@ -316,10 +323,10 @@ static pl_status_t s_tokens(pl_exec_t *x, struct pl_exec_first_side *f, const pl
 {
     int n_ev = 0;
     uint32_t n_left = 0;
-    pl_status_t st = tok->kind != PL_ACT_TOKENS
-                         ? pl_error(PL_ERR_PROTOCOL, "stage 0 expected tokens, got kind %u",
-                                    tok->kind)
-                         : pl_batch_tokens(f->batch, (int)tok->mb, in, tok->n_seq, f->ev, &n_ev);
+    pl_status_t st =
+        tok->kind != PL_ACT_TOKENS
+            ? pl_error(PL_ERR_PROTOCOL, "stage 0 expected tokens, got kind %u", tok->kind)
+            : pl_batch_tokens(f->batch, (int)tok->mb, in, tok->n_seq, f->ev, &n_ev);
     if (taken) { /* the events hold what is needed: the slot can take the next message */
         pl_status_t st2 = pl_exec_release(x);
         st = st ? st : st2;
@@ -332,14 +339,19 @@ static pl_status_t s_tokens(pl_exec_t *x, struct pl_exec_first_side *f, const pl
         pl_exec_kv_free(x, f->ev[i].slot);
         if (f->fhdr)
             pl_exec_sink_side_end(x, f->ev[i].slot);
-        f->notice[n_left++] = (pl_act_seq_t){.seq = (uint32_t)f->ev[i].slot, .n_tok = 1,
+        f->notice[n_left++] = (pl_act_seq_t){.seq = (uint32_t)f->ev[i].slot,
+                                             .n_tok = 1,
                                              .flags = PL_ACT_FINISHED,
                                              .token = PL_MAX(f->ev[i].token, 0)};
     }
     if (n_left == 0 || f->fhdr || !pl_exec_notice_onward(x))
         return PL_OK;
-    pl_act_hdr_t notice = {.kind = PL_ACT_TOKENS, .job = x->p.job_id, .mb = tok->mb,
-                           .step = tok->step, .n_seq = n_left, .n_tokens = n_left};
+    pl_act_hdr_t notice = {.kind = PL_ACT_TOKENS,
+                           .job = x->p.job_id,
+                           .mb = tok->mb,
+                           .step = tok->step,
+                           .n_seq = n_left,
+                           .n_tokens = n_left};
     return pl_exec_send(x, &notice, f->notice, NULL);
 }
 
@@ -380,9 +392,9 @@ static pl_status_t s_first_create(pl_exec_t *x, struct pl_exec_first_side **f_p)
 {
     const pl_job_serve_t *sv = &x->p.spec.serve;
     size_t ns = (size_t)x->serve->n_slots, lanes = (size_t)x->job.microbatches;
-    pl_batch_params_t bp = {.n_slots = (int)ns, .lanes = (int)lanes,
-                            .step_tokens = sv->step_tokens > 0 ? sv->step_tokens
-                                                               : x->p.max_tokens,
+    pl_batch_params_t bp = {.n_slots = (int)ns,
+                            .lanes = (int)lanes,
+                            .step_tokens = sv->step_tokens > 0 ? sv->step_tokens : x->p.max_tokens,
                             .chunk = x->job.gen.prefill_chunk,
                             .max_queue = sv->max_queue + sv->kv_slots};
     struct pl_exec_first_side *f = calloc(1, sizeof(*f));
@@ -418,8 +430,8 @@ pl_status_t pl_exec_run_serve_first(pl_exec_t *x)
         (x->p.n_stages == 1 && (st = pl_exec_sink_side_create(x, &x->serve->sink))))
         return st;
     pl_log_info("job %u stage 0: serving deployment '%s': %d KV slots, %d microbatches, %d "
-                "tokens a step", x->p.job_id, x->p.spec.serve.name, x->serve->n_slots,
-                x->job.microbatches,
+                "tokens a step",
+                x->p.job_id, x->p.spec.serve.name, x->serve->n_slots, x->job.microbatches,
                 x->p.spec.serve.step_tokens > 0 ? x->p.spec.serve.step_tokens : x->p.max_tokens);
     while (!st) {
         if (atomic_load(&x->cancel))

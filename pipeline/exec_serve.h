@@ -1,5 +1,6 @@
 /* A deployment's stage executor (spec.serve.on): stage 0's serving loop (exec_serve.c) and the
- * last stage's request side (exec_serve_sink.c), which SEQ_ADD / SEQ_CANCEL feed and SEQ_OUT leaves. */
+ * last stage's request side (exec_serve_sink.c), which SEQ_ADD / SEQ_CANCEL feed and SEQ_OUT
+ * leaves. */
 #ifndef PL_PIPELINE_EXEC_SERVE_H
 #define PL_PIPELINE_EXEC_SERVE_H
 
@@ -16,8 +17,8 @@ typedef struct pl_exec_sink_side pl_exec_sink_side_t;
 
 /* What a deployment's stage holds besides the executor's own state. */
 typedef struct pl_exec_serve {
-    int n_slots;                /* spec.serve.kv_slots */
-    pl_exec_sink_side_t *sink;  /* the last stage's; NULL elsewhere */
+    int n_slots;                      /* spec.serve.kv_slots */
+    pl_exec_sink_side_t *sink;        /* the last stage's; NULL elsewhere */
     struct pl_exec_first_side *first; /* stage 0's; NULL elsewhere */
     double last_drop_log;
     uint64_t dropped; /* control messages refused (wrong job / stage, malformed) */
@@ -53,8 +54,7 @@ void pl_exec_sink_side_forget(pl_exec_t *x, uint64_t req);
 void pl_exec_sink_side_cancel(pl_exec_t *x, uint64_t req);
 /* Bind the first entries (pos0 == 0, token = the request) of a message to their requests,
  * waiting for a SEQ_ADD not here yet (PL_EXEC_SERVE_BIND_S, then PL_ERR_PROTOCOL). */
-pl_status_t pl_exec_sink_side_bind(pl_exec_t *x, const pl_act_hdr_t *hdr,
-                                   const pl_act_seq_t *seqs);
+pl_status_t pl_exec_sink_side_bind(pl_exec_t *x, const pl_act_hdr_t *hdr, const pl_act_seq_t *seqs);
 /* Sample a forwarded message's logits; SEQ_OUT per request sampled; the tokens message for
  * stage 0 in out/out_seqs (finished entries flagged; their slots given back here). */
 pl_status_t pl_exec_sink_side_sample(pl_exec_t *x, const pl_act_hdr_t *hdr,

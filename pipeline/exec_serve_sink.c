@@ -107,7 +107,8 @@ void pl_exec_sink_side_add(pl_exec_t *x, pl_msg_seq_add_t *m)
                 out = i;
         }
         pl_log_warn_limited("job %u stage %d: %d requests added but not begun: request %llu "
-                            "forgotten", x->p.job_id, x->p.stage, s->n_pend,
+                            "forgotten",
+                            x->p.job_id, x->p.stage, s->n_pend,
                             (unsigned long long)s->pend[out].add.req);
         s_drop_pend(s, out);
     }
@@ -150,8 +151,11 @@ static pl_status_t s_begin(pl_exec_t *x, int slot, int i)
     pl_exec_sink_side_t *s = x->serve->sink;
     s_pend_t *p = &s->pend[i];
     const pl_msg_seq_add_t *m = &p->add;
-    pl_serve_seq_t sq = {.stream = 0, .prompt_len = m->n_prompt, .gen = m->gen,
-                         .resumed = m->resumed, .earlier = m->prompt + m->n_prompt - m->resumed};
+    pl_serve_seq_t sq = {.stream = 0,
+                         .prompt_len = m->n_prompt,
+                         .gen = m->gen,
+                         .resumed = m->resumed,
+                         .earlier = m->prompt + m->n_prompt - m->resumed};
     sq.gen.max_new_tokens += m->resumed; /* counted from the original start */
     pl_status_t st = pl_serve_sink_begin(s->sink, slot, &sq);
     if (st)
@@ -163,8 +167,7 @@ static pl_status_t s_begin(pl_exec_t *x, int slot, int i)
     return PL_OK;
 }
 
-pl_status_t pl_exec_sink_side_bind(pl_exec_t *x, const pl_act_hdr_t *hdr,
-                                   const pl_act_seq_t *seqs)
+pl_status_t pl_exec_sink_side_bind(pl_exec_t *x, const pl_act_hdr_t *hdr, const pl_act_seq_t *seqs)
 {
     pl_exec_sink_side_t *s = x->serve->sink;
     for (uint32_t e = 0; e < hdr->n_seq; e++) {
@@ -186,9 +189,10 @@ pl_status_t pl_exec_sink_side_bind(pl_exec_t *x, const pl_act_hdr_t *hdr,
             if (atomic_load(&x->cancel))
                 return pl_error(PL_ERR_CANCELED, "canceled");
             if (pl_now() - t0 > PL_EXEC_SERVE_BIND_S)
-                return pl_error(PL_ERR_PROTOCOL, "request %llu began in slot %d, and its "
-                                "SEQ_ADD did not come within %.0f s", (unsigned long long)req,
-                                slot, PL_EXEC_SERVE_BIND_S);
+                return pl_error(PL_ERR_PROTOCOL,
+                                "request %llu began in slot %d, and its "
+                                "SEQ_ADD did not come within %.0f s",
+                                (unsigned long long)req, slot, PL_EXEC_SERVE_BIND_S);
             pl_status_t st = pl_exec_serve_control(x, 100);
             if (st && st != PL_ERR_BUSY)
                 return st;
