@@ -534,12 +534,12 @@ Test(serve_cluster, a_deployment_survives_a_coordinator_restart, .timeout = 240)
 /* A lost stage (its daemon killed mid-request): the deployment is re-planned on the nodes left
  * and its requests in flight are added again with their tokens so far; none is dropped and each
  * gets the tokens of the same prompt run undisturbed. */
-Test(serve_cluster, requests_survive_a_lost_stage, .timeout = 240)
+Test(serve_cluster, requests_survive_a_lost_stage, .timeout = 400)
 {
-    s_nodes(3, "slowdown: 300\n");
+    s_nodes(3, "slowdown: 100\n");
     s_deploy("kv_slots: 4\nmax_queue: 4\nmax_tokens: 48\n");
     char *ref[S_NP];
-    s_reference(40, ref);
+    s_reference(24, ref);
     char *out = NULL, victim[32];
     cr_assert_eq(s_ctl(&out, "-o json deployments"), 0, "%s", out);
     json_t *v = json_loads(out, 0, NULL);
@@ -554,7 +554,7 @@ Test(serve_cluster, requests_survive_a_lost_stage, .timeout = 240)
     for (int i = 0; i < S_NP; i++) {
         int32_t p[64];
         int n = s_prompt(i, p);
-        rs[i] = s_ids(p, n, 40);
+        rs[i] = s_ids(p, n, 24);
         pl_serve_hub_put(s_hub, rs[i]);
     }
     /* every request has tokens, none has ended: then the last stage's node dies */
@@ -578,7 +578,7 @@ Test(serve_cluster, requests_survive_a_lost_stage, .timeout = 240)
     waitpid(s_c.node[vi], NULL, 0);
     s_c.node[vi] = 0;
     for (int i = 0; i < S_NP; i++) {
-        pl_serve_end_t end = s_wait_end(rs[i], 120);
+        pl_serve_end_t end = s_wait_end(rs[i], 200); /* slow stages, under a sanitizer too */
         if (end.finish != PL_SERVE_LENGTH)
             tc_dump_logs(&s_c);
         cr_assert_eq(end.finish, PL_SERVE_LENGTH, "request %d: %d %s", i, end.finish,
