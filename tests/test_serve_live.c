@@ -137,9 +137,11 @@ Test(serve_live, openai_client_on_a_two_stage_deployment, .fini = s_fini, .timeo
     json_t *conv;
     json_array_foreach(json_object_get(res, "prompts"), i, conv)
     {
-        char *line = json_dumps(json_pack("{s:O}", "messages", conv), JSON_COMPACT);
+        json_t *o = json_pack("{s:O}", "messages", conv);
+        char *line = json_dumps(o, JSON_COMPACT);
         fprintf(f, "%s\n", line);
         free(line);
+        json_decref(o);
     }
     fclose(f);
     for (int own = 0; own < 2; own++) {
