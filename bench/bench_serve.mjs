@@ -7,6 +7,8 @@
 //   node bench/bench_serve.mjs --url http://127.0.0.1:PORT/v1 --model NAME   (a live deployment)
 //   node bench/bench_serve.mjs --front build/bin/bench_serve_front           (the front alone)
 // Options: --clients 1,8,32  --seconds 10  --max-tokens 32  --api-key KEY  --no-reference
+//          --completions (POST /v1/completions with the prompt as text: a model without a chat
+//          template)
 //          --front-args "--step-us 5000 --prefill-us 20" (the stub loop's step and prefill)
 // Needs tests/js's openai package (tools/setup.sh installs it).
 import { createServer } from "node:http";
@@ -28,6 +30,7 @@ const args = Object.fromEntries(
 const clientsList = String(args.clients || "1,8,32").split(",").map(Number);
 const seconds = Number(args.seconds || 10);
 const maxTokens = Number(args["max-tokens"] || 32);
+const completions = Boolean(args.completions);
 
 // mixed prompt lengths: 1 to ~400 words
 const prompts = Array.from({ length: 16 }, (_, i) =>
@@ -43,7 +46,8 @@ function pct(xs, p) {
 async function run(baseURL, model, n) {
   const client = new OpenAI({ baseURL, apiKey: args["api-key"] || "none", maxRetries: 0, timeout: 600000 });
   // one request first, outside the figures: the front loads a model's tokenizer on its first
-  await client.chat.completions.create({ model, max_tokens: 1, messages: [{ role: "user", content: "hi" }] });
+  if (completions) await client.completions.create({ model, max_tokens: 1, prompt: "hi" });
+  else await client.chat.completions.create({ model, max_tokens: 1, messages: [{ role: "user", content: "hi" }] });
   const ttft = [], itl = [];
   let requests = 0, tokens = 0, errors = 0, k = 0;
   const t0 = performance.now(), until = t0 + seconds * 1000;
@@ -53,15 +57,15 @@ async function run(baseURL, model, n) {
       const start = performance.now();
       let last = 0;
       try {
-        const stream = await client.chat.completions.create({
-          model, max_tokens: maxTokens, temperature: 0, seed: 1, stream: true,
-          stream_options: { include_usage: true },
-          messages: [{ role: "user", content: prompt }],
-        });
+        const req = { model, max_tokens: maxTokens, temperature: 0, seed: 1, stream: true,
+          stream_options: { include_usage: true } };
+        const stream = completions
+          ? await client.completions.create({ ...req, prompt })
+          : await client.chat.completions.create({ ...req, messages: [{ role: "user", content: prompt }] });
         for await (const chunk of stream) {
           if (chunk.usage) tokens += chunk.usage.completion_tokens;
           const c = chunk.choices[0];
-          if (!c || !c.delta.content) continue;
+          if (!c || !(completions ? c.text : c.delta.content)) continue;
           const now = performance.now();
           if (!last) ttft.push(now - start);
           else itl.push(now - last);
@@ -90,6 +94,13 @@ function referenceServer() {
         res.writeHead(200, { "Content-Type": "text/event-stream", "Cache-Control": "no-cache" });
         const base = { id: "chatcmpl-ref", object: "chat.completion.chunk", created: 1, model: "ref" };
         const ev = (o) => res.write(`data: ${JSON.stringify({ ...base, ...o })}\n\n`);
+        if (completions) { /* text_completion chunks */
+          for (let i = 0; i < maxTokens; i++)
+            res.write(`data: ${JSON.stringify({ ...base, object: "text_completion", choices: [{ index: 0, text: " word", finish_reason: null }] })}\n\n`);
+          res.write(`data: ${JSON.stringify({ ...base, object: "text_completion", choices: [], usage: { prompt_tokens: 10, completion_tokens: maxTokens, total_tokens: 10 + maxTokens } })}\n\n`);
+          res.end("data: [DONE]\n\n");
+          return;
+        }
         ev({ choices: [{ index: 0, delta: { role: "assistant", content: "" }, finish_reason: null }], usage: null });
         for (let i = 0; i < maxTokens; i++)
           ev({ choices: [{ index: 0, delta: { content: " word" }, finish_reason: null }], usage: null });
@@ -130,7 +141,7 @@ if (!url || !model) {
 const ref = args["no-reference"] ? null : await referenceServer();
 const refUrl = ref && `http://127.0.0.1:${ref.address().port}/v1`;
 
-console.log(`# ${args.front ? `the front alone (stub loop ${args["front-args"] || "default"})` : url}, model ${model}: streaming chat, ` +
+console.log(`# ${args.front ? `the front alone (stub loop ${args["front-args"] || "default"})` : url}, model ${model}: streaming ${completions ? "completions" : "chat"}, ` +
   `max_tokens ${maxTokens}, greedy, ${prompts.length} prompt lengths, ${seconds} s per row`);
 console.log("| clients | requests | errors | req/s | output tok/s | TTFT p50 / p99 ms | ITL p50 / p99 ms | reference req/s, tok/s | tok/s / reference |");
 console.log("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");

@@ -154,6 +154,9 @@ typedef struct {
     char planner[16];       /* "auto" (default: may leave devices out), "optimal", "even" */
     int n_nodes;            /* placement.nodes: allowed node names; 0: any */
     char nodes[PL_CFG_MAX_NODES][PL_CFG_NAME_MAX + 1];
+    /* deployment: "" (default) runs on stages of its own; else the prompts run as requests on
+     * that deployment (its model must be this one; planning comes from the deployment) */
+    char deployment[PL_CFG_NAME_MAX + 1];
 } pl_cfg_job_t;
 
 /* A deployment file (pipectl serve): a model kept loaded on planned stages for requests. */

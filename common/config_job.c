@@ -79,6 +79,7 @@ static const char *const s_wire_dtypes[] = {"f32", "bf16", "f16", NULL};
 static const pl_ys_field_t s_job_fields[] = {
     PL_CFG_STR("model", PL_YS_REQUIRED, pl_cfg_job_t, model, pl_cfg_path_resolve),
     PL_CFG_STR("prompts", PL_YS_REQUIRED, pl_cfg_job_t, prompts, pl_cfg_path_resolve),
+    PL_CFG_STR("deployment", 0, pl_cfg_job_t, deployment, pl_cfg_name_check),
     PL_CFG_INT("max_new_tokens", pl_cfg_job_t, gen.max_new_tokens, 1, PL_JOB_MAX_NEW_TOKENS, 16),
     PL_CFG_INT("min_new_tokens", pl_cfg_job_t, gen.min_new_tokens, 0, PL_JOB_MAX_NEW_TOKENS, 0),
     {.key = "sampling", .type = PL_YS_MAP, .fields = s_job_sampling},

@@ -77,6 +77,10 @@ typedef struct {
 
 /* The defaults above, no prompts. */
 void pl_job_spec_init(pl_job_spec_t *spec);
+/* The spec of a deployment file (pipectl serve): its planning, its wire dtype and serve.* from
+ * the file, the model directory made absolute (it must exist); no prompts. *spec is set only on
+ * success; errors name the field. */
+pl_status_t pl_job_spec_from_deploy(const pl_cfg_deploy_t *d, pl_job_spec_t *spec);
 /* Free the prompts and reset to the defaults; safe twice. */
 void pl_job_spec_clear(pl_job_spec_t *spec);
 

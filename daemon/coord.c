@@ -307,6 +307,8 @@ static void s_dispatch(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_t *m)
     case PL_MSG_DRAIN: pl_coord_on_drain(c, from, &m->drain); break;
     case PL_MSG_TRACE: pl_coord_on_trace(c, from, m); break;
     case PL_MSG_TRACED: pl_coord_on_traced(c, from, m); break;
+    case PL_MSG_SEQ_OUT: pl_coord_deploy_on_seq_out(c, from, m); break;
+    case PL_MSG_DEPLOYMENTS: pl_coord_on_deployments(c, from); break;
     default:
         pl_log_warn_limited("'%.*s' sent %s, which the coordinator does not take", (int)from->len,
                             from->id, pl_msg_name(m->type));
@@ -403,6 +405,7 @@ pl_status_t pl_coord_serve(const pl_cfg_cluster_t *cfg, const char *state_db, bo
         s_check_handshakes(&c);
         s_check_liveness(&c);
         pl_coord_schedule(&c);
+        pl_coord_deploy_tick(&c);
         pl_coord_metrics_update(&c);
     }
     if (c.shutdown) /* let the SHUTDOWN replies leave before the socket closes */
@@ -414,6 +417,7 @@ out:
         pl_coord_job_free(c.jobs[i]);
     free(c.jobs);
     pl_coord_trace_free_all(&c);
+    pl_coord_deploy_free_all(&c);
     pl_tx_sock_destroy(&c.router);
     pl_tx_zap_stop(&c.zap);
     pl_tx_ctx_destroy(&c.ctx);

@@ -141,6 +141,7 @@ static bool s_role_may(pl_tx_role_t role, pl_msg_type_t t)
     case PL_MSG_HEALTH:
     case PL_MSG_PLAN:
     case PL_MSG_JOBS:
+    case PL_MSG_DEPLOYMENTS:
     case PL_MSG_TRACE:
         return role == PL_TX_ROLE_USER || role == PL_TX_ROLE_ADMIN;
     default:

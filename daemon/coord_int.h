@@ -136,11 +136,18 @@ typedef struct {
     int64_t events_dropped; /* left out between the first and the latest */
     pl_coord_event_t events[PL_COORD_MAX_EVENTS];
     struct pl_coord_train *train; /* a training job's progress (coord_train.h); NULL otherwise */
+    /* A deployment (spec.serve.on; coord_deploy*.c): its requests and counters; n_seqs is its
+     * KV slots as planned (at most spec.serve.kv_slots). NULL for a batch job. */
+    struct pl_coord_dep *dep;
+    struct pl_coord_bound *bound; /* a batch job on a deployment (spec.deployment); else NULL */
 } pl_coord_job_t;
 
 /* The coordinator's metric families (coord_metrics.c); NULL ones record nothing. */
 typedef struct {
     pl_metric_t *jobs, *queue, *nodes, *tokens, *job_s, *started;
+    /* serving (coord_deploy_state.c): requests by outcome, queue depth and KV slots used per
+     * deployment, time to first token and inter-token latency */
+    pl_metric_t *serve_reqs, *serve_queue, *serve_kv, *serve_ttft, *serve_itl;
     double next_sweep;
 } pl_coord_metrics_t;
 
@@ -169,6 +176,7 @@ typedef struct {
     char drained[PL_COORD_MAX_NODES][PL_CFG_NAME_MAX + 1];
     struct pl_coord_traces *traces; /* coord_trace.c: finished stages' traces; NULL: none yet */
     pl_serve_hub_t *hub; /* serving requests from the front (borrowed) */
+    struct pl_coord_serve *serve; /* coord_deploy_state.c: what was published; NULL: nothing */
 } pl_coord_t;
 
 const char *pl_job_state_name(pl_job_state_t s);
@@ -196,6 +204,8 @@ void pl_coord_stream_clear(pl_coord_job_t *j);
 pl_status_t pl_coord_job_new(pl_job_spec_t *spec, pl_coord_job_t **job_p);
 void pl_coord_job_fail(pl_coord_t *c, pl_coord_job_t *j, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* A job with no stages of its own (a batch job on a deployment) has its results: DONE. */
+void pl_coord_job_done(pl_coord_t *c, pl_coord_job_t *j);
 void pl_coord_on_submit(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_t *m);
 /* READY, DONE, FAIL */
 void pl_coord_on_stage_msg(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_t *m);
@@ -300,12 +310,40 @@ void pl_coord_trace_free_all(pl_coord_t *c);
 void pl_coord_on_trace(pl_coord_t *c, const pl_tx_peer_t *from, const pl_msg_t *m);
 /* TRACED: a running stage's trace so far, kept until a newer one or its DONE. */
 void pl_coord_on_traced(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_t *m);
-/* coord_deploy.c */
-/* Publish the deployments on the hub (what the front may name). */
+/* coord_deploy_state.c: deployments as jobs */
+/* A deployment's job at SUBMIT (or restored): its context (the model's positions, at most
+ * PL_COORD_DEPLOY_PROMPT_MAX + serve.max_tokens), KV slots as n_seqs, its request table. */
+#define PL_COORD_DEPLOY_PROMPT_MAX 4096
+pl_status_t pl_coord_deploy_validate(pl_coord_job_t *j, const pl_model_config_t *cfg);
+/* The job shape the planner sizes a deployment by: serve.kv_slots sequences of max_ctx
+ * positions (prompts of max_ctx - max_tokens, max_tokens new). Free with pl_job_spec_clear. */
+pl_status_t pl_coord_deploy_shape(const pl_coord_job_t *j, pl_job_spec_t *shape);
+/* What the plan decided for a deployment: KV slots (the resident sequences that fit every
+ * stage's memory), lanes (at least one per stage), tokens per microbatch (serve.step_tokens). */
+void pl_coord_deploy_planned(pl_coord_job_t *j, int resident, int microbatches, int n_stages);
+/* Another deployment of this name that has not ended (NULL: none). */
+pl_coord_job_t *pl_coord_deploy_find(pl_coord_t *c, const char *name);
+void pl_coord_deploy_free(pl_coord_job_t *j);
+void pl_coord_deploy_free_all(pl_coord_t *c);
+/* Publish the deployments on the hub (what the front may name) when they changed. */
 void pl_coord_deploy_publish(pl_coord_t *c);
-/* The hub woke the loop: take every request handed over and route it (none is deployed yet:
- * each ends REFUSED 404 naming its deployment). */
+/* Every loop turn: requests of a re-assigned deployment re-added, those of an ended one ended,
+ * the metrics and the published list brought up to date. */
+void pl_coord_deploy_tick(pl_coord_t *c);
+/* DEPLOYMENTS: the deployments the asker may see, with plan, load and throughput. */
+void pl_coord_on_deployments(pl_coord_t *c, const pl_tx_peer_t *from);
+pl_status_t pl_coord_deploy_metrics_init(pl_coord_t *c, pl_metrics_t *r);
+
+/* coord_deploy.c: requests */
+/* The hub woke the loop: take every request handed over and route it (404, 503, 400, 429 or
+ * SEQ_ADD to the stages); requests whose clients left are canceled. */
 void pl_coord_deploy_on_hub(pl_coord_t *c);
+/* SEQ_OUT from a deployment's last stage: accepted only from its node at its epoch. */
+void pl_coord_deploy_on_seq_out(pl_coord_t *c, const pl_tx_peer_t *from, const pl_msg_t *m);
+/* Send (again) the live requests of a running deployment not yet added at its epoch. */
+void pl_coord_deploy_readd(pl_coord_t *c, pl_coord_job_t *j);
+/* End every live request of j (a deployment that ended) with `end`. */
+void pl_coord_deploy_end_all(pl_coord_t *c, pl_coord_job_t *j, const pl_serve_end_t *end);
 
 /* coord_query.c */
 void pl_coord_on_jobs(pl_coord_t *c, const pl_tx_peer_t *from);

@@ -4,6 +4,7 @@
 #include "common/util.h"
 #include "daemon/coord_int.h"
 #include "daemon/coord_train.h"
+#include "daemon/coord_deploy_int.h"
 #include "pipeline/gen.h"
 #include "model/model.h"
 
@@ -16,6 +17,7 @@ void pl_coord_job_free(pl_coord_job_t *j)
 {
     if (!j)
         return;
+    pl_coord_deploy_free(j);
     pl_job_spec_clear(&j->spec);
     pl_coord_job_seqs_free(j);
     json_decref(j->plan);
@@ -41,6 +43,11 @@ static pl_status_t s_validate(pl_coord_job_t *j)
     if (st)
         return pl_error_prefix(st, "model %s: ", j->spec.model);
     const pl_model_config_t *cfg = pl_model_config(model);
+    if (j->spec.serve.on) { /* a deployment: no prompts, its slots and context instead */
+        st = pl_coord_deploy_validate(j, cfg);
+        pl_model_destroy(&model);
+        return st;
+    }
     if ((st = pl_gen_job_from_spec(&j->spec, j->spec.microbatches, cfg, &g))) {
         pl_model_destroy(&model);
         return st;
@@ -112,6 +119,23 @@ void pl_coord_on_submit(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_t *m)
     pl_coord_job_t *j = NULL;
     pl_status_t st;
 
+    const pl_coord_job_t *live;
+    if (m->submit.serve.on && (live = pl_coord_deploy_find(c, m->submit.serve.name))) {
+        st = pl_error(PL_ERR_BUSY, "deployment '%s' is deployed already (job %u, %s): "
+                      "pipectl undeploy %s first", m->submit.serve.name, live->id,
+                      pl_coord_dep_state(live), m->submit.serve.name);
+        goto err;
+    }
+    if (m->submit.deployment[0] && !(live = pl_coord_deploy_find(c, m->submit.deployment))) {
+        st = pl_error(PL_ERR_NOT_FOUND, "no deployment named '%s' is deployed",
+                      m->submit.deployment);
+        goto err;
+    }
+    if (m->submit.deployment[0] && strcmp(live->spec.model, m->submit.model)) {
+        st = pl_error(PL_ERR_INVALID, "the job's model %s is not deployment '%s''s (%s)",
+                      m->submit.model, m->submit.deployment, live->spec.model);
+        goto err;
+    }
     if ((st = s_admit(c, &m->submit)) || (st = pl_coord_job_new(&m->submit, &j)))
         goto err;
     snprintf(j->owner, sizeof(j->owner), "%s", from->user);
@@ -197,12 +221,20 @@ static void s_assign_msg(const pl_coord_t *c, const pl_coord_job_t *j, int i,
                                   .spec = j->spec};
     if (j->prefill_chunk > 0) /* the plan's choice when the job left it open */
         m->assign.spec.gen.prefill_chunk = j->prefill_chunk;
+    if (j->dep) /* the KV slots that fit every stage, so that all stages agree */
+        m->assign.spec.serve.kv_slots = j->n_seqs;
     /* only the first stage (prefill) and the last (sampling) need where sequences stand */
     if (i == 0 || i == j->n_stages - 1) {
         m->assign.resume = resume;
         m->assign.n_resume = n_resume;
     }
     snprintf(m->assign.device, sizeof(m->assign.device), "%s", c->nodes[s->node].dev[s->dev].id);
+}
+
+void pl_coord_job_done(pl_coord_t *c, pl_coord_job_t *j)
+{
+    s_end_job(c, j, PL_JOB_DONE, false);
+    pl_log_info("job %u: done in %.2f s", j->id, j->t_end - j->t_run);
 }
 
 static void s_assign(pl_coord_t *c, pl_coord_job_t *j)
@@ -301,6 +333,8 @@ void pl_coord_schedule(pl_coord_t *c)
     /* first come, first served; a later job may start when it needs other nodes */
     for (int i = 0; i < c->n_jobs; i++) {
         pl_coord_job_t *j = c->jobs[i];
+        if (j->spec.deployment[0]) /* it runs on the deployment: coord_deploy_job.c */
+            continue;
         if (j->state == PL_JOB_QUEUED) {
             if (pl_coord_plan_job(c, j))
                 s_assign(c, j);

@@ -33,6 +33,8 @@ pl_status_t pl_coord_metrics_init(pl_coord_t *c, pl_metrics_t *r)
         (st = pl_metrics_gauge(r, "pipecoord_start_time_seconds",
                                "When the coordinator started, Unix time.", NULL, &m->started)))
         return st;
+    if ((st = pl_coord_deploy_metrics_init(c, r)))
+        return st;
     pl_metrics_set(m->started, NULL, (double)time(NULL));
     pl_metrics_add(m->tokens, NULL, 0); /* a counter shows from the start */
     return PL_OK;

@@ -113,8 +113,19 @@ static pl_status_t s_plan(const pl_coord_job_t *j, s_live_t *lv, pl_model_config
         return pl_error_prefix(st, "model %s: ", j->spec.model);
     }
     *cfg = *pl_model_config(m);
-    st = pl_sched_plan_spec(&j->spec, cfg, b, lv->devs, lv->n, lv->links, lv->cand,
-                            pl_gen_spec_wire_bytes(&j->spec), &lv->pi, plan_p);
+    pl_job_spec_t shape; /* a deployment: sized as its KV slots full of whole contexts */
+    pl_job_spec_init(&shape);
+    if (j->dep && (st = pl_coord_deploy_shape(j, &shape))) {
+        pl_model_bytes_destroy(&b);
+        pl_model_destroy(&m);
+        return st;
+    }
+    st = pl_sched_plan_spec(j->dep ? &shape : &j->spec, cfg, b, lv->devs, lv->n, lv->links,
+                            lv->cand, pl_gen_spec_wire_bytes(&j->spec), &lv->pi, plan_p);
+    if (j->dep) {
+        shape.prompts = NULL; /* the shape borrowed nothing else of the spec's */
+        pl_job_spec_clear(&shape);
+    }
     pl_model_bytes_destroy(&b);
     pl_model_destroy(&m);
     return st;
@@ -213,7 +224,7 @@ bool pl_coord_plan_job(pl_coord_t *c, pl_coord_job_t *j)
             pl_coord_job_fail(c, j, "no feasible plan: %s", pl_error_msg());
         goto out;
     }
-    if (pl_sched_waves_note(plan, note, sizeof(note))) {
+    if (!j->dep && pl_sched_waves_note(plan, note, sizeof(note))) {
         if (j->resuming) {
             pl_error(PL_ERR_INFEASIBLE, "%s", note);
             s_capacity_note(c, j, lv);
@@ -228,24 +239,28 @@ bool pl_coord_plan_job(pl_coord_t *c, pl_coord_job_t *j)
         goto out;
     }
     int mb = plan->microbatches;
-    pl_gen_job_t g;
-    if (pl_gen_job_from_spec(&j->spec, mb, &cfg, &g)) {
+    pl_gen_job_t g = {0};
+    if (j->dep) /* no prompts: its slots and lanes (fewer slots when memory is short) */
+        pl_coord_deploy_planned(j, plan->resident_seqs, mb, plan->n_stages);
+    else if (pl_gen_job_from_spec(&j->spec, mb, &cfg, &g)) {
         pl_coord_job_fail(c, j, "%s", pl_error_msg());
         goto out;
     }
     /* every stage's buffers fit both the job as it started and as it resumes (only the first
      * and last stages hear where sequences stand; each checks what it knows against this) */
-    int from_start = pl_gen_job_max_tokens(&g);
-    if (pl_coord_resume_apply(j, &g)) { /* its messages carry the resumed tokens too */
+    if (!j->dep) {
+        int from_start = pl_gen_job_max_tokens(&g);
+        if (pl_coord_resume_apply(j, &g)) { /* its messages carry the resumed tokens too */
+            pl_gen_job_clear(&g);
+            pl_coord_job_fail(c, j, "resume: %s", pl_error_msg());
+            goto out;
+        }
+        j->microbatches = g.microbatches;
+        j->prefill_chunk = plan->prefill_chunk;
+        j->max_tokens =
+            PL_MAX(PL_MAX(pl_gen_job_max_tokens(&g), from_start), (j->n_seqs + mb - 1) / mb);
         pl_gen_job_clear(&g);
-        pl_coord_job_fail(c, j, "resume: %s", pl_error_msg());
-        goto out;
     }
-    j->microbatches = g.microbatches;
-    j->prefill_chunk = plan->prefill_chunk;
-    j->max_tokens =
-        PL_MAX(PL_MAX(pl_gen_job_max_tokens(&g), from_start), (j->n_seqs + mb - 1) / mb);
-    pl_gen_job_clear(&g);
     json_t *pj = pl_plan_to_json_full(plan, &lv->pi.in, j->spec.planner);
     if (!pj) {
         pl_coord_job_fail(c, j, "coordinator out of memory");
@@ -253,6 +268,8 @@ bool pl_coord_plan_job(pl_coord_t *c, pl_coord_job_t *j)
     }
     s_mark_links(c, lv, plan, pj);
     json_object_set_new(pj, "max_ctx", json_integer(j->max_ctx));
+    if (j->dep)
+        json_object_set_new(pj, "kv_slots", json_integer(j->n_seqs));
     json_object_set_new(pj, "max_tokens_per_call", json_integer(j->max_tokens));
     json_decref(j->plan);
     j->plan = pj;

@@ -3,6 +3,7 @@
 #include "common/util.h"
 #include "daemon/coord_int.h"
 #include "daemon/coord_train.h"
+#include "daemon/coord_deploy_int.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -252,4 +253,50 @@ void pl_coord_on_jobs(pl_coord_t *c, const pl_tx_peer_t *from)
                            j->error));
     }
     pl_coord_reply(c, from, json_pack("{s:o}", "jobs", arr));
+}
+
+/* One deployment for DEPLOYMENTS: its state, plan (stages on nodes, layer ranges), KV slots,
+ * requests live / queued / completed and its output rate since it last became ready. */
+static json_t *s_deployment(const pl_coord_t *c, const pl_coord_job_t *j, double now)
+{
+    const struct pl_coord_dep *d = j->dep;
+    json_t *stages = json_array(), *outcomes = json_object();
+    for (int s = 0; stages && s < j->n_stages; s++) {
+        const pl_coord_stage_t *st = &j->stages[s];
+        json_array_append_new(stages, json_pack("{s:i, s:s, s:s, s:i, s:i, s:b}", "stage", s,
+                                                "node", c->nodes[st->node].name, "device",
+                                                c->nodes[st->node].dev[st->dev].id, "first",
+                                                st->first, "last", st->last, "ready", st->ready));
+    }
+    for (int o = 0; outcomes && o < PL_DEP_OUT_COUNT_; o++)
+        json_object_set_new(outcomes, pl_dep_outcome_names[o], json_integer(d->by_outcome[o]));
+    int64_t completed = d->by_outcome[PL_DEP_OUT_STOP] + d->by_outcome[PL_DEP_OUT_LENGTH];
+    double up = d->t_ready > 0 ? now - d->t_ready : 0;
+    int live = PL_MIN(d->n_live, j->n_seqs), queued = PL_MAX(0, d->n_live - j->n_seqs);
+    return json_pack("{s:s, s:i, s:s, s:s, s:s, s:s, s:f, s:i, s:i, s:i, s:i, s:i, s:i, s:i, "
+                     "s:i, s:i, s:I, s:I, s:f, s:f, s:o, s:o}",
+                     "name", j->spec.serve.name, "job", (int)j->id, "model", j->spec.model,
+                     "state", pl_coord_dep_state(j), "owner", j->owner, "note", j->error,
+                     "created", (double)d->created, "context", j->max_ctx, "kv_slots", j->n_seqs,
+                     "kv_slots_asked", j->spec.serve.kv_slots, "max_queue",
+                     j->spec.serve.max_queue, "max_tokens", j->spec.serve.max_tokens,
+                     "microbatches", j->microbatches, "live", live, "queued", queued,
+                     "resumes", j->n_resumes, "completed", (json_int_t)completed,
+                     "output_tokens", (json_int_t)d->output_tokens, "ready_s", up, "tok_s",
+                     up > 0 ? (double)(d->output_tokens - d->tokens_ready) / up : 0.0,
+                     "stages", stages, "requests", outcomes);
+}
+
+void pl_coord_on_deployments(pl_coord_t *c, const pl_tx_peer_t *from)
+{
+    json_t *arr = json_array();
+    double now = pl_now();
+    /* every user may see the deployments (the API lists them to anyone); undeploy checks the
+     * owner as cancel does. Ended ones are left out; a failed one stays until it is trimmed. */
+    for (int k = 0; arr && k < c->n_jobs; k++) {
+        const pl_coord_job_t *j = c->jobs[k];
+        if (j->dep && (!pl_coord_job_terminal(j) || j->state == PL_JOB_FAILED))
+            json_array_append_new(arr, s_deployment(c, j, now));
+    }
+    pl_coord_reply(c, from, json_pack("{s:o}", "deployments", arr));
 }

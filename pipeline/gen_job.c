@@ -214,6 +214,7 @@ pl_status_t pl_gen_spec_from_prompts(const pl_cfg_job_t *cfg, const char *prompt
     s->stages = cfg->stages;
     s->n_nodes = cfg->n_nodes;
     memcpy(s->nodes, cfg->nodes, sizeof(s->nodes));
+    memcpy(s->deployment, cfg->deployment, sizeof(s->deployment));
     *spec = *s;
     free(s);
     return PL_OK;

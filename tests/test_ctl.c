@@ -95,7 +95,7 @@ Test(ctl, names_round_trip)
         "DONE",   "FAIL",    "CANCEL",    "SUBMIT", "STATUS", "RESULTS",
         "KILL",    "NODES",  "HEALTH",  "REPLY",     "ERROR",  "SHUTDOWN", "PLAN",
         "BYE",     "JOBS",   "DRAIN",  "TRACE",  "TRACED", "SEQ_ADD", "SEQ_CANCEL",
-        "SEQ_OUT", "PROGRESS", "TRAIN_STEP"};
+        "SEQ_OUT", "PROGRESS", "TRAIN_STEP", "DEPLOYMENTS"};
     cr_assert_eq(sizeof(expected) / sizeof(expected[0]), PL_MSG_COUNT_);
     for (int t = 1; t < PL_MSG_COUNT_; t++) {
         pl_msg_type_t got = 0;

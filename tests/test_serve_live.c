@@ -1,8 +1,8 @@
 /* Integration: the OpenAI API on a live local cluster — a coordinator with coordinator.http, two
  * daemons, a 2-stage deployment made by `pipectl serve` — checked by tests/js/serve_check.mjs
  * (the official openai client and the tokenizer references) and by curl for a client that
- * leaves mid-stream and for the errors. Skipped until the serving runtime's deployment file
- * (etc/deploy-tiny.yaml) and `pipectl serve` are in the tree; until then they skip. */
+ * leaves mid-stream, for the errors and a full queue; the same conversations as batch jobs on
+ * the deployment and on stages of their own; `pipectl deployments` and `undeploy`. */
 #include "cluster_util.h"
 #include "js_ref.h"
 
@@ -22,12 +22,11 @@ static void s_fini(void)
 static void s_require(void)
 {
     js_ref_require(S_TOK);
-    /* the deployment file is in; the runtime that keeps a deployment's stages loaded (the
-     * `pipectl serve` verb, the daemons' serving mode) is not yet (issue 11) */
+    /* a build without `pipectl serve` has no deployments to test */
     char cmd[600];
     snprintf(cmd, sizeof(cmd), "%s/pipectl --help 2>&1 | grep -q '^  serve '", tc_bin());
     if (system(cmd) != 0)
-        cr_skip_test("no `pipectl serve` yet: deployments are not built (issue 11)");
+        cr_skip_test("this pipectl has no `serve`");
     if (access(JS_DIR "/node_modules/openai/package.json", R_OK) != 0 ||
         system("curl --version >/dev/null 2>&1") != 0) {
         if (getenv("CI") && !strcmp(getenv("CI"), "true"))
@@ -62,7 +61,7 @@ static void s_start(void)
     /* the tiny deployment of etc/, on this test's model */
     snprintf(path, sizeof(path), "%s/deploy.yaml", s_c.dir);
     snprintf(cluster, sizeof(cluster),
-             "name: tiny\nmodel: %s/t\nstages: 2\nplanner: even\nkv_slots: 16\nmax_queue: 64\n"
+             "name: tiny\nmodel: %s/t\nstages: 2\nplanner: even\nkv_slots: 16\nmax_queue: 16\n"
              "max_tokens: 64\n",
              s_c.dir);
     tc_write(path, cluster);
@@ -97,7 +96,7 @@ Test(serve_live, openai_client_on_a_two_stage_deployment, .fini = s_fini, .timeo
     snprintf(in, sizeof(in), "%s/check.json", s_c.dir);
     snprintf(cmd, sizeof(cmd),
              "{\"base_url\":\"http://127.0.0.1:%d/v1\",\"model\":\"tiny\",\"model_dir\":\"%s/t\","
-             "\"max_tokens\":12,\"concurrent\":32}",
+             "\"max_tokens\":12,\"concurrent\":32,\"kv_slots\":16}",
              s_http, s_c.dir);
     tc_write(in, cmd);
     int rc = tc_sh(&out, "node %s/serve_check.mjs - < %s", JS_DIR, in);
@@ -107,10 +106,80 @@ Test(serve_live, openai_client_on_a_two_stage_deployment, .fini = s_fini, .timeo
     cr_assert_not_null(res, "serve_check.mjs: %s", out);
     cr_assert(json_is_true(json_object_get(res, "ok")), "%s", out);
     cr_assert_eq(json_integer_value(json_object_get(res, "concurrent_ok")), 32, "%s", out);
-    cr_log_info("32 concurrent streams in %lld ms",
-                (long long)json_integer_value(json_object_get(res, "concurrent_ms")));
-    json_decref(res);
+    cr_log_info("32 concurrent streams in %lld ms; %lld began while another decoded, %lld after "
+                "another had ended (16 KV slots)",
+                (long long)json_integer_value(json_object_get(res, "concurrent_ms")),
+                (long long)json_integer_value(json_object_get(res, "joined_mid_flight")),
+                (long long)json_integer_value(json_object_get(res, "after_a_slot_freed")));
     free(out);
+
+    /* pipectl deployments lists it, ready, with what it served */
+    tc_sh(&out, "%s/pipectl -c %s -o json deployments", tc_bin(), s_c.ep);
+    json_t *dl = json_loads(out, 0, NULL);
+    json_t *d = json_array_get(json_object_get(dl, "deployments"), 0);
+    cr_assert_not_null(d, "%s", out);
+    cr_assert_str_eq(json_string_value(json_object_get(d, "state")), "ready", "%s", out);
+    cr_assert_geq(json_integer_value(json_object_get(d, "completed")), 32 + 32, "%s", out);
+    cr_assert_eq(json_array_size(json_object_get(d, "stages")), 2, "%s", out);
+    json_decref(dl);
+    free(out);
+    tc_sh(&out, "%s/pipectl -c %s deployments", tc_bin(), s_c.ep);
+    cr_assert(strstr(out, "tiny") && strstr(out, "ready") && strstr(out, "node0[0-1]"), "%s", out);
+    free(out);
+
+    /* the same 32 conversations as one batch job: on the deployment, then on stages of its own
+     * after undeploy: the same texts as the streams */
+    char path[1024], job[2048];
+    snprintf(path, sizeof(path), "%s/convs.jsonl", s_c.dir);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    size_t i;
+    json_t *conv;
+    json_array_foreach(json_object_get(res, "prompts"), i, conv)
+    {
+        json_t *o = json_pack("{s:O}", "messages", conv);
+        char *line = json_dumps(o, JSON_COMPACT);
+        fprintf(f, "%s\n", line);
+        free(line);
+        json_decref(o);
+    }
+    fclose(f);
+    for (int own = 0; own < 2; own++) {
+        if (own) {
+            rc = tc_sh(&out, "%s/pipectl -c %s undeploy tiny", tc_bin(), s_c.ep);
+            cr_assert_eq(rc, 0, "%s", out);
+            free(out);
+            tc_sh(&out, "curl -s http://127.0.0.1:%d/v1/models", s_http);
+            cr_assert_str_eq(out, "{\"object\":\"list\",\"data\":[]}");
+            free(out);
+            cr_assert_eq(tc_wait_idle(&s_c, 2, 60), 0, "the stages were not released");
+        }
+        snprintf(path, sizeof(path), "%s/convs.yaml", s_c.dir);
+        snprintf(job, sizeof(job),
+                 "model: t\nprompts: convs.jsonl\nmax_new_tokens: 12\nsampling:\n  temperature: "
+                 "0\n  seed: 1\nstages: 2\nplanner: even\n%s",
+                 own ? "" : "deployment: tiny\n");
+        tc_write(path, job);
+        rc = tc_sh(&out, "%s/pipectl -c %s submit %s --wait >/dev/null 2>%s/convs.err && "
+                         "%s/pipectl -c %s -o json results $(sed -n 's/^job \\([0-9]*\\) "
+                         "submitted$/\\1/p' %s/convs.err)",
+                   tc_bin(), s_c.ep, path, s_c.dir, tc_bin(), s_c.ep, s_c.dir);
+        if (rc)
+            tc_dump_logs(&s_c);
+        cr_assert_eq(rc, 0, "%s job: %s", own ? "own stages" : "deployment", out);
+        json_t *jr = json_loads(out, 0, NULL), *e;
+        cr_assert_eq(json_array_size(json_object_get(jr, "results")), 32, "%s", out);
+        json_array_foreach(json_object_get(jr, "results"), i, e)
+        {
+            const char *want = json_string_value(json_array_get(json_object_get(res, "texts"), i));
+            const char *got = json_string_value(json_object_get(e, "text"));
+            cr_assert(want && got && !strcmp(want, got), "%s job, prompt %zu: %s, streamed %s",
+                      own ? "own stages" : "deployment", i, got ? got : "-", want ? want : "-");
+        }
+        json_decref(jr);
+        free(out);
+    }
+    json_decref(res);
 }
 
 Test(serve_live, a_client_that_leaves_mid_stream_and_bad_requests, .fini = s_fini, .timeout = 400)
@@ -126,6 +195,16 @@ Test(serve_live, a_client_that_leaves_mid_stream_and_bad_requests, .fini = s_fin
           "http://127.0.0.1:%d/v1/chat/completions",
           s_http);
     free(out);
+    /* its slot is free again: the coordinator has no request of it in flight */
+    bool freed = false;
+    for (int i = 0; i < 100 && !freed; i++) {
+        tc_sh(&out, "%s/pipectl -c %s -o json deployments", tc_bin(), s_c.ep);
+        freed = out && strstr(out, "\"live\": 0,") && strstr(out, "\"queued\": 0,");
+        free(out);
+        if (!freed)
+            usleep(100 * 1000);
+    }
+    cr_assert(freed, "the canceled request still holds its slot");
     const char *bad[][2] = {
         {"{\"model\":", "400"},
         {"{\"model\":\"tiny\",\"messages\":[]}", "400"},
@@ -153,10 +232,40 @@ Test(serve_live, a_client_that_leaves_mid_stream_and_bad_requests, .fini = s_fin
         cr_assert(strstr(out, "16 200"), "%s", out);
         free(out);
     }
+    /* 56 long requests at once (the front takes 64 connections): beyond 16 slots + a queue of
+     * 16 some are answered 429 with Retry-After, the others 200 */
+    tc_sh(&out,
+          "seq 56 | xargs -P 56 -I{} curl -s -o /dev/null -w '%%{http_code}\\n' -H "
+          "'Content-Type: application/json' -d '{\"model\":\"tiny\",\"max_tokens\":64,"
+          "\"ignore_eos\":true,\"messages\":[{\"role\":\"user\",\"content\":\"n {}\"}]}' "
+          "http://127.0.0.1:%d/v1/chat/completions | sort | uniq -c",
+          s_http);
+    cr_assert(strstr(out, " 429") && strstr(out, " 200"), "%s", out);
+    cr_log_info("56 at once: %s", out);
+    free(out);
+    tc_sh(&out,
+          "seq 56 | xargs -P 56 -I{} curl -s -D - -o /dev/null -H "
+          "'Content-Type: application/json' -d '{\"model\":\"tiny\",\"max_tokens\":64,"
+          "\"ignore_eos\":true,\"messages\":[{\"role\":\"user\",\"content\":\"n {}\"}]}' "
+          "http://127.0.0.1:%d/v1/chat/completions | grep -i -c '^retry-after:'",
+          s_http);
+    cr_assert(out && atoi(out) >= 1, "no Retry-After: %s", out ? out : "");
+    free(out);
+    /* the coordinator's metrics counted them, and timed the tokens */
+    tc_sh(&out, "curl -s http://127.0.0.1:%d/metrics", s_http);
+    const char *want[] = {"pipecoord_serve_requests_total{outcome=\"refused_429\"} ",
+                          "pipecoord_serve_requests_total{outcome=\"length\"} ",
+                          "pipecoord_serve_time_to_first_token_seconds_count{deployment=\"tiny\"} ",
+                          "pipecoord_serve_inter_token_seconds_count{deployment=\"tiny\"} "};
+    for (size_t k = 0; k < sizeof(want) / sizeof(*want); k++) {
+        const char *at = out ? strstr(out, want[k]) : NULL;
+        cr_assert(at && atof(at + strlen(want[k])) >= 1, "%s in %s", want[k], out ? out : "");
+    }
+    free(out);
 }
 
-/* Without the serving runtime too: the coordinator's front serves the API when --http is set
- * (no deployments yet: an empty list, and a 404 naming the model), beside /metrics. */
+/* Without daemons too: the coordinator's front serves the API when --http is set (nothing
+ * deployed: an empty list, and a 404 naming the model), beside /metrics. */
 Test(serve_live, the_coordinator_serves_the_api_on_its_front, .fini = s_fini, .timeout = 120)
 {
     char bin[512], log[512], db[512], http[64], *out = NULL;

@@ -33,6 +33,7 @@ static const char *const s_names[PL_MSG_COUNT_] = {
     [PL_MSG_SEQ_OUT] = "SEQ_OUT",
     [PL_MSG_PROGRESS] = "PROGRESS",
     [PL_MSG_TRAIN_STEP] = "TRAIN_STEP",
+    [PL_MSG_DEPLOYMENTS] = "DEPLOYMENTS",
 };
 
 const char *pl_msg_name(pl_msg_type_t type)

@@ -45,6 +45,7 @@ typedef enum {
     PL_MSG_SEQ_OUT,    /* daemon -> coord: a request's new tokens, text and end (last stage) */
     PL_MSG_PROGRESS,   /* daemon -> coord: tokens the last stage sampled since its last report */
     PL_MSG_TRAIN_STEP, /* daemon -> coord: a training stage finished an optimizer step */
+    PL_MSG_DEPLOYMENTS, /* pipectl -> coord: the deployments, their plans, load and throughput */
     PL_MSG_COUNT_
 } pl_msg_type_t;
 

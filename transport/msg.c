@@ -156,6 +156,7 @@ pl_status_t pl_msg_encode(const pl_msg_t *m, json_t **body_p)
         return pl_msg_train_step_encode(&m->train_step, body_p);
     case PL_MSG_NODES:
     case PL_MSG_JOBS:
+    case PL_MSG_DEPLOYMENTS:
     case PL_MSG_SHUTDOWN:
         return pl_msg_int_done(json_object(), pl_msg_name(m->type), body_p);
     default:
@@ -248,6 +249,7 @@ pl_status_t pl_msg_decode(pl_msg_type_t type, const json_t *body, pl_msg_t *out)
         break;
     case PL_MSG_NODES:
     case PL_MSG_JOBS:
+    case PL_MSG_DEPLOYMENTS:
     case PL_MSG_SHUTDOWN:
         st = PL_OK;
         break;

@@ -413,7 +413,7 @@ typedef struct {
         pl_msg_seq_cancel_t seq_cancel;
         pl_msg_seq_out_t seq_out;
         pl_msg_train_step_t train_step;
-        /* NODES, JOBS and SHUTDOWN carry nothing */
+        /* NODES, JOBS, DEPLOYMENTS and SHUTDOWN carry nothing */
     };
 } pl_msg_t;
 

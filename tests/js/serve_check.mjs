@@ -4,8 +4,11 @@
 // one; usage.prompt_tokens equals what @huggingface/tokenizers and @huggingface/jinja give for
 // the same prompt and messages; finish_reason agrees with completion_tokens; N concurrent
 // streaming clients with prompts of different lengths each get what the same request gets
-// alone. Usage: node serve_check.mjs - < {base_url, api_key, model, model_dir, max_tokens,
-// concurrent}; prints {ok, failures: [...], ...figures} and exits 1 when a check failed.
+// alone, some joining while others decode and, with more clients than KV slots, some starting
+// after an early finisher freed its slot; their texts and prompts are printed for the caller to
+// compare with a batch job. Usage: node serve_check.mjs - < {base_url, api_key, model, model_dir,
+// max_tokens, concurrent, kv_slots}; prints {ok, failures: [...], ...figures} and exits 1 when a
+// check failed.
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import OpenAI from "openai";
@@ -60,13 +63,17 @@ async function streamChat(messages) {
   const s = await client.chat.completions.create({
     ...greedy, messages, stream: true, stream_options: { include_usage: true },
   });
-  const r = { text: "", role: null, finish: null, usage: null, chunks: 0 };
+  const r = { text: "", role: null, finish: null, usage: null, chunks: 0, first: 0, last: 0 };
   for await (const chunk of s) {
     if (chunk.usage) r.usage = chunk.usage;
     const c = chunk.choices[0];
     if (!c) continue;
     if (r.chunks++ === 0) r.role = c.delta.role ?? null;
-    if (c.delta.content) r.text += c.delta.content;
+    if (c.delta.content) {
+      r.text += c.delta.content;
+      r.last = performance.now();
+      r.first = r.first || r.last;
+    }
     if (c.finish_reason) r.finish = c.finish_reason;
   }
   return r;
@@ -111,7 +118,7 @@ if (n) {
     { role: "user", content: `Count with me: ${"one two three ".repeat(1 + (i % 7) * 3)}go ${i}` },
   ]);
   const alone = [];
-  for (let i = 0; i < Math.min(n, 8); i++) alone.push(await wholeChat(convs[i]));
+  for (let i = 0; i < n; i++) alone.push(await wholeChat(convs[i]));
   const t0 = Date.now();
   const all = await Promise.allSettled(convs.map((m) => streamChat(m)));
   out.concurrent_ms = Date.now() - t0;
@@ -127,6 +134,18 @@ if (n) {
       check(r.value.text === alone[i].text,
         `client ${i}: under load ${JSON.stringify(r.value.text)}, alone ${JSON.stringify(alone[i].text)}`);
   });
+  // continuous batching, seen from the clients: a request whose first token came while another
+  // was decoding (it joined mid-flight), and one whose first token came after another had
+  // ended (it waited for the slot an early finisher freed: more clients than KV slots)
+  const ok = all.filter((r) => r.status === "fulfilled" && r.value.first).map((r) => r.value);
+  out.joined_mid_flight = ok.filter((a) => ok.some((b) => b !== a && b.first < a.first && a.first < b.last)).length;
+  const firstEnd = Math.min(...ok.map((r) => r.last));
+  out.after_a_slot_freed = ok.filter((a) => a.first > firstEnd && ok.some((b) => b.first < a.first && a.first < b.last)).length;
+  if (input.kv_slots && n > input.kv_slots)
+    check(out.after_a_slot_freed >= 1, `no client of ${n} began after one ended, with ${input.kv_slots} KV slots`);
+  check(out.joined_mid_flight >= 1, "no client began while another was decoding");
+  out.texts = all.map((r) => (r.status === "fulfilled" ? r.value.text : null));
+  out.prompts = convs;
 }
 out.ok = failures.length === 0;
 out.failures = failures;

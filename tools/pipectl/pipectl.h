@@ -140,6 +140,9 @@ int pl_pipectl_trace_verb(pl_pipectl_t *c, char **args, int n_args);
 int pl_pipectl_train(pl_pipectl_t *c, char **args, int n_args);
 /* A training job's STATUS reply (its "train" part) as `status` prints it (train.c). */
 void pl_pipectl_train_status(const json_t *r);
+int pl_pipectl_serve(pl_pipectl_t *c, char **args, int n_args);
+int pl_pipectl_deployments(pl_pipectl_t *c, char **args, int n_args);
+int pl_pipectl_undeploy(pl_pipectl_t *c, char **args, int n_args);
 /* describe's halves: one job (status, events) and one node (health). */
 int pl_pipectl_describe_job(pl_pipectl_t *c, const char *id);
 int pl_pipectl_describe_node(pl_pipectl_t *c, const char *name);

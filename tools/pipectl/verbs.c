@@ -47,6 +47,21 @@ static const pl_pipectl_verb_t s_verbs[] = {
      "and/or an SVG picture (here -o names the file)",
      "pipectl trace 1 -o trace.json --svg timeline.svg", 1, 1,
      PL_PIPECTL_OPT_OUTFILE | PL_PIPECTL_OPT_SVG, false, pl_pipectl_trace_verb},
+    {"serve", "DEPLOY.yaml [--wait]",
+     "deploy a model: plan it onto the cluster once and keep its stages loaded for requests "
+     "(the OpenAI API, jobs naming it) until undeploy; --wait: until it is ready (a line per "
+     "change while it loads); a name already deployed is refused (exit 1)",
+     "pipectl serve etc/deploy-tiny.yaml --wait", 1, 1, PL_PIPECTL_OPT_WAIT, false,
+     pl_pipectl_serve},
+    {"deployments", "[--watch]",
+     "the deployments: state (planning, loading, ready, resuming, failed), job, KV slots, "
+     "requests live / queued / completed, output tok/s, plan (stages on nodes with their "
+     "layers); -o wide adds context, lanes, resumes, model and note",
+     "pipectl deployments -o wide", 0, 0, PL_PIPECTL_OPT_WATCH, false, pl_pipectl_deployments},
+    {"undeploy", "NAME",
+     "end a deployment (the cancel of its job): requests in flight end as canceled, the "
+     "stages release their memory",
+     "pipectl undeploy tiny", 1, 1, 0, false, pl_pipectl_undeploy},
     {"plan", "JOB.yaml [--stages N] [--cluster WHATIF.yaml]",
      "the plan the job would get on the live cluster, or on a described one (no coordinator "
      "needed)",
