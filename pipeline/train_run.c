@@ -40,6 +40,7 @@ typedef struct {
     pl_ucx_ep_t *ring_next, *ring_prev; /* the same stage of the other replicas */
     pl_train_ar_t *ar;
     pl_train_exec_t *te;
+    pl_act_token_t token; /* START's: every data-plane message of this assignment carries it */
     int32_t *tokens;
     double busy_s, wait_s, t0;
 } s_run_t;
@@ -159,8 +160,7 @@ static pl_status_t s_start(s_run_t *s, char **next_p, char **prev_p, char **ring
             *next_p = m.start.next, *prev_p = m.start.prev;
             ring_p[0] = m.start.ring_next, ring_p[1] = m.start.ring_prev;
             m.start.next = m.start.prev = m.start.ring_next = m.start.ring_prev = NULL;
-            /* m.start.token: train_exec's messages do not carry a token yet (issue 13's work
-             * on train_exec.c adds it to pl_train_link_t; then it is set here) */
+            s->token = m.start.token;
             pl_msg_clear(&m);
             return PL_OK;
         }
@@ -197,7 +197,8 @@ static pl_status_t s_connect(s_run_t *s)
             goto out;
     }
     pl_train_link_t link = {.ucx = s->ucx, .prev = s->prev, .next = s->next, .job = r->job,
-                            .timeout_ms = S_DATA_TIMEOUT_MS, .cancel = r->cancel, .dp = s->ar};
+                            .token = s->token, .timeout_ms = S_DATA_TIMEOUT_MS,
+                            .cancel = r->cancel, .dp = s->ar};
     if ((st = pl_train_exec_create(&s->cfg, pl_train_master_weights(s->master), s->s, s->S,
                                    s->l0, s->l1, r->ops, &link, &s->te)))
         goto out;
