@@ -29,8 +29,18 @@ typedef struct {
  * pl_cpu_qact_quantize. Returns sum_i w[i] * x[i]. n is a whole number of the type's blocks. */
 typedef float (*pl_cpu_qdot_fn)(const void *w, const void *qx, int64_t n);
 
+/* Most activation rows one multi-row dot takes. */
+#define PL_CPU_QDOT_ROWS 4
+
+/* The same weight row against nr (1..PL_CPU_QDOT_ROWS) activation rows qx[0..nr-1] at once,
+ * each block unpacked once for all of them (batched decode reads and unpacks the weights once
+ * per step, not once per sequence): out[r] is bitwise what the one-row dot gives qx[r]. */
+typedef void (*pl_cpu_qdot_rows_fn)(const void *w, const void *const *qx, int nr, int64_t n,
+                                    float *out);
+
 typedef struct {
     pl_cpu_qdot_fn q8_0, q4_0, q4_k, q5_k, q6_k;
+    pl_cpu_qdot_rows_fn q8_0_rows, q4_0_rows, q4_k_rows, q5_k_rows, q6_k_rows;
 } pl_cpu_qdot_table_t;
 
 /* Bytes of the quantized activations of a row of n elements, for weights of type wt (0 for a
@@ -43,6 +53,8 @@ void pl_cpu_qact_quantize(pl_wtype_t wt, const float *x, int64_t n, void *qx);
 const pl_cpu_qdot_table_t *pl_cpu_qdot_table(pl_cpu_isa_t isa);
 /* The kernel of a table for weight type wt; NULL for a type that is not block-quantized. */
 pl_cpu_qdot_fn pl_cpu_qdot_fn_of(const pl_cpu_qdot_table_t *t, pl_wtype_t wt);
+/* Its multi-row kernel; NULL likewise. */
+pl_cpu_qdot_rows_fn pl_cpu_qdot_rows_fn_of(const pl_cpu_qdot_table_t *t, pl_wtype_t wt);
 
 /* The kernels of the instruction set in use, one per type. */
 float pl_q8_0_dot(const void *w, const void *qx, int64_t n);
@@ -80,6 +92,10 @@ float pl_cpu_q8_0_dot_avx2(const void *w, const void *qx, int64_t n);
 float pl_cpu_q4_0_dot_avx2(const void *w, const void *qx, int64_t n);
 float pl_cpu_q4_k_dot_avx2(const void *w, const void *qx, int64_t n);
 float pl_cpu_q5_k_dot_avx2(const void *w, const void *qx, int64_t n);
+void pl_cpu_q8_0_rows_avx2(const void *w, const void *const *qx, int nr, int64_t n, float *out);
+void pl_cpu_q4_0_rows_avx2(const void *w, const void *const *qx, int nr, int64_t n, float *out);
+void pl_cpu_q4_k_rows_avx2(const void *w, const void *const *qx, int nr, int64_t n, float *out);
+void pl_cpu_q5_k_rows_avx2(const void *w, const void *const *qx, int nr, int64_t n, float *out);
 
 /* Internal: pl_cpu_qact_quantize with AVX2, bitwise the same bytes. */
 void pl_cpu_qact_quantize_avx2(pl_wtype_t wt, const float *x, int64_t n, void *qx);

@@ -31,14 +31,6 @@ static inline int s_hsum_i32(__m256i v)
     return _mm_cvtsi128_si32(s);
 }
 
-/* 8 int32 sums of products of 32 signed bytes w and x (|w| <= 127 or -128 never met: w is a
- * quant in -127..127 or -8..7). */
-static inline __m256i s_dot_i8(__m256i w, __m256i x)
-{
-    __m256i aw = _mm256_sign_epi8(w, w), sx = _mm256_sign_epi8(x, w);
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sx), _mm256_set1_epi16(1));
-}
-
 /* Q4_0's 32 quants minus 8 as int8, element i in byte i: the 16 bytes in both halves, the high
  * half shifted down to its high nibbles. */
 static inline __m256i s_q4_0_quants(const unsigned char *qs)
@@ -48,47 +40,81 @@ static inline __m256i s_q4_0_quants(const unsigned char *qs)
     return _mm256_sub_epi8(_mm256_and_si256(v, _mm256_set1_epi8(0x0F)), _mm256_set1_epi8(8));
 }
 
-/* One block's 8 integer lane dots, converted, times its two scales, into acc (cpu_qdot.c's
- * lanes: blocks of even index in one accumulator, odd in the other). */
-static inline __attribute__((always_inline)) __m256
-s_q32_block(const unsigned char *pb, const pl_q8_act_t *a, bool four, __m256 acc)
-{
-    _mm_prefetch((const char *)pb + S_PF, _MM_HINT_T0);
-    __m256i qw = four ? s_q4_0_quants(pb + 2) : _mm256_loadu_si256((const __m256i *)(pb + 2));
-    __m256i s = s_dot_i8(qw, _mm256_loadu_si256((const __m256i *)a->qs));
-    __m256 d = _mm256_set1_ps(s_half(pb) * a->d);
-    return _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(s), acc);
-}
-
-static inline __attribute__((always_inline)) float s_q32(const void *w, const void *qx, int64_t n,
-                                                         bool four)
+/* Q8_0 / Q4_0 against R activation rows: block b's weights unpacked once (their quants, their
+ * absolute values for the unsigned-times-signed multiply, their scale), then per row its 8
+ * integer lane dots, converted, times the two scales, into that row's accumulator of b's parity
+ * (cpu_qdot.c's lanes). Every lane takes the scalar code's fmaf chain in block order, so the
+ * vector loop may stop anywhere and the scalar tail finish: any R gives the one-row result. */
+static inline __attribute__((always_inline)) void s_q32_rows(const void *w, const void *const *qx,
+                                                             int R, int64_t n, bool four,
+                                                             float *out)
 {
     const unsigned char *p = w;
-    const pl_q8_act_t *a = qx;
     size_t bb = four ? sizeof(pl_block_q4_0_t) : sizeof(pl_block_q8_0_t);
     int64_t nb = n / PL_QK8_0, b = 0;
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc[PL_CPU_QDOT_ROWS][2];
     float lanes[16];
-    for (; b + 4 <= nb; b += 4) {
-        acc0 = s_q32_block(p + (size_t)b * bb, a + b, four, acc0);
-        acc1 = s_q32_block(p + (size_t)(b + 1) * bb, a + b + 1, four, acc1);
-        acc0 = s_q32_block(p + (size_t)(b + 2) * bb, a + b + 2, four, acc0);
-        acc1 = s_q32_block(p + (size_t)(b + 3) * bb, a + b + 3, four, acc1);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+        acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+    for (; b + 2 <= nb; b += 2) {
+#pragma GCC unroll 2
+        for (int par = 0; par < 2; par++) {
+            const unsigned char *pb = p + (size_t)(b + par) * bb;
+            _mm_prefetch((const char *)pb + S_PF, _MM_HINT_T0);
+            __m256i qw = four ? s_q4_0_quants(pb + 2) : _mm256_loadu_si256((const __m256i *)(pb + 2));
+            __m256i aw = _mm256_sign_epi8(qw, qw);
+            float dw = s_half(pb);
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
+                const pl_q8_act_t *a = (const pl_q8_act_t *)qx[r] + b + par;
+                __m256i sx = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)a->qs), qw);
+                __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sx), ones);
+                __m256 d = _mm256_set1_ps(dw * a->d);
+                acc[r][par] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(s), acc[r][par]);
+            }
+        }
     }
-    _mm256_storeu_ps(lanes, acc0);
-    _mm256_storeu_ps(lanes + 8, acc1);
-    pl_cpu_q32_tail(w, qx, b, nb, four, lanes);
-    return pl_cpu_q32_lanes_sum(lanes);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) {
+        _mm256_storeu_ps(lanes, acc[r][0]);
+        _mm256_storeu_ps(lanes + 8, acc[r][1]);
+        pl_cpu_q32_tail(w, qx[r], b, nb, four, lanes);
+        out[r] = pl_cpu_q32_lanes_sum(lanes);
+    }
 }
+
+/* The multi-row entry points: one instance per row count, so each keeps its accumulators in
+ * registers. */
+#define S_ROWS_ENTRY(name, body)                                                                   \
+    void name(const void *w, const void *const *qx, int nr, int64_t n, float *out)               \
+    {                                                                                              \
+        switch (nr) {                                                                              \
+        case 1: body(1); break;                                                                    \
+        case 2: body(2); break;                                                                    \
+        case 3: body(3); break;                                                                    \
+        default: body(4); break;                                                                   \
+        }                                                                                          \
+    }
+
+#define S_Q8_0(R) s_q32_rows(w, qx, R, n, false, out)
+#define S_Q4_0(R) s_q32_rows(w, qx, R, n, true, out)
+S_ROWS_ENTRY(pl_cpu_q8_0_rows_avx2, S_Q8_0)
+S_ROWS_ENTRY(pl_cpu_q4_0_rows_avx2, S_Q4_0)
 
 float pl_cpu_q8_0_dot_avx2(const void *w, const void *qx, int64_t n)
 {
-    return s_q32(w, qx, n, false);
+    float out;
+    s_q32_rows(w, &qx, 1, n, false, &out);
+    return out;
 }
 
 float pl_cpu_q4_0_dot_avx2(const void *w, const void *qx, int64_t n)
 {
-    return s_q32(w, qx, n, true);
+    float out;
+    s_q32_rows(w, &qx, 1, n, true, &out);
+    return out;
 }
 
 /* A K-quant super-block's 8 6-bit scales and 8 mins, unpacked from their 12 bytes at once (the
@@ -113,16 +139,20 @@ static inline __attribute__((always_inline)) __m256i s_q5_bit(__m256i qh, int j)
     return j < 4 ? _mm256_slli_epi16(t, 4 - j) : j > 4 ? _mm256_srli_epi16(t, j - 4) : t;
 }
 
-/* Q4_K / Q5_K: per 64-element chunk, two sub-blocks of 32 unsigned quants, each product times its
- * scale (broadcast by a byte shuffle) in 32-bit lanes; the mins' sum against the pairs of bsums. */
-static inline __attribute__((always_inline)) float s_k45(const void *w, const void *qx, int64_t n,
-                                                         bool five)
+/* Q4_K / Q5_K against R activation rows: per 64-element chunk, two sub-blocks of 32 unsigned
+ * quants unpacked once with their scales (broadcast by a byte shuffle); per row each product
+ * times its scale in 32-bit lanes, and the mins' sum against the row's pairs of bsums. */
+static inline __attribute__((always_inline)) void s_k45_rows(const void *w, const void *const *qx,
+                                                             int R, int64_t n, bool five,
+                                                             float *out)
 {
     const unsigned char *p = w;
-    const pl_q8k_act_t *a = qx;
     size_t bb = five ? sizeof(pl_block_q5_k_t) : sizeof(pl_block_q4_k_t);
     const __m256i m4 = _mm256_set1_epi8(0x0F);
-    float sum = 0.0f;
+    float sum[PL_CPU_QDOT_ROWS];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+        sum[r] = 0.0f;
     for (int64_t b = 0; b < n / PL_QK_K; b++, p += bb) {
         const uint8_t *qs = p + (five ? 48 : 16);
         for (size_t l = 0; l < bb; l += 64)
@@ -130,14 +160,20 @@ static inline __attribute__((always_inline)) float s_k45(const void *w, const vo
         __m256i qh = five ? _mm256_loadu_si256((const __m256i *)(p + 16)) : _mm256_setzero_si256();
         __m128i sc, mn;
         s_k_scales(p + 4, &sc, &mn);
-        __m128i pairs = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)a[b].bsums),
-                                       _mm_loadu_si128((const __m128i *)(a[b].bsums + 8)));
-        __m128i ms = _mm_madd_epi16(mn, pairs);
-        ms = _mm_add_epi32(ms, _mm_shuffle_epi32(ms, 0x4E));
-        ms = _mm_add_epi32(ms, _mm_shuffle_epi32(ms, 0xB1));
-        int summ = _mm_cvtsi128_si32(ms);
         __m256i sc2 = _mm256_broadcastsi128_si256(sc);
-        __m256i isum = _mm256_setzero_si256();
+        __m256i isum[PL_CPU_QDOT_ROWS];
+        int summ[PL_CPU_QDOT_ROWS];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            const pl_q8k_act_t *a = (const pl_q8k_act_t *)qx[r] + b;
+            __m128i pairs = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)a->bsums),
+                                           _mm_loadu_si128((const __m128i *)(a->bsums + 8)));
+            __m128i ms = _mm_madd_epi16(mn, pairs);
+            ms = _mm_add_epi32(ms, _mm_shuffle_epi32(ms, 0x4E));
+            ms = _mm_add_epi32(ms, _mm_shuffle_epi32(ms, 0xB1));
+            summ[r] = _mm_cvtsi128_si32(ms);
+            isum[r] = _mm256_setzero_si256();
+        }
 #pragma GCC unroll 4
         for (int c = 0; c < 4; c++) {
             __m256i raw = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
@@ -149,42 +185,72 @@ static inline __attribute__((always_inline)) float s_k45(const void *w, const vo
             }
             __m256i s0 = _mm256_shuffle_epi8(sc2, _mm256_set1_epi16((short)(0x0100 + 0x0404 * c)));
             __m256i s1 = _mm256_shuffle_epi8(sc2, _mm256_set1_epi16((short)(0x0302 + 0x0404 * c)));
-            __m256i x0 = _mm256_loadu_si256((const __m256i *)(a[b].qs + 64 * c));
-            __m256i x1 = _mm256_loadu_si256((const __m256i *)(a[b].qs + 64 * c + 32));
-            __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, x0), s0);
-            __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, x1), s1);
-            isum = _mm256_add_epi32(isum, _mm256_add_epi32(p0, p1));
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
+                const int8_t *xq = ((const pl_q8k_act_t *)qx[r] + b)->qs + 64 * c;
+                __m256i x0 = _mm256_loadu_si256((const __m256i *)xq);
+                __m256i x1 = _mm256_loadu_si256((const __m256i *)(xq + 32));
+                __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, x0), s0);
+                __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, x1), s1);
+                isum[r] = _mm256_add_epi32(isum[r], _mm256_add_epi32(p0, p1));
+            }
         }
-        sum = fmaf(a[b].d, fmaf(s_half(p), (float)s_hsum_i32(isum), -(s_half(p + 2) * (float)summ)),
-                   sum);
+        float dw = s_half(p), dmin = s_half(p + 2);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++)
+            sum[r] = fmaf(((const pl_q8k_act_t *)qx[r] + b)->d,
+                          fmaf(dw, (float)s_hsum_i32(isum[r]), -(dmin * (float)summ[r])), sum[r]);
     }
-    return sum;
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+        out[r] = sum[r];
 }
+
+#define S_Q4_K(R) s_k45_rows(w, qx, R, n, false, out)
+#define S_Q5_K(R) s_k45_rows(w, qx, R, n, true, out)
+S_ROWS_ENTRY(pl_cpu_q4_k_rows_avx2, S_Q4_K)
+S_ROWS_ENTRY(pl_cpu_q5_k_rows_avx2, S_Q5_K)
 
 float pl_cpu_q4_k_dot_avx2(const void *w, const void *qx, int64_t n)
 {
-    return s_k45(w, qx, n, false);
+    float out;
+    s_k45_rows(w, &qx, 1, n, false, &out);
+    return out;
 }
 
 float pl_cpu_q5_k_dot_avx2(const void *w, const void *qx, int64_t n)
 {
-    return s_k45(w, qx, n, true);
+    float out;
+    s_k45_rows(w, &qx, 1, n, true, &out);
+    return out;
 }
 
-/* Q6_K: unsigned 6-bit quants dotted as they are; the offset 32 comes off through the bsums. */
-static float s_q6_k(const void *w, const void *qx, int64_t n)
+/* Q6_K against R activation rows: unsigned 6-bit quants unpacked once and dotted as they are;
+ * the offset 32 comes off through each row's bsums. */
+static inline __attribute__((always_inline)) void s_q6_k_rows(const void *w, const void *const *qx,
+                                                              int R, int64_t n, float *out)
 {
     const unsigned char *p = w;
-    const pl_q8k_act_t *a = qx;
     const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(3);
-    float sum = 0.0f;
+    float sum[PL_CPU_QDOT_ROWS];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+        sum[r] = 0.0f;
     for (int64_t b = 0; b < n / PL_QK_K; b++, p += sizeof(pl_block_q6_k_t)) {
         const uint8_t *ql = p, *qhp = p + 128;
         const int8_t *sc = (const int8_t *)(p + 192);
-        __m256i isum = _mm256_setzero_si256();
-        int off = 0;
-        for (int j = 0; j < 16; j++)
-            off += sc[j] * a[b].bsums[j];
+        __m256i isum[PL_CPU_QDOT_ROWS];
+        int off[PL_CPU_QDOT_ROWS];
+        for (size_t l = 0; l < sizeof(pl_block_q6_k_t); l += 64)
+            _mm_prefetch((const char *)p + S_PF + l, _MM_HINT_T0);
+        __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)sc));
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) { /* sum_j sc[j] * bsums[j], exact in int32 */
+            const pl_q8k_act_t *a = (const pl_q8k_act_t *)qx[r] + b;
+            off[r] = s_hsum_i32(
+                _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)a->bsums)));
+            isum[r] = _mm256_setzero_si256();
+        }
         for (int h = 0; h < 2; h++) {
             __m256i l0 = _mm256_loadu_si256((const __m256i *)(ql + 64 * h));
             __m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 64 * h + 32));
@@ -202,17 +268,38 @@ static float s_q6_k(const void *w, const void *qx, int64_t n)
                     _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
                     _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m2), 4)),
             };
+#pragma GCC unroll 4
             for (int part = 0; part < 4; part++) {
                 int is = 8 * h + 2 * part;
-                __m256i x = _mm256_loadu_si256((const __m256i *)(a[b].qs + 128 * h + 32 * part));
                 __m256i scv = _mm256_set_m128i(_mm_set1_epi16(sc[is + 1]), _mm_set1_epi16(sc[is]));
-                isum = _mm256_add_epi32(isum,
-                                        _mm256_madd_epi16(_mm256_maddubs_epi16(q[part], x), scv));
+#pragma GCC unroll 4
+                for (int r = 0; r < R; r++) {
+                    const int8_t *xq = ((const pl_q8k_act_t *)qx[r] + b)->qs + 128 * h + 32 * part;
+                    __m256i x = _mm256_loadu_si256((const __m256i *)xq);
+                    isum[r] = _mm256_add_epi32(
+                        isum[r], _mm256_madd_epi16(_mm256_maddubs_epi16(q[part], x), scv));
+                }
             }
         }
-        sum = fmaf(a[b].d * s_half(p + 208), (float)(s_hsum_i32(isum) - 32 * off), sum);
+        float dw = s_half(p + 208);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++)
+            sum[r] = fmaf(((const pl_q8k_act_t *)qx[r] + b)->d * dw,
+                          (float)(s_hsum_i32(isum[r]) - 32 * off[r]), sum[r]);
     }
-    return sum;
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+        out[r] = sum[r];
+}
+
+#define S_Q6_K(R) s_q6_k_rows(w, qx, R, n, out)
+static S_ROWS_ENTRY(s_q6_k_rows_entry, S_Q6_K)
+
+static float s_q6_k(const void *w, const void *qx, int64_t n)
+{
+    float out;
+    s_q6_k_rows(w, &qx, 1, n, &out);
+    return out;
 }
 
 /* ---- the activation quantizer: bitwise the scalar one (the same max, the same division and
@@ -266,7 +353,9 @@ void pl_cpu_qact_quantize_avx2(pl_wtype_t wt, const float *x, int64_t n, void *q
     }
 }
 
-const pl_cpu_qdot_table_t pl_cpu_qdot_avx2 = {pl_cpu_q8_0_dot_avx2, pl_cpu_q4_0_dot_avx2,
-                                              pl_cpu_q4_k_dot_avx2, pl_cpu_q5_k_dot_avx2, s_q6_k};
+const pl_cpu_qdot_table_t pl_cpu_qdot_avx2 = {
+    pl_cpu_q8_0_dot_avx2,  pl_cpu_q4_0_dot_avx2,  pl_cpu_q4_k_dot_avx2,  pl_cpu_q5_k_dot_avx2,
+    s_q6_k,                pl_cpu_q8_0_rows_avx2, pl_cpu_q4_0_rows_avx2, pl_cpu_q4_k_rows_avx2,
+    pl_cpu_q5_k_rows_avx2, s_q6_k_rows_entry};
 #pragma GCC pop_options
 #endif
