@@ -269,11 +269,12 @@ static void s_block(pl_cpu_qdot_rows_fn dot, const void *const *x, int nr, const
                     size_t rb, int no, int k, float *const *y)
 {
     float out[PL_CPU_QDOT_ROWS];
-    for (int o = 0; o < no; o++) {
-        const unsigned char *wo = (const unsigned char *)w + (size_t)o * rb;
-        for (int r0 = 0; r0 < nr; r0 += PL_CPU_QDOT_ROWS) {
-            int n = PL_MIN(PL_CPU_QDOT_ROWS, nr - r0);
-            dot(wo, x + r0, n, k, out);
+    /* a group's activation rows stay in L1 while the block's weight rows pass (from memory for
+     * the first group, from L2 for the others): 8 rows of 4096 would not fit beside them */
+    for (int r0 = 0; r0 < nr; r0 += PL_CPU_QDOT_ROWS) {
+        int n = PL_MIN(PL_CPU_QDOT_ROWS, nr - r0);
+        for (int o = 0; o < no; o++) {
+            dot((const unsigned char *)w + (size_t)o * rb, x + r0, n, k, out);
             for (int r = 0; r < n; r++)
                 y[r0 + r][o] = out[r];
         }

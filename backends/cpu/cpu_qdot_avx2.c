@@ -141,7 +141,9 @@ static inline __attribute__((always_inline)) __m256i s_q5_bit(__m256i qh, int j)
 
 /* Q4_K / Q5_K against R activation rows: per 64-element chunk, two sub-blocks of 32 unsigned
  * quants unpacked once with their scales (broadcast by a byte shuffle); per row each product
- * times its scale in 32-bit lanes, and the mins' sum against the row's pairs of bsums. */
+ * times its scale in 32-bit lanes, and the mins' sum against the row's pairs of bsums. The
+ * integer sums are exact in any order, and each row's float steps are the scalar fmaf chain
+ * (fmsub(a, b, c) rounds a * b - c once, as fmaf(a, b, -c) does), one row per lane for 4 rows. */
 static inline __attribute__((always_inline)) void s_k45_rows(const void *w, const void *const *qx,
                                                              int R, int64_t n, bool five,
                                                              float *out)
@@ -150,6 +152,7 @@ static inline __attribute__((always_inline)) void s_k45_rows(const void *w, cons
     size_t bb = five ? sizeof(pl_block_q5_k_t) : sizeof(pl_block_q4_k_t);
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     float sum[PL_CPU_QDOT_ROWS];
+    __m128 sum4 = _mm_setzero_ps(); /* R == 4: the rows' sums in lanes */
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++)
         sum[r] = 0.0f;
@@ -162,16 +165,13 @@ static inline __attribute__((always_inline)) void s_k45_rows(const void *w, cons
         s_k_scales(p + 4, &sc, &mn);
         __m256i sc2 = _mm256_broadcastsi128_si256(sc);
         __m256i isum[PL_CPU_QDOT_ROWS];
-        int summ[PL_CPU_QDOT_ROWS];
+        __m128i ms[PL_CPU_QDOT_ROWS]; /* the mins times the row's pairs of bsums, 4 partial sums */
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
             const pl_q8k_act_t *a = (const pl_q8k_act_t *)qx[r] + b;
             __m128i pairs = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)a->bsums),
                                            _mm_loadu_si128((const __m128i *)(a->bsums + 8)));
-            __m128i ms = _mm_madd_epi16(mn, pairs);
-            ms = _mm_add_epi32(ms, _mm_shuffle_epi32(ms, 0x4E));
-            ms = _mm_add_epi32(ms, _mm_shuffle_epi32(ms, 0xB1));
-            summ[r] = _mm_cvtsi128_si32(ms);
+            ms[r] = _mm_madd_epi16(mn, pairs);
             isum[r] = _mm256_setzero_si256();
         }
 #pragma GCC unroll 4
@@ -196,11 +196,30 @@ static inline __attribute__((always_inline)) void s_k45_rows(const void *w, cons
             }
         }
         float dw = s_half(p), dmin = s_half(p + 2);
+        if (R == 4) { /* the four rows' sums reduced side by side, their float steps in lanes */
+            __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(isum[0], isum[1]),
+                                          _mm256_hadd_epi32(isum[2], isum[3]));
+            __m128i si = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+            __m128i sm = _mm_hadd_epi32(_mm_hadd_epi32(ms[0], ms[1]), _mm_hadd_epi32(ms[2], ms[3]));
+            __m128 dx = _mm_setr_ps(((const pl_q8k_act_t *)qx[0] + b)->d,
+                                    ((const pl_q8k_act_t *)qx[1] + b)->d,
+                                    ((const pl_q8k_act_t *)qx[2] + b)->d,
+                                    ((const pl_q8k_act_t *)qx[3] + b)->d);
+            __m128 t = _mm_mul_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(sm));
+            __m128 u = _mm_fmsub_ps(_mm_set1_ps(dw), _mm_cvtepi32_ps(si), t);
+            sum4 = _mm_fmadd_ps(dx, u, sum4);
+            continue;
+        }
 #pragma GCC unroll 4
-        for (int r = 0; r < R; r++)
+        for (int r = 0; r < R; r++) {
+            __m128i m = _mm_add_epi32(ms[r], _mm_shuffle_epi32(ms[r], 0x4E));
+            int summ = _mm_cvtsi128_si32(_mm_add_epi32(m, _mm_shuffle_epi32(m, 0xB1)));
             sum[r] = fmaf(((const pl_q8k_act_t *)qx[r] + b)->d,
-                          fmaf(dw, (float)s_hsum_i32(isum[r]), -(dmin * (float)summ[r])), sum[r]);
+                          fmaf(dw, (float)s_hsum_i32(isum[r]), -(dmin * (float)summ)), sum[r]);
+        }
     }
+    if (R == 4)
+        _mm_storeu_ps(sum, sum4);
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++)
         out[r] = sum[r];
