@@ -202,13 +202,32 @@ const pl_cpu_qdot_table_t pl_cpu_qdot_scalar = S_SCALAR_TABLE;
 #if !defined(__x86_64__) /* pl_cpu_isa() never picks these there */
 const pl_cpu_qdot_table_t pl_cpu_qdot_avx2 = S_SCALAR_TABLE;
 const pl_cpu_qdot_table_t pl_cpu_qdot_avx512 = S_SCALAR_TABLE;
+const pl_cpu_qdot_table_t pl_cpu_qdot_avx512_vnni = S_SCALAR_TABLE;
 #endif
+
+/* The AVX-512 table this CPU runs: with VNNI's dot instructions where cpuid reports them. */
+static const pl_cpu_qdot_table_t *s_avx512(void)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+    static int vnni = -1; /* racing first calls all store the same value */
+    int v = __atomic_load_n(&vnni, __ATOMIC_RELAXED);
+    if (v < 0) {
+        __builtin_cpu_init();
+        v = __builtin_cpu_supports("avx512vnni") ? 1 : 0;
+        __atomic_store_n(&vnni, v, __ATOMIC_RELAXED);
+    }
+    if (v)
+        return &pl_cpu_qdot_avx512_vnni;
+#endif
+    return &pl_cpu_qdot_avx512;
+}
 
 const pl_cpu_qdot_table_t *pl_cpu_qdot_table(pl_cpu_isa_t isa)
 {
-    static const pl_cpu_qdot_table_t *const tables[PL_CPU_ISA_COUNT] = {
-        &pl_cpu_qdot_scalar, &pl_cpu_qdot_avx2, &pl_cpu_qdot_avx512};
-    return (unsigned)isa < PL_CPU_ISA_COUNT && isa <= pl_cpu_isa() ? tables[isa] : NULL;
+    if ((unsigned)isa >= PL_CPU_ISA_COUNT || isa > pl_cpu_isa())
+        return NULL;
+    return isa == PL_CPU_ISA_AVX512 ? s_avx512() : isa == PL_CPU_ISA_AVX2 ? &pl_cpu_qdot_avx2
+                                                                          : &pl_cpu_qdot_scalar;
 }
 
 pl_cpu_qdot_fn pl_cpu_qdot_fn_of(const pl_cpu_qdot_table_t *t, pl_wtype_t wt)
@@ -303,7 +322,7 @@ static void s_block(pl_cpu_qdot_rows_fn dot, const void *const *x, int nr, const
     void pl_cpu_qblock_##type##_avx512(const void *const *x, int nr, const void *w, size_t rb,    \
                                        int no, int k, float *const *y)                             \
     {                                                                                              \
-        s_block(pl_cpu_qdot_avx512.type##_rows, x, nr, w, rb, no, k, y);                                  \
+        s_block(s_avx512()->type##_rows, x, nr, w, rb, no, k, y);                                  \
     }
 S_QUANT_KERNELS(q8_0, PL_WT_Q8_0)
 S_QUANT_KERNELS(q4_0, PL_WT_Q4_0)

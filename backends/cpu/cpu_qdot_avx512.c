@@ -99,7 +99,7 @@ static inline __attribute__((always_inline)) void s_q6_k_rows(const void *w, con
         out[r] = sum[r];
 }
 
-static void s_q6_k_rows_entry(const void *w, const void *const *qx, int nr, int64_t n, float *out)
+void pl_cpu_q6_k_rows_avx512(const void *w, const void *const *qx, int nr, int64_t n, float *out)
 {
     switch (nr) {
     case 1: s_q6_k_rows(w, qx, 1, n, out); break;
@@ -109,19 +109,19 @@ static void s_q6_k_rows_entry(const void *w, const void *const *qx, int nr, int6
     }
 }
 
-static float s_q6_k(const void *w, const void *qx, int64_t n)
+float pl_cpu_q6_k_dot_avx512(const void *w, const void *qx, int64_t n)
 {
     float out;
     s_q6_k_rows(w, &qx, 1, n, &out);
     return out;
 }
 
-/* Q8_0, Q4_0, Q4_K, Q5_K: the AVX2 kernels. 512-bit versions of them (a super-block's chunk per
+/* Q8_0, Q4_0, Q4_K, Q5_K: the AVX2 kernels (or, with VNNI, cpu_qdot_vnni.c's). 512-bit versions of them (a super-block's chunk per
  * register, its halves joined across lanes) measured slower on an AVX-512 Xeon: the joins and
  * the scale broadcasts cost more than the wider multiply-adds save. */
 const pl_cpu_qdot_table_t pl_cpu_qdot_avx512 = {
-    pl_cpu_q8_0_dot_avx2,  pl_cpu_q4_0_dot_avx2,  pl_cpu_q4_k_dot_avx2,  pl_cpu_q5_k_dot_avx2,
-    s_q6_k,                pl_cpu_q8_0_rows_avx2, pl_cpu_q4_0_rows_avx2, pl_cpu_q4_k_rows_avx2,
-    pl_cpu_q5_k_rows_avx2, s_q6_k_rows_entry};
+    pl_cpu_q8_0_dot_avx2,   pl_cpu_q4_0_dot_avx2,  pl_cpu_q4_k_dot_avx2,  pl_cpu_q5_k_dot_avx2,
+    pl_cpu_q6_k_dot_avx512, pl_cpu_q8_0_rows_avx2, pl_cpu_q4_0_rows_avx2, pl_cpu_q4_k_rows_avx2,
+    pl_cpu_q5_k_rows_avx2,  pl_cpu_q6_k_rows_avx512};
 #pragma GCC pop_options
 #endif
