@@ -1,6 +1,7 @@
 /* bench_decode: one CPU stage holding every layer. Decode at batch 1, 4 and 8 on 1 and 2 threads
  * as weight bytes streamed per second beside the machine's best read bandwidth, and a 512-token
  * prefill beside OpenBLAS sgemm on the same shapes; any weight type as stored (quantized: GGUF). */
+#include "bench/bench_model.h"
 #include "bench/bench_parts.h"
 #include "bench/bench_ref.h"
 
@@ -10,11 +11,8 @@
 #include "common/util.h"
 #include "model/model.h"
 
-#include <dirent.h>
 #include <getopt.h>
-#include <limits.h>
 #include <sys/utsname.h>
-#include <sys/wait.h>
 #include <time.h>
 
 #define S_MAX_BATCH 8
@@ -26,88 +24,6 @@ typedef struct {
     const char *dtype;
     int isa; /* -1: the machine's best */
 } s_opts_t;
-
-/* ---- the model: made here for the presets ---- */
-
-/* A block-quantized type name: the model is made as a GGUF file (the only format that holds
- * them), at dir/model.gguf. */
-static bool s_quant_dtype(const char *dtype)
-{
-    pl_wtype_t t;
-    return pl_wtype_parse(dtype, &t) == PL_OK && pl_wtype_info(t)->quantized;
-}
-
-static int s_run_mkmodel(const char *dir, const char *preset, const char *dtype)
-{
-    char exe[PATH_MAX], bin[PATH_MAX], tool[PATH_MAX + 16];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-    if (n <= 0)
-        return -1;
-    exe[n] = '\0';
-    pl_path_dirname(exe, bin, sizeof(bin));
-    snprintf(tool, sizeof(tool), "%s/pl-mkmodel", bin);
-    /* small: hidden 768, 12 layers, ~110 M parameters, where per-token overheads show;
-     * 1b: TinyLlama-1.1B's shape, 1.1 G parameters */
-    char *small[] = {"--layers", "12",      "--hidden", "768",        "--intermediate",
-                     "2048",     "--heads", "12",       "--kv-heads", "12",
-                     "--vocab",  "32000",   NULL};
-    char *big[] = {"--layers", "22",      "--hidden", "2048",       "--intermediate",
-                   "5632",     "--heads", "32",       "--kv-heads", "4",
-                   "--vocab",  "32000",   NULL};
-    char **shape = strcmp(preset, "1b") == 0 ? big : small;
-    char gguf[PATH_MAX + 16];
-    snprintf(gguf, sizeof(gguf), "%s/model.gguf", dir);
-    bool quant = s_quant_dtype(dtype);
-    char *argv[40] = {tool,
-                      "--out",
-                      quant ? gguf : (char *)dir,
-                      "--dtype",
-                      quant ? "f32" : (char *)dtype,
-                      "--seed",
-                      "1",
-                      "--max-pos",
-                      "4096"};
-    int a = 9;
-    if (quant) {
-        argv[a++] = "--format";
-        argv[a++] = "gguf";
-        argv[a++] = "--type";
-        argv[a++] = (char *)dtype;
-    }
-    for (int i = 0; shape[i]; i++)
-        argv[a++] = shape[i];
-    argv[a] = NULL;
-    fprintf(stderr, "bench_decode: making the %s model (%s) with %s\n", preset, dtype, tool);
-    pid_t pid = fork();
-    if (pid < 0)
-        return -1;
-    if (pid == 0) {
-        dup2(STDERR_FILENO, STDOUT_FILENO);
-        execv(tool, argv);
-        _exit(127);
-    }
-    int status;
-    if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
-        return -1;
-    return 0;
-}
-
-static void s_rmdir(const char *dir)
-{
-    DIR *d = opendir(dir);
-    struct dirent *e;
-    char path[PATH_MAX];
-    if (!d)
-        return;
-    while ((e = readdir(d)) != NULL) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-            continue;
-        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
-        unlink(path);
-    }
-    closedir(d);
-    rmdir(dir);
-}
 
 /* ---- the stage under test ---- */
 
@@ -132,38 +48,41 @@ static pl_status_t s_forward(s_bench_t *b, int n_seq, int pos0, int n_tok)
     return pl_be_stage_forward(b->stage, &batch, b->ids, b->out);
 }
 
-/* CPU seconds the process has used: what a step costs when the scheduler gives time to others. */
-static double s_cpu_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
+/* One decode cell: best seconds per step in wall time and in CPU time per thread (process CPU
+ * seconds / threads, spinning included), and the read reference timed in the same rounds (one
+ * read of its buffer before each round of steps), best of each. */
+typedef struct {
+    double step_s, step_cpu, ref_s, ref_cpu;
+} s_cell_t;
 
-/* Seconds per decode step of `batch` sequences: one token each, then `steps` timed steps. */
-/* Best seconds per step in wall time (*s_p) and in CPU time per thread (*cpu_p: process CPU
- * seconds / threads, spinning included). */
-static pl_status_t s_bench_decode(s_bench_t *b, const s_opts_t *o, int batch, int threads,
-                                  double *s_p, double *cpu_p)
+/* `batch` sequences: one token each, then `steps` timed steps, per round. */
+static pl_status_t s_bench_decode(s_bench_t *b, const s_opts_t *o, const s_ref_t *ref, int ti,
+                                  int batch, int threads, s_cell_t *c_p)
 {
-    double best = 1e30, best_cpu = 1e30, start = pl_now();
+    s_cell_t c = {1e30, 1e30, 1e30, 1e30};
+    double start = pl_now();
     pl_status_t st;
     for (int r = 0; r <= o->reps || pl_now() - start < S_WARM_S; r++) {
+        double rw, rc;
+        if (ref->src) {
+            s_ref_once(ref, ref->kind[ti], threads, &rw, &rc);
+            c.ref_s = PL_MIN(c.ref_s, rw);
+            c.ref_cpu = PL_MIN(c.ref_cpu, rc);
+        }
         for (int i = 0; i < batch; i++)
             pl_be_stage_free_seq(b->stage, i);
         if ((st = s_forward(b, batch, 0, 1)))
             return st;
-        double t0 = pl_now(), c0 = s_cpu_now();
+        double t0 = pl_now(), c0 = s_proc_cpu_now();
         for (int i = 1; i <= o->steps; i++)
             if ((st = s_forward(b, batch, i, 1)))
                 return st;
         if (r > 0) {
-            best = PL_MIN(best, (pl_now() - t0) / o->steps);
-            best_cpu = PL_MIN(best_cpu, (s_cpu_now() - c0) / o->steps / threads);
+            c.step_s = PL_MIN(c.step_s, (pl_now() - t0) / o->steps);
+            c.step_cpu = PL_MIN(c.step_cpu, (s_proc_cpu_now() - c0) / o->steps / threads);
         }
     }
-    *s_p = best;
-    *cpu_p = best_cpu;
+    *c_p = c;
     return PL_OK;
 }
 
@@ -277,13 +196,13 @@ static double s_kernel_gbps(pl_wtype_t t, int threads, int n, int k, double byte
         x[i] = pl_rand_uniform(3, (uint64_t)i) - 0.5f;
     start = pl_now();
     for (int timed = 0; timed < reps;) {
-        double t0 = pl_now(), c0 = s_cpu_now();
+        double t0 = pl_now(), c0 = s_proc_cpu_now();
         for (size_t m = 0; m < count; m++) {
             pl_cpu_wmat_t wm = {
                 .type = t, .rows = n, .cols = k, .row_bytes = rb, .data = w + m * mat};
             pl_cpu_gemm_rows(pool, x, &row0, 1, &wm, y);
         }
-        double el = pl_now() - t0, cpu = (s_cpu_now() - c0) / threads;
+        double el = pl_now() - t0, cpu = (s_proc_cpu_now() - c0) / threads;
         if (t0 - start >= S_WARM_S && ++timed) {
             best = PL_MIN(best, el);
             best_cpu = PL_MIN(best_cpu, cpu);
@@ -296,6 +215,31 @@ out:
     free(w);
     free(x);
     free(y);
+    return best;
+}
+
+static void s_empty_chunk(void *arg, int c)
+{
+    __atomic_fetch_add((int *)arg, c, __ATOMIC_RELAXED);
+}
+
+/* Microseconds per pool job with nothing to do (a chunk per thread), jobs back to back as a
+ * decode step runs them: the dispatch and join a step pays per job. Best of 5 rounds of 2,000. */
+static double s_job_us(int threads)
+{
+    pl_cpu_pool_t *pool = NULL;
+    int sink = 0;
+    double best = 1e30;
+    if (pl_cpu_pool_create(threads, &pool))
+        return -1;
+    for (int r = 0; r < 6; r++) {
+        double t0 = pl_now();
+        for (int i = 0; i < 2000; i++)
+            pl_cpu_pool_chunks(pool, threads, s_empty_chunk, &sink);
+        if (r > 0)
+            best = PL_MIN(best, (pl_now() - t0) / 2000 * 1e6);
+    }
+    pl_cpu_pool_destroy(&pool);
     return best;
 }
 
@@ -409,12 +353,14 @@ static int s_parse(int argc, char **argv, s_opts_t *o)
 
 /* The best read bandwidth per thread count over every read kind, printed as a table: in wall
  * time (best) and in CPU time per thread (best_cpu), which a loaded machine distorts less. */
-static void s_read_refs(const s_opts_t *o, double wbytes, double *best, double *best_cpu)
+static void s_read_refs(const s_opts_t *o, double wbytes, double *best, double *best_cpu,
+                        s_ref_t *ref)
 {
     size_t bytes = PL_MAX((size_t)1 << 30, 4 * s_llc_bytes()), words = bytes / 8;
     uint64_t *src = malloc(bytes);
     double gbps[S_READ_COUNT][S_MAX_TLIST] = {{0}};
 
+    *ref = (s_ref_t){.src = src, .bytes = bytes};
     for (int t = 0; t < o->n_threads; t++)
         best[t] = best_cpu[t] = -1;
     if (!src) {
@@ -442,10 +388,12 @@ static void s_read_refs(const s_opts_t *o, double wbytes, double *best, double *
             best[t] = PL_MAX(best[t], gbps[k][t]);
             double cpu = 1e30;
             for (int r = 0; r < o->reps; r++) {
-                double c0 = s_cpu_now();
+                double c0 = s_proc_cpu_now();
                 s_read_time((s_read_kind_t)k, src, words, o->threads[t], 1, 0);
-                cpu = PL_MIN(cpu, (s_cpu_now() - c0) / o->threads[t]);
+                cpu = PL_MIN(cpu, (s_proc_cpu_now() - c0) / o->threads[t]);
             }
+            if ((double)bytes / cpu / 1e9 > best_cpu[t]) /* the kind timed beside the stage */
+                ref->kind[t] = (s_read_kind_t)k;
             best_cpu[t] = PL_MAX(best_cpu[t], (double)bytes / cpu / 1e9);
             printf(" %.2f GB/s (CPU time: %.2f) |", gbps[k][t], (double)bytes / cpu / 1e9);
         }
@@ -455,12 +403,10 @@ static void s_read_refs(const s_opts_t *o, double wbytes, double *best, double *
     for (int t = 0; t < o->n_threads; t++)
         printf(" **%.2f GB/s (CPU time: %.2f)** |", best[t], best_cpu[t]);
     printf("\n\n");
-    free(src);
 }
 
 typedef struct {
-    double step_s[S_MAX_TLIST][3];   /* batch 1, 4, 8 */
-    double step_cpu[S_MAX_TLIST][3]; /* the same in CPU seconds per thread */
+    s_cell_t cell[S_MAX_TLIST][3]; /* batch 1, 4, 8 */
     double kernel_gbps[S_MAX_TLIST], kernel_cpu_gbps[S_MAX_TLIST];
     double pf_s, ideal_s, ideal_flops;
     s_parts_t parts;
@@ -469,7 +415,8 @@ typedef struct {
 static const int s_batches[3] = {1, 4, 8};
 
 /* Decode (every thread count) and prefill (the last) through one stage with every layer. */
-static pl_status_t s_run_stage(pl_model_t *model, const s_opts_t *o, s_res_t *r)
+static pl_status_t s_run_stage(pl_model_t *model, const s_opts_t *o, const s_ref_t *ref,
+                               s_res_t *r)
 {
     s_bench_t b = {0};
     pl_status_t st = PL_OK;
@@ -495,8 +442,7 @@ static pl_status_t s_run_stage(pl_model_t *model, const s_opts_t *o, s_res_t *r)
             break;
         }
         for (int i = 0; i < 3 && !st; i++)
-            st = s_bench_decode(&b, o, s_batches[i], o->threads[t], &r->step_s[t][i],
-                                &r->step_cpu[t][i]);
+            st = s_bench_decode(&b, o, ref, t, s_batches[i], o->threads[t], &r->cell[t][i]);
         if (!st && t == o->n_threads - 1 && o->prefill > 0)
             st = s_bench_prefill(&b, o, PL_MAX(1, o->reps / 2), &r->pf_s);
         pl_be_stage_unload(&b.stage);
@@ -508,22 +454,23 @@ static pl_status_t s_run_stage(pl_model_t *model, const s_opts_t *o, s_res_t *r)
 }
 
 static void s_print(const pl_model_config_t *c, const s_opts_t *o, const s_res_t *r, double wbytes,
-                    const double *best, const double *best_cpu, const char *wt)
+                    double ref_bytes, const double *best, const double *best_cpu, const char *wt)
 {
     printf("| decode, %s weights | threads | batch | ms per step | tok/s | weight bytes streamed | "
-           "best read, same threads | ratio | in CPU time per thread: ms per step, GB/s, best "
-           "read, ratio |\n",
+           "read reference in the same rounds | ratio | in CPU time per thread: ms per step, GB/s, "
+           "read reference, ratio |\n",
            wt);
     printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
     for (int t = 0; t < o->n_threads; t++)
         for (int i = 0; i < 3; i++) {
-            double s = r->step_s[t][i], gbps = wbytes / s / 1e9;
-            double sc = r->step_cpu[t][i], gc = wbytes / sc / 1e9;
+            const s_cell_t *cl = &r->cell[t][i];
+            double gbps = wbytes / cl->step_s / 1e9, gc = wbytes / cl->step_cpu / 1e9;
+            double rg = ref_bytes / cl->ref_s / 1e9, rgc = ref_bytes / cl->ref_cpu / 1e9;
             printf("| %s | %d | %d | %.2f | %.1f | %.2f GB/s | %.2f GB/s | %.0f%% | %.2f ms, %.2f "
                    "GB/s, %.2f GB/s, %.0f%% |\n",
-                   i == 0 ? "the stage" : "", o->threads[t], s_batches[i], s * 1e3,
-                   s_batches[i] / s, gbps, best[t], 100.0 * gbps / best[t], sc * 1e3, gc,
-                   best_cpu[t], 100.0 * gc / best_cpu[t]);
+                   i == 0 ? "the stage" : "", o->threads[t], s_batches[i], cl->step_s * 1e3,
+                   s_batches[i] / cl->step_s, gbps, rg, 100.0 * gbps / rg, cl->step_cpu * 1e3, gc,
+                   rgc, 100.0 * gc / rgc);
         }
     for (int t = 0; t < o->n_threads; t++)
         if (r->kernel_gbps[t] > 0)
@@ -532,6 +479,16 @@ static void s_print(const pl_model_config_t *c, const s_opts_t *o, const s_res_t
                    c->intermediate, c->hidden, o->threads[t], r->kernel_gbps[t], best[t],
                    100.0 * r->kernel_gbps[t] / best[t], r->kernel_cpu_gbps[t], best_cpu[t],
                    100.0 * r->kernel_cpu_gbps[t] / best_cpu[t]);
+    printf("\n");
+    /* q/k/v one job, o one, gate/up one, down one; the head one */
+    int jobs = 4 * c->n_layers + 1;
+    printf("| pool jobs per decode step | threads | one empty job, back to back | all of a step's "
+           "jobs | share of the batch-1 step (wall) |\n| --- | ---: | ---: | ---: | ---: |\n");
+    for (int t = 0; t < o->n_threads; t++) {
+        double us = s_job_us(o->threads[t]);
+        printf("| %d | %d | %.2f us | %.3f ms | %.1f%% |\n", jobs, o->threads[t], us,
+               us * jobs / 1e3, 100.0 * us * jobs / 1e6 / r->cell[t][0].step_s);
+    }
     printf("\n");
     if (o->prefill > 0 && r->pf_s > 0) {
         double flops = s_prefill_flops(c, o->prefill), T = o->prefill;
@@ -571,6 +528,7 @@ int main(int argc, char **argv)
     bool made = false;
     pl_model_t *model = NULL;
     s_res_t r = {0};
+    s_ref_t ref = {0};
     double best[S_MAX_TLIST], best_cpu[S_MAX_TLIST], m0, self0, m1, self1, t0;
     pl_tensor_view_t v;
     int rc = 1;
@@ -607,9 +565,9 @@ int main(int argc, char **argv)
     fflush(stdout);
     t0 = pl_now();
     s_cpu_times(&m0, &self0);
-    s_read_refs(&o, wbytes, best, best_cpu);
+    s_read_refs(&o, wbytes, best, best_cpu, &ref);
     fflush(stdout);
-    if (s_run_stage(model, &o, &r))
+    if (s_run_stage(model, &o, &ref, &r))
         goto err;
     for (int t = 0; t < o.n_threads; t++)
         r.kernel_gbps[t] = s_kernel_gbps(v.wtype, o.threads[t], c->intermediate, c->hidden,
@@ -622,7 +580,7 @@ int main(int argc, char **argv)
             goto err;
     }
     s_cpu_times(&m1, &self1);
-    s_print(c, &o, &r, wbytes, best, best_cpu, pl_wtype_name(v.wtype));
+    s_print(c, &o, &r, wbytes, (double)ref.bytes, best, best_cpu, pl_wtype_name(v.wtype));
     printf("other processes kept %.2f of %ld cores busy on average during the measurements "
            "(figures are comparable only when this is near 0)\n",
            PL_MAX(0.0, (m1 - m0) - (self1 - self0)) / (pl_now() - t0),
@@ -631,6 +589,7 @@ int main(int argc, char **argv)
 err:
     if (rc)
         fprintf(stderr, "bench_decode: %s\n", pl_error_msg());
+    free(ref.src);
     pl_model_destroy(&model);
     if (made)
         s_rmdir(tmp);

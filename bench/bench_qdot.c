@@ -1,6 +1,6 @@
-/* bench_qdot: decode-shaped products (one activation row) on weights as stored, per weight type,
- * as weight bytes streamed per second beside the machine's best streaming read, in wall and CPU
- * time. */
+/* bench_qdot: decode-shaped products (one activation row, or --batch B rows: batched decode) on
+ * weights as stored, per weight type, as weight bytes streamed per second beside the machine's
+ * best streaming read, in wall and CPU time. */
 /* the references this file does not use (sgemm, CPU accounting) are static in the header */
 #pragma GCC diagnostic ignored "-Wunused-function"
 #include "bench/bench_ref.h"
@@ -37,12 +37,7 @@ static void s_read_fn(void *arg, int i, int n)
 
 /* CPU seconds the process has used: under load, the time the scheduler gave to others is left
  * out, which wall time cannot do. Divided by the thread count it is a per-thread rate. */
-static double s_cpu_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
+#define s_cpu_now s_proc_cpu_now
 
 typedef struct {
     double wall, cpu; /* best seconds of each, over the reps */
@@ -58,9 +53,11 @@ static int s_usage(FILE *f, int rc)
 {
     fprintf(f,
             "usage: bench_qdot [--isa scalar|avx2|avx512] [--types q4_k,q8_0,...] "
-            "[--threads 1,2] [--reps N] [--cached]\n"
+            "[--threads 1,2] [--reps N] [--cached] [--batch B]\n"
             "  --cached  a 1 MiB matrix called over and over: the kernel's compute rate, which\n"
-            "            must sit well above the read reference for decode to be memory-bound\n");
+            "            must sit well above the read reference for decode to be memory-bound\n"
+            "  --batch B B activation rows per product (1..64): batched decode, which should\n"
+            "            still stream the weights at about the batch-1 rate\n");
     return rc;
 }
 
@@ -71,11 +68,12 @@ int main(int argc, char **argv)
                                          {"threads", required_argument, NULL, 'n'},
                                          {"reps", required_argument, NULL, 'r'},
                                          {"cached", no_argument, NULL, 'c'},
+                                         {"batch", required_argument, NULL, 'b'},
                                          {"help", no_argument, NULL, 'h'},
                                          {NULL, 0, NULL, 0}};
     pl_wtype_t types[PL_WT_COUNT] = {PL_WT_F32,  PL_WT_BF16, PL_WT_F16,  PL_WT_Q8_0,
                                      PL_WT_Q4_0, PL_WT_Q4_K, PL_WT_Q5_K, PL_WT_Q6_K};
-    int n_types = 8, threads[4] = {1, 2}, n_thr = 2, reps = 5, c;
+    int n_types = 8, threads[4] = {1, 2}, n_thr = 2, reps = 5, batch = 1, c;
     bool cached = false;
     char buf[128], *save, *tok;
 
@@ -114,6 +112,11 @@ int main(int argc, char **argv)
         case 'c':
             cached = true;
             break;
+        case 'b':
+            batch = atoi(optarg);
+            if (batch < 1 || batch > 64)
+                return s_usage(stderr, 2);
+            break;
         case 'h':
             return s_usage(stdout, 0);
         default:
@@ -123,8 +126,9 @@ int main(int argc, char **argv)
     size_t bytes = cached ? S_L2_BYTES : S_BYTES, ref_bytes = PL_MAX(S_BYTES, 4 * s_llc_bytes());
     unsigned char *w = malloc(bytes);
     uint64_t *rbuf = malloc(ref_bytes);
-    float *x = malloc(S_K * sizeof(float)), *row = malloc(S_K * sizeof(float));
-    float *y = malloc(((bytes / (S_K / 8)) + 1) * sizeof(float));
+    float *x = malloc((size_t)batch * S_K * sizeof(float)), *row = malloc(S_K * sizeof(float));
+    float *y = malloc((size_t)batch * ((bytes / (S_K / 8)) + 1) * sizeof(float));
+    int brows[64];
     double load[3] = {0};
     s_read_kind_t kind = s_read_supported(S_READ_AVX512) ? S_READ_AVX512 : S_READ_AVX2;
 
@@ -132,12 +136,14 @@ int main(int argc, char **argv)
         return 1;
     for (size_t i = 0; i < ref_bytes / 8; i++)
         rbuf[i] = i;
-    for (int i = 0; i < S_K; i++)
+    for (int i = 0; i < batch * S_K; i++)
         x[i] = pl_rand_uniform(1, (uint64_t)i) - 0.5f;
+    for (int i = 0; i < batch; i++)
+        brows[i] = i;
     getloadavg(load, 3);
-    printf("bench_qdot: k = %d, %llu KiB of weights per type%s, best of %d; kernels: %s; "
-           "load average %.2f %.2f %.2f\n",
-           S_K, (unsigned long long)(bytes >> 10),
+    printf("bench_qdot: k = %d, %d activation row(s), %llu KiB of weights per type%s, best of %d; "
+           "kernels: %s; load average %.2f %.2f %.2f\n",
+           S_K, batch, (unsigned long long)(bytes >> 10),
            cached ? " (L2-resident, called 64 times per rep)" : "", reps,
            pl_cpu_isa_name(pl_cpu_isa()), load[0], load[1], load[2]);
     printf("reference: %s over %zu MB, timed in the same rounds as each product; wall and CPU "
@@ -160,13 +166,12 @@ int main(int argc, char **argv)
             pl_cpu_pool_t *pool = NULL;
             s_read_t rd = {.buf = rbuf, .words = ref_bytes / 8, .kind = kind};
             s_best_t kb = {1e30, 1e30}, rdb = {1e30, 1e30};
-            int zero = 0;
             if (pl_cpu_pool_create(threads[th], &pool))
                 return 1;
             for (int rep = 0; rep < reps + 1; rep++) { /* round 0 untimed: wake-up */
                 double t0 = pl_now(), c0 = s_cpu_now();
                 for (int k = 0; k < calls; k++)
-                    pl_cpu_gemm_rows(pool, x, &zero, 1, &m, y);
+                    pl_cpu_gemm_rows(pool, x, brows, batch, &m, y);
                 double t1 = pl_now(), c1 = s_cpu_now();
                 pl_cpu_pool_run(pool, s_read_fn, &rd);
                 double t2 = pl_now(), c2 = s_cpu_now();

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -266,6 +267,33 @@ static void s_cpu_times(double *machine_p, double *self_p)
     getrusage(RUSAGE_SELF, &ru);
     *self_p = ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 + ru.ru_stime.tv_sec +
               ru.ru_stime.tv_usec * 1e-6;
+}
+
+/* CPU seconds the process has used (every thread, spinning included). */
+static double s_proc_cpu_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* A read reference kept for timing beside a measurement, in the same rounds: a buffer far past
+ * the caches and, per thread count, the read kind that was best on it. */
+#define S_REF_TLIST 4
+typedef struct {
+    uint64_t *src;
+    size_t bytes;
+    s_read_kind_t kind[S_REF_TLIST];
+} s_ref_t;
+
+/* One read of the whole reference buffer on `threads` threads with kind: wall seconds, and CPU
+ * seconds per thread. */
+static void s_ref_once(const s_ref_t *r, s_read_kind_t kind, int threads, double *wall_p,
+                       double *cpu_p)
+{
+    double c0 = s_proc_cpu_now();
+    *wall_p = s_read_time(kind, r->src, r->bytes / 8, threads, 1, 0);
+    *cpu_p = (s_proc_cpu_now() - c0) / threads;
 }
 
 #endif

@@ -241,3 +241,51 @@ Test(cpu_gemm, view_checks)
     cr_expect(pl_cpu_wmat_from_view("w", &v, &m) == PL_ERR_UNSUPPORTED);
     cr_expect(strstr(pl_error_msg(), "no CPU kernel") != NULL, "%s", pl_error_msg());
 }
+
+/* Several matrices of one input in one job (q, k, v; gate, up): each output bitwise what
+ * pl_cpu_gemm_rows gives that matrix alone, with types whose activations take different forms
+ * (f32, Q8_0's blocks, the K-quants' super-blocks) side by side, more matrices than one job
+ * holds, an empty one, and 1-3 threads. */
+Test(cpu_gemm, rows_n_equal_one_matrix_at_a_time)
+{
+    enum { K = 512, M = 6, NW = 6 };
+    const pl_wtype_t types[NW] = {PL_WT_Q4_K, PL_WT_Q6_K, PL_WT_F32, PL_WT_Q8_0, PL_WT_BF16,
+                                  PL_WT_Q4_K};
+    const int outs[NW] = {300, 40, 77, 0, 129, 1000};
+    unsigned char *bufs[NW];
+    pl_cpu_wmat_t mats[NW];
+    const pl_cpu_wmat_t *wp[NW];
+    float *y[NW], *alone[NW], *x = xalloc((size_t)M * K * 4), *src = xalloc((size_t)1000 * K * 4);
+    int rows[M] = {5, 1, 3, 0, 4, 2};
+    fill(x, (size_t)M * K, 21);
+    for (int i = 0; i < NW; i++) {
+        size_t rb;
+        cr_assert_eq(pl_wtype_row_bytes(types[i], K, &rb), PL_OK);
+        fill(src, (size_t)PL_MAX(outs[i], 1) * K, 30 + (unsigned)i);
+        for (size_t e = 0; e < (size_t)outs[i] * K; e++)
+            src[e] *= 0.1f;
+        bufs[i] = xalloc(rb * (size_t)PL_MAX(outs[i], 1));
+        pl_wtype_from_f32(types[i], src, (size_t)outs[i] * K, bufs[i]);
+        mats[i] = (pl_cpu_wmat_t){
+            .type = types[i], .rows = outs[i], .cols = K, .row_bytes = rb, .data = bufs[i]};
+        wp[i] = &mats[i];
+        y[i] = xalloc((size_t)M * PL_MAX(outs[i], 1) * 4);
+        alone[i] = xalloc((size_t)M * PL_MAX(outs[i], 1) * 4);
+        pl_cpu_gemm_rows(NULL, x, rows, M, &mats[i], alone[i]);
+    }
+    for (int threads = 1; threads <= 3; threads++) {
+        pl_cpu_pool_t *pool = NULL;
+        cr_assert(pl_cpu_pool_create(threads, &pool) == PL_OK);
+        for (int i = 0; i < NW; i++)
+            memset(y[i], 0xff, (size_t)M * PL_MAX(outs[i], 1) * 4);
+        pl_cpu_gemm_rows_n(pool, x, rows, M, wp, y, NW);
+        for (int i = 0; i < NW; i++)
+            cr_assert(memcmp(y[i], alone[i], (size_t)M * outs[i] * 4) == 0,
+                      "matrix %d (%s) on %d threads differs from itself alone", i,
+                      pl_wtype_name(types[i]), threads);
+        pl_cpu_pool_destroy(&pool);
+    }
+    for (int i = 0; i < NW; i++)
+        free(bufs[i]), free(y[i]), free(alone[i]);
+    free(x), free(src);
+}

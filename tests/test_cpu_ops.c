@@ -6,6 +6,7 @@
 
 #include <cblas.h>
 #include <criterion/criterion.h>
+#include <pthread.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -187,6 +188,53 @@ Test(cpu_ops, pool_spinning_and_sleeping_workers)
     }
     pl_cpu_pool_destroy(&pool);
     cr_assert_null(pool);
+}
+
+typedef struct {
+    int *hits;
+    int n;
+    pthread_t caller;
+    int on_caller, out_of_range;
+} chunk_job_t;
+
+static void chunk_hit(void *arg, int c)
+{
+    chunk_job_t *j = arg;
+    if (c < 0 || c >= j->n) { /* no assert off the test's thread */
+        __atomic_fetch_add(&j->out_of_range, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    if (c % 7 == 3 && !pthread_equal(pthread_self(), j->caller))
+        usleep(100); /* a slow worker: the caller takes the chunks it cannot */
+    __atomic_fetch_add(&j->hits[c], 1, __ATOMIC_RELAXED);
+    if (pthread_equal(pthread_self(), j->caller))
+        __atomic_fetch_add(&j->on_caller, 1, __ATOMIC_RELAXED);
+}
+
+/* Every chunk runs once per job and its writes are seen when the job returns, for no chunk, one,
+ * fewer than the threads and many; back to back, and after gaps the workers sleep through; and
+ * a NULL pool runs them all on the caller. */
+Test(cpu_ops, pool_chunks_each_once)
+{
+    static const int counts[] = {0, 1, 2, 5, 64, 1000};
+    int hits[1000];
+    pl_cpu_pool_t *pool = NULL;
+    cr_assert(pl_cpu_pool_create(3, &pool) == PL_OK);
+    for (int rep = 0; rep < 40; rep++)
+        for (size_t i = 0; i < PL_ARRAY_SIZE(counts); i++) {
+            chunk_job_t j = {.hits = hits, .n = counts[i], .caller = pthread_self()};
+            memset(hits, 0, sizeof(hits));
+            pl_cpu_pool_chunks(rep % 2 ? pool : NULL, j.n, chunk_hit, &j);
+            cr_assert(j.out_of_range == 0);
+            for (int c = 0; c < j.n; c++)
+                cr_assert(hits[c] == 1, "rep %d: chunk %d of %d ran %d times", rep, c, j.n,
+                          hits[c]);
+            if (rep % 2 == 0)
+                cr_assert(j.on_caller == j.n, "a NULL pool runs every chunk on the caller");
+            if (rep % 10 == 9)
+                usleep(300); /* past the workers' spin: they sleep */
+        }
+    pl_cpu_pool_destroy(&pool);
 }
 
 Test(cpu_ops, rmsnorm_matches_reference)

@@ -301,3 +301,101 @@ Test(cpu_qdot, gemm_through_the_weight_type_table)
     }
     pl_cpu_pool_destroy(&pool);
 }
+
+/* The multi-row dots (batched decode: a weight row unpacked once for several activation rows)
+ * give each row bitwise what the scalar one-row dot gives it alone, on every instruction set,
+ * for every row count, rows of 1..9 blocks (odd counts reach the vector loops' tails) and weight
+ * rows at odd addresses. */
+Test(cpu_qdot, multi_row_dots_equal_one_row_dots_bitwise)
+{
+    enum { MAXB = 9, MAXN = MAXB * 256 };
+    static unsigned char w[MAXB * 256 * 2];
+    static unsigned char qx[PL_CPU_QDOT_ROWS][MAXN * 2];
+    static float x[MAXN];
+    int checked = 0;
+    for (size_t t = 0; t < sizeof(s_types) / sizeof(s_types[0]); t++) {
+        pl_wtype_t dt = s_types[t];
+        int blk = pl_wtype_info(dt)->block;
+        pl_cpu_qdot_fn ref = pl_cpu_qdot_fn_of(pl_cpu_qdot_table(PL_CPU_ISA_SCALAR), dt);
+        for (int nb = 1; nb <= MAXB; nb += 2) {
+            int64_t n = (int64_t)nb * blk;
+            for (int mode = 0; mode < 2; mode++) {
+                uint64_t seed = 7000 + 100 * t + 10 * (uint64_t)nb + (uint64_t)mode;
+                const void *rows[PL_CPU_QDOT_ROWS];
+                float want[PL_CPU_QDOT_ROWS];
+                s_weights(dt, nb, mode, seed, w + 3);
+                for (int r = 0; r < PL_CPU_QDOT_ROWS; r++) {
+                    for (int64_t i = 0; i < n; i++)
+                        x[i] = (pl_rand_uniform(seed + 11 + (uint64_t)r, (uint64_t)i) - 0.5f) *
+                               (r + 1.0f);
+                    pl_cpu_qact_quantize(dt, x, n, qx[r]);
+                    rows[r] = qx[r];
+                    want[r] = ref(w + 3, qx[r], n);
+                }
+                for (int isa = 0; isa < PL_CPU_ISA_COUNT; isa++) {
+                    const pl_cpu_qdot_table_t *tab = pl_cpu_qdot_table((pl_cpu_isa_t)isa);
+                    if (!tab)
+                        continue;
+                    pl_cpu_qdot_rows_fn fn = pl_cpu_qdot_rows_fn_of(tab, dt);
+                    cr_assert_not_null(fn);
+                    for (int nr = 1; nr <= PL_CPU_QDOT_ROWS; nr++)
+                        for (int first = 0; first + nr <= PL_CPU_QDOT_ROWS; first++) {
+                            float got[PL_CPU_QDOT_ROWS];
+                            fn(w + 3, rows + first, nr, n, got);
+                            for (int r = 0; r < nr; r++)
+                                cr_assert(memcmp(&got[r], &want[first + r], 4) == 0,
+                                          "%s %s, %d blocks, mode %d: row %d of %d: %.9g, alone "
+                                          "%.9g",
+                                          pl_cpu_isa_name((pl_cpu_isa_t)isa), pl_wtype_name(dt),
+                                          nb, mode, r, nr, got[r], want[first + r]);
+                            checked++;
+                        }
+                }
+            }
+        }
+    }
+    cr_assert_gt(checked, 0);
+    cr_assert_null(pl_cpu_qdot_rows_fn_of(pl_cpu_qdot_table(PL_CPU_ISA_SCALAR), PL_WT_F32));
+}
+
+/* The block products of the GEMM table for 1..9 activation rows (groups of PL_CPU_QDOT_ROWS and
+ * what is left) and 1..33 weight rows: each element the scalar one-row dot of its pair. */
+Test(cpu_qdot, block_products_of_every_row_count)
+{
+    enum { K = 512, NO = 33, NR = 9 };
+    static unsigned char w[NO * K * 2], qx[NR][K * 2];
+    static float x[K], y[NR][NO];
+    for (size_t t = 0; t < sizeof(s_types) / sizeof(s_types[0]); t++) {
+        pl_wtype_t dt = s_types[t];
+        const pl_cpu_wkernel_t *k = pl_cpu_wkernel(dt);
+        size_t rb;
+        cr_assert_eq(pl_wtype_row_bytes(dt, K, &rb), PL_OK);
+        s_weights(dt, NO * K / pl_wtype_info(dt)->block, 1, 300 + t, w);
+        const void *xr[NR];
+        for (int r = 0; r < NR; r++) {
+            for (int i = 0; i < K; i++)
+                x[i] = pl_rand_uniform(400 + t * 16 + (uint64_t)r, (uint64_t)i) - 0.5f;
+            k->x_prep(x, K, qx[r]);
+            xr[r] = qx[r];
+        }
+        for (int isa = 0; isa < PL_CPU_ISA_COUNT; isa++) {
+            if (!pl_cpu_qdot_table((pl_cpu_isa_t)isa) || !k->block[isa])
+                continue;
+            for (int nr = 1; nr <= NR; nr++)
+                for (int no = 1; no <= NO; no += 8) {
+                    float *yr[NR];
+                    for (int r = 0; r < nr; r++)
+                        yr[r] = y[r];
+                    k->block[isa](xr, nr, w, rb, no, K, yr);
+                    for (int r = 0; r < nr; r++)
+                        for (int o = 0; o < no; o++) {
+                            float want = pl_cpu_qdot_fn_of(pl_cpu_qdot_table(PL_CPU_ISA_SCALAR),
+                                                           dt)(w + (size_t)o * rb, qx[r], K);
+                            cr_assert(memcmp(&want, &y[r][o], 4) == 0, "%s %s: [%d][%d] of %dx%d",
+                                      pl_cpu_isa_name((pl_cpu_isa_t)isa), pl_wtype_name(dt), r, o,
+                                      nr, no);
+                        }
+                }
+        }
+    }
+}

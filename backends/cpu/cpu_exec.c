@@ -388,19 +388,29 @@ static float *s_cache(s_stage_t *s, int layer, int which, int slot)
     return s->kv + idx * per_slot;
 }
 
-/* y = x @ w^T (+ bias) over the batch's rows: long sequences one sgemm each, the rest
- * together. */
-static void s_linear(s_stage_t *s, const pl_be_batch_t *b, const float *x, const pl_cpu_wmat_t *w,
-                     const float *bias, float *y)
+/* y[i] = x @ w[i]^T (+ bias[i]) over the batch's rows for n matrices of one input: long
+ * sequences one sgemm each, the rest in one job for all n. */
+static void s_linear_n(s_stage_t *s, const pl_be_batch_t *b, const float *x,
+                       const pl_cpu_wmat_t *const *w, const float *const *bias, float *const *y,
+                       int n)
 {
-    int in_dim = w->cols, out_dim = w->rows;
-    for (int i = 0, t0 = 0; i < b->n_seq; t0 += b->n_tok[i], i++)
-        if (b->n_tok[i] >= S_SGEMM_MIN_TOKENS)
-            pl_cpu_gemm_seq(s->dev->pool, x + (size_t)t0 * in_dim, b->n_tok[i], w, s->tile,
-                            y + (size_t)t0 * out_dim);
-    pl_cpu_gemm_rows(s->dev->pool, x, s->short_rows, s->n_short, w, y);
-    if (bias)
-        pl_cpu_add_bias(y, bias, b->n_tokens, out_dim);
+    int in_dim = w[0]->cols;
+    for (int m = 0; m < n; m++)
+        for (int i = 0, t0 = 0; i < b->n_seq; t0 += b->n_tok[i], i++)
+            if (b->n_tok[i] >= S_SGEMM_MIN_TOKENS)
+                pl_cpu_gemm_seq(s->dev->pool, x + (size_t)t0 * in_dim, b->n_tok[i], w[m], s->tile,
+                                y[m] + (size_t)t0 * w[m]->rows);
+    pl_cpu_gemm_rows_n(s->dev->pool, x, s->short_rows, s->n_short, w, y, n);
+    for (int m = 0; m < n; m++)
+        if (bias[m])
+            pl_cpu_add_bias(y[m], bias[m], b->n_tokens, w[m]->rows);
+}
+
+static void s_linear(s_stage_t *s, const pl_be_batch_t *b, const float *x, const pl_cpu_wmat_t *w,
+                     float *y)
+{
+    const float *none = NULL;
+    s_linear_n(s, b, x, &w, &none, &y, 1);
 }
 
 static void s_layer_forward(s_stage_t *s, int l, const pl_be_batch_t *b)
@@ -410,9 +420,10 @@ static void s_layer_forward(s_stage_t *s, int l, const pl_be_batch_t *b)
     int T = b->n_tokens, hd = c->head_dim;
 
     pl_cpu_rmsnorm(s->x, L->attn_norm, T, c->hidden, c->rms_eps, s->xn);
-    s_linear(s, b, s->xn, &L->wq, L->bq, s->q);
-    s_linear(s, b, s->xn, &L->wk, L->bk, s->k);
-    s_linear(s, b, s->xn, &L->wv, L->bv, s->v);
+    const pl_cpu_wmat_t *qkv[3] = {&L->wq, &L->wk, &L->wv};
+    const float *qkv_bias[3] = {L->bq, L->bk, L->bv};
+    float *qkv_out[3] = {s->q, s->k, s->v};
+    s_linear_n(s, b, s->xn, qkv, qkv_bias, qkv_out, 3);
     if (L->q_norm) { /* each head's row of head_dim values, normalised on its own */
         pl_cpu_rmsnorm(s->q, L->q_norm, T * c->n_heads, hd, c->rms_eps, s->q);
         pl_cpu_rmsnorm(s->k, L->k_norm, T * c->n_kv_heads, hd, c->rms_eps, s->k);
@@ -429,13 +440,15 @@ static void s_layer_forward(s_stage_t *s, int l, const pl_be_batch_t *b)
         pl_cpu_attention(s->q + (size_t)t0 * s->q_dim, b->n_tok[i], b->pos0[i], kc, vc, c->n_heads,
                          c->n_kv_heads, hd, s->scores, s->att + (size_t)t0 * s->q_dim);
     }
-    s_linear(s, b, s->att, &L->wo, NULL, s->xn);
+    s_linear(s, b, s->att, &L->wo, s->xn);
     pl_cpu_add(s->x, s->xn, (size_t)T * c->hidden);
     pl_cpu_rmsnorm(s->x, L->ffn_norm, T, c->hidden, c->rms_eps, s->xn);
-    s_linear(s, b, s->xn, &L->w_gate, NULL, s->gate);
-    s_linear(s, b, s->xn, &L->w_up, NULL, s->up);
+    const pl_cpu_wmat_t *gate_up[2] = {&L->w_gate, &L->w_up};
+    const float *no_bias[2] = {NULL, NULL};
+    float *gate_up_out[2] = {s->gate, s->up};
+    s_linear_n(s, b, s->xn, gate_up, no_bias, gate_up_out, 2);
     pl_cpu_swiglu(s->gate, s->up, (size_t)T * c->intermediate);
-    s_linear(s, b, s->gate, &L->w_down, NULL, s->xn);
+    s_linear(s, b, s->gate, &L->w_down, s->xn);
     pl_cpu_add(s->x, s->xn, (size_t)T * c->hidden);
 }
 

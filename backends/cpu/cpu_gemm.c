@@ -16,7 +16,7 @@
 #include <strings.h>
 
 static void s_gemm_rows(pl_cpu_pool_t *pool, const float *x, const int *rows, int n_rows,
-                        const pl_cpu_wmat_t *w, float *y);
+                        const pl_cpu_wmat_t *const *w, float *const *y, int n_w);
 
 /* ---- the table: adding a weight type is one entry ---- */
 
@@ -182,26 +182,36 @@ float *pl_cpu_gemm_acc(void)
     return s_acc;
 }
 
+/* Weight bytes a chunk of a product aims at, and chunks per thread at least: small enough that
+ * threads that run share a job evenly (and take over from one the scheduler holds back), large
+ * enough that taking a chunk (one atomic add on a shared line) costs little beside it. */
+#define S_CHUNK_BYTES (16 * 1024)
+#define S_CHUNKS_PER_THREAD 8
+/* Matrices one job holds (q, k and v share their input). */
+#define S_MAX_MATS 4
+
 typedef struct {
+    const pl_cpu_wmat_t *w;
+    float *y;
     const void *x; /* f32 rows, or prepared rows of x_row bytes */
     size_t x_row;
     const int *rows; /* into x; NULL: 0..n_rows-1 (prepared rows) */
-    int n_rows;
-    const int *out_rows; /* into y; NULL: 0..n_rows-1 */
-    const pl_cpu_wmat_t *w;
-    float *y;
     void (*block)(const void *const *x, int nr, const void *w, size_t rb, int no, int k,
                   float *const *y);
+    int chunk0, chunk_rows; /* this matrix's first chunk, and weight rows per chunk */
+} s_mat_t;
+
+typedef struct {
+    s_mat_t m[S_MAX_MATS];
+    int n_mats, n_chunks;
+    int n_rows;
+    const int *out_rows; /* into y; NULL: 0..n_rows-1 */
 } s_job_t;
 
-static void s_part(void *arg, int part, int n_parts)
+/* Weight rows o_beg..o_end-1 of one matrix against every activation row. */
+static void s_rows(const s_job_t *j, const s_mat_t *m, int o_beg, int o_end)
 {
-    const s_job_t *j = arg;
-    const pl_cpu_wmat_t *w = j->w;
-    /* this thread's weight rows, in whole 16-row pieces so threads stream separate lines */
-    int pieces = (w->rows + 15) / 16;
-    int o_beg = PL_MIN((int)((int64_t)pieces * part / n_parts) * 16, w->rows);
-    int o_end = PL_MIN((int)((int64_t)pieces * (part + 1) / n_parts) * 16, w->rows);
+    const pl_cpu_wmat_t *w = m->w;
     const void *xr[PL_CPU_BLOCK_ROWS];
     float *yr[PL_CPU_BLOCK_ROWS];
 
@@ -210,57 +220,104 @@ static void s_part(void *arg, int part, int n_parts)
         for (int o0 = o_beg; o0 < o_end; o0 += PL_CPU_BLOCK_OUTS) {
             int no = PL_MIN(PL_CPU_BLOCK_OUTS, o_end - o0);
             for (int r = 0; r < nr; r++) {
-                size_t xi = j->rows ? (size_t)j->rows[r0 + r] : (size_t)(r0 + r);
-                xr[r] = (const unsigned char *)j->x + xi * j->x_row;
+                size_t xi = m->rows ? (size_t)m->rows[r0 + r] : (size_t)(r0 + r);
+                xr[r] = (const unsigned char *)m->x + xi * m->x_row;
                 size_t yi = j->out_rows ? (size_t)j->out_rows[r0 + r] : (size_t)(r0 + r);
-                yr[r] = j->y + yi * w->rows + o0;
+                yr[r] = m->y + yi * w->rows + o0;
             }
-            j->block(xr, nr, (const unsigned char *)w->data + (size_t)o0 * w->row_bytes,
+            m->block(xr, nr, (const unsigned char *)w->data + (size_t)o0 * w->row_bytes,
                      w->row_bytes, no, w->cols, yr);
         }
     }
 }
 
+static void s_chunk(void *arg, int c)
+{
+    const s_job_t *j = arg;
+    int i = 0;
+    while (i + 1 < j->n_mats && c >= j->m[i + 1].chunk0)
+        i++;
+    const s_mat_t *m = &j->m[i];
+    int o_beg = (c - m->chunk0) * m->chunk_rows;
+    s_rows(j, m, o_beg, PL_MIN(o_beg + m->chunk_rows, m->w->rows));
+}
+
+/* Weight rows per chunk of a matrix: whole 16-row pieces (so threads write separate lines of y),
+ * about S_CHUNK_BYTES of weights, and S_CHUNKS_PER_THREAD chunks per thread at least. */
+static int s_chunk_rows(const pl_cpu_wmat_t *w, int threads)
+{
+    int64_t by_bytes = (int64_t)(S_CHUNK_BYTES / PL_MAX(w->row_bytes, 1));
+    int64_t by_count = w->rows / ((int64_t)threads * S_CHUNKS_PER_THREAD);
+    int64_t rows = PL_MAX(by_bytes, by_count);
+    return (int)PL_MAX(16, (rows + 15) / 16 * 16);
+}
+
 void pl_cpu_gemm_rows(pl_cpu_pool_t *pool, const float *x, const int *rows, int n_rows,
                       const pl_cpu_wmat_t *w, float *y)
 {
-    s_gemm_rows(pool, x, rows, n_rows, w, y);
+    s_gemm_rows(pool, x, rows, n_rows, &w, &y, 1);
+}
+
+void pl_cpu_gemm_rows_n(pl_cpu_pool_t *pool, const float *x, const int *rows, int n_rows,
+                        const pl_cpu_wmat_t *const *w, float *const *y, int n_w)
+{
+    for (int i = 0; i < n_w; i += S_MAX_MATS)
+        s_gemm_rows(pool, x, rows, n_rows, w + i, y + i, PL_MIN(S_MAX_MATS, n_w - i));
 }
 
 static void s_gemm_rows(pl_cpu_pool_t *pool, const float *x, const int *rows, int n_rows,
-                        const pl_cpu_wmat_t *w, float *y)
+                        const pl_cpu_wmat_t *const *w, float *const *y, int n_w)
 {
-    const pl_cpu_wkernel_t *k = pl_cpu_wkernel(w->type);
     pl_cpu_isa_t isa = pl_cpu_isa();
-    s_job_t job = {.x = x,
-                   .x_row = (size_t)w->cols * sizeof(float),
-                   .rows = rows,
-                   .n_rows = n_rows,
-                   .out_rows = rows,
-                   .w = w,
-                   .y = y,
-                   .block = S_PICK(k, block, isa)};
-    unsigned char *prep = NULL;
+    int threads = pl_cpu_pool_size(pool);
+    s_job_t job = {.n_rows = n_rows, .out_rows = rows};
+    unsigned char *prep[S_MAX_MATS] = {NULL};
+    int64_t work = 0;
 
-    if (n_rows <= 0 || w->rows <= 0)
+    if (n_rows <= 0)
         return;
-    if (k->x_bytes) { /* activations in the form the type's kernel reads, once per product */
-        size_t xb = k->x_bytes(w->cols);
-        prep = malloc(xb * (size_t)n_rows);
-        if (!prep)
-            abort(); /* a few KiB per row: no recovery worth having */
-        for (int r = 0; r < n_rows; r++)
-            k->x_prep(x + (size_t)(rows ? rows[r] : r) * w->cols, w->cols, prep + xb * (size_t)r);
-        job.x = prep;
-        job.x_row = xb;
-        job.rows = NULL;
+    for (int i = 0; i < n_w; i++) {
+        const pl_cpu_wkernel_t *k = pl_cpu_wkernel(w[i]->type);
+        s_mat_t *m = &job.m[job.n_mats];
+        if (w[i]->rows <= 0)
+            continue;
+        *m = (s_mat_t){.w = w[i],
+                       .y = y[i],
+                       .x = x,
+                       .x_row = (size_t)w[i]->cols * sizeof(float),
+                       .rows = rows,
+                       .block = S_PICK(k, block, isa),
+                       .chunk0 = job.n_chunks,
+                       .chunk_rows = s_chunk_rows(w[i], threads)};
+        if (k->x_bytes) { /* activations in the form the type's kernel reads, once per job */
+            size_t xb = k->x_bytes(w[i]->cols);
+            int same = -1;
+            for (int p = 0; p < job.n_mats && same < 0; p++)
+                if (pl_cpu_wkernel(job.m[p].w->type)->x_prep == k->x_prep &&
+                    job.m[p].w->cols == w[i]->cols)
+                    same = p;
+            if (same >= 0) {
+                m->x = job.m[same].x;
+            } else {
+                prep[job.n_mats] = malloc(xb * (size_t)n_rows);
+                if (!prep[job.n_mats])
+                    abort(); /* a few KiB per row: no recovery worth having */
+                for (int r = 0; r < n_rows; r++)
+                    k->x_prep(x + (size_t)(rows ? rows[r] : r) * w[i]->cols, w[i]->cols,
+                              prep[job.n_mats] + xb * (size_t)r);
+                m->x = prep[job.n_mats];
+            }
+            m->x_row = xb;
+            m->rows = NULL;
+        }
+        job.n_chunks += (w[i]->rows + m->chunk_rows - 1) / m->chunk_rows;
+        work += (int64_t)n_rows * w[i]->rows * w[i]->cols;
+        job.n_mats++;
     }
     /* small products are not worth waking the workers; the result is the same either way */
-    if ((int64_t)n_rows * w->rows * w->cols < (1 << 16))
-        s_part(&job, 0, 1);
-    else
-        pl_cpu_pool_run(pool, s_part, &job);
-    free(prep);
+    pl_cpu_pool_chunks(work < (1 << 16) ? NULL : pool, job.n_chunks, s_chunk, &job);
+    for (int i = 0; i < job.n_mats; i++)
+        free(prep[i]);
 }
 
 void pl_cpu_matmul_rows(pl_cpu_pool_t *pool, const float *x, const int *rows, int n_rows,
@@ -314,11 +371,11 @@ void pl_cpu_gemm_seq(pl_cpu_pool_t *pool, const float *x, int n, const pl_cpu_wm
     if (n <= 0 || w->rows <= 0)
         return;
     if (!k->to_f32[PL_CPU_ISA_SCALAR] && w->type != PL_WT_F32) {
-        s_gemm_rows(pool, x, NULL, n, w, y); /* no tile conversion: the type's own kernel */
+        s_gemm_rows(pool, x, NULL, n, &w, &y, 1); /* no tile conversion: the type's own kernel */
         return;
     }
     if (!pl_cpu_gemm_seq_uses_blas()) {
-        s_gemm_rows(pool, x, NULL, n, w, y);
+        s_gemm_rows(pool, x, NULL, n, &w, &y, 1);
         return;
     }
     if (w->type == PL_WT_F32 && ((uintptr_t)w->data & 3) == 0) {

@@ -69,6 +69,11 @@ pl_status_t pl_cpu_wmat_from_view(const char *name, const pl_tensor_view_t *v, p
  * rows, their number or order, the thread count and the instruction set. */
 void pl_cpu_gemm_rows(pl_cpu_pool_t *pool, const float *x, const int *rows, int n_rows,
                       const pl_cpu_wmat_t *w, float *y);
+/* The same for n_w matrices of one input (q, k and v; gate and up), w[i] into y[i]: one job on
+ * the pool for all of them, and the activations prepared once per form. Every w[i] has the
+ * same cols; each y[i] comes out bitwise what pl_cpu_gemm_rows gives it alone. */
+void pl_cpu_gemm_rows_n(pl_cpu_pool_t *pool, const float *x, const int *rows, int n_rows,
+                        const pl_cpu_wmat_t *const *w, float *const *y, int n_w);
 
 /* y[n][w->rows] = x[n][w->cols] @ w^T for one whole sequence. Through OpenBLAS sgemm where its
  * kernels suit this CPU (pl_cpu_gemm_seq_uses_blas): f32 weights read in place, f16/bf16

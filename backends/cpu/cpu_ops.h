@@ -22,7 +22,7 @@ void pl_cpu_rmsnorm(const float *x, const float *w, int n_rows, int dim, float e
  * sgemm. Fast, but a row's rounding depends on the call's shape and on the row's place in it. */
 void pl_cpu_matmul(const float *x, int n_rows, int in_dim, const float *w, int out_dim, float *y);
 
-/* A fixed set of worker threads that run one function on every thread at once. */
+/* A fixed set of worker threads that share each job's chunks with the caller. */
 typedef struct pl_cpu_pool pl_cpu_pool_t;
 
 /* Start threads-1 workers (the caller is the last thread); threads <= 1 makes a pool that runs
@@ -32,8 +32,15 @@ pl_status_t pl_cpu_pool_create(int threads, pl_cpu_pool_t **pool_p);
 void pl_cpu_pool_destroy(pl_cpu_pool_t **pool_p);
 /* Threads that run each job (1 for a NULL pool). */
 int pl_cpu_pool_size(const pl_cpu_pool_t *pool);
-/* Call fn(arg, i, n) for i in 0..n-1 on the n threads and return when all are done; NULL pool:
- * fn(arg, 0, 1) on the caller. Not reentrant: one caller at a time. */
+/* Call fn(arg, c) once for each chunk c in 0..n_chunks-1 and return when all are done. The
+ * caller and the workers that are running take chunks in turn, so a worker the scheduler keeps
+ * off a core, or one still waking, delays the job by at most the chunk it holds: which thread
+ * runs a chunk is not fixed, so a chunk's result must not depend on it. NULL pool: every chunk on
+ * the caller. Not reentrant: one caller at a time. */
+void pl_cpu_pool_chunks(pl_cpu_pool_t *pool, int n_chunks, void (*fn)(void *arg, int chunk),
+                        void *arg);
+/* Call fn(arg, i, n) once for each i in 0..n-1, n the pool's size, as chunks of
+ * pl_cpu_pool_chunks (so not necessarily part i on thread i); NULL pool: fn(arg, 0, 1). */
 void pl_cpu_pool_run(pl_cpu_pool_t *pool, void (*fn)(void *arg, int i, int n), void *arg);
 
 /* y[r] = x[r] @ w^T for the n_rows row indices rows[] of x [*][in_dim] into y [*][out_dim].

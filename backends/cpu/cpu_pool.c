@@ -1,5 +1,5 @@
-/* The CPU backend's thread pool: a fixed set of workers that run one function on every thread
- * at once, for the batch-invariant GEMM and anything else a stage splits across its cores. */
+/* The CPU backend's thread pool: a fixed set of workers that share a job's chunks with the
+ * caller, for the batch-invariant GEMM and anything else a stage splits across its cores. */
 #include "backends/cpu/cpu_ops.h"
 
 #include "common/util.h"
@@ -7,25 +7,36 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* Waking a sleeping thread costs tens of microseconds (more on a loaded machine), and a decode
- * step runs a job per matrix, ~100 a token: so a worker spins this long on the job counter after
- * its last job before it sleeps on the condition variable, and the caller spins as long for the
- * workers to finish. */
+ * step runs a few jobs per layer, ~50 a token: so a worker spins this long on the job counter
+ * after its last job before it sleeps on the condition variable, and the caller spins as long for
+ * the workers that joined to finish. */
 #define S_SPIN_S 50e-6
+
+/* state: the job's generation (low 32 bits) << 32 | S_OPEN while workers may still join | the
+ * number of workers inside the job. A worker joins only the job it was woken for and only
+ * while it is open, so the caller never waits for a worker that has not started (one the
+ * scheduler left off a core does not hold the job up: the threads that run take its chunks). */
+#define S_OPEN (1ull << 31)
+#define S_ACTIVE_MASK (S_OPEN - 1)
 
 struct pl_cpu_pool {
     int n; /* workers + the calling thread */
     pthread_t *tids;
     pthread_mutex_t mu;
     pthread_cond_t cv_work, cv_done;
-    uint64_t gen;     /* atomic; bumped under mu, so a worker about to sleep cannot miss it */
-    int pending;      /* atomic: workers yet to finish the current job */
-    int sleepers;     /* under mu: workers asleep on cv_work */
+    void (*fn)(void *arg, int chunk); /* the current job: set while it is closed and empty */
+    void *arg;
+    int n_chunks;
+    int sleepers;     /* atomic, changed under mu: workers asleep (or about to be) on cv_work */
     bool done_waiter; /* under mu: the caller asleep on cv_done */
     bool stop;        /* atomic */
-    void (*fn)(void *arg, int i, int n);
-    void *arg;
+    /* the counters every thread writes, each on its own cache line */
+    _Alignas(64) uint64_t gen; /* atomic; only the caller bumps it */
+    _Alignas(64) uint64_t state;
+    _Alignas(64) int next; /* atomic: the next chunk to take */
 };
 
 typedef struct {
@@ -40,14 +51,12 @@ static inline void s_pause(void)
 #endif
 }
 
-/* Spin until *v != val or S_SPIN_S has passed; whether it changed. */
-static bool s_spin_while(const void *v, uint64_t val, bool wide)
+/* Spin until the generation moves past `seen`, S_SPIN_S at most; whether it did. */
+static bool s_spin_gen(const uint64_t *gen, uint64_t seen)
 {
     double t0 = 0;
     for (unsigned i = 0;; i++) {
-        uint64_t now = wide ? __atomic_load_n((const uint64_t *)v, __ATOMIC_ACQUIRE)
-                            : (uint64_t)__atomic_load_n((const int *)v, __ATOMIC_ACQUIRE);
-        if (now != val)
+        if (__atomic_load_n(gen, __ATOMIC_ACQUIRE) != seen)
             return true;
         if ((i & 63) == 0) {
             double t = pl_now();
@@ -60,6 +69,42 @@ static bool s_spin_while(const void *v, uint64_t val, bool wide)
     }
 }
 
+/* Spin until no worker is inside the job, S_SPIN_S at most; whether none is. */
+static bool s_spin_active(const uint64_t *state)
+{
+    double t0 = 0;
+    for (unsigned i = 0;; i++) {
+        if ((__atomic_load_n(state, __ATOMIC_ACQUIRE) & S_ACTIVE_MASK) == 0)
+            return true;
+        if ((i & 63) == 0) {
+            double t = pl_now();
+            if (i == 0)
+                t0 = t;
+            else if (t - t0 > S_SPIN_S)
+                return false;
+        }
+        s_pause();
+    }
+}
+
+/* Take chunks until none is left. */
+static void s_take(pl_cpu_pool_t *pool)
+{
+    for (int c; (c = __atomic_fetch_add(&pool->next, 1, __ATOMIC_RELAXED)) < pool->n_chunks;)
+        pool->fn(pool->arg, c);
+}
+
+/* Join job `gen` if it is still open: whether this worker is now inside it. */
+static bool s_join(pl_cpu_pool_t *pool, uint64_t gen)
+{
+    uint64_t v = __atomic_load_n(&pool->state, __ATOMIC_ACQUIRE);
+    while ((v >> 32) == (gen & 0xffffffffu) && (v & S_OPEN))
+        if (__atomic_compare_exchange_n(&pool->state, &v, v + 1, true, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_ACQUIRE))
+            return true;
+    return false;
+}
+
 static void *s_worker(void *p)
 {
     s_worker_t w = *(s_worker_t *)p;
@@ -68,20 +113,23 @@ static void *s_worker(void *p)
 
     free(p);
     for (;;) {
-        if (!s_spin_while(&pool->gen, seen, true)) {
+        if (!s_spin_gen(&pool->gen, seen)) {
             pthread_mutex_lock(&pool->mu);
-            pool->sleepers++;
-            while (__atomic_load_n(&pool->gen, __ATOMIC_ACQUIRE) == seen &&
+            __atomic_add_fetch(&pool->sleepers, 1, __ATOMIC_SEQ_CST);
+            while (__atomic_load_n(&pool->gen, __ATOMIC_SEQ_CST) == seen &&
                    !__atomic_load_n(&pool->stop, __ATOMIC_ACQUIRE))
                 pthread_cond_wait(&pool->cv_work, &pool->mu);
-            pool->sleepers--;
+            __atomic_sub_fetch(&pool->sleepers, 1, __ATOMIC_SEQ_CST);
             pthread_mutex_unlock(&pool->mu);
         }
         if (__atomic_load_n(&pool->stop, __ATOMIC_ACQUIRE))
             break;
         seen = __atomic_load_n(&pool->gen, __ATOMIC_ACQUIRE);
-        pool->fn(pool->arg, w.index, pool->n);
-        if (__atomic_sub_fetch(&pool->pending, 1, __ATOMIC_ACQ_REL) == 0) {
+        if (!s_join(pool, seen))
+            continue; /* the caller has already taken every chunk */
+        s_take(pool);
+        uint64_t v = __atomic_sub_fetch(&pool->state, 1, __ATOMIC_ACQ_REL);
+        if ((v & S_ACTIVE_MASK) == 0 && !(v & S_OPEN)) {
             pthread_mutex_lock(&pool->mu);
             if (pool->done_waiter)
                 pthread_cond_signal(&pool->cv_done);
@@ -93,10 +141,12 @@ static void *s_worker(void *p)
 
 pl_status_t pl_cpu_pool_create(int threads, pl_cpu_pool_t **pool_p)
 {
-    pl_cpu_pool_t *pool = calloc(1, sizeof(*pool));
+    /* the counters' cache-line alignment needs an aligned block */
+    pl_cpu_pool_t *pool = aligned_alloc(_Alignof(pl_cpu_pool_t), sizeof(*pool));
 
     if (!pool)
         return pl_error(PL_ERR_NOMEM, "cpu pool: out of memory");
+    memset(pool, 0, sizeof(*pool));
     pool->n = 1;
     pthread_mutex_init(&pool->mu, NULL);
     pthread_cond_init(&pool->cv_work, NULL);
@@ -148,30 +198,55 @@ int pl_cpu_pool_size(const pl_cpu_pool_t *pool)
     return pool ? pool->n : 1;
 }
 
-void pl_cpu_pool_run(pl_cpu_pool_t *pool, void (*fn)(void *arg, int i, int n), void *arg)
+void pl_cpu_pool_chunks(pl_cpu_pool_t *pool, int n_chunks, void (*fn)(void *arg, int chunk),
+                        void *arg)
 {
-    if (!pool || pool->n == 1) {
-        fn(arg, 0, 1);
+    if (!pool || pool->n == 1 || n_chunks <= 1) {
+        for (int c = 0; c < n_chunks; c++)
+            fn(arg, c);
         return;
     }
-    /* one job at a time: the previous one finished (pending 0) before this call */
+    /* one job at a time: the previous one is closed and no worker is inside it */
     pool->fn = fn;
     pool->arg = arg;
-    __atomic_store_n(&pool->pending, pool->n - 1, __ATOMIC_RELAXED);
-    pthread_mutex_lock(&pool->mu);
-    __atomic_store_n(&pool->gen, pool->gen + 1, __ATOMIC_RELEASE);
-    if (pool->sleepers)
-        pthread_cond_broadcast(&pool->cv_work);
-    pthread_mutex_unlock(&pool->mu);
-    fn(arg, 0, pool->n);
-    for (int left; (left = __atomic_load_n(&pool->pending, __ATOMIC_ACQUIRE)) > 0;) {
-        if (s_spin_while(&pool->pending, (uint64_t)left, false))
-            continue;
+    pool->n_chunks = n_chunks;
+    __atomic_store_n(&pool->next, 0, __ATOMIC_RELAXED);
+    uint64_t gen = __atomic_load_n(&pool->gen, __ATOMIC_RELAXED) + 1;
+    __atomic_store_n(&pool->state, (gen & 0xffffffffu) << 32 | S_OPEN, __ATOMIC_RELEASE);
+    /* seq_cst on both sides: a worker that counted itself a sleeper sees the new gen before it
+     * waits, or this sees it as a sleeper and wakes it */
+    __atomic_store_n(&pool->gen, gen, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&pool->sleepers, __ATOMIC_SEQ_CST) > 0) {
         pthread_mutex_lock(&pool->mu);
-        pool->done_waiter = true;
-        while (__atomic_load_n(&pool->pending, __ATOMIC_ACQUIRE) > 0)
-            pthread_cond_wait(&pool->cv_done, &pool->mu);
-        pool->done_waiter = false;
+        pthread_cond_broadcast(&pool->cv_work);
         pthread_mutex_unlock(&pool->mu);
     }
+    s_take(pool);
+    __atomic_fetch_and(&pool->state, ~S_OPEN, __ATOMIC_ACQ_REL); /* no one joins from here */
+    if (s_spin_active(&pool->state))
+        return;
+    pthread_mutex_lock(&pool->mu);
+    pool->done_waiter = true;
+    while (__atomic_load_n(&pool->state, __ATOMIC_ACQUIRE) & S_ACTIVE_MASK)
+        pthread_cond_wait(&pool->cv_done, &pool->mu);
+    pool->done_waiter = false;
+    pthread_mutex_unlock(&pool->mu);
+}
+
+typedef struct {
+    void (*fn)(void *arg, int i, int n);
+    void *arg;
+    int n;
+} s_parts_t;
+
+static void s_part(void *arg, int chunk)
+{
+    const s_parts_t *p = arg;
+    p->fn(p->arg, chunk, p->n);
+}
+
+void pl_cpu_pool_run(pl_cpu_pool_t *pool, void (*fn)(void *arg, int i, int n), void *arg)
+{
+    s_parts_t p = {.fn = fn, .arg = arg, .n = pl_cpu_pool_size(pool)};
+    pl_cpu_pool_chunks(pool, p.n, s_part, &p);
 }

@@ -178,17 +178,56 @@ static float s_q6_k(const void *w, const void *qx, int64_t n)
     return sum;
 }
 
-const pl_cpu_qdot_table_t pl_cpu_qdot_scalar = {s_q8_0, s_q4_0, s_q4_k, s_q5_k, s_q6_k};
+/* The scalar multi-row kernels: the one-row kernel per row, the reference the others equal. */
+#define S_ROWS(type)                                                                               \
+    static void s_##type##_rows(const void *w, const void *const *qx, int nr, int64_t n,         \
+                                float *out)                                                        \
+    {                                                                                              \
+        for (int r = 0; r < nr; r++)                                                               \
+            out[r] = s_##type(w, qx[r], n);                                                        \
+    }
+S_ROWS(q8_0)
+S_ROWS(q4_0)
+S_ROWS(q4_k)
+S_ROWS(q5_k)
+S_ROWS(q6_k)
+#undef S_ROWS
+
+#define S_SCALAR_TABLE                                                                             \
+    {                                                                                              \
+        s_q8_0, s_q4_0, s_q4_k, s_q5_k, s_q6_k, s_q8_0_rows, s_q4_0_rows, s_q4_k_rows,             \
+            s_q5_k_rows, s_q6_k_rows                                                               \
+    }
+const pl_cpu_qdot_table_t pl_cpu_qdot_scalar = S_SCALAR_TABLE;
 #if !defined(__x86_64__) /* pl_cpu_isa() never picks these there */
-const pl_cpu_qdot_table_t pl_cpu_qdot_avx2 = {s_q8_0, s_q4_0, s_q4_k, s_q5_k, s_q6_k};
-const pl_cpu_qdot_table_t pl_cpu_qdot_avx512 = {s_q8_0, s_q4_0, s_q4_k, s_q5_k, s_q6_k};
+const pl_cpu_qdot_table_t pl_cpu_qdot_avx2 = S_SCALAR_TABLE;
+const pl_cpu_qdot_table_t pl_cpu_qdot_avx512 = S_SCALAR_TABLE;
+const pl_cpu_qdot_table_t pl_cpu_qdot_avx512_vnni = S_SCALAR_TABLE;
 #endif
+
+/* The AVX-512 table this CPU runs: with VNNI's dot instructions where cpuid reports them. */
+static const pl_cpu_qdot_table_t *s_avx512(void)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+    static int vnni = -1; /* racing first calls all store the same value */
+    int v = __atomic_load_n(&vnni, __ATOMIC_RELAXED);
+    if (v < 0) {
+        __builtin_cpu_init();
+        v = __builtin_cpu_supports("avx512vnni") ? 1 : 0;
+        __atomic_store_n(&vnni, v, __ATOMIC_RELAXED);
+    }
+    if (v)
+        return &pl_cpu_qdot_avx512_vnni;
+#endif
+    return &pl_cpu_qdot_avx512;
+}
 
 const pl_cpu_qdot_table_t *pl_cpu_qdot_table(pl_cpu_isa_t isa)
 {
-    static const pl_cpu_qdot_table_t *const tables[PL_CPU_ISA_COUNT] = {
-        &pl_cpu_qdot_scalar, &pl_cpu_qdot_avx2, &pl_cpu_qdot_avx512};
-    return (unsigned)isa < PL_CPU_ISA_COUNT && isa <= pl_cpu_isa() ? tables[isa] : NULL;
+    if ((unsigned)isa >= PL_CPU_ISA_COUNT || isa > pl_cpu_isa())
+        return NULL;
+    return isa == PL_CPU_ISA_AVX512 ? s_avx512() : isa == PL_CPU_ISA_AVX2 ? &pl_cpu_qdot_avx2
+                                                                          : &pl_cpu_qdot_scalar;
 }
 
 pl_cpu_qdot_fn pl_cpu_qdot_fn_of(const pl_cpu_qdot_table_t *t, pl_wtype_t wt)
@@ -199,6 +238,18 @@ pl_cpu_qdot_fn pl_cpu_qdot_fn_of(const pl_cpu_qdot_table_t *t, pl_wtype_t wt)
     case PL_WT_Q4_K: return t->q4_k;
     case PL_WT_Q5_K: return t->q5_k;
     case PL_WT_Q6_K: return t->q6_k;
+    default: return NULL;
+    }
+}
+
+pl_cpu_qdot_rows_fn pl_cpu_qdot_rows_fn_of(const pl_cpu_qdot_table_t *t, pl_wtype_t wt)
+{
+    switch (wt) {
+    case PL_WT_Q8_0: return t->q8_0_rows;
+    case PL_WT_Q4_0: return t->q4_0_rows;
+    case PL_WT_Q4_K: return t->q4_k_rows;
+    case PL_WT_Q5_K: return t->q5_k_rows;
+    case PL_WT_Q6_K: return t->q6_k_rows;
     default: return NULL;
     }
 }
@@ -230,15 +281,22 @@ float pl_q6_k_dot(const void *w, const void *qx, int64_t n)
 
 /* ---- the GEMM table's slots ---- */
 
-/* y[r][o] = dot(weight row o, activation row r): one row dot per element, so an element does not
- * depend on the block it falls in. */
-static void s_block(pl_cpu_qdot_fn dot, const void *const *x, int nr, const void *w, size_t rb,
-                    int no, int k, float *const *y)
+/* y[r][o] = dot(weight row o, activation row r): each weight row against up to
+ * PL_CPU_QDOT_ROWS activation rows at a time, every element bitwise its own one-row dot, so an
+ * element does not depend on the block it falls in or on the rows beside it. */
+static void s_block(pl_cpu_qdot_rows_fn dot, const void *const *x, int nr, const void *w,
+                    size_t rb, int no, int k, float *const *y)
 {
-    for (int o = 0; o < no; o++) {
-        const unsigned char *wo = (const unsigned char *)w + (size_t)o * rb;
-        for (int r = 0; r < nr; r++)
-            y[r][o] = dot(wo, x[r], k);
+    float out[PL_CPU_QDOT_ROWS];
+    /* a group's activation rows stay in L1 while the block's weight rows pass (from memory for
+     * the first group, from L2 for the others): 8 rows of 4096 would not fit beside them */
+    for (int r0 = 0; r0 < nr; r0 += PL_CPU_QDOT_ROWS) {
+        int n = PL_MIN(PL_CPU_QDOT_ROWS, nr - r0);
+        for (int o = 0; o < no; o++) {
+            dot((const unsigned char *)w + (size_t)o * rb, x + r0, n, k, out);
+            for (int r = 0; r < n; r++)
+                y[r0 + r][o] = out[r];
+        }
     }
 }
 
@@ -254,17 +312,17 @@ static void s_block(pl_cpu_qdot_fn dot, const void *const *x, int nr, const void
     void pl_cpu_qblock_##type##_scalar(const void *const *x, int nr, const void *w, size_t rb,    \
                                        int no, int k, float *const *y)                             \
     {                                                                                              \
-        s_block(pl_cpu_qdot_scalar.type, x, nr, w, rb, no, k, y);                                  \
+        s_block(pl_cpu_qdot_scalar.type##_rows, x, nr, w, rb, no, k, y);                                  \
     }                                                                                              \
     void pl_cpu_qblock_##type##_avx2(const void *const *x, int nr, const void *w, size_t rb,      \
                                      int no, int k, float *const *y)                               \
     {                                                                                              \
-        s_block(pl_cpu_qdot_avx2.type, x, nr, w, rb, no, k, y);                                    \
+        s_block(pl_cpu_qdot_avx2.type##_rows, x, nr, w, rb, no, k, y);                                    \
     }                                                                                              \
     void pl_cpu_qblock_##type##_avx512(const void *const *x, int nr, const void *w, size_t rb,    \
                                        int no, int k, float *const *y)                             \
     {                                                                                              \
-        s_block(pl_cpu_qdot_avx512.type, x, nr, w, rb, no, k, y);                                  \
+        s_block(s_avx512()->type##_rows, x, nr, w, rb, no, k, y);                                  \
     }
 S_QUANT_KERNELS(q8_0, PL_WT_Q8_0)
 S_QUANT_KERNELS(q4_0, PL_WT_Q4_0)

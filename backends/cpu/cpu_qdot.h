@@ -29,8 +29,18 @@ typedef struct {
  * pl_cpu_qact_quantize. Returns sum_i w[i] * x[i]. n is a whole number of the type's blocks. */
 typedef float (*pl_cpu_qdot_fn)(const void *w, const void *qx, int64_t n);
 
+/* Most activation rows one multi-row dot takes. */
+#define PL_CPU_QDOT_ROWS 4
+
+/* The same weight row against nr (1..PL_CPU_QDOT_ROWS) activation rows qx[0..nr-1] at once,
+ * each block unpacked once for all of them (batched decode reads and unpacks the weights once
+ * per step, not once per sequence): out[r] is bitwise what the one-row dot gives qx[r]. */
+typedef void (*pl_cpu_qdot_rows_fn)(const void *w, const void *const *qx, int nr, int64_t n,
+                                    float *out);
+
 typedef struct {
     pl_cpu_qdot_fn q8_0, q4_0, q4_k, q5_k, q6_k;
+    pl_cpu_qdot_rows_fn q8_0_rows, q4_0_rows, q4_k_rows, q5_k_rows, q6_k_rows;
 } pl_cpu_qdot_table_t;
 
 /* Bytes of the quantized activations of a row of n elements, for weights of type wt (0 for a
@@ -39,10 +49,13 @@ size_t pl_cpu_qact_bytes(pl_wtype_t wt, int64_t n);
 /* Quantize n activations x for dots with weights of type wt: |x - x_q| <= amax(block) / 254. */
 void pl_cpu_qact_quantize(pl_wtype_t wt, const float *x, int64_t n, void *qx);
 
-/* The kernels of one instruction set, or NULL above the one in use (pl_cpu_isa()). */
+/* The kernels of one instruction set, or NULL above the one in use (pl_cpu_isa()); for AVX-512
+ * on a CPU with VNNI, its VNNI kernels. */
 const pl_cpu_qdot_table_t *pl_cpu_qdot_table(pl_cpu_isa_t isa);
 /* The kernel of a table for weight type wt; NULL for a type that is not block-quantized. */
 pl_cpu_qdot_fn pl_cpu_qdot_fn_of(const pl_cpu_qdot_table_t *t, pl_wtype_t wt);
+/* Its multi-row kernel; NULL likewise. */
+pl_cpu_qdot_rows_fn pl_cpu_qdot_rows_fn_of(const pl_cpu_qdot_table_t *t, pl_wtype_t wt);
 
 /* The kernels of the instruction set in use, one per type. */
 float pl_q8_0_dot(const void *w, const void *qx, int64_t n);
@@ -75,11 +88,25 @@ float pl_cpu_q32_lanes_sum(const float *lanes);
 /* Blocks b0..nb-1 of a row into their lanes (four: Q4_0, else Q8_0). */
 void pl_cpu_q32_tail(const void *w, const void *qx, int64_t b0, int64_t nb, bool four,
                      float *lanes);
-/* The AVX2 kernels the AVX-512 table shares. */
-float pl_cpu_q8_0_dot_avx2(const void *w, const void *qx, int64_t n);
-float pl_cpu_q4_0_dot_avx2(const void *w, const void *qx, int64_t n);
-float pl_cpu_q4_k_dot_avx2(const void *w, const void *qx, int64_t n);
-float pl_cpu_q5_k_dot_avx2(const void *w, const void *qx, int64_t n);
+/* cpu_qdot_x86_tmpl.h's kernels: AVX2 (the AVX-512 table shares them) and AVX-512 VNNI. */
+#define PL_CPU_DECLARE_X86_DOTS(sfx)                                                               \
+    float pl_cpu_q8_0_dot_##sfx(const void *w, const void *qx, int64_t n);                        \
+    float pl_cpu_q4_0_dot_##sfx(const void *w, const void *qx, int64_t n);                        \
+    float pl_cpu_q4_k_dot_##sfx(const void *w, const void *qx, int64_t n);                        \
+    float pl_cpu_q5_k_dot_##sfx(const void *w, const void *qx, int64_t n);                        \
+    void pl_cpu_q8_0_rows_##sfx(const void *w, const void *const *qx, int nr, int64_t n,          \
+                                float *out);                                                       \
+    void pl_cpu_q4_0_rows_##sfx(const void *w, const void *const *qx, int nr, int64_t n,          \
+                                float *out);                                                       \
+    void pl_cpu_q4_k_rows_##sfx(const void *w, const void *const *qx, int nr, int64_t n,          \
+                                float *out);                                                       \
+    void pl_cpu_q5_k_rows_##sfx(const void *w, const void *const *qx, int nr, int64_t n,          \
+                                float *out);
+PL_CPU_DECLARE_X86_DOTS(avx2)
+PL_CPU_DECLARE_X86_DOTS(vnni)
+/* cpu_qdot_avx512.c's Q6_K, which both AVX-512 tables use. */
+float pl_cpu_q6_k_dot_avx512(const void *w, const void *qx, int64_t n);
+void pl_cpu_q6_k_rows_avx512(const void *w, const void *const *qx, int nr, int64_t n, float *out);
 
 /* Internal: pl_cpu_qact_quantize with AVX2, bitwise the same bytes. */
 void pl_cpu_qact_quantize_avx2(pl_wtype_t wt, const float *x, int64_t n, void *qx);
@@ -88,5 +115,6 @@ void pl_cpu_qact_quantize_avx2(pl_wtype_t wt, const float *x, int64_t n, void *q
 extern const pl_cpu_qdot_table_t pl_cpu_qdot_scalar;
 extern const pl_cpu_qdot_table_t pl_cpu_qdot_avx2;
 extern const pl_cpu_qdot_table_t pl_cpu_qdot_avx512;
+extern const pl_cpu_qdot_table_t pl_cpu_qdot_avx512_vnni; /* where cpuid reports AVX-512 VNNI */
 
 #endif

@@ -1,190 +1,41 @@
 /* AVX2 quantized dots (with FMA and F16C), compiled for that target whatever the build's flags;
- * called only when cpuid reports those extensions. The integer sums are vectorised; the float
+ * called only when cpuid reports those extensions: cpu_qdot_x86_tmpl.h's kernels with AVX2's
+ * multiply-adds, Q6_K, and the activation quantizer. The integer sums are vectorised; the float
  * chain is the scalar code's, so the results are bitwise the scalar ones. */
 #if defined(__x86_64__)
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
-#include "backends/cpu/cpu_qdot.h"
+#define S_SUFFIX avx2
+#define S_DOT_U8(u, s) _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1))
+#define S_ACC_I16(acc, a, b) _mm256_add_epi32(acc, _mm256_madd_epi16(a, b))
+#include "backends/cpu/cpu_qdot_x86_tmpl.h"
 
-#include <immintrin.h>
-#include <math.h>
-#include <string.h>
-
-/* Bytes ahead of the block being dotted that the kernels prefetch: decode streams every weight
- * once, and the hardware prefetcher alone left the dots waiting on memory about half the time. */
-#ifndef S_PF
-#define S_PF 4096
-#endif
-
-static inline float s_half(const unsigned char *p)
-{
-    uint16_t h;
-    memcpy(&h, p, 2);
-    return _cvtsh_ss(h);
-}
-
-static inline int s_hsum_i32(__m256i v)
-{
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
-    return _mm_cvtsi128_si32(s);
-}
-
-/* 8 int32 sums of products of 32 signed bytes w and x (|w| <= 127 or -128 never met: w is a
- * quant in -127..127 or -8..7). */
-static inline __m256i s_dot_i8(__m256i w, __m256i x)
-{
-    __m256i aw = _mm256_sign_epi8(w, w), sx = _mm256_sign_epi8(x, w);
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sx), _mm256_set1_epi16(1));
-}
-
-/* Q4_0's 32 quants minus 8 as int8, element i in byte i: the 16 bytes in both halves, the high
- * half shifted down to its high nibbles. */
-static inline __m256i s_q4_0_quants(const unsigned char *qs)
-{
-    __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)qs));
-    v = _mm256_srlv_epi32(v, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4));
-    return _mm256_sub_epi8(_mm256_and_si256(v, _mm256_set1_epi8(0x0F)), _mm256_set1_epi8(8));
-}
-
-/* One block's 8 integer lane dots, converted, times its two scales, into acc (cpu_qdot.c's
- * lanes: blocks of even index in one accumulator, odd in the other). */
-static inline __attribute__((always_inline)) __m256
-s_q32_block(const unsigned char *pb, const pl_q8_act_t *a, bool four, __m256 acc)
-{
-    _mm_prefetch((const char *)pb + S_PF, _MM_HINT_T0);
-    __m256i qw = four ? s_q4_0_quants(pb + 2) : _mm256_loadu_si256((const __m256i *)(pb + 2));
-    __m256i s = s_dot_i8(qw, _mm256_loadu_si256((const __m256i *)a->qs));
-    __m256 d = _mm256_set1_ps(s_half(pb) * a->d);
-    return _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(s), acc);
-}
-
-static inline __attribute__((always_inline)) float s_q32(const void *w, const void *qx, int64_t n,
-                                                         bool four)
+/* Q6_K against R activation rows: unsigned 6-bit quants unpacked once and dotted as they are;
+ * the offset 32 comes off through each row's bsums. */
+static inline __attribute__((always_inline)) void s_q6_k_rows(const void *w, const void *const *qx,
+                                                              int R, int64_t n, float *out)
 {
     const unsigned char *p = w;
-    const pl_q8_act_t *a = qx;
-    size_t bb = four ? sizeof(pl_block_q4_0_t) : sizeof(pl_block_q8_0_t);
-    int64_t nb = n / PL_QK8_0, b = 0;
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    float lanes[16];
-    for (; b + 4 <= nb; b += 4) {
-        acc0 = s_q32_block(p + (size_t)b * bb, a + b, four, acc0);
-        acc1 = s_q32_block(p + (size_t)(b + 1) * bb, a + b + 1, four, acc1);
-        acc0 = s_q32_block(p + (size_t)(b + 2) * bb, a + b + 2, four, acc0);
-        acc1 = s_q32_block(p + (size_t)(b + 3) * bb, a + b + 3, four, acc1);
-    }
-    _mm256_storeu_ps(lanes, acc0);
-    _mm256_storeu_ps(lanes + 8, acc1);
-    pl_cpu_q32_tail(w, qx, b, nb, four, lanes);
-    return pl_cpu_q32_lanes_sum(lanes);
-}
-
-float pl_cpu_q8_0_dot_avx2(const void *w, const void *qx, int64_t n)
-{
-    return s_q32(w, qx, n, false);
-}
-
-float pl_cpu_q4_0_dot_avx2(const void *w, const void *qx, int64_t n)
-{
-    return s_q32(w, qx, n, true);
-}
-
-/* A K-quant super-block's 8 6-bit scales and 8 mins, unpacked from their 12 bytes at once (the
- * bit shuffle of pl_k_scale_min on four words), as 8 int16 each. */
-static inline void s_k_scales(const uint8_t *q, __m128i *sc_p, __m128i *m_p)
-{
-    const uint32_t km1 = 0x3f3f3f3f, km2 = 0x0f0f0f0f, km3 = 0x03030303;
-    uint32_t u[3];
-    memcpy(u, q, 12);
-    uint32_t sc_lo = u[0] & km1, m_lo = u[1] & km1;
-    uint32_t sc_hi = (u[2] & km2) | (((u[0] >> 6) & km3) << 4);
-    uint32_t m_hi = ((u[2] >> 4) & km2) | (((u[1] >> 6) & km3) << 4);
-    __m128i v = _mm_setr_epi32((int)sc_lo, (int)sc_hi, (int)m_lo, (int)m_hi);
-    *sc_p = _mm_cvtepu8_epi16(v);
-    *m_p = _mm_cvtepu8_epi16(_mm_srli_si128(v, 8));
-}
-
-/* The fifth bit of sub-block j's 32 quants (bit j of qh's bytes), at bit 4. */
-static inline __attribute__((always_inline)) __m256i s_q5_bit(__m256i qh, int j)
-{
-    __m256i t = _mm256_and_si256(qh, _mm256_set1_epi8((char)(1 << j)));
-    return j < 4 ? _mm256_slli_epi16(t, 4 - j) : j > 4 ? _mm256_srli_epi16(t, j - 4) : t;
-}
-
-/* Q4_K / Q5_K: per 64-element chunk, two sub-blocks of 32 unsigned quants, each product times its
- * scale (broadcast by a byte shuffle) in 32-bit lanes; the mins' sum against the pairs of bsums. */
-static inline __attribute__((always_inline)) float s_k45(const void *w, const void *qx, int64_t n,
-                                                         bool five)
-{
-    const unsigned char *p = w;
-    const pl_q8k_act_t *a = qx;
-    size_t bb = five ? sizeof(pl_block_q5_k_t) : sizeof(pl_block_q4_k_t);
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
-    float sum = 0.0f;
-    for (int64_t b = 0; b < n / PL_QK_K; b++, p += bb) {
-        const uint8_t *qs = p + (five ? 48 : 16);
-        for (size_t l = 0; l < bb; l += 64)
-            _mm_prefetch((const char *)p + S_PF + l, _MM_HINT_T0);
-        __m256i qh = five ? _mm256_loadu_si256((const __m256i *)(p + 16)) : _mm256_setzero_si256();
-        __m128i sc, mn;
-        s_k_scales(p + 4, &sc, &mn);
-        __m128i pairs = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)a[b].bsums),
-                                       _mm_loadu_si128((const __m128i *)(a[b].bsums + 8)));
-        __m128i ms = _mm_madd_epi16(mn, pairs);
-        ms = _mm_add_epi32(ms, _mm_shuffle_epi32(ms, 0x4E));
-        ms = _mm_add_epi32(ms, _mm_shuffle_epi32(ms, 0xB1));
-        int summ = _mm_cvtsi128_si32(ms);
-        __m256i sc2 = _mm256_broadcastsi128_si256(sc);
-        __m256i isum = _mm256_setzero_si256();
-#pragma GCC unroll 4
-        for (int c = 0; c < 4; c++) {
-            __m256i raw = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
-            __m256i lo = _mm256_and_si256(raw, m4);
-            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
-            if (five) {
-                lo = _mm256_or_si256(lo, s_q5_bit(qh, 2 * c));
-                hi = _mm256_or_si256(hi, s_q5_bit(qh, 2 * c + 1));
-            }
-            __m256i s0 = _mm256_shuffle_epi8(sc2, _mm256_set1_epi16((short)(0x0100 + 0x0404 * c)));
-            __m256i s1 = _mm256_shuffle_epi8(sc2, _mm256_set1_epi16((short)(0x0302 + 0x0404 * c)));
-            __m256i x0 = _mm256_loadu_si256((const __m256i *)(a[b].qs + 64 * c));
-            __m256i x1 = _mm256_loadu_si256((const __m256i *)(a[b].qs + 64 * c + 32));
-            __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, x0), s0);
-            __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, x1), s1);
-            isum = _mm256_add_epi32(isum, _mm256_add_epi32(p0, p1));
-        }
-        sum = fmaf(a[b].d, fmaf(s_half(p), (float)s_hsum_i32(isum), -(s_half(p + 2) * (float)summ)),
-                   sum);
-    }
-    return sum;
-}
-
-float pl_cpu_q4_k_dot_avx2(const void *w, const void *qx, int64_t n)
-{
-    return s_k45(w, qx, n, false);
-}
-
-float pl_cpu_q5_k_dot_avx2(const void *w, const void *qx, int64_t n)
-{
-    return s_k45(w, qx, n, true);
-}
-
-/* Q6_K: unsigned 6-bit quants dotted as they are; the offset 32 comes off through the bsums. */
-static float s_q6_k(const void *w, const void *qx, int64_t n)
-{
-    const unsigned char *p = w;
-    const pl_q8k_act_t *a = qx;
     const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(3);
-    float sum = 0.0f;
+    float sum[PL_CPU_QDOT_ROWS];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+        sum[r] = 0.0f;
     for (int64_t b = 0; b < n / PL_QK_K; b++, p += sizeof(pl_block_q6_k_t)) {
         const uint8_t *ql = p, *qhp = p + 128;
         const int8_t *sc = (const int8_t *)(p + 192);
-        __m256i isum = _mm256_setzero_si256();
-        int off = 0;
-        for (int j = 0; j < 16; j++)
-            off += sc[j] * a[b].bsums[j];
+        __m256i isum[PL_CPU_QDOT_ROWS];
+        int off[PL_CPU_QDOT_ROWS];
+        for (size_t l = 0; l < sizeof(pl_block_q6_k_t); l += 64)
+            _mm_prefetch((const char *)p + S_PF + l, _MM_HINT_T0);
+        __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)sc));
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) { /* sum_j sc[j] * bsums[j], exact in int32 */
+            const pl_q8k_act_t *a = (const pl_q8k_act_t *)qx[r] + b;
+            off[r] = s_hsum_i32(
+                _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)a->bsums)));
+            isum[r] = _mm256_setzero_si256();
+        }
         for (int h = 0; h < 2; h++) {
             __m256i l0 = _mm256_loadu_si256((const __m256i *)(ql + 64 * h));
             __m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 64 * h + 32));
@@ -202,17 +53,38 @@ static float s_q6_k(const void *w, const void *qx, int64_t n)
                     _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
                     _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m2), 4)),
             };
+#pragma GCC unroll 4
             for (int part = 0; part < 4; part++) {
                 int is = 8 * h + 2 * part;
-                __m256i x = _mm256_loadu_si256((const __m256i *)(a[b].qs + 128 * h + 32 * part));
                 __m256i scv = _mm256_set_m128i(_mm_set1_epi16(sc[is + 1]), _mm_set1_epi16(sc[is]));
-                isum = _mm256_add_epi32(isum,
-                                        _mm256_madd_epi16(_mm256_maddubs_epi16(q[part], x), scv));
+#pragma GCC unroll 4
+                for (int r = 0; r < R; r++) {
+                    const int8_t *xq = ((const pl_q8k_act_t *)qx[r] + b)->qs + 128 * h + 32 * part;
+                    __m256i x = _mm256_loadu_si256((const __m256i *)xq);
+                    isum[r] = _mm256_add_epi32(
+                        isum[r], _mm256_madd_epi16(_mm256_maddubs_epi16(q[part], x), scv));
+                }
             }
         }
-        sum = fmaf(a[b].d * s_half(p + 208), (float)(s_hsum_i32(isum) - 32 * off), sum);
+        float dw = s_half(p + 208);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++)
+            sum[r] = fmaf(((const pl_q8k_act_t *)qx[r] + b)->d * dw,
+                          (float)(s_hsum_i32(isum[r]) - 32 * off[r]), sum[r]);
     }
-    return sum;
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+        out[r] = sum[r];
+}
+
+#define S_Q6_K(R) s_q6_k_rows(w, qx, R, n, out)
+static S_ROWS_ENTRY(s_q6_k_rows_entry, S_Q6_K)
+
+static float s_q6_k(const void *w, const void *qx, int64_t n)
+{
+    float out;
+    s_q6_k_rows(w, &qx, 1, n, &out);
+    return out;
 }
 
 /* ---- the activation quantizer: bitwise the scalar one (the same max, the same division and
@@ -266,7 +138,9 @@ void pl_cpu_qact_quantize_avx2(pl_wtype_t wt, const float *x, int64_t n, void *q
     }
 }
 
-const pl_cpu_qdot_table_t pl_cpu_qdot_avx2 = {pl_cpu_q8_0_dot_avx2, pl_cpu_q4_0_dot_avx2,
-                                              pl_cpu_q4_k_dot_avx2, pl_cpu_q5_k_dot_avx2, s_q6_k};
+const pl_cpu_qdot_table_t pl_cpu_qdot_avx2 = {
+    pl_cpu_q8_0_dot_avx2,  pl_cpu_q4_0_dot_avx2,  pl_cpu_q4_k_dot_avx2,  pl_cpu_q5_k_dot_avx2,
+    s_q6_k,                pl_cpu_q8_0_rows_avx2, pl_cpu_q4_0_rows_avx2, pl_cpu_q4_k_rows_avx2,
+    pl_cpu_q5_k_rows_avx2, s_q6_k_rows_entry};
 #pragma GCC pop_options
 #endif

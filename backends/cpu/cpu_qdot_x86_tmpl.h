@@ -1,0 +1,254 @@
+/* The 256-bit quantized dots of Q8_0, Q4_0, Q4_K and Q5_K (one row and multi-row), written once
+ * and included by the AVX2 file and the AVX-512 VNNI one, each under its own target pragma.
+ * Required before inclusion:
+ *   S_SUFFIX             the entry points' suffix (avx2, vnni)
+ *   S_DOT_U8(u, s)       8 int32 lanes, each the sum of 4 products of unsigned u by signed s
+ *                        bytes (no pair of products past int16: |u| <= 128, |s| <= 127)
+ *   S_ACC_I16(acc, a, b) acc + the 8 int32 sums of pairs of int16 products a * b
+ * Both are exact integer sums, so every instance gives the scalar code's results bitwise. */
+#include "backends/cpu/cpu_qdot.h"
+
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#define S_CAT2(a, b) a##b
+#define S_CAT(a, b) S_CAT2(a, b)
+#define S_NAME(base) S_CAT(base, S_SUFFIX)
+
+/* Bytes ahead of the block being dotted that the kernels prefetch: decode streams every weight
+ * once, and the hardware prefetcher alone left the dots waiting on memory about half the time. */
+#ifndef S_PF
+#define S_PF 4096
+#endif
+
+static inline float s_half(const unsigned char *p)
+{
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return _cvtsh_ss(h);
+}
+
+static inline int s_hsum_i32(__m256i v)
+{
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+    return _mm_cvtsi128_si32(s);
+}
+
+/* Q4_0's 32 quants minus 8 as int8, element i in byte i: the 16 bytes in both halves, the high
+ * half shifted down to its high nibbles. */
+static inline __m256i s_q4_0_quants(const unsigned char *qs)
+{
+    __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)qs));
+    v = _mm256_srlv_epi32(v, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4));
+    return _mm256_sub_epi8(_mm256_and_si256(v, _mm256_set1_epi8(0x0F)), _mm256_set1_epi8(8));
+}
+
+/* Q8_0 / Q4_0 against R activation rows: block b's weights unpacked once (their quants, their
+ * absolute values for the unsigned-times-signed multiply, their scale), then per row its 8
+ * integer lane dots, converted, times the two scales, into that row's accumulator of b's parity
+ * (cpu_qdot.c's lanes). Every lane takes the scalar code's fmaf chain in block order, so the
+ * vector loop may stop anywhere and the scalar tail finish: any R gives the one-row result. */
+static inline __attribute__((always_inline)) void s_q32_rows(const void *w, const void *const *qx,
+                                                             int R, int64_t n, bool four,
+                                                             float *out)
+{
+    const unsigned char *p = w;
+    size_t bb = four ? sizeof(pl_block_q4_0_t) : sizeof(pl_block_q8_0_t);
+    int64_t nb = n / PL_QK8_0, b = 0;
+    __m256 acc[PL_CPU_QDOT_ROWS][2];
+    float lanes[16];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+        acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+    for (; b + 2 <= nb; b += 2) {
+#pragma GCC unroll 2
+        for (int par = 0; par < 2; par++) {
+            const unsigned char *pb = p + (size_t)(b + par) * bb;
+            _mm_prefetch((const char *)pb + S_PF, _MM_HINT_T0);
+            __m256i qw = four ? s_q4_0_quants(pb + 2) : _mm256_loadu_si256((const __m256i *)(pb + 2));
+            __m256i aw = _mm256_sign_epi8(qw, qw);
+            float dw = s_half(pb);
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
+                const pl_q8_act_t *a = (const pl_q8_act_t *)qx[r] + b + par;
+                __m256i sx = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)a->qs), qw);
+                __m256i s = S_DOT_U8(aw, sx);
+                __m256 d = _mm256_set1_ps(dw * a->d);
+                acc[r][par] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(s), acc[r][par]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) {
+        _mm256_storeu_ps(lanes, acc[r][0]);
+        _mm256_storeu_ps(lanes + 8, acc[r][1]);
+        pl_cpu_q32_tail(w, qx[r], b, nb, four, lanes);
+        out[r] = pl_cpu_q32_lanes_sum(lanes);
+    }
+}
+
+/* The multi-row entry points: one instance per row count, so each keeps its accumulators in
+ * registers. */
+#define S_ROWS_ENTRY(name, body)                                                                   \
+    void name(const void *w, const void *const *qx, int nr, int64_t n, float *out)               \
+    {                                                                                              \
+        switch (nr) {                                                                              \
+        case 1: body(1); break;                                                                    \
+        case 2: body(2); break;                                                                    \
+        case 3: body(3); break;                                                                    \
+        default: body(4); break;                                                                   \
+        }                                                                                          \
+    }
+
+#define S_Q8_0(R) s_q32_rows(w, qx, R, n, false, out)
+#define S_Q4_0(R) s_q32_rows(w, qx, R, n, true, out)
+S_ROWS_ENTRY(S_NAME(pl_cpu_q8_0_rows_), S_Q8_0)
+S_ROWS_ENTRY(S_NAME(pl_cpu_q4_0_rows_), S_Q4_0)
+
+float S_NAME(pl_cpu_q8_0_dot_)(const void *w, const void *qx, int64_t n)
+{
+    float out;
+    s_q32_rows(w, &qx, 1, n, false, &out);
+    return out;
+}
+
+float S_NAME(pl_cpu_q4_0_dot_)(const void *w, const void *qx, int64_t n)
+{
+    float out;
+    s_q32_rows(w, &qx, 1, n, true, &out);
+    return out;
+}
+
+/* A K-quant super-block's 8 6-bit scales and 8 mins, unpacked from their 12 bytes at once (the
+ * bit shuffle of pl_k_scale_min on four words), as 8 int16 each. */
+static inline void s_k_scales(const uint8_t *q, __m128i *sc_p, __m128i *m_p)
+{
+    const uint32_t km1 = 0x3f3f3f3f, km2 = 0x0f0f0f0f, km3 = 0x03030303;
+    uint32_t u[3];
+    memcpy(u, q, 12);
+    uint32_t sc_lo = u[0] & km1, m_lo = u[1] & km1;
+    uint32_t sc_hi = (u[2] & km2) | (((u[0] >> 6) & km3) << 4);
+    uint32_t m_hi = ((u[2] >> 4) & km2) | (((u[1] >> 6) & km3) << 4);
+    __m128i v = _mm_setr_epi32((int)sc_lo, (int)sc_hi, (int)m_lo, (int)m_hi);
+    *sc_p = _mm_cvtepu8_epi16(v);
+    *m_p = _mm_cvtepu8_epi16(_mm_srli_si128(v, 8));
+}
+
+/* The fifth bit of sub-block j's 32 quants (bit j of qh's bytes), at bit 4. */
+static inline __attribute__((always_inline)) __m256i s_q5_bit(__m256i qh, int j)
+{
+    __m256i t = _mm256_and_si256(qh, _mm256_set1_epi8((char)(1 << j)));
+    return j < 4 ? _mm256_slli_epi16(t, 4 - j) : j > 4 ? _mm256_srli_epi16(t, j - 4) : t;
+}
+
+/* Q4_K / Q5_K against R activation rows: per 64-element chunk, two sub-blocks of 32 unsigned
+ * quants unpacked once with their scales (broadcast by a byte shuffle); per row each product
+ * times its scale in 32-bit lanes, and the mins' sum against the row's pairs of bsums. The
+ * integer sums are exact in any order, and each row's float steps are the scalar fmaf chain
+ * (fmsub(a, b, c) rounds a * b - c once, as fmaf(a, b, -c) does), one row per lane for 4 rows. */
+static inline __attribute__((always_inline)) void s_k45_rows(const void *w, const void *const *qx,
+                                                             int R, int64_t n, bool five,
+                                                             float *out)
+{
+    const unsigned char *p = w;
+    size_t bb = five ? sizeof(pl_block_q5_k_t) : sizeof(pl_block_q4_k_t);
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    float sum[PL_CPU_QDOT_ROWS];
+    __m128 sum4 = _mm_setzero_ps(); /* R == 4: the rows' sums in lanes */
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+        sum[r] = 0.0f;
+    for (int64_t b = 0; b < n / PL_QK_K; b++, p += bb) {
+        const uint8_t *qs = p + (five ? 48 : 16);
+        for (size_t l = 0; l < bb; l += 64)
+            _mm_prefetch((const char *)p + S_PF + l, _MM_HINT_T0);
+        __m256i qh = five ? _mm256_loadu_si256((const __m256i *)(p + 16)) : _mm256_setzero_si256();
+        __m128i sc, mn;
+        s_k_scales(p + 4, &sc, &mn);
+        __m256i sc2 = _mm256_broadcastsi128_si256(sc);
+        __m256i isum[PL_CPU_QDOT_ROWS];
+        __m128i ms[PL_CPU_QDOT_ROWS]; /* the mins times the row's pairs of bsums, 4 partial sums */
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            const pl_q8k_act_t *a = (const pl_q8k_act_t *)qx[r] + b;
+            __m128i pairs = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)a->bsums),
+                                           _mm_loadu_si128((const __m128i *)(a->bsums + 8)));
+            ms[r] = _mm_madd_epi16(mn, pairs);
+            isum[r] = _mm256_setzero_si256();
+        }
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++) {
+            __m256i raw = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
+            __m256i lo = _mm256_and_si256(raw, m4);
+            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+            if (five) {
+                lo = _mm256_or_si256(lo, s_q5_bit(qh, 2 * c));
+                hi = _mm256_or_si256(hi, s_q5_bit(qh, 2 * c + 1));
+            }
+            __m256i s0 = _mm256_shuffle_epi8(sc2, _mm256_set1_epi16((short)(0x0100 + 0x0404 * c)));
+            __m256i s1 = _mm256_shuffle_epi8(sc2, _mm256_set1_epi16((short)(0x0302 + 0x0404 * c)));
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
+                const int8_t *xq = ((const pl_q8k_act_t *)qx[r] + b)->qs + 64 * c;
+                __m256i x0 = _mm256_loadu_si256((const __m256i *)xq);
+                __m256i x1 = _mm256_loadu_si256((const __m256i *)(xq + 32));
+                /* the second sub-block added onto the first's products, then onto isum: one
+                 * short chain per chunk (two dependent VNNI adds per chunk into isum would make
+                 * a single row wait on their latency) */
+                __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, x0), s0);
+                __m256i p01 = S_ACC_I16(p0, _mm256_maddubs_epi16(hi, x1), s1);
+                isum[r] = _mm256_add_epi32(isum[r], p01);
+            }
+        }
+        float dw = s_half(p), dmin = s_half(p + 2);
+        if (R == 4) { /* the four rows' sums reduced side by side, their float steps in lanes */
+            __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(isum[0], isum[1]),
+                                          _mm256_hadd_epi32(isum[2], isum[3]));
+            __m128i si = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+            __m128i sm = _mm_hadd_epi32(_mm_hadd_epi32(ms[0], ms[1]), _mm_hadd_epi32(ms[2], ms[3]));
+            __m128 dx = _mm_setr_ps(((const pl_q8k_act_t *)qx[0] + b)->d,
+                                    ((const pl_q8k_act_t *)qx[1] + b)->d,
+                                    ((const pl_q8k_act_t *)qx[2] + b)->d,
+                                    ((const pl_q8k_act_t *)qx[3] + b)->d);
+            __m128 t = _mm_mul_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(sm));
+            __m128 u = _mm_fmsub_ps(_mm_set1_ps(dw), _mm_cvtepi32_ps(si), t);
+            sum4 = _mm_fmadd_ps(dx, u, sum4);
+            continue;
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            __m128i m = _mm_add_epi32(ms[r], _mm_shuffle_epi32(ms[r], 0x4E));
+            int summ = _mm_cvtsi128_si32(_mm_add_epi32(m, _mm_shuffle_epi32(m, 0xB1)));
+            sum[r] = fmaf(((const pl_q8k_act_t *)qx[r] + b)->d,
+                          fmaf(dw, (float)s_hsum_i32(isum[r]), -(dmin * (float)summ)), sum[r]);
+        }
+    }
+    if (R == 4)
+        _mm_storeu_ps(sum, sum4);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+        out[r] = sum[r];
+}
+
+#define S_Q4_K(R) s_k45_rows(w, qx, R, n, false, out)
+#define S_Q5_K(R) s_k45_rows(w, qx, R, n, true, out)
+S_ROWS_ENTRY(S_NAME(pl_cpu_q4_k_rows_), S_Q4_K)
+S_ROWS_ENTRY(S_NAME(pl_cpu_q5_k_rows_), S_Q5_K)
+
+float S_NAME(pl_cpu_q4_k_dot_)(const void *w, const void *qx, int64_t n)
+{
+    float out;
+    s_k45_rows(w, &qx, 1, n, false, &out);
+    return out;
+}
+
+float S_NAME(pl_cpu_q5_k_dot_)(const void *w, const void *qx, int64_t n)
+{
+    float out;
+    s_k45_rows(w, &qx, 1, n, true, &out);
+    return out;
+}
+
