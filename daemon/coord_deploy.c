@@ -57,6 +57,7 @@ static pl_status_t s_add(pl_coord_t *c, pl_coord_job_t *j, pl_dep_live_t *q)
     m.seq_add.epoch = j->epoch;
     m.seq_add.req = q->id;
     m.seq_add.resumed = q->n_tok;
+    m.seq_add.stream = in->stream;
     m.seq_add.gen = q->gen;
     m.seq_add.gen.max_new_tokens = q->gen.max_new_tokens - q->n_tok; /* what is left */
     s_send_stage_pair(c, j, &m, &m.seq_add.stage);

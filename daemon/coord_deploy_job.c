@@ -54,7 +54,8 @@ static pl_status_t s_bound_new(pl_coord_job_t *j)
 /* Prompt s of j as a request on deployment d (routed at once; a refusal ends it). */
 static pl_status_t s_send(pl_coord_t *c, pl_coord_job_t *j, int s)
 {
-    pl_serve_in_t in = {.n_prompt = j->spec.prompt_len[s], .gen = j->spec.gen};
+    pl_serve_in_t in = {.n_prompt = j->spec.prompt_len[s], .gen = j->spec.gen,
+                        .stream = (uint32_t)s}; /* sampled as prompt s of the job */
     snprintf(in.deployment, sizeof(in.deployment), "%s", j->spec.deployment);
     if (!(in.prompt = malloc((size_t)in.n_prompt * sizeof(int32_t))))
         return pl_error(PL_ERR_NOMEM, "coordinator out of memory");

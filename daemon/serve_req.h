@@ -38,6 +38,9 @@ typedef struct {
     int32_t *prompt; /* owned by the request once created */
     int n_prompt;
     pl_job_gen_t gen;
+    /* The sampler's sequence id: 0 for the front's requests (a request samples as its prompt
+     * alone in a one-prompt job); prompt s's index for a batch job run on a deployment. */
+    uint32_t stream;
 } pl_serve_in_t;
 
 typedef struct pl_serve_req pl_serve_req_t;

@@ -151,7 +151,7 @@ static pl_status_t s_begin(pl_exec_t *x, int slot, int i)
     pl_exec_sink_side_t *s = x->serve->sink;
     s_pend_t *p = &s->pend[i];
     const pl_msg_seq_add_t *m = &p->add;
-    pl_serve_seq_t sq = {.stream = 0,
+    pl_serve_seq_t sq = {.stream = m->stream,
                          .prompt_len = m->n_prompt,
                          .gen = m->gen,
                          .resumed = m->resumed,

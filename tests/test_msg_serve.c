@@ -32,7 +32,7 @@ Test(msg_serve, seq_add_round_trip)
     int32_t prompt[3] = {7, 0, 2147483647};
     pl_msg_init(&m, PL_MSG_SEQ_ADD);
     m.seq_add = (pl_msg_seq_add_t){.job = 9, .stage = 1, .epoch = 4, .req = 1ull << 40,
-                                   .n_prompt = 3, .prompt = prompt, .resumed = 2,
+                                   .n_prompt = 3, .prompt = prompt, .resumed = 2, .stream = 4095,
                                    .gen = {.max_new_tokens = 33, .min_new_tokens = 2,
                                            .temperature = 0.5f, .top_k = 3, .top_p = 0.75f,
                                            .seed = 18446744073709551615ull, .n_stop = 1}};
@@ -46,6 +46,7 @@ Test(msg_serve, seq_add_round_trip)
     cr_assert_eq(b.seq_add.n_prompt, 3);
     cr_assert_arr_eq(b.seq_add.prompt, prompt, sizeof(prompt));
     cr_assert_eq(b.seq_add.resumed, 2);
+    cr_assert_eq(b.seq_add.stream, 4095);
     cr_assert_eq(b.seq_add.gen.max_new_tokens, 33);
     cr_assert_eq(b.seq_add.gen.min_new_tokens, 2);
     cr_assert_float_eq(b.seq_add.gen.temperature, 0.5f, 1e-6);
@@ -68,6 +69,7 @@ Test(msg_serve, seq_add_defaults_and_refusals)
     cr_assert(m.seq_add.gen.stop_at_eos);
     cr_assert_float_eq(m.seq_add.gen.top_p, 1.0f, 1e-6);
     cr_assert_eq(m.seq_add.resumed, 0);
+    cr_assert_eq(m.seq_add.stream, 0);
     pl_msg_clear(&m);
     static const struct {
         const char *json, *field;
@@ -83,6 +85,8 @@ Test(msg_serve, seq_add_defaults_and_refusals)
         {"{\"job\":1,\"stage\":0,\"epoch\":1,\"req\":5,\"prompt\":[1]}", "gen"},
         {"{\"job\":1,\"stage\":0,\"epoch\":1,\"req\":5,\"prompt\":[1,2],\"resumed\":2,"
          "\"gen\":{}}", "resumed"},
+        {"{\"job\":1,\"stage\":0,\"epoch\":1,\"req\":5,\"prompt\":[1],\"stream\":4096,"
+         "\"gen\":{}}", "stream"},
         {"{\"job\":1,\"stage\":0,\"epoch\":1,\"req\":5,\"prompt\":[1],"
          "\"gen\":{\"max_new_tokens\":0}}", "max_new_tokens"},
         {"{\"job\":1,\"stage\":0,\"epoch\":1,\"req\":5,\"prompt\":[1],"

@@ -320,7 +320,10 @@ static int s_prompt(int i, int32_t *p)
 
 /* The reference: the prompts as one job run by pl-generate in this process's child (one stage,
  * one microbatch), each result's tokens as compact JSON. */
-static void s_reference(int max_new, char *ref[S_NP])
+#define S_GREEDY "  temperature: 0\n"
+#define S_SAMPLED "  temperature: 0.9\n  top_k: 20\n  seed: 7\n"
+
+static void s_reference_job(int max_new, const char *sampling, char *ref[S_NP])
 {
     char path[512], line[1024];
     snprintf(path, sizeof(path), "%s/prompts.jsonl", s_dir);
@@ -338,7 +341,7 @@ static void s_reference(int max_new, char *ref[S_NP])
     fclose(f);
     char extra[256];
     snprintf(extra, sizeof(extra),
-             "max_new_tokens: %d\nstop_at_eos: false\nsampling:\n  temperature: 0\n", max_new);
+             "max_new_tokens: %d\nstop_at_eos: false\nsampling:\n%s", max_new, sampling);
     tc_job(&s_c, "ref", "t", extra);
     char *out = tc_reference(&s_c, "ref"), *save = NULL;
     int i = 0;
@@ -351,6 +354,11 @@ static void s_reference(int max_new, char *ref[S_NP])
     }
     cr_assert_eq(i, S_NP, "reference: %d results", i);
     free(out);
+}
+
+static void s_reference(int max_new, char *ref[S_NP])
+{
+    s_reference_job(max_new, S_GREEDY, ref);
 }
 
 /* Requests on a live 2-stage deployment of 2 KV slots and a queue of 2: four at once are taken
@@ -456,13 +464,43 @@ Test(serve_cluster, requests_on_a_two_stage_deployment, .timeout = 240)
     cr_assert_eq(i, S_NP, "%d results", i);
     free(res);
 
+    /* a sampled batch job on the deployment: prompt s samples as prompt s of the same job on
+     * stages of its own (pl-generate), not as a request alone */
+    char *sref[S_NP];
+    s_reference_job(12, S_SAMPLED, sref);
+    tc_job(&s_c, "onit_s", "t",
+           "max_new_tokens: 12\nstop_at_eos: false\nsampling:\n" S_SAMPLED "deployment: tiny\n");
+    res = tc_submit(&s_c, "onit_s", &rc), save = NULL;
+    if (rc)
+        tc_dump_logs(&s_c);
+    cr_assert_eq(rc, 0, "%s", res);
+    i = 0;
+    int differs = 0;
+    for (char *l = strtok_r(res, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
+        json_t *v = json_loads(l, 0, NULL);
+        if (!v)
+            continue;
+        char *t = json_dumps(json_object_get(v, "tokens"), JSON_COMPACT);
+        cr_assert(i < S_NP);
+        cr_assert_str_eq(t, sref[i], "sampled job result %d", i);
+        differs += strcmp(t, ref[i]) != 0; /* sampling did change something */
+        free(t);
+        json_decref(v);
+        i++;
+    }
+    cr_assert_eq(i, S_NP, "%d results", i);
+    cr_assert(differs > 0, "the sampled job gave the greedy tokens");
+    free(res);
+    for (int k = 0; k < S_NP; k++)
+        free(sref[k]);
+
     char *out = NULL;
     cr_assert_eq(s_ctl(&out, "-o json deployments"), 0, "%s", out);
     json_t *v = json_loads(out, 0, NULL), *d = json_array_get(json_object_get(v, "deployments"), 0);
     cr_assert_str_eq(json_string_value(json_object_get(d, "state")), "ready", "%s", out);
-    /* the canceled one may have ended first */
+    /* the canceled one may have ended first; two batch jobs of S_NP each */
     json_int_t done = json_integer_value(json_object_get(d, "completed"));
-    cr_assert(done == 3 * S_NP || done == 3 * S_NP + 1, "%s", out);
+    cr_assert(done == 4 * S_NP || done == 4 * S_NP + 1, "%s", out);
     cr_assert_eq(json_integer_value(json_object_get(json_object_get(d, "requests"),
                                                     "refused_429")), 2, "%s", out);
     cr_assert_eq(json_array_size(json_object_get(d, "stages")), 2, "%s", out);

@@ -344,6 +344,10 @@ typedef struct {
      * tokens generated before (0..n_prompt - 1); sampling goes on at step `resumed`, and
      * gen.max_new_tokens counts what is left. 0: a new request. */
     int resumed;
+    /* The sampler's sequence id (pl_gen_sample_next's seq): 0 for a request, as the same prompt
+     * alone in a one-prompt job; prompt s of a batch job run on the deployment: s, so that its
+     * tokens equal that job's on stages of its own. 0..PL_JOB_MAX_SEQS - 1. */
+    uint32_t stream;
     pl_job_gen_t gen;
 } pl_msg_seq_add_t;
 

@@ -77,6 +77,8 @@ pl_status_t pl_msg_seq_add_encode(const pl_msg_seq_add_t *m, json_t **body_p)
         json_object_set_new(body, "prompt", s_ids_encode(m->prompt, m->n_prompt));
         if (m->resumed > 0)
             json_object_set_new(body, "resumed", json_integer(m->resumed));
+        if (m->stream > 0)
+            json_object_set_new(body, "stream", json_integer(m->stream));
         json_object_set_new(body, "gen", gen);
     } else {
         json_decref(gen);
@@ -95,12 +97,14 @@ pl_status_t pl_msg_seq_add_decode(const json_t *body, pl_msg_seq_add_t *out)
         (st = s_ids_decode(body, "prompt", PL_MSG_MAX_SEQ_PROMPT, false, NULL, &m.prompt,
                            &m.n_prompt)))
         return st;
-    int64_t resumed = 0;
-    if ((st = pl_json_int_opt(body, "resumed", 0, m.n_prompt - 1, &resumed))) {
+    int64_t resumed = 0, stream = 0;
+    if ((st = pl_json_int_opt(body, "resumed", 0, m.n_prompt - 1, &resumed)) ||
+        (st = pl_json_int_opt(body, "stream", 0, PL_JOB_MAX_SEQS - 1, &stream))) {
         free(m.prompt);
         return st;
     }
     m.resumed = (int)resumed;
+    m.stream = (uint32_t)stream;
     *out = m;
     return PL_OK;
 }
