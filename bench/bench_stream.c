@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -165,6 +166,40 @@ static int s_memcpy(size_t len, int iters)
     return 0;
 }
 
+/* What a stage waiting for input costs: one process, its worker (progress thread and all) with
+ * an inbox on an endpoint to itself, waiting `ms` for a message that never comes; prints the CPU
+ * time of all its threads per second of the wait, in milliseconds. */
+static int s_idle(int ms)
+{
+    s_side_t s = {0};
+    char *mine = NULL;
+    const void *buf;
+    size_t len;
+    struct rusage r0, r1;
+    if (pl_ucx_create(&s.ucx) || pl_ucx_address(s.ucx, &mine) || pl_ucx_progress_start(s.ucx) ||
+        pl_ucx_connect(s.ucx, mine, &s.ep))
+        return s_die("worker");
+    free(mine);
+    pl_ucx_ep_use_credits(s.ep, S_CREDIT);
+    if (pl_ucx_inbox_create(s.ucx, s.ep, S_DATA, S_MASK, S_CREDIT, 4096, S_SLOTS, &s.in))
+        return s_die("inbox");
+    getrusage(RUSAGE_SELF, &r0);
+    double t0 = pl_now();
+    if (pl_ucx_inbox_recv(s.in, &buf, &len, NULL, ms, NULL) != PL_ERR_TIMEOUT)
+        return s_die("idle wait (expected a timeout)");
+    double wall = pl_now() - t0;
+    getrusage(RUSAGE_SELF, &r1);
+    double cpu = (double)(r1.ru_utime.tv_sec - r0.ru_utime.tv_sec + r1.ru_stime.tv_sec -
+                          r0.ru_stime.tv_sec) +
+                 (double)(r1.ru_utime.tv_usec - r0.ru_utime.tv_usec + r1.ru_stime.tv_usec -
+                          r0.ru_stime.tv_usec) *
+                     1e-6;
+    printf("%.3f\n", cpu / wall * 1e3);
+    pl_ucx_inbox_destroy(&s.in);
+    pl_ucx_destroy(&s.ucx);
+    return 0;
+}
+
 /* Run a side in network namespace `ns` with fresh UTS and IPC namespaces, so that UCX sees
  * another host: through `ip netns exec` (which also shows the namespace's own /sys, where UCX
  * finds its network devices) and `unshare`, both of which keep the pipes. */
@@ -235,8 +270,14 @@ int main(int argc, char **argv)
     if (argc < 4) {
         fprintf(stderr,
                 "usage: bench_stream bw|lat|memcpy SIZE ITERS [NETNS_A NETNS_B]\n"
-                "  prints MB/s (bw, memcpy) or one-way microseconds (lat, ping-pong / 2)\n");
+                "       bench_stream idle MS 1\n"
+                "  prints MB/s (bw, memcpy), one-way microseconds (lat, ping-pong / 2) or the\n"
+                "  milliseconds of CPU per second a stage waiting MS for input takes (idle)\n");
         return 2;
+    }
+    if (strcmp(argv[1], "idle") == 0) {
+        s_pin(0);
+        return s_idle(atoi(argv[2]));
     }
     if (strcmp(argv[1], "memcpy") == 0) {
         s_pin(0);

@@ -45,7 +45,14 @@ void pl_ucx_unlock(pl_ucx_t *ucx)
 pl_status_t pl_ucx_sleep(pl_ucx_t *ucx, double deadline)
 {
     struct pollfd pfd = {.fd = ucx->efd, .events = POLLIN};
-    double left_ms = (deadline - pl_now()) * 1e3;
+    double now = pl_now();
+    double spin_end = fmin(now + ucx->spin_s, deadline);
+    while (now < spin_end) { /* the reply to a small message is usually this close */
+        if (ucp_worker_progress(ucx->worker))
+            return PL_OK;
+        now = pl_now();
+    }
+    double left_ms = (deadline - now) * 1e3;
     int ms = left_ms <= 0 ? 0 : left_ms < PL_UCX_POLL_MS ? (int)ceil(left_ms) : PL_UCX_POLL_MS;
     ucs_status_t us = ucp_worker_arm(ucx->worker);
     int rc, err;
@@ -133,6 +140,23 @@ pl_status_t pl_ucx_context_new(int peer_timeout_ms, ucp_context_h *ctx_p)
     return us == UCS_OK ? PL_OK : pl_ucx_ucs_error(us, "init");
 }
 
+/* How long waits spin (PL_UCX_SPIN_US in the environment, else the built-in default). */
+static pl_status_t s_spin_from_env(double *spin_s_p)
+{
+    const char *v = getenv("PL_UCX_SPIN_US");
+    long us = PL_UCX_SPIN_US;
+    if (v) {
+        char *end;
+        errno = 0;
+        us = strtol(v, &end, 10);
+        if (errno || end == v || *end || us < 0 || us > PL_UCX_SPIN_MAX_US)
+            return pl_error(PL_ERR_RANGE, "ucx: PL_UCX_SPIN_US=\"%s\" (microseconds, 0..%d)", v,
+                            PL_UCX_SPIN_MAX_US);
+    }
+    *spin_s_p = (double)us * 1e-6;
+    return PL_OK;
+}
+
 pl_status_t pl_ucx_create_with(const pl_ucx_params_t *p, pl_ucx_t **ucx_p)
 {
     ucp_worker_params_t wparams = {0};
@@ -140,11 +164,15 @@ pl_status_t pl_ucx_create_with(const pl_ucx_params_t *p, pl_ucx_t **ucx_p)
     pl_status_t st;
     int timeout_ms = p->peer_timeout_ms ? p->peer_timeout_ms : PL_UCX_PEER_TIMEOUT_MS;
     pl_ucx_t *ucx;
+    double spin_s = 0;
 
     if (timeout_ms < 100)
         return pl_error(PL_ERR_RANGE, "ucx: peer timeout %d ms (at least 100)", timeout_ms);
+    if ((st = s_spin_from_env(&spin_s)) != PL_OK)
+        return st;
     if (!(ucx = calloc(1, sizeof(*ucx))))
         return pl_error(PL_ERR_NOMEM, "ucx: out of memory");
+    ucx->spin_s = spin_s;
     ucx->pending.next = ucx->pending.prev = &ucx->pending;
     ucx->efd = -1;
     ucx->wake_fd = -1;
