@@ -19,7 +19,9 @@
 #define S_DATA 0x100ULL
 #define S_MASK 0xf00ULL
 #define S_CREDIT 0x200ULL
-#define S_SLOTS 2
+#define S_SLOTS 2 /* credits, as a stage with up to 2 microbatches has (PL_BENCH_CREDITS) */
+
+static int s_slots = S_SLOTS;
 
 typedef struct {
     pl_ucx_t *ucx;
@@ -66,9 +68,9 @@ static int s_setup(s_side_t *s, int rd, int wr, size_t slot_bytes, bool first)
     if (pl_ucx_connect(s->ucx, peer, &s->ep))
         return s_die("connect");
     pl_ucx_ep_use_credits(s->ep, S_CREDIT);
-    if (pl_ucx_inbox_create(s->ucx, s->ep, S_DATA, S_MASK, S_CREDIT, slot_bytes, S_SLOTS, &s->in))
+    if (pl_ucx_inbox_create(s->ucx, s->ep, S_DATA, S_MASK, S_CREDIT, slot_bytes, s_slots, &s->in))
         return s_die("inbox");
-    if (pl_ucx_outbox_create(s->ucx, s->ep, slot_bytes, S_SLOTS + 1, &s->out))
+    if (pl_ucx_outbox_create(s->ucx, s->ep, slot_bytes, s_slots + 1, &s->out))
         return s_die("send buffers");
     return 0;
 }
@@ -113,6 +115,12 @@ static int s_run(s_side_t *s, bool sender, size_t len, int iters, bool lat, doub
         return 1;
     double t = pl_now() - t0;
     *out = lat ? t / iters / 2 * 1e6 : (double)len * iters / t / 1e6;
+    if (sender && getenv("PL_BENCH_STATS")) { /* where the sender's time went */
+        pl_ucx_credit_stats_t cs;
+        pl_ucx_ep_credit_stats(s->ep, &cs);
+        fprintf(stderr, "bench_stream: %.1f ms for %d messages; %lld credit waits, %.1f ms\n",
+                t * 1e3, iters, (long long)cs.waits, cs.wait_s * 1e3);
+    }
     return pl_ucx_flush(s->ucx, 30000) ? s_die("flush") : 0;
 }
 
@@ -181,7 +189,7 @@ static int s_idle(int ms)
         return s_die("worker");
     free(mine);
     pl_ucx_ep_use_credits(s.ep, S_CREDIT);
-    if (pl_ucx_inbox_create(s.ucx, s.ep, S_DATA, S_MASK, S_CREDIT, 4096, S_SLOTS, &s.in))
+    if (pl_ucx_inbox_create(s.ucx, s.ep, S_DATA, S_MASK, S_CREDIT, 4096, s_slots, &s.in))
         return s_die("inbox");
     getrusage(RUSAGE_SELF, &r0);
     double t0 = pl_now();
@@ -261,6 +269,11 @@ static void s_pin(int side)
 
 int main(int argc, char **argv)
 {
+    const char *credits = getenv("PL_BENCH_CREDITS");
+    if (credits && (sscanf(credits, "%d", &s_slots) != 1 || s_slots < 1 || s_slots > 64)) {
+        fprintf(stderr, "bench_stream: PL_BENCH_CREDITS=%s (1..64)\n", credits);
+        return 2;
+    }
     const char *host = getenv("PL_BENCH_HOSTNAME");
     if (argc == 9 && strcmp(argv[1], "--side") == 0 && host && sethostname(host, strlen(host)))
         fprintf(stderr, "bench_stream: hostname %s: %s\n", host, strerror(errno));
