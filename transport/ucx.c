@@ -32,13 +32,17 @@ void pl_ucx_lock(pl_ucx_t *ucx)
     atomic_fetch_add(&ucx->waiters, 1);
     pthread_mutex_lock(&ucx->lock);
     atomic_fetch_sub(&ucx->waiters, 1);
-    ucx->owner_in++;
+    if (ucx->owner_in++ == 0)
+        ucx->owner_since = pl_now();
 }
 
 void pl_ucx_unlock(pl_ucx_t *ucx)
 {
-    if (--ucx->owner_in == 0 && ucx->has_progress)
-        pthread_cond_signal(&ucx->idle); /* the owner went back to its own work */
+    if (--ucx->owner_in == 0) {
+        ucx->owner_since = pl_now();
+        if (ucx->parked) /* else the progress thread looks again within PL_UCX_HANDOFF_S */
+            pthread_cond_signal(&ucx->idle);
+    }
     pthread_mutex_unlock(&ucx->lock);
 }
 
@@ -177,7 +181,11 @@ pl_status_t pl_ucx_create_with(const pl_ucx_params_t *p, pl_ucx_t **ucx_p)
     ucx->efd = -1;
     ucx->wake_fd = -1;
     pthread_mutex_init(&ucx->lock, NULL);
-    pthread_cond_init(&ucx->idle, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* the progress thread's timed waits */
+    pthread_cond_init(&ucx->idle, &ca);
+    pthread_condattr_destroy(&ca);
 
     if ((st = pl_ucx_context_new(timeout_ms, &ucx->ctx)))
         goto err_free;
