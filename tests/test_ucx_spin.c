@@ -1,5 +1,5 @@
-/* Tests of the UCX data plane's spin before sleep (PL_UCX_SPIN_US): the setting is checked, a
- * spinning wait still keeps its deadline, and messages arrive whole whatever the spin. */
+/* Tests of the UCX data plane's waits: the spin before sleep (PL_UCX_SPIN_US) is checked, keeps
+ * its deadline and loses no message; the progress thread still takes over when the owner goes. */
 #include "transport/ucx.h"
 
 #include "common/util.h"
@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static pl_ucx_ep_t *s_connect(pl_ucx_t *from, pl_ucx_t *to)
 {
@@ -121,4 +122,64 @@ Test(ucx_spin, messages_arrive_with_and_without_the_spin)
     s_ping_pong("0");
     s_ping_pong("50");
     s_ping_pong("10000");
+}
+
+/* A rendezvous-sized message finishes only while its receiver progresses: sent while the owner
+ * is away (after a long call, so the progress thread was parked), its sender's flush completes
+ * before the owner comes back, through the progress thread alone. */
+typedef struct {
+    pl_ucx_t *u;
+    pl_ucx_ep_t *ep;
+    size_t n;
+    double done_at;
+    int rc;
+} s_big_t;
+
+static void *s_big_main(void *arg)
+{
+    s_big_t *b = arg;
+    unsigned char *m = malloc(b->n);
+    if (!m) {
+        b->rc = 1;
+        return NULL;
+    }
+    for (size_t k = 0; k < b->n; k++)
+        m[k] = (unsigned char)(k * 7 + 3);
+    b->rc = pl_ucx_send(b->u, b->ep, 0x100, m, b->n) == PL_OK && pl_ucx_flush(b->u, 5000) == PL_OK
+                ? 0
+                : 1;
+    b->done_at = pl_now();
+    return NULL;
+}
+
+Test(ucx_spin, the_progress_thread_takes_over_when_the_owner_goes)
+{
+    pl_ucx_t *a = NULL, *b = NULL;
+    pl_ucx_inbox_t *in = NULL;
+    cr_assert_eq(pl_ucx_create(&a), PL_OK, "%s", pl_error_msg());
+    cr_assert_eq(pl_ucx_create(&b), PL_OK, "%s", pl_error_msg());
+    cr_assert_eq(pl_ucx_progress_start(a), PL_OK, "%s", pl_error_msg());
+    pl_ucx_ep_t *ab = s_connect(a, b), *ba = s_connect(b, a);
+    s_big_t big = {.u = b, .ep = ba, .n = 8u << 20};
+    cr_assert_eq(pl_ucx_inbox_create(a, ab, 0x100, 0xf00, 0x200, big.n, 1, &in), PL_OK, "%s",
+                 pl_error_msg());
+    const void *buf;
+    size_t len;
+    /* a long call: the progress thread parks until the owner leaves it */
+    cr_assert_eq(pl_ucx_inbox_recv(in, &buf, &len, NULL, 50, NULL), PL_ERR_TIMEOUT);
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, s_big_main, &big), 0);
+    usleep(1500 * 1000); /* the owner computes: no call of ours */
+    double back = pl_now();
+    pthread_join(t, NULL);
+    cr_assert_eq(big.rc, 0, "the send failed");
+    cr_assert_lt(big.done_at, back, "the message finished only once the owner came back");
+    cr_assert_eq(pl_ucx_inbox_recv(in, &buf, &len, NULL, 5000, NULL), PL_OK, "%s", pl_error_msg());
+    cr_assert_eq(len, big.n);
+    for (size_t k = 0; k < len; k++)
+        cr_assert_eq(((const unsigned char *)buf)[k], (unsigned char)(k * 7 + 3));
+    cr_assert_eq(pl_ucx_inbox_release(in), PL_OK);
+    pl_ucx_inbox_destroy(&in);
+    pl_ucx_destroy(&a);
+    pl_ucx_destroy(&b);
 }
