@@ -40,7 +40,9 @@ void pl_ucx_unlock(pl_ucx_t *ucx)
 {
     if (--ucx->owner_in == 0) {
         ucx->owner_since = pl_now();
-        if (ucx->parked) /* else the progress thread looks again within PL_UCX_HANDOFF_S */
+        ucx->hurry = ucx->n_pending > 0;
+        /* else the progress thread looks again within PL_UCX_HANDOFF_S */
+        if (ucx->has_progress && (ucx->parked || ucx->hurry))
             pthread_cond_signal(&ucx->idle);
     }
     pthread_mutex_unlock(&ucx->lock);

@@ -28,7 +28,8 @@
 /* The progress thread's hand-off: after the owner leaves a call it waits this long before it
  * takes the worker (the owner of a ping-pong is back within microseconds, and waking a thread
  * on the owner's CPU at every call's end cost more than the message); while the owner stays in
- * one call longer than PL_UCX_PARK_S it stops waking and waits for the owner's exit. */
+ * one call longer than PL_UCX_PARK_S it stops waking and waits for the owner's exit. A call
+ * that leaves sends in flight (a large message still streaming) hands over at once. */
 #define PL_UCX_HANDOFF_S 200e-6
 #define PL_UCX_PARK_S 10e-3
 /* How long destroy and disconnect wait for endpoints to close and sends to be purged. */
@@ -113,6 +114,7 @@ struct pl_ucx {
     int owner_in;        /* owner calls under way (lock held, or let go only to sleep) */
     double owner_since;  /* pl_now() when owner_in last went from or to 0 */
     bool parked;         /* the progress thread waits for the owner's exit, untimed */
+    bool hurry;          /* the owner left sends in flight: the progress thread takes over now */
     atomic_int waiters;  /* owner calls waiting for the lock: the progress thread lets go */
     atomic_bool stop;
     bool has_progress;

@@ -30,7 +30,8 @@ static void s_wait_for(pl_ucx_t *ucx, double s)
  * progresses itself, and the thread waits, so small messages never bounce between threads.
  * The owner's calls come in quick succession (receive, release, send): the thread takes over
  * only once the owner has been out PL_UCX_HANDOFF_S, looking again at that pace, and the owner
- * wakes it only after a long call (PL_UCX_PARK_S), so that a call's end costs no wake-up. */
+ * wakes it only after a long call (PL_UCX_PARK_S) or when it left sends in flight, so that the
+ * end of a small message's call costs no wake-up and a large one's still streams on. */
 static void *s_progress_main(void *arg)
 {
     pl_ucx_t *ucx = arg;
@@ -45,7 +46,7 @@ static void *s_progress_main(void *arg)
             ucx->parked = false;
             continue;
         }
-        if (ucx->owner_in > 0 || since < PL_UCX_HANDOFF_S) {
+        if (ucx->owner_in > 0 || (since < PL_UCX_HANDOFF_S && !ucx->hurry)) {
             s_wait_for(ucx, ucx->owner_in > 0 ? PL_UCX_HANDOFF_S : PL_UCX_HANDOFF_S - since);
             continue;
         }
