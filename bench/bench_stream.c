@@ -12,13 +12,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #define S_DATA 0x100ULL
 #define S_MASK 0xf00ULL
 #define S_CREDIT 0x200ULL
-#define S_SLOTS 2
+#define S_SLOTS 2 /* credits, as a stage with up to 2 microbatches has (PL_BENCH_CREDITS) */
+
+static int s_slots = S_SLOTS;
 
 typedef struct {
     pl_ucx_t *ucx;
@@ -65,9 +68,9 @@ static int s_setup(s_side_t *s, int rd, int wr, size_t slot_bytes, bool first)
     if (pl_ucx_connect(s->ucx, peer, &s->ep))
         return s_die("connect");
     pl_ucx_ep_use_credits(s->ep, S_CREDIT);
-    if (pl_ucx_inbox_create(s->ucx, s->ep, S_DATA, S_MASK, S_CREDIT, slot_bytes, S_SLOTS, &s->in))
+    if (pl_ucx_inbox_create(s->ucx, s->ep, S_DATA, S_MASK, S_CREDIT, slot_bytes, s_slots, &s->in))
         return s_die("inbox");
-    if (pl_ucx_outbox_create(s->ucx, s->ep, slot_bytes, S_SLOTS + 1, &s->out))
+    if (pl_ucx_outbox_create(s->ucx, s->ep, slot_bytes, s_slots + 1, &s->out))
         return s_die("send buffers");
     return 0;
 }
@@ -112,6 +115,12 @@ static int s_run(s_side_t *s, bool sender, size_t len, int iters, bool lat, doub
         return 1;
     double t = pl_now() - t0;
     *out = lat ? t / iters / 2 * 1e6 : (double)len * iters / t / 1e6;
+    if (sender && getenv("PL_BENCH_STATS")) { /* where the sender's time went */
+        pl_ucx_credit_stats_t cs;
+        pl_ucx_ep_credit_stats(s->ep, &cs);
+        fprintf(stderr, "bench_stream: %.1f ms for %d messages; %lld credit waits, %.1f ms\n",
+                t * 1e3, iters, (long long)cs.waits, cs.wait_s * 1e3);
+    }
     return pl_ucx_flush(s->ucx, 30000) ? s_die("flush") : 0;
 }
 
@@ -162,6 +171,40 @@ static int s_memcpy(size_t len, int iters)
     printf("%.3f\n", (double)len * iters / (pl_now() - t0) / 1e6);
     free(a);
     free(b);
+    return 0;
+}
+
+/* What a stage waiting for input costs: one process, its worker (progress thread and all) with
+ * an inbox on an endpoint to itself, waiting `ms` for a message that never comes; prints the CPU
+ * time of all its threads per second of the wait, in milliseconds. */
+static int s_idle(int ms)
+{
+    s_side_t s = {0};
+    char *mine = NULL;
+    const void *buf;
+    size_t len;
+    struct rusage r0, r1;
+    if (pl_ucx_create(&s.ucx) || pl_ucx_address(s.ucx, &mine) || pl_ucx_progress_start(s.ucx) ||
+        pl_ucx_connect(s.ucx, mine, &s.ep))
+        return s_die("worker");
+    free(mine);
+    pl_ucx_ep_use_credits(s.ep, S_CREDIT);
+    if (pl_ucx_inbox_create(s.ucx, s.ep, S_DATA, S_MASK, S_CREDIT, 4096, s_slots, &s.in))
+        return s_die("inbox");
+    getrusage(RUSAGE_SELF, &r0);
+    double t0 = pl_now();
+    if (pl_ucx_inbox_recv(s.in, &buf, &len, NULL, ms, NULL) != PL_ERR_TIMEOUT)
+        return s_die("idle wait (expected a timeout)");
+    double wall = pl_now() - t0;
+    getrusage(RUSAGE_SELF, &r1);
+    double cpu = (double)(r1.ru_utime.tv_sec - r0.ru_utime.tv_sec + r1.ru_stime.tv_sec -
+                          r0.ru_stime.tv_sec) +
+                 (double)(r1.ru_utime.tv_usec - r0.ru_utime.tv_usec + r1.ru_stime.tv_usec -
+                          r0.ru_stime.tv_usec) *
+                     1e-6;
+    printf("%.3f\n", cpu / wall * 1e3);
+    pl_ucx_inbox_destroy(&s.in);
+    pl_ucx_destroy(&s.ucx);
     return 0;
 }
 
@@ -226,6 +269,11 @@ static void s_pin(int side)
 
 int main(int argc, char **argv)
 {
+    const char *credits = getenv("PL_BENCH_CREDITS");
+    if (credits && (sscanf(credits, "%d", &s_slots) != 1 || s_slots < 1 || s_slots > 64)) {
+        fprintf(stderr, "bench_stream: PL_BENCH_CREDITS=%s (1..64)\n", credits);
+        return 2;
+    }
     const char *host = getenv("PL_BENCH_HOSTNAME");
     if (argc == 9 && strcmp(argv[1], "--side") == 0 && host && sethostname(host, strlen(host)))
         fprintf(stderr, "bench_stream: hostname %s: %s\n", host, strerror(errno));
@@ -235,8 +283,14 @@ int main(int argc, char **argv)
     if (argc < 4) {
         fprintf(stderr,
                 "usage: bench_stream bw|lat|memcpy SIZE ITERS [NETNS_A NETNS_B]\n"
-                "  prints MB/s (bw, memcpy) or one-way microseconds (lat, ping-pong / 2)\n");
+                "       bench_stream idle MS 1\n"
+                "  prints MB/s (bw, memcpy), one-way microseconds (lat, ping-pong / 2) or the\n"
+                "  milliseconds of CPU per second a stage waiting MS for input takes (idle)\n");
         return 2;
+    }
+    if (strcmp(argv[1], "idle") == 0) {
+        s_pin(0);
+        return s_idle(atoi(argv[2]));
     }
     if (strcmp(argv[1], "memcpy") == 0) {
         s_pin(0);

@@ -3,7 +3,8 @@
 # credits, progress threads, as the stages run it) beside ucx_perftest's tag_bw and tag_lat (with
 # -e: error-handling endpoints, as ours) on the same path and sizes, and this host's memcpy
 # bandwidth at each size: shared memory on this host, and TCP between two network namespaces
-# with their own UTS/IPC namespaces (root only; skipped otherwise).
+# with their own UTS/IPC namespaces (root only; skipped otherwise); last, the CPU a stage
+# waiting for input takes.
 #
 # usage: bench/bench_stream.sh [BUILD_DIR]      (needs ucx_perftest: Debian's ucx-utils)
 # env:   PL_BENCH_RUNS=N   runs per figure, the median printed (default 3)
@@ -138,3 +139,6 @@ for p in $paths; do
         "$(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }')"
     echo
 done
+# What a stage waiting for input costs (its waits spin PL_UCX_SPIN_US, then sleep).
+a=$(for _ in $(seq "$RUNS"); do hi "$B/bench_stream" idle 2000 1; done | median)
+echo "a stage waiting 2 s for input: $a ms of CPU per second (all its threads)"

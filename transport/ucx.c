@@ -32,20 +32,33 @@ void pl_ucx_lock(pl_ucx_t *ucx)
     atomic_fetch_add(&ucx->waiters, 1);
     pthread_mutex_lock(&ucx->lock);
     atomic_fetch_sub(&ucx->waiters, 1);
-    ucx->owner_in++;
+    if (ucx->owner_in++ == 0)
+        ucx->owner_since = pl_now();
 }
 
 void pl_ucx_unlock(pl_ucx_t *ucx)
 {
-    if (--ucx->owner_in == 0 && ucx->has_progress)
-        pthread_cond_signal(&ucx->idle); /* the owner went back to its own work */
+    if (--ucx->owner_in == 0) {
+        ucx->owner_since = pl_now();
+        ucx->hurry = ucx->n_pending > 0;
+        /* else the progress thread looks again within PL_UCX_HANDOFF_S */
+        if (ucx->has_progress && (ucx->parked || ucx->hurry))
+            pthread_cond_signal(&ucx->idle);
+    }
     pthread_mutex_unlock(&ucx->lock);
 }
 
 pl_status_t pl_ucx_sleep(pl_ucx_t *ucx, double deadline)
 {
     struct pollfd pfd = {.fd = ucx->efd, .events = POLLIN};
-    double left_ms = (deadline - pl_now()) * 1e3;
+    double now = pl_now();
+    double spin_end = fmin(now + ucx->spin_s, deadline);
+    while (now < spin_end) { /* the reply to a small message is usually this close */
+        if (ucp_worker_progress(ucx->worker))
+            return PL_OK;
+        now = pl_now();
+    }
+    double left_ms = (deadline - now) * 1e3;
     int ms = left_ms <= 0 ? 0 : left_ms < PL_UCX_POLL_MS ? (int)ceil(left_ms) : PL_UCX_POLL_MS;
     ucs_status_t us = ucp_worker_arm(ucx->worker);
     int rc, err;
@@ -133,6 +146,23 @@ pl_status_t pl_ucx_context_new(int peer_timeout_ms, ucp_context_h *ctx_p)
     return us == UCS_OK ? PL_OK : pl_ucx_ucs_error(us, "init");
 }
 
+/* How long waits spin (PL_UCX_SPIN_US in the environment, else the built-in default). */
+static pl_status_t s_spin_from_env(double *spin_s_p)
+{
+    const char *v = getenv("PL_UCX_SPIN_US");
+    long us = PL_UCX_SPIN_US;
+    if (v) {
+        char *end;
+        errno = 0;
+        us = strtol(v, &end, 10);
+        if (errno || end == v || *end || us < 0 || us > PL_UCX_SPIN_MAX_US)
+            return pl_error(PL_ERR_RANGE, "ucx: PL_UCX_SPIN_US=\"%s\" (microseconds, 0..%d)", v,
+                            PL_UCX_SPIN_MAX_US);
+    }
+    *spin_s_p = (double)us * 1e-6;
+    return PL_OK;
+}
+
 pl_status_t pl_ucx_create_with(const pl_ucx_params_t *p, pl_ucx_t **ucx_p)
 {
     ucp_worker_params_t wparams = {0};
@@ -140,16 +170,24 @@ pl_status_t pl_ucx_create_with(const pl_ucx_params_t *p, pl_ucx_t **ucx_p)
     pl_status_t st;
     int timeout_ms = p->peer_timeout_ms ? p->peer_timeout_ms : PL_UCX_PEER_TIMEOUT_MS;
     pl_ucx_t *ucx;
+    double spin_s = 0;
 
     if (timeout_ms < 100)
         return pl_error(PL_ERR_RANGE, "ucx: peer timeout %d ms (at least 100)", timeout_ms);
+    if ((st = s_spin_from_env(&spin_s)) != PL_OK)
+        return st;
     if (!(ucx = calloc(1, sizeof(*ucx))))
         return pl_error(PL_ERR_NOMEM, "ucx: out of memory");
+    ucx->spin_s = spin_s;
     ucx->pending.next = ucx->pending.prev = &ucx->pending;
     ucx->efd = -1;
     ucx->wake_fd = -1;
     pthread_mutex_init(&ucx->lock, NULL);
-    pthread_cond_init(&ucx->idle, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* the progress thread's timed waits */
+    pthread_cond_init(&ucx->idle, &ca);
+    pthread_condattr_destroy(&ca);
 
     if ((st = pl_ucx_context_new(timeout_ms, &ucx->ctx)))
         goto err_free;

@@ -16,6 +16,22 @@
 #ifndef PL_UCX_POLL_MS
 #define PL_UCX_POLL_MS 50
 #endif
+/* How long a wait spins on the worker (progressing it) before it arms the event fd and sleeps:
+ * a small message's reply comes within tens of microseconds, and a sleep's wake-up (and on a
+ * loaded host, the scheduler) costs as much again; a stage that waits longer still sleeps, so
+ * an idle one spins this long per PL_UCX_POLL_MS at most. PL_UCX_SPIN_US in the environment
+ * (0..PL_UCX_SPIN_MAX_US) sets it per process; 0 never spins. */
+#ifndef PL_UCX_SPIN_US
+#define PL_UCX_SPIN_US 50
+#endif
+#define PL_UCX_SPIN_MAX_US 10000
+/* The progress thread's hand-off: after the owner leaves a call it waits this long before it
+ * takes the worker (the owner of a ping-pong is back within microseconds, and waking a thread
+ * on the owner's CPU at every call's end cost more than the message); while the owner stays in
+ * one call longer than PL_UCX_PARK_S it stops waking and waits for the owner's exit. A call
+ * that leaves sends in flight (a large message still streaming) hands over at once. */
+#define PL_UCX_HANDOFF_S 200e-6
+#define PL_UCX_PARK_S 10e-3
 /* How long destroy and disconnect wait for endpoints to close and sends to be purged. */
 #define PL_UCX_CLOSE_S 2.0
 /* Sanity bound on a worker address received from the control plane. */
@@ -96,6 +112,9 @@ struct pl_ucx {
     pthread_mutex_t lock;
     pthread_cond_t idle; /* signalled when the owner leaves its last call */
     int owner_in;        /* owner calls under way (lock held, or let go only to sleep) */
+    double owner_since;  /* pl_now() when owner_in last went from or to 0 */
+    bool parked;         /* the progress thread waits for the owner's exit, untimed */
+    bool hurry;          /* the owner left sends in flight: the progress thread takes over now */
     atomic_int waiters;  /* owner calls waiting for the lock: the progress thread lets go */
     atomic_bool stop;
     bool has_progress;
@@ -107,6 +126,7 @@ struct pl_ucx {
     int64_t recv_allocs; /* receives that allocated their buffer (pl_ucx_recv) */
     pl_act_token_t token;   /* the assignment's (pl_ucx_set_token): every grant carries it */
     int64_t grants_dropped; /* grants refused as forged (no token, not a grant) */
+    double spin_s;       /* how long pl_ucx_sleep spins before it sleeps (PL_UCX_SPIN_US) */
 };
 
 /* A UCX context as the data plane makes it (ucx.c): the user's UCX_* settings (UCX_TLS,
@@ -122,8 +142,9 @@ void pl_ucx_progress_stop(pl_ucx_t *ucx);
 /* The owner thread's entry to and exit from the worker (every public call). */
 void pl_ucx_lock(pl_ucx_t *ucx);
 void pl_ucx_unlock(pl_ucx_t *ucx);
-/* With the lock held: arm the worker and sleep (lock released) on its event fd until an event,
- * the deadline, or PL_UCX_POLL_MS. */
+/* With the lock held: progress the worker for up to spin_s (returning at its first event), then
+ * arm it and sleep (lock released) on its event fd until an event, the deadline, or
+ * PL_UCX_POLL_MS. */
 pl_status_t pl_ucx_sleep(pl_ucx_t *ucx, double deadline);
 /* Unlocked bodies of the public calls, for use with the lock held. */
 pl_status_t pl_ucx_send_locked(pl_ucx_t *ucx, pl_ucx_ep_t *ep, uint64_t tag, void *buf, size_t len);

@@ -4,17 +4,34 @@
 #include "transport/ucx_impl.h"
 
 #include "common/log.h"
+#include "common/util.h"
 
 #include <errno.h>
 #include <poll.h>
 #include <sched.h>
 #include <string.h>
+#include <time.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+/* Wait (lock released) until `s` seconds from now, or a signal. */
+static void s_wait_for(pl_ucx_t *ucx, double s)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    long ns = ts.tv_nsec + (long)(s * 1e9);
+    ts.tv_sec += ns / 1000000000L;
+    ts.tv_nsec = ns % 1000000000L;
+    pthread_cond_timedwait(&ucx->idle, &ucx->lock, &ts);
+}
+
 /* The progress thread: while the owner is away from this API (computing), progress whenever
  * the worker has events and sleep on its event fd otherwise; while the owner is in a call it
- * progresses itself, and the thread waits, so small messages never bounce between threads. */
+ * progresses itself, and the thread waits, so small messages never bounce between threads.
+ * The owner's calls come in quick succession (receive, release, send): the thread takes over
+ * only once the owner has been out PL_UCX_HANDOFF_S, looking again at that pace, and the owner
+ * wakes it only after a long call (PL_UCX_PARK_S) or when it left sends in flight, so that the
+ * end of a small message's call costs no wake-up and a large one's still streams on. */
 static void *s_progress_main(void *arg)
 {
     pl_ucx_t *ucx = arg;
@@ -22,8 +39,15 @@ static void *s_progress_main(void *arg)
                             {.fd = ucx->wake_fd, .events = POLLIN}};
     pthread_mutex_lock(&ucx->lock);
     while (!atomic_load(&ucx->stop)) {
-        if (ucx->owner_in > 0) {
+        double since = pl_now() - ucx->owner_since;
+        if (ucx->owner_in > 0 && since >= PL_UCX_PARK_S) {
+            ucx->parked = true;
             pthread_cond_wait(&ucx->idle, &ucx->lock);
+            ucx->parked = false;
+            continue;
+        }
+        if (ucx->owner_in > 0 || (since < PL_UCX_HANDOFF_S && !ucx->hurry)) {
+            s_wait_for(ucx, ucx->owner_in > 0 ? PL_UCX_HANDOFF_S : PL_UCX_HANDOFF_S - since);
             continue;
         }
         if (ucp_worker_progress(ucx->worker)) {
