@@ -11,14 +11,24 @@
 #include <string.h>
 #include <unistd.h>
 
+/* A fresh scratch directory per input, removed before returning: neither a later process with
+ * the same pid nor another run at once finds one left behind. */
+static int s_one(const char *dir, const uint8_t *data, size_t size);
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    static char dir[64];
-    if (!dir[0]) {
-        snprintf(dir, sizeof(dir), "/tmp/pl_fuzz_tstate_%d", (int)getpid());
-        if (mkdir(dir, 0700) != 0)
-            abort();
-    }
+    char dir[64] = "/tmp/pl_fuzz_tstate_XXXXXX", path[128];
+    if (!mkdtemp(dir))
+        abort();
+    int rc = s_one(dir, data, size);
+    snprintf(path, sizeof(path), "%s/trainer_state.json", dir);
+    unlink(path);
+    rmdir(dir);
+    return rc;
+}
+
+static int s_one(const char *dir, const uint8_t *data, size_t size)
+{
     char path[128];
     snprintf(path, sizeof(path), "%s/trainer_state.json", dir);
     FILE *f = fopen(path, "wb");
