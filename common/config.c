@@ -155,7 +155,7 @@ pl_status_t pl_cfg_http_parse(const char *text, const char *origin, pl_cfg_http_
     memcpy(out->address, h.address, sizeof(out->address));
     out->port = (int)port;
     if (!out->max_connections)
-        out->max_connections = 64;
+        out->max_connections = PL_CFG_HTTP_MAX_CONNS;
     if (!out->max_body_kb)
         out->max_body_kb = 1024;
     return PL_OK;

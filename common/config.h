@@ -70,10 +70,13 @@ typedef struct {
 
 /* An HTTP listener for /metrics, /livez, /readyz (and on the coordinator the OpenAI API): an
  * IP literal and a port; port 0: off. */
+#define PL_CFG_HTTP_MAX_CONNS 256
 typedef struct {
     char address[64];    /* default 127.0.0.1 */
     int port;            /* required when the section is present */
-    int max_connections; /* concurrent connections, each on its own thread; default 64 */
+    int max_connections; /* concurrent connections, each on its own thread; default
+                          * PL_CFG_HTTP_MAX_CONNS (above a deployment's default slots + queue,
+                          * so that a full deployment answers 429, not a refused connection) */
     int max_body_kb;     /* largest request body; default 1024 */
     /* coordinator.http only: the bearer tokens the OpenAI API takes (none: no check) */
     int n_api_keys;

@@ -56,7 +56,8 @@ bool pl_cfg_ip_check(char *value, size_t size, void *user, char *err, size_t err
          .offset = offsetof(pl_cfg_http_t, port),                                                  \
          .min = 1,                                                                                 \
          .max = 65535},                                                                            \
-        PL_CFG_INT("max_connections", pl_cfg_http_t, max_connections, 1, 4096, 64),               \
+        PL_CFG_INT("max_connections", pl_cfg_http_t, max_connections, 1, 4096,                    \
+                   PL_CFG_HTTP_MAX_CONNS),                                                         \
         PL_CFG_INT("max_body_kb", pl_cfg_http_t, max_body_kb, 1, 65536, 1024)
 
 /* A sequence element that is a checked name; the device kinds (cpu, cuda, hip, NULL-ended); the

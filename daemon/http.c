@@ -3,6 +3,7 @@
  * bodies pulled from their producer on the connection's thread. */
 #include "daemon/http.h"
 
+#include "common/config.h"
 #include "common/log.h"
 
 #include <arpa/inet.h>
@@ -280,7 +281,7 @@ pl_status_t pl_http_start(const pl_http_params_t *p, const pl_http_route_t *rout
     s->mhd = MHD_start_daemon(
         flags, 0, NULL, NULL, s_access, s, MHD_OPTION_EXTERNAL_LOGGER, s_mhd_log, s,
         MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa, MHD_OPTION_CONNECTION_LIMIT,
-        (unsigned)(p->max_conns > 0 ? p->max_conns : 64), MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)(p->max_conns > 0 ? p->max_conns : PL_CFG_HTTP_MAX_CONNS), MHD_OPTION_CONNECTION_TIMEOUT,
         (unsigned)(p->timeout_s > 0 ? p->timeout_s : 10), MHD_OPTION_CONNECTION_MEMORY_LIMIT,
         (size_t)(64 * 1024), MHD_OPTION_NOTIFY_COMPLETED, s_completed, s,
         MHD_OPTION_URI_LOG_CALLBACK, s_uri, s, MHD_OPTION_END);

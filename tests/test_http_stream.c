@@ -376,7 +376,7 @@ Test(http_stream, config_keys)
     cr_assert_eq(c.http.port, 81);
     y = "coordinator:\n  endpoint: tcp://127.0.0.1:5555\n  http:\n    port: 9100\n";
     cr_assert_eq(pl_cfg_cluster_parse(y, strlen(y), "c.yaml", &c), PL_OK, "%s", pl_error_msg());
-    cr_assert_eq(c.http.max_connections, 64);
+    cr_assert_eq(c.http.max_connections, PL_CFG_HTTP_MAX_CONNS);
     cr_assert_eq(c.http.max_body_kb, 1024);
     cr_assert_eq(c.http.n_api_keys, 0);
     const char *bad[] = {
