@@ -228,15 +228,17 @@ static pl_status_t s_number(s_ctx_t *c, const pl_ys_field_t *f, const pl_yt_node
         return PL_OK;
     }
     case PL_YS_FLOAT: {
-        double v = 0;
-        if (!s_is_plain_value(node) || !s_parse_double(text, &v))
+        double d = 0;
+        if (!s_is_plain_value(node) || !s_parse_double(text, &d))
             return s_fail_key(c, node, PL_ERR_INVALID, "expected a number");
-        if (!isfinite(v) || v > f->max || v < f->min ||
+        /* the range holds for the value as stored: a float, where 1e-300 is 0 */
+        float v = (float)d;
+        if (!isfinite(d) || !isfinite(v) || v > f->max || v < f->min ||
             ((f->flags & PL_YS_MIN_EXCL) && v == f->min)) {
             snprintf(msg, sizeof(msg), "value %s out of range %c%g, %g]", text, lo, f->min, f->max);
             return s_fail_key(c, node, PL_ERR_RANGE, msg);
         }
-        *(float *)p = (float)v;
+        *(float *)p = v;
         return PL_OK;
     }
     case PL_YS_BOOL:

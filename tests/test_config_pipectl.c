@@ -43,6 +43,7 @@ Test(config_pipectl, errors_name_the_place)
     s_bad("output: xml\n", "pipectl.yaml:1:", "output");
     s_bad("timeout_s: 0\n", "pipectl.yaml:1:", "timeout_s");
     s_bad("timeout_s: many\n", "pipectl.yaml:1:", "timeout_s");
+    s_bad("timeout_s: 1e-300\n", "pipectl.yaml:1:", "timeout_s"); /* 0 as the float it is kept in */
     s_bad("coordinator: not an endpoint\n", "pipectl.yaml:1:", "coordinator");
     s_bad("coordinator_public_key: short\n", "pipectl.yaml:1:", "coordinator_public_key");
     s_bad("- a\n", "pipectl.yaml:1:", "");

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Build the libFuzzer targets of tests/fuzz with clang (build-fuzz/, or $PL_FUZZ_BUILD_DIR) and
 # run each for a bounded time ($PL_FUZZ_SECONDS, default 15) from its seed corpus
-# tests/fuzz/corpus/<target>/ (read only: new inputs go to a scratch copy). A crash, leak or
+# tests/fuzz/corpus/<target>/ (read only: new inputs go to a scratch copy), libFuzzer's random
+# seed from $PL_FUZZ_SEED (default 0: a new one each run; CI fixes one, so that each run tries
+# the inputs the run before it tried, and a new crash is a change's, not the draw's). A crash, leak or
 # timeout fails the run; the input that caused it is left in $PL_FUZZ_ARTIFACTS (default
 # build-fuzz/artifacts/) -- minimize it (-minimize_crash=1), add it to the target's corpus, fix.
 #   tools/fuzz.sh [TARGET...]           all targets, or the ones named
@@ -53,7 +55,8 @@ for t in "${targets[@]}"; do
     work="$scratch/$t"
     mkdir -p "$work"
     t0=$SECONDS
-    if "$exe" -max_total_time="$total" -max_len="$max_len" -timeout="$unit_timeout" -rss_limit_mb=2048 \
+    if "$exe" -seed="${PL_FUZZ_SEED:-0}" -max_total_time="$total" -max_len="$max_len" \
+        -timeout="$unit_timeout" -rss_limit_mb=2048 \
         -artifact_prefix="$ART/$t-" -print_final_stats=1 "$work" "tests/fuzz/corpus/$t" \
         >"$scratch/$t.log" 2>&1; then
         runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$scratch/$t.log" | grep -o '[0-9]*$' || echo '?')
