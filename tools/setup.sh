@@ -60,6 +60,8 @@ if command -v npm >/dev/null 2>&1 && ! node -e '
     (cd tests/js && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
 fi
 
+# PL_SETUP_NO_BUILD=1: the packages and the test references only (the fuzz section builds its own tree)
+[ "${PL_SETUP_NO_BUILD:-0}" = 1 ] && exit 0
 BUILD=${PL_BUILD_DIR:-build}
 # shellcheck disable=SC2086
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=${PL_BUILD_TYPE:-RelWithDebInfo} ${PL_CMAKE_ARGS:-} >/dev/null

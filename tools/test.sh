@@ -69,12 +69,18 @@ s_asan() {
         ctest --output-on-failure -j1 -E "$S_ASAN_SKIP" "$@")
 }
 
+# the tokenizer and chat template harnesses read the real tokenizer files of tests/js
+s_fuzz() {
+    PL_SETUP_NO_BUILD=1 tools/setup.sh || return $?
+    tools/fuzz.sh
+}
+
 for s in $sections; do
     case "$s" in
         suite) s_section suite s_suite "$@" ;;
         release) s_section release s_release ;;
         asan) s_section asan s_asan "$@" ;;
-        fuzz) s_section fuzz tools/fuzz.sh ;;
+        fuzz) s_section fuzz s_fuzz ;;
         *) echo "test: unknown section '$s' (suite, release, asan, fuzz)" >&2; exit 2 ;;
     esac
 done
