@@ -105,8 +105,8 @@ int pl_pipectl_serve(pl_pipectl_t *c, char **args, int n_args)
     (void)n_args;
     static pl_cfg_deploy_t file;
     pl_msg_t *m = malloc(sizeof(*m));
-    json_t *r;
-    pl_msg_job_state_t js;
+    char what[PL_CFG_NAME_MAX + 16];
+    uint32_t job = 0;
     if (!m)
         return pl_pipectl_die("%s", "out of memory");
     pl_msg_init(m, PL_MSG_SUBMIT);
@@ -114,22 +114,13 @@ int pl_pipectl_serve(pl_pipectl_t *c, char **args, int n_args)
         free(m);
         return pl_pipectl_die("%s", pl_error_msg());
     }
-    int rc = pl_pipectl_call(c, m, &r);
+    snprintf(what, sizeof(what), "deployment %s", file.name);
+    int rc = pl_pipectl_submit_send(c, m, what, &job);
     pl_msg_clear(m);
     free(m);
     if (rc)
         return rc;
-    if (pl_msg_job_state_decode(r, &js)) {
-        json_decref(r);
-        return pl_pipectl_die("bad answer to SUBMIT: %s", pl_error_msg());
-    }
-    if (c->json && !c->wait)
-        pl_pipectl_print(c, r);
-    else
-        fprintf(c->wait ? stderr : stdout, "deployment %s submitted (job %u)\n", file.name,
-                js.job);
-    json_decref(r);
-    return c->wait ? s_wait_ready(c, file.name, js.job) : 0;
+    return c->wait ? s_wait_ready(c, file.name, job) : 0;
 }
 
 static int s_render(pl_pipectl_t *c, char **args, int n_args, FILE *f, bool *final_p)

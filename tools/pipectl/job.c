@@ -73,18 +73,11 @@ int pl_pipectl_job_msg(const char *path, int stages, pl_msg_type_t type, pl_msg_
     return 0;
 }
 
-int pl_pipectl_submit(pl_pipectl_t *c, char **args, int n_args)
+int pl_pipectl_submit_send(pl_pipectl_t *c, pl_msg_t *m, const char *what, uint32_t *job_p)
 {
-    (void)n_args;
-    pl_msg_t *m = malloc(sizeof(*m));
     json_t *r;
     pl_msg_job_state_t js;
-    int rc = !m                                                         ? PL_PIPECTL_EXIT_FAILED
-             : pl_pipectl_job_msg(args[0], c->stages, PL_MSG_SUBMIT, m) ? PL_PIPECTL_EXIT_FAILED
-                                                                        : pl_pipectl_call(c, m, &r);
-    if (m)
-        pl_msg_clear(m);
-    free(m);
+    int rc = pl_pipectl_call(c, m, &r);
     if (rc)
         return rc;
     if (pl_msg_job_state_decode(r, &js)) {
@@ -93,10 +86,30 @@ int pl_pipectl_submit(pl_pipectl_t *c, char **args, int n_args)
     }
     if (c->json && !c->wait)
         pl_pipectl_print(c, r);
+    else if (what)
+        fprintf(c->wait ? stderr : stdout, "%s submitted (job %u)\n", what, js.job);
     else
         fprintf(c->wait ? stderr : stdout, "job %u submitted\n", js.job);
     json_decref(r);
-    return c->wait ? pl_pipectl_follow(c, js.job, true) : 0;
+    *job_p = js.job;
+    return 0;
+}
+
+int pl_pipectl_submit(pl_pipectl_t *c, char **args, int n_args)
+{
+    (void)n_args;
+    pl_msg_t *m = malloc(sizeof(*m));
+    uint32_t job = 0;
+    int rc = !m ? PL_PIPECTL_EXIT_FAILED
+             : pl_pipectl_job_msg(args[0], c->stages, PL_MSG_SUBMIT, m)
+                 ? PL_PIPECTL_EXIT_FAILED
+                 : pl_pipectl_submit_send(c, m, NULL, &job);
+    if (m)
+        pl_msg_clear(m);
+    free(m);
+    if (rc)
+        return rc;
+    return c->wait ? pl_pipectl_follow(c, job, true) : 0;
 }
 
 int pl_pipectl_cancel(pl_pipectl_t *c, char **args, int n_args)

@@ -149,6 +149,10 @@ int pl_pipectl_describe_node(pl_pipectl_t *c, const char *name);
 /* The SUBMIT or PLAN request (type) of a job file, `stages` >= 0 overriding the file's; 1 after
  * a one-line error. */
 int pl_pipectl_job_msg(const char *path, int stages, pl_msg_type_t type, pl_msg_t *m);
+/* Send SUBMIT m (not freed) and read the job's id into *job_p; print the answer as JSON (-o json
+ * without --wait) or "WHAT submitted (job N)" ("job N submitted" for WHAT NULL). Returns an exit
+ * code (job.c). */
+int pl_pipectl_submit_send(pl_pipectl_t *c, pl_msg_t *m, const char *what, uint32_t *job_p);
 /* The results of job id as `results` prints them. */
 int pl_pipectl_results_of(pl_pipectl_t *c, int64_t id);
 

@@ -152,26 +152,16 @@ int pl_pipectl_train(pl_pipectl_t *c, char **args, int n_args)
 {
     (void)n_args;
     pl_msg_t *m = malloc(sizeof(*m));
-    json_t *r;
-    pl_msg_job_state_t js;
+    uint32_t job = 0;
     int rc = !m                                  ? PL_PIPECTL_EXIT_FAILED
              : s_train_msg(args[0], c->stages, m) ? PL_PIPECTL_EXIT_FAILED
-                                                  : pl_pipectl_call(c, m, &r);
+                                                  : pl_pipectl_submit_send(c, m, NULL, &job);
     if (m)
         pl_msg_clear(m);
     free(m);
     if (rc)
         return rc;
-    if (pl_msg_job_state_decode(r, &js)) {
-        json_decref(r);
-        return pl_pipectl_die("bad answer to SUBMIT: %s", pl_error_msg());
-    }
-    if (c->json && !c->wait)
-        pl_pipectl_print(c, r);
-    else
-        fprintf(c->wait ? stderr : stdout, "job %u submitted\n", js.job);
-    json_decref(r);
-    return c->wait ? s_follow(c, js.job) : 0;
+    return c->wait ? s_follow(c, job) : 0;
 }
 
 void pl_pipectl_train_status(const json_t *r)
