@@ -23,6 +23,7 @@
 #include <criterion/criterion.h>
 #include <zmq.h>
 
+#include "common/config.h"
 #include "transport/keys.h"
 
 #define TC_MAX_PROCS 16
@@ -139,6 +140,13 @@ static inline void tc_curve_local(void *sock, const char *which)
     cr_assert_eq(zmq_setsockopt(sock, ZMQ_CURVE_SERVERKEY, server, 40), 0);
     cr_assert_eq(zmq_setsockopt(sock, ZMQ_CURVE_PUBLICKEY, p.public_key, 40), 0);
     cr_assert_eq(zmq_setsockopt(sock, ZMQ_CURVE_SECRETKEY, p.secret_key, 40), 0);
+}
+
+/* The coordinator's node endpoint for its client endpoint ep (what pipecoord binds and pipeld
+ * connects to when neither is told otherwise): raw test sockets that play a node use it. */
+static inline void tc_node_ep(const char *ep, char *out, size_t len)
+{
+    cr_assert_eq(pl_cfg_node_endpoint(ep, NULL, out, len), PL_OK, "%s", pl_error_msg());
 }
 
 static inline void tc_start_coord(tc_cluster_t *c, const char *bind_ep)
