@@ -10,6 +10,8 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,17 +44,28 @@ static inline const char *tc_bin(void)
     return b && *b ? b : PL_BIN_DIR;
 }
 
+/* A free loopback port whose next port is free too: a coordinator started on tcp://...:PORT
+ * binds its node endpoint on PORT + 1 (pl_cfg_node_endpoint). */
 static inline int tc_free_port(void)
 {
-    int fd = socket(AF_INET, SOCK_STREAM, 0), port = 0;
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof(a);
-    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
-        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-        port = ntohs(a.sin_port);
-    if (fd >= 0)
-        close(fd);
-    return port;
+    for (int tries = 0; tries < 64; tries++) {
+        int fd = socket(AF_INET, SOCK_STREAM, 0), next = socket(AF_INET, SOCK_STREAM, 0), port = 0;
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        socklen_t len = sizeof(a);
+        if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+            getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+            port = ntohs(a.sin_port);
+        a.sin_port = htons((uint16_t)(port + 1));
+        bool pair = port > 0 && port < 65535 && next >= 0 &&
+                    bind(next, (struct sockaddr *)&a, sizeof(a)) == 0;
+        if (fd >= 0)
+            close(fd);
+        if (next >= 0)
+            close(next);
+        if (pair)
+            return port;
+    }
+    return 0;
 }
 
 static inline void tc_mkdtemp(char *out, size_t len)
