@@ -1,5 +1,6 @@
 /* What the YAML config loaders share: the value checks and tables more than one file kind uses,
- * the loaders that fill the caller's struct only when the whole file is valid, the --http flag. */
+ * the loaders that fill the caller's struct only when the whole file is valid, the --http flag,
+ * the coordinator's node endpoint derived from its client endpoint. */
 #include "common/config.h"
 #include "common/config_int.h"
 
@@ -158,5 +159,35 @@ pl_status_t pl_cfg_http_parse(const char *text, const char *origin, pl_cfg_http_
         out->max_connections = PL_CFG_HTTP_MAX_CONNS;
     if (!out->max_body_kb)
         out->max_body_kb = 1024;
+    return PL_OK;
+}
+
+pl_status_t pl_cfg_node_endpoint(const char *endpoint, const char *node_endpoint, char *out,
+                                 size_t len)
+{
+    int n;
+    if (node_endpoint && node_endpoint[0]) {
+        n = snprintf(out, len, "%s", node_endpoint);
+    } else if (strncmp(endpoint, "tcp://", 6) == 0) {
+        /* tcp://HOST:PORT -> tcp://HOST:PORT+1 (HOST may be [v6]) */
+        const char *colon = strrchr(endpoint + 6, ':');
+        char *end;
+        long port = colon ? strtol(colon + 1, &end, 10) : 0;
+        if (!colon || !colon[1] || *end || port < 1 || port >= 65535)
+            return pl_error(PL_ERR_INVALID,
+                            "coordinator endpoint '%.200s' has no numeric port below 65535 to "
+                            "derive the node endpoint from (port + 1): set "
+                            "coordinator.node_endpoint (pipeld: coordinator_node_endpoint)",
+                            endpoint);
+        n = snprintf(out, len, "%.*s:%ld", (int)(colon - endpoint), endpoint, port + 1);
+    } else if (strncmp(endpoint, "ipc://", 6) == 0 || strncmp(endpoint, "inproc://", 9) == 0) {
+        n = snprintf(out, len, "%s.nodes", endpoint);
+    } else {
+        return pl_error(PL_ERR_INVALID, "'%.200s' is not a tcp://, ipc:// or inproc:// endpoint",
+                        endpoint);
+    }
+    if (n < 0 || (size_t)n >= len)
+        return pl_error(PL_ERR_RANGE, "the node endpoint for '%.200s' is longer than %zu bytes",
+                        endpoint, len - 1);
     return PL_OK;
 }

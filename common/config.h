@@ -86,6 +86,7 @@ typedef struct {
 
 typedef struct {
     char endpoint[256];  /* coordinator.endpoint, e.g. tcp://127.0.0.1:5555 (required) */
+    char node_endpoint[256]; /* coordinator.node_endpoint; "": derived (pl_cfg_node_endpoint) */
     int heartbeat_ms;    /* coordinator.heartbeat_ms, default 500 */
     int dead_after_ms;   /* coordinator.dead_after_ms, default 3000 */
     char state_db[PATH_MAX]; /* coordinator.state_db: SQLite file; "" = pl_state_dir()/coord.db */
@@ -113,9 +114,18 @@ typedef struct {
     pl_cfg_link_t links[PL_CFG_MAX_LINKS];
 } pl_cfg_cluster_t;
 
+/* Where nodes talk to the coordinator: its own socket, served before any client's, so that no
+ * client flood delays a heartbeat. node_endpoint when set ("" or NULL: none), else derived from
+ * the client endpoint: tcp://HOST:PORT -> tcp://HOST:PORT+1, ipc://X -> ipc://X.nodes,
+ * inproc://X -> inproc://X.nodes. The coordinator binds it and pipeld connects to it from the
+ * same two values, so a node file naming only the coordinator's endpoint works unchanged. */
+pl_status_t pl_cfg_node_endpoint(const char *endpoint, const char *node_endpoint, char *out,
+                                 size_t len);
+
 typedef struct {
     char name[PL_CFG_NAME_MAX + 1]; /* required */
     char coordinator[256];          /* required endpoint */
+    char coordinator_node[256];     /* coordinator_node_endpoint; "": derived from coordinator */
     int n_devices;                  /* backends to use; 0: every one found */
     char devices[4][16];            /* "cpu", "cuda", "hip" */
     int threads;                    /* CPU threads; 0: all cores */

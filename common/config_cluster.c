@@ -141,6 +141,7 @@ static const pl_ys_field_t s_cluster_http[] = {
 
 static const pl_ys_field_t s_cluster_coordinator[] = {
     PL_CFG_STR("endpoint", PL_YS_REQUIRED, pl_cfg_cluster_t, endpoint, pl_cfg_endpoint_check),
+    PL_CFG_STR("node_endpoint", 0, pl_cfg_cluster_t, node_endpoint, pl_cfg_endpoint_check),
     PL_CFG_INT("heartbeat_ms", pl_cfg_cluster_t, heartbeat_ms, 10, 60000, 500),
     PL_CFG_INT("dead_after_ms", pl_cfg_cluster_t, dead_after_ms, 20, 3600000, 3000),
     {.key = "http",

@@ -13,6 +13,8 @@ static const pl_ys_field_t s_device_elem = {
 static const pl_ys_field_t s_node_fields[] = {
     PL_CFG_STR("name", PL_YS_REQUIRED, pl_cfg_node_t, name, pl_cfg_name_check),
     PL_CFG_STR("coordinator", PL_YS_REQUIRED, pl_cfg_node_t, coordinator, pl_cfg_endpoint_check),
+    PL_CFG_STR("coordinator_node_endpoint", 0, pl_cfg_node_t, coordinator_node,
+               pl_cfg_endpoint_check),
     {.key = "devices",
      .type = PL_YS_SEQ,
      .flags = PL_YS_UNIQUE,

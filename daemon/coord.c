@@ -1,5 +1,6 @@
 /* The coordinator's event loop and node registry: registration, heartbeats, liveness, and the
- * dispatch of every message to its handler. */
+ * dispatch of every message to its handler. Nodes have a socket of their own, drained before
+ * any client's message and before liveness is judged, so that no client flood delays them. */
 #include "daemon/coord.h"
 
 #include "common/log.h"
@@ -16,9 +17,15 @@
 #include <string.h>
 #include <unistd.h>
 
+/* Client messages taken per loop turn: this long, then the node socket and liveness again. */
+#define S_CLIENT_BUDGET_S 0.005
+/* Node messages taken per loop turn at most (nodes are few and authenticated: a bound that only
+ * a broken node reaches, so that the clients are served too). */
+#define S_NODE_DRAIN_MAX 4096
+
 void pl_coord_reply_msg(pl_coord_t *c, const pl_tx_peer_t *to, const pl_msg_t *m)
 {
-    if (pl_tx_send(c->router, to, m))
+    if (pl_tx_send(to->sock ? to->sock : c->router, to, m))
         pl_log_warn_limited("reply to '%.*s': %s", (int)to->len, to->id, pl_error_msg());
 }
 
@@ -53,7 +60,7 @@ void pl_coord_send_node(pl_coord_t *c, int node, const pl_msg_t *m)
     const char *name = c->nodes[node].name;
     pl_tx_peer_t to = {.len = strlen(name)};
     memcpy(to.id, name, to.len + 1);
-    if (pl_tx_send(c->router, &to, m))
+    if (pl_tx_send(c->node_router, &to, m))
         pl_log_warn("node %s: cannot send %s: %s", name, pl_msg_name(m->type), pl_error_msg());
 }
 
@@ -317,11 +324,11 @@ static void s_dispatch(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_t *m)
     }
 }
 
-/* Handshakes the router refused (NULL mechanism, wrong server key): logged once a second. */
-static void s_check_handshakes(pl_coord_t *c)
+/* Handshakes a router refused (NULL mechanism, wrong server key): logged once a second. */
+static void s_check_handshakes(pl_coord_t *c, pl_tx_sock_t *router)
 {
     char why[256];
-    while (pl_tx_sock_handshake_error(c->router, why, sizeof(why))) {
+    while (pl_tx_sock_handshake_error(router, why, sizeof(why))) {
         double now = pl_now();
         c->refused_handshakes++;
         if (now - c->last_refusal_log >= 1.0) {
@@ -330,6 +337,53 @@ static void s_check_handshakes(pl_coord_t *c)
                         c->refused_handshakes + pl_tx_zap_refused(c->zap));
         }
     }
+}
+
+/* Take one message from a router and dispatch it; false when none was waiting. */
+static bool s_take(pl_coord_t *c, pl_tx_sock_t *router)
+{
+    pl_msg_t m;
+    pl_tx_peer_t from = {0};
+    pl_status_t rs = pl_tx_recv(router, 0, &from, NULL, &m);
+    if (rs == PL_ERR_BUSY)
+        return false;
+    if (rs) {
+        pl_log_warn_limited("dropped a message: %s", pl_error_msg());
+        if (from.len)
+            pl_coord_reply_error(c, &from, rs, "%s", pl_error_msg());
+        return true;
+    }
+    s_dispatch(c, &from, &m);
+    pl_msg_clear(&m);
+    return true;
+}
+
+/* Both routers: the node socket's own endpoint (it must differ from the clients'), handover of
+ * identities restarted peers reuse, authentication, then bind. */
+static pl_status_t s_listen(pl_coord_t *c, bool embedded)
+{
+    const pl_cfg_cluster_t *cfg = c->cfg;
+    pl_status_t st;
+    if ((st = pl_cfg_node_endpoint(cfg->endpoint, cfg->node_endpoint, c->node_ep,
+                                   sizeof(c->node_ep))))
+        return st;
+    if (strcmp(c->node_ep, cfg->endpoint) == 0)
+        return pl_error(PL_ERR_INVALID, "coordinator.node_endpoint %s is coordinator.endpoint: "
+                        "nodes need an endpoint of their own", c->node_ep);
+    if ((st = pl_tx_ctx_new(&c->ctx)) || (st = pl_tx_sock_new(c->ctx, PL_TX_ROUTER, &c->router)) ||
+        (st = pl_tx_sock_handover(c->router)) ||
+        (st = pl_tx_sock_new(c->ctx, PL_TX_ROUTER, &c->node_router)) ||
+        (st = pl_tx_sock_handover(c->node_router)) || (st = pl_coord_auth_start(c, embedded)) ||
+        (st = pl_tx_sock_bind(c->router, cfg->endpoint)) ||
+        (st = pl_tx_sock_bind(c->node_router, c->node_ep)))
+        return st;
+    if (c->insecure)
+        pl_log_warn("coordinator listening on %s, nodes on %s, INSECURE: no encryption, no "
+                    "authentication", cfg->endpoint, c->node_ep);
+    else
+        pl_log_info("coordinator listening on %s, nodes on %s (CURVE, %d client key(s) allowed)",
+                    cfg->endpoint, c->node_ep, c->n_clients);
+    return PL_OK;
 }
 
 pl_status_t pl_coord_run(const pl_cfg_cluster_t *cfg, const char *state_db, bool embedded,
@@ -365,45 +419,37 @@ pl_status_t pl_coord_serve(const pl_cfg_cluster_t *cfg, const char *state_db, bo
         (st = pl_coord_metrics_init(&c, pl_front_metrics(front))))
         goto out;
 
-    if ((st = pl_tx_ctx_new(&c.ctx)) || (st = pl_tx_sock_new(c.ctx, PL_TX_ROUTER, &c.router)) ||
-        (st = pl_tx_sock_handover(c.router)))
+    if ((st = s_listen(&c, embedded)))
         goto out;
-    if ((st = pl_coord_auth_start(&c, embedded)))
-        goto out;
-    if ((st = pl_tx_sock_bind(c.router, cfg->endpoint)))
-        goto out;
-    if (c.insecure)
-        pl_log_warn("coordinator listening on %s, INSECURE: no encryption, no authentication",
-                    cfg->endpoint);
-    else
-        pl_log_info("coordinator listening on %s (CURVE, %d client key(s) allowed)",
-                    cfg->endpoint, c.n_clients);
     pl_front_set_ready(front, true, NULL); /* listening, and its state is loaded */
     pl_coord_deploy_publish(&c);
+    bool clients_left = false; /* the last turn's budget ended with client messages taken */
     while (!*stop && !c.shutdown) {
-        bool ready = false, hub_ready = false;
-        if ((st = pl_tx_poll_fd(&c.router, 1, pl_serve_hub_fd(hub),
-                                PL_MAX(50, cfg->heartbeat_ms / 2), &ready, &hub_ready)))
+        pl_tx_sock_t *socks[2] = {c.node_router, c.router};
+        bool ready[2], hub_ready = false;
+        long wait_ms = clients_left ? 0 : PL_MAX(50, cfg->heartbeat_ms / 2);
+        if ((st = pl_tx_poll_fd(socks, 2, pl_serve_hub_fd(hub), wait_ms, ready, &hub_ready)))
             break;
+        /* every node message first; liveness only then, so that queued heartbeats count */
+        for (int k = 0; k < S_NODE_DRAIN_MAX && s_take(&c, c.node_router); k++)
+            ;
+        s_check_liveness(&c);
         if (hub_ready)
             pl_coord_deploy_on_hub(&c);
-        for (int k = 0; ready && k < 256; k++) { /* drain, bounded so liveness still runs */
-            pl_msg_t m;
-            pl_tx_peer_t from = {0};
-            pl_status_t rs = pl_tx_recv(c.router, 0, &from, NULL, &m);
-            if (rs == PL_ERR_BUSY)
+        /* clients for a time budget (one large message at most past it), the node socket
+         * drained again before each: a heartbeat waits for one client message at most */
+        double until = pl_now() + S_CLIENT_BUDGET_S;
+        clients_left = false;
+        while (s_take(&c, c.router)) {
+            for (int k = 0; k < S_NODE_DRAIN_MAX && s_take(&c, c.node_router); k++)
+                ;
+            if (pl_now() >= until) {
+                clients_left = true;
                 break;
-            if (rs) {
-                pl_log_warn_limited("dropped a message: %s", pl_error_msg());
-                if (from.len)
-                    pl_coord_reply_error(&c, &from, rs, "%s", pl_error_msg());
-                continue;
             }
-            s_dispatch(&c, &from, &m);
-            pl_msg_clear(&m);
         }
-        s_check_handshakes(&c);
-        s_check_liveness(&c);
+        s_check_handshakes(&c, c.node_router);
+        s_check_handshakes(&c, c.router);
         pl_coord_schedule(&c);
         pl_coord_deploy_tick(&c);
         pl_coord_metrics_update(&c);
@@ -419,6 +465,7 @@ out:
     pl_coord_trace_free_all(&c);
     pl_coord_deploy_free_all(&c);
     pl_tx_sock_destroy(&c.router);
+    pl_tx_sock_destroy(&c.node_router);
     pl_tx_zap_stop(&c.zap);
     pl_tx_ctx_destroy(&c.ctx);
     pl_coord_store_close(&c.store);

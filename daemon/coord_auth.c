@@ -57,16 +57,16 @@ pl_status_t pl_coord_auth_start(pl_coord_t *c, bool embedded)
             goto out;
     } else if (cfg->insecure) {
         c->insecure = true;
-        pl_log_warn("security.insecure: the control plane on %s is neither encrypted nor "
-                    "authenticated; anyone who reaches it may submit, read and shut down",
-                    cfg->endpoint);
+        pl_log_warn("security.insecure: the control plane on %s and %s is neither encrypted "
+                    "nor authenticated; anyone who reaches it may submit, read and shut down",
+                    cfg->endpoint, c->node_ep);
         goto out;
-    } else if (!embedded && !s_loopback(cfg->endpoint)) {
+    } else if (!embedded && (!s_loopback(cfg->endpoint) || !s_loopback(c->node_ep))) {
         st = pl_error(PL_ERR_INVALID,
                       "refusing to listen on %s without keys: set "
                       "security.coordinator_secret_key_file and security.clients (pipectl "
                       "keygen makes them), or security.insecure: true",
-                      cfg->endpoint);
+                      s_loopback(cfg->endpoint) ? c->node_ep : cfg->endpoint);
         goto out;
     } else {
         /* local: keys in the user's 0700 state directory, which local pipeld and pipectl read */
@@ -94,8 +94,10 @@ pl_status_t pl_coord_auth_start(pl_coord_t *c, bool embedded)
     if (n == 0)
         pl_log_warn("security.clients is empty: no node or user can connect");
     if ((st = pl_tx_zap_start(c->ctx, clients, n, &c->zap)) ||
-        (st = pl_tx_sock_curve_server(c->router, server.secret_key)) ||
-        (st = pl_tx_sock_monitor(c->router)))
+        (st = pl_tx_sock_curve_server(c->router, server.secret_key, PL_TX_ZAP_CLIENTS)) ||
+        (st = pl_tx_sock_monitor(c->router)) ||
+        (st = pl_tx_sock_curve_server(c->node_router, server.secret_key, PL_TX_ZAP_NODES)) ||
+        (st = pl_tx_sock_monitor(c->node_router)))
         goto out;
     c->n_clients = n;
 out:
@@ -117,7 +119,8 @@ static void s_refuse(pl_coord_t *c, const pl_tx_peer_t *from, const char *what)
                 pl_tx_role_name(from->role), from->user, c->refused_msgs);
 }
 
-static bool s_role_may(pl_tx_role_t role, pl_msg_type_t t)
+/* What a daemon sends the coordinator: these come on the node socket, nothing else does. */
+static bool s_node_msg(pl_msg_type_t t)
 {
     switch (t) {
     case PL_MSG_HELLO:
@@ -129,7 +132,18 @@ static bool s_role_may(pl_tx_role_t role, pl_msg_type_t t)
     case PL_MSG_TRACED:
     case PL_MSG_SEQ_OUT:
     case PL_MSG_TRAIN_STEP:
+    case PL_MSG_BYE:
+        return true;
+    default:
+        return false;
+    }
+}
+
+static bool s_role_may(pl_tx_role_t role, pl_msg_type_t t)
+{
+    if (t != PL_MSG_BYE && s_node_msg(t)) /* BYE: s_on_bye checks the name itself */
         return role == PL_TX_ROLE_NODE;
+    switch (t) {
     case PL_MSG_SHUTDOWN:
     case PL_MSG_DRAIN:
         return role == PL_TX_ROLE_ADMIN;
@@ -149,11 +163,32 @@ static bool s_role_may(pl_tx_role_t role, pl_msg_type_t t)
     }
 }
 
+/* Nodes on the node socket, clients on the client socket: a client flood cannot reach the lane
+ * that heartbeats take, and a node that still talks to the client endpoint is told where to go. */
+static bool s_lane_ok(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_type_t type)
+{
+    char what[96];
+    bool on_nodes = from->sock == c->node_router;
+    if (s_node_msg(type) == on_nodes)
+        return true;
+    snprintf(what, sizeof(what), "%s on the %s endpoint", pl_msg_name(type),
+             on_nodes ? "node" : "client");
+    s_refuse(c, from, what);
+    if (on_nodes)
+        pl_coord_reply_error(c, from, PL_ERR_PERMISSION, "%s is a client message: clients use "
+                             "the coordinator endpoint %s", pl_msg_name(type), c->cfg->endpoint);
+    else
+        pl_coord_reply_error(c, from, PL_ERR_PERMISSION, "%s is a node message: nodes talk to "
+                             "the coordinator on its node endpoint %s", pl_msg_name(type),
+                             c->node_ep);
+    return false;
+}
+
 bool pl_coord_auth_check(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_type_t type)
 {
     char what[96];
     if (c->insecure)
-        return true;
+        return s_lane_ok(c, from, type);
     if (!s_role_may(from->role, type)) {
         snprintf(what, sizeof(what), "%s (not allowed to role %s)", pl_msg_name(type),
                  pl_tx_role_name(from->role));
@@ -172,7 +207,7 @@ bool pl_coord_auth_check(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_type_t 
                              from->user);
         return false;
     }
-    return true;
+    return s_lane_ok(c, from, type);
 }
 
 bool pl_coord_auth_may_see(pl_coord_t *c, const pl_tx_peer_t *from, const pl_coord_job_t *j)

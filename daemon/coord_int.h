@@ -154,7 +154,9 @@ typedef struct {
 typedef struct {
     const pl_cfg_cluster_t *cfg;
     pl_tx_ctx_t *ctx;
-    pl_tx_sock_t *router;
+    pl_tx_sock_t *router;      /* clients (pipectl): served for a time budget per loop turn */
+    pl_tx_sock_t *node_router; /* nodes only: drained first, every loop turn */
+    char node_ep[256];         /* what node_router binds (pl_cfg_node_endpoint) */
     pl_coord_node_t nodes[PL_COORD_MAX_NODES]; /* a free slot has name "" */
     int n_nodes;                               /* slots in use or freed, high-water */
     pl_coord_link_t links[PL_COORD_MAX_NODES][PL_COORD_MAX_NODES]; /* [from node][to node] */
@@ -169,7 +171,7 @@ typedef struct {
     int n_clients;     /* keys on the allow-list */
     long refused_msgs; /* messages refused by role, owner or node name */
     long refused_stage_msgs; /* READY / DONE / FAIL for a stage not assigned to the sender */
-    long refused_handshakes; /* seen by the router's monitor (ZAP's own count is separate) */
+    long refused_handshakes; /* seen by the routers' monitors (ZAP's own count is separate) */
     double last_refusal_log;
     pl_coord_metrics_t metrics;
     int n_drained; /* nodes kept free of new stages (persisted); by name, so re-registering keeps it */
@@ -252,11 +254,14 @@ void pl_coord_learn(pl_coord_t *c, const pl_coord_job_t *j);
 void pl_coord_forget_node(pl_coord_t *c, int node);
 
 /* coord_auth.c */
-/* Set up authentication on c->router before it binds: the cluster file's keys and allow-list;
- * without keys on a local endpoint (or any endpoint of the embedded cluster), the user's state
- * directory (made at first start); without keys elsewhere an error unless security.insecure. */
+/* Set up authentication on c->router and c->node_router before they bind: the cluster file's
+ * keys and allow-list; without keys on local endpoints (or any endpoint of the embedded
+ * cluster), the user's state directory (made at first start); without keys elsewhere an error
+ * unless security.insecure. Only node keys are admitted on the node socket (zap.h). */
 pl_status_t pl_coord_auth_start(pl_coord_t *c, bool embedded);
-/* May this peer send this type? False: refused, counted, logged (rate-limited) and answered. */
+/* May this peer send this type, on the socket it came on? Node messages come on the node
+ * socket only and everything else on the client socket only (also when insecure), and each
+ * role sends only its own. False: refused, counted, logged (rate-limited) and answered. */
 bool pl_coord_auth_check(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_type_t type);
 /* May this peer see or cancel job j? False: counted and logged; the caller answers. */
 bool pl_coord_auth_may_see(pl_coord_t *c, const pl_tx_peer_t *from, const pl_coord_job_t *j);

@@ -26,6 +26,8 @@ static void s_usage(FILE *f)
                "                 [--log-target stderr|journald]\n"
                "  --cluster FILE      cluster YAML (default: the embedded local cluster)\n"
                "  --endpoint EP       override coordinator.endpoint, e.g. tcp://0.0.0.0:5555\n"
+               "  --node-endpoint EP  override coordinator.node_endpoint, where the daemons talk\n"
+               "                      (default: the endpoint's tcp port + 1, or ipc://PATH.nodes)\n"
                "  --http ADDR:PORT    serve /metrics, /livez, /readyz (override coordinator.http)\n"
                "  --state-db FILE     override coordinator.state_db (default: coord.db in the\n"
                "                      state directory, $XDG_STATE_HOME/pipeld or\n"
@@ -39,6 +41,7 @@ int main(int argc, char **argv)
 {
     static const struct option opts[] = {{"cluster", required_argument, NULL, 'c'},
                                          {"endpoint", required_argument, NULL, 'e'},
+                                         {"node-endpoint", required_argument, NULL, 'N'},
                                          {"http", required_argument, NULL, 'H'},
                                          {"log-level", required_argument, NULL, 'l'},
                                          {"state-db", required_argument, NULL, 's'},
@@ -47,17 +50,18 @@ int main(int argc, char **argv)
                                          {"help", no_argument, NULL, 'h'},
                                          {NULL, 0, NULL, 0}};
     const char *cluster = NULL, *endpoint = NULL, *http = NULL, *level = NULL, *format = NULL,
-               *target = NULL, *state_db = NULL;
+               *target = NULL, *state_db = NULL, *node_ep = NULL;
     static char db[PATH_MAX];
     static pl_cfg_cluster_t cfg;
     int o;
     pl_status_t st;
 
     pl_log_set_ident("pipecoord");
-    while ((o = getopt_long(argc, argv, "c:e:H:l:s:F:T:h", opts, NULL)) != -1) {
+    while ((o = getopt_long(argc, argv, "c:e:N:H:l:s:F:T:h", opts, NULL)) != -1) {
         switch (o) {
         case 'c': cluster = optarg; break;
         case 'e': endpoint = optarg; break;
+        case 'N': node_ep = optarg; break;
         case 'H': http = optarg; break;
         case 's': state_db = optarg; break;
         case 'l': level = optarg; break;
@@ -89,8 +93,12 @@ int main(int argc, char **argv)
         fprintf(stderr, "pipecoord: %s\n", pl_error_msg());
         return 2;
     }
-    if (endpoint)
+    if (endpoint) { /* its node endpoint is derived from it unless given too */
         snprintf(cfg.endpoint, sizeof(cfg.endpoint), "%s", endpoint);
+        cfg.node_endpoint[0] = '\0';
+    }
+    if (node_ep)
+        snprintf(cfg.node_endpoint, sizeof(cfg.node_endpoint), "%s", node_ep);
     if (!state_db)
         state_db = cfg.state_db;
     if (!state_db[0]) {

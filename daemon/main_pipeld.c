@@ -32,6 +32,8 @@ static void s_usage(FILE *f)
             "                       file (with --name; the embedded default when FILE is '-')\n"
             "  --name NAME          node name (default: the host name)\n"
             "  --coordinator EP     coordinator endpoint (default tcp://127.0.0.1:5555)\n"
+            "  --node-endpoint EP   the coordinator's node endpoint (default: derived from the\n"
+            "                       coordinator endpoint, tcp port + 1 or ipc://PATH.nodes)\n"
             "  --threads N          CPU threads for the CPU device (0: all cores)\n"
             "  --devices LIST       backends to use (default: every one found)\n"
             "  --http ADDR:PORT     serve /metrics, /livez, /readyz (override the node file's http)\n"
@@ -64,6 +66,7 @@ int main(int argc, char **argv)
                                          {"cluster", required_argument, NULL, 'C'},
                                          {"name", required_argument, NULL, 'n'},
                                          {"coordinator", required_argument, NULL, 'c'},
+                                         {"node-endpoint", required_argument, NULL, 'N'},
                                          {"threads", required_argument, NULL, 't'},
                                          {"devices", required_argument, NULL, 'd'},
                                          {"http", required_argument, NULL, 'H'},
@@ -75,15 +78,16 @@ int main(int argc, char **argv)
     static pl_cfg_node_t cfg;
     static pl_cfg_cluster_t cluster;
     const char *config = NULL, *cluster_file = NULL, *name = NULL, *coord = NULL, *devices = NULL,
-               *level = NULL, *http = NULL, *log_format = NULL, *log_target = NULL;
+               *node_ep = NULL, *level = NULL, *http = NULL, *log_format = NULL, *log_target = NULL;
     int threads = -1, o;
 
-    while ((o = getopt_long(argc, argv, "f:C:n:c:t:d:H:l:F:T:h", opts, NULL)) != -1) {
+    while ((o = getopt_long(argc, argv, "f:C:n:c:N:t:d:H:l:F:T:h", opts, NULL)) != -1) {
         switch (o) {
         case 'f': config = optarg; break;
         case 'C': cluster_file = optarg; break;
         case 'n': name = optarg; break;
         case 'c': coord = optarg; break;
+        case 'N': node_ep = optarg; break;
         case 't': {
             char *end;
             long v = strtol(optarg, &end, 10);
@@ -136,14 +140,19 @@ int main(int argc, char **argv)
             return 1;
         }
         snprintf(cfg.coordinator, sizeof(cfg.coordinator), "%s", cluster.endpoint);
+        snprintf(cfg.coordinator_node, sizeof(cfg.coordinator_node), "%s", cluster.node_endpoint);
         snprintf(cfg.coordinator_key, sizeof(cfg.coordinator_key), "%s", cluster.public_key);
         cfg.heartbeat_ms = cluster.heartbeat_ms;
         for (int i = 0; i < cluster.n_nodes; i++)
             if (strcmp(cluster.nodes[i].name, cfg.name) == 0)
                 cfg.threads = cluster.nodes[i].threads;
     }
-    if (coord)
+    if (coord) { /* another coordinator: its node endpoint is derived unless given too */
         snprintf(cfg.coordinator, sizeof(cfg.coordinator), "%s", coord);
+        cfg.coordinator_node[0] = '\0';
+    }
+    if (node_ep)
+        snprintf(cfg.coordinator_node, sizeof(cfg.coordinator_node), "%s", node_ep);
     const char *key = getenv("PIPELD_COORDINATOR_KEY"); /* CURVE: the coordinator's public key */
     if (key && *key)
         snprintf(cfg.coordinator_key, sizeof(cfg.coordinator_key), "%s", key);

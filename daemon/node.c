@@ -593,11 +593,16 @@ pl_status_t pl_node_run(const pl_cfg_node_t *cfg, volatile sig_atomic_t *stop)
     if ((st = pl_tx_key_client_setup(n.dealer, cfg->coordinator_key, cfg->key_file, "node", &how)))
         goto out;
     pl_log_info("node %s: control plane: %s", cfg->name, how);
-    if ((st = pl_tx_sock_connect(n.dealer, cfg->coordinator))) {
+    /* the coordinator's node socket, served before its clients (pl_cfg_node_endpoint) */
+    char node_ep[sizeof(cfg->coordinator)];
+    if ((st = pl_cfg_node_endpoint(cfg->coordinator, cfg->coordinator_node, node_ep,
+                                   sizeof(node_ep))) ||
+        (st = pl_tx_sock_connect(n.dealer, node_ep))) {
         pl_error_prefix(st, "coordinator: ");
         goto out;
     }
-    pl_log_info("node %s: connecting to %s", cfg->name, cfg->coordinator);
+    pl_log_info("node %s: connecting to %s (the node endpoint of %s)", cfg->name, node_ep,
+                cfg->coordinator);
     s_hello(&n);
     n.next_hb = pl_now() + cfg->heartbeat_ms / 1000.0;
     while (!*stop) {

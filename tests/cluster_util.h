@@ -10,6 +10,8 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +25,7 @@
 #include <criterion/criterion.h>
 #include <zmq.h>
 
+#include "common/config.h"
 #include "transport/keys.h"
 
 #define TC_MAX_PROCS 16
@@ -41,17 +44,28 @@ static inline const char *tc_bin(void)
     return b && *b ? b : PL_BIN_DIR;
 }
 
+/* A free loopback port whose next port is free too: a coordinator started on tcp://...:PORT
+ * binds its node endpoint on PORT + 1 (pl_cfg_node_endpoint). */
 static inline int tc_free_port(void)
 {
-    int fd = socket(AF_INET, SOCK_STREAM, 0), port = 0;
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof(a);
-    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
-        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-        port = ntohs(a.sin_port);
-    if (fd >= 0)
-        close(fd);
-    return port;
+    for (int tries = 0; tries < 64; tries++) {
+        int fd = socket(AF_INET, SOCK_STREAM, 0), next = socket(AF_INET, SOCK_STREAM, 0), port = 0;
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        socklen_t len = sizeof(a);
+        if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+            getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+            port = ntohs(a.sin_port);
+        a.sin_port = htons((uint16_t)(port + 1));
+        bool pair = port > 0 && port < 65535 && next >= 0 &&
+                    bind(next, (struct sockaddr *)&a, sizeof(a)) == 0;
+        if (fd >= 0)
+            close(fd);
+        if (next >= 0)
+            close(next);
+        if (pair)
+            return port;
+    }
+    return 0;
 }
 
 static inline void tc_mkdtemp(char *out, size_t len)
@@ -139,6 +153,13 @@ static inline void tc_curve_local(void *sock, const char *which)
     cr_assert_eq(zmq_setsockopt(sock, ZMQ_CURVE_SERVERKEY, server, 40), 0);
     cr_assert_eq(zmq_setsockopt(sock, ZMQ_CURVE_PUBLICKEY, p.public_key, 40), 0);
     cr_assert_eq(zmq_setsockopt(sock, ZMQ_CURVE_SECRETKEY, p.secret_key, 40), 0);
+}
+
+/* The coordinator's node endpoint for its client endpoint ep (what pipecoord binds and pipeld
+ * connects to when neither is told otherwise): raw test sockets that play a node use it. */
+static inline void tc_node_ep(const char *ep, char *out, size_t len)
+{
+    cr_assert_eq(pl_cfg_node_endpoint(ep, NULL, out, len), PL_OK, "%s", pl_error_msg());
 }
 
 static inline void tc_start_coord(tc_cluster_t *c, const char *bind_ep)

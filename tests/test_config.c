@@ -726,3 +726,53 @@ Test(config, truncations_and_mutations_never_crash, .timeout = 60)
         free(m);
     }
 }
+
+/* ---- the coordinator's node endpoint ---- */
+
+Test(config, node_endpoint_keys_and_derivation)
+{
+    pl_cfg_cluster_t c;
+    pl_cfg_node_t n;
+    char out[256];
+    cr_assert_eq(s_cluster(CLUSTER_HEAD "  node_endpoint: ipc:///run/pl/nodes\n", &c), PL_OK, "%s",
+                 pl_error_msg());
+    cr_assert_str_eq(c.node_endpoint, "ipc:///run/pl/nodes");
+    cr_assert_eq(s_cluster(CLUSTER_HEAD, &c), PL_OK, "%s", pl_error_msg());
+    cr_assert_str_eq(c.node_endpoint, "", "absent: derived where it is used");
+    cr_assert_neq(s_cluster(CLUSTER_HEAD "  node_endpoint: http://x\n", &c), PL_OK);
+    cr_assert(strstr(pl_error_msg(), "node_endpoint"), "%s", pl_error_msg());
+    cr_assert_eq(s_node(NODE_HEAD "coordinator_node_endpoint: tcp://10.0.0.1:7001\n", &n), PL_OK,
+                 "%s", pl_error_msg());
+    cr_assert_str_eq(n.coordinator_node, "tcp://10.0.0.1:7001");
+    cr_assert_eq(s_node(NODE_HEAD, &n), PL_OK, "%s", pl_error_msg());
+    cr_assert_str_eq(n.coordinator_node, "");
+    static const char *const derived[][2] = {
+        {"tcp://127.0.0.1:5555", "tcp://127.0.0.1:5556"},
+        {"tcp://0.0.0.0:1", "tcp://0.0.0.0:2"},
+        {"tcp://[::1]:7000", "tcp://[::1]:7001"},
+        {"tcp://pipecoord:65534", "tcp://pipecoord:65535"},
+        {"ipc:///tmp/pl.sock", "ipc:///tmp/pl.sock.nodes"},
+        {"inproc://coord", "inproc://coord.nodes"},
+    };
+    for (size_t i = 0; i < sizeof(derived) / sizeof(derived[0]); i++) {
+        cr_assert_eq(pl_cfg_node_endpoint(derived[i][0], NULL, out, sizeof(out)), PL_OK, "%s: %s",
+                     derived[i][0], pl_error_msg());
+        cr_expect_str_eq(out, derived[i][1], "%s", derived[i][0]);
+        cr_assert_eq(pl_cfg_node_endpoint(derived[i][0], "", out, sizeof(out)), PL_OK);
+        cr_expect_str_eq(out, derived[i][1], "\"\" is not set");
+    }
+    cr_assert_eq(pl_cfg_node_endpoint("tcp://a:1", "tcp://b:9", out, sizeof(out)), PL_OK);
+    cr_expect_str_eq(out, "tcp://b:9", "a node endpoint that is set is taken as it is");
+    static const char *const refused[] = {"tcp://127.0.0.1:65535", "tcp://127.0.0.1:*",
+                                          "tcp://127.0.0.1", "tcp://h:0", "tcp://h:12x",
+                                          "tcp://h:", "udp://h:1"};
+    for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+        cr_expect_neq(pl_cfg_node_endpoint(refused[i], NULL, out, sizeof(out)), PL_OK, "%s",
+                      refused[i]);
+        cr_expect(strstr(pl_error_msg(), refused[i]), "the error names the endpoint: %s",
+                  pl_error_msg());
+    }
+    char small[20];
+    cr_expect_eq(pl_cfg_node_endpoint("ipc:///tmp/long-name", NULL, small, sizeof(small)),
+                 PL_ERR_RANGE);
+}

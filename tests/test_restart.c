@@ -242,7 +242,9 @@ static void *s_fake_node(void *ctx, const char *name)
     zmq_setsockopt(sock, ZMQ_RCVTIMEO, &rcv, sizeof(rcv));
     zmq_setsockopt(sock, ZMQ_ROUTING_ID, name, strlen(name));
     tc_curve_local(sock, "node"); /* the local cluster's node key: admitted, any node name */
-    cr_assert_eq(zmq_connect(sock, s_c.ep), 0);
+    char node_ep[128];
+    tc_node_ep(s_c.ep, node_ep, sizeof(node_ep));
+    cr_assert_eq(zmq_connect(sock, node_ep), 0);
     pl_msg_t m;
     pl_msg_init(&m, PL_MSG_HELLO);
     m.hello.proto = PL_PROTO_VERSION;

@@ -190,7 +190,9 @@ Test(security, roles_user_cannot_shut_down_or_read_others_jobs)
 }
 
 /* A raw DEALER with identity `id` and the pair in dir/KEY.key (or the local "node" pair). */
-static void *s_raw(void *ctx, const char *id, const char *key, const char *server)
+/* A raw DEALER with identity id and key pair `key` (NULL: the local node key), connected to the
+ * node endpoint (node) or the client endpoint. */
+static void *s_raw(void *ctx, const char *id, const char *key, const char *server, bool node)
 {
     void *s = zmq_socket(ctx, ZMQ_DEALER);
     int linger = 0, rcv = 3000;
@@ -208,7 +210,12 @@ static void *s_raw(void *ctx, const char *id, const char *key, const char *serve
     } else {
         tc_curve_local(s, "node");
     }
-    cr_assert_eq(zmq_connect(s, s_c.ep), 0);
+    char ep[128];
+    if (node)
+        tc_node_ep(s_c.ep, ep, sizeof(ep));
+    else
+        snprintf(ep, sizeof(ep), "%s", s_c.ep);
+    cr_assert_eq(zmq_connect(s, ep), 0);
     return s;
 }
 
@@ -266,19 +273,35 @@ Test(security, forged_hello_is_refused)
     m.hello.devices[0].mem_bytes = 1ull << 52;
     m.hello.devices[0].gflops = 1e9;
     m.hello.devices[0].mem_gbps = 1e6;
-    /* a user key cannot register a node */
+    /* a user key cannot register a node: on the client endpoint it is told so */
     snprintf(m.hello.node, sizeof(m.hello.node), "fake1");
     snprintf(m.hello.health.node, sizeof(m.hello.health.node), "fake1");
-    void *s = s_raw(ctx, "fake1", "user", server);
+    void *s = s_raw(ctx, "fake1", "user", server, false);
     s_send_msg(s, &m);
     s_answer(s, type, body, sizeof(body));
     cr_expect_str_eq(type, "ERROR");
     cr_expect(strstr(body, "HELLO is not allowed to a user key"), "%s", body);
     zmq_close(s);
+    /* and on the node endpoint it gets no session at all (ZAP admits node keys only there) */
+    s = s_raw(ctx, "fake1", "user", server, true);
+    s_send_msg(s, &m);
+    s_answer(s, type, body, sizeof(body));
+    cr_expect_str_eq(type, "", "a user key was answered on the node endpoint: %s %s", type, body);
+    zmq_close(s);
+    /* a node key registers on the node endpoint only: the client endpoint says where to go */
+    snprintf(m.hello.node, sizeof(m.hello.node), "node0");
+    snprintf(m.hello.health.node, sizeof(m.hello.health.node), "node0");
+    s = s_raw(ctx, "node0", "node0", server, false);
+    s_send_msg(s, &m);
+    s_answer(s, type, body, sizeof(body));
+    cr_expect_str_eq(type, "ERROR");
+    cr_expect(strstr(body, "HELLO is a node message") && strstr(body, "node endpoint"), "%s",
+              body);
+    zmq_close(s);
     /* node0's key cannot register another node's name */
     snprintf(m.hello.node, sizeof(m.hello.node), "node7");
     snprintf(m.hello.health.node, sizeof(m.hello.health.node), "node7");
-    s = s_raw(ctx, "node7", "node0", server);
+    s = s_raw(ctx, "node7", "node0", server, true);
     s_send_msg(s, &m);
     s_answer(s, type, body, sizeof(body));
     cr_expect_str_eq(type, "ERROR");
@@ -290,7 +313,10 @@ Test(security, forged_hello_is_refused)
     tc_sh(&out, "%s/pipectl -c %s -o json nodes", tc_bin(), s_c.ep);
     cr_expect(!strstr(out, "fake1") && !strstr(out, "node7"), "%s", out);
     free(out);
-    cr_expect_geq(s_counter("refused_messages"), 2);
+    cr_expect_geq(s_counter("refused_messages"), 3);
+    /* the refused handshake is logged, naming the lane */
+    cr_expect_eq(tc_sh(NULL, "grep -q 'user key .* on the node endpoint' %s/pipecoord.log",
+                       s_c.dir), 0, "the coordinator did not log the user key on the node lane");
     free(server);
     tc_sh(NULL, "rm -rf %s", keydir);
     s_passed = 1;
@@ -311,7 +337,7 @@ Test(security, forged_done_for_another_nodes_stage_is_refused_and_counted)
     cr_assert_eq(
         tc_sh(NULL, "%s/pipectl -c %s submit %s/j.yaml >/dev/null", tc_bin(), s_c.ep, s_c.dir), 0);
     /* a process holding a node key, but not assigned the job's last stage, reports it done */
-    void *ctx = zmq_ctx_new(), *s = s_raw(ctx, "mallory", NULL, NULL);
+    void *ctx = zmq_ctx_new(), *s = s_raw(ctx, "mallory", NULL, NULL, true);
     pl_msg_t m;
     pl_msg_init(&m, PL_MSG_DONE);
     m.done.job = 1;

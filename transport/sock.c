@@ -124,11 +124,12 @@ pl_status_t pl_tx_sock_handover(pl_tx_sock_t *s)
     return PL_OK;
 }
 
-pl_status_t pl_tx_sock_curve_server(pl_tx_sock_t *s, const char *secret_z85)
+pl_status_t pl_tx_sock_curve_server(pl_tx_sock_t *s, const char *secret_z85,
+                                    const char *zap_domain)
 {
     pl_status_t st = pl_ctl_curve_server(s->z, secret_z85);
     /* a domain makes libzmq ask the ZAP handler about every handshake */
-    if (!st && zmq_setsockopt(s->z, ZMQ_ZAP_DOMAIN, "pipeld", 6) != 0)
+    if (!st && zmq_setsockopt(s->z, ZMQ_ZAP_DOMAIN, zap_domain, strlen(zap_domain)) != 0)
         return pl_error(PL_ERR_TRANSPORT, "ZMQ_ZAP_DOMAIN: %s", zmq_strerror(errno));
     return st;
 }
@@ -260,6 +261,7 @@ pl_status_t pl_tx_recv(pl_tx_sock_t *s, int timeout_ms, pl_tx_peer_t *from, pl_m
         from->len = raw.identity_len;
         from->role = PL_TX_ROLE_NONE;
         from->user[0] = '\0';
+        from->sock = s;
         const char *colon = strchr(raw.user_id, ':');
         if (colon) {
             char role[16];

@@ -39,6 +39,7 @@ typedef struct {
     size_t len;
     pl_tx_role_t role;  /* from the User-Id "ROLE:NAME"; NONE without authentication */
     char user[64];      /* NAME of the key ("" without authentication) */
+    pl_tx_sock_t *sock; /* the ROUTER it came on (pl_tx_recv sets it): answers go back there */
 } pl_tx_peer_t;
 
 pl_status_t pl_tx_ctx_new(pl_tx_ctx_t **ctx_p);
@@ -50,10 +51,12 @@ void pl_tx_ctx_destroy(pl_tx_ctx_t **ctx_p);
 pl_status_t pl_tx_sock_new(pl_tx_ctx_t *ctx, pl_tx_kind_t kind, pl_tx_sock_t **sock_p);
 void pl_tx_sock_destroy(pl_tx_sock_t **sock_p);
 /* Options, before bind / connect: the DEALER's identity; the ROUTER taking over an identity a
- * restarted peer reuses; CURVE as server (secret key) or client (the server's public key). */
+ * restarted peer reuses; CURVE as server (secret key; the ZAP domain its handshakes are asked
+ * about, zap.h) or client (the server's public key). */
 pl_status_t pl_tx_sock_identity(pl_tx_sock_t *s, const char *name);
 pl_status_t pl_tx_sock_handover(pl_tx_sock_t *s);
-pl_status_t pl_tx_sock_curve_server(pl_tx_sock_t *s, const char *secret_z85);
+pl_status_t pl_tx_sock_curve_server(pl_tx_sock_t *s, const char *secret_z85,
+                                    const char *zap_domain);
 pl_status_t pl_tx_sock_curve_client(pl_tx_sock_t *s, const char *server_public_z85);
 /* CURVE client with its own key pair (what the coordinator's allow-list knows). */
 pl_status_t pl_tx_sock_curve_client_pair(pl_tx_sock_t *s, const char *server_public_z85,

@@ -55,7 +55,7 @@ static void s_refuse_log(pl_tx_zap_t *z, const char *addr, const char *why)
 
 static void s_handle(pl_tx_zap_t *z, zmq_msg_t *p, int n)
 {
-    char addr[64], mech[16], key[PL_TX_KEY_LEN + 1], why[128], user[96];
+    char addr[64], mech[16], key[PL_TX_KEY_LEN + 1], why[256], user[96];
     const zmq_msg_t *id = n > 1 ? &p[1] : NULL;
     if (n < 6 || !id) {
         pl_log_warn("ZAP: a request of %d parts dropped", n);
@@ -78,6 +78,17 @@ static void s_handle(pl_tx_zap_t *z, zmq_msg_t *p, int n)
     for (int i = 0; i < z->n; i++) {
         const pl_tx_client_t *c = &z->clients[i];
         if (strcmp(c->public_key, key) == 0) {
+            /* the node socket is served before every client: only nodes may take that lane */
+            bool node_lane = zmq_msg_size(&p[2]) == strlen(PL_TX_ZAP_NODES) &&
+                             memcmp(zmq_msg_data(&p[2]), PL_TX_ZAP_NODES, zmq_msg_size(&p[2])) == 0;
+            if (node_lane && c->role != PL_TX_ROLE_NODE) {
+                snprintf(why, sizeof(why), "%s key '%s' on the node endpoint (only node keys are "
+                         "admitted there; clients use the coordinator endpoint)",
+                         pl_tx_role_name(c->role), c->name);
+                s_refuse_log(z, addr, why);
+                s_reply(z->rep, id, "400", "only node keys are admitted on the node endpoint", "");
+                return;
+            }
             snprintf(user, sizeof(user), "%s:%s", pl_tx_role_name(c->role), c->name);
             pl_log_debug("admitted %s from %s", user, addr);
             s_reply(z->rep, id, "200", "OK", user);
