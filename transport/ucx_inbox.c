@@ -301,7 +301,7 @@ pl_status_t pl_ucx_inbox_recv(pl_ucx_inbox_t *in, const void **buf_p, size_t *le
     if (in->taken)
         return pl_error(PL_ERR_INVALID, "ucx inbox: the previous message was not released");
     pl_ucx_lock(ucx);
-    /* About to wait, or half the slots owed: the sender gets them now (one grant each) */
+    /* About to wait, or half the slots owed: the sender gets them now, in one grant */
     if (!sl->done || in->owed * 2 >= in->n)
         pl_ucx_grants_flush(ucx);
     while (!sl->done) {
