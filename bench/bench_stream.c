@@ -95,18 +95,34 @@ static int s_recv(s_side_t *s)
     return pl_ucx_inbox_release(s->in) ? s_die("release") : 0;
 }
 
+static int s_cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
 /* Sender: `iters` messages of `len` (after warm-up), then one back to say the receiver's clock
- * may stop; or ping-pong when lat. */
-static int s_run(s_side_t *s, bool sender, size_t len, int iters, bool lat, double *out)
+ * may stop; or ping-pong when lat, each round trip timed: out[0] the median one-way time (what
+ * ucx_perftest's tag_lat calls typical, the median of its iterations), out[1] the mean. */
+static int s_run(s_side_t *s, bool sender, size_t len, int iters, bool lat, double out[2])
 {
     int warm = iters / 10 + 1;
-    double t0 = 0;
+    double t0 = 0, ti = 0;
+    double *rtt = lat ? calloc((size_t)iters, sizeof(double)) : NULL;
+    if (lat && !rtt)
+        return 1;
     for (int i = 0; i < warm + iters; i++) {
         if (i == warm)
             t0 = pl_now();
         if (lat) {
-            if (sender ? (s_send(s, len) || s_recv(s)) : (s_recv(s) || s_send(s, len)))
+            if (sender ? (s_send(s, len) || s_recv(s)) : (s_recv(s) || s_send(s, len))) {
+                free(rtt);
                 return 1;
+            }
+            double now = pl_now();
+            if (i >= warm)
+                rtt[i - warm] = now - (i == warm ? t0 : ti);
+            ti = now;
         } else if (sender ? s_send(s, len) : s_recv(s)) {
             return 1;
         }
@@ -114,12 +130,22 @@ static int s_run(s_side_t *s, bool sender, size_t len, int iters, bool lat, doub
     if (!lat && (sender ? s_recv(s) : s_send(s, 1))) /* the end, acknowledged */
         return 1;
     double t = pl_now() - t0;
-    *out = lat ? t / iters / 2 * 1e6 : (double)len * iters / t / 1e6;
+    if (lat) {
+        qsort(rtt, (size_t)iters, sizeof(double), s_cmp_double);
+        out[0] = rtt[iters / 2] / 2 * 1e6;
+        out[1] = t / iters / 2 * 1e6;
+        free(rtt);
+    } else {
+        out[0] = out[1] = (double)len * iters / t / 1e6;
+    }
     if (sender && getenv("PL_BENCH_STATS")) { /* where the sender's time went */
         pl_ucx_credit_stats_t cs;
         pl_ucx_ep_credit_stats(s->ep, &cs);
-        fprintf(stderr, "bench_stream: %.1f ms for %d messages; %lld credit waits, %.1f ms\n",
-                t * 1e3, iters, (long long)cs.waits, cs.wait_s * 1e3);
+        fprintf(stderr,
+                "bench_stream: %.1f ms for %d messages; %lld credit waits, %.1f ms; the "
+                "sender's inbox sent %lld grants\n",
+                t * 1e3, iters, (long long)cs.waits, cs.wait_s * 1e3,
+                (long long)pl_ucx_inbox_grants(s->in));
     }
     return pl_ucx_flush(s->ucx, 30000) ? s_die("flush") : 0;
 }
@@ -128,12 +154,12 @@ static int s_run(s_side_t *s, bool sender, size_t len, int iters, bool lat, doub
 static int s_side(bool sender, int rd, int wr, int res, bool lat, size_t len, int iters)
 {
     s_side_t s = {0};
-    double v = 0;
+    double v[2] = {0, 0};
     char line[64];
-    if (s_setup(&s, rd, wr, len + 64, !sender) || s_run(&s, sender, len, iters, lat, &v))
+    if (s_setup(&s, rd, wr, len + 64, !sender) || s_run(&s, sender, len, iters, lat, v))
         return 1;
     if (sender) {
-        snprintf(line, sizeof(line), "%.3f", v);
+        snprintf(line, sizeof(line), "%.3f %.3f", v[0], v[1]);
         s_put(res, line);
         if (s_get(rd, line, sizeof(line))) /* wait for the receiver's goodbye */
             line[0] = 0;
@@ -143,7 +169,7 @@ static int s_side(bool sender, int rd, int wr, int res, bool lat, size_t len, in
         s_put(wr, "bye");
         /* bandwidth as the receiver saw it; latency as the sender timed it */
         if (!lat)
-            snprintf(line, sizeof(line), "%.3f", v);
+            snprintf(line, sizeof(line), "%.3f", v[0]);
         printf("%s\n", line);
     }
     pl_ucx_outbox_destroy(&s.out);
@@ -284,7 +310,8 @@ int main(int argc, char **argv)
         fprintf(stderr,
                 "usage: bench_stream bw|lat|memcpy SIZE ITERS [NETNS_A NETNS_B]\n"
                 "       bench_stream idle MS 1\n"
-                "  prints MB/s (bw, memcpy), one-way microseconds (lat, ping-pong / 2) or the\n"
+                "  prints MB/s (bw, memcpy), one-way microseconds (lat, ping-pong / 2: the\n"
+                "  median round trip's, then the mean) or the\n"
                 "  milliseconds of CPU per second a stage waiting MS for input takes (idle)\n");
         return 2;
     }

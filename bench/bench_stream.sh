@@ -13,6 +13,8 @@
 #        PL_BENCH_NICE=N   run every measured process in a session (scheduler autogroup) of its
 #                          own at this niceness (root may give a negative one: on a machine
 #                          shared with builds they then get their cores; default 0)
+#        PL_BENCH_SIZES="4096 ..."  the bandwidth rows' sizes (default 4 KiB to 16 MiB; "" none)
+#        PL_BENCH_PATHS="shm tcp"   the paths measured (default both; tcp needs root)
 set -euo pipefail
 
 BUILD=${1:-build}
@@ -20,7 +22,7 @@ B=$(cd "$BUILD/bin" 2>/dev/null && pwd) || { echo "bench_stream: no $BUILD/bin" 
 [ -x "$B/bench_stream" ] || { echo "bench_stream: build bench_stream first" >&2; exit 2; }
 command -v ucx_perftest >/dev/null || { echo "bench_stream: ucx_perftest missing (apt-get install ucx-utils)" >&2; exit 2; }
 RUNS=${PL_BENCH_RUNS:-3}
-SIZES="4096 65536 1048576 4194304 16777216"
+SIZES=${PL_BENCH_SIZES-4096 65536 1048576 4194304 16777216}
 LAT_SIZE=64
 NS_A=plbs$$a
 NS_B=plbs$$b
@@ -66,14 +68,15 @@ fi
 
 median() { sort -g | awk '{ v[NR] = $1 } END { if (NR) print v[int((NR + 1) / 2)]; else print 0 }'; }
 
-# ucx_perftest: one server, one client; MB/s (tag_bw, overall) or usec (tag_lat, typical).
-perftest() { # PATH TEST SIZE ITERS: a number, retried once (a server that did not come up)
-    local v
+# ucx_perftest: one server, one client; MB/s (tag_bw, overall) or usec (tag_lat: typical, the
+# median of its iterations, then overall, the whole run's mean).
+perftest() { # PATH TEST SIZE ITERS: a number (two for tag_lat), retried once (a server that did
+    local v  # not come up)
     for _ in 1 2; do
         v=$(perftest_once "$@")
-        if [[ "$v" =~ ^[0-9.]+$ ]]; then echo "$v"; return; fi
+        if [[ "$v" =~ ^[0-9.]+( [0-9.]+)?$ ]]; then echo "$v"; return; fi
     done
-    echo 0
+    echo 0 0
 }
 
 perftest_once() {
@@ -91,8 +94,9 @@ perftest_once() {
     out=$(hi timeout 120 "${PIN_B[@]}" "${cli[@]}" 2>/dev/null | tail -n 1) || true
     kill "$spid" 2>/dev/null || true
     wait "$spid" 2>/dev/null || true
-    # columns: iterations, lat 50%, lat avg, lat overall, bw avg, bw overall, rate avg, overall
-    if [ "$2" = tag_lat ]; then echo "$out" | awk '{ print $3 }'; else echo "$out" | awk '{ print $6 }'; fi
+    # columns: iterations, lat 50%, lat avg (the last report's interval), lat overall (the whole
+    # run: as ours, total time / iterations / 2), bw avg, bw overall, rate avg, rate overall
+    if [ "$2" = tag_lat ]; then echo "$out" | awk '{ print $2, $4 }'; else echo "$out" | awk '{ print $6 }'; fi
 }
 
 ours() { # PATH MODE SIZE ITERS
@@ -116,9 +120,11 @@ echo "machine: $(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -n 1), $(
 echo "each figure: the median of $RUNS runs; ucx_perftest with -e (error-handling endpoints);" \
     "receiver and sender pinned to CPUs $PL_BENCH_CPUS; niceness $NICE"
 echo
-paths="shm"
-[ "$NETNS" = yes ] && paths="shm tcp"
-[ "$NETNS" = yes ] || echo "note: not root or no ip/unshare: TCP between namespaces skipped"
+paths=${PL_BENCH_PATHS:-shm tcp}
+if [ "$NETNS" != yes ] && [[ "$paths" == *tcp* ]]; then
+    echo "note: not root or no ip/unshare: TCP between namespaces skipped"
+    paths=${paths//tcp/}
+fi
 for p in $paths; do
     echo "### $p $([ "$p" = tcp ] && echo "(veth between two network namespaces, own UTS/IPC)" || echo "(one host)")"
     echo
@@ -133,10 +139,17 @@ for p in $paths; do
             "$(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }')" "$c" \
             "$(awk -v a="$a" -v c="$c" 'BEGIN { printf "%.2f", (c > 0 ? a / c : 0) }')"
     done
-    a=$(for _ in $(seq "$RUNS"); do ours "$p" lat "$LAT_SIZE" 2000; done | median)
-    b=$(for _ in $(seq "$RUNS"); do perftest "$p" tag_lat "$LAT_SIZE" 2000; done | median)
-    printf '| %d B one-way latency | %.1f us | %.1f us (tag_lat) | %s |\n' "$LAT_SIZE" "$a" "$b" \
-        "$(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }')"
+    # each run: the median round trip's one-way time, then the mean (ours and tag_lat's alike)
+    la=$(for _ in $(seq "$RUNS"); do ours "$p" lat "$LAT_SIZE" 2000; done)
+    lb=$(for _ in $(seq "$RUNS"); do perftest "$p" tag_lat "$LAT_SIZE" 2000; done)
+    for col in 1 2; do
+        a=$(echo "$la" | awk -v c=$col '{ print $c }' | median)
+        b=$(echo "$lb" | awk -v c=$col '{ print $c }' | median)
+        printf '| %d B one-way latency, %s | %.1f us | %.1f us (tag_lat %s) | %s |\n' "$LAT_SIZE" \
+            "$([ $col = 1 ] && echo median || echo mean)" "$a" "$b" \
+            "$([ $col = 1 ] && echo typical || echo overall)" \
+            "$(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }')"
+    done
     echo
 done
 # What a stage waiting for input costs (its waits spin PL_UCX_SPIN_US, then sleep).

@@ -38,6 +38,8 @@ void pl_ucx_lock(pl_ucx_t *ucx)
 
 void pl_ucx_unlock(pl_ucx_t *ucx)
 {
+    if (ucx->owner_in == 1 && !ucx->has_progress)
+        pl_ucx_grants_flush(ucx); /* nobody else would send them while the owner is away */
     if (--ucx->owner_in == 0) {
         ucx->owner_since = pl_now();
         ucx->hurry = ucx->n_pending > 0;
@@ -51,6 +53,7 @@ void pl_ucx_unlock(pl_ucx_t *ucx)
 pl_status_t pl_ucx_sleep(pl_ucx_t *ucx, double deadline)
 {
     struct pollfd pfd = {.fd = ucx->efd, .events = POLLIN};
+    pl_ucx_grants_flush(ucx); /* a wait of this thread must not hold back a sender's credit */
     double now = pl_now();
     double spin_end = fmin(now + ucx->spin_s, deadline);
     while (now < spin_end) { /* the reply to a small message is usually this close */
@@ -248,6 +251,7 @@ int pl_ucx_efd(const pl_ucx_t *ucx)
 pl_status_t pl_ucx_arm(pl_ucx_t *ucx)
 {
     pl_ucx_lock(ucx);
+    pl_ucx_grants_flush(ucx); /* the caller is about to sleep in its own poll */
     ucs_status_t us = ucp_worker_arm(ucx->worker);
     pl_ucx_unlock(ucx);
     if (us == UCS_ERR_BUSY)

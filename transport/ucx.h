@@ -113,7 +113,8 @@ void pl_ucx_inbox_destroy(pl_ucx_inbox_t **inbox_p);
  * pl_ucx_inbox_drop; the link carries on). */
 pl_status_t pl_ucx_inbox_recv(pl_ucx_inbox_t *inbox, const void **buf_p, size_t *len_p,
                               uint64_t *tag_p, int timeout_ms, const volatile int *cancel);
-/* Give the taken message's slot back: posted again and its credit returned upstream. */
+/* Give the taken message's slot back: posted again and its credit returned upstream (owed
+ * until the next grant, see pl_ucx_inbox_grants). */
 pl_status_t pl_ucx_inbox_release(pl_ucx_inbox_t *inbox);
 /* Give the taken message's slot back without a credit: for a message the receiver refuses (not
  * the job's token, malformed). UCX does not say who sent a tagged message, so it may not have
@@ -124,6 +125,10 @@ pl_status_t pl_ucx_inbox_drop(pl_ucx_inbox_t *inbox);
 /* Bytes of the slots (slot size rounded up to 64) and their number. */
 size_t pl_ucx_inbox_bytes(const pl_ucx_inbox_t *inbox);
 int pl_ucx_inbox_slots(const pl_ucx_inbox_t *inbox);
+/* Grant messages the inbox has sent (the first included). A release owes its slot's credit and
+ * the grant goes a moment later, behind the receiver's next send, before it waits, or when the
+ * progress thread takes over: credits owed meanwhile travel in one grant. */
+int64_t pl_ucx_inbox_grants(pl_ucx_inbox_t *inbox);
 
 /* The assignment's token (act_token.h) for the credit grants of this worker: its inboxes send
  * it in every grant and its credited endpoints take only grants that carry it; the others are

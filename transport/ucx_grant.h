@@ -1,6 +1,6 @@
-/* The credit grant: the message an inbox sends upstream for each slot it hands back (magic "PLC2",
- * the credit count: u32 little-endian each, then the assignment's 16-byte token as the
- * activations carry it). Internal to transport/. */
+/* The credit grant: the message an inbox sends upstream for the slots it hands back, one or
+ * several (magic "PLC2", the credit count: u32 little-endian each, then the assignment's 16-byte
+ * token as the activations carry it). Internal to transport/. */
 #ifndef PL_TRANSPORT_UCX_GRANT_H
 #define PL_TRANSPORT_UCX_GRANT_H
 

@@ -121,6 +121,8 @@ struct pl_ucx {
     pthread_t progress;
     int wake_fd;   /* eventfd that wakes the progress thread to stop */
     int n_inboxes; /* live inboxes (ucx_inbox.c): they must go before the worker */
+    pl_ucx_inbox_t *inboxes; /* the live ones, for pl_ucx_grants_flush */
+    int64_t grants_owed;     /* credits released and not yet granted, all inboxes */
     int n_outboxes;      /* live send pools (ucx_outbox.c): likewise */
     int64_t send_allocs; /* sends that allocated their record (the unpooled path) */
     int64_t recv_allocs; /* receives that allocated their buffer (pl_ucx_recv) */
@@ -162,6 +164,14 @@ pl_status_t pl_ucx_credit_take_locked(pl_ucx_t *ucx, pl_ucx_ep_t *ep, double dea
 /* Cancel ep's posted grant receive and wait (until the deadline) for UCX to let go of it (lock
  * held, or this thread alone on the worker); before the endpoint is freed. */
 void pl_ucx_ep_grants_cancel(pl_ucx_t *ucx, pl_ucx_ep_t *ep, double deadline);
+/* Send every inbox's owed credits upstream, one grant per inbox (lock held; cheap when none
+ * are owed). A release only owes its credit: the grant goes at the next of these, so that over
+ * TCP it follows the reply instead of delaying it: before any wait on the worker (pl_ucx_sleep,
+ * pl_ucx_arm), after a send, when an inbox's next receive must wait or half its slots are owed,
+ * when the progress thread takes over from an owner gone computing, and at the owner's exit
+ * when there is no progress thread. A failed grant (its peer gone) is logged; the waits report
+ * the endpoint's failure. */
+void pl_ucx_grants_flush(pl_ucx_t *ucx);
 /* Take a send off the list of sends in flight (lock held); its record and buffer stay. */
 void pl_ucx_send_unlink(pl_ucx_send_t *s);
 /* Force-close one endpoint without waiting for the peer, progressing until the deadline (lock

@@ -1,5 +1,6 @@
 /* Credit flow control on the UCX data plane: an inbox pre-posts receives into registered slots
- * and grants its sender one credit per slot; a credited send waits for a credit before it goes. */
+ * and grants its sender a credit per slot (released slots' credits batched into one grant); a
+ * credited send waits for a credit before it goes. */
 #include "transport/ucx.h"
 #include "transport/ucx_grant.h"
 #include "transport/ucx_impl.h"
@@ -30,6 +31,7 @@ typedef struct {
 } s_grant_t;
 
 struct pl_ucx_inbox {
+    pl_ucx_inbox_t *next; /* the worker's live inboxes */
     pl_ucx_t *ucx;
     pl_ucx_ep_t *up;
     uint64_t want, mask, credit_tag;
@@ -41,6 +43,8 @@ struct pl_ucx_inbox {
     s_grant_t *grants; /* n + 1: the first grant and one per slot's return */
     int head;          /* the oldest posted slot: the next message arrives there */
     bool taken;        /* the head slot's message is with the caller */
+    int owed;          /* released slots whose credit is not granted yet (pl_ucx_grants_flush) */
+    int64_t grant_msgs; /* grants sent, the first included */
 };
 
 static void s_grant_done(pl_ucx_send_t *s, bool reusable)
@@ -64,6 +68,7 @@ static int s_grants_busy(const pl_ucx_inbox_t *in)
  * which the worker's allocation count shows. */
 static pl_status_t s_grant(pl_ucx_inbox_t *in, uint32_t n)
 {
+    in->grant_msgs++;
     for (int i = 0; i <= in->n; i++) {
         s_grant_t *g = &in->grants[i];
         if (g->sending || g->lost)
@@ -206,6 +211,8 @@ pl_status_t pl_ucx_inbox_create(pl_ucx_t *ucx, pl_ucx_ep_t *upstream, uint64_t w
     if ((st = s_grant(in, (uint32_t)n_slots)) != PL_OK)
         goto err_cancel;
     ucx->n_inboxes++;
+    in->next = ucx->inboxes;
+    ucx->inboxes = in;
     pl_ucx_unlock(ucx);
     *inbox_p = in;
     return PL_OK;
@@ -236,7 +243,15 @@ int pl_ucx_inbox_slots(const pl_ucx_inbox_t *in)
     return in->n;
 }
 
-/* Re-post the head slot, move on, and return its credit when `credit` (lock held). */
+int64_t pl_ucx_inbox_grants(pl_ucx_inbox_t *in)
+{
+    pl_ucx_lock(in->ucx);
+    int64_t n = in->grant_msgs;
+    pl_ucx_unlock(in->ucx);
+    return n;
+}
+
+/* Re-post the head slot, move on, and owe its credit when `credit` (lock held). */
 static pl_status_t s_release(pl_ucx_inbox_t *in, bool credit)
 {
     s_slot_t *sl = &in->slots[in->head];
@@ -245,7 +260,34 @@ static pl_status_t s_release(pl_ucx_inbox_t *in, bool credit)
     in->head = (in->head + 1) % in->n;
     if ((st = s_post(in, sl)) != PL_OK)
         return st;
-    return credit ? s_grant(in, 1) : PL_OK;
+    if (credit) { /* granted by pl_ucx_grants_flush: the slot is posted, the credit is real */
+        in->owed++;
+        in->ucx->grants_owed++;
+    }
+    return PL_OK;
+}
+
+/* Grant this inbox's owed credits in one message (lock held). */
+static void s_grant_owed(pl_ucx_inbox_t *in)
+{
+    uint32_t n = (uint32_t)in->owed;
+    in->ucx->grants_owed -= in->owed;
+    in->owed = 0;
+    if (in->up->closed || in->up->status != UCS_OK)
+        return; /* the peer is gone: its failure is reported by the waits */
+    if (s_grant(in, n) != PL_OK) {
+        pl_log_warn_limited("ucx inbox: granting %u credits: %s", n, pl_error_msg());
+        pl_error_clear();
+    }
+}
+
+void pl_ucx_grants_flush(pl_ucx_t *ucx)
+{
+    if (ucx->grants_owed == 0)
+        return;
+    for (pl_ucx_inbox_t *in = ucx->inboxes; in; in = in->next)
+        if (in->owed > 0)
+            s_grant_owed(in);
 }
 
 pl_status_t pl_ucx_inbox_recv(pl_ucx_inbox_t *in, const void **buf_p, size_t *len_p,
@@ -259,6 +301,9 @@ pl_status_t pl_ucx_inbox_recv(pl_ucx_inbox_t *in, const void **buf_p, size_t *le
     if (in->taken)
         return pl_error(PL_ERR_INVALID, "ucx inbox: the previous message was not released");
     pl_ucx_lock(ucx);
+    /* About to wait, or half the slots owed: the sender gets them now, in one grant */
+    if (!sl->done || in->owed * 2 >= in->n)
+        pl_ucx_grants_flush(ucx);
     while (!sl->done) {
         if (cancel && *cancel) {
             st = pl_error(PL_ERR_CANCELED, "ucx inbox: canceled");
@@ -334,6 +379,14 @@ void pl_ucx_inbox_destroy(pl_ucx_inbox_t **in_p)
     pl_ucx_t *ucx = in->ucx;
     pl_ucx_lock(ucx);
     ucx->n_inboxes--;
+    for (pl_ucx_inbox_t **pp = &ucx->inboxes; *pp; pp = &(*pp)->next) {
+        if (*pp == in) {
+            *pp = in->next;
+            break;
+        }
+    }
+    ucx->grants_owed -= in->owed; /* nobody will send into this inbox again */
+    in->owed = 0;
     if (!s_cancel_all(in)) {
         /* UCX may still write into a slot: its memory stays, mapped (a logged leak). */
         pl_log_warn("ucx inbox: a message was still arriving after %.0f s; leaving its %zu "
@@ -506,6 +559,7 @@ pl_status_t pl_ucx_send_credited(pl_ucx_t *ucx, pl_ucx_ep_t *ep, uint64_t tag, v
         return st;
     }
     st = pl_ucx_send_locked(ucx, ep, tag, buf, len);
+    pl_ucx_grants_flush(ucx); /* behind the message, not ahead of it */
     pl_ucx_unlock(ucx);
     return st;
 }

@@ -199,6 +199,7 @@ pl_status_t pl_ucx_outbox_send(pl_ucx_outbox_t *ob, uint64_t tag, void *buf, siz
         ob->stats.max_sending = ob->n_sending;
     ob->stats.sends++;
     st = pl_ucx_send_pooled_locked(ucx, ob->ep, tag, &b->send, len, ob->memh);
+    pl_ucx_grants_flush(ucx); /* behind the message, not ahead of it */
     pl_ucx_unlock(ucx);
     return st;
 }

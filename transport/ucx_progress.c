@@ -50,6 +50,7 @@ static void *s_progress_main(void *arg)
             s_wait_for(ucx, ucx->owner_in > 0 ? PL_UCX_HANDOFF_S : PL_UCX_HANDOFF_S - since);
             continue;
         }
+        pl_ucx_grants_flush(ucx); /* the owner released slots and went to compute */
         if (ucp_worker_progress(ucx->worker)) {
             if (atomic_load(&ucx->waiters) > 0) {
                 pthread_mutex_unlock(&ucx->lock);

@@ -40,6 +40,7 @@ pl_status_t pl_ucx_send(pl_ucx_t *ucx, pl_ucx_ep_t *ep, uint64_t tag, void *buf,
 {
     pl_ucx_lock(ucx);
     pl_status_t st = pl_ucx_send_locked(ucx, ep, tag, buf, len);
+    pl_ucx_grants_flush(ucx); /* behind the message, not ahead of it */
     pl_ucx_unlock(ucx);
     return st;
 }
