@@ -1,22 +1,25 @@
 /* A deployment's plan through the coordinator's loop: KV slots lowered to what the stages'
- * memory holds, every stage told the same count. */
+ * memory holds, by the optimal and the even planner alike, every stage told the same count. */
 #include "serve_cluster_util.h"
 
 TestSuite(serve_cluster, .init = s_start, .fini = s_finish, .timeout = 60);
 
-/* Stages whose memory holds fewer KV slots than asked: the plan lowers them (every stage is
- * told the same count in its ASSIGN), `pipectl deployments` shows both, and it serves. */
-Test(serve_cluster, kv_slots_are_lowered_to_what_the_stages_hold, .timeout = 240)
+/* Stages whose memory holds fewer KV slots than asked: the plan (`planner`) lowers them (every
+ * stage is told the same count in its ASSIGN), `pipectl deployments` shows both, and it serves. */
+static void s_lowered(const char *planner)
 {
+    char keys[128];
+    snprintf(keys, sizeof(keys), "planner: %s\nkv_slots: 4096\nmax_queue: 4\nmax_tokens: 16\n",
+             planner);
     s_nodes(2, "memory_limit_mb: 24\n");
-    s_deploy("planner: optimal\nkv_slots: 4096\nmax_queue: 4\nmax_tokens: 16\n");
+    s_deploy(keys);
     char *out = NULL;
     cr_assert_eq(s_ctl(&out, "-o json deployments"), 0, "%s", out);
     json_t *v = json_loads(out, 0, NULL), *d = json_array_get(json_object_get(v, "deployments"), 0);
     json_int_t slots = json_integer_value(json_object_get(d, "kv_slots"));
     cr_assert(slots >= 1 && slots < 4096, "%s", out);
     cr_assert_eq(json_integer_value(json_object_get(d, "kv_slots_asked")), 4096, "%s", out);
-    cr_log_info("4096 KV slots asked, %lld fit", (long long)slots);
+    cr_log_info("%s planner: 4096 KV slots asked, %lld fit", planner, (long long)slots);
     json_decref(v);
     free(out);
     char *ref[S_NP];
@@ -33,4 +36,15 @@ Test(serve_cluster, kv_slots_are_lowered_to_what_the_stages_hold, .timeout = 240
     pl_serve_req_unref(&r);
     for (int k = 0; k < S_NP; k++)
         free(ref[k]);
+}
+
+Test(serve_cluster, kv_slots_are_lowered_to_what_the_stages_hold, .timeout = 240)
+{
+    s_lowered("optimal");
+}
+
+/* The even split lowers them as the optimal planner does (it used to fail to plan). */
+Test(serve_cluster, even_planner_lowers_kv_slots_too, .timeout = 240)
+{
+    s_lowered("even");
 }
