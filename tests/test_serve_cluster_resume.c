@@ -98,6 +98,12 @@ Test(serve_cluster, requests_survive_a_lost_stage, .timeout = 400)
     cr_assert_eq(s_ctl(&out, "-o json deployments"), 0, "%s", out);
     cr_assert(strstr(out, "\"resumes\": 1") && !strstr(out, victim), "%s", out);
     free(out);
+    /* its event says what the resume did: the requests in flight, not a job's tokens */
+    cr_assert_eq(s_ctl(&out, "-o json logs 1"), 0, "%s", out);
+    cr_assert(strstr(out, "resumes with its 4 request(s) in flight re-added (") &&
+                  !strstr(out, "generated tokens"),
+              "%s", out);
+    free(out);
     for (int k = 0; k < S_NP; k++)
         free(ref[k]);
 }
