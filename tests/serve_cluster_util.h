@@ -220,6 +220,24 @@ static inline int s_prompt(int i, int32_t *p)
 #define S_GREEDY "  temperature: 0\n"
 #define S_SAMPLED "  temperature: 0.9\n  top_k: 20\n  seed: 7\n"
 
+/* The tokens of a job's S_NP results (the JSON lines in `out`, which is consumed), each as
+ * compact JSON into tok[] (the caller frees them). */
+static inline void s_result_tokens(char *out, const char *what, char *tok[S_NP])
+{
+    char *save = NULL;
+    int i = 0;
+    for (char *l = strtok_r(out, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
+        json_t *v = json_loads(l, 0, NULL);
+        if (!v)
+            continue;
+        cr_assert(i < S_NP, "%s: more than %d results", what, S_NP);
+        tok[i++] = json_dumps(json_object_get(v, "tokens"), JSON_COMPACT);
+        json_decref(v);
+    }
+    cr_assert_eq(i, S_NP, "%s: %d results", what, i);
+    free(out);
+}
+
 static inline void s_reference_job(int max_new, const char *sampling, char *ref[S_NP])
 {
     char path[512], line[1024];
@@ -240,17 +258,7 @@ static inline void s_reference_job(int max_new, const char *sampling, char *ref[
     snprintf(extra, sizeof(extra),
              "max_new_tokens: %d\nstop_at_eos: false\nsampling:\n%s", max_new, sampling);
     tc_job(&s_c, "ref", "t", extra);
-    char *out = tc_reference(&s_c, "ref"), *save = NULL;
-    int i = 0;
-    for (char *l = strtok_r(out, "\n", &save); l && i < S_NP; l = strtok_r(NULL, "\n", &save)) {
-        json_t *v = json_loads(l, 0, NULL);
-        if (!v)
-            continue;
-        ref[i++] = json_dumps(json_object_get(v, "tokens"), JSON_COMPACT);
-        json_decref(v);
-    }
-    cr_assert_eq(i, S_NP, "reference: %d results", i);
-    free(out);
+    s_result_tokens(tc_reference(&s_c, "ref"), "reference", ref);
 }
 
 static inline void s_reference(int max_new, char *ref[S_NP])

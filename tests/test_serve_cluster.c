@@ -34,6 +34,22 @@ Test(serve_cluster, unknown_deployment_is_refused_404)
     }
 }
 
+/* Batch job `name` of the prompts on deployment tiny, 12 new tokens with `sampling`: its results'
+ * tokens. */
+static void s_job_on_tiny(const char *name, const char *sampling, char *tok[S_NP])
+{
+    char extra[256];
+    int rc;
+    snprintf(extra, sizeof(extra),
+             "max_new_tokens: 12\nstop_at_eos: false\nsampling:\n%sdeployment: tiny\n", sampling);
+    tc_job(&s_c, name, "t", extra);
+    char *res = tc_submit(&s_c, name, &rc);
+    if (rc)
+        tc_dump_logs(&s_c);
+    cr_assert_eq(rc, 0, "%s", res);
+    s_result_tokens(res, name, tok);
+}
+
 /* Requests on a live 2-stage deployment of 2 KV slots and a queue of 2: four at once are taken
  * (two wait for a slot), a fifth and sixth are refused 429 with Retry-After; each answer equals
  * the same prompt in a job run by pl-generate; a prompt + max_tokens beyond the context and a
@@ -114,58 +130,26 @@ Test(serve_cluster, requests_on_a_two_stage_deployment, .timeout = 240)
     }
 
     /* a batch job on the deployment */
-    tc_job(&s_c, "onit", "t",
-           "max_new_tokens: 12\nstop_at_eos: false\nsampling:\n  temperature: 0\n"
-           "deployment: tiny\n");
-    int rc;
-    char *res = tc_submit(&s_c, "onit", &rc), *save = NULL;
-    if (rc)
-        tc_dump_logs(&s_c);
-    cr_assert_eq(rc, 0, "%s", res);
-    int i = 0;
-    for (char *l = strtok_r(res, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
-        json_t *v = json_loads(l, 0, NULL);
-        if (!v)
-            continue;
-        char *t = json_dumps(json_object_get(v, "tokens"), JSON_COMPACT);
-        cr_assert(i < S_NP);
-        cr_assert_str_eq(t, ref[i], "job result %d", i);
-        free(t);
-        json_decref(v);
-        i++;
+    char *got[S_NP];
+    s_job_on_tiny("onit", S_GREEDY, got);
+    for (int i = 0; i < S_NP; i++) {
+        cr_assert_str_eq(got[i], ref[i], "job result %d", i);
+        free(got[i]);
     }
-    cr_assert_eq(i, S_NP, "%d results", i);
-    free(res);
 
     /* a sampled batch job on the deployment: prompt s samples as prompt s of the same job on
      * stages of its own (pl-generate), not as a request alone */
     char *sref[S_NP];
     s_reference_job(12, S_SAMPLED, sref);
-    tc_job(&s_c, "onit_s", "t",
-           "max_new_tokens: 12\nstop_at_eos: false\nsampling:\n" S_SAMPLED "deployment: tiny\n");
-    res = tc_submit(&s_c, "onit_s", &rc), save = NULL;
-    if (rc)
-        tc_dump_logs(&s_c);
-    cr_assert_eq(rc, 0, "%s", res);
-    i = 0;
+    s_job_on_tiny("onit_s", S_SAMPLED, got);
     int differs = 0;
-    for (char *l = strtok_r(res, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
-        json_t *v = json_loads(l, 0, NULL);
-        if (!v)
-            continue;
-        char *t = json_dumps(json_object_get(v, "tokens"), JSON_COMPACT);
-        cr_assert(i < S_NP);
-        cr_assert_str_eq(t, sref[i], "sampled job result %d", i);
-        differs += strcmp(t, ref[i]) != 0; /* sampling did change something */
-        free(t);
-        json_decref(v);
-        i++;
+    for (int i = 0; i < S_NP; i++) {
+        cr_assert_str_eq(got[i], sref[i], "sampled job result %d", i);
+        differs += strcmp(got[i], ref[i]) != 0; /* sampling did change something */
+        free(got[i]);
+        free(sref[i]);
     }
-    cr_assert_eq(i, S_NP, "%d results", i);
     cr_assert(differs > 0, "the sampled job gave the greedy tokens");
-    free(res);
-    for (int k = 0; k < S_NP; k++)
-        free(sref[k]);
 
     char *out = NULL;
     cr_assert_eq(s_ctl(&out, "-o json deployments"), 0, "%s", out);
