@@ -169,7 +169,7 @@ void pl_coord_resume_seen(pl_coord_job_t *j, int64_t tokens)
 void pl_coord_resume_what(const pl_coord_job_t *j, char *buf, size_t len)
 {
     int64_t tokens;
-    if (!j->dep) {
+    if (!j->spec.serve.on) {
         snprintf(buf, len, "resumes from %lld generated tokens", (long long)j->resumed_from);
         return;
     }
@@ -324,6 +324,12 @@ pl_status_t pl_coord_progress_restore(pl_coord_t *c)
         if (!j->resuming)
             continue;
         j->resumed_from = s_held(j);
+        if (j->spec.serve.on) {
+            snprintf(j->error, sizeof(j->error), "deploying again after a coordinator restart");
+            pl_log_info("job %u: deployment %s deploys again (its requests in flight ended with "
+                        "the coordinator that held them)", j->id, j->spec.serve.name);
+            continue;
+        }
         snprintf(j->error, sizeof(j->error),
                  "resuming from %lld generated tokens after a "
                  "coordinator restart",
