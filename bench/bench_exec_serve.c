@@ -1,7 +1,9 @@
 /* What a deployment's serving loop costs beside the batch job's: the same prompts on the same two
  * stage executors (threads over UCX, one BLAS thread each), once as a batch job and once as a
- * deployment's requests (SEQ_ADD all at once, SEQ_OUT read back), wall and CPU time per step.
- * Usage: bench_exec_serve [--model DIR] [--prompts N] [--new N] [--runs N] */
+ * deployment's requests (SEQ_ADD all at once, SEQ_OUT read back), wall and CPU time per step, and
+ * the last stage's compute (where prompt chunks that sample nothing skip the LM head).
+ * Usage: bench_exec_serve [--model DIR] [--prompts N] [--prompt-len N] [--chunk N] [--new N]
+ *                         [--runs N] */
 #include "common/util.h"
 #include "pipeline/exec.h"
 #include "transport/act_token.h"
@@ -16,15 +18,15 @@
 #include <unistd.h>
 
 #define S_JOB 5u
-#define S_PROMPT 24
 
 typedef struct {
     const char *model;
     int n_prompts, n_new, runs, layers;
+    int prompt_len, chunk; /* tokens per prompt; prefill_chunk (0: whole prompts) */
 } s_opts_t;
 
 typedef struct {
-    double wall_s, cpu_s, compute_s;
+    double wall_s, cpu_s, compute_s, last_compute_s;
     double steps; /* forward calls of stage 0 */
     long tokens;
 } s_run_t;
@@ -64,23 +66,24 @@ static void s_spec(const s_opts_t *o, bool serve, pl_job_spec_t *spec)
     spec->gen.max_new_tokens = o->n_new;
     spec->gen.stop_at_eos = false;
     spec->gen.trace = false;
+    spec->gen.prefill_chunk = o->chunk;
     if (serve) {
         spec->serve = (pl_job_serve_t){.on = true,
                                        .name = "b",
                                        .kv_slots = o->n_prompts,
                                        .max_queue = 0,
                                        .max_tokens = o->n_new,
-                                       .step_tokens = o->n_prompts * S_PROMPT};
+                                       .step_tokens = o->n_prompts * o->prompt_len};
         return;
     }
     spec->n_prompts = o->n_prompts;
     spec->prompts = calloc((size_t)o->n_prompts, sizeof(*spec->prompts));
     spec->prompt_len = calloc((size_t)o->n_prompts, sizeof(int));
     for (int i = 0; i < o->n_prompts; i++) {
-        spec->prompts[i] = malloc(S_PROMPT * sizeof(int32_t));
-        for (int k = 0; k < S_PROMPT; k++)
+        spec->prompts[i] = malloc((size_t)o->prompt_len * sizeof(int32_t));
+        for (int k = 0; k < o->prompt_len; k++)
             spec->prompts[i][k] = 3 + (i * 31 + k * 7) % 200;
-        spec->prompt_len[i] = S_PROMPT;
+        spec->prompt_len[i] = o->prompt_len;
     }
 }
 
@@ -90,14 +93,16 @@ static s_run_t s_run(const s_opts_t *o, bool serve)
     pl_be_device_t *dev[2];
     pl_exec_t *x[2];
     pl_metrics_t *reg;
-    pl_metric_t *mbs, *compute;
+    pl_metric_t *mbs, *compute, *compute_last;
     pl_act_token_t token;
     pl_msg_t m;
     char *addr[2];
     static const double bounds[] = {1e-4, 1e-3, 1e-2, 1e-1, 1};
     if (pl_tx_ctx_new(&ctx) || pl_act_token_new(&token) || pl_metrics_new(&reg) ||
         pl_metrics_counter(reg, "mb_total", "forward calls", NULL, &mbs) ||
-        pl_metrics_histogram(reg, "compute", "forward seconds", NULL, bounds, 5, &compute))
+        pl_metrics_histogram(reg, "compute", "forward seconds", NULL, bounds, 5, &compute) ||
+        pl_metrics_histogram(reg, "compute_last", "last stage's forward seconds", NULL, bounds, 5,
+                             &compute_last))
         s_die("setup");
     for (int s = 0; s < 2; s++) {
         if (pl_be_device_open(pl_be_cpu(), 0, 1, &dev[s]))
@@ -109,11 +114,12 @@ static s_run_t s_run(const s_opts_t *o, bool serve)
             .first_layer = s * (o->layers / 2),
             .last_layer = s ? o->layers - 1 : o->layers / 2 - 1,
             .microbatches = 2,
-            .max_ctx = S_PROMPT + o->n_new + 1,
-            .max_tokens = o->n_prompts * S_PROMPT,
+            .max_ctx = o->prompt_len + o->n_new + 1,
+            .max_tokens = o->n_prompts * o->prompt_len,
             .dev = dev[s],
             .threads = 1,
-            .metrics = {.microbatches = s == 0 ? mbs : NULL, .compute_s = s == 0 ? compute : NULL}};
+            .metrics = {.microbatches = s == 0 ? mbs : NULL,
+                        .compute_s = s == 0 ? compute : compute_last}};
         s_spec(o, serve, &p.spec);
         if (pl_exec_start(ctx, &p, &x[s]))
             s_die("executor");
@@ -148,7 +154,7 @@ static s_run_t s_run(const s_opts_t *o, bool serve)
                                                .stage = s,
                                                .epoch = 1,
                                                .req = (uint64_t)i + 1,
-                                               .n_prompt = S_PROMPT,
+                                               .n_prompt = o->prompt_len,
                                                .prompt = prompts.prompts[i],
                                                .gen = prompts.gen};
                 if (pl_tx_send(pl_exec_socket(x[s]), NULL, &m))
@@ -175,6 +181,7 @@ static s_run_t s_run(const s_opts_t *o, bool serve)
     r.cpu_s = s_cpu() - c0;
     r.steps = s_metric(reg, "mb_total");
     r.compute_s = s_metric(reg, "compute_sum");
+    r.last_compute_s = s_metric(reg, "compute_last_sum");
     for (int s = 0; s < 2; s++) {
         pl_exec_destroy(&x[s]);
         pl_be_device_close(&dev[s]);
@@ -205,8 +212,8 @@ static double s_idle_cpu(const s_opts_t *o, double secs)
                               .first_layer = s * (o->layers / 2),
                               .last_layer = s ? o->layers - 1 : o->layers / 2 - 1,
                               .microbatches = 2,
-                              .max_ctx = S_PROMPT + o->n_new + 1,
-                              .max_tokens = o->n_prompts * S_PROMPT,
+                              .max_ctx = o->prompt_len + o->n_new + 1,
+                              .max_tokens = o->n_prompts * o->prompt_len,
                               .dev = dev[s],
                               .threads = 1};
         s_spec(o, true, &p.spec);
@@ -259,7 +266,7 @@ static double s_median(double *v, int n)
 int main(int argc, char **argv)
 {
     static char model[PATH_MAX + 16], dir[PATH_MAX];
-    s_opts_t o = {.n_prompts = 8, .n_new = 48, .runs = 3, .layers = 8};
+    s_opts_t o = {.n_prompts = 8, .n_new = 48, .runs = 3, .layers = 8, .prompt_len = 24};
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--model"))
             o.model = argv[i + 1];
@@ -269,10 +276,15 @@ int main(int argc, char **argv)
             o.n_new = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--runs"))
             o.runs = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--prompt-len"))
+            o.prompt_len = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--chunk"))
+            o.chunk = atoi(argv[i + 1]);
     }
-    if (o.n_prompts < 1 || o.n_new < 2 || o.runs < 1 || o.runs > 32) {
-        fprintf(stderr, "usage: bench_exec_serve [--model DIR] [--prompts N] [--new N] "
-                        "[--runs N]\n");
+    if (o.n_prompts < 1 || o.n_new < 2 || o.runs < 1 || o.runs > 32 || o.prompt_len < 1 ||
+        o.prompt_len > 1900 || o.chunk < 0) {
+        fprintf(stderr, "usage: bench_exec_serve [--model DIR] [--prompts N] [--prompt-len N] "
+                        "[--chunk N] [--new N] [--runs N]\n");
         return 2;
     }
     if (!o.model) { /* a small model beside this binary's pl-mkmodel */
@@ -302,31 +314,36 @@ int main(int argc, char **argv)
     }
     double load0[1] = {0}, load1[1] = {0};
     getloadavg(load0, 1);
-    double bw[32], bc[32], sw[32], sc[32], bcomp[32], scomp[32], bsteps = 0, ssteps = 0;
+    double bw[32], bc[32], sw[32], sc[32], bcomp[32], scomp[32], blast[32], slast[32];
+    double bsteps = 0, ssteps = 0;
     long btok = 0, stok = 0;
     s_run(&o, false);                  /* untimed: warm caches and threads */
     for (int i = 0; i < o.runs; i++) { /* interleaved, so drifting load hits both alike */
         s_run_t b = s_run(&o, false), s = s_run(&o, true);
         bw[i] = b.wall_s / b.steps, bc[i] = b.cpu_s / b.steps, bcomp[i] = b.compute_s / b.steps;
         sw[i] = s.wall_s / s.steps, sc[i] = s.cpu_s / s.steps, scomp[i] = s.compute_s / s.steps;
+        blast[i] = b.last_compute_s, slast[i] = s.last_compute_s;
         bsteps = b.steps, ssteps = s.steps, btok = b.tokens, stok = s.tokens;
     }
     double idle = s_idle_cpu(&o, 2.0);
     getloadavg(load1, 1);
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     printf("bench_exec_serve: %s, %d layers on 2 stages (threads, UCX, 1 BLAS thread each), "
-           "%d prompts of %d tokens, %d new tokens each, 2 microbatches; medians of %d runs\n",
-           o.model, o.layers, o.n_prompts, S_PROMPT, o.n_new, o.runs);
+           "%d prompts of %d tokens (prefill chunk %d), %d new tokens each, 2 microbatches; "
+           "medians of %d runs\n",
+           o.model, o.layers, o.n_prompts, o.prompt_len, o.chunk, o.n_new, o.runs);
     printf("load average %.2f -> %.2f on %ld cores%s\n\n", load0[0], load1[0], cores,
            load0[0] > 0.5 || load1[0] > 0.5 ? ": MEASURED UNDER LOAD (other processes ran)" : "");
     printf("| loop | stage 0 steps | tokens | wall per step | CPU per step (all threads) | "
-           "stage 0 compute per step (reference) |\n| --- | ---: | ---: | ---: | ---: | ---: |\n");
+           "stage 0 compute per step (reference) | last stage compute per run |\n"
+           "| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
     double mbw = s_median(bw, o.runs), mbc = s_median(bc, o.runs), mbp = s_median(bcomp, o.runs);
     double msw = s_median(sw, o.runs), msc = s_median(sc, o.runs), msp = s_median(scomp, o.runs);
-    printf("| batch job | %.0f | %ld | %.3f ms | %.3f ms | %.3f ms |\n", bsteps, btok, mbw * 1e3,
-           mbc * 1e3, mbp * 1e3);
-    printf("| deployment | %.0f | %ld | %.3f ms | %.3f ms | %.3f ms |\n", ssteps, stok, msw * 1e3,
-           msc * 1e3, msp * 1e3);
+    double mbl = s_median(blast, o.runs), msl = s_median(slast, o.runs);
+    printf("| batch job | %.0f | %ld | %.3f ms | %.3f ms | %.3f ms | %.1f ms |\n", bsteps, btok,
+           mbw * 1e3, mbc * 1e3, mbp * 1e3, mbl * 1e3);
+    printf("| deployment | %.0f | %ld | %.3f ms | %.3f ms | %.3f ms | %.1f ms |\n", ssteps, stok,
+           msw * 1e3, msc * 1e3, msp * 1e3, msl * 1e3);
     printf("| serving - batch | | | %+.3f ms | %+.3f ms | |\n\n", (msw - mbw) * 1e3,
            (msc - mbc) * 1e3);
     printf("an idle deployment (nothing in flight): %.4f CPU seconds per second\n", idle);

@@ -11,6 +11,8 @@
 # env:   PL_BENCH_RUNS=N (default 3), PL_BENCH_SEQS (16), PL_BENCH_NEW_TOKENS (64),
 #        PL_BENCH_KEEP=1 keep the work directory
 set -euo pipefail
+BENCH=bench_serve_batch
+. "$(dirname "$0")/bench_lib.sh"
 
 NEW=$(cd "${1:?build dir}/bin" && pwd)
 OLD=$(cd "${2:?base build dir}/bin" && pwd)
@@ -64,10 +66,7 @@ start_cluster() { # BIN_DIR: sets B and EP, and adds EP to eps
         "$B/pipeld" --name "$n" --coordinator "$EP" --threads 1 >"$WORK/logs/$n-$port.log" 2>&1 &
         pids+=($!)
     done
-    for _ in $(seq 100); do
-        [ "$("$B/pipectl" -c "$EP" -o json nodes 2>/dev/null | grep -c '"state": "idle"' || true)" -ge 2 ] && return
-        sleep 0.2
-    done
+    bench_wait_idle 2 && return
     echo "bench_serve_batch: daemons did not register" >&2
     exit 1
 }
@@ -86,22 +85,6 @@ stop_at_eos: $4
 EOF
 }
 
-run() { # NAME -> prints "tok_s"; results in NAME.res
-    timeout 900 "$B/pipectl" -c "$EP" submit "$WORK/$1.yaml" --wait >"$WORK/$1.out" 2>"$WORK/$1.err" ||
-        { echo "bench_serve_batch: job $1 failed" >&2; cat "$WORK/$1.err" >&2; exit 1; }
-    local id
-    id=$(sed -n 's/^job \([0-9]*\) submitted$/\1/p' "$WORK/$1.err" | head -n 1)
-    "$B/pipectl" -c "$EP" -o json results "$id" >"$WORK/$1.res"
-    "$B/pipectl" -c "$EP" -o json status "$id" >"$WORK/$1.json"
-    python3 - "$WORK/$1.res" "$WORK/$1.json" <<'PY'
-import json, sys
-res = json.load(open(sys.argv[1]))["results"]
-st = json.load(open(sys.argv[2]))
-wall = st["throughput"]["wall_s"]
-n = sum(len(r["tokens"]) for r in res)
-print("%.3f %d %.3f" % (n / wall, n, wall))
-PY
-}
 
 # ---- the model; an EOS that greedy decoding reaches at different steps ----
 "$NEW/pl-mkmodel" --out "$WORK/m" --layers 12 --hidden 512 --intermediate 1408 --heads 8 \
@@ -117,7 +100,7 @@ with open(w + "/prompts.jsonl", "w") as f:
 PY
 start_cluster "$NEW"
 job probe "$WORK/m" 2 false
-run probe >/dev/null
+bench_run_job probe 900 >/dev/null
 # the token whose first appearances are spread widest over the sequences' steps
 EOS=$(python3 - "$WORK/probe.res" "$NEW_TOKENS" <<'PY'
 import json, sys
@@ -154,14 +137,14 @@ declare -A RATE
 for r in $(seq "$RUNS"); do
     for which in new old; do
         if [ "$which" = new ]; then B=$NEW EP=$NEW_EP; else B=$OLD EP=$OLD_EP; fi
-        read -r rate n wall < <(run mixed)
+        read -r rate n wall < <(bench_run_job mixed 900)
         echo "  $which run $r: $n tokens in $wall s: $rate tok/s" >&2
         cp "$WORK/mixed.res" "$WORK/$which.$r.res"
         RATE[$which.$r]=$rate
     done
 done
 B=$NEW EP=$NEW_EP
-read -r one_rate one_n _ < <(run one)
+read -r one_rate one_n _ < <(bench_run_job one 900)
 median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 new_m=$(median $(for r in $(seq "$RUNS"); do echo "${RATE[new.$r]}"; done))
 old_m=$(median $(for r in $(seq "$RUNS"); do echo "${RATE[old.$r]}"; done))

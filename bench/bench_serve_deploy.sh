@@ -10,6 +10,8 @@
 # env:   PL_BENCH_SECONDS (10 per row), PL_BENCH_CLIENTS (1,8,32), PL_BENCH_MAX_TOKENS (32),
 #        PL_BENCH_KV_SLOTS (32), PL_BENCH_KEEP=1 keep the work directory
 set -euo pipefail
+BENCH=bench_serve_deploy
+. "$(dirname "$0")/bench_lib.sh"
 
 B=$(cd "${1:?build dir}/bin" && pwd)
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -54,10 +56,7 @@ for n in node0 node1; do
     "$B/pipeld" --name "$n" --coordinator "$EP" --threads 1 >"$WORK/$n.log" 2>&1 &
     pids+=($!)
 done
-for _ in $(seq 100); do
-    [ "$("$B/pipectl" -c "$EP" -o json nodes 2>/dev/null | grep -c '"state": "idle"' || true)" -ge 2 ] && break
-    sleep 0.2
-done
+bench_wait_idle 2 || true
 
 # ---- the deployment under concurrent clients ----
 cat >"$WORK/deploy.yaml" <<EOF
@@ -101,32 +100,12 @@ microbatches: 2
 $2
 EOF
 }
-run() { # NAME -> "tok_s tokens seconds"
-    timeout 1800 "$B/pipectl" -c "$EP" submit "$WORK/$1.yaml" --wait >"$WORK/$1.out" 2>"$WORK/$1.err" ||
-        { echo "bench_serve_deploy: job $1 failed" >&2; cat "$WORK/$1.err" >&2; exit 1; }
-    local id
-    id=$(sed -n 's/^job \([0-9]*\) submitted$/\1/p' "$WORK/$1.err" | head -n 1)
-    "$B/pipectl" -c "$EP" -o json results "$id" >"$WORK/$1.res"
-    "$B/pipectl" -c "$EP" -o json status "$id" >"$WORK/$1.json"
-    python3 - "$WORK/$1.res" "$WORK/$1.json" <<'PY'
-import json, sys
-res = json.load(open(sys.argv[1]))["results"]
-st = json.load(open(sys.argv[2]))
-ev = {e["what"]: e["at"] for e in st["events"]}
-wall = st["throughput"]["wall_s"] if st.get("throughput") else ev["done"] - ev["running"]
-n = sum(len(r["tokens"]) for r in res)
-print("%.3f %d %.3f" % (n / wall, n, wall))
-PY
-}
 job ondep "deployment: bench"
-read -r dep_rate dep_n dep_wall < <(run ondep)
+read -r dep_rate dep_n dep_wall < <(bench_run_job ondep 1800)
 "$B/pipectl" -c "$EP" undeploy bench >&2
-for _ in $(seq 100); do
-    [ "$("$B/pipectl" -c "$EP" -o json nodes 2>/dev/null | grep -c '"state": "idle"' || true)" -ge 2 ] && break
-    sleep 0.2
-done
+bench_wait_idle 2 || true
 job own ""
-read -r own_rate own_n own_wall < <(run own)
+read -r own_rate own_n own_wall < <(bench_run_job own 1800)
 python3 - "$WORK/ondep.res" "$WORK/own.res" <<'PY'
 import json, sys
 a = [r["tokens"] for r in json.load(open(sys.argv[1]))["results"]]

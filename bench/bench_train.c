@@ -7,6 +7,7 @@
 /* only its sgemm reference is used here */
 #pragma GCC diagnostic ignored "-Wunused-function"
 #include "bench/bench_ref.h"
+#include "bench/bench_train_util.h"
 #include "common/util.h"
 #include "model/model.h"
 #include "pipeline/train_local.h"
@@ -16,56 +17,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#define NL 6
-#define T 64
-#define V 512
-#define MB 8
-static const pl_cpu_tdims_t g_d = {
-    .hidden = 256, .inter = 704, .n_heads = 8, .n_kv = 4, .head_dim = 32, .eps = 1e-5f};
-
-static float *s_rand(size_t n, float scale, float off, uint64_t seed)
-{
-    float *p = malloc(n * sizeof(float));
-    for (size_t i = 0; p && i < n; i++)
-        p[i] = off + scale * (pl_rand_uniform(seed, i) - 0.5f);
-    return p;
-}
 
 int main(void)
 {
     openblas_set_num_threads(1);
-    size_t sz[9], H = (size_t)g_d.hidden;
-    pl_cpu_tlayer_sizes(&g_d, sz);
-    pl_cpu_tlayer_t layers[NL], grad;
-    for (int l = 0; l < NL; l++)
-        for (int i = 0; i < 9; i++)
-            *pl_cpu_tlayer_field(&layers[l], i) = (i == 0 || i == 5)
-                                                      ? s_rand(sz[i], 0.1f, 1.0f, 100 + l * 9 + i)
-                                                      : s_rand(sz[i], 0.1f, 0.0f, 100 + l * 9 + i);
-    for (int i = 0; i < 9; i++)
-        *pl_cpu_tlayer_field(&grad, i) = calloc(sz[i], sizeof(float));
-    pl_model_config_t mc = {.head_dim = g_d.head_dim, .rope_theta = 10000.0f};
-    double inv[16];
-    pl_model_rope_inv_freq(&mc, inv);
-    int pos[T];
-    for (int i = 0; i < T; i++)
-        pos[i] = i;
-    float ct[T * 16], st[T * 16], *x = s_rand(T * H, 2.0f, 0, 1), *y = malloc(T * H * 4);
-    pl_cpu_rope_table(inv, 16, pos, T, ct, st);
-    pl_cpu_tstash_t *sh = NULL;
-    if (pl_cpu_tstash_create(&g_d, T, false, &sh) != PL_OK)
+    size_t sz[9];
+    pl_cpu_tlayer_t layers[NL];
+    double inv[16], tf, tb, tw;
+    if (!s_train_layers(layers, inv, sz, &tf, &tb, &tw))
         return 1;
-    double tf = 1e30, tb = 1e30, tw = 1e30;
-    for (int r = 0; r < 7; r++) {
-        double t0 = pl_now();
-        pl_cpu_tlayer_forward(&g_d, &layers[0], ct, st, x, sh, y);
-        double t1 = pl_now();
-        pl_cpu_tlayer_backward_input(&g_d, &layers[0], ct, st, sh, y, y);
-        double t2 = pl_now();
-        pl_cpu_tlayer_backward_weight(&g_d, sh, &grad);
-        double t3 = pl_now();
-        tf = PL_MIN(tf, t1 - t0), tb = PL_MIN(tb, t2 - t1), tw = PL_MIN(tw, t3 - t2);
-    }
     double dense = 2.0 * T * (double)(sz[1] + sz[2] + sz[3] + sz[4] + sz[6] + sz[7] + sz[8]);
     double ref = s_sgemm_time(T, g_d.inter, g_d.hidden, 5);
     double ref_gf = 2.0 * T * g_d.inter * g_d.hidden / ref / 1e9;
@@ -75,12 +35,8 @@ int main(void)
         "  F %.3f ms (%.2f GFLOP/s dense)  B %.3f ms  W %.3f ms  | sgemm %dx%dx%d %.2f GFLOP/s\n",
         tf * 1e3, dense / tf / 1e9, tb * 1e3, tw * 1e3, T, g_d.inter, g_d.hidden, ref_gf);
 
-    float *embed = s_rand(V * H, 1.0f, 0, 7), *norm = s_rand(H, 0.1f, 1.0f, 8);
-    float *head = s_rand(V * H, 0.1f, 0, 9);
-    pl_train_weights_t w = {embed, layers, norm, head};
-    int32_t *tok = malloc(sizeof(int32_t) * MB * (T + 1));
-    for (int i = 0; i < MB * (T + 1); i++)
-        tok[i] = (int32_t)((i * 7 + i / 5) % V);
+    pl_train_weights_t w;
+    int32_t *tok = s_train_weights(layers, &w);
     pl_adamw_cfg_t opt = pl_adamw_cfg_default();
     pl_train_local_cfg_t c = {.dims = g_d,
                               .n_layers = NL,

@@ -95,6 +95,16 @@ void pl_coord_deploy_planned(pl_coord_job_t *j, int resident, int microbatches, 
                     j->spec.serve.name, j->n_seqs, j->spec.serve.kv_slots);
 }
 
+int pl_coord_deploy_in_flight(const pl_coord_job_t *j, int64_t *tokens_p)
+{
+    int64_t tokens = 0;
+    int n = j->dep ? j->dep->n_live : 0;
+    for (int k = 0; k < n; k++)
+        tokens += j->dep->live[k].n_tok;
+    *tokens_p = tokens;
+    return n;
+}
+
 pl_coord_job_t *pl_coord_deploy_find(pl_coord_t *c, const char *name)
 {
     for (int i = 0; i < c->n_jobs; i++) {

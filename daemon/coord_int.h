@@ -326,6 +326,12 @@ pl_status_t pl_coord_deploy_shape(const pl_coord_job_t *j, pl_job_spec_t *shape)
 /* What the plan decided for a deployment: KV slots (the resident sequences that fit every
  * stage's memory), lanes (at least one per stage), tokens per microbatch (serve.step_tokens). */
 void pl_coord_deploy_planned(pl_coord_job_t *j, int resident, int microbatches, int n_stages);
+/* A deployment's requests in flight, and in *tokens_p the completion tokens they hold: what its
+ * resume re-adds (SEQ_ADD `resumed`), the tokens prefilled again. */
+int pl_coord_deploy_in_flight(const pl_coord_job_t *j, int64_t *tokens_p);
+/* coord_resume.c: what j's resume does, as a phrase for its messages: "resumes from N generated
+ * tokens"; a deployment's "resumes with its K request(s) in flight re-added (N tokens so far)". */
+void pl_coord_resume_what(const pl_coord_job_t *j, char *buf, size_t len);
 /* Another deployment of this name that has not ended (NULL: none). */
 pl_coord_job_t *pl_coord_deploy_find(pl_coord_t *c, const char *name);
 void pl_coord_deploy_free(pl_coord_job_t *j);

@@ -163,11 +163,13 @@ static void s_capacity_note(const pl_coord_t *c, pl_coord_job_t *j, const s_live
             have += (double)lv->devs[i].mem_bytes;
     bool gib = need >= 1073741824.0 || have >= 1073741824.0;
     double unit = gib ? 1073741824.0 : 1048576.0;
+    char what[128];
+    pl_coord_resume_what(j, what, sizeof(what));
     snprintf(j->error, sizeof(j->error),
              "waiting for capacity: need %.2f %s of weights, have %.2f %s on %d device(s) "
-             "(%s); resumes from %lld generated tokens when a node joins",
+             "(%s); %s when a node joins",
              need / unit, gib ? "GiB" : "MiB", have / unit, gib ? "GiB" : "MiB", lv->n_cand,
-             planner, (long long)j->resumed_from);
+             planner, what);
     (void)c;
 }
 
@@ -182,9 +184,12 @@ static bool s_hearing(const pl_coord_t *c, pl_coord_job_t *j)
     for (int i = 0; i < c->n_nodes; i++)
         silent += c->nodes[i].alive && s_allowed(j, c->nodes[i].name) &&
                   c->nodes[i].last_seen <= j->t_lost;
-    if (silent)
-        snprintf(j->error, sizeof(j->error), "resuming from %lld generated tokens: waiting to "
-                 "hear from %d node(s) (%s)", (long long)j->resumed_from, silent, j->lost_why);
+    if (silent) {
+        char what[128];
+        pl_coord_resume_what(j, what, sizeof(what));
+        snprintf(j->error, sizeof(j->error), "%s: waiting to hear from %d node(s) (%s)", what,
+                 silent, j->lost_why);
+    }
     return silent > 0;
 }
 

@@ -166,6 +166,18 @@ void pl_coord_resume_seen(pl_coord_job_t *j, int64_t tokens)
                 (long long)j->resumed_from);
 }
 
+void pl_coord_resume_what(const pl_coord_job_t *j, char *buf, size_t len)
+{
+    int64_t tokens;
+    if (!j->spec.serve.on) {
+        snprintf(buf, len, "resumes from %lld generated tokens", (long long)j->resumed_from);
+        return;
+    }
+    int n = pl_coord_deploy_in_flight(j, &tokens);
+    snprintf(buf, len, "resumes with its %d request(s) in flight re-added (%lld tokens so far)", n,
+             (long long)tokens);
+}
+
 void pl_coord_job_interrupt(pl_coord_t *c, pl_coord_job_t *j, const char *why)
 {
     if (j->spec.train) { /* its weights live on its stages: only a checkpoint outlives them */
@@ -199,12 +211,11 @@ void pl_coord_job_interrupt(pl_coord_t *c, pl_coord_job_t *j, const char *why)
     j->t_first_new = 0;
     j->resumed_from = s_held(j);
     snprintf(j->lost_why, sizeof(j->lost_why), "%s", why);
-    snprintf(j->error, sizeof(j->error), "resuming from %lld generated tokens: %s",
-             (long long)j->resumed_from, why);
-    pl_log_warn("job %u: interrupted (%s): queued to resume from %lld tokens", j->id, why,
-                (long long)j->resumed_from);
-    pl_coord_event(j, "interrupted", "%s; resumes from %lld tokens", why,
-                   (long long)j->resumed_from);
+    char what[128];
+    pl_coord_resume_what(j, what, sizeof(what));
+    snprintf(j->error, sizeof(j->error), "queued: %s: %s", what, why);
+    pl_log_warn("job %u: interrupted (%s): queued, %s", j->id, why, what);
+    pl_coord_event(j, "interrupted", "%s; %s", why, what);
     pl_coord_persist(c, j);
     s_save(c, j);
 }
@@ -313,6 +324,12 @@ pl_status_t pl_coord_progress_restore(pl_coord_t *c)
         if (!j->resuming)
             continue;
         j->resumed_from = s_held(j);
+        if (j->spec.serve.on) {
+            snprintf(j->error, sizeof(j->error), "deploying again after a coordinator restart");
+            pl_log_info("job %u: deployment %s deploys again (its requests in flight ended with "
+                        "the coordinator that held them)", j->id, j->spec.serve.name);
+            continue;
+        }
         snprintf(j->error, sizeof(j->error),
                  "resuming from %lld generated tokens after a "
                  "coordinator restart",

@@ -145,13 +145,7 @@ void pl_wtype_to_f32(pl_wtype_t t, const void *src, size_t n, float *dst)
     const pl_wtype_info_t *info = pl_wtype_info(t);
     uint16_t h;
     /* the mapping need not be aligned: each block is copied out before it is read */
-    union {
-        pl_block_q8_0_t q8_0;
-        pl_block_q4_0_t q4_0;
-        pl_block_q4_k_t q4_k;
-        pl_block_q5_k_t q5_k;
-        pl_block_q6_k_t q6_k;
-    } b;
+    pl_block_any_t b;
 
     switch (t) {
     case PL_WT_F32:

@@ -81,6 +81,15 @@ typedef struct {
     uint16_t d;               /* x = d * scale * (q - 32) */
 } pl_block_q6_k_t;
 
+/* Room for one block of any type: a block is copied in or out of the (unaligned) mapping. */
+typedef union {
+    pl_block_q8_0_t q8_0;
+    pl_block_q4_0_t q4_0;
+    pl_block_q4_k_t q4_k;
+    pl_block_q5_k_t q5_k;
+    pl_block_q6_k_t q6_k;
+} pl_block_any_t;
+
 /* The 6-bit (scale, min) pair j in 0..7 of a Q4_K / Q5_K block's scales. */
 static inline void pl_k_scale_min(int j, const uint8_t *q, uint8_t *sc, uint8_t *m)
 {

@@ -167,13 +167,7 @@ void pl_wtype_from_f32(pl_wtype_t dt, const float *src, size_t n, void *dst)
     size_t bb = pl_wtype_info(dt)->block_bytes;
     int blk = pl_wtype_info(dt)->block;
     uint16_t h;
-    union {
-        pl_block_q8_0_t q8_0;
-        pl_block_q4_0_t q4_0;
-        pl_block_q4_k_t q4_k;
-        pl_block_q5_k_t q5_k;
-        pl_block_q6_k_t q6_k;
-    } b;
+    pl_block_any_t b;
 
     switch (dt) {
     case PL_WT_F32:

@@ -1,6 +1,7 @@
 /* The stage executor's data plane as its roles use it: forward calls, send buffers, sends and
  * receives with their credits, finished-sequence notices and the streamed text. */
 #include "pipeline/exec_int.h"
+#include "pipeline/exec_serve.h"
 
 #include "common/log.h"
 #include "common/util.h"
@@ -45,7 +46,11 @@ pl_status_t pl_exec_forward(pl_exec_t *x, const pl_act_hdr_t *hdr, const pl_act_
             x->kv_held++;
             pl_metrics_add(x->p.metrics.kv_slots, NULL, 1);
         }
-    batch.no_logits = x->sink && !pl_gen_sink_wants_logits(x->sink, hdr, seqs);
+    /* a prompt chunk that samples nothing skips the LM head (a job's sink or a deployment's) */
+    if (x->sink)
+        batch.no_logits = !pl_gen_sink_wants_logits(x->sink, hdr, seqs);
+    else if (x->serve && x->serve->sink)
+        batch.no_logits = !pl_exec_sink_side_wants_logits(x, hdr, seqs);
     if (x->ucx && !pl_ucx_has_progress(x->ucx)) {
         batch.between_layers = s_between_layers;
         batch.between_arg = x->ucx;

@@ -55,6 +55,9 @@ void pl_exec_sink_side_cancel(pl_exec_t *x, uint64_t req);
 /* Bind the first entries (pos0 == 0, token = the request) of a message to their requests,
  * waiting for a SEQ_ADD not here yet (PL_EXEC_SERVE_BIND_S, then PL_ERR_PROTOCOL). */
 pl_status_t pl_exec_sink_side_bind(pl_exec_t *x, const pl_act_hdr_t *hdr, const pl_act_seq_t *seqs);
+/* Whether the message's bound entries sample anything (else its forward call skips the head). */
+bool pl_exec_sink_side_wants_logits(const pl_exec_t *x, const pl_act_hdr_t *hdr,
+                                    const pl_act_seq_t *seqs);
 /* Sample a forwarded message's logits; SEQ_OUT per request sampled; the tokens message for
  * stage 0 in out/out_seqs (finished entries flagged; their slots given back here). */
 pl_status_t pl_exec_sink_side_sample(pl_exec_t *x, const pl_act_hdr_t *hdr,

@@ -235,6 +235,12 @@ static bool s_text(pl_exec_sink_side_t *s, int slot, size_t cap, char **text_p)
     return all;
 }
 
+bool pl_exec_sink_side_wants_logits(const pl_exec_t *x, const pl_act_hdr_t *hdr,
+                                    const pl_act_seq_t *seqs)
+{
+    return pl_serve_sink_wants_logits(x->serve->sink->sink, hdr, seqs);
+}
+
 pl_status_t pl_exec_sink_side_sample(pl_exec_t *x, const pl_act_hdr_t *hdr,
                                      const pl_act_seq_t *seqs, const float *logits,
                                      pl_act_hdr_t *out, pl_act_seq_t *out_seqs)

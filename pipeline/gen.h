@@ -141,6 +141,13 @@ void pl_gen_sink_destroy(pl_gen_sink_t **sink_p);
 pl_status_t pl_gen_sink_sample(pl_gen_sink_t *sink, const pl_act_hdr_t *hdr,
                                const pl_act_seq_t *seqs, const float *logits, pl_act_hdr_t *out,
                                pl_act_seq_t *out_seqs);
+/* The rule both sinks (this one and serve_sink.h) sample by: entry e of a sequence of prompt_len
+ * tokens, of which `sampled` were sampled in this assignment, ends inside its prompt (an earlier
+ * prefill chunk), so it samples nothing and needs no logits. */
+static inline bool pl_gen_in_prompt(int sampled, const pl_act_seq_t *e, int prompt_len)
+{
+    return sampled == 0 && (uint64_t)e->pos0 + e->n_tok < (uint64_t)prompt_len;
+}
 /* Whether pl_gen_sink_sample would read logits for this message: false when every entry ends
  * inside its prompt (an earlier prefill chunk), so the forward call may skip the LM head. */
 bool pl_gen_sink_wants_logits(const pl_gen_sink_t *sink, const pl_act_hdr_t *hdr,

@@ -256,10 +256,9 @@ int pl_gen_sample_next(const float *row, int vocab, const pl_job_gen_t *gen,
 /* Whether entry e (of a running sequence) ends inside its prompt: an earlier prefill chunk. */
 static bool s_inside(const pl_gen_sink_t *k, const pl_act_seq_t *e)
 {
-    uint64_t end = (uint64_t)e->pos0 + e->n_tok;
-    /* nothing sampled in this assignment yet (a resumed sequence holds its earlier tokens) */
-    return k->n_out[e->seq] == pl_gen_job_resumed(k->job, (int)e->seq) &&
-           end < (uint64_t)k->job->prompt_len[e->seq];
+    /* sampled in this assignment: a resumed sequence holds its earlier tokens */
+    return pl_gen_in_prompt(k->n_out[e->seq] - pl_gen_job_resumed(k->job, (int)e->seq), e,
+                            k->job->prompt_len[e->seq]);
 }
 
 bool pl_gen_sink_wants_logits(const pl_gen_sink_t *k, const pl_act_hdr_t *hdr,

@@ -4,48 +4,14 @@
 
 #include "common/util.h"
 #include "pipeline/gen.h"
+#include "pipeline/local_chain.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#define S_MAX_STAGES 64
-
-typedef struct {
-    pl_act_dtype_t wire; /* activations between stages are rounded as the wire would */
-    int hidden;
-    pl_be_stage_t *stage[S_MAX_STAGES];
-    int n_stages;
-    float *a, *b; /* ping-pong activations */
-    int *ints;
-    double compute_s;
-} s_chain_t;
-
-/* Run one message through every stage; logits end in *out_p. */
-static pl_status_t s_chain(s_chain_t *c, const pl_act_hdr_t *hdr, const pl_act_seq_t *seqs,
-                           const int32_t *tokens, float **out_p)
-{
-    pl_be_batch_t batch;
-    const void *in = tokens;
-    float *out = c->a;
-    double t0 = pl_now();
-    pl_gen_batch(hdr, seqs, c->ints, &batch);
-    for (int i = 0; i < c->n_stages; i++) {
-        pl_status_t st = pl_be_stage_forward(c->stage[i], &batch, in, out);
-        if (st)
-            return pl_error_prefix(st, "stage %d: ", i);
-        if (i + 1 < c->n_stages)
-            pl_act_round(c->wire, out, (size_t)hdr->n_tokens * (size_t)c->hidden);
-        in = out;
-        out = out == c->a ? c->b : c->a;
-    }
-    c->compute_s += pl_now() - t0;
-    *out_p = (float *)in;
-    return PL_OK;
-}
-
 /* Sample a microbatch's logits into the next free slot of the FIFO of sampled microbatches; a
  * sequence that finished gives its KV slot back on every stage. */
-static pl_status_t s_enqueue(s_chain_t *c, pl_gen_sink_t *sink, const pl_gen_job_t *job,
+static pl_status_t s_enqueue(pl_local_chain_t *c, pl_gen_sink_t *sink, const pl_gen_job_t *job,
                              const pl_act_hdr_t *hdr, const pl_act_seq_t *seqs,
                              const float *logits, pl_act_hdr_t *q_hdr, pl_act_seq_t *q_seqs,
                              int q_head, int *q_count, pl_gen_local_stats_t *stats)
@@ -56,11 +22,10 @@ static pl_status_t s_enqueue(s_chain_t *c, pl_gen_sink_t *sink, const pl_gen_job
     if (st || q_hdr[at].n_seq == 0) /* nothing sampled after an earlier prefill chunk */
         return st;
     for (uint32_t i = 0; i < q_hdr[at].n_seq; i++)
-        if (out[i].flags & PL_ACT_FINISHED)
-            for (int k = 0; k < c->n_stages; k++) {
-                pl_be_stage_free_seq(c->stage[k], (int)out[i].seq);
-                stats->freed++;
-            }
+        if (out[i].flags & PL_ACT_FINISHED) {
+            pl_local_chain_free_seq(c, (int)out[i].seq);
+            stats->freed += (uint64_t)c->n_stages;
+        }
     (*q_count)++;
     return PL_OK;
 }
@@ -82,7 +47,7 @@ pl_status_t pl_gen_local_resume(const char *model_dir, const pl_job_spec_t *spec
     pl_gen_job_t job = {0};
     pl_gen_feed_t *feed = NULL;
     pl_gen_sink_t *sink = NULL;
-    s_chain_t c = {.n_stages = counts ? n_stages : 1};
+    pl_local_chain_t c = {0};
     pl_act_hdr_t *q_hdr = NULL, hdr;
     pl_act_seq_t *q_seqs = NULL, *seqs = NULL;
     int32_t *tokens = NULL;
@@ -91,46 +56,21 @@ pl_status_t pl_gen_local_resume(const char *model_dir, const pl_job_spec_t *spec
     pl_status_t st;
 
     memset(stats, 0, sizeof(*stats));
-    if (c.n_stages < 1 || c.n_stages > S_MAX_STAGES)
-        return pl_error(PL_ERR_RANGE, "%d stages: between 1 and %d allowed", c.n_stages,
-                        S_MAX_STAGES);
     if ((st = pl_model_open(model_dir, &model)))
         return st;
     const pl_model_config_t *cfg = pl_model_config(model);
     if ((st = pl_gen_job_from_spec(spec, spec->microbatches, cfg, &job)) ||
         (resume && (st = pl_gen_job_resume(&job, resume, n_resume, cfg->vocab))))
         goto out;
-    int max_tokens = pl_gen_job_max_tokens(&job), first = 0, total = 0;
-    c.wire = job.wire_dtype;
-    c.hidden = cfg->hidden;
-    for (int i = 0; counts && i < n_stages; i++)
-        total += counts[i];
-    if (counts && total != cfg->n_layers) {
-        st = pl_error(PL_ERR_INVALID, "partition covers %d layers, the model has %d", total,
-                      cfg->n_layers);
+    int max_tokens = pl_gen_job_max_tokens(&job);
+    if ((st = pl_local_chain_load(&c, dev, model, counts, n_stages, job.n_seqs,
+                                  pl_gen_job_max_ctx(&job), max_tokens, job.wire_dtype)))
         goto out;
-    }
-    for (int i = 0; i < c.n_stages; i++) {
-        int n = counts ? counts[i] : cfg->n_layers;
-        pl_be_stage_params_t sp = {.first_layer = first, .last_layer = first + n - 1,
-                                   .has_embed = i == 0, .has_head = i == c.n_stages - 1,
-                                   .max_seqs = job.n_seqs, .max_ctx = pl_gen_job_max_ctx(&job),
-                                   .max_tokens = max_tokens};
-        first += n;
-        if ((st = pl_be_stage_load(dev, model, &sp, &c.stage[i]))) {
-            pl_error_prefix(st, "stage %d: ", i);
-            goto out;
-        }
-    }
-    size_t act = PL_MAX((size_t)max_tokens * cfg->hidden, (size_t)job.n_seqs * cfg->vocab);
-    c.a = malloc(act * sizeof(float));
-    c.b = malloc(act * sizeof(float));
-    c.ints = malloc(3 * (size_t)job.n_seqs * sizeof(int));
     tokens = malloc((size_t)max_tokens * sizeof(int32_t));
     seqs = malloc((size_t)job.n_seqs * sizeof(*seqs));
     q_hdr = calloc((size_t)job.microbatches, sizeof(*q_hdr));
     q_seqs = calloc((size_t)job.microbatches * job.n_seqs, sizeof(*q_seqs));
-    if (!c.a || !c.b || !c.ints || !tokens || !seqs || !q_hdr || !q_seqs) {
+    if (!tokens || !seqs || !q_hdr || !q_seqs) {
         st = pl_error(PL_ERR_NOMEM, "out of memory");
         goto out;
     }
@@ -145,7 +85,7 @@ pl_status_t pl_gen_local_resume(const char *model_dir, const pl_job_spec_t *spec
             float *logits;
             pl_gen_feed_prefill(feed, 0, mb, k, &hdr, seqs, tokens);
             stats->prompt_tokens += hdr.n_tokens;
-            if ((st = s_chain(&c, &hdr, seqs, tokens, &logits)))
+            if ((st = pl_local_chain_run(&c, &hdr, seqs, tokens, &logits)))
                 break;
             st = s_enqueue(&c, sink, &job, &hdr, seqs, logits, q_hdr, q_seqs, q_head, &q_count,
                            stats);
@@ -159,7 +99,7 @@ pl_status_t pl_gen_local_resume(const char *model_dir, const pl_job_spec_t *spec
         q_count--;
         if ((st = pl_gen_feed_decode(feed, &tok, in, &hdr, seqs, tokens)) || hdr.n_seq == 0)
             continue;
-        if ((st = s_chain(&c, &hdr, seqs, tokens, &logits)))
+        if ((st = pl_local_chain_run(&c, &hdr, seqs, tokens, &logits)))
             break;
         st = s_enqueue(&c, sink, &job, &hdr, seqs, logits, q_hdr, q_seqs, q_head, &q_count,
                        stats);
@@ -174,11 +114,7 @@ pl_status_t pl_gen_local_resume(const char *model_dir, const pl_job_spec_t *spec
             st = pl_error(PL_ERR_NOMEM, "results: out of memory");
     }
 out:
-    for (int i = 0; i < c.n_stages; i++)
-        pl_be_stage_unload(&c.stage[i]);
-    free(c.a);
-    free(c.b);
-    free(c.ints);
+    pl_local_chain_unload(&c);
     free(tokens);
     free(seqs);
     free(q_hdr);

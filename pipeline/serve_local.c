@@ -5,40 +5,11 @@
 
 #include "common/util.h"
 #include "pipeline/gen.h"
+#include "pipeline/local_chain.h"
 #include "pipeline/serve_sink.h"
 
 #include <stdlib.h>
 #include <string.h>
-
-#define S_MAX_STAGES 64
-
-typedef struct {
-    pl_be_stage_t *stage[S_MAX_STAGES];
-    int n_stages;
-    float *a, *b;
-    int *ints;
-    double compute_s;
-} s_chain_t;
-
-static pl_status_t s_chain(s_chain_t *c, const pl_act_hdr_t *hdr, const pl_act_seq_t *seqs,
-                           const int32_t *tokens, float **out_p)
-{
-    pl_be_batch_t batch;
-    const void *in = tokens;
-    float *out = c->a;
-    double t0 = pl_now();
-    pl_gen_batch(hdr, seqs, c->ints, &batch);
-    for (int i = 0; i < c->n_stages; i++) {
-        pl_status_t st = pl_be_stage_forward(c->stage[i], &batch, in, out);
-        if (st)
-            return pl_error_prefix(st, "stage %d: ", i);
-        in = out;
-        out = out == c->a ? c->b : c->a;
-    }
-    c->compute_s += pl_now() - t0;
-    *out_p = (float *)in;
-    return PL_OK;
-}
 
 /* The sampled tokens of lanes in flight, oldest first. */
 typedef struct {
@@ -55,7 +26,7 @@ typedef struct {
     int n_reqs, arrived;
     pl_batch_t *batch;
     pl_serve_sink_t *sink;
-    s_chain_t c;
+    pl_local_chain_t c;
     s_fifo_t fifo;
     pl_act_seq_t *seqs;
     int32_t *tokens;
@@ -101,7 +72,7 @@ static pl_status_t s_fill(s_run_t *r)
             r->outs[id].admitted_at = r->steps;
         }
         float *logits = NULL;
-        if ((st = s_chain(&r->c, &hdr, r->seqs, r->tokens, &logits)))
+        if ((st = pl_local_chain_run(&r->c, &hdr, r->seqs, r->tokens, &logits)))
             return st;
         r->steps++;
         s_fifo_t *f = &r->fifo;
@@ -139,8 +110,7 @@ static pl_status_t s_drain_one(s_run_t *r)
         if (!r->ev[i].left)
             continue;
         o->finish = so[i].finish;
-        for (int k = 0; k < r->c.n_stages; k++)
-            pl_be_stage_free_seq(r->c.stage[k], r->ev[i].slot);
+        pl_local_chain_free_seq(&r->c, r->ev[i].slot);
         pl_serve_sink_end(r->sink, r->ev[i].slot);
         r->done++;
     }
@@ -151,34 +121,17 @@ static pl_status_t s_load(s_run_t *r, pl_model_t *model, pl_be_device_t *dev, co
                           int n_stages)
 {
     const pl_model_config_t *cfg = pl_model_config(model);
-    int first = 0, total = 0, max_ctx = 0;
+    int max_ctx = 0;
     for (int i = 0; i < r->n_reqs; i++)
         max_ctx = PL_MAX(max_ctx, r->reqs[i].n_prompt + r->reqs[i].gen.max_new_tokens);
     if (max_ctx > cfg->max_pos)
         return pl_error(PL_ERR_RANGE, "a request needs %d positions, the model has %d", max_ctx,
                         cfg->max_pos);
-    for (int i = 0; counts && i < n_stages; i++)
-        total += counts[i];
-    if (counts && total != cfg->n_layers)
-        return pl_error(PL_ERR_INVALID, "partition covers %d layers, the model has %d", total,
-                        cfg->n_layers);
-    r->c.n_stages = counts ? n_stages : 1;
-    for (int i = 0; i < r->c.n_stages; i++) {
-        int n = counts ? counts[i] : cfg->n_layers;
-        pl_be_stage_params_t sp = {.first_layer = first, .last_layer = first + n - 1,
-                                   .has_embed = i == 0, .has_head = i == r->c.n_stages - 1,
-                                   .max_seqs = r->bp->n_slots, .max_ctx = max_ctx,
-                                   .max_tokens = r->bp->step_tokens};
-        first += n;
-        pl_status_t st = pl_be_stage_load(dev, model, &sp, &r->c.stage[i]);
-        if (st)
-            return pl_error_prefix(st, "stage %d: ", i);
-    }
+    pl_status_t st = pl_local_chain_load(&r->c, dev, model, counts, n_stages, r->bp->n_slots,
+                                         max_ctx, r->bp->step_tokens, PL_ACT_F32);
+    if (st)
+        return st;
     size_t ns = (size_t)r->bp->n_slots, lanes = (size_t)r->bp->lanes;
-    size_t act = PL_MAX((size_t)r->bp->step_tokens * cfg->hidden, ns * cfg->vocab);
-    r->c.a = malloc(act * sizeof(float));
-    r->c.b = malloc(act * sizeof(float));
-    r->c.ints = malloc(3 * ns * sizeof(int));
     r->seqs = malloc(ns * sizeof(*r->seqs));
     r->tokens = malloc((size_t)r->bp->step_tokens * sizeof(int32_t));
     r->ev = malloc(ns * sizeof(*r->ev));
@@ -186,8 +139,7 @@ static pl_status_t s_load(s_run_t *r, pl_model_t *model, pl_be_device_t *dev, co
                          .hdr = calloc(lanes, sizeof(pl_act_hdr_t)),
                          .seqs = calloc(lanes * ns, sizeof(pl_act_seq_t)),
                          .outs = calloc(lanes * ns, sizeof(pl_serve_out_t))};
-    if (!r->c.a || !r->c.b || !r->c.ints || !r->seqs || !r->tokens || !r->ev || !r->fifo.hdr ||
-        !r->fifo.seqs || !r->fifo.outs)
+    if (!r->seqs || !r->tokens || !r->ev || !r->fifo.hdr || !r->fifo.seqs || !r->fifo.outs)
         return pl_error(PL_ERR_NOMEM, "out of memory");
     return pl_serve_sink_create((int)ns, cfg->vocab, cfg->eos_ids, cfg->n_eos, NULL, &r->sink);
 }
@@ -206,9 +158,6 @@ pl_status_t pl_serve_local_run(const char *model_dir, pl_be_device_t *dev, const
     for (int i = 1; i < n_reqs; i++)
         if (reqs[i].arrive < reqs[i - 1].arrive)
             return pl_error(PL_ERR_INVALID, "request %d arrives before request %d", i, i - 1);
-    if (counts && (n_stages < 1 || n_stages > S_MAX_STAGES))
-        return pl_error(PL_ERR_RANGE, "%d stages: between 1 and %d allowed", n_stages,
-                        S_MAX_STAGES);
     if ((st = pl_model_open(model_dir, &model)) || (st = pl_batch_create(bp, &r.batch)) ||
         (st = s_load(&r, model, dev, counts, n_stages)))
         goto out;
@@ -230,11 +179,7 @@ pl_status_t pl_serve_local_run(const char *model_dir, pl_be_device_t *dev, const
 out:
     if (st)
         pl_serve_local_free(outs, n_reqs);
-    for (int i = 0; i < r.c.n_stages; i++)
-        pl_be_stage_unload(&r.c.stage[i]);
-    free(r.c.a);
-    free(r.c.b);
-    free(r.c.ints);
+    pl_local_chain_unload(&r.c);
     free(r.seqs);
     free(r.tokens);
     free(r.ev);

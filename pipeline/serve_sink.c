@@ -124,6 +124,26 @@ void pl_serve_sink_end(pl_serve_sink_t *k, int slot)
         k->slots[slot] = (s_slot_t){0};
 }
 
+/* Whether entry e of slot t's sequence ends inside its prompt (it samples nothing). */
+static bool s_inside(const s_slot_t *t, const pl_act_seq_t *e)
+{
+    return pl_gen_in_prompt(t->n_out, e, t->seq.prompt_len);
+}
+
+bool pl_serve_sink_wants_logits(const pl_serve_sink_t *k, const pl_act_hdr_t *hdr,
+                                const pl_act_seq_t *seqs)
+{
+    if (hdr->n_seq == 0)
+        return true;
+    for (uint32_t i = 0; i < hdr->n_seq; i++) {
+        uint32_t s = seqs[i].seq;
+        if (s >= (uint32_t)k->n_slots || !k->slots[s].used || k->slots[s].finished ||
+            !s_inside(&k->slots[s], &seqs[i]))
+            return true; /* sampled (or refused by pl_serve_sink_sample) */
+    }
+    return false;
+}
+
 pl_status_t pl_serve_sink_sample(pl_serve_sink_t *k, const pl_act_hdr_t *hdr,
                                  const pl_act_seq_t *seqs, const float *logits,
                                  pl_act_hdr_t *out, pl_act_seq_t *out_seqs, pl_serve_out_t *outs)
@@ -138,7 +158,7 @@ pl_status_t pl_serve_sink_sample(pl_serve_sink_t *k, const pl_act_hdr_t *hdr,
         const s_slot_t *t = &k->slots[s];
         uint64_t end = (uint64_t)seqs[i].pos0 + seqs[i].n_tok;
         uint64_t at = (uint64_t)t->seq.prompt_len + (uint64_t)t->n_out;
-        if (!(t->n_out == 0 && end < (uint64_t)t->seq.prompt_len) && end != at)
+        if (!s_inside(t, &seqs[i]) && end != at)
             return pl_error(PL_ERR_PROTOCOL, "slot %u: message ends at position %llu, the "
                             "sequence stands at %llu", s, (unsigned long long)end,
                             (unsigned long long)at);
@@ -147,7 +167,7 @@ pl_status_t pl_serve_sink_sample(pl_serve_sink_t *k, const pl_act_hdr_t *hdr,
     for (uint32_t i = 0; i < hdr->n_seq; i++) {
         uint32_t s = seqs[i].seq;
         s_slot_t *t = &k->slots[s];
-        if (t->n_out == 0 && seqs[i].pos0 + seqs[i].n_tok < (uint32_t)t->seq.prompt_len)
+        if (s_inside(t, &seqs[i]))
             continue; /* an earlier chunk of its prompt */
         pl_finish_t fin;
         int tok = pl_gen_sample_next(logits + (size_t)i * (size_t)k->vocab, k->vocab,

@@ -62,5 +62,9 @@ void pl_serve_sink_end(pl_serve_sink_t *k, int slot);
 pl_status_t pl_serve_sink_sample(pl_serve_sink_t *k, const pl_act_hdr_t *hdr,
                                  const pl_act_seq_t *seqs, const float *logits,
                                  pl_act_hdr_t *out, pl_act_seq_t *out_seqs, pl_serve_out_t *outs);
+/* Whether pl_serve_sink_sample would read logits for this message: false when every entry ends
+ * inside its prompt (pl_gen_in_prompt), so the forward call may skip the LM head. */
+bool pl_serve_sink_wants_logits(const pl_serve_sink_t *k, const pl_act_hdr_t *hdr,
+                                const pl_act_seq_t *seqs);
 
 #endif

@@ -234,9 +234,10 @@ pl_status_t pl_plan(const pl_plan_input_t *in, pl_plan_t **plan_p);
  * device indices in the plan still refer to in->devices. */
 pl_status_t pl_replan(const pl_plan_input_t *in, const bool *alive, pl_plan_t **plan_p);
 /* The even split over the devices with alive[i] (NULL: all) in input order: equal layer counts
- * on the first min(n, layers) of them, every sequence resident, microbatches as requested (else
- * one per stage). The benchmarks' baseline; search "even", baselines as pl_plan's over the same
- * devices. PL_ERR_INFEASIBLE naming the first stage that does not fit. */
+ * on the first min(n, layers) of them, every sequence resident (fewer, as pl_plan keeps, when
+ * their KV cache does not fit: resident_seqs says how many), microbatches as requested (else one
+ * per stage). The benchmarks' baseline; search "even", baselines as pl_plan's over the same
+ * devices. PL_ERR_INFEASIBLE naming the first stage that does not fit one sequence. */
 pl_status_t pl_plan_even(const pl_plan_input_t *in, const bool *alive, pl_plan_t **plan_p);
 /* Free a plan; nulls the pointer; safe on NULL and twice. */
 void pl_plan_destroy(pl_plan_t **plan_p);

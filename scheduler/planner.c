@@ -217,6 +217,19 @@ static void s_fill_stage(const s_ctx_t *c, const pl_sched_split_t *s, int i, pl_
     }
 }
 
+/* The even split's layers: equal counts (the first L % n stages one more) over the first
+ * n = min(devices, L) candidates in input order. */
+static void s_even_layers(const s_ctx_t *c, pl_sched_split_t *s)
+{
+    int L = c->ev->L, n = c->n < L ? c->n : L;
+    *s = (pl_sched_split_t){.n_stages = n};
+    for (int i = 0, a = 0; i < n; i++) {
+        s->device[i] = c->devs[i];
+        s->first[i] = a;
+        a += L / n + (i < L % n ? 1 : 0);
+    }
+}
+
 /* Job time of a baseline split with the largest resident count that fits (*r_p); 0 when none. */
 static double s_baseline(s_ctx_t *c, const pl_sched_split_t *s, int *r_p)
 {
@@ -243,12 +256,8 @@ static void s_baselines(s_ctx_t *c, s_base_t *b)
     int r;
     *b = (s_base_t){.single_dev = -1};
     if (ev->L >= c->n) {
-        pl_sched_split_t even = {.n_stages = c->n};
-        for (int i = 0, a = 0; i < c->n; i++) {
-            even.device[i] = c->devs[i];
-            even.first[i] = a;
-            a += ev->L / c->n + (i < ev->L % c->n ? 1 : 0);
-        }
+        pl_sched_split_t even;
+        s_even_layers(c, &even);
         b->even_t = s_baseline(c, &even, &r);
     }
     for (int i = 0; i < c->n; i++) {
@@ -426,27 +435,20 @@ out:
     return st;
 }
 
-/* The even split: equal layer counts (the first L % n stages one more) over the first
- * min(n, L) alive devices in input order, every sequence resident. */
-static pl_status_t s_even_split(s_ctx_t *c, pl_sched_split_t *s)
+/* PL_ERR_INFEASIBLE naming the first stage of the even split s that does not fit. */
+static pl_status_t s_even_check(const s_ctx_t *c, const pl_sched_split_t *s)
 {
     const pl_sched_eval_t *ev = c->ev;
-    int L = ev->L, n = c->n < L ? c->n : L;
-    *s = (pl_sched_split_t){.n_stages = n};
-    for (int i = 0, a = 0; i < n; i++) {
-        int cnt = L / n + (i < L % n ? 1 : 0), d = c->devs[i];
-        double mem = pl_sched_mem(ev, a, a + cnt);
+    for (int i = 0; i < s->n_stages; i++) {
+        int a = s->first[i], e = i + 1 < s->n_stages ? s->first[i + 1] : ev->L, d = s->device[i];
+        double mem = pl_sched_mem(ev, a, e);
         if (mem > ev->cap[d])
             return pl_error(PL_ERR_INFEASIBLE,
                             "even split: stage %d (%s on %s, layers %d-%d) needs %.2f GiB but "
                             "%.2f GiB are usable",
-                            i, s_dev(c, d)->name, s_dev(c, d)->node, a, a + cnt - 1, mem / S_GIB,
+                            i, s_dev(c, d)->name, s_dev(c, d)->node, a, e - 1, mem / S_GIB,
                             ev->cap[d] / S_GIB);
-        s->device[i] = d;
-        s->first[i] = a;
-        a += cnt;
     }
-    s->bottleneck = pl_sched_split_bottleneck(ev, s);
     return PL_OK;
 }
 
@@ -456,12 +458,19 @@ pl_status_t pl_plan_even(const pl_plan_input_t *in, const bool *alive, pl_plan_t
     pl_status_t st;
     if ((st = s_ctx_begin(in, alive, plan_p, &c)))
         return st;
-    int R = in->job.n_seqs;
-    int S = c.n < c.ev->L ? c.n : c.ev->L, M = pl_sched_default_m(c.requested_m, R, S);
-    pl_sched_eval_set_batch(c.ev, R, pl_sched_mb_size(R, M));
     pl_sched_split_t s;
-    if ((st = s_even_split(&c, &s)))
+    s_even_layers(&c, &s);
+    /* every sequence resident, or as pl_plan lowers them when their KV cache does not fit: the
+     * most that do (a deployment's kv_slots; a batch job is refused for it by its caller) */
+    int R = pl_sched_max_resident(c.ev, &s, c.requested_m, c.ev->n_seqs);
+    int M = pl_sched_default_m(c.requested_m, R < 1 ? 1 : R, s.n_stages);
+    pl_sched_eval_set_batch(c.ev, R < 1 ? 1 : R, pl_sched_mb_size(R < 1 ? 1 : R, M));
+    if (R < 1) { /* not one sequence: the stage that does not fit, and by how much */
+        if ((st = s_even_check(&c, &s)) == PL_OK) /* max_resident saw one not fit */
+            st = pl_error(PL_ERR_INFEASIBLE, "even split: one sequence does not fit");
         goto out;
+    }
+    s.bottleneck = pl_sched_split_bottleneck(c.ev, &s);
     /* the baselines over the same devices: even is this plan itself, single its own */
     s_base_t base;
     s_baselines(&c, &base);

@@ -291,10 +291,48 @@ static inline void tc_dump_logs(const tc_cluster_t *c)
     tc_sh(NULL, "for f in %s/*.log; do echo \"== $f\" >&2; tail -n 30 \"$f\" >&2; done", c->dir);
 }
 
+/* The end of a cluster test: its daemons and coordinator stopped; their logs shown when the test
+ * did not get to its end (`passed` false), else its directory removed. */
+static inline void tc_cluster_end(tc_cluster_t *c, bool passed)
+{
+    if (c->coord > 0 && !passed)
+        tc_dump_logs(c);
+    tc_cluster_stop(c);
+    if (passed && c->dir[0]) /* keep the logs of a failed test */
+        tc_sh(NULL, "rm -rf %s", c->dir);
+}
+
 /* Make a small random Llama model in dir/name with extra pl-mkmodel arguments. */
 static inline int tc_make_model(const char *dir, const char *name, const char *args)
 {
     return tc_sh(NULL, "%s/pl-mkmodel --out %s/%s %s >/dev/null", tc_bin(), dir, name, args);
+}
+
+/* The integration suites' usual prompts: five of mixed lengths. */
+#define TC_PROMPTS                                                                                 \
+    "[1, 15, 27, 99]\n"                                                                            \
+    "[1, 7]\n"                                                                                     \
+    "[1, 100, 101, 102, 103, 104, 105, 106, 107]\n"                                                \
+    "[1, 42, 42]\n"                                                                                \
+    "[3, 200, 5, 17, 9]\n"
+
+/* TC_PROMPTS into c->dir/prompts.jsonl. */
+static inline void tc_write_prompts(const tc_cluster_t *c)
+{
+    char path[512];
+    snprintf(path, sizeof(path), "%s/prompts.jsonl", c->dir);
+    tc_write(path, TC_PROMPTS);
+}
+
+/* TC_PROMPTS and the integration suites' model c->dir/m: 6 layers, hidden 128, vocab 256, 4096
+ * positions, seed 7. */
+static inline void tc_prompts_and_model(const tc_cluster_t *c)
+{
+    tc_write_prompts(c);
+    cr_assert_eq(tc_make_model(c->dir, "m",
+                               "--layers 6 --hidden 128 --intermediate 344 --heads 4 "
+                               "--kv-heads 2 --vocab 256 --seed 7 --max-pos 4096"),
+                 0);
 }
 
 /* The pipeline job files of these tests: dir/NAME.yaml for model dir/MODEL with extra YAML lines.

@@ -11,51 +11,15 @@
 static tc_cluster_t s_c;
 static int s_passed; /* set at the end of a test body: logs are shown only when it is not */
 
-static const char *s_prompts = "[1, 15, 27, 99]\n"
-                               "[1, 7]\n"
-                               "[1, 100, 101, 102, 103, 104, 105, 106, 107]\n"
-                               "[1, 42, 42]\n"
-                               "[3, 200, 5, 17, 9]\n";
-
 static void s_teardown(void)
 {
-    if (s_c.coord > 0 && !s_passed)
-        tc_dump_logs(&s_c);
-    tc_cluster_stop(&s_c);
-    if (s_passed && s_c.dir[0]) /* keep the logs of a failed test */
-        tc_sh(NULL, "rm -rf %s", s_c.dir);
+    tc_cluster_end(&s_c, s_passed);
 }
 
 static void s_start(int n, const int *threads)
 {
     cr_assert_eq(tc_cluster_start(&s_c, n, threads), 0, "nodes did not register");
-    char path[512];
-    snprintf(path, sizeof(path), "%s/prompts.jsonl", s_c.dir);
-    tc_write(path, s_prompts);
-    cr_assert_eq(tc_make_model(s_c.dir, "m", "--layers 6 --hidden 128 --intermediate 344 "
-                                             "--heads 4 --kv-heads 2 --vocab 256 --seed 7 "
-                                             "--max-pos 4096"),
-                 0);
-}
-
-static void s_job(const char *name, const char *model, const char *extra)
-{
-    tc_job(&s_c, name, model, extra);
-}
-
-static char *s_reference(const char *job)
-{
-    return tc_reference(&s_c, job);
-}
-
-static char *s_submit(const char *job, int *rc_p)
-{
-    return tc_submit(&s_c, job, rc_p);
-}
-
-static char *s_err(const char *job)
-{
-    return tc_err(&s_c, job);
+    tc_prompts_and_model(&s_c);
 }
 
 TestSuite(cluster, .fini = s_teardown, .timeout = 120);
@@ -64,9 +28,9 @@ Test(cluster, three_daemons_greedy_equal_single_process)
 {
     int rc;
     s_start(3, NULL);
-    s_job("greedy", "m", "max_new_tokens: 12\n");
-    char *ref = s_reference("greedy"), *got = s_submit("greedy", &rc);
-    cr_assert_eq(rc, 0, "pipectl failed: %s", s_err("greedy"));
+    tc_job(&s_c, "greedy", "m", "max_new_tokens: 12\n");
+    char *ref = tc_reference(&s_c, "greedy"), *got = tc_submit(&s_c, "greedy", &rc);
+    cr_assert_eq(rc, 0, "pipectl failed: %s", tc_err(&s_c, "greedy"));
     cr_assert_str_eq(got, ref);
     /* every stage ran on its own daemon, and the job reported throughput */
     char *st;
@@ -89,7 +53,7 @@ Test(cluster, three_daemons_greedy_equal_single_process)
                      (long long)n_seqs);
     }
     json_decref(sj);
-    char *err = s_err("greedy");
+    char *err = tc_err(&s_c, "greedy");
     cr_assert(strstr(err, "decode"), "no throughput line: %s", err);
     free(ref), free(got), free(st), free(err);
     s_passed = 1;
@@ -99,24 +63,24 @@ Test(cluster, seeded_sampling_two_and_three_stages_equal_single_process)
 {
     int rc;
     s_start(3, (int[]){1, 2, 1});
-    s_job("samp3", "m",
+    tc_job(&s_c, "samp3", "m",
           "max_new_tokens: 10\nsampling:\n  temperature: 0.9\n  top_k: 40\n  top_p: 0.95\n"
           "  seed: 1234\n");
-    s_job("samp2", "m",
+    tc_job(&s_c, "samp2", "m",
           "max_new_tokens: 10\nstages: 2\nmicrobatches: 4\nsampling:\n  temperature: 0.9\n"
           "  top_k: 40\n  top_p: 0.95\n  seed: 1234\n");
-    char *ref = s_reference("samp3");
-    char *got3 = s_submit("samp3", &rc);
-    cr_assert_eq(rc, 0, "%s", s_err("samp3"));
+    char *ref = tc_reference(&s_c, "samp3");
+    char *got3 = tc_submit(&s_c, "samp3", &rc);
+    cr_assert_eq(rc, 0, "%s", tc_err(&s_c, "samp3"));
     cr_assert_str_eq(got3, ref);
-    char *got2 = s_submit("samp2", &rc);
-    cr_assert_eq(rc, 0, "%s", s_err("samp2"));
+    char *got2 = tc_submit(&s_c, "samp2", &rc);
+    cr_assert_eq(rc, 0, "%s", tc_err(&s_c, "samp2"));
     cr_assert_str_eq(got2, ref);
     /* a different seed gives different tokens: the seed is really used */
-    s_job("samp_other", "m",
+    tc_job(&s_c, "samp_other", "m",
           "max_new_tokens: 10\nsampling:\n  temperature: 0.9\n  top_k: 40\n  top_p: 0.95\n"
           "  seed: 99\n");
-    char *other = s_submit("samp_other", &rc);
+    char *other = tc_submit(&s_c, "samp_other", &rc);
     cr_assert_eq(rc, 0);
     cr_assert_str_neq(other, ref);
     free(ref), free(got3), free(got2), free(other);
@@ -145,23 +109,23 @@ Test(cluster, min_new_tokens_holds_eos_back_on_every_stage)
     char finish[16];
     s_start(2, NULL);
     /* make the second token greedy decoding gives the first prompt the model's EOS */
-    s_job("probe", "m", "max_new_tokens: 8\n");
-    char *probe = s_reference("probe");
+    tc_job(&s_c, "probe", "m", "max_new_tokens: 8\n");
+    char *probe = tc_reference(&s_c, "probe");
     cr_assert_geq(s_first_tokens(probe, ids, 16, finish), 2);
     free(probe);
     tc_sh(NULL, "mkdir -p %s/e && ln -sf %s/m/model.safetensors %s/e/ && "
                 "sed 's/\"eos_token_id\": *[0-9]*/\"eos_token_id\": %d/' %s/m/config.json > "
                 "%s/e/config.json",
           s_c.dir, s_c.dir, s_c.dir, ids[1], s_c.dir, s_c.dir);
-    s_job("plain", "e", "max_new_tokens: 8\n");
-    char *plain = s_reference("plain");
+    tc_job(&s_c, "plain", "e", "max_new_tokens: 8\n");
+    char *plain = tc_reference(&s_c, "plain");
     cr_assert_leq(s_first_tokens(plain, ids, 16, finish), 2, "EOS did not stop it: %s", plain);
     cr_assert_str_eq(finish, "eos");
     free(plain);
     /* the same job with min_new_tokens, over the wire to two stages and in one process */
-    s_job("minj", "e", "max_new_tokens: 8\nmin_new_tokens: 5\nstages: 2\n");
-    char *ref = s_reference("minj"), *got = s_submit("minj", &rc);
-    cr_assert_eq(rc, 0, "%s", s_err("minj"));
+    tc_job(&s_c, "minj", "e", "max_new_tokens: 8\nmin_new_tokens: 5\nstages: 2\n");
+    char *ref = tc_reference(&s_c, "minj"), *got = tc_submit(&s_c, "minj", &rc);
+    cr_assert_eq(rc, 0, "%s", tc_err(&s_c, "minj"));
     cr_assert_str_eq(got, ref);
     cr_assert_geq(s_first_tokens(got, ids, 16, finish), 5, "%s", got);
     for (const char *l = got; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
@@ -175,7 +139,7 @@ Test(cluster, min_new_tokens_holds_eos_back_on_every_stage)
 static void s_expect_rejected(const char *job, const char *needle)
 {
     int rc;
-    char *out = s_submit(job, &rc), *err = s_err(job);
+    char *out = tc_submit(&s_c, job, &rc), *err = tc_err(&s_c, job);
     cr_expect_neq(rc, 0, "job %s was accepted", job);
     cr_expect(strstr(err, needle) || (!strcmp(needle, "truncated") && strstr(err, "beyond the")), "job %s: expected '%s' in: %s", job, needle, err);
     cr_expect(!strchr(err, '\n') || strchr(err, '\n') == err + strlen(err) - 1,
@@ -187,19 +151,19 @@ Test(cluster, bad_jobs_get_clear_errors_and_the_cluster_keeps_running)
 {
     int rc;
     s_start(2, NULL);
-    s_job("nomodel", "does-not-exist", "");
+    tc_job(&s_c, "nomodel", "does-not-exist", "");
     s_expect_rejected("nomodel", "does-not-exist");
 
     tc_sh(NULL, "mkdir -p %s/gpt2 && cp %s/m/model.safetensors %s/gpt2/ && "
                 "sed 's/\"llama\"/\"gpt2\"/; s/LlamaForCausalLM/GPT2LMHeadModel/' %s/m/config.json "
                 "> %s/gpt2/config.json", s_c.dir, s_c.dir, s_c.dir, s_c.dir, s_c.dir);
-    s_job("gpt2", "gpt2", "");
+    tc_job(&s_c, "gpt2", "gpt2", "");
     s_expect_rejected("gpt2", "Llama");
 
     tc_sh(NULL, "mkdir -p %s/trunc && cp %s/m/config.json %s/trunc/ && "
                 "head -c 100000 %s/m/model.safetensors > %s/trunc/model.safetensors",
           s_c.dir, s_c.dir, s_c.dir, s_c.dir, s_c.dir);
-    s_job("trunc", "trunc", "");
+    tc_job(&s_c, "trunc", "trunc", "");
     s_expect_rejected("trunc", "truncated");
 
     char path[512];
@@ -209,13 +173,13 @@ Test(cluster, bad_jobs_get_clear_errors_and_the_cluster_keeps_running)
     tc_write(path, "model: m\nprompts: vocab.jsonl\n");
     s_expect_rejected("vocab", "vocabulary");
 
-    s_job("badkey", "m", "max_new_tokns: 3\n");
+    tc_job(&s_c, "badkey", "m", "max_new_tokns: 3\n");
     s_expect_rejected("badkey", "badkey.yaml:4:1");
 
     /* after all that, a good job still runs */
-    s_job("good", "m", "max_new_tokens: 4\n");
-    char *ref = s_reference("good"), *got = s_submit("good", &rc);
-    cr_assert_eq(rc, 0, "%s", s_err("good"));
+    tc_job(&s_c, "good", "m", "max_new_tokens: 4\n");
+    char *ref = tc_reference(&s_c, "good"), *got = tc_submit(&s_c, "good", &rc);
+    cr_assert_eq(rc, 0, "%s", tc_err(&s_c, "good"));
     cr_assert_str_eq(got, ref);
     free(ref), free(got);
     s_passed = 1;
@@ -298,8 +262,8 @@ Test(cluster, daemon_lost_mid_job_resumes_on_the_others)
 {
     int rc;
     s_start(3, NULL);
-    s_job("long", "m", "max_new_tokens: 1500\nstop_at_eos: false\n");
-    char *ref_long = s_reference("long");
+    tc_job(&s_c, "long", "m", "max_new_tokens: 1500\nstop_at_eos: false\n");
+    char *ref_long = tc_reference(&s_c, "long");
     tc_sh(NULL, "%s/pipectl -c %s submit %s/long.yaml >/dev/null", tc_bin(), s_c.ep, s_c.dir);
     char *st = s_wait_state(1, "running", 30);
     cr_assert(strstr(st, "\"state\": \"running\""), "job never ran: %s", st);
@@ -333,9 +297,9 @@ Test(cluster, daemon_lost_mid_job_resumes_on_the_others)
     }
     cr_assert(lost, "the coordinator never marked node1 lost");
     cr_assert_eq(tc_wait_idle(&s_c, 2, 15), 0, "survivors did not become idle");
-    s_job("after", "m", "max_new_tokens: 6\nstages: 2\n");
-    char *ref = s_reference("after"), *got = s_submit("after", &rc);
-    cr_assert_eq(rc, 0, "%s", s_err("after"));
+    tc_job(&s_c, "after", "m", "max_new_tokens: 6\nstages: 2\n");
+    char *ref = tc_reference(&s_c, "after"), *got = tc_submit(&s_c, "after", &rc);
+    cr_assert_eq(rc, 0, "%s", tc_err(&s_c, "after"));
     cr_assert_str_eq(got, ref);
     free(ref), free(got);
     s_passed = 1;
@@ -345,7 +309,7 @@ Test(cluster, cancel_frees_the_nodes)
 {
     int rc;
     s_start(2, NULL);
-    s_job("long", "m", "max_new_tokens: 3000\nstop_at_eos: false\n");
+    tc_job(&s_c, "long", "m", "max_new_tokens: 3000\nstop_at_eos: false\n");
     tc_sh(NULL, "%s/pipectl -c %s submit %s/long.yaml >/dev/null", tc_bin(), s_c.ep, s_c.dir);
     char *st = s_wait_state(1, "running", 30);
     free(st);
@@ -377,9 +341,9 @@ Test(cluster, cancel_frees_the_nodes)
     cr_assert(strstr(st, "\"state\": \"canceled\""), "%s", st);
     free(st);
     cr_assert_eq(tc_wait_idle(&s_c, 2, 10), 0);
-    s_job("next", "m", "max_new_tokens: 5\n");
-    char *ref = s_reference("next"), *got = s_submit("next", &rc);
-    cr_assert_eq(rc, 0, "%s", s_err("next"));
+    tc_job(&s_c, "next", "m", "max_new_tokens: 5\n");
+    char *ref = tc_reference(&s_c, "next"), *got = tc_submit(&s_c, "next", &rc);
+    cr_assert_eq(rc, 0, "%s", tc_err(&s_c, "next"));
     cr_assert_str_eq(got, ref);
     free(ref), free(got);
     s_passed = 1;
@@ -399,9 +363,9 @@ Test(cluster, a_restarted_coordinator_gets_its_daemons_back)
     tc_sh(&log, "cat %s/node0.log", s_c.dir);
     cr_assert(strstr(log, "is not registered"), "node0 was never told: %s", log);
     free(log);
-    s_job("again", "m", "max_new_tokens: 4\nstages: 2\n");
-    char *ref = s_reference("again"), *got = s_submit("again", &rc);
-    cr_assert_eq(rc, 0, "%s", s_err("again"));
+    tc_job(&s_c, "again", "m", "max_new_tokens: 4\nstages: 2\n");
+    char *ref = tc_reference(&s_c, "again"), *got = tc_submit(&s_c, "again", &rc);
+    cr_assert_eq(rc, 0, "%s", tc_err(&s_c, "again"));
     cr_assert_str_eq(got, ref);
     free(ref), free(got);
     s_passed = 1;
@@ -466,14 +430,13 @@ Test(cluster, curve_encrypted_control_plane)
     snprintf(path, sizeof(path), "%s/admin.key", s_c.dir);
     setenv("PIPELD_KEY_FILE", path, 1);
     cr_assert_eq(tc_wait_idle(&s_c, 2, 30), 0, "daemons did not register over CURVE");
-    snprintf(path, sizeof(path), "%s/prompts.jsonl", s_c.dir);
-    tc_write(path, s_prompts);
+    tc_write_prompts(&s_c);
     cr_assert_eq(tc_make_model(s_c.dir, "m", "--layers 4 --hidden 64 --intermediate 160 "
                                              "--heads 4 --kv-heads 2 --vocab 256 --seed 5"),
                  0);
-    s_job("sec", "m", "max_new_tokens: 6\n");
-    char *ref = s_reference("sec"), *got = s_submit("sec", &rc);
-    cr_assert_eq(rc, 0, "%s", s_err("sec"));
+    tc_job(&s_c, "sec", "m", "max_new_tokens: 6\n");
+    char *ref = tc_reference(&s_c, "sec"), *got = tc_submit(&s_c, "sec", &rc);
+    cr_assert_eq(rc, 0, "%s", tc_err(&s_c, "sec"));
     cr_assert_str_eq(got, ref);
     free(ref), free(got);
     /* a client with the wrong server key is told why, not just "no answer" */
@@ -491,16 +454,17 @@ Test(cluster, chunked_prefill_equals_whole_prefill)
 {
     int rc;
     s_start(3, NULL);
-    s_job("whole", "m", "max_new_tokens: 8\n");
+    tc_job(&s_c, "whole", "m", "max_new_tokens: 8\n");
     /* chunks of 3 divide none of the prompts (4, 2, 9, 3, 5 tokens) */
-    s_job("chunk3", "m", "max_new_tokens: 8\nprefill_chunk: 3\n");
-    s_job("chunk2", "m", "max_new_tokens: 8\nprefill_chunk: 2\nstages: 2\nmicrobatches: 2\n");
-    char *ref = s_reference("whole");
-    char *got3 = s_submit("chunk3", &rc);
-    cr_assert_eq(rc, 0, "%s", s_err("chunk3"));
+    tc_job(&s_c, "chunk3", "m", "max_new_tokens: 8\nprefill_chunk: 3\n");
+    tc_job(&s_c, "chunk2", "m",
+           "max_new_tokens: 8\nprefill_chunk: 2\nstages: 2\nmicrobatches: 2\n");
+    char *ref = tc_reference(&s_c, "whole");
+    char *got3 = tc_submit(&s_c, "chunk3", &rc);
+    cr_assert_eq(rc, 0, "%s", tc_err(&s_c, "chunk3"));
     cr_assert_str_eq(got3, ref);
-    char *got2 = s_submit("chunk2", &rc);
-    cr_assert_eq(rc, 0, "%s", s_err("chunk2"));
+    char *got2 = tc_submit(&s_c, "chunk2", &rc);
+    cr_assert_eq(rc, 0, "%s", tc_err(&s_c, "chunk2"));
     cr_assert_str_eq(got2, ref);
     /* the chunks went through the pipeline as separate messages: every stage ran at least one
      * prefill call per microbatch and more forward calls than the whole-prefill job's decode
@@ -547,8 +511,8 @@ Test(cluster, bf16_wire_halves_the_bytes_and_matches_its_reference)
         char *ref;
         cr_assert_eq(tc_sh(&ref, "%s/pl-generate --split 3,3 %s 2>/dev/null", tc_bin(), path),
                      0);
-        char *got = s_submit(name, &rc);
-        cr_assert_eq(rc, 0, "%s", s_err(name));
+        char *got = tc_submit(&s_c, name, &rc);
+        cr_assert_eq(rc, 0, "%s", tc_err(&s_c, name));
         cr_assert_str_eq(got, ref, "wire dtype %s", dts[d]);
         char *st;
         tc_sh(&st, "%s/pipectl -c %s -o json status %d", tc_bin(), s_c.ep, d + 1);
@@ -584,9 +548,9 @@ Test(cluster, planner_chosen_chunk_reaches_the_stages)
     tc_write(path, line);
     snprintf(path, sizeof(path), "%s/long.yaml", s_c.dir);
     tc_write(path, "model: m\nprompts: long.jsonl\nplanner: even\nstages: 2\nmax_new_tokens: 6\n");
-    char *ref = s_reference("long");
-    char *got = s_submit("long", &rc);
-    cr_assert_eq(rc, 0, "%s", s_err("long"));
+    char *ref = tc_reference(&s_c, "long");
+    char *got = tc_submit(&s_c, "long", &rc);
+    cr_assert_eq(rc, 0, "%s", tc_err(&s_c, "long"));
     cr_assert_str_eq(got, ref);
     char *st;
     tc_sh(&st, "%s/pipectl -c %s -o json status 1", tc_bin(), s_c.ep);

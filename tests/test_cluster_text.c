@@ -20,11 +20,7 @@ static const char *s_prompts =
 
 static void s_teardown(void)
 {
-    if (s_c.coord > 0 && !s_passed)
-        tc_dump_logs(&s_c);
-    tc_cluster_stop(&s_c);
-    if (s_passed && s_c.dir[0])
-        tc_sh(NULL, "rm -rf %s", s_c.dir);
+    tc_cluster_end(&s_c, s_passed);
 }
 
 static void s_start(int n)

@@ -6,77 +6,17 @@
 #include "backends/cpu/cpu_train_layer.h"
 #include "model/model.h"
 
+#define GRAD_SEED 1
+#include "grad_util.h"
+
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* Every array a test makes, freed when it ends (the sanitizer build checks for leaks). */
-static void *g_arena[256];
-static int g_n_arena;
-
-static void *track(void *p)
-{
-    cr_assert(p && g_n_arena < 256);
-    return g_arena[g_n_arena++] = p;
-}
-
-static void free_arena(void)
-{
-    while (g_n_arena)
-        free(g_arena[--g_n_arena]);
-}
-
 TestSuite(cpu_backward, .fini = free_arena);
 
-static uint64_t g_rng = 1;
-
-static double rnd(void)
-{
-    g_rng = g_rng * 6364136223846793005ULL + 1442695040888963407ULL;
-    return (double)((g_rng >> 40) & 0xffffff) / 8388608.0 - 1.0;
-}
-
-static double *drand_arr(size_t n, double scale, double off)
-{
-    double *p = track(malloc(n * sizeof(double)));
-    for (size_t i = 0; i < n; i++)
-        p[i] = (double)(float)(off + scale * rnd()); /* exactly representable in f32 */
-    return p;
-}
-
-static float *to_f(const double *d, size_t n)
-{
-    float *p = track(malloc(n * sizeof(float)));
-    for (size_t i = 0; i < n; i++)
-        p[i] = (float)d[i];
-    return p;
-}
-
 /* ---- scalar double reference ---- */
-
-static void r_rmsnorm(const double *x, const double *w, int n, int dim, double eps, double *y)
-{
-    for (int r = 0; r < n; r++) {
-        double ss = 0;
-        for (int i = 0; i < dim; i++)
-            ss += x[r * dim + i] * x[r * dim + i];
-        double s = 1.0 / sqrt(ss / dim + eps);
-        for (int i = 0; i < dim; i++)
-            y[r * dim + i] = x[r * dim + i] * s * w[i];
-    }
-}
-
-static void r_matmul(const double *x, int n, int in, const double *w, int out, double *y)
-{
-    for (int r = 0; r < n; r++)
-        for (int o = 0; o < out; o++) {
-            double s = 0;
-            for (int i = 0; i < in; i++)
-                s += x[r * in + i] * w[o * in + i];
-            y[r * out + o] = s;
-        }
-}
 
 static double g_inv_freq[64];
 
@@ -135,35 +75,6 @@ static double dot_r(const double *y, const double *r, size_t n)
     return s;
 }
 
-/* ---- finite differences ---- */
-
-typedef double (*loss_fn)(void);
-
-/* Compare the analytic gradient g (f32) of loss with respect to p[0..n) with central
- * differences. */
-static void check_grad(const char *what, double *p, size_t n, const float *g, loss_fn loss)
-{
-    double maxg = 0, maxerr = 0;
-    double *fd = malloc(n * sizeof(double));
-    cr_assert(fd);
-    for (size_t i = 0; i < n; i++) {
-        double keep = p[i], h = 1e-5 * fmax(1.0, fabs(keep));
-        p[i] = keep + h;
-        double lp = loss();
-        p[i] = keep - h;
-        double lm = loss();
-        p[i] = keep;
-        fd[i] = (lp - lm) / (2 * h);
-        maxg = fmax(maxg, fabs(fd[i]));
-    }
-    for (size_t i = 0; i < n; i++)
-        maxerr = fmax(maxerr, fabs(fd[i] - g[i]));
-    cr_assert(maxg > 1e-6, "%s: gradient is all zeros, test is vacuous", what);
-    cr_assert(maxerr <= 2e-3 * maxg + 1e-5, "%s: max |analytic - fd| = %g (max |fd| %g)", what,
-              maxerr, maxg);
-    free(fd);
-}
-
 /* ---- single ops ---- */
 
 #define N 5
@@ -179,7 +90,7 @@ static double loss_rmsnorm(void)
 
 Test(cpu_backward, rmsnorm_input_and_weight)
 {
-    g_x = drand_arr(N * D, 1.0, 0), g_w = drand_arr(D, 0.5, 1.0), g_r = drand_arr(N * D, 1, 0);
+    g_x = drand(N * D, 1.0, 0), g_w = drand(D, 0.5, 1.0), g_r = drand(N * D, 1, 0);
     g_y = track(malloc(sizeof(double) * N * D));
     float *x = to_f(g_x, N * D), *w = to_f(g_w, D), *r = to_f(g_r, N * D);
     float dx[N * D], dw[D];
@@ -216,7 +127,7 @@ Test(cpu_backward, rope_llama3)
     double unscaled[2];
     pl_model_rope_inv_freq(&plain, unscaled);
     cr_assert(unscaled[1] != g_inv_freq[1], "the scaling must matter in this test");
-    g_x = drand_arr(N * D, 1, 0), g_r = drand_arr(N * D, 1, 0);
+    g_x = drand(N * D, 1, 0), g_r = drand(N * D, 1, 0);
     g_y = track(malloc(sizeof(double) * N * D));
     int pos[N];
     for (int i = 0; i < N; i++)
@@ -240,7 +151,7 @@ static double loss_swiglu(void)
 
 Test(cpu_backward, swiglu)
 {
-    g_x = drand_arr(N * D, 3, 0), g_u = drand_arr(N * D, 2, 0), g_r = drand_arr(N * D, 1, 0);
+    g_x = drand(N * D, 3, 0), g_u = drand(N * D, 2, 0), g_r = drand(N * D, 1, 0);
     float *x = to_f(g_x, N * D), *u = to_f(g_u, N * D), *r = to_f(g_r, N * D);
     float dg[N * D], du[N * D];
     pl_cpu_swiglu_bwd(x, u, r, N * D, dg, du);
@@ -258,7 +169,7 @@ static double loss_matmul(void)
 
 Test(cpu_backward, matmul_input_and_weight)
 {
-    g_x = drand_arr(N * D, 1, 0), g_w = drand_arr(O * D, 1, 0), g_r = drand_arr(N * O, 1, 0);
+    g_x = drand(N * D, 1, 0), g_w = drand(O * D, 1, 0), g_r = drand(N * O, 1, 0);
     g_y = track(malloc(sizeof(double) * N * O));
     float *x = to_f(g_x, N * D), *w = to_f(g_w, O * D), *r = to_f(g_r, N * O);
     float dx[N * D], dw[O * D];
@@ -293,8 +204,8 @@ static double loss_attn(void)
 Test(cpu_backward, attention_causal_gqa)
 {
     int qn = N * AH * AD, kn = N * AK * AD;
-    g_q = drand_arr(qn, 1.5, 0), g_k = drand_arr(kn, 1.5, 0), g_v = drand_arr(kn, 1, 0);
-    g_r = drand_arr(qn, 1, 0), g_y = track(malloc(sizeof(double) * qn));
+    g_q = drand(qn, 1.5, 0), g_k = drand(kn, 1.5, 0), g_v = drand(kn, 1, 0);
+    g_r = drand(qn, 1, 0), g_y = track(malloc(sizeof(double) * qn));
     float *q = to_f(g_q, qn), *k = to_f(g_k, kn), *v = to_f(g_v, kn), *r = to_f(g_r, qn);
     float out[N * AH * AD], dq[N * AH * AD], dk[N * AK * AD], dv[N * AK * AD], scratch[2 * N];
     pl_cpu_attention_train_fwd(q, k, v, N, AH, AK, AD, scratch, out);
@@ -324,7 +235,7 @@ static double loss_xent(void)
 
 Test(cpu_backward, cross_entropy)
 {
-    g_x = drand_arr(N * V, 3, 0);
+    g_x = drand(N * V, 3, 0);
     float *l = to_f(g_x, N * V), dl[N * V];
     double loss = pl_cpu_xent(l, g_t, N, V, 1.0f / N, dl);
     cr_assert(fabs(loss / N - loss_xent()) < 1e-9, "loss %g vs %g", loss / N, loss_xent());

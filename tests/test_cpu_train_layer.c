@@ -6,37 +6,16 @@
 #include "backends/cpu/cpu_train_layer.h"
 #include "model/model.h"
 
+#define GRAD_SEED 7
+#include "grad_util.h"
+
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* Every array a test makes, freed when it ends (the sanitizer build checks for leaks). */
-static void *g_arena[256];
-static int g_n_arena;
-
-static void *track(void *p)
-{
-    cr_assert(p && g_n_arena < 256);
-    return g_arena[g_n_arena++] = p;
-}
-
-static void free_arena(void)
-{
-    while (g_n_arena)
-        free(g_arena[--g_n_arena]);
-}
-
 TestSuite(cpu_train_layer, .fini = free_arena);
-
-static uint64_t g_rng = 7;
-
-static double rnd(void)
-{
-    g_rng = g_rng * 6364136223846793005ULL + 1442695040888963407ULL;
-    return (double)((g_rng >> 40) & 0xffffff) / 8388608.0 - 1.0;
-}
 
 #define T 6 /* tokens */
 static const pl_cpu_tdims_t g_d = {
@@ -44,29 +23,6 @@ static const pl_cpu_tdims_t g_d = {
 static double g_inv_freq[2];
 static double *g_w[9], *g_x, *g_r;
 static size_t g_sz[9];
-
-static void r_rmsnorm(const double *x, const double *w, int n, int dim, double *y)
-{
-    for (int r = 0; r < n; r++) {
-        double ss = 0;
-        for (int i = 0; i < dim; i++)
-            ss += x[r * dim + i] * x[r * dim + i];
-        double s = 1.0 / sqrt(ss / dim + 1e-5);
-        for (int i = 0; i < dim; i++)
-            y[r * dim + i] = x[r * dim + i] * s * w[i];
-    }
-}
-
-static void r_matmul(const double *x, int n, int in, const double *w, int out, double *y)
-{
-    for (int r = 0; r < n; r++)
-        for (int o = 0; o < out; o++) {
-            double s = 0;
-            for (int i = 0; i < in; i++)
-                s += x[r * in + i] * w[o * in + i];
-            y[r * out + o] = s;
-        }
-}
 
 static void r_rope(double *x, int n, int heads, int hd)
 {
@@ -86,7 +42,7 @@ static void r_layer(const double *x, double *y)
     enum { H = 16, Q = 16, K = 8, I = 24 };
     double n1[T * H], q[T * Q], k[T * K], v[T * K], att[T * Q], h[T * H], n2[T * H];
     double g[T * I], u[T * I], p[T];
-    r_rmsnorm(x, g_w[0], T, H, n1);
+    r_rmsnorm(x, g_w[0], T, H, 1e-5, n1);
     r_matmul(n1, T, H, g_w[1], Q, q);
     r_matmul(n1, T, H, g_w[2], K, k);
     r_matmul(n1, T, H, g_w[3], K, v);
@@ -113,7 +69,7 @@ static void r_layer(const double *x, double *y)
     r_matmul(att, T, Q, g_w[4], H, h);
     for (int i = 0; i < T * H; i++)
         h[i] += x[i];
-    r_rmsnorm(h, g_w[5], T, H, n2);
+    r_rmsnorm(h, g_w[5], T, H, 1e-5, n2);
     r_matmul(n2, T, H, g_w[6], I, g);
     r_matmul(n2, T, H, g_w[7], I, u);
     for (int i = 0; i < T * I; i++)
@@ -130,41 +86,6 @@ static double loss_layer(void)
     for (int i = 0; i < T * 16; i++)
         s += y[i] * g_r[i];
     return s;
-}
-
-static void check_grad(const char *what, double *p, size_t n, const float *g, double (*loss)(void))
-{
-    double maxg = 0, maxerr = 0;
-    for (size_t i = 0; i < n; i++) {
-        double keep = p[i], h = 1e-5 * fmax(1.0, fabs(keep));
-        p[i] = keep + h;
-        double lp = loss();
-        p[i] = keep - h;
-        double lm = loss();
-        p[i] = keep;
-        double fd = (lp - lm) / (2 * h);
-        maxg = fmax(maxg, fabs(fd));
-        maxerr = fmax(maxerr, fabs(fd - g[i]));
-    }
-    cr_assert(maxg > 1e-6, "%s: gradient is all zeros, test is vacuous", what);
-    cr_assert(maxerr <= 2e-3 * maxg + 1e-5, "%s: max |analytic - fd| = %g (max |fd| %g)", what,
-              maxerr, maxg);
-}
-
-static double *drand(size_t n, double scale, double off)
-{
-    double *p = track(malloc(n * sizeof(double)));
-    for (size_t i = 0; i < n; i++)
-        p[i] = (double)(float)(off + scale * rnd());
-    return p;
-}
-
-static float *to_f(const double *d, size_t n)
-{
-    float *p = track(malloc(n * sizeof(float)));
-    for (size_t i = 0; i < n; i++)
-        p[i] = (float)d[i];
-    return p;
 }
 
 static void tables(float *ct, float *st)
@@ -283,7 +204,7 @@ static int32_t g_tg[T] = {1, 10, 4, 4, 0, 7};
 static double loss_head(void)
 {
     double xn[T * 16], l[T * HV], s = 0;
-    r_rmsnorm(g_hx, g_hn, T, 16, xn);
+    r_rmsnorm(g_hx, g_hn, T, 16, 1e-5, xn);
     r_matmul(xn, T, 16, g_hw, HV, l);
     for (int r = 0; r < T; r++) {
         double sum = 0;

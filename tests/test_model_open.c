@@ -3,6 +3,9 @@
 #include "common/status.h"
 #include "model/model.h"
 
+#define SCRATCH_TEMPLATE "/tmp/pl_mo_XXXXXX"
+#include "scratch_util.h"
+
 #include <criterion/criterion.h>
 #include <math.h>
 #include <pthread.h>
@@ -36,30 +39,6 @@ static const char s_config[] =
     " \"num_hidden_layers\": 2, \"num_attention_heads\": 2, \"num_key_value_heads\": 1,"
     " \"head_dim\": 2, \"vocab_size\": 5, \"rms_norm_eps\": 1e-6, \"tie_word_embeddings\": %s,"
     " \"eos_token_id\": [3, 4]}";
-
-static char s_dir[64];
-
-static void s_mkdir(void)
-{
-    snprintf(s_dir, sizeof(s_dir), "/tmp/pl_mo_XXXXXX");
-    cr_assert_not_null(mkdtemp(s_dir));
-}
-
-static void s_rmdir(void)
-{
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", s_dir);
-    cr_assert_eq(system(cmd), 0);
-}
-
-static const char *s_path(const char *name)
-{
-    static char p[4][160];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(p[k], sizeof(p[k]), "%s/%s", s_dir, name);
-    return p[k];
-}
 
 static void s_write_text(const char *name, const char *text)
 {

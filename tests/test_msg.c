@@ -2,6 +2,7 @@
  * NODES, SHUTDOWN, REPLY and the typed replies) round trip field by field, refuse bad bodies
  * naming the field; and the socket wrapper carries typed messages both ways, naming the sender
  * and the type of a message that breaks the protocol. */
+#include "msg_util.h"
 #include "transport/sock.h"
 
 #include <criterion/criterion.h>
@@ -9,32 +10,6 @@
 #include <string.h>
 #include <unistd.h>
 #include <zmq.h>
-
-static void s_round_trip(const pl_msg_t *m, pl_msg_t *out)
-{
-    json_t *body;
-    cr_assert_eq(pl_msg_encode(m, &body), PL_OK, "%s", pl_error_msg());
-    char *text = json_dumps(body, JSON_COMPACT);
-    const char *name = pl_msg_name(m->type);
-    cr_assert_eq(pl_msg_decode_wire(name, strlen(name), text, strlen(text), out), PL_OK, "%s: %s",
-                 text, pl_error_msg());
-    cr_assert_eq(out->type, m->type);
-    free(text);
-    json_decref(body);
-}
-
-static void s_refused(pl_msg_type_t type, const char *json, const char *needle)
-{
-    pl_msg_t out;
-    memset(&out, 0x5a, sizeof(out));
-    cr_assert_eq(
-        pl_msg_decode_wire(pl_msg_name(type), strlen(pl_msg_name(type)), json, strlen(json), &out),
-        PL_ERR_PROTOCOL, "%s accepted: %s", pl_msg_name(type), json);
-    cr_assert(strstr(pl_error_msg(), needle), "'%s' not in '%s'", needle, pl_error_msg());
-    unsigned char *p = (unsigned char *)&out;
-    for (size_t i = 0; i < sizeof(out); i++)
-        cr_assert_eq(p[i], 0x5a, "output written on error (byte %zu)", i);
-}
 
 static void s_heartbeat(pl_msg_heartbeat_t *h)
 {
@@ -102,7 +77,7 @@ Test(msg, hello_round_trips_devices_and_health)
     snprintf(h->unavailable[0].backend, 16, "hip");
     snprintf(h->unavailable[0].why, 256, "libamdhip64.so: not found");
     s_heartbeat(&h->health);
-    s_round_trip(&m, &out);
+    tm_round_trip(&m, &out);
     const pl_msg_hello_t *g = &out.hello;
     cr_assert_eq(g->proto, PL_PROTO_VERSION);
     cr_assert_str_eq(g->node, "node0");
@@ -123,17 +98,17 @@ Test(msg, hello_round_trips_devices_and_health)
     cr_assert_str_eq(g->unavailable[0].why, "libamdhip64.so: not found");
     s_heartbeat_eq(&h->health, &g->health);
 
-    s_refused(PL_MSG_HELLO, "{\"proto\": 1}", "node");
-    s_refused(PL_MSG_HELLO,
+    tm_refused(PL_MSG_HELLO, "{\"proto\": 1}", "node");
+    tm_refused(PL_MSG_HELLO,
               "{\"proto\": 2, \"node\": \"n\", \"host\": \"h\", \"devices\": "
               "[{\"id\": \"cpu:0\", \"backend\": \"cpu\", \"name\": \"x\", "
               "\"cores\": -1, \"mem_bytes\": 0, \"gflops\": 1, \"mem_gbps\": 1}]}",
               "device 0: field 'cores'");
-    s_refused(PL_MSG_HELLO,
+    tm_refused(PL_MSG_HELLO,
               "{\"proto\": 2, \"node\": \"n\", \"host\": \"h\", \"devices\": "
               "[1,2,3,4,5,6,7,8,9]}",
               "devices");
-    s_refused(PL_MSG_HELLO, "{\"proto\": 2, \"node\": \"\", \"host\": \"h\", \"devices\": []}",
+    tm_refused(PL_MSG_HELLO, "{\"proto\": 2, \"node\": \"\", \"host\": \"h\", \"devices\": []}",
               "node");
 }
 
@@ -142,24 +117,24 @@ Test(msg, heartbeat_and_welcome)
     pl_msg_t m, out;
     pl_msg_init(&m, PL_MSG_HEARTBEAT);
     s_heartbeat(&m.heartbeat);
-    s_round_trip(&m, &out);
+    tm_round_trip(&m, &out);
     s_heartbeat_eq(&m.heartbeat, &out.heartbeat);
-    s_refused(PL_MSG_HEARTBEAT,
+    tm_refused(PL_MSG_HEARTBEAT,
               "{\"node\": \"n\", \"stages\": [{\"job\": 0, \"stage\": 0, "
               "\"generated\": 0}], \"rss_kb\": 1, \"load1\": 0}",
               "stages[0]: field 'job'");
-    s_refused(PL_MSG_HEARTBEAT,
+    tm_refused(PL_MSG_HEARTBEAT,
               "{\"node\": \"n\", \"stages\": [{\"job\": 1, \"stage\": 0, "
               "\"generated\": 0}], \"rss_kb\": 1, \"load1\": 0}",
               "stages[0]: missing field 'epoch'");
-    s_refused(PL_MSG_HEARTBEAT, "{\"node\": \"n\", \"stages\": [], \"rss_kb\": 1}", "load1");
+    tm_refused(PL_MSG_HEARTBEAT, "{\"node\": \"n\", \"stages\": [], \"rss_kb\": 1}", "load1");
 
     pl_msg_init(&m, PL_MSG_WELCOME);
     m.welcome = (pl_msg_welcome_t){.heartbeat_ms = 500, .dead_after_ms = 3000};
-    s_round_trip(&m, &out);
+    tm_round_trip(&m, &out);
     cr_assert_eq(out.welcome.heartbeat_ms, 500);
     cr_assert_eq(out.welcome.dead_after_ms, 3000);
-    s_refused(PL_MSG_WELCOME, "{\"heartbeat_ms\": 0, \"dead_after_ms\": 1}", "heartbeat_ms");
+    tm_refused(PL_MSG_WELCOME, "{\"heartbeat_ms\": 0, \"dead_after_ms\": 1}", "heartbeat_ms");
 }
 
 /* A streamed text piece: a non-empty string with its offset, inside a result's bound, and all of
@@ -171,7 +146,7 @@ static void s_piece_refused(const char *entry_tail, const char *needle)
              "{\"node\": \"n\", \"stages\": [{\"job\": 1, \"stage\": 0, \"epoch\": 1, "
              "\"generated\": 1%s}], \"rss_kb\": 1, \"load1\": 0}",
              entry_tail);
-    s_refused(PL_MSG_HEARTBEAT, body, needle);
+    tm_refused(PL_MSG_HEARTBEAT, body, needle);
 }
 
 Test(msg, heartbeat_text_pieces_are_checked)
@@ -192,7 +167,7 @@ Test(msg, heartbeat_text_pieces_are_checked)
              "\"generated\": 1%s}, {\"job\": 2, \"stage\": 0, \"epoch\": 1, \"generated\": "
              "1%s}], \"rss_kb\": 1, \"load1\": 0}",
              tail, tail);
-    s_refused(PL_MSG_HEARTBEAT, body, "stages[1]: field 'text'");
+    tm_refused(PL_MSG_HEARTBEAT, body, "stages[1]: field 'text'");
     /* one of them fits, next to a stage without text */
     pl_msg_t out;
     snprintf(body, sizeof(body),
@@ -221,12 +196,12 @@ Test(msg, error_carries_the_code)
                            "\"status\":\"not found\"}");
     free(text);
     json_decref(body);
-    s_round_trip(&m, &out);
+    tm_round_trip(&m, &out);
     cr_assert_eq(out.error.code, PL_ERR_NOT_FOUND);
     cr_assert_str_eq(out.error.message, "node 'n' is not registered");
-    s_refused(PL_MSG_ERROR, "{\"error\": \"x\"}", "code");
-    s_refused(PL_MSG_ERROR, "{\"code\": 3, \"error\": \"x\"}", "code");
-    s_refused(PL_MSG_ERROR, "{\"code\": -1}", "error");
+    tm_refused(PL_MSG_ERROR, "{\"error\": \"x\"}", "code");
+    tm_refused(PL_MSG_ERROR, "{\"code\": 3, \"error\": \"x\"}", "code");
+    tm_refused(PL_MSG_ERROR, "{\"code\": -1}", "error");
 }
 
 Test(msg, queries_and_replies)
@@ -236,24 +211,24 @@ Test(msg, queries_and_replies)
     for (int i = 0; i < 3; i++) {
         pl_msg_init(&m, jobs[i]);
         m.job_ref.job = UINT32_MAX;
-        s_round_trip(&m, &out);
+        tm_round_trip(&m, &out);
         cr_assert_eq(out.job_ref.job, UINT32_MAX);
-        s_refused(jobs[i], "{\"job\": \"abc\"}", "job");
-        s_refused(jobs[i], "{\"job\": 0}", "job");
+        tm_refused(jobs[i], "{\"job\": \"abc\"}", "job");
+        tm_refused(jobs[i], "{\"job\": 0}", "job");
     }
     pl_msg_init(&m, PL_MSG_HEALTH);
     snprintf(m.health.node, sizeof(m.health.node), "node2");
-    s_round_trip(&m, &out);
+    tm_round_trip(&m, &out);
     cr_assert_str_eq(out.health.node, "node2");
-    s_refused(PL_MSG_HEALTH, "{}", "node");
+    tm_refused(PL_MSG_HEALTH, "{}", "node");
     pl_msg_init(&m, PL_MSG_NODES);
-    s_round_trip(&m, &out);
+    tm_round_trip(&m, &out);
     pl_msg_init(&m, PL_MSG_SHUTDOWN);
-    s_round_trip(&m, &out);
+    tm_round_trip(&m, &out);
 
     pl_msg_init(&m, PL_MSG_REPLY);
     m.reply.body = json_pack("{s:i, s:[s]}", "a", 1, "b", "x");
-    s_round_trip(&m, &out);
+    tm_round_trip(&m, &out);
     cr_assert(json_equal(out.reply.body, m.reply.body));
     pl_msg_clear(&out);
     cr_assert_null(out.reply.body);

@@ -1,6 +1,7 @@
 /* The job spec's codec and the stage messages (ASSIGN, READY, START, DONE, FAIL, CANCEL): every
  * field survives encode -> wire text -> decode, the wire shape is pinned by hand-written JSON,
  * and bad bodies are refused with an error naming the field, the output untouched. */
+#include "msg_util.h"
 #include "transport/msg.h"
 
 #include <criterion/criterion.h>
@@ -8,33 +9,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Encode m, print it compactly as it goes on the wire, decode that text as m's type. */
-static void s_round_trip(const pl_msg_t *m, pl_msg_t *out)
-{
-    json_t *body;
-    cr_assert_eq(pl_msg_encode(m, &body), PL_OK, "%s", pl_error_msg());
-    char *text = json_dumps(body, JSON_COMPACT);
-    const char *name = pl_msg_name(m->type);
-    cr_assert_eq(pl_msg_decode_wire(name, strlen(name), text, strlen(text), out), PL_OK, "%s: %s",
-                 text, pl_error_msg());
-    cr_assert_eq(out->type, m->type);
-    free(text);
-    json_decref(body);
-}
-
-/* Decode `json` as `type`: must fail naming `needle`, leaving *out as it was. */
+/* tm_refused, and the message names the type too. */
 static void s_refused(pl_msg_type_t type, const char *json, const char *needle)
 {
-    pl_msg_t out;
-    memset(&out, 0x5a, sizeof(out));
-    cr_assert_eq(
-        pl_msg_decode_wire(pl_msg_name(type), strlen(pl_msg_name(type)), json, strlen(json), &out),
-        PL_ERR_PROTOCOL, "%s accepted: %s", pl_msg_name(type), json);
-    cr_assert(strstr(pl_error_msg(), needle), "'%s' not in '%s'", needle, pl_error_msg());
+    tm_refused(type, json, needle);
     cr_assert(strstr(pl_error_msg(), pl_msg_name(type)), "%s", pl_error_msg());
-    unsigned char *p = (unsigned char *)&out;
-    for (size_t i = 0; i < sizeof(out); i++)
-        cr_assert_eq(p[i], 0x5a, "output written on error (byte %zu)", i);
 }
 
 static void s_spec(pl_job_spec_t *s)
@@ -105,11 +84,11 @@ Test(msg_job, spec_round_trips_every_field)
     pl_msg_t m, out;
     pl_msg_init(&m, PL_MSG_SUBMIT);
     s_spec(&m.submit);
-    s_round_trip(&m, &out);
+    tm_round_trip(&m, &out);
     s_spec_eq(&m.submit, &out.submit);
     pl_msg_clear(&out);
     m.type = PL_MSG_PLAN; /* the same body */
-    s_round_trip(&m, &out);
+    tm_round_trip(&m, &out);
     s_spec_eq(&m.submit, &out.submit);
     pl_msg_clear(&out);
     pl_msg_clear(&m);
@@ -233,7 +212,7 @@ Test(msg_job, deployment_spec_round_trips_and_is_checked)
     snprintf(s.serve.name, sizeof(s.serve.name), "tiny-1.b");
     pl_msg_init(&m, PL_MSG_SUBMIT);
     m.submit = s;
-    s_round_trip(&m, &out);
+    tm_round_trip(&m, &out);
     *got = out.submit;
     cr_assert(got->serve.on);
     cr_assert_str_eq(got->serve.name, "tiny-1.b");
@@ -254,7 +233,7 @@ Test(msg_job, deployment_spec_round_trips_and_is_checked)
     s.n_prompts = 1, s.prompts = pp, s.prompt_len = len;
     snprintf(s.deployment, sizeof(s.deployment), "tiny");
     m.submit = s;
-    s_round_trip(&m, &out);
+    tm_round_trip(&m, &out);
     cr_assert_str_eq(out.submit.deployment, "tiny");
     cr_assert(!out.submit.serve.on);
     cr_assert_eq(out.submit.n_prompts, 1);
@@ -304,7 +283,7 @@ Test(msg_job, assign_round_trips_the_plan_beside_the_spec)
                                  .microbatches = 6};
     snprintf(m.assign.device, sizeof(m.assign.device), "cpu:0");
     s_spec(&m.assign.spec);
-    s_round_trip(&m, &out);
+    tm_round_trip(&m, &out);
     cr_assert_eq(out.assign.job, 4000000000u);
     cr_assert_eq(out.assign.stage, 2);
     cr_assert_eq(out.assign.epoch, 4000000001u);
@@ -360,14 +339,14 @@ Test(msg_job, ready_and_start_with_and_without_addresses)
     pl_msg_t m, out;
     pl_msg_init(&m, PL_MSG_READY);
     m.ready = (pl_msg_ready_t){.job = 9, .stage = 1, .epoch = 77, .ucx_addr = "QUJD"};
-    s_round_trip(&m, &out);
+    tm_round_trip(&m, &out);
     cr_assert_eq(out.ready.job, 9);
     cr_assert_eq(out.ready.stage, 1);
     cr_assert_eq(out.ready.epoch, 77);
     cr_assert_str_eq(out.ready.ucx_addr, "QUJD");
     pl_msg_clear(&out);
     m.ready.ucx_addr = NULL; /* a single-stage job has none */
-    s_round_trip(&m, &out);
+    tm_round_trip(&m, &out);
     cr_assert_null(out.ready.ucx_addr);
     pl_msg_clear(&out);
 
@@ -376,14 +355,14 @@ Test(msg_job, ready_and_start_with_and_without_addresses)
         .job = 9, .stage = 0, .epoch = UINT32_MAX, .next = "bmV4dA==", .prev = "cHJldg=="};
     for (int i = 0; i < 16; i++)
         m.start.token.b[i] = (uint8_t)(0xf0 ^ (i * 37));
-    s_round_trip(&m, &out);
+    tm_round_trip(&m, &out);
     cr_assert_eq(out.start.epoch, UINT32_MAX);
     cr_assert_eq(memcmp(out.start.token.b, m.start.token.b, 16), 0, "the token travels whole");
     cr_assert_str_eq(out.start.next, "bmV4dA==");
     cr_assert_str_eq(out.start.prev, "cHJldg==");
     pl_msg_clear(&out);
     m.start.next = m.start.prev = NULL;
-    s_round_trip(&m, &out);
+    tm_round_trip(&m, &out);
     cr_assert_null(out.start.next);
     cr_assert_null(out.start.prev);
     pl_msg_clear(&out);
@@ -460,7 +439,7 @@ Test(msg_job, done_round_trips_stats_probe_and_results)
                          .probe = {.to_stage = 0, .gbps = 3.5, .latency_s = 1e-5, .took_s = 0.01}};
     snprintf(m.done.stats.link, sizeof(m.done.stats.link), "tcp");
     snprintf(m.done.stats.probe.transport, sizeof(m.done.stats.probe.transport), "tcp");
-    s_round_trip(&m, &out);
+    tm_round_trip(&m, &out);
     cr_assert_eq(out.done.epoch, 5);
     const pl_msg_stats_t *a = &m.done.stats, *b = &out.done.stats;
     cr_assert_eq(b->wall_s, a->wall_s);
@@ -516,7 +495,7 @@ Test(msg_job, done_round_trips_stats_probe_and_results)
     m.done.stats.link[0] = '\0';
     m.done.n_results = 0;
     m.done.results = NULL;
-    s_round_trip(&m, &out);
+    tm_round_trip(&m, &out);
     cr_assert_not(out.done.stats.has_sink);
     cr_assert_not(out.done.stats.has_probe);
     cr_assert_not(out.done.stats.has_overlap);
@@ -581,7 +560,7 @@ Test(msg_job, fail_carries_a_status_code_and_cancel_any_stage)
     pl_msg_init(&m, PL_MSG_FAIL);
     m.fail = (pl_msg_fail_t){.job = 2, .stage = 1, .epoch = 6, .code = PL_ERR_BACKEND};
     snprintf(m.fail.error, sizeof(m.fail.error), "device lost: 'x'");
-    s_round_trip(&m, &out);
+    tm_round_trip(&m, &out);
     cr_assert_eq(out.fail.code, PL_ERR_BACKEND);
     cr_assert_eq(out.fail.epoch, 6);
     cr_assert_str_eq(out.fail.error, "device lost: 'x'");
@@ -592,13 +571,13 @@ Test(msg_job, fail_carries_a_status_code_and_cancel_any_stage)
     pl_msg_init(&m, PL_MSG_CANCEL);
     cr_assert_eq(m.cancel.stage, -1, "a fresh CANCEL means every stage of the job");
     m.cancel.job = 12;
-    s_round_trip(&m, &out);
+    tm_round_trip(&m, &out);
     cr_assert_eq(out.cancel.job, 12);
     cr_assert_eq(out.cancel.stage, -1);
     cr_assert_eq(out.cancel.epoch, 0, "epoch 0: every assignment of the job");
     m.cancel.stage = 3;
     m.cancel.epoch = 9;
-    s_round_trip(&m, &out);
+    tm_round_trip(&m, &out);
     cr_assert_eq(out.cancel.stage, 3);
     cr_assert_eq(out.cancel.epoch, 9);
     s_refused(PL_MSG_CANCEL, "{\"job\": 1, \"epoch\": 1, \"stage\": -2}", "stage");

@@ -30,12 +30,6 @@ static s_net_t s_n;
 static tc_cluster_t s_c;
 static int s_passed; /* set at the end of a test body: logs are shown only when it is not */
 
-static const char *s_prompts = "[1, 15, 27, 99]\n"
-                               "[1, 7]\n"
-                               "[1, 100, 101, 102, 103, 104, 105, 106, 107]\n"
-                               "[1, 42, 42]\n"
-                               "[3, 200, 5, 17, 9]\n";
-
 /* A child in its own session that waits for EOF on a pipe only this process holds, then runs
  * the cleanup command: a crash, a criterion timeout or SIGKILL of the test still removes the
  * namespaces, veths and bridge (daemons die with the test through PR_SET_PDEATHSIG). */
@@ -177,34 +171,7 @@ static void s_start(void)
                  "daemons in namespaces did not register with %s (is traffic on bridge %s "
                  "blocked, e.g. by br_netfilter and an iptables FORWARD policy?)",
                  s_c.ep, s_n.br);
-    char path[512];
-    snprintf(path, sizeof(path), "%s/prompts.jsonl", s_c.dir);
-    tc_write(path, s_prompts);
-    cr_assert_eq(tc_make_model(s_c.dir, "m",
-                               "--layers 6 --hidden 128 --intermediate 344 "
-                               "--heads 4 --kv-heads 2 --vocab 256 --seed 7 "
-                               "--max-pos 4096"),
-                 0);
-}
-
-static void s_job(const char *name, const char *model, const char *extra)
-{
-    tc_job(&s_c, name, model, extra);
-}
-
-static char *s_reference(const char *job)
-{
-    return tc_reference(&s_c, job);
-}
-
-static char *s_submit(const char *job, int *rc_p)
-{
-    return tc_submit(&s_c, job, rc_p);
-}
-
-static char *s_err(const char *job)
-{
-    return tc_err(&s_c, job);
+    tc_prompts_and_model(&s_c);
 }
 
 /* `pipectl -o json ARGS` parsed; the test fails when it is not a JSON object. */
@@ -296,9 +263,9 @@ Test(netns, three_hosts_over_tcp_equal_single_process)
     }
     json_decref(nodes);
 
-    s_job("greedy", "m", "max_new_tokens: 12\nstages: 3\n");
-    char *ref = s_reference("greedy"), *got = s_submit("greedy", &rc);
-    cr_assert_eq(rc, 0, "pipectl failed: %s", s_err("greedy"));
+    tc_job(&s_c, "greedy", "m", "max_new_tokens: 12\nstages: 3\n");
+    char *ref = tc_reference(&s_c, "greedy"), *got = tc_submit(&s_c, "greedy", &rc);
+    cr_assert_eq(rc, 0, "pipectl failed: %s", tc_err(&s_c, "greedy"));
     cr_assert_str_eq(got, ref);
     s_expect_tcp_links(1, 3);
     free(ref), free(got);
@@ -338,8 +305,8 @@ static void s_cut_case(int stage, const char *sampling, const char *what)
     s_start();
     char extra[256];
     snprintf(extra, sizeof(extra), "max_new_tokens: 300\nstop_at_eos: false\n%s", sampling);
-    s_job("long", "m", extra);
-    char *ref = s_reference("long");
+    tc_job(&s_c, "long", "m", extra);
+    char *ref = tc_reference(&s_c, "long");
     tc_sh(NULL, "%s/pipectl -c %s submit %s/long.yaml >/dev/null", tc_bin(), s_c.ep, s_c.dir);
     json_t *st = NULL;
     for (int i = 0; i < 600; i++) { /* running, some tokens out */

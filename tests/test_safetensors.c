@@ -4,6 +4,9 @@
 #include "model/model.h"
 #include "model/safetensors.h"
 
+#define SCRATCH_TEMPLATE "/tmp/pl_st_XXXXXX"
+#include "scratch_util.h"
+
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -100,30 +103,6 @@ static uint16_t s_ref_bf16(float x)
     if (dl < dh || (dl == dh && !(lo & 1)))
         return lo;
     return hi;
-}
-
-static char s_dir[64];
-
-static void s_mkdir(void)
-{
-    snprintf(s_dir, sizeof(s_dir), "/tmp/pl_st_XXXXXX");
-    cr_assert_not_null(mkdtemp(s_dir));
-}
-
-static void s_rmdir(void)
-{
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", s_dir);
-    cr_assert_eq(system(cmd), 0);
-}
-
-static const char *s_path(const char *name)
-{
-    static char p[4][128];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(p[k], sizeof(p[k]), "%s/%s", s_dir, name);
-    return p[k];
 }
 
 /* Open path expecting failure `want` with `part` in the message. */

@@ -171,6 +171,43 @@ Test(sched_modes, even_names_the_stage_that_does_not_fit)
               "%s", pl_error_msg());
 }
 
+/* More sequences than the even split's KV cache holds: it keeps the most that fit, as the optimal
+ * planner does (a deployment's kv_slots are lowered so; a batch job is refused by waves_note):
+ * every stage within its memory, R sequences all resident, R + 1 lowered to R again. */
+Test(sched_modes, even_lowers_resident_sequences_to_what_fits)
+{
+    pl_sched_device_t d[2] = {s_dev("a", 100, 50, 2), s_dev("b", 100, 50, 2)};
+    pl_plan_input_t in = s_input(d, 2);
+    in.job.n_seqs = 100000;
+    pl_plan_t *p = NULL, *o = NULL;
+    cr_assert_eq(pl_sched_plan_mode(&in, NULL, PL_PLANNER_EVEN, 0, &p), PL_OK, "%s",
+                 pl_error_msg());
+    int R = p->resident_seqs;
+    cr_assert(R >= 1 && R < 100000, "%d resident", R);
+    cr_expect_eq(p->n_seqs, 100000);
+    cr_expect_str_eq(p->search, "even");
+    cr_assert_eq(p->n_stages, 2);
+    for (int i = 0; i < p->n_stages; i++) {
+        cr_expect_leq(p->stages[i].mem_used, p->stages[i].mem_avail, "stage %d", i);
+        cr_expect_gt(p->stages[i].mem_kv, 0, "stage %d holds its KV cache", i);
+    }
+    char note[256];
+    cr_expect(pl_sched_waves_note(p, note, sizeof(note)), "a batch job of them is refused");
+    /* the most that fit, and the optimal planner keeps at least as many */
+    cr_assert_eq(pl_sched_plan_mode(&in, NULL, PL_PLANNER_OPTIMAL, 0, &o), PL_OK);
+    cr_expect_geq(o->resident_seqs, R);
+    pl_plan_destroy(&o);
+    pl_plan_destroy(&p);
+    in.job.n_seqs = R;
+    cr_assert_eq(pl_sched_plan_mode(&in, NULL, PL_PLANNER_EVEN, 0, &p), PL_OK);
+    cr_expect_eq(p->resident_seqs, R, "R fit all resident");
+    pl_plan_destroy(&p);
+    in.job.n_seqs = R + 1;
+    cr_assert_eq(pl_sched_plan_mode(&in, NULL, PL_PLANNER_EVEN, 0, &p), PL_OK);
+    cr_expect_eq(p->resident_seqs, R, "R + 1 do not");
+    pl_plan_destroy(&p);
+}
+
 Test(sched_modes, fixed_stage_count_takes_the_fastest_devices)
 {
     pl_sched_device_t d[4] = {s_dev("a", 100, 40, 64), s_dev("b", 400, 160, 64),

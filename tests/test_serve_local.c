@@ -197,6 +197,59 @@ Test(serve_local, sink_refuses_bad_entries)
     pl_serve_sink_destroy(&k);
 }
 
+/* The sink asks for logits only when an entry samples (pl_gen_in_prompt is the rule both sinks
+ * share): earlier prompt chunks, a resumed sequence's included, need none, and sampling such a
+ * message reads no logits (NULL here) and samples nothing; any other entry needs them. */
+Test(serve_local, sink_wants_logits_only_for_entries_that_sample)
+{
+    pl_serve_sink_t *k;
+    int eos[1] = {2};
+    int32_t earlier[2] = {4, 6};
+    cr_assert_eq(pl_serve_sink_create(3, 8, eos, 1, NULL, &k), PL_OK);
+    pl_serve_seq_t a = {.prompt_len = 10, .gen = {.max_new_tokens = 4, .top_p = 1}};
+    pl_serve_seq_t b = {.prompt_len = 4, .gen = {.max_new_tokens = 4, .top_p = 1}};
+    pl_serve_seq_t r = {.prompt_len = 6, .gen = {.max_new_tokens = 5, .top_p = 1},
+                        .resumed = 2, .earlier = earlier};
+    cr_assert_eq(pl_serve_sink_begin(k, 0, &a), PL_OK);
+    cr_assert_eq(pl_serve_sink_begin(k, 1, &b), PL_OK);
+    cr_assert_eq(pl_serve_sink_begin(k, 2, &r), PL_OK);
+    float logits[3 * 8] = {0};
+    pl_act_hdr_t h = {.kind = PL_ACT_HIDDEN}, out;
+    pl_act_seq_t e[3], os[3];
+    pl_serve_out_t so[3];
+    /* chunks inside their prompts: slot 0 [0, 5), slot 1 [0, 2), slot 2 [0, 3) of 6 */
+    e[0] = (pl_act_seq_t){.seq = 0, .pos0 = 0, .n_tok = 5};
+    e[1] = (pl_act_seq_t){.seq = 1, .pos0 = 0, .n_tok = 2};
+    e[2] = (pl_act_seq_t){.seq = 2, .pos0 = 0, .n_tok = 3};
+    h.n_seq = 3, h.n_tokens = 10;
+    cr_assert_not(pl_serve_sink_wants_logits(k, &h, e));
+    cr_assert_eq(pl_serve_sink_sample(k, &h, e, NULL, &out, os, so), PL_OK, "%s", pl_error_msg());
+    cr_assert_eq(out.n_seq, 0u);
+    /* slot 0 still inside [5, 9); slot 1 ends its prompt [2, 4): this message samples */
+    e[0] = (pl_act_seq_t){.seq = 0, .pos0 = 5, .n_tok = 4};
+    e[1] = (pl_act_seq_t){.seq = 1, .pos0 = 2, .n_tok = 2};
+    h.n_seq = 2, h.n_tokens = 6;
+    cr_assert(pl_serve_sink_wants_logits(k, &h, e));
+    cr_assert_eq(pl_serve_sink_sample(k, &h, e, logits, &out, os, so), PL_OK);
+    cr_assert_eq(out.n_seq, 1u);
+    /* slot 0's last prompt token, slot 2's rest [3, 6): each samples */
+    e[0] = (pl_act_seq_t){.seq = 0, .pos0 = 9, .n_tok = 1};
+    h.n_seq = 1, h.n_tokens = 1;
+    cr_assert(pl_serve_sink_wants_logits(k, &h, e));
+    e[0] = (pl_act_seq_t){.seq = 2, .pos0 = 3, .n_tok = 3};
+    h.n_tokens = 3;
+    cr_assert(pl_serve_sink_wants_logits(k, &h, e));
+    /* what the sample would refuse asks for logits (so it is refused, not skipped) */
+    e[0] = (pl_act_seq_t){.seq = 3, .pos0 = 0, .n_tok = 1};
+    cr_assert(pl_serve_sink_wants_logits(k, &h, e), "no slot 3");
+    pl_serve_sink_end(k, 1);
+    e[0] = (pl_act_seq_t){.seq = 1, .pos0 = 0, .n_tok = 1};
+    cr_assert(pl_serve_sink_wants_logits(k, &h, e), "a free slot");
+    h.n_seq = 0;
+    cr_assert(pl_serve_sink_wants_logits(k, &h, e), "an empty message");
+    pl_serve_sink_destroy(&k);
+}
+
 /* With text: a slot's request ends at its own stop string (finish stop, the text cut before
  * it), and the next request in the same slot decodes afresh with its own (none here). The
  * logits pick the tokens of a known text one after another. */

@@ -133,11 +133,8 @@ static int s_render(pl_pipectl_t *c, char **args, int n_args, FILE *f, bool *fin
     if (rc)
         return rc;
     *final_p = false; /* deployments run until undeployed: --watch ends with Ctrl-C */
-    if (c->json) {
-        pl_pipectl_print_to(c, f, r);
-        json_decref(r);
+    if (pl_pipectl_print_answer(c, f, r))
         return 0;
-    }
     bool wide = c->out == PL_PIPECTL_OUT_WIDE;
     fprintf(f, "%-16s %-9s %-9s %7s %6s %6s %9s %9s  %s", "NAME", "STATE", "JOB", "KV", "LIVE",
             "QUEUED", "COMPLETED", "TOK/S", "PLAN");

@@ -31,11 +31,8 @@ static int s_render_jobs(pl_pipectl_t *c, char **args, int n_args, FILE *f, bool
         if (!s_terminal(S_STR(j, "state")))
             *final_p = false;
     }
-    if (c->json) {
-        pl_pipectl_print_to(c, f, r);
-        json_decref(r);
+    if (pl_pipectl_print_answer(c, f, r))
         return 0;
-    }
     bool wide = c->out == PL_PIPECTL_OUT_WIDE;
     fprintf(f, "%-6s %-9s %5s %13s %7s %9s  %s", "JOB", "STATE", "SEQS", "TOKENS", "STAGES",
             "ELAPSED", "MODEL");

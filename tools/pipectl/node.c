@@ -51,11 +51,8 @@ static int s_render_nodes(pl_pipectl_t *c, char **args, int n_args, FILE *f, boo
     *final_p = false;
     if (rc)
         return rc;
-    if (c->json) {
-        pl_pipectl_print_to(c, f, r);
-        json_decref(r);
+    if (pl_pipectl_print_answer(c, f, r))
         return 0;
-    }
     bool wide = c->out == PL_PIPECTL_OUT_WIDE;
     fprintf(f, "%-12s %-16s %-11s %-5s %-8s %6s %10s %10s %10s", "NODE", "HOST", "STATUS", "JOB",
             "DEVICE", "CORES", "GFLOP/S", "GB/S", "MEM(GiB)");

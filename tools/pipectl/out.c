@@ -27,6 +27,15 @@ void pl_pipectl_print_to(const pl_pipectl_t *c, FILE *f, const json_t *v)
     free(s);
 }
 
+bool pl_pipectl_print_answer(const pl_pipectl_t *c, FILE *f, json_t *r)
+{
+    if (!c->json)
+        return false;
+    pl_pipectl_print_to(c, f, r);
+    json_decref(r);
+    return true;
+}
+
 void pl_pipectl_print(const pl_pipectl_t *c, const json_t *v)
 {
     pl_pipectl_print_to(c, stdout, v);

@@ -99,6 +99,9 @@ void pl_pipectl_print_json(const json_t *v);
 /* v as -o asks: JSON, or YAML (one renderer from the JSON value, out_yaml.c). */
 void pl_pipectl_print(const pl_pipectl_t *c, const json_t *v);
 void pl_pipectl_print_to(const pl_pipectl_t *c, FILE *f, const json_t *v);
+/* A table verb's answer r under -o json|yaml: printed to f and released, true (the verb is done);
+ * false, r kept, for the table. */
+bool pl_pipectl_print_answer(const pl_pipectl_t *c, FILE *f, json_t *r);
 void pl_pipectl_yaml(FILE *f, const json_t *v);
 
 /* Run `render` once into stdout, or with --watch every second, redrawing when its output
