@@ -35,6 +35,7 @@ typedef struct {
     char backend[16];
     char name[128];
     int cores;
+    uint64_t cpu_mask; /* a CPU device's CPUs (HELLO); 0: unknown */
     uint64_t mem_bytes;
     double gflops, mem_gbps;         /* the daemon's calibration */
     double eff_gflops, eff_mem_gbps; /* learned from finished stages (n_obs > 0) */

@@ -71,3 +71,41 @@ Test(coord_learn, a_slow_memory_claim_alone_is_flagged)
     cr_expect(fabs(d->eff_gflops - 100) < 1e-6, "%g", d->eff_gflops);
     cr_expect(fabs(d->eff_mem_gbps - 100) < 1e-6, "%g", d->eff_mem_gbps);
 }
+
+/* Two daemons pinned to one core: the stage's compute took twice its CPU time, which is the
+ * core's other half going to the neighbour. Learned in CPU time, the lesson is the device's own
+ * rate, so a 2-stage job on cores of their own afterwards is planned with the right rates. */
+Test(coord_learn, a_stage_on_a_shared_core_does_not_lower_the_rate)
+{
+    s_setup(100, 20, 2.0, 2.0);
+    pl_coord_stage_t *st = &s_j.stages[0];
+    st->stats.has_overlap = true;
+    st->stats.compute_s = st->stats.prefill_compute_s + st->stats.decode_compute_s;
+    st->stats.compute_cpu_s = st->stats.compute_s / 2;
+    pl_coord_learn(&s_c, &s_j);
+    const pl_coord_dev_t *d = &s_c.nodes[0].dev[0];
+    cr_assert(!d->flagged);
+    cr_expect(fabs(d->eff_gflops - 100) < 1e-9, "%g", d->eff_gflops);
+    cr_expect(fabs(d->eff_mem_gbps - 20) < 1e-9, "%g", d->eff_mem_gbps);
+    /* without the CPU figure the wall time is all there is: half the rate */
+    s_setup(100, 20, 2.0, 2.0);
+    pl_coord_learn(&s_c, &s_j);
+    cr_expect(fabs(s_c.nodes[0].dev[0].eff_gflops - 50) < 1e-9);
+}
+
+/* Lessons form a running mean of the last few: after four jobs at the claimed rate, one job
+ * twice as slow moves the rate by a quarter of the difference, not three quarters. */
+Test(coord_learn, one_odd_job_moves_a_settled_rate_a_little)
+{
+    s_setup(100, 20, 1.0, 1.0);
+    pl_coord_dev_t *d = &s_c.nodes[0].dev[0];
+    for (int i = 0; i < 4; i++)
+        pl_coord_learn(&s_c, &s_j);
+    cr_assert_eq(d->n_obs, 4);
+    cr_expect(fabs(d->eff_gflops - 100) < 1e-9, "%g", d->eff_gflops);
+    s_j.stages[0].stats.prefill_compute_s *= 2;
+    s_j.stages[0].stats.decode_compute_s *= 2;
+    pl_coord_learn(&s_c, &s_j);
+    cr_expect(fabs(d->eff_gflops - 87.5) < 1e-9, "%g", d->eff_gflops);
+    cr_expect(fabs(d->eff_mem_gbps - 17.5) < 1e-9, "%g", d->eff_mem_gbps);
+}
