@@ -49,10 +49,15 @@ pl_status_t pl_sched_job_from_spec(const pl_job_spec_t *spec, const pl_model_con
 #define PL_SCHED_RATE_BAND 0.2
 
 /* Give identical devices one rate (rates.c): among devs[0..n) with cand[i] (NULL: all), devices
- * of one backend and model name whose GFLOP/s (and, separately, GB/s) lie within `band` of the
- * smallest of a run of them (sorted) all take the run's mean. Deterministic: the result does not
- * depend on the devices' order. A device really faster by more than the band keeps its rate. */
-void pl_sched_rates_equalize(pl_sched_device_t *devs, int n, const bool *cand, double band);
+ * of one backend and model name whose calibrated GFLOP/s (and, separately, GB/s) lie within
+ * `band` of the smallest of a run of them (sorted) all take the mean of their rates. calib[i]
+ * holds device i's calibration (NULL: group by the rates themselves): what jobs of different
+ * shapes taught two identical devices differs by more than their calibrations do, so the
+ * calibration says which are alike and the lessons are pooled. Deterministic: the result does
+ * not depend on the devices' order. A device really faster by more than the band keeps its
+ * rate. */
+void pl_sched_rates_equalize(pl_sched_device_t *devs, const pl_sched_device_t *calib, int n,
+                             const bool *cand, double band);
 
 /* The share of its CPUs each CPU device gets while every device of used[] (NULL: all) computes
  * at once: devices of one host whose CPU sets overlap (cpu_mask[i], bit c: CPU c; 0: unknown,

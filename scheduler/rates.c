@@ -11,28 +11,35 @@ static bool s_same_kind(const pl_sched_device_t *a, const pl_sched_device_t *b)
     return strcmp(a->backend, b->backend) == 0 && strcmp(a->name, b->name) == 0;
 }
 
+static double s_key(const pl_sched_device_t *devs, const pl_sched_device_t *calib, int i, int which)
+{
+    const pl_sched_device_t *d = calib ? &calib[i] : &devs[i];
+    return which ? d->mem_gbps : d->gflops;
+}
+
 static double *s_rate(pl_sched_device_t *d, int which)
 {
     return which ? &d->mem_gbps : &d->gflops;
 }
 
-/* One rate of the devices idx[0..n) (one kind), sorted by it: runs within the band of their
- * smallest value take their mean. */
-static void s_equalize(pl_sched_device_t *devs, int *idx, int n, int which, double band)
+/* One rate of the devices idx[0..n) (one kind), sorted by its key (the calibration, else the
+ * rate): runs whose keys lie within the band of their smallest take the mean of their rates. */
+static void s_equalize(pl_sched_device_t *devs, const pl_sched_device_t *calib, int *idx, int n,
+                       int which, double band)
 {
-    for (int i = 1; i < n; i++) { /* insertion sort by rate, ties by index: deterministic */
+    for (int i = 1; i < n; i++) { /* insertion sort by key, ties by index: deterministic */
         int k = idx[i], j = i - 1;
-        double v = *s_rate(&devs[k], which);
-        while (j >= 0 && *s_rate(&devs[idx[j]], which) > v) {
+        double v = s_key(devs, calib, k, which);
+        while (j >= 0 && s_key(devs, calib, idx[j], which) > v) {
             idx[j + 1] = idx[j];
             j--;
         }
         idx[j + 1] = k;
     }
     for (int lo = 0; lo < n;) {
-        double v0 = *s_rate(&devs[idx[lo]], which), sum = 0.0;
+        double v0 = s_key(devs, calib, idx[lo], which), sum = 0.0;
         int hi = lo;
-        while (hi < n && *s_rate(&devs[idx[hi]], which) <= v0 * (1.0 + band))
+        while (hi < n && s_key(devs, calib, idx[hi], which) <= v0 * (1.0 + band))
             sum += *s_rate(&devs[idx[hi++]], which);
         for (int i = lo; i < hi; i++)
             *s_rate(&devs[idx[i]], which) = sum / (hi - lo);
@@ -40,7 +47,8 @@ static void s_equalize(pl_sched_device_t *devs, int *idx, int n, int which, doub
     }
 }
 
-void pl_sched_rates_equalize(pl_sched_device_t *devs, int n, const bool *cand, double band)
+void pl_sched_rates_equalize(pl_sched_device_t *devs, const pl_sched_device_t *calib, int n,
+                             const bool *cand, double band)
 {
     if (!devs || n < 2 || !(band > 0))
         return;
@@ -57,7 +65,7 @@ void pl_sched_rates_equalize(pl_sched_device_t *devs, int n, const bool *cand, d
                 done[j] = true;
             }
         for (int which = 0; which < 2; which++)
-            s_equalize(devs, idx, m, which, band);
+            s_equalize(devs, calib, idx, m, which, band);
     }
 }
 
