@@ -94,17 +94,19 @@ static pl_status_t s_live(pl_coord_t *c, const pl_coord_job_t *j, bool idle_only
         return PL_OK;
     /* identical devices (calibrated alike) plan with one rate, the mean of their lessons */
     pl_sched_device_t *calib = malloc(sizeof(*calib) * (size_t)lv->n);
+    bool learned[PL_SCHED_MAX_DEVICES];
     if (!calib)
         return pl_error(PL_ERR_NOMEM, "coordinator out of memory");
     for (int i = 0; i < lv->n; i++) {
         const pl_coord_dev_t *dv = &c->nodes[lv->node[i]].dev[lv->dev[i]];
+        learned[i] = dv->n_obs > 0;
         calib[i] = lv->devs[i];
         if (!dv->flagged) { /* a flagged claim says nothing: its measured rates stand for it */
             calib[i].gflops = dv->gflops;
             calib[i].mem_gbps = dv->mem_gbps;
         }
     }
-    pl_sched_rates_equalize(lv->devs, calib, lv->n, lv->cand, PL_SCHED_RATE_BAND);
+    pl_sched_rates_equalize(lv->devs, calib, learned, lv->n, lv->cand, PL_SCHED_RATE_BAND);
     free(calib);
     for (int i = 0; i < lv->n; i++) {
         lv->own_gflops[i] = lv->devs[i].gflops;

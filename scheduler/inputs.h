@@ -53,11 +53,13 @@ pl_status_t pl_sched_job_from_spec(const pl_job_spec_t *spec, const pl_model_con
  * `band` of the smallest of a run of them (sorted) all take the mean of their rates. calib[i]
  * holds device i's calibration (NULL: group by the rates themselves): what jobs of different
  * shapes taught two identical devices differs by more than their calibrations do, so the
- * calibration says which are alike and the lessons are pooled. Deterministic: the result does
- * not depend on the devices' order. A device really faster by more than the band keeps its
+ * calibration says which are alike and the lessons are pooled. learned[i] (NULL: none) says
+ * device i's rate is a lesson, not its calibration: where a group has lessons, their mean is the
+ * group's rate (a device that just joined plans as its peers ran). Deterministic: the result
+ * does not depend on the devices' order. A device really faster by more than the band keeps its
  * rate. */
-void pl_sched_rates_equalize(pl_sched_device_t *devs, const pl_sched_device_t *calib, int n,
-                             const bool *cand, double band);
+void pl_sched_rates_equalize(pl_sched_device_t *devs, const pl_sched_device_t *calib,
+                             const bool *learned, int n, const bool *cand, double band);
 
 /* The share of its CPUs each CPU device gets while every device of used[] (NULL: all) computes
  * at once: devices of one host whose CPU sets overlap (cpu_mask[i], bit c: CPU c; 0: unknown,

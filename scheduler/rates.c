@@ -24,8 +24,8 @@ static double *s_rate(pl_sched_device_t *d, int which)
 
 /* One rate of the devices idx[0..n) (one kind), sorted by its key (the calibration, else the
  * rate): runs whose keys lie within the band of their smallest take the mean of their rates. */
-static void s_equalize(pl_sched_device_t *devs, const pl_sched_device_t *calib, int *idx, int n,
-                       int which, double band)
+static void s_equalize(pl_sched_device_t *devs, const pl_sched_device_t *calib,
+                       const bool *learned, int *idx, int n, int which, double band)
 {
     for (int i = 1; i < n; i++) { /* insertion sort by key, ties by index: deterministic */
         int k = idx[i], j = i - 1;
@@ -37,18 +37,27 @@ static void s_equalize(pl_sched_device_t *devs, const pl_sched_device_t *calib, 
         idx[j + 1] = k;
     }
     for (int lo = 0; lo < n;) {
-        double v0 = s_key(devs, calib, idx[lo], which), sum = 0.0;
-        int hi = lo;
-        while (hi < n && s_key(devs, calib, idx[hi], which) <= v0 * (1.0 + band))
-            sum += *s_rate(&devs[idx[hi++]], which);
+        double v0 = s_key(devs, calib, idx[lo], which), sum = 0.0, sum_l = 0.0;
+        int hi = lo, n_l = 0;
+        while (hi < n && s_key(devs, calib, idx[hi], which) <= v0 * (1.0 + band)) {
+            double r = *s_rate(&devs[idx[hi]], which);
+            sum += r;
+            if (learned && learned[idx[hi]]) {
+                sum_l += r;
+                n_l++;
+            }
+            hi++;
+        }
+        /* what jobs taught outweighs a calibration: a new device joins its group's lessons */
+        double mean = n_l ? sum_l / n_l : sum / (hi - lo);
         for (int i = lo; i < hi; i++)
-            *s_rate(&devs[idx[i]], which) = sum / (hi - lo);
+            *s_rate(&devs[idx[i]], which) = mean;
         lo = hi;
     }
 }
 
-void pl_sched_rates_equalize(pl_sched_device_t *devs, const pl_sched_device_t *calib, int n,
-                             const bool *cand, double band)
+void pl_sched_rates_equalize(pl_sched_device_t *devs, const pl_sched_device_t *calib,
+                             const bool *learned, int n, const bool *cand, double band)
 {
     if (!devs || n < 2 || !(band > 0))
         return;
@@ -65,7 +74,7 @@ void pl_sched_rates_equalize(pl_sched_device_t *devs, const pl_sched_device_t *c
                 done[j] = true;
             }
         for (int which = 0; which < 2; which++)
-            s_equalize(devs, calib, idx, m, which, band);
+            s_equalize(devs, calib, learned, idx, m, which, band);
     }
 }
 

@@ -49,7 +49,7 @@ Test(sched_rates, noise_within_the_band_gives_identical_devices_one_rate)
 {
     pl_sched_device_t d[3] = {dev("xeon", "h", 100, 12, 64), dev("xeon", "h", 118, 13.5, 64),
                               dev("xeon", "h", 109, 12.4, 64)};
-    pl_sched_rates_equalize(d, NULL, 3, NULL, PL_SCHED_RATE_BAND);
+    pl_sched_rates_equalize(d, NULL, NULL, 3, NULL, PL_SCHED_RATE_BAND);
     for (int i = 0; i < 3; i++) {
         cr_expect(fabs(d[i].gflops - (100 + 118 + 109) / 3.0) < 1e-9, "%g", d[i].gflops);
         cr_expect(fabs(d[i].mem_gbps - (12 + 13.5 + 12.4) / 3.0) < 1e-9, "%g", d[i].mem_gbps);
@@ -63,7 +63,7 @@ Test(sched_rates, a_real_difference_and_other_kinds_keep_their_rates)
     pl_sched_device_t d[4] = {dev("xeon", "h", 100, 12, 64), dev("xeon", "h", 200, 12.5, 64),
                               dev("epyc", "h", 110, 12, 64), dev("xeon", "h", 105, 12, 64)};
     bool cand[4] = {true, true, true, false};
-    pl_sched_rates_equalize(d, NULL, 4, cand, PL_SCHED_RATE_BAND);
+    pl_sched_rates_equalize(d, NULL, NULL, 4, cand, PL_SCHED_RATE_BAND);
     cr_expect_eq(d[0].gflops, 100);
     cr_expect_eq(d[1].gflops, 200);
     cr_expect_eq(d[2].gflops, 110);
@@ -79,8 +79,8 @@ Test(sched_rates, the_result_does_not_depend_on_the_device_order)
         a[i] = dev("xeon", "h", g[i], m[i], 64);
         b[4 - i] = a[i];
     }
-    pl_sched_rates_equalize(a, NULL, 5, NULL, PL_SCHED_RATE_BAND);
-    pl_sched_rates_equalize(b, NULL, 5, NULL, PL_SCHED_RATE_BAND);
+    pl_sched_rates_equalize(a, NULL, NULL, 5, NULL, PL_SCHED_RATE_BAND);
+    pl_sched_rates_equalize(b, NULL, NULL, 5, NULL, PL_SCHED_RATE_BAND);
     for (int i = 0; i < 5; i++) {
         cr_expect_eq(a[i].gflops, b[4 - i].gflops);
         cr_expect_eq(a[i].mem_gbps, b[4 - i].mem_gbps);
@@ -99,11 +99,21 @@ Test(sched_rates, devices_calibrated_alike_pool_their_lessons)
                                 dev("xeon", "h", 50, 6, 64)};
     pl_sched_device_t d[3] = {dev("xeon", "h", 40, 12, 64), dev("xeon", "h", 52, 9, 64),
                               dev("xeon", "h", 20, 3, 64)};
-    pl_sched_rates_equalize(d, cal, 3, NULL, PL_SCHED_RATE_BAND);
+    pl_sched_rates_equalize(d, cal, NULL, 3, NULL, PL_SCHED_RATE_BAND);
     cr_expect(fabs(d[0].gflops - 46) < 1e-12 && fabs(d[1].gflops - 46) < 1e-12, "%g %g",
               d[0].gflops, d[1].gflops);
     cr_expect(fabs(d[0].mem_gbps - 10.5) < 1e-12 && fabs(d[1].mem_gbps - 10.5) < 1e-12);
     cr_expect(d[2].gflops == 20 && d[2].mem_gbps == 3);
+    /* a third daemon joins (the bench's node2): still on its calibration, it plans with what its
+     * peers learned, not with the calibration's sgemm peak */
+    pl_sched_device_t e[3] = {dev("xeon", "h", 40, 12, 64), dev("xeon", "h", 52, 9, 64),
+                              dev("xeon", "h", 102, 12.1, 64)};
+    pl_sched_device_t ecal[3] = {cal[0], cal[1], dev("xeon", "h", 102, 12.1, 64)};
+    bool learned[3] = {true, true, false};
+    pl_sched_rates_equalize(e, ecal, learned, 3, NULL, PL_SCHED_RATE_BAND);
+    for (int i = 0; i < 3; i++)
+        cr_expect(fabs(e[i].gflops - 46) < 1e-12 && fabs(e[i].mem_gbps - 10.5) < 1e-12,
+                  "device %d: %g, %g", i, e[i].gflops, e[i].mem_gbps);
 }
 
 /* The bench's case: two identical cores whose calibrations (or lessons) differ by draws within
@@ -125,7 +135,7 @@ Test(sched_rates, noisy_identical_devices_get_the_even_split_every_time)
         int raw[2];
         s_split(d, 2, 64, 1, raw);
         moved += raw[0] != ref[0];
-        pl_sched_rates_equalize(d, NULL, 2, NULL, PL_SCHED_RATE_BAND);
+        pl_sched_rates_equalize(d, NULL, NULL, 2, NULL, PL_SCHED_RATE_BAND);
         cr_assert_eq(s_split(d, 2, 64, 1, got), 2);
         cr_assert(got[0] == ref[0] && got[1] == ref[1], "draw %d: %d+%d", draw, got[0], got[1]);
         cr_assert_eq(s_split(d, 2, 8, 32, got), 2); /* the decode job too */
