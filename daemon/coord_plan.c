@@ -106,7 +106,7 @@ static pl_status_t s_live(pl_coord_t *c, const pl_coord_job_t *j, bool idle_only
             calib[i].mem_gbps = dv->mem_gbps;
         }
     }
-    pl_sched_rates_equalize(lv->devs, calib, learned, lv->n, lv->cand, PL_SCHED_RATE_BAND);
+    pl_sched_rates_equalize(lv->devs, calib, learned, lv->n, lv->cand, PL_SCHED_CALIB_BAND);
     free(calib);
     for (int i = 0; i < lv->n; i++) {
         lv->own_gflops[i] = lv->devs[i].gflops;

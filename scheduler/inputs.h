@@ -47,6 +47,10 @@ pl_status_t pl_sched_job_from_spec(const pl_job_spec_t *spec, const pl_model_con
 /* Rates that differ by less than this fraction between devices of one kind are measurement
  * noise: two runs of the same calibration or jobs of different shapes on identical devices. */
 #define PL_SCHED_RATE_BAND 0.2
+/* Calibrations of identical CPUs taken while the machine is busy differ by more (1-thread sgemm
+ * 18.7 and 28.0 GFLOP/s on two cores of one VM, load 24), and a slowed or different device by
+ * 2x or more: the band within which calibrations say "the same device". */
+#define PL_SCHED_CALIB_BAND 0.5
 
 /* Give identical devices one rate (rates.c): among devs[0..n) with cand[i] (NULL: all), devices
  * of one backend and model name whose calibrated GFLOP/s (and, separately, GB/s) lie within

@@ -90,16 +90,17 @@ Test(sched_rates, the_result_does_not_depend_on_the_device_order)
     cr_expect(fabs(a[0].mem_gbps - 10.5) < 1e-9 && fabs(a[2].mem_gbps - 29.5) < 1e-9);
 }
 
-/* Lessons from jobs of different shapes: two devices calibrated alike learned 30% apart (one
- * ran a long prompt, the other a batch). Grouped by calibration, they plan with the mean of what
- * they learned; a device calibrated 2x slower (a slowed-down one) keeps its own. */
+/* Lessons from jobs of different shapes: two devices calibrated alike (within the calibration
+ * band: 100 and 140 GFLOP/s) learned 30% apart (one ran a long prompt, the other a batch).
+ * Grouped by calibration, they plan with the mean of what they learned; a device calibrated 2x
+ * slower (a slowed-down one) keeps its own. */
 Test(sched_rates, devices_calibrated_alike_pool_their_lessons)
 {
-    pl_sched_device_t cal[3] = {dev("xeon", "h", 100, 12, 64), dev("xeon", "h", 104, 12.2, 64),
+    pl_sched_device_t cal[3] = {dev("xeon", "h", 100, 12, 64), dev("xeon", "h", 140, 16, 64),
                                 dev("xeon", "h", 50, 6, 64)};
     pl_sched_device_t d[3] = {dev("xeon", "h", 40, 12, 64), dev("xeon", "h", 52, 9, 64),
                               dev("xeon", "h", 20, 3, 64)};
-    pl_sched_rates_equalize(d, cal, NULL, 3, NULL, PL_SCHED_RATE_BAND);
+    pl_sched_rates_equalize(d, cal, NULL, 3, NULL, PL_SCHED_CALIB_BAND);
     cr_expect(fabs(d[0].gflops - 46) < 1e-12 && fabs(d[1].gflops - 46) < 1e-12, "%g %g",
               d[0].gflops, d[1].gflops);
     cr_expect(fabs(d[0].mem_gbps - 10.5) < 1e-12 && fabs(d[1].mem_gbps - 10.5) < 1e-12);
@@ -108,9 +109,9 @@ Test(sched_rates, devices_calibrated_alike_pool_their_lessons)
      * peers learned, not with the calibration's sgemm peak */
     pl_sched_device_t e[3] = {dev("xeon", "h", 40, 12, 64), dev("xeon", "h", 52, 9, 64),
                               dev("xeon", "h", 102, 12.1, 64)};
-    pl_sched_device_t ecal[3] = {cal[0], cal[1], dev("xeon", "h", 102, 12.1, 64)};
+    pl_sched_device_t ecal[3] = {cal[0], cal[1], dev("xeon", "h", 110, 13, 64)};
     bool learned[3] = {true, true, false};
-    pl_sched_rates_equalize(e, ecal, learned, 3, NULL, PL_SCHED_RATE_BAND);
+    pl_sched_rates_equalize(e, ecal, learned, 3, NULL, PL_SCHED_CALIB_BAND);
     for (int i = 0; i < 3; i++)
         cr_expect(fabs(e[i].gflops - 46) < 1e-12 && fabs(e[i].mem_gbps - 10.5) < 1e-12,
                   "device %d: %g, %g", i, e[i].gflops, e[i].mem_gbps);
