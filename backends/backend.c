@@ -92,11 +92,6 @@ void pl_be_device_set_slowdown(pl_be_device_t *dev, double factor)
     dev->slowdown = factor > 1.0 ? factor : 1.0;
 }
 
-double pl_be_stage_slowdown(const pl_be_stage_t *stage)
-{
-    return stage->slowdown;
-}
-
 pl_status_t pl_be_stage_load(pl_be_device_t *dev, pl_model_t *model,
                              const pl_be_stage_params_t *params, pl_be_stage_t **stage_p)
 {

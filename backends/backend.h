@@ -96,9 +96,6 @@ pl_status_t pl_be_device_health(pl_be_device_t *dev, json_t **health_p);
  * afterwards is followed by (factor - 1) times its own duration of idling, and calibration
  * divides its rates by factor to match. */
 void pl_be_device_set_slowdown(pl_be_device_t *dev, double factor);
-/* The stage's slowdown (1: none): its forward calls idle (factor - 1) x their compute, and
- * count that idle time as the device's, CPU time included (pl_exec_forward). */
-double pl_be_stage_slowdown(const pl_be_stage_t *stage);
 
 /* ---- stages ------------------------------------------------------------------------------ */
 

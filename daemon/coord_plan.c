@@ -371,7 +371,11 @@ bool pl_coord_plan_job(pl_coord_t *c, pl_coord_job_t *j)
                                  .first = s->first_layer,
                                  .last = s->last_layer,
                                  .used_gflops = lv->devs[s->device].gflops,
-                                 .used_gbps = lv->devs[s->device].mem_gbps};
+                                 .used_gbps = lv->devs[s->device].mem_gbps,
+                                 .share = lv->own_gflops[s->device] > 0
+                                              ? lv->devs[s->device].gflops /
+                                                    lv->own_gflops[s->device]
+                                              : 1.0};
         cs->have_terms = pl_sched_terms(&lv->pi.in, plan, i, &cs->terms) == PL_OK;
     }
     pl_log_info("job %u: planned %d stage(s) (%s, %s search), predicted %.3f s, %.1f decode tok/s",
@@ -479,12 +483,11 @@ static void s_learn_rates(pl_coord_t *c, const pl_coord_job_t *j, int s)
     double pred[2] = {0, 0}, meas[2] = {0, 0}; /* [0] compute, [1] memory */
     const double ph[2][3] = {{t->pre_flop_s, t->pre_mem_s, (double)pre_n},
                              {t->dec_flop_s, t->dec_mem_s, (double)dec_n}};
-    /* in the stage's CPU time: what the device does with its core, not the share that other
-     * processes (another daemon pinned to the same core, a build) left it during this job */
+    /* the share of its compute time the stage had its CPU (others ran the rest) */
     double cpu = st->has_overlap && st->compute_s > 0 && st->compute_cpu_s > 0
                      ? PL_MIN(1.0, st->compute_cpu_s / st->compute_s)
                      : 1.0;
-    const double took[2] = {pre_s * cpu, dec_s * cpu};
+    const double took[2] = {pre_s, dec_s};
     for (int p = 0; p < 2; p++) {
         if (ph[p][2] < 1)
             continue;
@@ -499,12 +502,20 @@ static void s_learn_rates(pl_coord_t *c, const pl_coord_job_t *j, int s)
         if (meas[r] < S_LEARN_MIN_S || pred[r] <= 0)
             continue;
         double k = PL_MIN(PL_MAX(pred[r] / meas[r], 1.0 / S_LEARN_MAX_RATIO), S_LEARN_MAX_RATIO);
-        if (pred[r] / meas[r] < 1.0 / S_CLAIM_FLAG_RATIO) { /* the measured rate, unclamped */
+        bool liar = pred[r] / meas[r] < 1.0 / S_CLAIM_FLAG_RATIO;
+        if (liar) { /* the measured rate, unclamped */
             k = pred[r] / meas[r];
             flag = true;
         }
-        rate[r] *= k;
+        /* the plan charged the device its share of CPUs shared with other stages: the lesson is
+         * about the device itself, and never more than it computed while it ran (CPU time) */
+        double share = cs->share > 0 ? cs->share : 1.0;
+        rate[r] = liar ? rate[r] * k : PL_MIN(rate[r] * k / share, rate[r] * k / cpu);
     }
+    if (cs->share > 0 && cs->share < 1) /* a resource not measured keeps the device's own rate */
+        for (int r = 0; r < 2; r++)
+            if (meas[r] < S_LEARN_MIN_S || pred[r] <= 0)
+                rate[r] /= cs->share;
     if (flag) {
         pl_log_warn("%s %s: claims %.3g GFLOP/s, %.3g GB/s but its stage of job %u measured "
                     "%.3g GFLOP/s, %.3g GB/s: flagged, planning with the measured rates",
@@ -514,8 +525,8 @@ static void s_learn_rates(pl_coord_t *c, const pl_coord_job_t *j, int s)
         d->n_obs = 0; /* the claim is worth nothing: the measurement replaces it */
     }
     /* the first lesson replaces the calibration; later ones join a running mean of the last
-     * few (measured in CPU time, a busy machine no longer lowers them; an average keeps two
-     * identical devices that ran different jobs close) */
+     * few (one job of an odd shape or on a busy machine does not set the rate; an average keeps
+     * two identical devices that ran different jobs close) */
     double w = d->n_obs ? 1.0 / PL_MIN(d->n_obs + 1, S_LEARN_WINDOW) : 1.0;
     d->eff_gflops = d->n_obs ? d->eff_gflops + w * (rate[0] - d->eff_gflops) : rate[0];
     d->eff_mem_gbps = d->n_obs ? d->eff_mem_gbps + w * (rate[1] - d->eff_mem_gbps) : rate[1];
