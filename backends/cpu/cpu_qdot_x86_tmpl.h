@@ -160,7 +160,6 @@ static inline __attribute__((always_inline)) void s_k45_rows(const void *w, cons
     size_t bb = five ? sizeof(pl_block_q5_k_t) : sizeof(pl_block_q4_k_t);
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     __m256 acc[PL_CPU_QDOT_ROWS];
-    float lanes[8];
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++)
         acc[r] = _mm256_setzero_ps();
@@ -217,9 +216,10 @@ static inline __attribute__((always_inline)) void s_k45_rows(const void *w, cons
         }
     }
 #pragma GCC unroll 4
-    for (int r = 0; r < R; r++) {
-        _mm256_storeu_ps(lanes, acc[r]);
-        out[r] = pl_cpu_k_lanes_sum(lanes);
+    for (int r = 0; r < R; r++) { /* pl_cpu_k_lanes_sum's order, in registers */
+        __m128 v = _mm_add_ps(_mm256_castps256_ps128(acc[r]), _mm256_extractf128_ps(acc[r], 1));
+        v = _mm_add_ps(v, _mm_movehl_ps(v, v));
+        out[r] = _mm_cvtss_f32(_mm_add_ss(v, _mm_movehdup_ps(v)));
     }
 }
 
