@@ -86,10 +86,19 @@ static inline __attribute__((always_inline)) void s_q32_rows(const void *w, cons
     }
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++) {
-        _mm256_storeu_ps(lanes, acc[r][0]);
-        _mm256_storeu_ps(lanes + 8, acc[r][1]);
-        pl_cpu_q32_tail(w, qx[r], b, nb, four, lanes);
-        out[r] = pl_cpu_q32_lanes_sum(lanes);
+        if (b < nb) { /* an odd block count: the last block in scalar code, then its sum */
+            _mm256_storeu_ps(lanes, acc[r][0]);
+            _mm256_storeu_ps(lanes + 8, acc[r][1]);
+            pl_cpu_q32_tail(w, qx[r], b, nb, four, lanes);
+            out[r] = pl_cpu_q32_lanes_sum(lanes);
+            continue;
+        }
+        /* pl_cpu_q32_lanes_sum's order in registers: v = lanes 0-7 + 8-15, then
+         * ((v0 + v4) + (v1 + v5)) + ((v2 + v6) + (v3 + v7)) */
+        __m256 v = _mm256_add_ps(acc[r][0], acc[r][1]);
+        __m128 u = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+        u = _mm_add_ps(u, _mm_movehdup_ps(u)); /* u0 + u1, ., u2 + u3, . */
+        out[r] = _mm_cvtss_f32(_mm_add_ss(u, _mm_movehl_ps(u, u)));
     }
 }
 
