@@ -310,6 +310,45 @@ static void s_block(pl_cpu_qdot_rows_fn dot, const void *const *x, int nr, const
     }
 }
 
+/* A table's block product over its multi-row dot: what Q6_K (and every type off x86) uses. */
+#define S_TABLE_BLOCKS(type)                                                                       \
+    static void s_##type##_block_avx2(const void *const *x, int nr, const void *w, size_t rb,     \
+                                      int no, int k, float *const *y)                              \
+    {                                                                                              \
+        s_block(pl_cpu_qdot_avx2.type##_rows, x, nr, w, rb, no, k, y);                             \
+    }                                                                                              \
+    static void s_##type##_block_avx512(const void *const *x, int nr, const void *w, size_t rb,   \
+                                        int no, int k, float *const *y)                            \
+    {                                                                                              \
+        s_block(s_avx512()->type##_rows, x, nr, w, rb, no, k, y);                                  \
+    }
+/* cpu_qdot_x86_tmpl.h's own block products, the AVX-512 table's with VNNI where it has it. */
+#define S_X86_BLOCKS(type)                                                                         \
+    static void s_##type##_block_avx2(const void *const *x, int nr, const void *w, size_t rb,     \
+                                      int no, int k, float *const *y)                              \
+    {                                                                                              \
+        pl_cpu_##type##_block_avx2(x, nr, w, rb, no, k, y);                                        \
+    }                                                                                              \
+    static void s_##type##_block_avx512(const void *const *x, int nr, const void *w, size_t rb,   \
+                                        int no, int k, float *const *y)                            \
+    {                                                                                              \
+        (s_avx512() == &pl_cpu_qdot_avx512_vnni ? pl_cpu_##type##_block_vnni                       \
+                                                : pl_cpu_##type##_block_avx2)(x, nr, w, rb, no, k, \
+                                                                              y);                  \
+    }
+#if defined(__x86_64__)
+S_X86_BLOCKS(q8_0)
+S_X86_BLOCKS(q4_0)
+S_X86_BLOCKS(q4_k)
+S_X86_BLOCKS(q5_k)
+#else
+S_TABLE_BLOCKS(q8_0)
+S_TABLE_BLOCKS(q4_0)
+S_TABLE_BLOCKS(q4_k)
+S_TABLE_BLOCKS(q5_k)
+#endif
+S_TABLE_BLOCKS(q6_k)
+
 #define S_QUANT_KERNELS(type, WT)                                                                  \
     size_t pl_cpu_qx_bytes_##type(int k)                                                           \
     {                                                                                              \
@@ -322,17 +361,17 @@ static void s_block(pl_cpu_qdot_rows_fn dot, const void *const *x, int nr, const
     void pl_cpu_qblock_##type##_scalar(const void *const *x, int nr, const void *w, size_t rb,    \
                                        int no, int k, float *const *y)                             \
     {                                                                                              \
-        s_block(pl_cpu_qdot_scalar.type##_rows, x, nr, w, rb, no, k, y);                                  \
+        s_block(pl_cpu_qdot_scalar.type##_rows, x, nr, w, rb, no, k, y);                           \
     }                                                                                              \
     void pl_cpu_qblock_##type##_avx2(const void *const *x, int nr, const void *w, size_t rb,      \
                                      int no, int k, float *const *y)                               \
     {                                                                                              \
-        s_block(pl_cpu_qdot_avx2.type##_rows, x, nr, w, rb, no, k, y);                                    \
+        s_##type##_block_avx2(x, nr, w, rb, no, k, y);                                             \
     }                                                                                              \
     void pl_cpu_qblock_##type##_avx512(const void *const *x, int nr, const void *w, size_t rb,    \
                                        int no, int k, float *const *y)                             \
     {                                                                                              \
-        s_block(s_avx512()->type##_rows, x, nr, w, rb, no, k, y);                                  \
+        s_##type##_block_avx512(x, nr, w, rb, no, k, y);                                           \
     }
 S_QUANT_KERNELS(q8_0, PL_WT_Q8_0)
 S_QUANT_KERNELS(q4_0, PL_WT_Q4_0)

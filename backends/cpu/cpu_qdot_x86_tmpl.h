@@ -115,10 +115,40 @@ static inline __attribute__((always_inline)) void s_q32_rows(const void *w, cons
         }                                                                                          \
     }
 
+/* The GEMM's block products (cpu_qdot.h's pl_cpu_qblock_*): every weight row o < no against the
+ * activation rows in groups of PL_CPU_QDOT_ROWS, the loop over weight rows inside each row
+ * count's instance so the kernel inlines into it (a 768-wide row is only 3 super-blocks or 24
+ * blocks: a call, a dispatch and a switch per row weighed). */
+#define S_BLOCK_CASE(R, body)                                                                      \
+    for (int o = 0; o < no; o++) {                                                                 \
+        const void *w = (const unsigned char *)w0 + (size_t)o * rb;                                \
+        body(R);                                                                                   \
+        for (int r = 0; r < (R); r++)                                                              \
+            y[r0 + r][o] = out[r];                                                                 \
+    }
+#define S_BLOCK_ENTRY(name, body)                                                                  \
+    void name(const void *const *x, int nr, const void *w0, size_t rb, int no, int k,             \
+              float *const *y)                                                                     \
+    {                                                                                              \
+        float out[PL_CPU_QDOT_ROWS];                                                               \
+        int64_t n = k;                                                                             \
+        for (int r0 = 0; r0 < nr; r0 += PL_CPU_QDOT_ROWS) {                                        \
+            const void *const *qx = x + r0;                                                        \
+            switch (nr - r0) {                                                                     \
+            case 1: S_BLOCK_CASE(1, body) break;                                                   \
+            case 2: S_BLOCK_CASE(2, body) break;                                                   \
+            case 3: S_BLOCK_CASE(3, body) break;                                                   \
+            default: S_BLOCK_CASE(4, body) break;                                                  \
+            }                                                                                      \
+        }                                                                                          \
+    }
+
 #define S_Q8_0(R) s_q32_rows(w, qx, R, n, false, out)
 #define S_Q4_0(R) s_q32_rows(w, qx, R, n, true, out)
 S_ROWS_ENTRY(S_NAME(pl_cpu_q8_0_rows_), S_Q8_0)
 S_ROWS_ENTRY(S_NAME(pl_cpu_q4_0_rows_), S_Q4_0)
+S_BLOCK_ENTRY(S_NAME(pl_cpu_q8_0_block_), S_Q8_0)
+S_BLOCK_ENTRY(S_NAME(pl_cpu_q4_0_block_), S_Q4_0)
 
 float S_NAME(pl_cpu_q8_0_dot_)(const void *w, const void *qx, int64_t n)
 {
@@ -236,6 +266,8 @@ static inline __attribute__((always_inline)) void s_k45_rows(const void *w, cons
 #define S_Q5_K(R) s_k45_rows(w, qx, R, n, true, out)
 S_ROWS_ENTRY(S_NAME(pl_cpu_q4_k_rows_), S_Q4_K)
 S_ROWS_ENTRY(S_NAME(pl_cpu_q5_k_rows_), S_Q5_K)
+S_BLOCK_ENTRY(S_NAME(pl_cpu_q4_k_block_), S_Q4_K)
+S_BLOCK_ENTRY(S_NAME(pl_cpu_q5_k_block_), S_Q5_K)
 
 float S_NAME(pl_cpu_q4_k_dot_)(const void *w, const void *qx, int64_t n)
 {
