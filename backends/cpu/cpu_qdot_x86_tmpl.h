@@ -143,12 +143,23 @@ static inline __attribute__((always_inline)) void s_q32_rows(const void *w, cons
         }                                                                                          \
     }
 
+/* The multi-row dots: one weight row's block product (a separate switch over the row count
+ * around the kernel compiled its 4-row instance to a quarter of the block's speed). */
+#define S_ROWS_VIA_BLOCK(name, block)                                                              \
+    void name(const void *w, const void *const *qx, int nr, int64_t n, float *out)               \
+    {                                                                                              \
+        float *y[PL_CPU_QDOT_ROWS];                                                                \
+        for (int r = 0; r < PL_CPU_QDOT_ROWS; r++)                                                 \
+            y[r] = out + (r < nr ? r : 0);                                                         \
+        block(qx, nr < PL_CPU_QDOT_ROWS ? nr : PL_CPU_QDOT_ROWS, w, 0, 1, (int)n, y);              \
+    }
+
 #define S_Q8_0(R) s_q32_rows(w, qx, R, n, false, out)
 #define S_Q4_0(R) s_q32_rows(w, qx, R, n, true, out)
-S_ROWS_ENTRY(S_NAME(pl_cpu_q8_0_rows_), S_Q8_0)
-S_ROWS_ENTRY(S_NAME(pl_cpu_q4_0_rows_), S_Q4_0)
 S_BLOCK_ENTRY(S_NAME(pl_cpu_q8_0_block_), S_Q8_0)
 S_BLOCK_ENTRY(S_NAME(pl_cpu_q4_0_block_), S_Q4_0)
+S_ROWS_VIA_BLOCK(S_NAME(pl_cpu_q8_0_rows_), S_NAME(pl_cpu_q8_0_block_))
+S_ROWS_VIA_BLOCK(S_NAME(pl_cpu_q4_0_rows_), S_NAME(pl_cpu_q4_0_block_))
 
 float S_NAME(pl_cpu_q8_0_dot_)(const void *w, const void *qx, int64_t n)
 {
@@ -264,10 +275,10 @@ static inline __attribute__((always_inline)) void s_k45_rows(const void *w, cons
 
 #define S_Q4_K(R) s_k45_rows(w, qx, R, n, false, out)
 #define S_Q5_K(R) s_k45_rows(w, qx, R, n, true, out)
-S_ROWS_ENTRY(S_NAME(pl_cpu_q4_k_rows_), S_Q4_K)
-S_ROWS_ENTRY(S_NAME(pl_cpu_q5_k_rows_), S_Q5_K)
 S_BLOCK_ENTRY(S_NAME(pl_cpu_q4_k_block_), S_Q4_K)
 S_BLOCK_ENTRY(S_NAME(pl_cpu_q5_k_block_), S_Q5_K)
+S_ROWS_VIA_BLOCK(S_NAME(pl_cpu_q4_k_rows_), S_NAME(pl_cpu_q4_k_block_))
+S_ROWS_VIA_BLOCK(S_NAME(pl_cpu_q5_k_rows_), S_NAME(pl_cpu_q5_k_block_))
 
 float S_NAME(pl_cpu_q4_k_dot_)(const void *w, const void *qx, int64_t n)
 {
