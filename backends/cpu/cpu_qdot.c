@@ -118,9 +118,9 @@ static float s_q4_0(const void *w, const void *qx, int64_t n)
  * isum_m = sum_j sc_j * (q . x) over elements 4m..4m+3 of each sub-block j (the int32 lanes of a
  * 256-bit multiply-add by the scales) and ms_m = m_m * (bsums[2m] + bsums[2m+1]) (the mins'
  * multiply-add), then lane = fmaf(-(d_x * dmin), ms_m, fmaf(d_x * d, isum_m, lane)); the row is
- * pl_cpu_k_lanes_sum of the lanes. SIMD code keeps the lanes in one register per row and never
+ * s_k_lanes_sum of the lanes. SIMD code keeps the lanes in one register per row and never
  * sums across them per block. Every path computes exactly this. */
-float pl_cpu_k_lanes_sum(const float *l)
+static float s_k_lanes_sum(const float *l)
 {
     return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
 }
@@ -150,7 +150,7 @@ static float s_k45(const void *w, const void *qx, int64_t n, bool five)
         for (int m = 0; m < 8; m++)
             lanes[m] = fmaf(-dm, (float)ms[m], fmaf(dd, (float)isum[m], lanes[m]));
     }
-    return pl_cpu_k_lanes_sum(lanes);
+    return s_k_lanes_sum(lanes);
 }
 
 static float s_q4_k(const void *w, const void *qx, int64_t n)

@@ -88,9 +88,6 @@ float pl_cpu_q32_lanes_sum(const float *lanes);
 /* Blocks b0..nb-1 of a row into their lanes (four: Q4_0, else Q8_0). */
 void pl_cpu_q32_tail(const void *w, const void *qx, int64_t b0, int64_t nb, bool four,
                      float *lanes);
-/* Internal: Q4_K / Q5_K rows sum into 8 f32 lanes (cpu_qdot.c says which products go where),
- * then add them in this fixed order. */
-float pl_cpu_k_lanes_sum(const float *lanes);
 /* cpu_qdot_x86_tmpl.h's kernels: AVX2 (the AVX-512 table shares them) and AVX-512 VNNI; their
  * block products are the GEMM's slots (pl_cpu_qblock_*). */
 #define PL_CPU_DECLARE_X86_DOTS(sfx)                                                               \

@@ -200,7 +200,7 @@ static inline __attribute__((always_inline)) __m256i s_q5_bit(__m256i qh, int j)
  * quants unpacked once with their scales (broadcast by a byte shuffle); per row each product
  * times its scale into 8 int32 lanes, and the mins times the row's bsums (each min twice, one
  * multiply-add) into 8 more; then per super-block both converted into the row's 8 float lanes
- * (cpu_qdot.c's pl_cpu_k_lanes: the scalar code's fmaf pair per lane; fnmadd(a, b, c) rounds
+ * (cpu_qdot.c's s_k45 defines them: its fmaf pair per lane; fnmadd(a, b, c) rounds
  * c - a * b once, as fmaf(-a, b, c) does), no horizontal sum until the row's end. */
 static inline __attribute__((always_inline)) void s_k45_rows(const void *w, const void *const *qx,
                                                              int R, int64_t n, bool five,
@@ -266,7 +266,7 @@ static inline __attribute__((always_inline)) void s_k45_rows(const void *w, cons
         }
     }
 #pragma GCC unroll 4
-    for (int r = 0; r < R; r++) { /* pl_cpu_k_lanes_sum's order, in registers */
+    for (int r = 0; r < R; r++) { /* cpu_qdot.c's s_k_lanes_sum order, in registers */
         __m128 v = _mm_add_ps(_mm256_castps256_ps128(acc[r]), _mm256_extractf128_ps(acc[r], 1));
         v = _mm_add_ps(v, _mm_movehl_ps(v, v));
         out[r] = _mm_cvtss_f32(_mm_add_ss(v, _mm_movehdup_ps(v)));
