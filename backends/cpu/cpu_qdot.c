@@ -114,33 +114,43 @@ static float s_q4_0(const void *w, const void *qx, int64_t n)
     return pl_cpu_q32_lanes_sum(lanes);
 }
 
-/* Q4_K / Q5_K: sum_j sc_j * (q . x)_j  and  sum_j m_j * sum(x)_j per super-block. */
+/* Q4_K / Q5_K rows: 8 float lanes. In super-block b, lane m takes the exact integer sums
+ * isum_m = sum_j sc_j * (q . x) over elements 4m..4m+3 of each sub-block j (the int32 lanes of a
+ * 256-bit multiply-add by the scales) and ms_m = m_m * (bsums[2m] + bsums[2m+1]) (the mins'
+ * multiply-add), then lane = fmaf(-(d_x * dmin), ms_m, fmaf(d_x * d, isum_m, lane)); the row is
+ * s_k_lanes_sum of the lanes. SIMD code keeps the lanes in one register per row and never
+ * sums across them per block. Every path computes exactly this. */
+static float s_k_lanes_sum(const float *l)
+{
+    return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
+}
+
 static float s_k45(const void *w, const void *qx, int64_t n, bool five)
 {
     const unsigned char *p = w;
     const pl_q8k_act_t *a = qx;
     size_t bb = five ? sizeof(pl_block_q5_k_t) : sizeof(pl_block_q4_k_t);
-    float sum = 0.0f;
+    float lanes[8] = {0};
     for (int64_t b = 0; b < n / PL_QK_K; b++, p += bb) {
         const uint8_t *scales = p + 4, *qh = p + 16, *qs = p + (five ? 48 : 16);
-        int sumi = 0, summ = 0;
+        int isum[8] = {0}, ms[8];
         for (int j = 0; j < 8; j++) {
             uint8_t sc, m;
-            int s = 0;
             pl_k_scale_min(j, scales, &sc, &m);
             for (int l = 0; l < 32; l++) {
                 uint8_t byte = qs[32 * (j / 2) + l];
                 int q = j % 2 ? byte >> 4 : byte & 0xF;
                 if (five)
                     q += ((qh[l] >> j) & 1) << 4;
-                s += q * a[b].qs[32 * j + l];
+                isum[l / 4] += sc * q * a[b].qs[32 * j + l];
             }
-            sumi += sc * s;
-            summ += m * (a[b].bsums[2 * j] + a[b].bsums[2 * j + 1]);
+            ms[j] = m * (a[b].bsums[2 * j] + a[b].bsums[2 * j + 1]);
         }
-        sum = fmaf(a[b].d, fmaf(s_half(p), (float)sumi, -(s_half(p + 2) * (float)summ)), sum);
+        float dd = a[b].d * s_half(p), dm = a[b].d * s_half(p + 2);
+        for (int m = 0; m < 8; m++)
+            lanes[m] = fmaf(-dm, (float)ms[m], fmaf(dd, (float)isum[m], lanes[m]));
     }
-    return sum;
+    return s_k_lanes_sum(lanes);
 }
 
 static float s_q4_k(const void *w, const void *qx, int64_t n)
@@ -300,6 +310,45 @@ static void s_block(pl_cpu_qdot_rows_fn dot, const void *const *x, int nr, const
     }
 }
 
+/* A table's block product over its multi-row dot: what Q6_K (and every type off x86) uses. */
+#define S_TABLE_BLOCKS(type)                                                                       \
+    static void s_##type##_block_avx2(const void *const *x, int nr, const void *w, size_t rb,     \
+                                      int no, int k, float *const *y)                              \
+    {                                                                                              \
+        s_block(pl_cpu_qdot_avx2.type##_rows, x, nr, w, rb, no, k, y);                             \
+    }                                                                                              \
+    static void s_##type##_block_avx512(const void *const *x, int nr, const void *w, size_t rb,   \
+                                        int no, int k, float *const *y)                            \
+    {                                                                                              \
+        s_block(s_avx512()->type##_rows, x, nr, w, rb, no, k, y);                                  \
+    }
+/* cpu_qdot_x86_tmpl.h's own block products, the AVX-512 table's with VNNI where it has it. */
+#define S_X86_BLOCKS(type)                                                                         \
+    static void s_##type##_block_avx2(const void *const *x, int nr, const void *w, size_t rb,     \
+                                      int no, int k, float *const *y)                              \
+    {                                                                                              \
+        pl_cpu_##type##_block_avx2(x, nr, w, rb, no, k, y);                                        \
+    }                                                                                              \
+    static void s_##type##_block_avx512(const void *const *x, int nr, const void *w, size_t rb,   \
+                                        int no, int k, float *const *y)                            \
+    {                                                                                              \
+        (s_avx512() == &pl_cpu_qdot_avx512_vnni ? pl_cpu_##type##_block_vnni                       \
+                                                : pl_cpu_##type##_block_avx2)(x, nr, w, rb, no, k, \
+                                                                              y);                  \
+    }
+#if defined(__x86_64__)
+S_X86_BLOCKS(q8_0)
+S_X86_BLOCKS(q4_0)
+S_X86_BLOCKS(q4_k)
+S_X86_BLOCKS(q5_k)
+#else
+S_TABLE_BLOCKS(q8_0)
+S_TABLE_BLOCKS(q4_0)
+S_TABLE_BLOCKS(q4_k)
+S_TABLE_BLOCKS(q5_k)
+#endif
+S_TABLE_BLOCKS(q6_k)
+
 #define S_QUANT_KERNELS(type, WT)                                                                  \
     size_t pl_cpu_qx_bytes_##type(int k)                                                           \
     {                                                                                              \
@@ -312,17 +361,17 @@ static void s_block(pl_cpu_qdot_rows_fn dot, const void *const *x, int nr, const
     void pl_cpu_qblock_##type##_scalar(const void *const *x, int nr, const void *w, size_t rb,    \
                                        int no, int k, float *const *y)                             \
     {                                                                                              \
-        s_block(pl_cpu_qdot_scalar.type##_rows, x, nr, w, rb, no, k, y);                                  \
+        s_block(pl_cpu_qdot_scalar.type##_rows, x, nr, w, rb, no, k, y);                           \
     }                                                                                              \
     void pl_cpu_qblock_##type##_avx2(const void *const *x, int nr, const void *w, size_t rb,      \
                                      int no, int k, float *const *y)                               \
     {                                                                                              \
-        s_block(pl_cpu_qdot_avx2.type##_rows, x, nr, w, rb, no, k, y);                                    \
+        s_##type##_block_avx2(x, nr, w, rb, no, k, y);                                             \
     }                                                                                              \
     void pl_cpu_qblock_##type##_avx512(const void *const *x, int nr, const void *w, size_t rb,    \
                                        int no, int k, float *const *y)                             \
     {                                                                                              \
-        s_block(s_avx512()->type##_rows, x, nr, w, rb, no, k, y);                                  \
+        s_##type##_block_avx512(x, nr, w, rb, no, k, y);                                           \
     }
 S_QUANT_KERNELS(q8_0, PL_WT_Q8_0)
 S_QUANT_KERNELS(q4_0, PL_WT_Q4_0)

@@ -88,7 +88,8 @@ float pl_cpu_q32_lanes_sum(const float *lanes);
 /* Blocks b0..nb-1 of a row into their lanes (four: Q4_0, else Q8_0). */
 void pl_cpu_q32_tail(const void *w, const void *qx, int64_t b0, int64_t nb, bool four,
                      float *lanes);
-/* cpu_qdot_x86_tmpl.h's kernels: AVX2 (the AVX-512 table shares them) and AVX-512 VNNI. */
+/* cpu_qdot_x86_tmpl.h's kernels: AVX2 (the AVX-512 table shares them) and AVX-512 VNNI; their
+ * block products are the GEMM's slots (pl_cpu_qblock_*). */
 #define PL_CPU_DECLARE_X86_DOTS(sfx)                                                               \
     float pl_cpu_q8_0_dot_##sfx(const void *w, const void *qx, int64_t n);                        \
     float pl_cpu_q4_0_dot_##sfx(const void *w, const void *qx, int64_t n);                        \
@@ -101,7 +102,15 @@ void pl_cpu_q32_tail(const void *w, const void *qx, int64_t b0, int64_t nb, bool
     void pl_cpu_q4_k_rows_##sfx(const void *w, const void *const *qx, int nr, int64_t n,          \
                                 float *out);                                                       \
     void pl_cpu_q5_k_rows_##sfx(const void *w, const void *const *qx, int nr, int64_t n,          \
-                                float *out);
+                                float *out);                                                       \
+    void pl_cpu_q8_0_block_##sfx(const void *const *x, int nr, const void *w, size_t rb, int no,  \
+                                 int k, float *const *y);                                          \
+    void pl_cpu_q4_0_block_##sfx(const void *const *x, int nr, const void *w, size_t rb, int no,  \
+                                 int k, float *const *y);                                          \
+    void pl_cpu_q4_k_block_##sfx(const void *const *x, int nr, const void *w, size_t rb, int no,  \
+                                 int k, float *const *y);                                          \
+    void pl_cpu_q5_k_block_##sfx(const void *const *x, int nr, const void *w, size_t rb, int no,  \
+                                 int k, float *const *y);
 PL_CPU_DECLARE_X86_DOTS(avx2)
 PL_CPU_DECLARE_X86_DOTS(vnni)
 /* cpu_qdot_avx512.c's Q6_K, which both AVX-512 tables use. */

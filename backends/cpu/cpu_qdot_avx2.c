@@ -8,6 +8,7 @@
 #define S_SUFFIX avx2
 #define S_DOT_U8(u, s) _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1))
 #define S_ACC_I16(acc, a, b) _mm256_add_epi32(acc, _mm256_madd_epi16(a, b))
+#define S_TWO_CHAINS(R) 1 /* S_ACC_I16 is two instructions either way */
 #include "backends/cpu/cpu_qdot_x86_tmpl.h"
 
 /* Q6_K against R activation rows: unsigned 6-bit quants unpacked once and dotted as they are;

@@ -8,6 +8,7 @@
 #define S_SUFFIX vnni
 #define S_DOT_U8(u, s) _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s)
 #define S_ACC_I16(acc, a, b) _mm256_dpwssd_epi32(acc, a, b)
+#define S_TWO_CHAINS(R) ((R) >= 3) /* a lone row or two would wait on vpdpwssd */
 #include "backends/cpu/cpu_qdot_x86_tmpl.h"
 
 const pl_cpu_qdot_table_t pl_cpu_qdot_avx512_vnni = {

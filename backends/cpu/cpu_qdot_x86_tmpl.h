@@ -5,6 +5,9 @@
  *   S_DOT_U8(u, s)       8 int32 lanes, each the sum of 4 products of unsigned u by signed s
  *                        bytes (no pair of products past int16: |u| <= 128, |s| <= 127)
  *   S_ACC_I16(acc, a, b) acc + the 8 int32 sums of pairs of int16 products a * b
+ *   S_TWO_CHAINS(R)      whether R rows' K-quant sums take S_ACC_I16 twice per chunk into two
+ *                        accumulators per row (fewer instructions where S_ACC_I16 is one, but
+ *                        its latency twice per chunk on one row's chain)
  * Both are exact integer sums, so every instance gives the scalar code's results bitwise. */
 #include "backends/cpu/cpu_qdot.h"
 
@@ -83,10 +86,19 @@ static inline __attribute__((always_inline)) void s_q32_rows(const void *w, cons
     }
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++) {
-        _mm256_storeu_ps(lanes, acc[r][0]);
-        _mm256_storeu_ps(lanes + 8, acc[r][1]);
-        pl_cpu_q32_tail(w, qx[r], b, nb, four, lanes);
-        out[r] = pl_cpu_q32_lanes_sum(lanes);
+        if (b < nb) { /* an odd block count: the last block in scalar code, then its sum */
+            _mm256_storeu_ps(lanes, acc[r][0]);
+            _mm256_storeu_ps(lanes + 8, acc[r][1]);
+            pl_cpu_q32_tail(w, qx[r], b, nb, four, lanes);
+            out[r] = pl_cpu_q32_lanes_sum(lanes);
+            continue;
+        }
+        /* pl_cpu_q32_lanes_sum's order in registers: v = lanes 0-7 + 8-15, then
+         * ((v0 + v4) + (v1 + v5)) + ((v2 + v6) + (v3 + v7)) */
+        __m256 v = _mm256_add_ps(acc[r][0], acc[r][1]);
+        __m128 u = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+        u = _mm_add_ps(u, _mm_movehdup_ps(u)); /* u0 + u1, ., u2 + u3, . */
+        out[r] = _mm_cvtss_f32(_mm_add_ss(u, _mm_movehl_ps(u, u)));
     }
 }
 
@@ -103,10 +115,51 @@ static inline __attribute__((always_inline)) void s_q32_rows(const void *w, cons
         }                                                                                          \
     }
 
+/* The GEMM's block products (cpu_qdot.h's pl_cpu_qblock_*): every weight row o < no against the
+ * activation rows in groups of PL_CPU_QDOT_ROWS, the loop over weight rows inside each row
+ * count's instance so the kernel inlines into it (a 768-wide row is only 3 super-blocks or 24
+ * blocks: a call, a dispatch and a switch per row weighed). */
+#define S_BLOCK_CASE(R, body)                                                                      \
+    for (int o = 0; o < no; o++) {                                                                 \
+        const void *w = (const unsigned char *)w0 + (size_t)o * rb;                                \
+        body(R);                                                                                   \
+        for (int r = 0; r < (R); r++)                                                              \
+            y[r0 + r][o] = out[r];                                                                 \
+    }
+#define S_BLOCK_ENTRY(name, body)                                                                  \
+    void name(const void *const *x, int nr, const void *w0, size_t rb, int no, int k,             \
+              float *const *y)                                                                     \
+    {                                                                                              \
+        float out[PL_CPU_QDOT_ROWS];                                                               \
+        int64_t n = k;                                                                             \
+        for (int r0 = 0; r0 < nr; r0 += PL_CPU_QDOT_ROWS) {                                        \
+            const void *const *qx = x + r0;                                                        \
+            switch (nr - r0) {                                                                     \
+            case 1: S_BLOCK_CASE(1, body) break;                                                   \
+            case 2: S_BLOCK_CASE(2, body) break;                                                   \
+            case 3: S_BLOCK_CASE(3, body) break;                                                   \
+            default: S_BLOCK_CASE(4, body) break;                                                  \
+            }                                                                                      \
+        }                                                                                          \
+    }
+
+/* The multi-row dots: one weight row's block product (a separate switch over the row count
+ * around the kernel compiled its 4-row instance to a quarter of the block's speed). */
+#define S_ROWS_VIA_BLOCK(name, block)                                                              \
+    void name(const void *w, const void *const *qx, int nr, int64_t n, float *out)               \
+    {                                                                                              \
+        float *y[PL_CPU_QDOT_ROWS];                                                                \
+        for (int r = 0; r < PL_CPU_QDOT_ROWS; r++)                                                 \
+            y[r] = out + (r < nr ? r : 0);                                                         \
+        block(qx, nr < PL_CPU_QDOT_ROWS ? nr : PL_CPU_QDOT_ROWS, w, 0, 1, (int)n, y);              \
+    }
+
 #define S_Q8_0(R) s_q32_rows(w, qx, R, n, false, out)
 #define S_Q4_0(R) s_q32_rows(w, qx, R, n, true, out)
-S_ROWS_ENTRY(S_NAME(pl_cpu_q8_0_rows_), S_Q8_0)
-S_ROWS_ENTRY(S_NAME(pl_cpu_q4_0_rows_), S_Q4_0)
+S_BLOCK_ENTRY(S_NAME(pl_cpu_q8_0_block_), S_Q8_0)
+S_BLOCK_ENTRY(S_NAME(pl_cpu_q4_0_block_), S_Q4_0)
+S_ROWS_VIA_BLOCK(S_NAME(pl_cpu_q8_0_rows_), S_NAME(pl_cpu_q8_0_block_))
+S_ROWS_VIA_BLOCK(S_NAME(pl_cpu_q4_0_rows_), S_NAME(pl_cpu_q4_0_block_))
 
 float S_NAME(pl_cpu_q8_0_dot_)(const void *w, const void *qx, int64_t n)
 {
@@ -122,19 +175,18 @@ float S_NAME(pl_cpu_q4_0_dot_)(const void *w, const void *qx, int64_t n)
     return out;
 }
 
-/* A K-quant super-block's 8 6-bit scales and 8 mins, unpacked from their 12 bytes at once (the
- * bit shuffle of pl_k_scale_min on four words), as 8 int16 each. */
-static inline void s_k_scales(const uint8_t *q, __m128i *sc_p, __m128i *m_p)
+/* A K-quant super-block's 8 6-bit scales (bytes 0-7) and 8 mins (bytes 8-15), unpacked from
+ * their 12 bytes at q in vector registers (the bit shuffle of pl_k_scale_min on four words at
+ * once). Reads 16 bytes: the block's quants follow its scales, so the last 4 are its own. */
+static inline __m128i s_k_scales(const uint8_t *q)
 {
-    const uint32_t km1 = 0x3f3f3f3f, km2 = 0x0f0f0f0f, km3 = 0x03030303;
-    uint32_t u[3];
-    memcpy(u, q, 12);
-    uint32_t sc_lo = u[0] & km1, m_lo = u[1] & km1;
-    uint32_t sc_hi = (u[2] & km2) | (((u[0] >> 6) & km3) << 4);
-    uint32_t m_hi = ((u[2] >> 4) & km2) | (((u[1] >> 6) & km3) << 4);
-    __m128i v = _mm_setr_epi32((int)sc_lo, (int)sc_hi, (int)m_lo, (int)m_hi);
-    *sc_p = _mm_cvtepu8_epi16(v);
-    *m_p = _mm_cvtepu8_epi16(_mm_srli_si128(v, 8));
+    __m128i v = _mm_loadu_si128((const __m128i *)(const void *)q); /* words u0 u1 u2 . */
+    /* words 0, 2: u0, u1 & 0x3f; words 1, 3: (u2 & 0x0f, (u2 >> 4) & 0x0f) | (u0, u1 >> 6) << 4 */
+    __m128i lo = _mm_srlv_epi32(_mm_shuffle_epi32(v, 0x98), _mm_setr_epi32(0, 0, 0, 4));
+    lo = _mm_and_si128(lo, _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
+    __m128i hi = _mm_srli_epi32(_mm_shuffle_epi32(v, 0x50), 2);
+    hi = _mm_and_si128(hi, _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
+    return _mm_or_si128(lo, hi);
 }
 
 /* The fifth bit of sub-block j's 32 quants (bit j of qh's bytes), at bit 4. */
@@ -146,9 +198,10 @@ static inline __attribute__((always_inline)) __m256i s_q5_bit(__m256i qh, int j)
 
 /* Q4_K / Q5_K against R activation rows: per 64-element chunk, two sub-blocks of 32 unsigned
  * quants unpacked once with their scales (broadcast by a byte shuffle); per row each product
- * times its scale in 32-bit lanes, and the mins' sum against the row's pairs of bsums. The
- * integer sums are exact in any order, and each row's float steps are the scalar fmaf chain
- * (fmsub(a, b, c) rounds a * b - c once, as fmaf(a, b, -c) does), one row per lane for 4 rows. */
+ * times its scale into 8 int32 lanes, and the mins times the row's bsums (each min twice, one
+ * multiply-add) into 8 more; then per super-block both converted into the row's 8 float lanes
+ * (cpu_qdot.c's s_k45 defines them: its fmaf pair per lane; fnmadd(a, b, c) rounds
+ * c - a * b once, as fmaf(-a, b, c) does), no horizontal sum until the row's end. */
 static inline __attribute__((always_inline)) void s_k45_rows(const void *w, const void *const *qx,
                                                              int R, int64_t n, bool five,
                                                              float *out)
@@ -156,29 +209,22 @@ static inline __attribute__((always_inline)) void s_k45_rows(const void *w, cons
     const unsigned char *p = w;
     size_t bb = five ? sizeof(pl_block_q5_k_t) : sizeof(pl_block_q4_k_t);
     const __m256i m4 = _mm256_set1_epi8(0x0F);
-    float sum[PL_CPU_QDOT_ROWS];
-    __m128 sum4 = _mm_setzero_ps(); /* R == 4: the rows' sums in lanes */
+    __m256 acc[PL_CPU_QDOT_ROWS];
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++)
-        sum[r] = 0.0f;
+        acc[r] = _mm256_setzero_ps();
     for (int64_t b = 0; b < n / PL_QK_K; b++, p += bb) {
         const uint8_t *qs = p + (five ? 48 : 16);
         for (size_t l = 0; l < bb; l += 64)
             _mm_prefetch((const char *)p + S_PF + l, _MM_HINT_T0);
         __m256i qh = five ? _mm256_loadu_si256((const __m256i *)(p + 16)) : _mm256_setzero_si256();
-        __m128i sc, mn;
-        s_k_scales(p + 4, &sc, &mn);
-        __m256i sc2 = _mm256_broadcastsi128_si256(sc);
-        __m256i isum[PL_CPU_QDOT_ROWS];
-        __m128i ms[PL_CPU_QDOT_ROWS]; /* the mins times the row's pairs of bsums, 4 partial sums */
+        __m128i scm = s_k_scales(p + 4);
+        __m256i sc2 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(scm));
+        __m256i mn2 = _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(scm, scm)); /* m0 m0 m1 m1 .. */
+        __m256i isum[PL_CPU_QDOT_ROWS], isum2[PL_CPU_QDOT_ROWS];
 #pragma GCC unroll 4
-        for (int r = 0; r < R; r++) {
-            const pl_q8k_act_t *a = (const pl_q8k_act_t *)qx[r] + b;
-            __m128i pairs = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)a->bsums),
-                                           _mm_loadu_si128((const __m128i *)(a->bsums + 8)));
-            ms[r] = _mm_madd_epi16(mn, pairs);
-            isum[r] = _mm256_setzero_si256();
-        }
+        for (int r = 0; r < R; r++)
+            isum[r] = isum2[r] = _mm256_setzero_si256();
 #pragma GCC unroll 4
         for (int c = 0; c < 4; c++) {
             __m256i raw = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
@@ -195,48 +241,44 @@ static inline __attribute__((always_inline)) void s_k45_rows(const void *w, cons
                 const int8_t *xq = ((const pl_q8k_act_t *)qx[r] + b)->qs + 64 * c;
                 __m256i x0 = _mm256_loadu_si256((const __m256i *)xq);
                 __m256i x1 = _mm256_loadu_si256((const __m256i *)(xq + 32));
-                /* the second sub-block added onto the first's products, then onto isum: one
-                 * short chain per chunk (two dependent VNNI adds per chunk into isum would make
-                 * a single row wait on their latency) */
-                __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, x0), s0);
-                __m256i p01 = S_ACC_I16(p0, _mm256_maddubs_epi16(hi, x1), s1);
-                isum[r] = _mm256_add_epi32(isum[r], p01);
+                if (S_TWO_CHAINS(R)) { /* each sub-block straight into its own chain */
+                    isum[r] = S_ACC_I16(isum[r], _mm256_maddubs_epi16(lo, x0), s0);
+                    isum2[r] = S_ACC_I16(isum2[r], _mm256_maddubs_epi16(hi, x1), s1);
+                } else { /* the second sub-block added onto the first's products, then onto
+                          * isum: one short chain (a lone row would wait on two dependent
+                          * VNNI adds per chunk) */
+                    __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, x0), s0);
+                    __m256i p01 = S_ACC_I16(p0, _mm256_maddubs_epi16(hi, x1), s1);
+                    isum[r] = _mm256_add_epi32(isum[r], p01);
+                }
             }
         }
         float dw = s_half(p), dmin = s_half(p + 2);
-        if (R == 4) { /* the four rows' sums reduced side by side, their float steps in lanes */
-            __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(isum[0], isum[1]),
-                                          _mm256_hadd_epi32(isum[2], isum[3]));
-            __m128i si = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
-            __m128i sm = _mm_hadd_epi32(_mm_hadd_epi32(ms[0], ms[1]), _mm_hadd_epi32(ms[2], ms[3]));
-            __m128 dx = _mm_setr_ps(((const pl_q8k_act_t *)qx[0] + b)->d,
-                                    ((const pl_q8k_act_t *)qx[1] + b)->d,
-                                    ((const pl_q8k_act_t *)qx[2] + b)->d,
-                                    ((const pl_q8k_act_t *)qx[3] + b)->d);
-            __m128 t = _mm_mul_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(sm));
-            __m128 u = _mm_fmsub_ps(_mm_set1_ps(dw), _mm_cvtepi32_ps(si), t);
-            sum4 = _mm_fmadd_ps(dx, u, sum4);
-            continue;
-        }
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
-            __m128i m = _mm_add_epi32(ms[r], _mm_shuffle_epi32(ms[r], 0x4E));
-            int summ = _mm_cvtsi128_si32(_mm_add_epi32(m, _mm_shuffle_epi32(m, 0xB1)));
-            sum[r] = fmaf(((const pl_q8k_act_t *)qx[r] + b)->d,
-                          fmaf(dw, (float)s_hsum_i32(isum[r]), -(dmin * (float)summ)), sum[r]);
+            const pl_q8k_act_t *a = (const pl_q8k_act_t *)qx[r] + b;
+            if (S_TWO_CHAINS(R))
+                isum[r] = _mm256_add_epi32(isum[r], isum2[r]);
+            __m256i ms = _mm256_madd_epi16(mn2, _mm256_loadu_si256((const __m256i *)a->bsums));
+            __m256 t = _mm256_fmadd_ps(_mm256_set1_ps(a->d * dw), _mm256_cvtepi32_ps(isum[r]),
+                                       acc[r]);
+            acc[r] = _mm256_fnmadd_ps(_mm256_set1_ps(a->d * dmin), _mm256_cvtepi32_ps(ms), t);
         }
     }
-    if (R == 4)
-        _mm_storeu_ps(sum, sum4);
 #pragma GCC unroll 4
-    for (int r = 0; r < R; r++)
-        out[r] = sum[r];
+    for (int r = 0; r < R; r++) { /* cpu_qdot.c's s_k_lanes_sum order, in registers */
+        __m128 v = _mm_add_ps(_mm256_castps256_ps128(acc[r]), _mm256_extractf128_ps(acc[r], 1));
+        v = _mm_add_ps(v, _mm_movehl_ps(v, v));
+        out[r] = _mm_cvtss_f32(_mm_add_ss(v, _mm_movehdup_ps(v)));
+    }
 }
 
 #define S_Q4_K(R) s_k45_rows(w, qx, R, n, false, out)
 #define S_Q5_K(R) s_k45_rows(w, qx, R, n, true, out)
-S_ROWS_ENTRY(S_NAME(pl_cpu_q4_k_rows_), S_Q4_K)
-S_ROWS_ENTRY(S_NAME(pl_cpu_q5_k_rows_), S_Q5_K)
+S_BLOCK_ENTRY(S_NAME(pl_cpu_q4_k_block_), S_Q4_K)
+S_BLOCK_ENTRY(S_NAME(pl_cpu_q5_k_block_), S_Q5_K)
+S_ROWS_VIA_BLOCK(S_NAME(pl_cpu_q4_k_rows_), S_NAME(pl_cpu_q4_k_block_))
+S_ROWS_VIA_BLOCK(S_NAME(pl_cpu_q5_k_rows_), S_NAME(pl_cpu_q5_k_block_))
 
 float S_NAME(pl_cpu_q4_k_dot_)(const void *w, const void *qx, int64_t n)
 {
