@@ -273,7 +273,10 @@ static bool s_hearing(const pl_coord_t *c, pl_coord_job_t *j)
     for (int i = 0; i < c->n_nodes; i++)
         silent += c->nodes[i].alive && s_allowed(j, c->nodes[i].name) &&
                   c->nodes[i].last_seen <= j->t_lost;
-    if (silent) {
+    if (silent && j->spec.train) {
+        snprintf(j->error, sizeof(j->error), "resuming: waiting to hear from %d node(s) (%s)",
+                 silent, j->lost_why);
+    } else if (silent) {
         char what[128];
         pl_coord_resume_what(j, what, sizeof(what));
         snprintf(j->error, sizeof(j->error), "%s: waiting to hear from %d node(s) (%s)", what,
@@ -284,10 +287,10 @@ static bool s_hearing(const pl_coord_t *c, pl_coord_job_t *j)
 
 bool pl_coord_plan_job(pl_coord_t *c, pl_coord_job_t *j)
 {
-    if (j->spec.train)
-        return pl_coord_train_plan(c, j); /* coord_train_plan.c */
     if (s_hearing(c, j))
         return false;
+    if (j->spec.train)
+        return pl_coord_train_plan(c, j); /* coord_train_plan.c */
     s_live_t *lv = calloc(1, sizeof(*lv));
     pl_plan_t *plan = NULL;
     bool ok = false;

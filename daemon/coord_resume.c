@@ -3,6 +3,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "daemon/coord_int.h"
+#include "daemon/coord_train.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -180,13 +181,17 @@ void pl_coord_resume_what(const pl_coord_job_t *j, char *buf, size_t len)
 
 void pl_coord_job_interrupt(pl_coord_t *c, pl_coord_job_t *j, const char *why)
 {
-    if (j->spec.train) { /* its weights live on its stages: only a checkpoint outlives them */
-        pl_coord_job_fail(c, j, "%s (a training job does not resume by itself: submit it again "
-                          "with resume_from its last checkpoint)", why);
-        return;
-    }
     if (j->n_resumes >= S_MAX_RESUMES) {
         pl_coord_job_fail(c, j, "%s, and it was resumed %d times already", why, j->n_resumes);
+        return;
+    }
+    char from[64] = ""; /* a training job's weights live on its stages: its last whole
+                         * checkpoint is what outlives them (coord_train_resume.c) */
+    pl_coord_train_t *ran = j->train;
+    j->train = NULL;
+    if (ran && pl_coord_train_rewind(j, &ran, from, sizeof(from))) {
+        j->train = ran;
+        pl_coord_job_fail(c, j, "%s, and it cannot resume: %s", why, pl_error_msg());
         return;
     }
     for (int i = 0; i < j->n_stages; i++) {
@@ -211,11 +216,20 @@ void pl_coord_job_interrupt(pl_coord_t *c, pl_coord_job_t *j, const char *why)
     j->t_first_new = 0;
     j->resumed_from = s_held(j);
     snprintf(j->lost_why, sizeof(j->lost_why), "%s", why);
-    char what[128];
-    pl_coord_resume_what(j, what, sizeof(what));
-    snprintf(j->error, sizeof(j->error), "queued: %s: %s", what, why);
-    pl_log_warn("job %u: interrupted (%s): queued, %s", j->id, why, what);
-    pl_coord_event(j, "interrupted", "%s; %s", why, what);
+    if (j->train) {
+        bool none = strncmp(from, "checkpoint-", 11) != 0;
+        snprintf(j->error, sizeof(j->error), "resuming from %s after %s", from, why);
+        pl_log_warn("job %u: interrupted (%s): queued to resume from %s", j->id, why, from);
+        pl_coord_event(j, "interrupted", "%s; %s %s", why,
+                       none ? "no whole checkpoint yet: starts again from" : "resumes from",
+                       from);
+    } else {
+        char what[128];
+        pl_coord_resume_what(j, what, sizeof(what));
+        snprintf(j->error, sizeof(j->error), "queued: %s: %s", what, why);
+        pl_log_warn("job %u: interrupted (%s): queued, %s", j->id, why, what);
+        pl_coord_event(j, "interrupted", "%s; %s", why, what);
+    }
     pl_coord_persist(c, j);
     s_save(c, j);
 }
@@ -321,7 +335,7 @@ pl_status_t pl_coord_progress_restore(pl_coord_t *c)
                      "it waited to resume when the "
                      "coordinator restarted");
         }
-        if (!j->resuming)
+        if (!j->resuming || j->train) /* a training job resumes from its checkpoint */
             continue;
         j->resumed_from = s_held(j);
         if (j->spec.serve.on) {

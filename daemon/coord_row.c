@@ -3,6 +3,7 @@
  */
 #include "common/util.h"
 #include "daemon/coord_int.h"
+#include "daemon/coord_train.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,7 +79,7 @@ pl_status_t pl_coord_job_from_row(const pl_coord_row_t *r, pl_coord_job_t **job_
                           j->n_results, (long long)r->n_seqs);
             goto err;
         }
-    } else if (state == PL_JOB_DONE) {
+    } else if (state == PL_JOB_DONE && !j->spec.train) { /* training: the curve, no results */
         st = pl_error(PL_ERR_INVALID, "field 'results': a done job without results");
         goto err;
     }
@@ -86,6 +87,11 @@ pl_status_t pl_coord_job_from_row(const pl_coord_row_t *r, pl_coord_job_t **job_
     v = NULL;
     if (r->events && ((st = s_json(r->events, "events", &v)) ||
                       (st = pl_coord_events_from_json(v, j))))
+        goto err;
+    json_decref(v);
+    v = NULL;
+    if (r->train && j->spec.train && /* a training job's progress (coord_train_row.c) */
+        ((st = s_json(r->train, "train", &v)) || (st = pl_coord_train_from_row(v, j))))
         goto err;
     json_decref(v);
     j->id = (uint32_t)r->id;
@@ -102,6 +108,7 @@ pl_status_t pl_coord_job_from_row(const pl_coord_row_t *r, pl_coord_job_t **job_
     return PL_OK;
 err: /* nothing else is allocated yet */
     json_decref(v);
+    pl_coord_train_free(j);
     json_decref(j->plan);
     pl_msg_results_free(j->results, j->n_results);
     pl_job_spec_clear(&j->spec);

@@ -3,6 +3,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "daemon/coord_int.h"
+#include "daemon/coord_train.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,8 +24,8 @@ static double s_wall_from_mono(double mono)
 
 pl_status_t pl_coord_persist(pl_coord_t *c, pl_coord_job_t *j)
 {
-    json_t *spec = NULL, *res = NULL, *ev = NULL;
-    char *spec_s = NULL, *plan_s = NULL, *res_s = NULL, *ev_s = NULL;
+    json_t *spec = NULL, *res = NULL, *ev = NULL, *tr = NULL;
+    char *spec_s = NULL, *plan_s = NULL, *res_s = NULL, *ev_s = NULL, *tr_s = NULL;
     pl_status_t st;
 
     if (!c->store)
@@ -38,7 +39,9 @@ pl_status_t pl_coord_persist(pl_coord_t *c, pl_coord_job_t *j)
     res_s = res ? json_dumps(res, JSON_COMPACT) : NULL;
     ev = pl_coord_events_json(j);
     ev_s = ev ? json_dumps(ev, JSON_COMPACT) : NULL;
-    if (!spec_s || (j->plan && !plan_s) || (res && !res_s) || !ev_s) {
+    tr = j->train ? pl_coord_train_row(j) : NULL; /* coord_train_row.c */
+    tr_s = tr ? json_dumps(tr, JSON_COMPACT) : NULL;
+    if (!spec_s || (j->plan && !plan_s) || (res && !res_s) || !ev_s || (j->train && !tr_s)) {
         st = pl_error(PL_ERR_NOMEM, "job %u: cannot encode it for the state db", j->id);
         goto out;
     }
@@ -55,7 +58,8 @@ pl_status_t pl_coord_persist(pl_coord_t *c, pl_coord_job_t *j)
                         .epoch = j->epoch,
                         .submitted_at = s_wall_from_mono(j->t_submit),
                         .ended_at = s_wall_from_mono(j->t_end),
-                        .events = ev_s};
+                        .events = ev_s,
+                        .train = tr_s};
     st = pl_coord_store_put(c->store, &r, c->next_job, c->next_epoch);
 out:
     if (st)
@@ -67,6 +71,8 @@ out:
     free(res_s);
     json_decref(ev);
     free(ev_s);
+    json_decref(tr);
+    free(tr_s);
     return st;
 }
 
@@ -109,7 +115,38 @@ static pl_status_t s_requeue(pl_coord_t *c, pl_coord_job_t **jp)
     j->t_submit = old->t_submit;
     j->t_queued = pl_now();
     j->state = PL_JOB_QUEUED;
-    if (old->state != PL_JOB_QUEUED) {
+    char from[64] = "";
+    if (old->state != PL_JOB_QUEUED && old->train && /* from its last whole checkpoint */
+        pl_coord_train_rewind(j, &old->train, from, sizeof(from))) {
+        snprintf(old->error, sizeof(old->error), "after a coordinator restart: %s",
+                 pl_error_msg());
+        old->state = PL_JOB_FAILED;
+        old->t_end = pl_now();
+        pl_log_warn("job %u failed: %s", old->id, old->error);
+        old->spec = j->spec; /* back, so that the failed row keeps it */
+        pl_job_spec_init(&j->spec);
+        pl_coord_job_free(j);
+        pl_coord_persist(c, old);
+        return PL_OK;
+    }
+    if (old->state != PL_JOB_QUEUED && j->train) {
+        if (!from[0]) /* a row from before training progress was kept: from its start */
+            snprintf(from, sizeof(from), "step %d", j->train->run_from);
+        j->resuming = true;
+        j->n_resumes = 1;
+        j->t_lost = j->t_queued;
+        snprintf(j->lost_why, sizeof(j->lost_why), "a coordinator restart (it was %s)",
+                 pl_job_state_name(old->state));
+        snprintf(j->error, sizeof(j->error), "resuming from %s after %s", from, j->lost_why);
+        pl_log_info("job %u: was %s, resumes from %s after the restart", j->id,
+                    pl_job_state_name(old->state), from);
+        pl_coord_event(j, "requeued", "was %s; %s %s after a coordinator restart",
+                       pl_job_state_name(old->state),
+                       strncmp(from, "checkpoint-", 11) ? "no whole checkpoint yet: starts "
+                                                          "again from"
+                                                        : "resumes from",
+                       from);
+    } else if (old->state != PL_JOB_QUEUED) {
         j->resuming = true;
         j->n_resumes = 1;
         j->t_lost = j->t_queued;

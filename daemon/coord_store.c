@@ -20,7 +20,7 @@ static const char s_schema[] =
     " generated INTEGER NOT NULL DEFAULT 0, n_seqs INTEGER NOT NULL DEFAULT 0,"
     " n_layers INTEGER NOT NULL DEFAULT 0, prompt_tokens INTEGER NOT NULL DEFAULT 0,"
     " epoch INTEGER NOT NULL DEFAULT 0, submitted_at REAL NOT NULL DEFAULT 0,"
-    " ended_at REAL NOT NULL DEFAULT 0, events TEXT);"
+    " ended_at REAL NOT NULL DEFAULT 0, events TEXT, train TEXT);"
     "CREATE TABLE IF NOT EXISTS drained(node TEXT PRIMARY KEY);"
     /* a running job's tokens, appended as the last stage reports them (coord_resume.c) */
     "CREATE TABLE IF NOT EXISTS progress(job INTEGER NOT NULL, seq INTEGER NOT NULL,"
@@ -44,6 +44,20 @@ static pl_status_t s_exec(pl_coord_store_t *s, const char *sql)
     return PL_OK;
 }
 
+/* Column `name` (TEXT) of jobs, added when an older database has none. */
+static pl_status_t s_column(pl_coord_store_t *s, const char *name)
+{
+    char sql[96];
+    sqlite3_stmt *probe = NULL;
+    snprintf(sql, sizeof(sql), "SELECT %s FROM jobs LIMIT 0", name);
+    int missing = sqlite3_prepare_v2(s->db, sql, -1, &probe, NULL) != SQLITE_OK;
+    sqlite3_finalize(probe);
+    if (!missing)
+        return PL_OK;
+    snprintf(sql, sizeof(sql), "ALTER TABLE jobs ADD COLUMN %s TEXT", name);
+    return s_exec(s, sql);
+}
+
 pl_status_t pl_coord_store_open(const char *path, pl_coord_store_t **store_p)
 {
     pl_coord_store_t *s = calloc(1, sizeof(*s));
@@ -63,12 +77,10 @@ pl_status_t pl_coord_store_open(const char *path, pl_coord_store_t **store_p)
     if ((st = s_exec(s, "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;")) ||
         (st = s_exec(s, s_schema)))
         goto err;
-    /* a database from before job events: the column added, its rows without events */
-    sqlite3_stmt *probe = NULL;
-    if (sqlite3_prepare_v2(s->db, "SELECT events FROM jobs LIMIT 0", -1, &probe, NULL) &&
-        (st = s_exec(s, "ALTER TABLE jobs ADD COLUMN events TEXT")))
+    /* a database from before job events or training progress: the column added, its rows
+     * without them */
+    if ((st = s_column(s, "events")) || (st = s_column(s, "train")))
         goto err;
-    sqlite3_finalize(probe);
     *store_p = s;
     return PL_OK;
 err:
@@ -141,8 +153,8 @@ pl_status_t pl_coord_store_each(pl_coord_store_t *s,
     pl_status_t st = PL_OK;
     if (sqlite3_prepare_v2(s->db,
                            "SELECT id, state, spec, plan, results, error, generated, n_seqs,"
-                           " n_layers, prompt_tokens, epoch, submitted_at, ended_at, events"
-                           " FROM jobs ORDER BY id",
+                           " n_layers, prompt_tokens, epoch, submitted_at, ended_at, events,"
+                           " train FROM jobs ORDER BY id",
                            -1, &q, NULL))
         return s_err(s, "read jobs");
     int rc;
@@ -160,7 +172,8 @@ pl_status_t pl_coord_store_each(pl_coord_store_t *s,
                             .epoch = sqlite3_column_int64(q, 10),
                             .submitted_at = sqlite3_column_double(q, 11),
                             .ended_at = sqlite3_column_double(q, 12),
-                            .events = s_text(q, 13)};
+                            .events = s_text(q, 13),
+                            .train = s_text(q, 14)};
         st = fn(user, &r);
     }
     if (!st && rc != SQLITE_DONE)
@@ -200,7 +213,7 @@ pl_status_t pl_coord_store_put(pl_coord_store_t *s, const pl_coord_row_t *r, uin
     if (sqlite3_prepare_v2(s->db,
                            "INSERT OR REPLACE INTO jobs(id, state, spec, plan, results, error,"
                            " generated, n_seqs, n_layers, prompt_tokens, epoch, submitted_at,"
-                           " ended_at, events) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                           " ended_at, events, train) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                            -1, &q, NULL)) {
         st = s_err(s, "write job");
         goto err;
@@ -219,6 +232,7 @@ pl_status_t pl_coord_store_put(pl_coord_store_t *s, const pl_coord_row_t *r, uin
     sqlite3_bind_double(q, 12, r->submitted_at);
     sqlite3_bind_double(q, 13, r->ended_at);
     s_bind_text(q, 14, r->events);
+    s_bind_text(q, 15, r->train);
     if (sqlite3_step(q) != SQLITE_DONE) {
         st = s_err(s, "write job");
         goto err;

@@ -23,6 +23,7 @@ typedef struct {
     int64_t generated, n_seqs, n_layers, prompt_tokens, epoch;
     double submitted_at, ended_at; /* Unix seconds; ended_at 0: not ended */
     const char *events;            /* NULL: none; coord_event.c's JSON array */
+    const char *train;             /* NULL: none; a training job's progress (coord_train_row.c) */
 } pl_coord_row_t;
 
 /* Open (creating when missing) the database at path. */

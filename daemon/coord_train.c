@@ -18,15 +18,6 @@
 #define S_MAX_CURVE (1 << 20) /* steps whose loss is kept */
 #define S_STATUS_CURVE 4096   /* of those, the latest ones a status shows */
 
-void pl_coord_train_free(pl_coord_job_t *j)
-{
-    if (!j->train)
-        return;
-    free(j->train->losses);
-    free(j->train);
-    j->train = NULL;
-}
-
 /* A file the daemons will read must be there and readable (they run where the coordinator is,
  * or see the same file system). */
 static pl_status_t s_readable(const char *what, const char *path)
@@ -92,7 +83,7 @@ pl_status_t pl_coord_train_validate(pl_coord_job_t *j)
         free(p);
         return pl_error(PL_ERR_NOMEM, "coordinator out of memory");
     }
-    p->first_step = p->step = steps_done;
+    p->first_step = p->run_from = p->step = steps_done;
     p->ckpt_step = -1;
     for (int i = 0; i < PL_COORD_MAX_STAGES; i++)
         p->stages[i] = (pl_coord_train_stage_t){.step = steps_done, .ckpt_step = -1};
@@ -152,8 +143,14 @@ void pl_coord_on_train_step(pl_coord_t *c, const pl_tx_peer_t *from, const pl_ms
     s->peak_stash = PL_MAX(s->peak_stash, r->peak_stash_bytes);
     if (r->checkpoint)
         s->ckpt_step = r->step;
+    if (j->n_resumes && !j->t_first_new && r->step > p->run_from) {
+        j->t_first_new = pl_now();
+        pl_log_info("job %u: resumed: first new step seen %.2f s after the interruption was "
+                    "detected (%.2f s after the new assignment), from step %d", j->id,
+                    j->t_first_new - j->t_lost, j->t_first_new - j->t_resumed, p->run_from);
+    }
     if (r->stage == j->n_stages - 1) { /* the curve: every stage has the loss, this one first */
-        if (p->step == p->first_step)
+        if (p->step == p->run_from)
             p->t_first = pl_now() - r->wall_s;
         p->step = r->step;
         p->loss = r->loss, p->grad_norm = r->grad_norm, p->lr = r->lr;
@@ -169,6 +166,7 @@ void pl_coord_on_train_step(pl_coord_t *c, const pl_tx_peer_t *from, const pl_ms
         char dir[PATH_MAX];
         if (pl_train_run_ckpt_dir(job, r->step, dir, sizeof(dir)) == PL_OK)
             pl_coord_event(j, "checkpoint", "step %d: %s", r->step, dir);
+        pl_coord_persist(c, j); /* durable: a restart or a lost node resumes from it */
     }
 }
 
@@ -208,7 +206,7 @@ json_t *pl_coord_train_json(const pl_coord_job_t *j)
     double end = j->t_end > 0 ? j->t_end : pl_now(), ran = p->t_first > 0 ? end - p->t_first : 0;
     double tok_s = ran > 0 ? (double)p->tokens / ran : 0;
     int left = t->cfg.steps - p->step;
-    double per_step = p->step > p->first_step && ran > 0 ? ran / (p->step - p->first_step) : 0;
+    double per_step = p->step > p->run_from && ran > 0 ? ran / (p->step - p->run_from) : 0;
     char ckpt[PATH_MAX] = "";
     if (p->ckpt_step > 0 && pl_train_run_ckpt_dir(&t->cfg, p->ckpt_step, ckpt, sizeof(ckpt)))
         ckpt[0] = '\0';
@@ -220,5 +218,16 @@ json_t *pl_coord_train_json(const pl_coord_job_t *j)
         t->kind >= 0 ? pl_train_kind_name((pl_train_kind_t)t->kind) : t->cfg.schedule, "split",
         split, "losses_from", from + 1, "losses", losses, "stages", stages, "checkpoint", ckpt,
         "checkpoint_step", p->ckpt_step > 0 ? p->ckpt_step : 0);
+    if (o) /* this run's first step: after a resume, the checkpoint it resumed from */
+        json_object_set_new(o, "run_from", json_integer(p->run_from));
+    if (o && j->n_resumes) {
+        char why[320];
+        if (p->run_from > 0)
+            snprintf(why, sizeof(why), "from checkpoint-%d after %s", p->run_from, j->lost_why);
+        else
+            snprintf(why, sizeof(why), "from step 0 after %s (no whole checkpoint yet)",
+                     j->lost_why);
+        json_object_set_new(o, "resumed", json_string(why));
+    }
     return o;
 }

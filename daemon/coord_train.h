@@ -15,7 +15,8 @@ typedef struct {
 } pl_coord_train_stage_t;
 
 typedef struct pl_coord_train {
-    int first_step;  /* steps taken before this run (a resume's) */
+    int first_step;  /* steps taken before the job (its resume_from's): the curve starts after */
+    int run_from;    /* steps taken before this run (first_step, or the checkpoint it resumed) */
     int step;        /* the last step the last stage reported */
     double loss, grad_norm, lr;
     int64_t tokens;  /* trained on by this run */
@@ -28,7 +29,7 @@ typedef struct pl_coord_train {
 /* A submitted training job (j->spec.train) checked against its model, data and resume point;
  * sets j's shape and progress. A resume fixes the split. */
 pl_status_t pl_coord_train_validate(pl_coord_job_t *j);
-void pl_coord_train_free(pl_coord_job_t *j);
+void pl_coord_train_free(pl_coord_job_t *j); /* coord_train_row.c */
 /* Plan a queued training job on idle devices (coord_train_plan.c): the stages, each charged its
  * weights, optimizer state, gradients and its schedule's stash; the schedule (the job's, or the
  * one with the least predicted step time); j's stages and spec.train's schedule and split.
@@ -45,5 +46,20 @@ bool pl_coord_train_finished(const pl_coord_job_t *j, char *why, size_t len);
 /* The job's training status: step, loss, tokens/s, ETA, schedule, split, the loss curve (the
  * latest 4096 steps), per-stage busy, wait, measured bubble and stash, the last checkpoint. */
 json_t *pl_coord_train_json(const pl_coord_job_t *j);
+
+/* coord_train_row.c */
+/* The job's progress for its state db row (first step, steps, loss curve, last whole
+ * checkpoint; a new reference, NULL on no memory), and back from a stored one onto a job whose
+ * spec has its training part: every field checked against the spec (the file is outside input),
+ * j->train set only on success. */
+json_t *pl_coord_train_row(const pl_coord_job_t *j);
+pl_status_t pl_coord_train_from_row(const json_t *row, pl_coord_job_t *j);
+/* coord_train_resume.c */
+/* Make j (validated, not running) continue from the last whole checkpoint of `from` (the
+ * progress of its earlier run, taken; *from_p NULL after), or from its start when there is none:
+ * its spec resumes from that checkpoint and keeps its split, the curve up to it is kept. what:
+ * "checkpoint-N" or "step N" (the start). On error j and *from_p are unchanged. */
+pl_status_t pl_coord_train_rewind(pl_coord_job_t *j, pl_coord_train_t **from_p, char *what,
+                                  size_t len);
 
 #endif

@@ -58,8 +58,10 @@ static int s_candidates(const pl_coord_t *c, const pl_coord_job_t *j, s_cand_t *
     *alive = 0;
     for (int oi = 0; oi < c->n_nodes; oi++) {
         const pl_coord_node_t *nd = &c->nodes[order[oi]];
+        /* a resuming job takes only nodes heard from since the interruption: the lost one may
+         * not be declared lost yet */
         if (!nd->name[0] || !nd->alive || !s_allowed(j, nd->name) ||
-            pl_coord_node_draining(c, nd->name))
+            pl_coord_node_draining(c, nd->name) || (j->resuming && nd->last_seen <= j->t_lost))
             continue;
         for (int d = 0; d < nd->n_dev && n < PL_COORD_MAX_STAGES; d++) {
             const pl_coord_dev_t *dv = &nd->dev[d];
@@ -255,8 +257,13 @@ bool pl_coord_train_plan(pl_coord_t *c, pl_coord_job_t *j)
         return false;
     }
     if (n == 0 || n < PL_MAX(want, 1) * R) {
-        snprintf(j->error, sizeof(j->error), "waiting for %d idle device(s): %d idle, %d alive",
-                 PL_MAX(want, 1) * R, n, alive);
+        int len = snprintf(j->error, sizeof(j->error), "waiting for %d idle device(s): %d "
+                           "idle, %d alive", PL_MAX(want, 1) * R, n, alive);
+        if (j->resuming && t->n_split && j->train->ckpt_step > 0 && len > 0 &&
+            (size_t)len < sizeof(j->error))
+            snprintf(j->error + len, sizeof(j->error) - (size_t)len, " (resuming from "
+                     "checkpoint-%d: its %d stages are kept, as its optimizer state is per "
+                     "stage)", j->train->ckpt_step, t->n_split);
         return false;
     }
     pl_train_kind_t forced;
@@ -283,6 +290,12 @@ bool pl_coord_train_plan(pl_coord_t *c, pl_coord_job_t *j)
         }
     if (best.makespan == DBL_MAX) {
         json_decref(tried);
+        if (j->resuming) { /* it ran before: what it lost may come back */
+            snprintf(j->error, sizeof(j->error), "resuming: waiting for capacity: no split of "
+                     "%d layers over %d-%d stage(s) fits the idle devices' memory", k.n_layers,
+                     lo, hi);
+            return false;
+        }
         pl_coord_job_fail(c, j, "no feasible training plan: no split of %d layers over %d-%d "
                           "stage(s) fits the devices' memory with %s", k.n_layers, lo, hi,
                           is_forced ? t->cfg.schedule : "any schedule");
@@ -311,6 +324,16 @@ bool pl_coord_train_plan(pl_coord_t *c, pl_coord_job_t *j)
     j->microbatches = k.n_mb;
     j->max_ctx = t->cfg.seq_len + 1;
     j->max_tokens = t->cfg.seq_len;
+    if (j->resuming) {
+        const pl_coord_train_t *p = j->train;
+        char from[64];
+        if (p->ckpt_step > 0)
+            snprintf(from, sizeof(from), "checkpoint-%d", p->ckpt_step);
+        else
+            snprintf(from, sizeof(from), "step %d (no whole checkpoint)", p->run_from);
+        pl_coord_event(j, "resumed", "from %s after %s; %.2f s after it was interrupted", from,
+                       j->lost_why, pl_now() - j->t_lost);
+    }
     pl_log_info("job %u: training planned on %d stage(s) x %d replica(s), %s, predicted %.3g s "
                 "a step, bubble %.3f", j->id, best.n_stages, R,
                 pl_train_kind_name((pl_train_kind_t)best.kind), best.makespan, best.bubble);

@@ -256,7 +256,8 @@ static void *s_thread(void *arg)
         pl_train_run_stage(&(pl_train_run_t){
             .job = x->p.job_id, .stage = x->p.stage, .n_stages = x->p.n_stages,
             .first = x->p.first_layer, .last = x->p.last_layer, .train = x->p.spec.train,
-            .ops = x->p.train_ops, .sock = x->sock, .cancel = (const volatile int *)&x->cancel});
+            .ops = x->p.train_ops, .sock = x->sock, .cancel = (const volatile int *)&x->cancel,
+            .act_dropped = x->p.metrics.act_dropped});
         pl_tx_sock_destroy(&x->sock);
         return NULL;
     }

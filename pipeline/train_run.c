@@ -193,11 +193,13 @@ static pl_status_t s_connect(s_run_t *s)
         else if ((st = pl_ucx_connect(s->ucx, ring[1], &s->ring_prev)))
             goto out;
         if ((st = pl_train_ar_create(s->ucx, s->ring_next, s->ring_prev, s->rank, s->R, r->job,
-                                     S_DATA_TIMEOUT_MS, r->cancel, &s->ar)))
+                                     &s->token, r->act_dropped, S_DATA_TIMEOUT_MS, r->cancel,
+                                     &s->ar)))
             goto out;
     }
     pl_train_link_t link = {.ucx = s->ucx, .prev = s->prev, .next = s->next, .job = r->job,
-                            .token = s->token, .timeout_ms = S_DATA_TIMEOUT_MS,
+                            .token = s->token, .dropped = r->act_dropped,
+                            .timeout_ms = S_DATA_TIMEOUT_MS,
                             .cancel = r->cancel, .dp = s->ar};
     if ((st = pl_train_exec_create(&s->cfg, pl_train_master_weights(s->master), s->s, s->S,
                                    s->l0, s->l1, r->ops, &link, &s->te)))

@@ -5,6 +5,7 @@
 #define PL_PIPELINE_TRAIN_RUN_H
 
 #include "common/job_spec.h"
+#include "common/metrics.h"
 #include "common/train_ops.h"
 #include "transport/sock.h"
 
@@ -19,6 +20,7 @@ typedef struct {
     const pl_train_ops_t *ops;     /* borrowed: the schedule, which every stage builds alike */
     pl_tx_sock_t *sock;            /* the executor's PAIR socket to the node's main thread */
     const volatile int *cancel;    /* non-zero: the node canceled the stage */
+    pl_metric_t *act_dropped;      /* pipeld_act_dropped_total (label reason); may be NULL */
 } pl_train_run_t;
 
 /* Run the stage to its end on the calling thread. Every outcome is reported on r->sock (READY,

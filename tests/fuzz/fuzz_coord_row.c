@@ -2,15 +2,18 @@
  * pl_coord_job_from_row must refuse or accept every row without crashing, and an accepted job's
  * spec and results must encode again. Built by tests/fuzz/CMakeLists.txt (tools/fuzz.sh runs it); by hand:
  *   clang -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -I. \
- *       tests/fuzz/fuzz_coord_row.c daemon/coord_row.c daemon/coord_event.c transport/ctl.c \
+ *       tests/fuzz/fuzz_coord_row.c daemon/coord_row.c daemon/coord_event.c \
+ *       daemon/coord_train_row.c transport/ctl.c \
  *       transport/act_dtype.c \
  *       transport/msg*.c \
  *       common/status.c common/json.c common/job_spec.c common/util.c common/log.c \
  *       -ljansson -lzmq -lm -o /tmp/fuzz_coord_row
  *   /tmp/fuzz_coord_row -max_total_time=60 -max_len=8192 /tmp/fuzz_coord_row_corpus
- * Input: 8 bytes of numbers (state pick, n_seqs, ids...), then four NUL-separated texts: the
- * spec JSON, the results JSON, the plan JSON, the events JSON (a missing one is NULL). */
+ * Input: 8 bytes of numbers (state pick, n_seqs, ids...), then five NUL-separated texts: the
+ * spec JSON, the results JSON, the plan JSON, the events JSON, a training job's progress JSON
+ * (a missing one is NULL). An accepted progress must encode again to the same row. */
 #include "daemon/coord_int.h"
+#include "daemon/coord_train.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -28,9 +31,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     memcpy(text, data + 8, size - 8);
     text[size - 8] = '\0';
-    const char *parts[4] = {NULL, NULL, NULL, NULL};
+    const char *parts[5] = {NULL, NULL, NULL, NULL, NULL};
     char *p = text, *end = text + (size - 8);
-    for (int i = 0; i < 4 && p <= end; i++) {
+    for (int i = 0; i < 5 && p <= end; i++) {
         parts[i] = p;
         p += strlen(p) + 1;
     }
@@ -40,6 +43,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                         .results = parts[1] && parts[1][0] ? parts[1] : NULL,
                         .plan = parts[2] && parts[2][0] ? parts[2] : NULL,
                         .events = parts[3] && parts[3][0] ? parts[3] : NULL,
+                        .train = parts[4] && parts[4][0] ? parts[4] : NULL,
                         .error = "x",
                         .n_seqs = (int8_t)data[3],
                         .n_layers = (int8_t)data[4] * 64,
@@ -69,6 +73,27 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (!ev || json_array_size(ev) != (size_t)j->n_events)
             abort();
         json_decref(ev);
+        if (j->train) { /* in range, and the same row again */
+            const pl_coord_train_t *t = j->train;
+            if (!j->spec.train || t->first_step < 0 || t->step < t->first_step ||
+                t->step > j->spec.train->cfg.steps || t->ckpt_step > t->step)
+                abort();
+            json_t *row = pl_coord_train_row(j);
+            char *a = row ? json_dumps(row, JSON_COMPACT) : NULL;
+            pl_coord_job_t k = {.spec = j->spec};
+            if (!a || pl_coord_train_from_row(row, &k) != PL_OK)
+                abort();
+            json_decref(row);
+            row = pl_coord_train_row(&k);
+            char *b = row ? json_dumps(row, JSON_COMPACT) : NULL;
+            if (!b || strcmp(a, b))
+                abort();
+            free(a);
+            free(b);
+            json_decref(row);
+            pl_coord_train_free(&k);
+            pl_coord_train_free(j);
+        }
         json_decref(j->plan);
         pl_msg_results_free(j->results, j->n_results);
         pl_job_spec_clear(&j->spec);

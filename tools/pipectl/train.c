@@ -186,6 +186,8 @@ void pl_pipectl_train_status(const json_t *r)
     if (strcmp(S_STR(tr, "checkpoint"), "-") && *S_STR(tr, "checkpoint"))
         printf("checkpoint: %s (step %d)\n", S_STR(tr, "checkpoint"),
                (int)S_NUM(tr, "checkpoint_step"));
+    if (strcmp(S_STR(tr, "resumed"), "-") && *S_STR(tr, "resumed")) /* after a lost node */
+        printf("resumed %s\n", S_STR(tr, "resumed"));
     printf("%-5s %-12s %-10s %-9s %-10s %-10s %-10s %s\n", "stage", "node", "layers", "steps",
            "busy", "wait", "bubble", "peak stash");
     json_t *ps = json_object_get(plan, "stages");

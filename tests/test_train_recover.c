@@ -1,0 +1,300 @@
+/* Integration: a training job survives a coordinator killed with SIGKILL and a lost daemon. On
+ * local clusters a tiny model trains on 2 stages, checkpointing every few steps; mid-run, after
+ * a checkpoint, the coordinator is killed and restarted on the same state db, or one of the job's
+ * daemons is killed (of 3: the job is re-planned on the other two). The job resumes from its last
+ * whole checkpoint (its events say so, and this run's first step is that checkpoint's), and its
+ * loss curve (steps 1..N: the part before the checkpoint comes from the state db) and its final
+ * checkpoint's files are those of an undisturbed run of the same job, to the bit. */
+#include "cluster_util.h"
+
+#include <jansson.h>
+#include <math.h>
+
+#define S_STEPS 240
+#define S_EVERY 8
+
+static tc_cluster_t s_c;
+static int s_passed;
+
+static void s_teardown(void)
+{
+    if (s_c.coord > 0 && !s_passed)
+        tc_dump_logs(&s_c);
+    tc_cluster_stop(&s_c);
+    if (s_passed && s_c.dir[0])
+        tc_sh(NULL, "rm -rf %s", s_c.dir);
+}
+
+/* n daemons, a tiny model and a corpus of token ids, as test_train_job's. */
+static void s_start(int n_nodes)
+{
+    const int threads[4] = {1, 1, 1, 1};
+    cr_assert_eq(tc_cluster_start(&s_c, n_nodes, threads), 0, "nodes did not register");
+    cr_assert_eq(tc_make_model(s_c.dir, "tiny", "--layers 3 --hidden 32 --intermediate 64 "
+                                                "--heads 4 --kv-heads 2 --vocab 64 --seed 3"),
+                 0);
+    char path[600], text[8192];
+    size_t n = 0;
+    for (int i = 0; i < 700; i++)
+        n += (size_t)snprintf(text + n, sizeof(text) - n, "%d ", (i * 7 + 3) % 61);
+    snprintf(path, sizeof(path), "%s/corpus.tok", s_c.dir);
+    tc_write(path, text);
+}
+
+/* dir/NAME.yaml: S_STEPS steps on 2 stages (1f1b), a checkpoint every S_EVERY into ckpt_NAME. */
+static void s_train_file(const char *name)
+{
+    char path[600], text[2048];
+    snprintf(path, sizeof(path), "%s/%s.yaml", s_c.dir, name);
+    snprintf(text, sizeof(text),
+             "model: tiny\ndata:\n  tokens: corpus.tok\nseq_len: 32\nglobal_batch: 16\n"
+             "steps: %d\noptimizer:\n  lr: 1.0e-2\n  warmup_steps: 1\n  clip_norm: 0.5\n"
+             "stages: 2\nschedule: 1f1b\ncheckpoint_every: %d\ncheckpoint_dir: ckpt_%s\n",
+             S_STEPS, S_EVERY, name);
+    tc_write(path, text);
+}
+
+static int s_submit(const char *name)
+{
+    char *out;
+    int rc = tc_sh(&out, "%s/pipectl -c %s --timeout 5 train %s/%s.yaml 2>&1", tc_bin(), s_c.ep,
+                   s_c.dir, name);
+    int id = 0;
+    cr_assert(rc == 0 && sscanf(out, "job %d submitted", &id) == 1, "train %s: %s", name, out);
+    free(out);
+    return id;
+}
+
+/* `pipectl -o json status ID` (NULL when there is no answer, as while the coordinator starts). */
+static json_t *s_status(int id)
+{
+    char *out;
+    int rc = tc_sh(&out, "%s/pipectl -c %s --timeout 2 -o json status %d 2>/dev/null", tc_bin(),
+                   s_c.ep, id);
+    json_error_t e;
+    json_t *v = rc == 0 ? json_loads(out, 0, &e) : NULL;
+    free(out);
+    return v;
+}
+
+static const char *s_state(const json_t *st)
+{
+    const char *s = json_string_value(json_object_get(st, "state"));
+    return s ? s : "";
+}
+
+static int s_train_int(const json_t *st, const char *key)
+{
+    return (int)json_integer_value(json_object_get(json_object_get(st, "train"), key));
+}
+
+static bool s_ended(const json_t *st)
+{
+    return st && (!strcmp(s_state(st), "done") || !strcmp(s_state(st), "failed") ||
+                  !strcmp(s_state(st), "canceled"));
+}
+
+/* Poll until the job's first whole checkpoint; it must still be running then, well before its
+ * end (else the test cannot interrupt it mid-run). */
+static void s_wait_checkpoint(int id)
+{
+    for (int i = 0; i < 1200; i++) {
+        json_t *st = s_status(id);
+        cr_assert(!s_ended(st), "job %d ended before it was interrupted: %s", id, s_state(st));
+        int ck = st ? s_train_int(st, "checkpoint_step") : 0, step = st ? s_train_int(st, "step")
+                                                                       : 0;
+        json_decref(st);
+        if (ck >= S_EVERY) {
+            cr_assert(step < S_STEPS - 2 * S_EVERY, "job %d is at step %d already", id, step);
+            return;
+        }
+        usleep(50 * 1000);
+    }
+    cr_assert_fail("job %d wrote no checkpoint in 60 s", id);
+}
+
+static json_t *s_wait_end(int id, double timeout_s)
+{
+    double t0 = tc_now();
+    for (;;) {
+        json_t *st = s_status(id);
+        if (s_ended(st))
+            return st;
+        json_decref(st);
+        cr_assert(tc_now() - t0 < timeout_s, "job %d did not end in %.0f s", id, timeout_s);
+        usleep(100 * 1000);
+    }
+}
+
+/* The whole curve of a done job (steps 1..S_STEPS) into curve. */
+static void s_curve(const json_t *st, double *curve)
+{
+    cr_assert_str_eq(s_state(st), "done", "%s", json_string_value(json_object_get(st, "note")));
+    const json_t *tr = json_object_get(st, "train"), *ls = json_object_get(tr, "losses");
+    cr_assert_eq(json_integer_value(json_object_get(tr, "losses_from")), 1);
+    cr_assert_eq(json_array_size(ls), (size_t)S_STEPS, "%zu losses", json_array_size(ls));
+    for (int k = 0; k < S_STEPS; k++)
+        curve[k] = json_real_value(json_array_get(ls, (size_t)k));
+}
+
+/* Whether an event of the job has `what` and its detail contains `text`; its wall time. */
+static double s_event(const json_t *st, const char *what, const char *text)
+{
+    size_t i;
+    json_t *e;
+    json_array_foreach(json_object_get(st, "events"), i, e)
+    {
+        const char *w = json_string_value(json_object_get(e, "what")),
+                   *d = json_string_value(json_object_get(e, "detail"));
+        if (w && d && !strcmp(w, what) && strstr(d, text))
+            return json_real_value(json_object_get(e, "at"));
+    }
+    return 0;
+}
+
+static double s_wall(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    return (double)t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+/* The undisturbed run's curve and checkpoints: the reference. */
+static void s_reference(double *ref)
+{
+    s_train_file("ref");
+    int id = s_submit("ref");
+    json_t *st = s_wait_end(id, 240);
+    s_curve(st, ref);
+    json_decref(st);
+}
+
+/* The final checkpoint's files (weights, optimizer state, trainer state) equal the reference's
+ * byte for byte. */
+static void s_same_files(const char *name)
+{
+    const char *files[] = {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors",
+                           "optimizer-00001-of-00002.safetensors",
+                           "optimizer-00002-of-00002.safetensors", "trainer_state.json"};
+    for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++)
+        cr_assert_eq(tc_sh(NULL, "cmp -s %s/ckpt_ref/checkpoint-%d/%s %s/ckpt_%s/checkpoint-%d/%s",
+                           s_c.dir, S_STEPS, files[i], s_c.dir, name, S_STEPS, files[i]),
+                     0, "%s of the final checkpoint differs from the undisturbed run's", files[i]);
+}
+
+/* The resumed job: done, from a checkpoint (not from step 0), the same curve to the bit. */
+static void s_check_resumed(const json_t *st, const double *ref, const char *name)
+{
+    double got[S_STEPS];
+    s_curve(st, got);
+    int from = s_train_int(st, "run_from");
+    cr_assert(from >= S_EVERY && from % S_EVERY == 0,
+              "the last run began at step %d, not at a checkpoint", from);
+    cr_assert(s_event(st, "resumed", "from checkpoint-"), "no 'resumed from checkpoint' event");
+    for (int k = 0; k < S_STEPS; k++)
+        cr_assert_eq(memcmp(&got[k], &ref[k], sizeof(double)), 0,
+                     "step %d: %.17g resumed (from step %d), %.17g undisturbed", k + 1, got[k],
+                     from, ref[k]);
+    s_same_files(name);
+    char *out;
+    cr_assert_eq(tc_sh(&out, "%s/pipectl -c %s status %d", tc_bin(), s_c.ep,
+                       (int)json_integer_value(json_object_get(st, "job"))),
+                 0);
+    cr_assert(strstr(out, "resumed from checkpoint-") && strstr(out, " after "), "%s", out);
+    free(out);
+}
+
+Test(train_recover, coordinator_killed_mid_training_resumes_from_the_checkpoint,
+     .fini = s_teardown, .timeout = 600)
+{
+    double ref[S_STEPS];
+    s_start(2);
+    s_reference(ref);
+    s_train_file("run");
+    int id = s_submit("run");
+    s_wait_checkpoint(id);
+    double t_kill = tc_now();
+    kill(s_c.coord, SIGKILL); /* no goodbye: what was durable is what comes back */
+    waitpid(s_c.coord, NULL, 0);
+    tc_start_coord(&s_c, s_c.ep);
+    double t_running = 0, t_step = 0;
+    int from = -1;
+    for (int i = 0; i < 1200 && !t_step; i++) { /* when it runs again, and steps on */
+        json_t *st = s_status(id);
+        if (s_ended(st)) {
+            json_decref(st);
+            break;
+        }
+        if (st && !strcmp(s_state(st), "running")) {
+            if (!t_running)
+                t_running = tc_now();
+            from = s_train_int(st, "run_from");
+            if (s_train_int(st, "step") > from)
+                t_step = tc_now();
+        }
+        json_decref(st);
+        usleep(50 * 1000);
+    }
+    json_t *st = s_wait_end(id, 300);
+    cr_assert(s_event(st, "requeued", "resumes from checkpoint-"), "no requeued event");
+    s_check_resumed(st, ref, "run");
+    cr_log_info("coordinator restart: running again %.2f s after the kill, first new step "
+                "%.2f s after (from step %d)", t_running - t_kill, t_step - t_kill, from);
+    fprintf(stderr, "train_recover: coordinator kill -9 + restart: running again %.2f s, first "
+            "new step %.2f s after the kill, resumed from step %d\n", t_running - t_kill,
+            t_step - t_kill, from);
+    json_decref(st);
+    s_passed = 1;
+}
+
+Test(train_recover, lost_node_mid_training_is_replanned_and_resumes_from_the_checkpoint,
+     .fini = s_teardown, .timeout = 600)
+{
+    double ref[S_STEPS];
+    s_start(3);
+    s_reference(ref);
+    s_train_file("run");
+    int id = s_submit("run");
+    s_wait_checkpoint(id);
+    json_t *st = s_status(id); /* the node of stage 1 */
+    const char *on = json_string_value(json_object_get(
+        json_array_get(json_object_get(json_object_get(st, "plan"), "stages"), 1), "node"));
+    char node[32];
+    int k = -1;
+    cr_assert(on && sscanf(on, "node%d", &k) == 1 && k >= 0 && k < 3, "stage 1 on %s", on);
+    snprintf(node, sizeof(node), "%s", on);
+    json_decref(st);
+    double t_kill = tc_now(), w_kill = s_wall();
+    kill(s_c.node[k], SIGKILL);
+    waitpid(s_c.node[k], NULL, 0);
+    s_c.node[k] = -1;
+    double t_step = 0;
+    for (int i = 0; i < 1200 && !t_step; i++) { /* when it steps on, after the resume */
+        st = s_status(id);
+        if (s_ended(st)) {
+            json_decref(st);
+            break;
+        }
+        if (st && !strcmp(s_state(st), "running") && s_event(st, "resumed", "checkpoint-") &&
+            s_train_int(st, "step") > s_train_int(st, "run_from"))
+            t_step = tc_now();
+        json_decref(st);
+        usleep(50 * 1000);
+    }
+    st = s_wait_end(id, 300);
+    double w_lost = s_event(st, "interrupted", "resumes from checkpoint-");
+    cr_assert(w_lost > 0, "no interrupted event naming the checkpoint");
+    s_check_resumed(st, ref, "run");
+    size_t i;
+    json_t *e;
+    json_array_foreach(json_object_get(json_object_get(st, "plan"), "stages"), i, e)
+        cr_assert(strcmp(json_string_value(json_object_get(e, "node")), node),
+                  "re-planned on the lost node %s", node);
+    cr_log_info("lost node %s: detected %.2f s after the kill, first new step %.2f s after",
+                node, w_lost - w_kill, t_step - t_kill);
+    fprintf(stderr, "train_recover: daemon kill -9 (%s, stage 1): detected %.2f s, first new "
+            "step %.2f s after the kill, resumed from step %d\n", node, w_lost - w_kill,
+            t_step - t_kill, s_train_int(st, "run_from"));
+    json_decref(st);
+    s_passed = 1;
+}
