@@ -111,7 +111,7 @@ Test(msg, hello_round_trips_devices_and_health)
               "[{\"id\": \"cpu:0\", \"backend\": \"cpu\", \"name\": \"x\", \"cores\": 1, "
               "\"mem_bytes\": 0, \"gflops\": 1, \"mem_gbps\": 1, \"cpu_mask\": -1}]}",
               "cpu_mask");
-    s_refused(PL_MSG_HELLO,
+    tm_refused(PL_MSG_HELLO,
               "{\"proto\": 2, \"node\": \"n\", \"host\": \"h\", \"devices\": "
               "[1,2,3,4,5,6,7,8,9]}",
               "devices");
