@@ -197,11 +197,16 @@ pl_status_t pl_coord_store_put(pl_coord_store_t *s, const pl_coord_row_t *r, uin
     pl_status_t st;
     if ((st = s_exec(s, "BEGIN IMMEDIATE")))
         return st;
-    if (sqlite3_prepare_v2(s->db,
-                           "INSERT OR REPLACE INTO jobs(id, state, spec, plan, results, error,"
-                           " generated, n_seqs, n_layers, prompt_tokens, epoch, submitted_at,"
-                           " ended_at, events) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                           -1, &q, NULL)) {
+    /* without a spec, the row exists and keeps its spec: the state columns only */
+    const char *sql = r->spec ? "INSERT OR REPLACE INTO jobs(id, state, spec, plan, results, error,"
+                                " generated, n_seqs, n_layers, prompt_tokens, epoch, submitted_at,"
+                                " ended_at, events) VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,"
+                                "?13,?14)"
+                              : "UPDATE jobs SET state = ?2, plan = ?4, results = ?5, error = ?6,"
+                                " generated = ?7, n_seqs = ?8, n_layers = ?9, prompt_tokens = ?10,"
+                                " epoch = ?11, submitted_at = ?12, ended_at = ?13, events = ?14"
+                                " WHERE id = ?1";
+    if (sqlite3_prepare_v2(s->db, sql, -1, &q, NULL)) {
         st = s_err(s, "write job");
         goto err;
     }
@@ -221,6 +226,11 @@ pl_status_t pl_coord_store_put(pl_coord_store_t *s, const pl_coord_row_t *r, uin
     s_bind_text(q, 14, r->events);
     if (sqlite3_step(q) != SQLITE_DONE) {
         st = s_err(s, "write job");
+        goto err;
+    }
+    if (!r->spec && sqlite3_changes(s->db) != 1) {
+        st = pl_error(PL_ERR_NOT_FOUND, "state db %s: no row for job %lld to update", s->path,
+                      (long long)r->id);
         goto err;
     }
     sqlite3_finalize(q);
