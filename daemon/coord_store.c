@@ -21,6 +21,9 @@ static const char s_schema[] =
     " n_layers INTEGER NOT NULL DEFAULT 0, prompt_tokens INTEGER NOT NULL DEFAULT 0,"
     " epoch INTEGER NOT NULL DEFAULT 0, submitted_at REAL NOT NULL DEFAULT 0,"
     " ended_at REAL NOT NULL DEFAULT 0, events TEXT);"
+    /* the specs apart: a state change rewrites the small job row only (jobs.spec is '' then;
+     * a database from before this keeps its specs in jobs.spec) */
+    "CREATE TABLE IF NOT EXISTS specs(id INTEGER PRIMARY KEY, spec TEXT NOT NULL);"
     "CREATE TABLE IF NOT EXISTS drained(node TEXT PRIMARY KEY);"
     /* a running job's tokens, appended as the last stage reports them (coord_resume.c) */
     "CREATE TABLE IF NOT EXISTS progress(job INTEGER NOT NULL, seq INTEGER NOT NULL,"
@@ -140,9 +143,10 @@ pl_status_t pl_coord_store_each(pl_coord_store_t *s,
     sqlite3_stmt *q;
     pl_status_t st = PL_OK;
     if (sqlite3_prepare_v2(s->db,
-                           "SELECT id, state, spec, plan, results, error, generated, n_seqs,"
-                           " n_layers, prompt_tokens, epoch, submitted_at, ended_at, events"
-                           " FROM jobs ORDER BY id",
+                           "SELECT j.id, state, COALESCE(s.spec, j.spec), plan, results, error,"
+                           " generated, n_seqs, n_layers, prompt_tokens, epoch, submitted_at,"
+                           " ended_at, events FROM jobs j LEFT JOIN specs s ON s.id = j.id"
+                           " ORDER BY j.id",
                            -1, &q, NULL))
         return s_err(s, "read jobs");
     int rc;
@@ -190,6 +194,19 @@ static pl_status_t s_put_counter(pl_coord_store_t *s, const char *key, uint32_t 
     return rc == SQLITE_DONE ? PL_OK : s_err(s, "write counters");
 }
 
+static pl_status_t s_put_spec(pl_coord_store_t *s, int64_t id, const char *spec)
+{
+    sqlite3_stmt *q;
+    if (sqlite3_prepare_v2(s->db, "INSERT OR REPLACE INTO specs(id, spec) VALUES(?, ?)", -1, &q,
+                           NULL))
+        return s_err(s, "write job spec");
+    sqlite3_bind_int64(q, 1, id);
+    sqlite3_bind_text(q, 2, spec, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(q);
+    sqlite3_finalize(q);
+    return rc == SQLITE_DONE ? PL_OK : s_err(s, "write job spec");
+}
+
 pl_status_t pl_coord_store_put(pl_coord_store_t *s, const pl_coord_row_t *r, uint32_t next_job,
                                uint32_t next_epoch)
 {
@@ -197,10 +214,12 @@ pl_status_t pl_coord_store_put(pl_coord_store_t *s, const pl_coord_row_t *r, uin
     pl_status_t st;
     if ((st = s_exec(s, "BEGIN IMMEDIATE")))
         return st;
+    if (r->spec && (st = s_put_spec(s, r->id, r->spec)))
+        goto err;
     /* without a spec, the row exists and keeps its spec: the state columns only */
     const char *sql = r->spec ? "INSERT OR REPLACE INTO jobs(id, state, spec, plan, results, error,"
                                 " generated, n_seqs, n_layers, prompt_tokens, epoch, submitted_at,"
-                                " ended_at, events) VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,"
+                                " ended_at, events) VALUES(?1,?2,'',?4,?5,?6,?7,?8,?9,?10,?11,?12,"
                                 "?13,?14)"
                               : "UPDATE jobs SET state = ?2, plan = ?4, results = ?5, error = ?6,"
                                 " generated = ?7, n_seqs = ?8, n_layers = ?9, prompt_tokens = ?10,"
@@ -212,7 +231,6 @@ pl_status_t pl_coord_store_put(pl_coord_store_t *s, const pl_coord_row_t *r, uin
     }
     sqlite3_bind_int64(q, 1, r->id);
     s_bind_text(q, 2, r->state);
-    s_bind_text(q, 3, r->spec);
     s_bind_text(q, 4, r->plan);
     s_bind_text(q, 5, r->results);
     s_bind_text(q, 6, r->error ? r->error : "");
@@ -259,6 +277,8 @@ static pl_status_t s_delete(pl_coord_store_t *s, const char *sql, int64_t id)
 pl_status_t pl_coord_store_delete(pl_coord_store_t *s, int64_t id)
 {
     pl_status_t st = s_delete(s, "DELETE FROM jobs WHERE id = ?", id);
+    if (!st)
+        st = s_delete(s, "DELETE FROM specs WHERE id = ?", id);
     return st ? st : pl_coord_store_progress_delete(s, id);
 }
 

@@ -1,5 +1,5 @@
-/* The coordinator's durable state in SQLite (WAL, synchronous=FULL): one row per job (spec,
- * state, plan, results) and the counters that must never repeat (next job id, next epoch). */
+/* The coordinator's durable state in SQLite (WAL, synchronous=FULL): one row per job (state,
+ * plan, results; its spec apart, written once) and the counters that never repeat (job, epoch). */
 #ifndef PL_DAEMON_COORD_STORE_H
 #define PL_DAEMON_COORD_STORE_H
 
