@@ -104,6 +104,10 @@ typedef struct {
     pl_job_state_t state;
     pl_job_spec_t spec; /* what the user asked, decoded once at SUBMIT */
     char owner[64];     /* the submitting key's name ("" without authentication) */
+    /* The spec goes to the state db once (the row's first save); later saves update the state
+     * columns only. spec_json: the bytes admission measured, kept for that first save. */
+    bool stored;
+    char *spec_json;
     int n_layers, max_ctx, n_seqs;
     int microbatches, max_tokens; /* what the plan decided (with n_stages and stages[]) */
     int prefill_chunk;            /* the plan's (the job's when it set one); in ASSIGN's spec */

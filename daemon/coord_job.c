@@ -19,6 +19,7 @@ void pl_coord_job_free(pl_coord_job_t *j)
         return;
     pl_coord_deploy_free(j);
     pl_job_spec_clear(&j->spec);
+    free(j->spec_json);
     pl_coord_job_seqs_free(j);
     json_decref(j->plan);
     pl_msg_results_free(j->results, j->n_results);
@@ -89,8 +90,10 @@ err:
     return st;
 }
 
-/* Admission: the queue and the job's stored size are bounded; the refusal says which bound. */
-static pl_status_t s_admit(pl_coord_t *c, const pl_job_spec_t *spec)
+/* Admission: the queue and the job's stored size are bounded; the refusal says which bound.
+ * The queue has room and the job is within max_job_mb, measured on the spec's encoding, which
+ * is kept (json_p) for the state db: a large SUBMIT is encoded once, not once per save. */
+static pl_status_t s_admit(pl_coord_t *c, const pl_job_spec_t *spec, char **json_p)
 {
     int unfinished = 0;
     for (int i = 0; i < c->n_jobs; i++)
@@ -104,19 +107,26 @@ static pl_status_t s_admit(pl_coord_t *c, const pl_job_spec_t *spec)
     pl_status_t st = pl_job_spec_encode(spec, &body);
     if (st)
         return st;
-    size_t bytes = json_dumpb(body, NULL, 0, JSON_COMPACT);
+    char *text = json_dumps(body, JSON_COMPACT);
     json_decref(body);
-    if (bytes > (size_t)c->cfg->max_job_mb << 20)
+    if (!text)
+        return pl_error(PL_ERR_NOMEM, "the job cannot be encoded: out of memory");
+    size_t bytes = strlen(text);
+    if (bytes > (size_t)c->cfg->max_job_mb << 20) {
+        free(text);
         return pl_error(PL_ERR_RANGE,
                         "the job is %zu bytes, more than %d MiB "
                         "(coordinator.max_job_mb)",
                         bytes, c->cfg->max_job_mb);
+    }
+    *json_p = text;
     return PL_OK;
 }
 
 void pl_coord_on_submit(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_t *m)
 {
     pl_coord_job_t *j = NULL;
+    char *spec_json = NULL;
     pl_status_t st;
 
     const pl_coord_job_t *live;
@@ -136,8 +146,10 @@ void pl_coord_on_submit(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_t *m)
                       m->submit.model, m->submit.deployment, live->spec.model);
         goto err;
     }
-    if ((st = s_admit(c, &m->submit)) || (st = pl_coord_job_new(&m->submit, &j)))
+    if ((st = s_admit(c, &m->submit, &spec_json)) || (st = pl_coord_job_new(&m->submit, &j)))
         goto err;
+    j->spec_json = spec_json; /* taken */
+    spec_json = NULL;
     snprintf(j->owner, sizeof(j->owner), "%s", from->user);
     j->id = c->next_job;
     j->state = PL_JOB_QUEUED;
@@ -162,6 +174,7 @@ err:
     pl_log_info_limited("submission from '%.*s' rejected: %s", (int)from->len, from->id,
                         pl_error_msg());
     pl_coord_reply_error(c, from, st, "job rejected: %s", pl_error_msg());
+    free(spec_json);
     pl_coord_job_free(j);
 }
 

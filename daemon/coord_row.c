@@ -104,6 +104,7 @@ pl_status_t pl_coord_job_from_row(const pl_coord_row_t *r, pl_coord_job_t **job_
     j->epoch = (uint32_t)r->epoch;
     j->t_submit = s_mono_from_wall(r->submitted_at);
     j->t_end = s_mono_from_wall(r->ended_at);
+    j->stored = true; /* its row holds its spec */
     *job_p = j;
     return PL_OK;
 err: /* nothing else is allocated yet */

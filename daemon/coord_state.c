@@ -22,26 +22,48 @@ static double s_wall_from_mono(double mono)
     return mono > 0 ? s_wall() - (pl_now() - mono) : 0;
 }
 
+/* The spec's JSON for the row's first save: the bytes admission measured, or encoded now (a job
+ * made without a SUBMIT, or one whose row went missing). */
+static pl_status_t s_spec_json(pl_coord_job_t *j, char **json_p)
+{
+    json_t *spec;
+    pl_status_t st;
+    if (j->spec_json) {
+        *json_p = j->spec_json; /* taken */
+        j->spec_json = NULL;
+        return PL_OK;
+    }
+    if ((st = pl_job_spec_encode(&j->spec, &spec)))
+        return st;
+    char *s = json_dumps(spec, JSON_COMPACT);
+    json_decref(spec);
+    if (!s)
+        return pl_error(PL_ERR_NOMEM, "job %u: cannot encode its spec for the state db", j->id);
+    *json_p = s;
+    return PL_OK;
+}
+
+/* Saves the job's row: the spec the first time only (it never changes), the state columns at
+ * every save. */
 pl_status_t pl_coord_persist(pl_coord_t *c, pl_coord_job_t *j)
 {
-    json_t *spec = NULL, *res = NULL, *ev = NULL, *tr = NULL;
+    json_t *res = NULL, *ev = NULL, *tr = NULL;
     char *spec_s = NULL, *plan_s = NULL, *res_s = NULL, *ev_s = NULL, *tr_s = NULL;
     pl_status_t st;
 
     if (!c->store)
         return PL_OK;
-    if ((st = pl_job_spec_encode(&j->spec, &spec)))
+    if (!j->stored && (st = s_spec_json(j, &spec_s)))
         goto out;
     if (j->n_results && (st = pl_msg_results_encode(j->results, j->n_results, &res)))
         goto out;
-    spec_s = json_dumps(spec, JSON_COMPACT);
     plan_s = j->plan ? json_dumps(j->plan, JSON_COMPACT) : NULL;
     res_s = res ? json_dumps(res, JSON_COMPACT) : NULL;
     ev = pl_coord_events_json(j);
     ev_s = ev ? json_dumps(ev, JSON_COMPACT) : NULL;
     tr = j->train ? pl_coord_train_row(j) : NULL; /* coord_train_row.c */
     tr_s = tr ? json_dumps(tr, JSON_COMPACT) : NULL;
-    if (!spec_s || (j->plan && !plan_s) || (res && !res_s) || !ev_s || (j->train && !tr_s)) {
+    if ((j->plan && !plan_s) || (res && !res_s) || !ev_s || (j->train && !tr_s)) {
         st = pl_error(PL_ERR_NOMEM, "job %u: cannot encode it for the state db", j->id);
         goto out;
     }
@@ -61,10 +83,18 @@ pl_status_t pl_coord_persist(pl_coord_t *c, pl_coord_job_t *j)
                         .events = ev_s,
                         .train = tr_s};
     st = pl_coord_store_put(c->store, &r, c->next_job, c->next_epoch);
+    if (st == PL_ERR_NOT_FOUND && j->stored) { /* the row went missing: write it whole */
+        j->stored = false;
+        if (!(st = s_spec_json(j, &spec_s))) {
+            r.spec = spec_s;
+            st = pl_coord_store_put(c->store, &r, c->next_job, c->next_epoch);
+        }
+    }
+    if (!st)
+        j->stored = true;
 out:
     if (st)
         pl_log_error("job %u: not saved: %s", j->id, pl_error_msg());
-    json_decref(spec);
     json_decref(res);
     free(spec_s);
     free(plan_s);
@@ -109,6 +139,7 @@ static pl_status_t s_requeue(pl_coord_t *c, pl_coord_job_t **jp)
     }
     j->id = old->id;
     j->epoch = old->epoch;
+    j->stored = old->stored; /* the same spec, in its row already */
     memcpy(j->events, old->events, sizeof(j->events));
     j->n_events = old->n_events;
     j->events_dropped = old->events_dropped;

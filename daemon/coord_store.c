@@ -21,6 +21,9 @@ static const char s_schema[] =
     " n_layers INTEGER NOT NULL DEFAULT 0, prompt_tokens INTEGER NOT NULL DEFAULT 0,"
     " epoch INTEGER NOT NULL DEFAULT 0, submitted_at REAL NOT NULL DEFAULT 0,"
     " ended_at REAL NOT NULL DEFAULT 0, events TEXT, train TEXT);"
+    /* the specs apart: a state change rewrites the small job row only (jobs.spec is '' then;
+     * a database from before this keeps its specs in jobs.spec) */
+    "CREATE TABLE IF NOT EXISTS specs(id INTEGER PRIMARY KEY, spec TEXT NOT NULL);"
     "CREATE TABLE IF NOT EXISTS drained(node TEXT PRIMARY KEY);"
     /* a running job's tokens, appended as the last stage reports them (coord_resume.c) */
     "CREATE TABLE IF NOT EXISTS progress(job INTEGER NOT NULL, seq INTEGER NOT NULL,"
@@ -152,9 +155,10 @@ pl_status_t pl_coord_store_each(pl_coord_store_t *s,
     sqlite3_stmt *q;
     pl_status_t st = PL_OK;
     if (sqlite3_prepare_v2(s->db,
-                           "SELECT id, state, spec, plan, results, error, generated, n_seqs,"
-                           " n_layers, prompt_tokens, epoch, submitted_at, ended_at, events,"
-                           " train FROM jobs ORDER BY id",
+                           "SELECT j.id, state, COALESCE(s.spec, j.spec), plan, results, error,"
+                           " generated, n_seqs, n_layers, prompt_tokens, epoch, submitted_at,"
+                           " ended_at, events, train FROM jobs j LEFT JOIN specs s ON s.id = j.id"
+                           " ORDER BY j.id",
                            -1, &q, NULL))
         return s_err(s, "read jobs");
     int rc;
@@ -203,6 +207,19 @@ static pl_status_t s_put_counter(pl_coord_store_t *s, const char *key, uint32_t 
     return rc == SQLITE_DONE ? PL_OK : s_err(s, "write counters");
 }
 
+static pl_status_t s_put_spec(pl_coord_store_t *s, int64_t id, const char *spec)
+{
+    sqlite3_stmt *q;
+    if (sqlite3_prepare_v2(s->db, "INSERT OR REPLACE INTO specs(id, spec) VALUES(?, ?)", -1, &q,
+                           NULL))
+        return s_err(s, "write job spec");
+    sqlite3_bind_int64(q, 1, id);
+    sqlite3_bind_text(q, 2, spec, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(q);
+    sqlite3_finalize(q);
+    return rc == SQLITE_DONE ? PL_OK : s_err(s, "write job spec");
+}
+
 pl_status_t pl_coord_store_put(pl_coord_store_t *s, const pl_coord_row_t *r, uint32_t next_job,
                                uint32_t next_epoch)
 {
@@ -210,17 +227,23 @@ pl_status_t pl_coord_store_put(pl_coord_store_t *s, const pl_coord_row_t *r, uin
     pl_status_t st;
     if ((st = s_exec(s, "BEGIN IMMEDIATE")))
         return st;
-    if (sqlite3_prepare_v2(s->db,
-                           "INSERT OR REPLACE INTO jobs(id, state, spec, plan, results, error,"
-                           " generated, n_seqs, n_layers, prompt_tokens, epoch, submitted_at,"
-                           " ended_at, events, train) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                           -1, &q, NULL)) {
+    if (r->spec && (st = s_put_spec(s, r->id, r->spec)))
+        goto err;
+    /* without a spec, the row exists and keeps its spec: the state columns only */
+    const char *sql = r->spec ? "INSERT OR REPLACE INTO jobs(id, state, spec, plan, results, error,"
+                                " generated, n_seqs, n_layers, prompt_tokens, epoch, submitted_at,"
+                                " ended_at, events, train) VALUES(?1,?2,'',?4,?5,?6,?7,?8,?9,?10,"
+                                "?11,?12,?13,?14,?15)"
+                              : "UPDATE jobs SET state = ?2, plan = ?4, results = ?5, error = ?6,"
+                                " generated = ?7, n_seqs = ?8, n_layers = ?9, prompt_tokens = ?10,"
+                                " epoch = ?11, submitted_at = ?12, ended_at = ?13, events = ?14,"
+                                " train = ?15 WHERE id = ?1";
+    if (sqlite3_prepare_v2(s->db, sql, -1, &q, NULL)) {
         st = s_err(s, "write job");
         goto err;
     }
     sqlite3_bind_int64(q, 1, r->id);
     s_bind_text(q, 2, r->state);
-    s_bind_text(q, 3, r->spec);
     s_bind_text(q, 4, r->plan);
     s_bind_text(q, 5, r->results);
     s_bind_text(q, 6, r->error ? r->error : "");
@@ -235,6 +258,11 @@ pl_status_t pl_coord_store_put(pl_coord_store_t *s, const pl_coord_row_t *r, uin
     s_bind_text(q, 15, r->train);
     if (sqlite3_step(q) != SQLITE_DONE) {
         st = s_err(s, "write job");
+        goto err;
+    }
+    if (!r->spec && sqlite3_changes(s->db) != 1) {
+        st = pl_error(PL_ERR_NOT_FOUND, "state db %s: no row for job %lld to update", s->path,
+                      (long long)r->id);
         goto err;
     }
     sqlite3_finalize(q);
@@ -263,6 +291,8 @@ static pl_status_t s_delete(pl_coord_store_t *s, const char *sql, int64_t id)
 pl_status_t pl_coord_store_delete(pl_coord_store_t *s, int64_t id)
 {
     pl_status_t st = s_delete(s, "DELETE FROM jobs WHERE id = ?", id);
+    if (!st)
+        st = s_delete(s, "DELETE FROM specs WHERE id = ?", id);
     return st ? st : pl_coord_store_progress_delete(s, id);
 }
 

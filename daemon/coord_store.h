@@ -1,5 +1,5 @@
-/* The coordinator's durable state in SQLite (WAL, synchronous=FULL): one row per job (spec,
- * state, plan, results) and the counters that must never repeat (next job id, next epoch). */
+/* The coordinator's durable state in SQLite (WAL, synchronous=FULL): one row per job (state,
+ * plan, results; its spec apart, written once) and the counters that never repeat (job, epoch). */
 #ifndef PL_DAEMON_COORD_STORE_H
 #define PL_DAEMON_COORD_STORE_H
 
@@ -37,7 +37,8 @@ pl_status_t pl_coord_store_counters(pl_coord_store_t *s, uint32_t *next_job_p,
 pl_status_t pl_coord_store_each(pl_coord_store_t *s,
                                 pl_status_t (*fn)(void *user, const pl_coord_row_t *row),
                                 void *user);
-/* Write one job row and the counters in one durable transaction. */
+/* Write one job row and the counters in one durable transaction. Row->spec NULL: the row exists
+ * and keeps its spec, the other columns are updated (PL_ERR_NOT_FOUND when there is no row). */
 pl_status_t pl_coord_store_put(pl_coord_store_t *s, const pl_coord_row_t *row, uint32_t next_job,
                                uint32_t next_epoch);
 /* Delete a job's row and its progress. */

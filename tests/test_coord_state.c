@@ -85,6 +85,49 @@ Test(coord_state, rows_and_counters_survive_a_reopen)
     cr_assert_eq(system(cmd), 0);
 }
 
+static pl_status_t s_keep(void *user, const pl_coord_row_t *r)
+{
+    char **out = user;
+    cr_assert_eq(r->id, 5);
+    out[0] = strdup(r->state);
+    out[1] = strdup(r->spec);
+    out[2] = r->results ? strdup(r->results) : NULL;
+    return PL_OK;
+}
+
+Test(coord_state, a_save_without_a_spec_updates_the_row_and_keeps_its_spec)
+{
+    char dir[64], path[128];
+    s_tmpdir(dir, sizeof(dir));
+    snprintf(path, sizeof(path), "%s/coord.db", dir);
+    pl_coord_store_t *s;
+    cr_assert_eq(pl_coord_store_open(path, &s), PL_OK, "%s", pl_error_msg());
+    pl_coord_row_t r = {.id = 5, .state = "queued", .spec = s_spec, .n_seqs = 2};
+    cr_assert_eq(pl_coord_store_put(s, &r, 6, 2), PL_OK, "%s", pl_error_msg());
+    r = (pl_coord_row_t){.id = 5, .state = "done", .results = s_res, .n_seqs = 2, .epoch = 1};
+    cr_assert_eq(pl_coord_store_put(s, &r, 6, 2), PL_OK, "%s", pl_error_msg());
+    r.id = 6; /* no row to update: refused, and nothing is written */
+    cr_assert_eq(pl_coord_store_put(s, &r, 7, 2), PL_ERR_NOT_FOUND);
+    cr_assert(strstr(pl_error_msg(), "job 6"), "%s", pl_error_msg());
+    pl_coord_store_close(&s);
+
+    cr_assert_eq(pl_coord_store_open(path, &s), PL_OK);
+    uint32_t nj, ne;
+    cr_assert_eq(pl_coord_store_counters(s, &nj, &ne), PL_OK);
+    cr_assert_eq(nj, 6, "the refused save's counters were rolled back");
+    char *got[3] = {NULL};
+    cr_assert_eq(pl_coord_store_each(s, s_keep, got), PL_OK);
+    cr_assert_str_eq(got[0], "done");
+    cr_assert_str_eq(got[1], s_spec, "the spec of the first save is kept");
+    cr_assert_str_eq(got[2], s_res);
+    for (int i = 0; i < 3; i++)
+        free(got[i]);
+    pl_coord_store_close(&s);
+    char cmd[160];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    cr_assert_eq(system(cmd), 0);
+}
+
 static void s_job_clear(pl_coord_job_t *j)
 {
     json_decref(j->plan);

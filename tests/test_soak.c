@@ -71,12 +71,14 @@ static char *s_canonical_lines(const char *jsonl)
     return d;
 }
 
+/* NULL when pipectl got no answer (a slow coordinator under load): the caller asks again. */
 static char *s_results(int job)
 {
     json_t *j = s_ctl_json("results %d", job);
-    char *d = json_dumps(json_object_get(j, "results"), JSON_SORT_KEYS | JSON_COMPACT);
+    json_t *r = json_object_get(j, "results");
+    char *d = json_is_array(r) ? json_dumps(r, JSON_SORT_KEYS | JSON_COMPACT) : NULL;
     json_decref(j);
-    return d ? d : strdup("");
+    return d;
 }
 
 static int s_submit(int spec)
@@ -160,7 +162,7 @@ Test(soak, random_daemon_kills_while_jobs_run)
     int jobs[1024], spec_of[1024], n_jobs = 0, n_done = 0, kills = 0, restarts = 0;
     int in_flight = 0, next_spec = 0, recoveries = 0, resumed_jobs = 0;
     bool finished[1024] = {false};
-    int misses[1024] = {0};
+    int misses[1024] = {0}, no_results[1024] = {0};
     double down_at[S_NODES] = {0};
     unsigned seed = (unsigned)getpid();
     double t0 = tc_now(), next_kill = t0 + S_KILL_EVERY_S;
@@ -201,15 +203,20 @@ Test(soak, random_daemon_kills_while_jobs_run)
             cr_assert_lt(misses[k], 25, "job %d: no status", jobs[k]);
             cr_assert(strcmp(state, "failed") && strcmp(state, "canceled"),
                       "job %d (spec %d) %s: %s", jobs[k], spec_of[k], state, s_str(st, "note"));
-            if (!strcmp(state, "done")) {
+            char *got = !strcmp(state, "done") ? s_results(jobs[k]) : NULL;
+            if (!strcmp(state, "done") && !got) { /* no answer is no wrong answer: ask again */
+                no_results[k]++;
+                cr_assert_lt(no_results[k], 25, "job %d: no results", jobs[k]);
+            }
+            if (got) {
                 int r = (int)json_integer_value(
                     json_object_get(json_object_get(st, "recovery"), "resumes"));
                 recoveries += r;
                 resumed_jobs += r > 0;
-                char *got = s_results(jobs[k]);
                 cr_assert_str_eq(got, ref[spec_of[k]],
-                                 "job %d (spec %d): output differs from the undisturbed run",
-                                 jobs[k], spec_of[k]);
+                                 "job %d (spec %d): output differs from the undisturbed run:\n"
+                                 "got  %s\nwant %s",
+                                 jobs[k], spec_of[k], got, ref[spec_of[k]]);
                 free(got);
                 finished[k] = true;
                 n_done++;
