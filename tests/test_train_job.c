@@ -21,11 +21,7 @@ static int s_passed;
 
 static void s_teardown(void)
 {
-    if (s_c.coord > 0 && !s_passed)
-        tc_dump_logs(&s_c);
-    tc_cluster_stop(&s_c);
-    if (s_passed && s_c.dir[0])
-        tc_sh(NULL, "rm -rf %s", s_c.dir);
+    tc_cluster_end(&s_c, s_passed);
 }
 
 /* An n-daemon cluster, a tiny model (3 layers) and a repetitive corpus of token ids. */

@@ -18,11 +18,7 @@ static int s_passed;
 
 static void s_teardown(void)
 {
-    if (s_c.coord > 0 && !s_passed)
-        tc_dump_logs(&s_c);
-    tc_cluster_stop(&s_c);
-    if (s_passed && s_c.dir[0])
-        tc_sh(NULL, "rm -rf %s", s_c.dir);
+    tc_cluster_end(&s_c, s_passed);
 }
 
 /* n daemons, a tiny model and a corpus of token ids, as test_train_job's. */
