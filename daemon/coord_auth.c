@@ -184,9 +184,26 @@ static bool s_lane_ok(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_type_t typ
     return false;
 }
 
+/* A sender of another control protocol is answered with both versions, whatever it sent: its
+ * fields may mean something else here. */
+static bool s_proto_ok(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_type_t type)
+{
+    char why[256], what[96];
+    if (from->proto == PL_PROTO_VERSION)
+        return true;
+    pl_msg_proto_mismatch(from->sock == c->node_router ? "pipeld" : "pipectl", from->proto,
+                          "this coordinator", why, sizeof(why));
+    snprintf(what, sizeof(what), "%s of control protocol %d", pl_msg_name(type), from->proto);
+    s_refuse(c, from, what);
+    pl_coord_reply_error(c, from, PL_ERR_UNSUPPORTED, "%s", why);
+    return false;
+}
+
 bool pl_coord_auth_check(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_type_t type)
 {
     char what[96];
+    if (!s_proto_ok(c, from, type))
+        return false;
     if (c->insecure)
         return s_lane_ok(c, from, type);
     if (!s_role_may(from->role, type)) {
