@@ -279,10 +279,7 @@ static void s_dispatch(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_t *m)
 {
     if (!pl_coord_auth_check(c, from, m->type))
         return;
-    if ((m->type == PL_MSG_SUBMIT || m->type == PL_MSG_PLAN) &&
-        (pl_coord_auth_model(c, m->submit.model) ||
-         (m->submit.train && m->submit.train->cfg.resume_from[0] && /* a model to read too */
-          pl_coord_auth_model(c, m->submit.train->cfg.resume_from)))) {
+    if ((m->type == PL_MSG_SUBMIT || m->type == PL_MSG_PLAN) && pl_coord_auth_job(c, &m->submit)) {
         pl_log_info_limited("job from '%s' refused: %s", from->user, pl_error_msg());
         pl_coord_reply_error(c, from, PL_ERR_PERMISSION, "%s", pl_error_msg());
         return;

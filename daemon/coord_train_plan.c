@@ -310,6 +310,8 @@ bool pl_coord_train_plan(pl_coord_t *c, pl_coord_job_t *j)
     j->plan = pj;
     t->kind = best.kind;
     t->n_split = best.n_stages;
+    t->n_allow = c->cfg->n_model_dirs; /* where its daemons may write its checkpoints */
+    memcpy(t->allow, c->cfg->model_dirs, sizeof(t->allow[0]) * (size_t)t->n_allow);
     j->n_stages = best.n_stages * R; /* replica r's stage s is stage r * S + s */
     for (int s = 0; s < best.n_stages; s++)
         t->split[s] = best.split[s];

@@ -4,6 +4,7 @@
 #include "pipeline/train_run.h"
 
 #include "common/log.h"
+#include "common/path_allow.h"
 #include "common/util.h"
 #include "pipeline/train_allreduce.h"
 #include "pipeline/train_ckpt.h"
@@ -223,7 +224,10 @@ static pl_status_t s_checkpoint(s_run_t *s, int k)
     const pl_job_train_t *t = r->train;
     char dir[PATH_MAX];
     pl_status_t st;
-    if ((st = pl_train_run_ckpt_dir(s->job, k, dir, sizeof(dir))) || (st = s_mkdirs(dir)) ||
+    /* the coordinator checked checkpoint_dir at submit; this file system is the one written */
+    if ((st = pl_train_run_ckpt_dir(s->job, k, dir, sizeof(dir))) ||
+        (st = pl_path_allow_check("checkpoint_dir", dir, t->allow, t->n_allow, false)) ||
+        (st = s_mkdirs(dir)) ||
         (st = pl_train_ckpt_stage_write(dir, &s->cfg, pl_train_master_weights(s->master), s->s,
                                         s->S, s->l0, s->l1)) ||
         (st = pl_train_ckpt_opt_write(dir, &s->cfg, pl_train_exec_opt(s->te), s->s, s->S,
