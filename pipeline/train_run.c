@@ -115,7 +115,8 @@ static pl_status_t s_load(s_run_t *s)
         return pl_error(PL_ERR_INVALID, "assignment: layers %d-%d of a %d-layer model", r->first,
                         r->last, s->cfg.n_layers);
     if (job->resume_from[0]) {
-        if ((st = pl_train_ckpt_state_read(job->resume_from, &s->resume)))
+        if ((st = pl_train_ckpt_stage_readable(job->resume_from, s->s, s->S)) ||
+            (st = pl_train_ckpt_state_read(job->resume_from, &s->resume)))
             return st;
         if (s->resume.n_stages != s->S)
             return pl_error(PL_ERR_INVALID, "resume_from %s: written by %d stages, this job has "
@@ -238,6 +239,7 @@ static pl_status_t s_checkpoint(s_run_t *s, int k)
     pl_train_state_t ts = {.step = k, .n_stages = s->S, .data_step = k,
                            .lr = pl_adamw_lr(&s->cfg.opt, k)};
     memcpy(ts.split, t->split, sizeof(int) * (size_t)t->n_split);
+    snprintf(ts.schedule, sizeof(ts.schedule), "%s", pl_train_kind_name((pl_train_kind_t)t->kind));
     if ((st = pl_train_ckpt_index_write(dir, &s->cfg, t->split, t->n_split, s->job->model)) ||
         (st = pl_train_ckpt_state_write(dir, &ts)))
         return st;
