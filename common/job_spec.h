@@ -34,6 +34,10 @@ typedef struct pl_job_train {
     int kind;                       /* pl_train_kind_t of the schedule to run; -1: not decided */
     int n_split;                    /* stages of the split, 0: not decided */
     int split[PL_CFG_MAX_NODES];    /* layers per stage, in stage order */
+    /* The directories the job may write its checkpoints in (the coordinator's models.allow; 0:
+     * any), which a daemon checks again before it writes (common/path_allow.h). */
+    int n_allow;
+    char allow[PL_CFG_MAX_MODEL_DIRS][PATH_MAX];
 } pl_job_train_t;
 
 /* A deployment (pipectl serve DEPLOY.yaml; common/config_deploy.c): a job whose stages stay

@@ -131,13 +131,7 @@ static void s_reconcile(pl_coord_t *c, int node, const pl_msg_progress_t *st, in
 
 static void s_on_hello(pl_coord_t *c, const pl_tx_peer_t *from, const pl_msg_hello_t *h)
 {
-    pl_coord_node_t tmp = {0};
-    if (h->proto != PL_PROTO_VERSION) {
-        pl_coord_reply_error(c, from, PL_ERR_UNSUPPORTED,
-                             "protocol version %d, the coordinator speaks %d", h->proto,
-                             PL_PROTO_VERSION);
-        return;
-    }
+    pl_coord_node_t tmp = {0}; /* its protocol: pl_coord_auth_check's */
     if (strlen(h->node) != from->len || memcmp(h->node, from->id, from->len) != 0 ||
         !s_valid_name(h->node, strlen(h->node))) {
         pl_coord_reply_error(c, from, PL_ERR_INVALID, "node name '%s' must match the socket "
@@ -285,10 +279,7 @@ static void s_dispatch(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_t *m)
 {
     if (!pl_coord_auth_check(c, from, m->type))
         return;
-    if ((m->type == PL_MSG_SUBMIT || m->type == PL_MSG_PLAN) &&
-        (pl_coord_auth_model(c, m->submit.model) ||
-         (m->submit.train && m->submit.train->cfg.resume_from[0] && /* a model to read too */
-          pl_coord_auth_model(c, m->submit.train->cfg.resume_from)))) {
+    if ((m->type == PL_MSG_SUBMIT || m->type == PL_MSG_PLAN) && pl_coord_auth_job(c, &m->submit)) {
         pl_log_info_limited("job from '%s' refused: %s", from->user, pl_error_msg());
         pl_coord_reply_error(c, from, PL_ERR_PERMISSION, "%s", pl_error_msg());
         return;

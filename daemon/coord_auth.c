@@ -1,12 +1,11 @@
 /* The coordinator's authentication and authorisation: which keys it admits (ZAP allow-list),
  * what each role may send, whose jobs a user may see, and which model paths a job may name. */
 #include "common/log.h"
+#include "common/path_allow.h"
 #include "common/util.h"
 #include "daemon/coord_int.h"
 #include "transport/keys.h"
 
-#include <dirent.h>
-#include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -184,9 +183,26 @@ static bool s_lane_ok(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_type_t typ
     return false;
 }
 
+/* A sender of another control protocol is answered with both versions, whatever it sent: its
+ * fields may mean something else here. */
+static bool s_proto_ok(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_type_t type)
+{
+    char why[256], what[96];
+    if (from->proto == PL_PROTO_VERSION)
+        return true;
+    pl_msg_proto_mismatch(from->sock == c->node_router ? "pipeld" : "pipectl", from->proto,
+                          "this coordinator", why, sizeof(why));
+    snprintf(what, sizeof(what), "%s of control protocol %d", pl_msg_name(type), from->proto);
+    s_refuse(c, from, what);
+    pl_coord_reply_error(c, from, PL_ERR_UNSUPPORTED, "%s", why);
+    return false;
+}
+
 bool pl_coord_auth_check(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_type_t type)
 {
     char what[96];
+    if (!s_proto_ok(c, from, type))
+        return false;
     if (c->insecure)
         return s_lane_ok(c, from, type);
     if (!s_role_may(from->role, type)) {
@@ -224,56 +240,19 @@ void pl_coord_auth_stage_refused(pl_coord_t *c, const pl_tx_peer_t *from, const 
     s_refuse(c, from, what);
 }
 
-/* path (already resolved) lies in dir (resolved): equal, or dir followed by '/'. */
-static bool s_under(const char *path, const char *dir)
-{
-    size_t n = strlen(dir);
-    if (n == 1 && dir[0] == '/')
-        return true;
-    return strncmp(path, dir, n) == 0 && (path[n] == '\0' || path[n] == '/');
-}
-
-static bool s_allowed(const pl_cfg_cluster_t *cfg, const char *real)
-{
-    for (int i = 0; i < cfg->n_model_dirs; i++) {
-        char dir[PATH_MAX];
-        if (realpath(cfg->model_dirs[i], dir) && s_under(real, dir))
-            return true;
-    }
-    return false;
-}
-
 pl_status_t pl_coord_auth_model(const pl_coord_t *c, const char *model)
 {
-    char real[PATH_MAX], entry[PATH_MAX + 256], target[PATH_MAX];
-    if (c->cfg->n_model_dirs == 0)
-        return PL_OK;
-    /* the message never says why realpath failed beyond errno: no file contents leave */
-    if (!realpath(model, real))
-        return pl_error(PL_ERR_PERMISSION, "model '%.200s': %s", model, strerror(errno));
-    if (!s_allowed(c->cfg, real))
-        return pl_error(PL_ERR_PERMISSION,
-                        "model '%.200s' is outside the directories the "
-                        "cluster file allows (models.allow)",
-                        model);
-    DIR *d = opendir(real);
-    if (!d)
-        return pl_error(PL_ERR_PERMISSION, "model '%.200s': %s", model, strerror(errno));
-    /* every file in it too: a link out of the allowed directories is refused */
-    for (struct dirent *e; (e = readdir(d));) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-            continue;
-        snprintf(entry, sizeof(entry), "%s/%s", real, e->d_name);
-        if (!realpath(entry, target) || !s_allowed(c->cfg, target)) {
-            pl_status_t st = pl_error(PL_ERR_PERMISSION,
-                                      "model '%.200s': '%.200s' leads "
-                                      "outside the directories the cluster file allows "
-                                      "(models.allow)",
-                                      model, e->d_name);
-            closedir(d); /* e lives in d */
-            return st;
-        }
-    }
-    closedir(d);
-    return PL_OK;
+    return pl_path_allow_check("model", model, c->cfg->model_dirs, c->cfg->n_model_dirs, true);
+}
+
+pl_status_t pl_coord_auth_job(const pl_coord_t *c, const pl_job_spec_t *spec)
+{
+    const pl_cfg_train_t *t = spec->train ? &spec->train->cfg : NULL;
+    pl_status_t st = pl_coord_auth_model(c, spec->model);
+    if (!st && t && t->resume_from[0]) /* a model to read too */
+        st = pl_coord_auth_model(c, t->resume_from);
+    if (!st && t && t->checkpoint_dir[0]) /* where the daemons will write: it may not exist yet */
+        st = pl_path_allow_check("checkpoint_dir", t->checkpoint_dir, c->cfg->model_dirs,
+                                 c->cfg->n_model_dirs, false);
+    return st;
 }

@@ -273,6 +273,9 @@ bool pl_coord_auth_may_see(pl_coord_t *c, const pl_tx_peer_t *from, const pl_coo
 void pl_coord_auth_stage_refused(pl_coord_t *c, const pl_tx_peer_t *from, const char *what);
 /* A job's model directory (and every file in it) must resolve under models.allow. */
 pl_status_t pl_coord_auth_model(const pl_coord_t *c, const char *model);
+/* A submitted job's paths under models.allow (common/path_allow.h): its model, a training job's
+ * resume_from (read) and checkpoint_dir (written; it need not exist yet). */
+pl_status_t pl_coord_auth_job(const pl_coord_t *c, const pl_job_spec_t *spec);
 
 /* coord_metrics.c */
 /* Register the coordinator's metric families in r. */

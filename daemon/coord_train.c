@@ -2,6 +2,7 @@
  * checkpoint it resumes from; each stage's TRAIN_STEP reports kept as the job's loss curve and
  * per-stage busy / wait time (the measured bubble); the job's training status for pipectl. */
 #include "common/log.h"
+#include "common/train_ops.h"
 #include "common/util.h"
 #include "daemon/coord_int.h"
 #include "daemon/coord_train.h"
@@ -50,7 +51,7 @@ pl_status_t pl_coord_train_validate(pl_coord_job_t *j)
     if ((st = s_readable("data", job->data_tokens[0] ? job->data_tokens : job->data_text)))
         return st;
     int steps_done = 0;
-    t->kind = -1; /* the plan is the coordinator's to make (a resume fixes the split) */
+    t->kind = -1; /* the plan is the coordinator's to make (a resume fixes split and schedule) */
     t->n_split = 0;
     if (job->resume_from[0]) {
         pl_train_state_t rs;
@@ -72,6 +73,9 @@ pl_status_t pl_coord_train_validate(pl_coord_job_t *j)
                             job->resume_from, rs.step, job->steps);
         t->n_split = rs.n_stages; /* the plan keeps it */
         memcpy(t->split, rs.split, sizeof(int) * (size_t)rs.n_stages);
+        pl_train_kind_t kind; /* and its schedule, unless the job names one */
+        if (rs.schedule[0] && !pl_train_kind_parse(rs.schedule, &kind))
+            t->kind = (int)kind;
         steps_done = rs.step;
     }
     if ((job->stages ? job->stages : 1) > mc.n_layers)

@@ -269,6 +269,10 @@ bool pl_coord_train_plan(pl_coord_t *c, pl_coord_job_t *j)
     pl_train_kind_t forced;
     bool is_forced = strcmp(t->cfg.schedule, "auto") && !pl_train_kind_parse(t->cfg.schedule,
                                                                                  &forced);
+    if (!is_forced && t->n_split && t->kind >= 0 && t->kind < PL_TRAIN_KIND_COUNT) {
+        forced = (pl_train_kind_t)t->kind; /* a resume: its checkpoint's schedule, as its split */
+        is_forced = true;
+    }
     int lo = want ? want : 1,
         hi = want ? want : PL_MIN(PL_MIN(n / R, k.n_layers), S_MAX_AUTO_STAGES);
     s_choice_t best = {.makespan = DBL_MAX};
@@ -298,7 +302,7 @@ bool pl_coord_train_plan(pl_coord_t *c, pl_coord_job_t *j)
         }
         pl_coord_job_fail(c, j, "no feasible training plan: no split of %d layers over %d-%d "
                           "stage(s) fits the devices' memory with %s", k.n_layers, lo, hi,
-                          is_forced ? t->cfg.schedule : "any schedule");
+                          is_forced ? pl_train_kind_name(forced) : "any schedule");
         return false;
     }
     json_t *pj = s_plan_json(c, cands, &best, R, tried);
@@ -310,6 +314,8 @@ bool pl_coord_train_plan(pl_coord_t *c, pl_coord_job_t *j)
     j->plan = pj;
     t->kind = best.kind;
     t->n_split = best.n_stages;
+    t->n_allow = c->cfg->n_model_dirs; /* where its daemons may write its checkpoints */
+    memcpy(t->allow, c->cfg->model_dirs, sizeof(t->allow[0]) * (size_t)t->n_allow);
     j->n_stages = best.n_stages * R; /* replica r's stage s is stage r * S + s */
     for (int s = 0; s < best.n_stages; s++)
         t->split[s] = best.split[s];

@@ -6,6 +6,7 @@
 #include "common/util.h"
 #include "daemon/front.h"
 #include "daemon/node_metrics.h"
+#include "daemon/node_reg.h"
 #include "daemon/node_serve.h"
 #include "daemon/node_train.h"
 #include "pipeline/exec.h"
@@ -63,6 +64,7 @@ typedef struct {
     pthread_t reapers[S_MAX_EXECS]; /* threads that wait for canceled executors to end */
     int n_reapers;
     unsigned rand_state;
+    pl_node_reg_t reg; /* what silence or another protocol on the node endpoint means */
 } s_node_t;
 
 static bool s_backend_wanted(const pl_cfg_node_t *cfg, const char *name)
@@ -216,7 +218,6 @@ static void s_hello(s_node_t *n)
     pl_msg_t m;
     pl_msg_hello_t *h = &m.hello;
     pl_msg_init(&m, PL_MSG_HELLO);
-    h->proto = PL_PROTO_VERSION;
     snprintf(h->node, sizeof(h->node), "%s", n->cfg->name);
     gethostname(h->host, sizeof(h->host) - 1);
     h->pid = (int)getpid();
@@ -238,7 +239,8 @@ static void s_hello(s_node_t *n)
     char why[256];
     if (pl_tx_sock_handshake_error(n->dealer, why, sizeof(why))) /* say why, not just retry */
         pl_log_warn("coordinator refused the connection: %s", why);
-    s_send(n, &m);
+    s_send(n, &m); /* busy while no connection is up: the watch counts the attempt all the same */
+    pl_node_reg_hello(&n->reg, pl_now());
     /* jitter in [base/2, base]: daemons that lost the same coordinator do not come back in step */
     double base = n->hello_backoff, u = (double)rand_r(&n->rand_state) / RAND_MAX;
     n->next_hello = pl_now() + base * (0.5 + 0.5 * u);
@@ -251,6 +253,7 @@ static void s_reregister(s_node_t *n)
     if (!n->registered)
         return;
     n->registered = false;
+    pl_node_reg_lost(&n->reg);
     n->hello_backoff = S_HELLO_FIRST_S;
     n->next_hello = pl_now();
     /* a restarted coordinator streams from what it has: send the texts again from the start */
@@ -490,11 +493,16 @@ static bool s_on_coord(s_node_t *n)
         pl_log_warn_limited("coordinator: %s", pl_error_msg());
         return true;
     }
+    if (!pl_node_reg_proto_ok(&n->reg, &m)) {
+        pl_msg_clear(&m);
+        return true;
+    }
     switch (m.type) {
     case PL_MSG_WELCOME: /* to HELLO, and to every heartbeat */
         if (!n->registered)
             pl_log_info("registered with the coordinator");
         n->registered = true;
+        pl_node_reg_done(&n->reg);
         n->hb_unanswered = false;
         n->last_welcome = pl_now();
         pl_trace_clock_answer(m.welcome.clock_ns); /* the round trip times the trace clock */
@@ -603,6 +611,7 @@ pl_status_t pl_node_run(const pl_cfg_node_t *cfg, volatile sig_atomic_t *stop)
     }
     pl_log_info("node %s: connecting to %s (the node endpoint of %s)", cfg->name, node_ep,
                 cfg->coordinator);
+    pl_node_reg_init(&n.reg, node_ep, cfg->coordinator, !cfg->coordinator_node[0]);
     s_hello(&n);
     n.next_hb = pl_now() + cfg->heartbeat_ms / 1000.0;
     while (!*stop) {
@@ -639,6 +648,8 @@ pl_status_t pl_node_run(const pl_cfg_node_t *cfg, volatile sig_atomic_t *stop)
         }
         if (!n.registered && now >= n.next_hello)
             s_hello(&n);
+        if (!n.registered)
+            pl_node_reg_check(&n.reg, now);
         s_reap(&n, false);
         for (int i = n.n_execs - 1; i >= 0; i--) /* no release came (coordinator gone) */
             if (n.done_at[i] && now - n.done_at[i] > S_RELEASE_TIMEOUT_S)

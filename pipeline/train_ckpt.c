@@ -50,7 +50,7 @@ size_t pl_train_ckpt_stage_tensors(const pl_train_local_cfg_t *c, const pl_train
     return k;
 }
 
-static void s_shard_name(int stage, int n_stages, char *out, size_t len)
+void pl_train_ckpt_shard_name(int stage, int n_stages, char *out, size_t len)
 {
     snprintf(out, len, "model-%05d-of-%05d.safetensors", stage + 1, n_stages);
 }
@@ -74,7 +74,7 @@ pl_status_t pl_train_ckpt_stage_write(const char *dir, const pl_train_local_cfg_
     }
     size_t n = pl_train_ckpt_stage_tensors(cfg, w, stage == 0, stage == n_stages - 1, l0, l1, t,
                                            names);
-    s_shard_name(stage, n_stages, shard, sizeof(shard));
+    pl_train_ckpt_shard_name(stage, n_stages, shard, sizeof(shard));
     if ((rc = pl_path_join(dir, shard, path, sizeof(path))) == PL_OK)
         rc = pl_st_write(path, t, n);
 out:
@@ -142,7 +142,7 @@ pl_status_t pl_train_ckpt_index_write(const char *dir, const pl_train_local_cfg_
         size_t k = pl_train_ckpt_stage_tensors(cfg, NULL, s == 0, s == n_stages - 1, l, l + counts[s],
                                    t + n, names + n);
         for (size_t i = n; i < n + k; i++) {
-            s_shard_name(s, n_stages, shards[i], 64);
+            pl_train_ckpt_shard_name(s, n_stages, shards[i], 64);
             np[i] = names[i], sp[i] = shards[i];
             uint64_t e = 4;
             for (int dd = 0; dd < t[i].ndim; dd++)

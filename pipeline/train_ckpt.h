@@ -17,6 +17,9 @@ size_t pl_train_ckpt_stage_tensors(const pl_train_local_cfg_t *c, const pl_train
                                    bool first, bool last, int l0, int l1, pl_st_out_t *out,
                                    char (*names)[PL_TRAIN_CKPT_NAME]);
 
+/* "model-<stage+1>-of-<n_stages>.safetensors" (5 digits): stage's file of a checkpoint. */
+void pl_train_ckpt_shard_name(int stage, int n_stages, char *out, size_t len);
+
 /* Write stage `stage` of n_stages (layers [l0, l1); the embedding when first, final norm and
  * LM head when last) from w as dir/model-<stage+1>-of-<n_stages>.safetensors (5 digits, F32). */
 pl_status_t pl_train_ckpt_stage_write(const char *dir, const pl_train_local_cfg_t *cfg,

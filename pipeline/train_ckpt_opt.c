@@ -2,6 +2,7 @@
  * reader under the checkpoint's own names, the step state as a small JSON file. */
 #include "pipeline/train_ckpt_opt.h"
 
+#include "common/train_ops.h"
 #include "common/util.h"
 #include "model/safetensors.h"
 #include "pipeline/train_ckpt.h"
@@ -11,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define S_NAME (PL_TRAIN_CKPT_NAME + 16)
 
@@ -145,6 +147,27 @@ out:
     return rc;
 }
 
+pl_status_t pl_train_ckpt_stage_readable(const char *dir, int stage, int n_stages)
+{
+    char names[4][64], path[4096];
+    snprintf(names[0], sizeof(names[0]), "trainer_state.json");
+    snprintf(names[1], sizeof(names[1]), "config.json");
+    snprintf(names[2], sizeof(names[2]), "model.safetensors.index.json");
+    pl_train_ckpt_shard_name(stage, n_stages, names[3], sizeof(names[3]));
+    for (int i = 0; i <= 4; i++) {
+        pl_status_t rc = i < 4 ? pl_path_join(dir, names[i], path, sizeof(path))
+                               : s_path(dir, stage, n_stages, path, sizeof(path));
+        if (rc)
+            return rc;
+        if (access(path, R_OK) != 0)
+            return pl_error(PL_ERR_NOT_FOUND, "resume_from: %s is not readable on this node "
+                            "(%s): each stage writes its part of a checkpoint on its own node, "
+                            "so the nodes must share one file system, or the checkpoint be "
+                            "copied to each of them", path, strerror(errno));
+    }
+    return PL_OK;
+}
+
 pl_status_t pl_train_ckpt_state_write(const char *dir, const pl_train_state_t *st)
 {
     char path[4096], tmp[4200];
@@ -159,6 +182,8 @@ pl_status_t pl_train_ckpt_state_write(const char *dir, const pl_train_state_t *s
         json_array_append_new(split, json_integer(st->split[i]));
     if (split)
         json_object_set_new(o, "split", split);
+    if (o && st->schedule[0])
+        json_object_set_new(o, "schedule", json_string(st->schedule));
     if (!o)
         return pl_error(PL_ERR_NOMEM, "%s", path);
     int bad = json_dump_file(o, tmp, JSON_INDENT(2) | JSON_SORT_KEYS);
@@ -215,6 +240,13 @@ pl_status_t pl_train_ckpt_state_read(const char *dir, pl_train_state_t *st)
         else
             v.split[i] = (int)json_integer_value(e);
     }
+    const json_t *sched = rc == PL_OK ? json_object_get(o, "schedule") : NULL;
+    pl_train_kind_t kind;
+    if (sched && (!json_is_string(sched) || json_string_length(sched) >= sizeof(v.schedule) ||
+                  pl_train_kind_parse(json_string_value(sched), &kind)))
+        rc = pl_error(PL_ERR_INVALID, "%s: field 'schedule' must name a schedule", path);
+    else if (sched)
+        snprintf(v.schedule, sizeof(v.schedule), "%s", pl_train_kind_name(kind));
     if (rc == PL_OK)
         *st = v;
     json_decref(o);

@@ -4,6 +4,7 @@
 #include "pipeline/train_run.h"
 
 #include "common/log.h"
+#include "common/path_allow.h"
 #include "common/util.h"
 #include "pipeline/train_allreduce.h"
 #include "pipeline/train_ckpt.h"
@@ -114,7 +115,8 @@ static pl_status_t s_load(s_run_t *s)
         return pl_error(PL_ERR_INVALID, "assignment: layers %d-%d of a %d-layer model", r->first,
                         r->last, s->cfg.n_layers);
     if (job->resume_from[0]) {
-        if ((st = pl_train_ckpt_state_read(job->resume_from, &s->resume)))
+        if ((st = pl_train_ckpt_stage_readable(job->resume_from, s->s, s->S)) ||
+            (st = pl_train_ckpt_state_read(job->resume_from, &s->resume)))
             return st;
         if (s->resume.n_stages != s->S)
             return pl_error(PL_ERR_INVALID, "resume_from %s: written by %d stages, this job has "
@@ -223,7 +225,10 @@ static pl_status_t s_checkpoint(s_run_t *s, int k)
     const pl_job_train_t *t = r->train;
     char dir[PATH_MAX];
     pl_status_t st;
-    if ((st = pl_train_run_ckpt_dir(s->job, k, dir, sizeof(dir))) || (st = s_mkdirs(dir)) ||
+    /* the coordinator checked checkpoint_dir at submit; this file system is the one written */
+    if ((st = pl_train_run_ckpt_dir(s->job, k, dir, sizeof(dir))) ||
+        (st = pl_path_allow_check("checkpoint_dir", dir, t->allow, t->n_allow, false)) ||
+        (st = s_mkdirs(dir)) ||
         (st = pl_train_ckpt_stage_write(dir, &s->cfg, pl_train_master_weights(s->master), s->s,
                                         s->S, s->l0, s->l1)) ||
         (st = pl_train_ckpt_opt_write(dir, &s->cfg, pl_train_exec_opt(s->te), s->s, s->S,
@@ -234,6 +239,7 @@ static pl_status_t s_checkpoint(s_run_t *s, int k)
     pl_train_state_t ts = {.step = k, .n_stages = s->S, .data_step = k,
                            .lr = pl_adamw_lr(&s->cfg.opt, k)};
     memcpy(ts.split, t->split, sizeof(int) * (size_t)t->n_split);
+    snprintf(ts.schedule, sizeof(ts.schedule), "%s", pl_train_kind_name((pl_train_kind_t)t->kind));
     if ((st = pl_train_ckpt_index_write(dir, &s->cfg, t->split, t->n_split, s->job->model)) ||
         (st = pl_train_ckpt_state_write(dir, &ts)))
         return st;

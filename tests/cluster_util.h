@@ -26,9 +26,16 @@
 #include <zmq.h>
 
 #include "common/config.h"
+#include "transport/ctl.h"
 #include "transport/keys.h"
 
 #define TC_MAX_PROCS 16
+
+/* The first key of a hand-written control message body: the protocol it speaks (ctl.h), without
+ * which the coordinator refuses it as a sender of protocol 2 or older. */
+#define TC_STR_(x) #x
+#define TC_STR(x) TC_STR_(x)
+#define TC_PROTO "\"proto\": " TC_STR(PL_PROTO_VERSION) ", "
 
 typedef struct {
     char dir[256]; /* scratch directory: logs, model, job files */

@@ -34,13 +34,15 @@ static void *s_flood(void *arg)
     s_flooder_t *f = arg;
     static const char *frames[4][3][2] = {
         {{"NOPE", "{}"}, {"HEARTBEAT", "{\"node\": "}, {"SUBMIT", "[1, 2"}},
-        {{"SUBMIT", "{\"model\": \"/m\", \"gen\": {\"prompts\": [[1]]}}"},
-         {"SHUTDOWN", "{}"},
-         {"KILL", "{\"job\": 1}"}},
-        {{"SUBMIT", "{\"model\": \"/no/such/model\", \"gen\": {\"prompts\": [[1, 2]]}}"},
-         {"PLAN", "{\"model\": \"/no/such/model\", \"gen\": {\"prompts\": [[1]]}}"},
-         {"SUBMIT", "{\"model\": \"/tmp/../etc\", \"gen\": {\"prompts\": [[3]]}}"}},
-        {{"STATUS", "{\"job\": 999999}"}, {"RESULTS", "{\"job\": 999998}"}, {"KILL", "{\"job\": 99}"}},
+        {{"SUBMIT", "{" TC_PROTO "\"model\": \"/m\", \"gen\": {\"prompts\": [[1]]}}"},
+         {"SHUTDOWN", "{" TC_PROTO "\"x\": 0}"},
+         {"KILL", "{" TC_PROTO "\"job\": 1}"}},
+        {{"SUBMIT", "{" TC_PROTO "\"model\": \"/no/such/model\", \"gen\": {\"prompts\": [[1, 2]]}}"},
+         {"PLAN", "{" TC_PROTO "\"model\": \"/no/such/model\", \"gen\": {\"prompts\": [[1]]}}"},
+         {"SUBMIT", "{" TC_PROTO "\"model\": \"/tmp/../etc\", \"gen\": {\"prompts\": [[3]]}}"}},
+        {{"STATUS", "{" TC_PROTO "\"job\": 999999}"},
+         {"RESULTS", "{" TC_PROTO "\"job\": 999998}"},
+         {"KILL", "{" TC_PROTO "\"job\": 99}"}},
     };
     char buf[4096];
     for (long i = 0; !atomic_load(f->stop); i++) {
@@ -74,7 +76,7 @@ static char *s_big_body(const char *model, size_t *len_p)
     size_t cap = (size_t)S_BIG_PROMPTS * S_BIG_TOKENS * 5 + 4096, len = 0;
     char *b = malloc(cap);
     cr_assert_not_null(b);
-    len += (size_t)snprintf(b, cap, "{\"model\": \"%s\", \"nodes\": [\"elsewhere\"], \"gen\": "
+    len += (size_t)snprintf(b, cap, "{" TC_PROTO "\"model\": \"%s\", \"nodes\": [\"elsewhere\"], \"gen\": "
                             "{\"max_new_tokens\": 1, \"prompts\": [", model);
     for (int p = 0; p < S_BIG_PROMPTS; p++) {
         b[len++] = p ? ',' : '[';
@@ -119,7 +121,7 @@ static void *s_big(void *arg)
         if (job <= 0)
             continue;
         f->accepted++;
-        snprintf(buf, sizeof(buf), "{\"job\": %ld}", job);
+        snprintf(buf, sizeof(buf), "{" TC_PROTO "\"job\": %ld}", job);
         if (zmq_send(f->sock, "KILL", 4, ZMQ_SNDMORE) >= 0 &&
             zmq_send(f->sock, buf, strlen(buf), 0) >= 0)
             s_big_answer(f->sock, buf, sizeof(buf));
@@ -223,7 +225,6 @@ Test(flood, heartbeats_are_answered_through_a_flood, .timeout = 300)
     cr_assert_eq(pl_tx_sock_connect(probe, node_ep), PL_OK);
     pl_msg_t m;
     pl_msg_init(&m, PL_MSG_HELLO);
-    m.hello.proto = PL_PROTO_VERSION;
     snprintf(m.hello.node, sizeof(m.hello.node), "probe");
     snprintf(m.hello.host, sizeof(m.hello.host), "localhost");
     m.hello.pid = (int)getpid();

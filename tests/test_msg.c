@@ -53,7 +53,6 @@ Test(msg, hello_round_trips_devices_and_health)
     pl_msg_t m, out;
     pl_msg_init(&m, PL_MSG_HELLO);
     pl_msg_hello_t *h = &m.hello;
-    h->proto = PL_PROTO_VERSION;
     snprintf(h->node, sizeof(h->node), "node0");
     snprintf(h->host, sizeof(h->host), "box.example");
     h->pid = 4242;
@@ -79,7 +78,7 @@ Test(msg, hello_round_trips_devices_and_health)
     s_heartbeat(&h->health);
     tm_round_trip(&m, &out);
     const pl_msg_hello_t *g = &out.hello;
-    cr_assert_eq(g->proto, PL_PROTO_VERSION);
+    cr_assert_eq(out.proto, PL_PROTO_VERSION, "every message names its protocol");
     cr_assert_str_eq(g->node, "node0");
     cr_assert_str_eq(g->host, "box.example");
     cr_assert_eq(g->pid, 4242);
@@ -193,7 +192,7 @@ Test(msg, error_carries_the_code)
     cr_assert_eq(pl_msg_encode(&m, &body), PL_OK);
     char *text = json_dumps(body, JSON_COMPACT | JSON_SORT_KEYS);
     cr_assert_str_eq(text, "{\"code\":-4,\"error\":\"node 'n' is not registered\","
-                           "\"status\":\"not found\"}");
+                           "\"proto\":3,\"status\":\"not found\"}");
     free(text);
     json_decref(body);
     tm_round_trip(&m, &out);
@@ -278,6 +277,57 @@ Test(msg, every_type_has_a_codec)
     pl_msg_t m = {.type = PL_MSG_COUNT_};
     json_t *body;
     cr_assert_eq(pl_msg_encode(&m, &body), PL_ERR_INVALID);
+}
+
+/* Every body names the control protocol: this build's unless the message says another (a forged
+ * older sender); a body without one decodes as protocol 0 (older than 3), never as this one; a
+ * REPLY's body is named on a copy and read back without it. */
+Test(msg, every_message_names_its_protocol)
+{
+    for (int t = 1; t < PL_MSG_COUNT_; t++) {
+        pl_msg_t m;
+        json_t *body;
+        pl_msg_init(&m, t);
+        if (t == PL_MSG_REPLY)
+            m.reply.body = json_pack("{s:i}", "a", 1);
+        cr_assert_eq(pl_msg_encode(&m, &body), PL_OK, "%s: %s", pl_msg_name(t), pl_error_msg());
+        cr_assert_eq(json_integer_value(json_object_get(body, "proto")), PL_PROTO_VERSION, "%s",
+                     pl_msg_name(t));
+        if (t == PL_MSG_REPLY)
+            cr_assert_null(json_object_get(m.reply.body, "proto"), "the caller's body changed");
+        json_decref(body);
+        pl_msg_clear(&m);
+    }
+    pl_msg_t m, out;
+    pl_msg_init(&m, PL_MSG_STATUS);
+    m.job_ref.job = 4;
+    m.proto = 2;
+    tm_round_trip(&m, &out);
+    cr_assert_eq(out.proto, 2);
+    cr_assert_eq(pl_msg_decode_wire("STATUS", 6, "{\"job\": 4}", 10, &out), PL_OK);
+    cr_assert_eq(out.proto, 0, "a body without a protocol is an older sender's");
+    cr_assert_eq(out.job_ref.job, 4);
+    tm_refused(PL_MSG_STATUS, "{\"job\": 4, \"proto\": \"3\"}", "proto");
+    tm_refused(PL_MSG_STATUS, "{\"job\": 4, \"proto\": 0}", "proto");
+    tm_refused(PL_MSG_NODES, "{\"proto\": -1}", "proto");
+    pl_msg_init(&m, PL_MSG_REPLY);
+    m.reply.body = json_pack("{s:i}", "job", 7);
+    tm_round_trip(&m, &out);
+    cr_assert_eq(out.proto, PL_PROTO_VERSION);
+    cr_assert(json_equal(out.reply.body, m.reply.body), "the answer gained its envelope");
+    pl_msg_clear(&out);
+    pl_msg_clear(&m);
+    /* the sentence every side says */
+    char why[256];
+    cr_assert_str_eq(pl_msg_proto_mismatch("pipeld", 2, "this coordinator", why, sizeof(why)),
+                     "pipeld speaks control protocol 2, this coordinator 3: upgrade pipeld");
+    cr_assert_str_eq(pl_msg_proto_mismatch("pipectl", 9, "this coordinator", why, sizeof(why)),
+                     "pipectl speaks control protocol 9, this coordinator 3: upgrade this "
+                     "coordinator");
+    cr_assert_str_eq(pl_msg_proto_mismatch("the coordinator at X", 0, "this pipectl", why,
+                                           sizeof(why)),
+                     "the coordinator at X speaks a control protocol older than 3 (its messages "
+                     "name none), this pipectl 3: upgrade the coordinator at X");
 }
 
 /* ROUTER on inproc, DEALER "node1" connected. */

@@ -243,7 +243,6 @@ static void *s_fake_node(void *ctx, const char *name)
     cr_assert_eq(zmq_connect(sock, node_ep), 0);
     pl_msg_t m;
     pl_msg_init(&m, PL_MSG_HELLO);
-    m.hello.proto = PL_PROTO_VERSION;
     snprintf(m.hello.node, sizeof(m.hello.node), "%s", name);
     snprintf(m.hello.host, sizeof(m.hello.host), "fakehost");
     m.hello.n_devices = 1;

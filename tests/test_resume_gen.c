@@ -249,8 +249,8 @@ Test(resume_gen, progress_messages_are_checked)
     json_t *enc;
     cr_assert_eq(pl_msg_encode(&m, &enc), PL_OK);
     char *s = json_dumps(enc, JSON_SORT_KEYS | JSON_COMPACT);
-    cr_assert_str_eq(s, "{\"epoch\":9,\"job\":4,\"seqs\":[{\"at\":3,\"finish\":\"eos\",\"seq\":1,"
-                        "\"tokens\":[5,6]}],\"stage\":2}");
+    cr_assert_str_eq(s, "{\"epoch\":9,\"job\":4,\"proto\":3,\"seqs\":[{\"at\":3,\"finish\":"
+                        "\"eos\",\"seq\":1,\"tokens\":[5,6]}],\"stage\":2}");
     free(s);
     json_decref(enc);
     pl_msg_clear(&m);

@@ -259,7 +259,6 @@ Test(security, forged_hello_is_refused)
     void *ctx = zmq_ctx_new();
     pl_msg_t m;
     pl_msg_init(&m, PL_MSG_HELLO);
-    m.hello.proto = PL_PROTO_VERSION;
     snprintf(m.hello.host, sizeof(m.hello.host), "evil");
     m.hello.n_devices = 1;
     snprintf(m.hello.devices[0].id, sizeof(m.hello.devices[0].id), "cpu:0");

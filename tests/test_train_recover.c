@@ -37,17 +37,24 @@ static void s_start(int n_nodes)
     tc_write(path, text);
 }
 
-/* dir/NAME.yaml: S_STEPS steps on 2 stages (1f1b), a checkpoint every S_EVERY into ckpt_NAME. */
-static void s_train_file(const char *name)
+/* dir/NAME.yaml: `steps` steps on 2 stages under `schedule`, a checkpoint every S_EVERY into
+ * ckpt_NAME, and the YAML lines `extra`. */
+static void s_train_file_as(const char *name, int steps, const char *schedule, const char *extra)
 {
     char path[600], text[2048];
     snprintf(path, sizeof(path), "%s/%s.yaml", s_c.dir, name);
     snprintf(text, sizeof(text),
              "model: tiny\ndata:\n  tokens: corpus.tok\nseq_len: 32\nglobal_batch: 16\n"
              "steps: %d\noptimizer:\n  lr: 1.0e-2\n  warmup_steps: 1\n  clip_norm: 0.5\n"
-             "stages: 2\nschedule: 1f1b\ncheckpoint_every: %d\ncheckpoint_dir: ckpt_%s\n",
-             S_STEPS, S_EVERY, name);
+             "stages: 2\nschedule: %s\ncheckpoint_every: %d\ncheckpoint_dir: ckpt_%s\n%s",
+             steps, schedule, S_EVERY, name, extra);
     tc_write(path, text);
+}
+
+/* S_STEPS steps under 1f1b. */
+static void s_train_file(const char *name)
+{
+    s_train_file_as(name, S_STEPS, "1f1b", "");
 }
 
 static int s_submit(const char *name)
@@ -292,5 +299,85 @@ Test(train_recover, lost_node_mid_training_is_replanned_and_resumes_from_the_che
             "step %.2f s after the kill, resumed from step %d\n", node, w_lost - w_kill,
             t_step - t_kill, s_train_int(st, "run_from"));
     json_decref(st);
+    s_passed = 1;
+}
+
+static const char *s_schedule(const json_t *st)
+{
+    const char *s = json_string_value(json_object_get(json_object_get(st, "train"), "schedule"));
+    return s ? s : "";
+}
+
+/* A resume keeps the schedule as it keeps the split: a job with `schedule: auto` resuming from
+ * a checkpoint that another schedule wrote runs that schedule (the checkpoint's trainer_state
+ * names it), where auto on its own picks another, and ends on the very weights, optimizer state
+ * and trainer state of the undisturbed run under that schedule. */
+Test(train_recover, a_resume_keeps_the_schedule_its_checkpoint_was_written_with,
+     .fini = s_teardown, .timeout = 600)
+{
+    const int steps = 2 * S_EVERY;
+    s_start(2);
+    s_train_file_as("auto", S_EVERY, "auto", ""); /* what auto picks here */
+    json_t *st = s_wait_end(s_submit("auto"), 240);
+    cr_assert_str_eq(s_state(st), "done", "%s", json_string_value(json_object_get(st, "note")));
+    char picked[16], other[16];
+    snprintf(picked, sizeof(picked), "%s", s_schedule(st));
+    json_decref(st);
+    const char *kinds[] = {"gpipe", "1f1b", "zb-h1"};
+    snprintf(other, sizeof(other), "%s", strcmp(picked, "gpipe") ? "gpipe" : "1f1b");
+    cr_assert(!strcmp(picked, kinds[0]) || !strcmp(picked, kinds[1]) || !strcmp(picked, kinds[2]),
+              "auto picked '%s'", picked);
+    /* the undisturbed run under the other schedule, checkpoints at S_EVERY and 2 S_EVERY */
+    s_train_file_as("ref", steps, other, "");
+    st = s_wait_end(s_submit("ref"), 240);
+    cr_assert_str_eq(s_state(st), "done", "%s", json_string_value(json_object_get(st, "note")));
+    cr_assert_str_eq(s_schedule(st), other);
+    json_decref(st);
+    char extra[600];
+    snprintf(extra, sizeof(extra), "resume_from: ckpt_ref/checkpoint-%d\n", S_EVERY);
+    s_train_file_as("res", steps, "auto", extra);
+    st = s_wait_end(s_submit("res"), 240);
+    cr_assert_str_eq(s_state(st), "done", "%s", json_string_value(json_object_get(st, "note")));
+    cr_assert_str_eq(s_schedule(st), other, "the resume ran %s, its checkpoint was written by %s",
+                     s_schedule(st), other);
+    json_decref(st);
+    const char *files[] = {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors",
+                           "optimizer-00001-of-00002.safetensors",
+                           "optimizer-00002-of-00002.safetensors", "trainer_state.json"};
+    for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++)
+        cr_assert_eq(tc_sh(NULL, "cmp -s %s/ckpt_ref/checkpoint-%d/%s %s/ckpt_res/checkpoint-%d/%s",
+                           s_c.dir, steps, files[i], s_c.dir, steps, files[i]),
+                     0, "%s differs from the undisturbed %s run's", files[i], other);
+    s_passed = 1;
+}
+
+/* Checkpoints assume one file system: a resume whose stage finds its part of the checkpoint
+ * missing on its node fails, naming the stage's node and the file, and trains nothing (no fresh
+ * start from the model). */
+Test(train_recover, a_checkpoint_part_missing_on_its_node_fails_naming_node_and_file,
+     .fini = s_teardown, .timeout = 600)
+{
+    s_start(2);
+    s_train_file_as("ref", 2 * S_EVERY, "1f1b", "");
+    json_t *st = s_wait_end(s_submit("ref"), 240);
+    cr_assert_str_eq(s_state(st), "done", "%s", json_string_value(json_object_get(st, "note")));
+    json_decref(st);
+    cr_assert_eq(tc_sh(NULL, "rm %s/ckpt_ref/checkpoint-%d/optimizer-00002-of-00002.safetensors",
+                       s_c.dir, S_EVERY),
+                 0);
+    char extra[600];
+    snprintf(extra, sizeof(extra), "resume_from: ckpt_ref/checkpoint-%d\n", S_EVERY);
+    s_train_file_as("res", 2 * S_EVERY, "1f1b", extra);
+    st = s_wait_end(s_submit("res"), 240);
+    const char *note = json_string_value(json_object_get(st, "note"));
+    cr_assert_str_eq(s_state(st), "failed", "%s", note);
+    cr_assert(note && strstr(note, "stage 1 (node") &&
+                  strstr(note, "optimizer-00002-of-00002.safetensors is not readable on this "
+                               "node") &&
+                  strstr(note, "share one file system"),
+              "%s", note);
+    json_decref(st);
+    cr_assert_neq(tc_sh(NULL, "ls %s/ckpt_res/checkpoint-* >/dev/null 2>&1", s_c.dir), 0,
+                  "the resume trained from somewhere else");
     s_passed = 1;
 }

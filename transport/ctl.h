@@ -11,7 +11,10 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#define PL_PROTO_VERSION 2 /* 2: typed messages (ERROR codes, ASSIGN's spec) */
+/* The control protocol every message names in its body's "proto" (msg.h's pl_msg_t.proto): 2,
+ * typed messages (ERROR codes, ASSIGN's spec), named it in HELLO only; 3: every message names
+ * it, so that a coordinator, pipeld and pipectl of different versions say so. */
+#define PL_PROTO_VERSION 3
 #define PL_CTL_MAX_BODY (8u << 20)
 #define PL_CTL_MAX_IDENTITY 255
 

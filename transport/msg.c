@@ -5,6 +5,7 @@
 #include "common/json.h"
 #include "transport/msg_int.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,6 +40,46 @@ pl_status_t pl_msg_int_name(const json_t *obj, const char *key, char *out, size_
     if (!st && !out[0])
         st = pl_error(PL_ERR_INVALID, "field '%s': empty", key);
     return st;
+}
+
+const char *pl_msg_proto_mismatch(const char *peer, int theirs, const char *self, char *out,
+                                  size_t len)
+{
+    if (theirs <= 0)
+        snprintf(out, len, "%s speaks a control protocol older than %d (its messages name none), "
+                 "%s %d: upgrade %s", peer, PL_PROTO_VERSION, self, PL_PROTO_VERSION, peer);
+    else
+        snprintf(out, len, "%s speaks control protocol %d, %s %d: upgrade %s", peer, theirs, self,
+                 PL_PROTO_VERSION, theirs < PL_PROTO_VERSION ? peer : self);
+    return out;
+}
+
+/* The sender's protocol off a body: "proto", 1..INT32_MAX; 0 when absent (a sender before 3). */
+static pl_status_t s_proto_get(const json_t *body, int *proto_p)
+{
+    int64_t v = 0;
+    pl_status_t st = pl_json_int_opt(body, "proto", 1, INT32_MAX, &v);
+    if (!st)
+        *proto_p = (int)v;
+    return st;
+}
+
+/* Every body names the protocol; a REPLY's is the caller's object, so it is named on a copy. */
+static pl_status_t s_proto_put(const pl_msg_t *m, json_t **body_p)
+{
+    json_t *body = *body_p;
+    if (m->type == PL_MSG_REPLY) {
+        json_t *copy = json_copy(body); /* shallow: the top level only */
+        json_decref(body);
+        *body_p = body = copy;
+    }
+    if (!body || json_object_set_new(body, "proto",
+                                     json_integer(m->proto ? m->proto : PL_PROTO_VERSION))) {
+        json_decref(body);
+        *body_p = NULL;
+        return pl_error(PL_ERR_NOMEM, "%s: out of memory", pl_msg_name(m->type));
+    }
+    return PL_OK;
 }
 
 void pl_msg_init(pl_msg_t *msg, pl_msg_type_t type)
@@ -100,7 +141,7 @@ void pl_msg_clear(pl_msg_t *msg)
     pl_msg_init(msg, msg->type);
 }
 
-pl_status_t pl_msg_encode(const pl_msg_t *m, json_t **body_p)
+static pl_status_t s_encode(const pl_msg_t *m, json_t **body_p)
 {
     switch (m->type) {
     case PL_MSG_HELLO:
@@ -164,6 +205,15 @@ pl_status_t pl_msg_encode(const pl_msg_t *m, json_t **body_p)
     }
 }
 
+pl_status_t pl_msg_encode(const pl_msg_t *m, json_t **body_p)
+{
+    json_t *body;
+    pl_status_t st = s_encode(m, &body);
+    if (!st && !(st = s_proto_put(m, &body)))
+        *body_p = body;
+    return st;
+}
+
 pl_status_t pl_msg_decode(pl_msg_type_t type, const json_t *body, pl_msg_t *out)
 {
     pl_msg_t *m = malloc(sizeof(*m));
@@ -175,6 +225,8 @@ pl_status_t pl_msg_decode(pl_msg_type_t type, const json_t *body, pl_msg_t *out)
         st = pl_error(PL_ERR_PROTOCOL, "body is not a JSON object");
         goto out;
     }
+    if ((st = s_proto_get(body, &m->proto)))
+        goto fail;
     switch (type) {
     case PL_MSG_HELLO:
         st = pl_msg_hello_decode(body, &m->hello);
@@ -228,9 +280,11 @@ pl_status_t pl_msg_decode(pl_msg_type_t type, const json_t *body, pl_msg_t *out)
     case PL_MSG_TRACED:
         st = pl_msg_traced_decode(body, &m->traced);
         break;
-    case PL_MSG_REPLY:
-        m->reply.body = json_incref((json_t *)body);
-        st = PL_OK;
+    case PL_MSG_REPLY: /* what it answers, without the protocol it came in */
+        m->reply.body = json_copy((json_t *)body);
+        st = m->reply.body ? PL_OK : pl_error(PL_ERR_NOMEM, "out of memory");
+        if (!st)
+            json_object_del(m->reply.body, "proto");
         break;
     case PL_MSG_ERROR:
         st = pl_msg_error_decode(body, &m->error);
@@ -256,6 +310,7 @@ pl_status_t pl_msg_decode(pl_msg_type_t type, const json_t *body, pl_msg_t *out)
     default:
         st = pl_error(PL_ERR_PROTOCOL, "unknown message type %d", (int)type);
     }
+fail:
     if (st) {
         /* a field error is the peer breaking the protocol; out of memory stays itself */
         pl_error_prefix(st == PL_ERR_NOMEM ? st : PL_ERR_PROTOCOL, "%s: ", pl_msg_name(type));

@@ -90,7 +90,6 @@ typedef struct {
 } pl_msg_heartbeat_t;
 
 typedef struct {
-    int proto; /* PL_PROTO_VERSION */
     char node[PL_CFG_NAME_MAX + 1];
     char host[256];
     int pid;
@@ -393,6 +392,10 @@ typedef struct {
 
 typedef struct {
     pl_msg_type_t type;
+    /* The sender's control protocol: every body carries it as "proto". Encode writes this, or
+     * PL_PROTO_VERSION when it is 0 (so that a test can forge another); decode sets it from the
+     * body, 0 when the body has none (a sender of protocol 2 or older; its HELLO said 2). */
+    int proto;
     union {
         pl_msg_hello_t hello;
         pl_msg_welcome_t welcome;
@@ -426,6 +429,13 @@ typedef struct {
 void pl_msg_init(pl_msg_t *msg, pl_msg_type_t type);
 /* Free what the message owns and zero it; safe twice. */
 void pl_msg_clear(pl_msg_t *msg);
+
+/* Who speaks the other protocol, in one sentence for logs and answers: "pipeld speaks control
+ * protocol 2, this coordinator 3: upgrade pipeld" (theirs 0: "... a control protocol older than
+ * 3 (its messages carry none) ..."; theirs newer: "upgrade this coordinator"). peer and self
+ * name the programs ("pipeld", "the coordinator at tcp://..."). Returns out. */
+const char *pl_msg_proto_mismatch(const char *peer, int theirs, const char *self, char *out,
+                                  size_t len);
 
 /* The JSON body of msg (new reference in *body_p). Encoders trust our own values (decoders check
  * what arrives); PL_ERR_INVALID when a body cannot be built (a NaN, no memory). */

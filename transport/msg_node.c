@@ -129,9 +129,10 @@ pl_status_t pl_msg_hello_encode(const pl_msg_hello_t *m, json_t **body_p)
         json_decref(unav);
         return st;
     }
-    return pl_msg_int_done(json_pack("{s:i, s:s, s:s, s:i, s:o, s:o, s:o}", "proto", m->proto,
-                                     "node", m->node, "host", m->host, "pid", m->pid, "devices",
-                                     devs, "unavailable", unav, "health", health),
+    /* its "proto", as every message's, is pl_msg_encode's */
+    return pl_msg_int_done(json_pack("{s:s, s:s, s:i, s:o, s:o, s:o}", "node", m->node, "host",
+                                     m->host, "pid", m->pid, "devices", devs, "unavailable", unav,
+                                     "health", health),
                            "HELLO", body_p);
 }
 
@@ -158,11 +159,10 @@ static pl_status_t s_device(const json_t *d, pl_msg_device_t *v)
 pl_status_t pl_msg_hello_decode(const json_t *body, pl_msg_hello_t *out)
 {
     pl_msg_hello_t m = {0};
-    int64_t proto, pid = 0;
+    int64_t pid = 0;
     json_t *devs, *unav = NULL;
     pl_status_t st;
-    if ((st = pl_json_int(body, "proto", 0, INT32_MAX, &proto)) ||
-        (st = pl_msg_int_name(body, "node", m.node, PL_CFG_NAME_MAX)) ||
+    if ((st = pl_msg_int_name(body, "node", m.node, PL_CFG_NAME_MAX)) ||
         (st = pl_json_str(body, "host", m.host, sizeof(m.host) - 1)) ||
         (st = pl_json_int_opt(body, "pid", 0, INT32_MAX, &pid)) ||
         (st = pl_json_array(body, "devices", PL_MSG_MAX_DEVICES, &devs)))
@@ -185,7 +185,6 @@ pl_status_t pl_msg_hello_decode(const json_t *body, pl_msg_hello_t *out)
         return pl_error(PL_ERR_INVALID, "missing field 'health'");
     if ((st = pl_msg_heartbeat_decode(h, &m.health)))
         return pl_error_prefix(st, "health: ");
-    m.proto = (int)proto;
     m.pid = (int)pid;
     *out = m;
     return PL_OK;

@@ -29,9 +29,20 @@ pl_status_t pl_job_train_encode(const pl_job_train_t *t, json_t *spec_body)
             json_decref(split);
             split = NULL;
         }
-    json_t *plan = split ? json_pack("{s:s, s:o}", "schedule",
-                                     pl_train_kind_name((pl_train_kind_t)t->kind), "split", split)
-                         : NULL;
+    json_t *allow = t->n_allow ? json_array() : NULL;
+    for (int i = 0; allow && i < t->n_allow; i++)
+        if (json_array_append_new(allow, json_string(t->allow[i]))) {
+            json_decref(allow);
+            allow = NULL;
+        }
+    if (!split || (t->n_allow && !allow)) {
+        json_decref(split);
+        json_decref(allow);
+        return pl_error(PL_ERR_INVALID, "train_plan: cannot encode");
+    }
+    json_t *plan = json_pack("{s:s, s:o, s:o*}", "schedule",
+                             pl_train_kind_name((pl_train_kind_t)t->kind), "split", split, "allow",
+                             allow); /* steals both, also on failure */
     if (!plan || json_object_set_new(spec_body, "train_plan", plan))
         return pl_error(PL_ERR_INVALID, "train_plan: cannot encode");
     return PL_OK;
@@ -67,6 +78,20 @@ static pl_status_t s_plan(const json_t *plan, pl_job_train_t *t)
                             "field 'train_plan.split': entry %zu is not a layer count 1..4096", i);
         t->split[i] = (int)json_integer_value(v);
     }
+    json_t *allow = NULL;
+    if (json_object_get(plan, "allow") &&
+        (st = pl_json_array(plan, "allow", PL_CFG_MAX_MODEL_DIRS, &allow)))
+        return pl_error_prefix(st, "train_plan: ");
+    for (size_t i = 0; i < json_array_size(allow); i++) {
+        json_t *v = json_array_get(allow, i);
+        size_t n = json_string_length(v);
+        if (!json_is_string(v) || n == 0 || n >= PATH_MAX || json_string_value(v)[0] != '/' ||
+            strlen(json_string_value(v)) != n)
+            return pl_error(PL_ERR_INVALID, "field 'train_plan.allow': entry %zu is not an "
+                            "absolute path", i);
+        memcpy(t->allow[i], json_string_value(v), n + 1);
+    }
+    t->n_allow = (int)json_array_size(allow);
     t->n_split = (int)json_array_size(split);
     t->kind = (int)k;
     return PL_OK;

@@ -262,6 +262,7 @@ pl_status_t pl_tx_recv(pl_tx_sock_t *s, int timeout_ms, pl_tx_peer_t *from, pl_m
         from->role = PL_TX_ROLE_NONE;
         from->user[0] = '\0';
         from->sock = s;
+        from->proto = 0;
         const char *colon = strchr(raw.user_id, ':');
         if (colon) {
             char role[16];
@@ -278,6 +279,8 @@ pl_status_t pl_tx_recv(pl_tx_sock_t *s, int timeout_ms, pl_tx_peer_t *from, pl_m
         *type_p = raw.type;
     st = pl_msg_decode(raw.type, raw.body, msg);
     pl_ctl_msg_clear(&raw);
+    if (!st && from)
+        from->proto = msg->proto;
     if (st && router) {
         char shown[4 * PL_CTL_MAX_IDENTITY + 1];
         pl_ctl_escape(raw.identity, raw.identity_len, shown, sizeof(shown));

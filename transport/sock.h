@@ -40,6 +40,7 @@ typedef struct {
     pl_tx_role_t role;  /* from the User-Id "ROLE:NAME"; NONE without authentication */
     char user[64];      /* NAME of the key ("" without authentication) */
     pl_tx_sock_t *sock; /* the ROUTER it came on (pl_tx_recv sets it): answers go back there */
+    int proto;          /* the control protocol its message named (pl_msg_t.proto; 0: none) */
 } pl_tx_peer_t;
 
 pl_status_t pl_tx_ctx_new(pl_tx_ctx_t **ctx_p);

@@ -42,7 +42,8 @@ static int s_one(const char *dir, const uint8_t *data, size_t size)
         pl_train_state_t again;
         if (pl_train_ckpt_state_write(dir, &st) != PL_OK ||
             pl_train_ckpt_state_read(dir, &again) != PL_OK || again.step != st.step ||
-            again.n_stages != st.n_stages || again.data_step != st.data_step)
+            again.n_stages != st.n_stages || again.data_step != st.data_step ||
+            strcmp(again.schedule, st.schedule) != 0)
             abort();
     } else if (!strstr(pl_error_msg(), "trainer_state.json")) {
         abort(); /* every error names the file */

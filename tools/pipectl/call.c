@@ -37,6 +37,15 @@ int pl_pipectl_call(pl_pipectl_t *c, const pl_msg_t *req, json_t **reply_p)
     }
     if (st)
         return pl_pipectl_die("bad answer from the coordinator: %s", pl_error_msg());
+    if (m.proto != PL_PROTO_VERSION) { /* its fields may mean something else: say so, use none */
+        char peer[300], why[700];
+        snprintf(peer, sizeof(peer), "the coordinator at %s", c->endpoint);
+        pl_msg_proto_mismatch(peer, m.proto, "this pipectl", why, sizeof(why));
+        fprintf(stderr, "pipectl: %s%s%s%s\n", why, m.type == PL_MSG_ERROR ? " (it says: " : "",
+                m.type == PL_MSG_ERROR ? m.error.message : "", m.type == PL_MSG_ERROR ? ")" : "");
+        pl_msg_clear(&m);
+        return PL_PIPECTL_EXIT_FAILED;
+    }
     if (m.type == PL_MSG_ERROR) {
         fprintf(stderr, "pipectl: %s\n",
                 m.error.message[0] ? m.error.message : "the coordinator refused");
