@@ -15,6 +15,7 @@
 #include "transport/sock.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -147,6 +148,19 @@ static pl_status_t s_discover(s_node_t *n)
     return PL_OK;
 }
 
+/* The CPUs this daemon may run on (its affinity; CPUs 0..62), for HELLO; 0 when unknown. */
+static uint64_t s_cpu_mask(void)
+{
+    cpu_set_t set;
+    uint64_t mask = 0;
+    if (sched_getaffinity(0, sizeof(set), &set) != 0)
+        return 0;
+    for (int i = 0; i < 63; i++)
+        if (CPU_ISSET(i, &set))
+            mask |= 1ull << i;
+    return mask;
+}
+
 static void s_health(const s_node_t *n, pl_msg_heartbeat_t *h)
 {
     double load[3] = {0};
@@ -231,6 +245,8 @@ static void s_hello(s_node_t *n)
         v->mem_bytes = d->info.mem_bytes;
         v->gflops = d->calib.gflops;
         v->mem_gbps = d->calib.mem_gbps;
+        if (!strcmp(d->info.backend, "cpu"))
+            v->cpu_mask = s_cpu_mask();
     }
     h->n_unavailable = n->n_unavailable;
     memcpy(h->unavailable, n->unavailable, sizeof(h->unavailable));
