@@ -520,6 +520,10 @@ static void s_learn_rates(pl_coord_t *c, const pl_coord_job_t *j, int s)
         double share = cs->share > 0 ? cs->share : 1.0;
         rate[r] = liar ? rate[r] * k : PL_MIN(rate[r] * k / share, rate[r] * k / cpu);
     }
+    if (cs->share > 0 && cpu > cs->share * 1.25) /* the share charged was not what it had */
+        pl_log_info("%s %s: job %u charged it %.2f of its CPUs, it computed %.2f of the time: "
+                    "the daemons sharing them did not all compute at once",
+                    c->nodes[cs->node].name, d->id, j->id, cs->share, cpu);
     if (cs->share > 0 && cs->share < 1) /* a resource not measured keeps the device's own rate */
         for (int r = 0; r < 2; r++)
             if (meas[r] < S_LEARN_MIN_S || pred[r] <= 0)

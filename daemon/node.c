@@ -114,6 +114,11 @@ static pl_status_t s_discover(s_node_t *n)
                 pl_log_warn("device %s:%d: cannot open: %s", be[b].name, d, pl_error_msg());
                 continue;
             }
+            /* a CPU device computes with the threads it was opened with, not every core of the
+             * host: HELLO's cores is what the planner splits shared CPUs by */
+            if (!strcmp(infos[d].backend, "cpu") && n->cfg->threads > 0 &&
+                n->cfg->threads < dv->info.cores)
+                dv->info.cores = n->cfg->threads;
             /* testing (node file `slowdown`): the device really runs that many times slower,
              * and calibrates accordingly */
             if (n->cfg->slowdown > 1.0f && !strcmp(infos[d].backend, "cpu")) {
