@@ -36,6 +36,8 @@
 #                              (one GGUF file)
 #        PL_BENCH_JOBS="decode"   the jobs to run (default "prefill decode ttft"); a sweep of the
 #                              decode batch: bench/bench_pipeline_sweep.sh
+#        PL_BENCH_LAYERS=N    layers of the model made here (default 12: 317 MB as bf16, about
+#                              the 300 MB L3; 48 stores 1.2 GB, far past it)
 #        PL_BENCH_PIN=0       do not pin the daemons to cores (default: node0 on the first CPU,
 #                              node1 on the second, node2 (started for 3 stages) on the third, or
 #                              the first when there are only two)
@@ -104,7 +106,8 @@ trap 'exit 130' INT TERM
 JOBS=${PL_BENCH_JOBS:-prefill decode ttft}
 WTYPE=${PL_BENCH_DTYPE:-bf16}
 MODEL=${PL_BENCH_MODEL:-$WORK/model}
-MK=(--layers 12 --hidden 1024 --intermediate 2816 --heads 16 --kv-heads 8 --vocab 8192 --seed 1
+LAYERS=${PL_BENCH_LAYERS:-12}
+MK=(--layers "$LAYERS" --hidden 1024 --intermediate 2816 --heads 16 --kv-heads 8 --vocab 8192 --seed 1
     --max-pos 2048)
 if [ -z "${PL_BENCH_MODEL:-}" ]; then
     case "$WTYPE" in
@@ -123,7 +126,7 @@ if [ -d "$MODEL" ]; then
 else # a GGUF file that pl-mkmodel made here: its shape is MK's
     cfg() {
         case "$1" in
-        num_hidden_layers) echo 12 ;; hidden_size) echo 1024 ;; intermediate_size) echo 2816 ;;
+        num_hidden_layers) echo "$LAYERS" ;; hidden_size) echo 1024 ;; intermediate_size) echo 2816 ;;
         num_attention_heads) echo 16 ;; num_key_value_heads) echo 8 ;; vocab_size) echo 8192 ;;
         esac
     }
@@ -281,19 +284,39 @@ echo "bench_pipeline: model $MODEL; $SEQS sequences; prefill job: prompts of $PR
     "1 new token; decode job: prompts of 8 tokens, $NEW_TOKENS new tokens (greedy); one prompt" \
     "of $TTFT_LEN tokens in chunks of $([ "$CHUNK" = 0 ] && echo "the planner's choice" || echo "$CHUNK");" \
     "$RUNS runs each" >&2
+# 1 and 2 stages run in rounds (each round every job on 1 stage, then on 2), so that the
+# machine's drift between minutes (this VM's speed moved 25% within a session) reaches both
+# sides of a ratio alike; 3 stages (a third daemon joins) after them.
+jobs_of() { # STAGES
+    job "prefill$1" "$WORK/prefill.jsonl" 1 "$1" "$PCHUNK"
+    job "decode$1" "$WORK/decode.jsonl" "$NEW_TOKENS" "$1"
+    job "ttft$1" "$WORK/ttft.jsonl" 1 "$1" "$CHUNK"
+}
+ROUNDS= LATER=
 for s in $STAGES; do
-    if [ "$s" = 3 ]; then
-        daemon node2 2
-        wait_idle 3
-    fi
-    job "prefill$s" "$WORK/prefill.jsonl" 1 "$s" "$PCHUNK"
-    job "decode$s" "$WORK/decode.jsonl" "$NEW_TOKENS" "$s"
-    job "ttft$s" "$WORK/ttft.jsonl" 1 "$s" "$CHUNK"
-    for r in $(seq "$RUNS"); do
+    if [ "$s" -le 2 ]; then ROUNDS="$ROUNDS $s"; else LATER="$LATER $s"; fi
+done
+for s in $ROUNDS; do jobs_of "$s"; done
+for r in $(seq "$RUNS"); do
+    for s in $ROUNDS; do
         for j in $JOBS; do
             run "$j$s.$r" "$WORK/$j$s.yaml"
         done
     done
+done
+for s in $ROUNDS $LATER; do
+    if [ "$s" = 3 ]; then
+        daemon node2 2
+        wait_idle 3
+    fi
+    if [ "$s" -ge 3 ]; then
+        jobs_of "$s"
+        for r in $(seq "$RUNS"); do
+            for j in $JOBS; do
+                run "$j$s.$r" "$WORK/$j$s.yaml"
+            done
+        done
+    fi
     if [ "$s" = 1 ] && [ "$PAIRED" = 1 ]; then # the paired reference (see the usage above)
         for j in $JOBS; do
             c=$PCHUNK
@@ -360,6 +383,17 @@ for s in $STAGES; do
         "${d:-0}" "$(ratio "${d:-0}" "${d1:-0}")" "${t:-0}" "$(ratio "${t:-0}" "${t1:-0}")"
 done
 echo
+# Each round's own ratio (its 1- and 2-stage runs ran minutes apart at most): the spread shows
+# how much of a ratio's movement is the machine's.
+if [[ " $ROUNDS " == *" 1 "* && " $ROUNDS " == *" 2 "* ]]; then
+    for j in $JOBS; do
+        key=${j}_tok_s
+        [ "$j" = ttft ] && key=prefill_s
+        echo "$j ratio 2 / 1 stage per round: $(for r in $(seq "$RUNS"); do
+            ratio "$(tput "$WORK/${j}2.$r.json" "$key")" "$(tput "$WORK/${j}1.$r.json" "$key")"
+        done | paste -sd' ' -)"
+    done
+fi
 echo "targets (issue 8, 2 stages against 1): prefill ratio >= 1.8; decode >= 90% of the ideal" \
     "below; TTFT ratio <= 0.6"
 # The paired reference: a stage's work costs more CPU time when the other core computes too.
