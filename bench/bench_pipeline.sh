@@ -391,6 +391,7 @@ if [[ " $ROUNDS " == *" 1 "* && " $ROUNDS " == *" 2 "* ]]; then
         [ "$j" = ttft ] && key=prefill_s
         echo "$j ratio 2 / 1 stage per round: $(for r in $(seq "$RUNS"); do
             ratio "$(tput "$WORK/${j}2.$r.json" "$key")" "$(tput "$WORK/${j}1.$r.json" "$key")"
+            echo
         done | paste -sd' ' -)"
     done
 fi
