@@ -477,11 +477,8 @@ static void s_learn_link(pl_coord_t *c, const pl_coord_job_t *j, int s)
                  p->gbps, p->latency_s * 1e6, l->transport);
 }
 
-/* Effective rates from a stage's measured compute: each phase charges the resource its
- * prediction is mostly made of; a resource's new rate is the used one times predicted / measured
- * time. Prefill's prediction is the larger roofline term; decode's is the sum of both (plan.h),
- * so decode's main resource is charged what is left of the measured time after the other term
- * (at the compute rate prefill just taught, if it did). */
+/* Effective rates from a stage's measured compute: each phase charges the resource that bound
+ * its prediction; a resource's new rate is the used one times predicted / measured time. */
 static void s_learn_rates(pl_coord_t *c, const pl_coord_job_t *j, int s)
 {
     const pl_coord_stage_t *cs = &j->stages[s];
@@ -498,18 +495,13 @@ static void s_learn_rates(pl_coord_t *c, const pl_coord_job_t *j, int s)
     double cpu = st->has_overlap && st->compute_s > 0 && st->compute_cpu_s > 0
                      ? PL_MIN(1.0, st->compute_cpu_s / st->compute_s)
                      : 1.0;
-    if (pre_n >= 1) {
-        int r = ph[0][0] >= ph[0][1] ? 0 : 1;
-        pred[r] += PL_MAX(ph[0][0], ph[0][1]) * ph[0][2];
-        meas[r] += pre_s;
-    }
-    if (dec_n >= 1) {
-        int r = ph[1][0] >= ph[1][1] ? 0 : 1, o = 1 - r;
-        double ko = meas[o] >= S_LEARN_MIN_S && pred[o] > 0 ? pred[o] / meas[o] : 1.0;
-        double other = ph[1][o] * ph[1][2] / ko;
-        pred[r] += ph[1][r] * ph[1][2];
-        /* at least a tenth of the phase: a wrong other term does not make a rate unbounded */
-        meas[r] += PL_MAX(dec_s - other, 0.1 * dec_s);
+    const double took[2] = {pre_s, dec_s};
+    for (int p = 0; p < 2; p++) {
+        if (ph[p][2] < 1)
+            continue;
+        int r = ph[p][0] >= ph[p][1] ? 0 : 1;
+        pred[r] += PL_MAX(ph[p][0], ph[p][1]) * ph[p][2];
+        meas[r] += took[p];
     }
     pl_coord_dev_t *d = &c->nodes[cs->node].dev[cs->dev];
     double rate[2] = {cs->used_gflops, cs->used_gbps};

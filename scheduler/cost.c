@@ -413,7 +413,7 @@ double pl_sched_stage_cost(const pl_sched_eval_t *ev, int d, int first, int coun
 void pl_sched_stage_times(const pl_sched_eval_t *ev, int d, int first, int count, int next,
                           double *t_prefill, double *t_decode)
 {
-    /* the same model as pl_sched_comp, per phase */
+    /* the same roofline as pl_sched_comp, per phase */
     pl_sched_eval_t one = *ev;
     one.w_pre = 1.0;
     one.w_dec = 0.0;

@@ -14,17 +14,12 @@
  *   decode step of one microbatch (average context c = P + N/2):
  *       flops = b*sum F + b*c*sum A               (+ b*head_flops on the last stage)
  *       bytes = sum W + b*(c+1)*sum K             (+ embed rows / head weights as above)
- *   prefill on device d (the roofline): max(flops / (gflops*1e9), bytes / (mem_gbps*1e9))
- *   decode on device d (a weight pass plus per-row work): bytes / (mem_gbps*1e9) +
- *       flops / (gflops*1e9). A decode call streams the stage's weights once whatever its b
- *       rows, and each row's products cost compute on top: the kernels do not hide one behind
- *       the other at small b (measured on this machine's CPU backend: a 12-row call costs about
- *       twice a 1-row one), and one max cannot fit calls of 6 and of 12 rows at once.
+ *   roofline of a phase on device d: max(flops / (gflops*1e9), bytes / (mem_gbps*1e9))
  *   transfer to the next stage's device n: latency(d,n) + act_bytes / (gbps(d,n)*1e9), with
  *       act_bytes = b*P*act_bytes_per_token (prefill) or b*act_bytes_per_token (decode). The last
  *       stage sends only token ids back to stage 0 (the ring); that return is charged to the
  *       decode cycle below, not to a stage.
- *   stage time of a phase = its compute time above + transfer.
+ *   stage time of a phase = roofline + transfer.
  *   stage cost (what the partition minimises) = w_pre * prefill stage time + w_dec * decode stage
  *       time: the stage's busy time per microbatch over one wave of the job. Objective JOB uses
  *       w_pre = 1, w_dec = N - 1 (every token after the first comes from a decode step); DECODE

@@ -56,8 +56,7 @@ static inline bool pl_sched_tables_ok(const struct pl_sched_eval *ev)
     return ev->tables_R == ev->R && ev->tables_b == ev->b;
 }
 
-/* The compute part of a stage's objective cost (no transfer): prefill's roofline, decode's
- * weight pass plus per-row work (plan.h). */
+/* The roofline part of a stage's objective cost (no transfer). */
 static inline double pl_sched_comp(const struct pl_sched_eval *ev, int d, int a, int e)
 {
     double w = ev->pw[e] - ev->pw[a], f = ev->pf[e] - ev->pf[a];
@@ -76,7 +75,7 @@ static inline double pl_sched_comp(const struct pl_sched_eval *ev, int d, int a,
     }
     double ir = ev->inv_rate[d], ib = ev->inv_bw[d];
     double tp = fp * ir > bp * ib ? fp * ir : bp * ib;
-    double td = bd * ib + fd * ir;
+    double td = fd * ir > bd * ib ? fd * ir : bd * ib;
     return ev->w_pre * tp + ev->w_dec * td;
 }
 

@@ -4,9 +4,7 @@
 
 #include "scheduler/plan_impl.h"
 
-/* GFLOP/s or GB/s that makes one term vanish exactly: 1e300 * 1e9 overflows to infinity and its
- * inverse is 0, so a decode call's sum of terms splits without a remainder */
-#define S_HUGE 1e300
+#define S_HUGE 1e12 /* GFLOP/s or GB/s that makes one roofline term vanish */
 
 /* Prefill and decode compute of `stage` on a copy of its device with the given rates. */
 static pl_status_t s_times(const pl_plan_input_t *in, const pl_plan_t *plan, int stage,

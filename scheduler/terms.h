@@ -5,8 +5,7 @@
 
 #include "scheduler/plan.h"
 
-/* Per call: each phase's compute-only and memory-only time (a prefill call takes the larger,
- * a decode call their sum: plan.h); a prefill call is one message of
+/* Per call: each phase's compute-only and memory-only time; a prefill call is one message of
  * the plan's chunked prefill (a whole microbatch when prompts go whole), a decode call one
  * microbatch's step. */
 typedef struct {

@@ -9,10 +9,9 @@
 static pl_coord_t s_c;
 static pl_coord_job_t s_j;
 
-/* One node claiming gflops / gbps; a one-stage job whose prefill is compute-bound (0.01 s of
- * compute, 0.001 s of memory per call: the roofline takes the larger) and whose decode is a
- * weight pass of 0.01 s plus 0.001 s of per-row compute per call (their sum); the stage measured
- * `slow_c` times the compute parts and `slow_m` times the memory part. */
+/* One node claiming gflops / gbps; a one-stage job whose prefill is compute-bound and whose
+ * decode is memory-bound, predicted 0.01 s each per call, measured `slow_c` and `slow_m` times
+ * that. */
 static void s_setup(double gflops, double gbps, double slow_c, double slow_m)
 {
     memset(&s_c, 0, sizeof(s_c));
@@ -38,7 +37,7 @@ static void s_setup(double gflops, double gbps, double slow_c, double slow_m)
     st->stats.prefill_calls = 1;
     st->stats.decode_calls = 10;
     st->stats.prefill_compute_s = 0.01 * slow_c;
-    st->stats.decode_compute_s = 10 * (0.001 * slow_c + 0.01 * slow_m);
+    st->stats.decode_compute_s = 10 * 0.01 * slow_m;
 }
 
 Test(coord_learn, a_claim_far_above_the_measurement_is_flagged_and_replaced)
@@ -94,16 +93,16 @@ Test(coord_learn, a_stage_on_a_shared_core_does_not_lower_the_rate)
     /* sharing the plan did not know of (no share): the wall time is what the job had */
     s_setup(100, 20, 2.0, 2.0);
     s_j.stages[0].stats.has_overlap = true;
-    s_j.stages[0].stats.compute_s = 2 * (0.01 + 0.11);
-    s_j.stages[0].stats.compute_cpu_s = 0.01 + 0.11;
+    s_j.stages[0].stats.compute_s = 2 * (0.01 + 0.1);
+    s_j.stages[0].stats.compute_cpu_s = 0.01 + 0.1;
     pl_coord_learn(&s_c, &s_j);
     cr_expect(fabs(s_c.nodes[0].dev[0].eff_gflops - 50) < 1e-9);
     /* a stage that sped up beyond its CPU time's rate would be a wrong share: CPU time caps it */
     s_setup(100, 20, 1.0, 1.0);
     s_j.stages[0].share = 0.25; /* the plan thought a quarter; it computed half the time */
     s_j.stages[0].stats.has_overlap = true;
-    s_j.stages[0].stats.compute_s = 0.01 + 0.11;
-    s_j.stages[0].stats.compute_cpu_s = (0.01 + 0.11) / 2;
+    s_j.stages[0].stats.compute_s = 0.01 + 0.1;
+    s_j.stages[0].stats.compute_cpu_s = (0.01 + 0.1) / 2;
     pl_coord_learn(&s_c, &s_j);
     cr_expect(fabs(s_c.nodes[0].dev[0].eff_gflops - 200) < 1e-9, "%g",
               s_c.nodes[0].dev[0].eff_gflops);

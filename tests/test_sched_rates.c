@@ -234,34 +234,6 @@ Test(sched_rates, per_call_terms_follow_the_chunk)
     pl_plan_destroy(&p);
 }
 
-/* Decode per call is a weight pass plus per-row work (plan.h), by hand on the explicit costs:
- * a stage of 4 layers reads 4 * 1e8 B = 0.02 s at 20 GB/s whatever its rows, and each row adds
- * its 4 layers x F = 4 * 2e7 = 8e7 FLOP, 0.8 ms at 100 GFLOP/s. So a call of 6 rows
- * takes 0.02 + 6 * 0.0008 = 0.0248 s and one of 12 rows 0.02 + 12 * 0.0008 = 0.0296 s: twice the
- * rows cost 1.19x, where the roofline's max said 1.0x (0.02 s both) and could not fit the bench's
- * 6-row (2 stages) and 12-row (1 stage) calls at once. */
-Test(sched_rates, a_decode_call_is_a_weight_pass_plus_per_row_work)
-{
-    pl_plan_input_t in;
-    pl_sched_device_t d[2];
-    const int seqs[2] = {12, 24}; /* 2 microbatches of 6, of 12 */
-    const double want[2] = {0.02 + 6 * 4 * S_F / 100e9, 0.02 + 12 * 4 * S_F / 100e9};
-    cr_assert(fabs(want[0] - 0.0248) < 1e-12 && fabs(want[1] - 0.0296) < 1e-12);
-    for (int i = 0; i < 2; i++) {
-        pl_plan_t *p = s_chunked(100, 20, 2, seqs[i], 64, 0, &in, d);
-        cr_assert_eq(p->microbatch_size, seqs[i] / 2);
-        cr_assert_eq(p->stages[1].n_layers, 4);
-        cr_expect(fabs(p->stages[1].t_decode - want[i]) < 1e-12 * want[i], "%d rows: %.17g",
-                  seqs[i] / 2, p->stages[1].t_decode);
-        pl_sched_terms_t t;
-        cr_assert_eq(pl_sched_terms(&in, p, 1, &t), PL_OK, "%s", pl_error_msg());
-        cr_expect(fabs(t.dec_mem_s - 0.02) < 1e-12 && fabs(t.dec_flop_s + t.dec_mem_s - want[i]) <
-                                                          1e-12 * want[i],
-                  "%g + %g", t.dec_mem_s, t.dec_flop_s);
-        pl_plan_destroy(&p);
-    }
-}
-
 /* ---- daemons pinned to shared CPUs ---------------------------------------------------- */
 
 Test(sched_rates, cpu_shares_of_pinned_and_unpinned_daemons)
