@@ -31,6 +31,13 @@
 #                              cores costs each one (shared caches, memory, clock): the most that
 #                              two stages can give on this machine (default 1, with 1 stage)
 #        PL_BENCH_CPUS="A B [C]"   the CPUs of node0, node1 (and node2) instead
+#        PL_BENCH_DTYPE=T     the weights pl-mkmodel stores, which the CPU backend computes from
+#                              as stored: bf16 (default), f16 or f32 (safetensors), q8_0 or q4_k
+#                              (one GGUF file)
+#        PL_BENCH_JOBS="decode"   the jobs to run (default "prefill decode ttft"); a sweep of the
+#                              decode batch: bench/bench_pipeline_sweep.sh
+#        PL_BENCH_LAYERS=N    layers of the model made here (default 12: 317 MB as bf16, about
+#                              the 300 MB L3; 48 stores 1.2 GB, far past it)
 #        PL_BENCH_PIN=0       do not pin the daemons to cores (default: node0 on the first CPU,
 #                              node1 on the second, node2 (started for 3 stages) on the third, or
 #                              the first when there are only two)
@@ -96,15 +103,36 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 # ---- the model and the two jobs ----
+JOBS=${PL_BENCH_JOBS:-prefill decode ttft}
+WTYPE=${PL_BENCH_DTYPE:-bf16}
 MODEL=${PL_BENCH_MODEL:-$WORK/model}
+LAYERS=${PL_BENCH_LAYERS:-12}
+MK=(--layers "$LAYERS" --hidden 1024 --intermediate 2816 --heads 16 --kv-heads 8 --vocab 8192 --seed 1
+    --max-pos 2048)
 if [ -z "${PL_BENCH_MODEL:-}" ]; then
-    "$B/pl-mkmodel" --out "$MODEL" --layers 12 --hidden 1024 --intermediate 2816 --heads 16 \
-        --kv-heads 8 --vocab 8192 --dtype bf16 --seed 1 --max-pos 2048 >&2
+    case "$WTYPE" in
+    bf16 | f16 | f32) "$B/pl-mkmodel" --out "$MODEL" "${MK[@]}" --dtype "$WTYPE" >&2 ;;
+    q8_0 | q4_k)
+        MODEL=$WORK/model.gguf
+        "$B/pl-mkmodel" --out "$MODEL" "${MK[@]}" --format gguf --type "$WTYPE" >&2
+        ;;
+    *) echo "bench_pipeline: PL_BENCH_DTYPE=$WTYPE: not bf16, f16, f32, q8_0 or q4_k" >&2; exit 2 ;;
+    esac
 fi
-MODEL=$(cd "$MODEL" && pwd)
-cfg() { sed -n "s/^ *\"$1\": *\([^,]*\),*$/\1/p" "$MODEL/config.json" | head -n 1; }
+if [ -d "$MODEL" ]; then
+    MODEL=$(cd "$MODEL" && pwd)
+    cfg() { sed -n "s/^ *\"$1\": *\([^,]*\),*$/\1/p" "$MODEL/config.json" | head -n 1; }
+    DTYPE=$(cfg torch_dtype | tr -d '"')
+else # a GGUF file that pl-mkmodel made here: its shape is MK's
+    cfg() {
+        case "$1" in
+        num_hidden_layers) echo "$LAYERS" ;; hidden_size) echo 1024 ;; intermediate_size) echo 2816 ;;
+        num_attention_heads) echo 16 ;; num_key_value_heads) echo 8 ;; vocab_size) echo 8192 ;;
+        esac
+    }
+    DTYPE="$WTYPE (GGUF)"
+fi
 VOCAB=$(cfg vocab_size)
-DTYPE=$(cfg torch_dtype | tr -d '"')
 
 # Deterministic random prompts: SEQS lines of LEN token ids in 3..VOCAB-1.
 prompts() { # LEN SEED
@@ -205,17 +233,20 @@ wait_idle 2
 
 # ---- one job: submit, wait, keep its results and throughput ----
 # The first number named KEY in a `pipectl -o json status` file (the plan comes first).
-field() { # FILE KEY
+field() { # FILE KEY (nothing when the job did not run: PL_BENCH_JOBS)
+    [ -f "$1" ] || return 0
     sed -n "s/^ *\"$2\": *\([-0-9.eE+]*\),\{0,1\}$/\1/p" "$1" | head -n 1
 }
 # A measured number: KEY inside the top-level "throughput" object (the plan has predictions
 # under the same names).
 tput() { # FILE KEY
+    [ -f "$1" ] || return 0
     sed -n '/^  "throughput": {/,/^  }/p' "$1" |
         sed -n "s/^ *\"$2\": *\([-0-9.eE+]*\),\{0,1\}$/\1/p" | head -n 1
 }
 
 stage_nums() { # FILE KEY: KEY of each stage of the job (its "stages" array), one a line
+    [ -f "$1" ] || return 0
     sed -n '/^  "stages": \[/,/^  \]/p' "$1" | sed -n "s/^ *\"$2\": *\([-0-9.eE+]*\),\{0,1\}$/\1/p"
 }
 run() { # NAME YAML
@@ -253,21 +284,41 @@ echo "bench_pipeline: model $MODEL; $SEQS sequences; prefill job: prompts of $PR
     "1 new token; decode job: prompts of 8 tokens, $NEW_TOKENS new tokens (greedy); one prompt" \
     "of $TTFT_LEN tokens in chunks of $([ "$CHUNK" = 0 ] && echo "the planner's choice" || echo "$CHUNK");" \
     "$RUNS runs each" >&2
+# 1 and 2 stages run in rounds (each round every job on 1 stage, then on 2), so that the
+# machine's drift between minutes (this VM's speed moved 25% within a session) reaches both
+# sides of a ratio alike; 3 stages (a third daemon joins) after them.
+jobs_of() { # STAGES
+    job "prefill$1" "$WORK/prefill.jsonl" 1 "$1" "$PCHUNK"
+    job "decode$1" "$WORK/decode.jsonl" "$NEW_TOKENS" "$1"
+    job "ttft$1" "$WORK/ttft.jsonl" 1 "$1" "$CHUNK"
+}
+ROUNDS= LATER=
 for s in $STAGES; do
+    if [ "$s" -le 2 ]; then ROUNDS="$ROUNDS $s"; else LATER="$LATER $s"; fi
+done
+for s in $ROUNDS; do jobs_of "$s"; done
+for r in $(seq "$RUNS"); do
+    for s in $ROUNDS; do
+        for j in $JOBS; do
+            run "$j$s.$r" "$WORK/$j$s.yaml"
+        done
+    done
+done
+for s in $ROUNDS $LATER; do
     if [ "$s" = 3 ]; then
         daemon node2 2
         wait_idle 3
     fi
-    job "prefill$s" "$WORK/prefill.jsonl" 1 "$s" "$PCHUNK"
-    job "decode$s" "$WORK/decode.jsonl" "$NEW_TOKENS" "$s"
-    job "ttft$s" "$WORK/ttft.jsonl" 1 "$s" "$CHUNK"
-    for r in $(seq "$RUNS"); do
-        for j in prefill decode ttft; do
-            run "$j$s.$r" "$WORK/$j$s.yaml"
+    if [ "$s" -ge 3 ]; then
+        jobs_of "$s"
+        for r in $(seq "$RUNS"); do
+            for j in $JOBS; do
+                run "$j$s.$r" "$WORK/$j$s.yaml"
+            done
         done
-    done
+    fi
     if [ "$s" = 1 ] && [ "$PAIRED" = 1 ]; then # the paired reference (see the usage above)
-        for j in prefill decode ttft; do
+        for j in $JOBS; do
             c=$PCHUNK
             [ "$j" = ttft ] && c=$CHUNK
             n=1
@@ -276,7 +327,7 @@ for s in $STAGES; do
             job "${j}b" "$WORK/$j.jsonl" "$n" 1 "$c" node1
         done
         for r in $(seq "$RUNS"); do
-            for j in prefill decode ttft; do
+            for j in $JOBS; do
                 run "${j}a.$r" "$WORK/${j}a.yaml" &
                 pa=$!
                 run "${j}b.$r" "$WORK/${j}b.yaml"
@@ -287,7 +338,7 @@ for s in $STAGES; do
 done
 # The run whose KEY is the median of the RUNS runs of job J; its status file stands for J.
 for s in $STAGES; do
-    for j in prefill decode ttft; do
+    for j in $JOBS; do
         key=${j}_tok_s
         [ "$j" = ttft ] && key=prefill_s
         pick=$(for r in $(seq "$RUNS"); do echo "$(tput "$WORK/$j$s.$r.json" "$key") $r"; done |
@@ -314,7 +365,7 @@ if [ "$NPROC" -lt 4 ]; then
 fi
 echo "model: $(cfg num_hidden_layers) layers, hidden $(cfg hidden_size), intermediate" \
     "$(cfg intermediate_size), heads $(cfg num_attention_heads)/$(cfg num_key_value_heads)," \
-    "vocab $VOCAB, $DTYPE on disk (f32 in the CPU backend)"
+    "vocab $VOCAB, $DTYPE weights on disk, which the CPU backend computes from as stored"
 echo "prefill job: $SEQS prompts x $PROMPT_LEN tokens, max_new_tokens 1;" \
     "decode job: $SEQS sequences x $NEW_TOKENS new tokens; microbatches: $MB and planner:" \
     "$PLANNER (0: the planner chooses; see below)"
@@ -328,10 +379,22 @@ for s in $STAGES; do
     p=$(tput "$WORK/prefill$s.json" prefill_tok_s)
     d=$(tput "$WORK/decode$s.json" decode_tok_s)
     t=$(tput "$WORK/ttft$s.json" prefill_s)
-    printf '| %d | %.1f | %s | %.1f | %s | %.2f | %s |\n' "$s" "$p" "$(ratio "$p" "$p1")" "$d" \
-        "$(ratio "$d" "$d1")" "$t" "$(ratio "$t" "$t1")"
+    printf '| %d | %.1f | %s | %.1f | %s | %.2f | %s |\n' "$s" "${p:-0}" "$(ratio "${p:-0}" "${p1:-0}")" \
+        "${d:-0}" "$(ratio "${d:-0}" "${d1:-0}")" "${t:-0}" "$(ratio "${t:-0}" "${t1:-0}")"
 done
 echo
+# Each round's own ratio (its 1- and 2-stage runs ran minutes apart at most): the spread shows
+# how much of a ratio's movement is the machine's.
+if [[ " $ROUNDS " == *" 1 "* && " $ROUNDS " == *" 2 "* ]]; then
+    for j in $JOBS; do
+        key=${j}_tok_s
+        [ "$j" = ttft ] && key=prefill_s
+        echo "$j ratio 2 / 1 stage per round: $(for r in $(seq "$RUNS"); do
+            ratio "$(tput "$WORK/${j}2.$r.json" "$key")" "$(tput "$WORK/${j}1.$r.json" "$key")"
+            echo
+        done | paste -sd' ' -)"
+    done
+fi
 echo "targets (issue 8, 2 stages against 1): prefill ratio >= 1.8; decode >= 90% of the ideal" \
     "below; TTFT ratio <= 0.6"
 # The paired reference: a stage's work costs more CPU time when the other core computes too.
@@ -339,7 +402,7 @@ if [ "$PAIRED" = 1 ] && [ -f "$WORK/prefilla.1.json" ]; then
     echo
     echo "| 1-stage job | alone: compute s, CPU s | two at once, one per core: compute s, CPU s (median of runs, mean of the two) | CPU time paired / alone | the most 2 stages can give here |"
     echo "| --- | --- | --- | ---: | ---: |"
-    for j in prefill decode ttft; do
+    for j in $JOBS; do
         aw=$(stage_nums "$WORK/${j}1.json" compute_s | head -n 1)
         ac=$(stage_nums "$WORK/${j}1.json" compute_cpu_s | head -n 1)
         pw_pc=$(for r in $(seq "$RUNS"); do
@@ -380,15 +443,56 @@ if [ -x "$B/bench_decode" ] && [ "${PL_BENCH_MEMREF:-1}" = 1 ]; then
 fi
 echo
 
+# Decode's ceiling. Each decode call of a microbatch reads its stage's weights (and KV, and the
+# embedding rows or LM head): decode_read_bytes in the plan. With M microbatches a step reads
+# them M times, so with M >= S (every stage busy) S stages move M / S times the bytes of one
+# stage holding the whole model per step. At the measured bandwidth (1 stage: the 1-thread
+# figure; S stages: the 2-thread figure shared by the cores) that traffic alone allows the
+# ratio below; the issue's ideal (the bandwidth ratio) assumes one weight pass per step. Where
+# a step is slower than its traffic (weights in the 300 MB L3, the bf16 kernels' own pass over
+# them), the cost is still per weight pass: "passes" is the ratio when a pass over a byte of
+# weights costs what it does on one stage (1 stage's bytes per step / the busiest stage's).
+if [ -n "${i1:-}" ] && [ -n "${i2:-}" ] && [ -f "$WORK/decode1.json" ]; then
+    echo "decode's ceiling in memory traffic (the plan's bytes per decode call x microbatches," \
+        "at the measured read bandwidth; $SEQS sequences; bandwidth-ratio ideal $(ratio "$i2" "$i1")):"
+    echo
+    echo "| decode job | microbatches | MB read per step, per stage | all stages, MB | step at the bandwidth, ms | tok/s the traffic allows | ratio the traffic allows | ratio the passes allow | measured tok/s | measured ratio |"
+    echo "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+    st1= all1=
+    dm1=$(tput "$WORK/decode1.json" decode_tok_s)
+    for s in $STAGES; do
+        f="$WORK/decode$s.json"
+        [ -f "$f" ] || continue
+        m=$(field "$f" microbatches)
+        read -r per all step mxb <<<"$(sed -n 's/^ *"decode_read_bytes": *\([-0-9.eE+]*\),\{0,1\}$/\1/p' "$f" |
+            awk -v m="${m:-1}" -v s="$s" -v bw1="$i1" -v bw2="$i2" -v np="$NPROC" '
+                { b = $1 * m; per = per (NR > 1 ? "+" : "") sprintf("%.1f", b / 1e6); tot += b
+                  if (b > mx) mx = b }
+                END { if (s == 1) t = tot / (bw1 * 1e9)
+                      else { t = tot / (bw2 * 1e9); u = mx / (bw2 / (s < np ? s : np) * 1e9)
+                             if (u > t) t = u }
+                      printf "%s %.1f %.6f %.3f\n", per, tot / 1e6, t, mx / 1e6 }')"
+        [ -z "$st1" ] && st1=$step all1=$all
+        dm=$(tput "$f" decode_tok_s)
+        awk -v s="$s" -v m="$m" -v per="$per" -v all="$all" -v t="$step" -v t1="$st1" \
+            -v a1="$all1" -v mx="$mxb" -v n="$SEQS" -v dm="${dm:-0}" -v dm1="${dm1:-0}" 'BEGIN {
+            printf "| %d stage(s) | %s | %s | %s | %.2f | %.1f | %.2f | %.2f | %.1f | %.2f |\n", s,
+                m, per, all, 1e3 * t, (t > 0 ? n / t : 0), (t > 0 ? t1 / t : 0),
+                (mx > 0 ? a1 / mx : 0), dm, (dm1 > 0 ? dm / dm1 : 0) }'
+    done
+    echo
+fi
+
 # Where each job's time went: a pipeline overlaps its stages when wall < the sum of computes.
 nums() { # FILE KEY: every value of KEY, two decimals, joined with +
+    [ -f "$1" ] || return 0
     sed -n "s/^ *\"$2\": *\([-0-9.eE+]*\),\{0,1\}$/\1/p" "$1" |
         awk '{ printf "%s%.2f", (NR > 1 ? "+" : ""), $1 }'
 }
 echo "| job | layers per stage | microbatches | tok/s: planned, measured | wall s |" \
     "compute s per stage | wait s per stage |"
 echo "| --- | --- | ---: | ---: | ---: | --- | --- |"
-for j in prefill decode ttft; do
+for j in $JOBS; do
     for s in $STAGES; do
         f="$WORK/$j$s.json"
         k=${j}_tok_s
@@ -407,7 +511,7 @@ echo
 echo "| job | compute s | of it CPU s | wait for input s | for a send buffer s |" \
     "for a credit s (waits) | sending s | sampling s | microbatches in flight: most, mean |"
 echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
-for j in prefill decode ttft; do
+for j in $JOBS; do
     for s in $STAGES; do
         f="$WORK/$j$s.json"
         printf '| %s, %d stage(s) | %s | %s | %s | %s | %s (%s) | %s | %s | %s, %s |\n' "$j" "$s" \
@@ -429,7 +533,7 @@ echo
 echo "| job | CPU s per stage | CPU-time ratio to 1 stage | busy share per stage |" \
     "estimated quiet speedup | tok/s: planned, estimated quiet |"
 echo "| --- | --- | ---: | --- | ---: | ---: |"
-for j in prefill decode ttft; do
+for j in $JOBS; do
     k=${j}_tok_s
     [ "$j" = ttft ] && k=prefill_tok_s
     c1=$(stage_nums "$WORK/${j}1.json" compute_cpu_s | head -n 1)
@@ -460,12 +564,15 @@ echo
 same=yes
 for s in $STAGES; do
     [ "$s" = 1 ] && continue
-    for j in prefill decode ttft; do
+    for j in $JOBS; do
         cmp -s "$WORK/${j}1.out" "$WORK/$j$s.out" || same=no
     done
 done
-n_tok=$(grep -o '"tokens":\[[^]]*\]' "$WORK/decode1.out" | tr -cd , | wc -c)
-n_tok=$((n_tok + $(grep -c '"tokens"' "$WORK/decode1.out")))
+n_tok=0
+if [ -f "$WORK/decode1.out" ]; then
+    n_tok=$(grep -o '"tokens":\[[^]]*\]' "$WORK/decode1.out" | tr -cd , | wc -c)
+    n_tok=$((n_tok + $(grep -c '"tokens"' "$WORK/decode1.out")))
+fi
 echo "greedy tokens identical on 1, 2 and 3 stages: $same ($n_tok decode tokens," \
-    "$(grep -c '"tokens"' "$WORK/prefill1.out") prefill-job tokens compared)"
+    "$([ -f "$WORK/prefill1.out" ] && grep -c '"tokens"' "$WORK/prefill1.out" || echo 0) prefill-job tokens compared)"
 [ "$same" = yes ]

@@ -162,6 +162,7 @@ static void s_on_hello(pl_coord_t *c, const pl_tx_peer_t *from, const pl_msg_hel
         snprintf(cd->backend, sizeof(cd->backend), "%s", v->backend);
         snprintf(cd->name, sizeof(cd->name), "%s", v->name);
         cd->cores = v->cores;
+        cd->cpu_mask = v->cpu_mask;
         cd->mem_bytes = v->mem_bytes;
         cd->gflops = v->gflops;
         cd->mem_gbps = v->mem_gbps;

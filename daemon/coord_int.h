@@ -35,6 +35,7 @@ typedef struct {
     char backend[16];
     char name[128];
     int cores;
+    uint64_t cpu_mask; /* a CPU device's CPUs (HELLO); 0: unknown */
     uint64_t mem_bytes;
     double gflops, mem_gbps;         /* the daemon's calibration */
     double eff_gflops, eff_mem_gbps; /* learned from finished stages (n_obs > 0) */
@@ -82,6 +83,7 @@ typedef struct {
     bool have_stats;
     pl_msg_stats_t stats; /* from DONE */
     double used_gflops, used_gbps; /* the device figures the plan used */
+    double share; /* of them, the device's share of CPUs it shares with other stages (0: 1) */
     pl_sched_terms_t terms;        /* its predicted roofline terms per call */
     bool have_terms;
     double busy_s;     /* compute so far, from heartbeats */

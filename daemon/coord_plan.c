@@ -17,6 +17,9 @@
 #define S_LEARN_MAX_RATIO 50.0
 /* Less measured compute than this on a resource teaches nothing about it. */
 #define S_LEARN_MIN_S 0.005
+/* Lessons averaged: the first replaces the calibration, then each weighs 1 / min(n, this) (a
+ * running mean of the last few jobs, so that one job of an odd shape does not set the rate). */
+#define S_LEARN_WINDOW 4
 /* A device whose stage ran this many times slower than its claimed rates predicted is flagged
  * and its rates set to the measured ones at once (a node may lie in HELLO; issue 13, item 7). */
 #define S_CLAIM_FLAG_RATIO 4.0
@@ -28,6 +31,7 @@ typedef struct {
     bool cand[PL_SCHED_MAX_DEVICES];
     int n_alive, n_cand;
     pl_sched_link_t *links; /* n * n */
+    double own_gflops[PL_SCHED_MAX_DEVICES], own_gbps[PL_SCHED_MAX_DEVICES]; /* before shares */
     pl_sched_plan_inputs_t pi; /* what the job's plan was made from */
 } s_live_t;
 
@@ -88,6 +92,26 @@ static pl_status_t s_live(pl_coord_t *c, const pl_coord_job_t *j, bool idle_only
     }
     if (lv->n == 0)
         return PL_OK;
+    /* identical devices (calibrated alike) plan with one rate, the mean of their lessons */
+    pl_sched_device_t *calib = malloc(sizeof(*calib) * (size_t)lv->n);
+    bool learned[PL_SCHED_MAX_DEVICES];
+    if (!calib)
+        return pl_error(PL_ERR_NOMEM, "coordinator out of memory");
+    for (int i = 0; i < lv->n; i++) {
+        const pl_coord_dev_t *dv = &c->nodes[lv->node[i]].dev[lv->dev[i]];
+        learned[i] = dv->n_obs > 0;
+        calib[i] = lv->devs[i];
+        if (!dv->flagged) { /* a flagged claim says nothing: its measured rates stand for it */
+            calib[i].gflops = dv->gflops;
+            calib[i].mem_gbps = dv->mem_gbps;
+        }
+    }
+    pl_sched_rates_equalize(lv->devs, calib, learned, lv->n, lv->cand, PL_SCHED_CALIB_BAND);
+    free(calib);
+    for (int i = 0; i < lv->n; i++) {
+        lv->own_gflops[i] = lv->devs[i].gflops;
+        lv->own_gbps[i] = lv->devs[i].mem_gbps;
+    }
     lv->links = calloc((size_t)lv->n * (size_t)lv->n, sizeof(*lv->links));
     if (!lv->links)
         return pl_error(PL_ERR_NOMEM, "coordinator out of memory");
@@ -100,9 +124,32 @@ static pl_status_t s_live(pl_coord_t *c, const pl_coord_job_t *j, bool idle_only
     return PL_OK;
 }
 
+/* Rates as the devices of used[] get them computing at once: daemons pinned to shared CPUs
+ * split them (pl_sched_cpu_shares); true when a rate changed. */
+static bool s_share(const pl_coord_t *c, s_live_t *lv, const bool *used)
+{
+    uint64_t mask[PL_SCHED_MAX_DEVICES];
+    int threads[PL_SCHED_MAX_DEVICES];
+    double share[PL_SCHED_MAX_DEVICES];
+    bool changed = false;
+    for (int i = 0; i < lv->n; i++) {
+        const pl_coord_dev_t *dv = &c->nodes[lv->node[i]].dev[lv->dev[i]];
+        mask[i] = dv->cpu_mask;
+        threads[i] = dv->cores;
+    }
+    pl_sched_cpu_shares(lv->devs, lv->n, mask, threads, used, share);
+    for (int i = 0; i < lv->n; i++) {
+        double g = lv->own_gflops[i] * share[i], m = lv->own_gbps[i] * share[i];
+        changed |= g != lv->devs[i].gflops || m != lv->devs[i].mem_gbps;
+        lv->devs[i].gflops = g;
+        lv->devs[i].mem_gbps = m;
+    }
+    return changed;
+}
+
 /* Plan job j over lv's candidates with the model's stored tensor bytes as its weights; the
  * model's config in *cfg, what the plan was made from in lv->pi. */
-static pl_status_t s_plan(const pl_coord_job_t *j, s_live_t *lv, pl_model_config_t *cfg,
+static pl_status_t s_plan_once(const pl_coord_job_t *j, s_live_t *lv, pl_model_config_t *cfg,
                           pl_plan_t **plan_p)
 {
     pl_model_t *m = NULL;
@@ -129,6 +176,48 @@ static pl_status_t s_plan(const pl_coord_job_t *j, s_live_t *lv, pl_model_config
     pl_model_bytes_destroy(&b);
     pl_model_destroy(&m);
     return st;
+}
+
+/* s_plan_once with the candidates' CPU shares; when the plan leaves out a device that shares
+ * CPUs with one it uses, once more with the shares among the devices it uses (only they
+ * compute), restricted to them. */
+static pl_status_t s_plan(const pl_coord_t *c, const pl_coord_job_t *j, s_live_t *lv,
+                          pl_model_config_t *cfg, pl_plan_t **plan_p)
+{
+    s_share(c, lv, lv->cand);
+    pl_plan_t *plan = NULL;
+    pl_status_t st = s_plan_once(j, lv, cfg, &plan);
+    if (st)
+        return st;
+    bool used[PL_SCHED_MAX_DEVICES] = {false};
+    for (int i = 0; i < plan->n_stages; i++)
+        used[plan->stages[i].device] = true;
+    pl_sched_device_t before[PL_SCHED_MAX_DEVICES];
+    memcpy(before, lv->devs, sizeof(before[0]) * (size_t)lv->n);
+    if (!s_share(c, lv, used)) {
+        *plan_p = plan;
+        return PL_OK;
+    }
+    bool cand[PL_SCHED_MAX_DEVICES];
+    memcpy(cand, lv->cand, sizeof(cand[0]) * (size_t)lv->n);
+    for (int i = 0; i < lv->n; i++)
+        lv->cand[i] = lv->cand[i] && used[i];
+    pl_plan_t *again = NULL;
+    pl_sched_plan_inputs_t first = lv->pi;
+    memset(&lv->pi, 0, sizeof(lv->pi));
+    if (s_plan_once(j, lv, cfg, &again) == PL_OK) {
+        pl_sched_plan_inputs_clear(&first);
+        pl_plan_destroy(&plan);
+        plan = again;
+    } else { /* keep the first plan and what it was made from */
+        pl_error_clear();
+        pl_sched_plan_inputs_clear(&lv->pi);
+        lv->pi = first;
+        memcpy(lv->devs, before, sizeof(before[0]) * (size_t)lv->n);
+    }
+    memcpy(lv->cand, cand, sizeof(cand[0]) * (size_t)lv->n);
+    *plan_p = plan;
+    return PL_OK;
 }
 
 /* Say for each stage's link whether the daemons measured it or the planner's default stood in. */
@@ -225,7 +314,7 @@ bool pl_coord_plan_job(pl_coord_t *c, pl_coord_job_t *j)
         goto out;
     }
     pl_model_config_t cfg;
-    if (s_plan(j, lv, &cfg, &plan)) {
+    if (s_plan(c, j, lv, &cfg, &plan)) {
         if (j->resuming) /* it ran before: what it lost may come back */
             s_capacity_note(c, j, lv);
         else
@@ -290,7 +379,11 @@ bool pl_coord_plan_job(pl_coord_t *c, pl_coord_job_t *j)
                                  .first = s->first_layer,
                                  .last = s->last_layer,
                                  .used_gflops = lv->devs[s->device].gflops,
-                                 .used_gbps = lv->devs[s->device].mem_gbps};
+                                 .used_gbps = lv->devs[s->device].mem_gbps,
+                                 .share = lv->own_gflops[s->device] > 0
+                                              ? lv->devs[s->device].gflops /
+                                                    lv->own_gflops[s->device]
+                                              : 1.0};
         cs->have_terms = pl_sched_terms(&lv->pi.in, plan, i, &cs->terms) == PL_OK;
     }
     pl_log_info("job %u: planned %d stage(s) (%s, %s search), predicted %.3f s, %.1f decode tok/s",
@@ -331,7 +424,7 @@ void pl_coord_on_plan(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_t *m)
         goto out;
     }
     pl_model_config_t cfg;
-    if ((st = s_plan(j, lv, &cfg, &plan))) {
+    if ((st = s_plan(c, j, lv, &cfg, &plan))) {
         pl_coord_reply_error(c, from, st, "no feasible plan: %s", pl_error_msg());
         goto out;
     }
@@ -398,6 +491,10 @@ static void s_learn_rates(pl_coord_t *c, const pl_coord_job_t *j, int s)
     double pred[2] = {0, 0}, meas[2] = {0, 0}; /* [0] compute, [1] memory */
     const double ph[2][3] = {{t->pre_flop_s, t->pre_mem_s, (double)pre_n},
                              {t->dec_flop_s, t->dec_mem_s, (double)dec_n}};
+    /* the share of its compute time the stage had its CPU (others ran the rest) */
+    double cpu = st->has_overlap && st->compute_s > 0 && st->compute_cpu_s > 0
+                     ? PL_MIN(1.0, st->compute_cpu_s / st->compute_s)
+                     : 1.0;
     const double took[2] = {pre_s, dec_s};
     for (int p = 0; p < 2; p++) {
         if (ph[p][2] < 1)
@@ -413,12 +510,24 @@ static void s_learn_rates(pl_coord_t *c, const pl_coord_job_t *j, int s)
         if (meas[r] < S_LEARN_MIN_S || pred[r] <= 0)
             continue;
         double k = PL_MIN(PL_MAX(pred[r] / meas[r], 1.0 / S_LEARN_MAX_RATIO), S_LEARN_MAX_RATIO);
-        if (pred[r] / meas[r] < 1.0 / S_CLAIM_FLAG_RATIO) { /* the measured rate, unclamped */
+        bool liar = pred[r] / meas[r] < 1.0 / S_CLAIM_FLAG_RATIO;
+        if (liar) { /* the measured rate, unclamped */
             k = pred[r] / meas[r];
             flag = true;
         }
-        rate[r] *= k;
+        /* the plan charged the device its share of CPUs shared with other stages: the lesson is
+         * about the device itself, and never more than it computed while it ran (CPU time) */
+        double share = cs->share > 0 ? cs->share : 1.0;
+        rate[r] = liar ? rate[r] * k : PL_MIN(rate[r] * k / share, rate[r] * k / cpu);
     }
+    if (cs->share > 0 && cpu > cs->share * 1.25) /* the share charged was not what it had */
+        pl_log_info("%s %s: job %u charged it %.2f of its CPUs, it computed %.2f of the time: "
+                    "the daemons sharing them did not all compute at once",
+                    c->nodes[cs->node].name, d->id, j->id, cs->share, cpu);
+    if (cs->share > 0 && cs->share < 1) /* a resource not measured keeps the device's own rate */
+        for (int r = 0; r < 2; r++)
+            if (meas[r] < S_LEARN_MIN_S || pred[r] <= 0)
+                rate[r] /= cs->share;
     if (flag) {
         pl_log_warn("%s %s: claims %.3g GFLOP/s, %.3g GB/s but its stage of job %u measured "
                     "%.3g GFLOP/s, %.3g GB/s: flagged, planning with the measured rates",
@@ -427,10 +536,12 @@ static void s_learn_rates(pl_coord_t *c, const pl_coord_job_t *j, int s)
         d->flagged = true;
         d->n_obs = 0; /* the claim is worth nothing: the measurement replaces it */
     }
-    /* the first lesson replaces the calibration; later ones weigh 3:1 against the estimate so
-     * far (a job run while the machine was busy fades quickly, one noisy job does not rule) */
-    d->eff_gflops = d->n_obs ? 0.25 * d->eff_gflops + 0.75 * rate[0] : rate[0];
-    d->eff_mem_gbps = d->n_obs ? 0.25 * d->eff_mem_gbps + 0.75 * rate[1] : rate[1];
+    /* the first lesson replaces the calibration; later ones join a running mean of the last
+     * few (one job of an odd shape or on a busy machine does not set the rate; an average keeps
+     * two identical devices that ran different jobs close) */
+    double w = d->n_obs ? 1.0 / PL_MIN(d->n_obs + 1, S_LEARN_WINDOW) : 1.0;
+    d->eff_gflops = d->n_obs ? d->eff_gflops + w * (rate[0] - d->eff_gflops) : rate[0];
+    d->eff_mem_gbps = d->n_obs ? d->eff_mem_gbps + w * (rate[1] - d->eff_mem_gbps) : rate[1];
     d->n_obs++;
     pl_log_info("%s %s: effective %.2f GFLOP/s, %.2f GB/s after job %u (calibrated %.2f, %.2f)",
                 c->nodes[cs->node].name, d->id, d->eff_gflops, d->eff_mem_gbps, j->id, d->gflops,

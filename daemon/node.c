@@ -16,6 +16,7 @@
 #include "transport/sock.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -115,6 +116,11 @@ static pl_status_t s_discover(s_node_t *n)
                 pl_log_warn("device %s:%d: cannot open: %s", be[b].name, d, pl_error_msg());
                 continue;
             }
+            /* a CPU device computes with the threads it was opened with, not every core of the
+             * host: HELLO's cores is what the planner splits shared CPUs by */
+            if (!strcmp(infos[d].backend, "cpu") && n->cfg->threads > 0 &&
+                n->cfg->threads < dv->info.cores)
+                dv->info.cores = n->cfg->threads;
             /* testing (node file `slowdown`): the device really runs that many times slower,
              * and calibrates accordingly */
             if (n->cfg->slowdown > 1.0f && !strcmp(infos[d].backend, "cpu")) {
@@ -147,6 +153,19 @@ static pl_status_t s_discover(s_node_t *n)
     if (n->n_devs == 0)
         return pl_error(PL_ERR_NO_DEVICE, "no usable device on this node");
     return PL_OK;
+}
+
+/* The CPUs this daemon may run on (its affinity; CPUs 0..62), for HELLO; 0 when unknown. */
+static uint64_t s_cpu_mask(void)
+{
+    cpu_set_t set;
+    uint64_t mask = 0;
+    if (sched_getaffinity(0, sizeof(set), &set) != 0)
+        return 0;
+    for (int i = 0; i < 63; i++)
+        if (CPU_ISSET(i, &set))
+            mask |= 1ull << i;
+    return mask;
 }
 
 static void s_health(const s_node_t *n, pl_msg_heartbeat_t *h)
@@ -232,6 +251,8 @@ static void s_hello(s_node_t *n)
         v->mem_bytes = d->info.mem_bytes;
         v->gflops = d->calib.gflops;
         v->mem_gbps = d->calib.mem_gbps;
+        if (!strcmp(d->info.backend, "cpu"))
+            v->cpu_mask = s_cpu_mask();
     }
     h->n_unavailable = n->n_unavailable;
     memcpy(h->unavailable, n->unavailable, sizeof(h->unavailable));

@@ -306,6 +306,7 @@ pl_status_t pl_sched_eval_new(const pl_plan_input_t *in, int resident, int mb_si
     ev->p_max = j->prompt_max;
     ev->n_new = j->max_new_tokens;
     ev->ctx = j->ctx > 0 ? j->ctx : j->prompt_max + j->max_new_tokens;
+    ev->req_chunk = j->prefill_chunk;
     ev->w_pre = opt.objective == PL_SCHED_OBJ_DECODE ? 0.0 : 1.0;
     ev->w_dec = opt.objective == PL_SCHED_OBJ_PREFILL  ? 0.0
                 : opt.objective == PL_SCHED_OBJ_DECODE ? 1.0

@@ -44,6 +44,36 @@ void pl_sched_refusals_find(const pl_sched_device_t *devs, int n, const pl_model
 pl_status_t pl_sched_job_from_spec(const pl_job_spec_t *spec, const pl_model_config_t *cfg,
                                    pl_sched_job_t *job);
 
+/* Rates that differ by less than this fraction between devices of one kind are measurement
+ * noise: two runs of the same calibration or jobs of different shapes on identical devices. */
+#define PL_SCHED_RATE_BAND 0.2
+/* Calibrations of identical CPUs taken while the machine is busy differ by more (1-thread sgemm
+ * 18.7 and 28.0 GFLOP/s on two cores of one VM, load 24), and a slowed or different device by
+ * 2x or more: the band within which calibrations say "the same device". */
+#define PL_SCHED_CALIB_BAND 0.5
+
+/* Give identical devices one rate (rates.c): among devs[0..n) with cand[i] (NULL: all), devices
+ * of one backend and model name whose calibrated GFLOP/s (and, separately, GB/s) lie within
+ * `band` of the smallest of a run of them (sorted) all take the mean of their rates. calib[i]
+ * holds device i's calibration (NULL: group by the rates themselves): what jobs of different
+ * shapes taught two identical devices differs by more than their calibrations do, so the
+ * calibration says which are alike and the lessons are pooled. learned[i] (NULL: none) says
+ * device i's rate is a lesson, not its calibration: where a group has lessons, their mean is the
+ * group's rate (a device that just joined plans as its peers ran). Deterministic: the result
+ * does not depend on the devices' order. A device really faster by more than the band keeps its
+ * rate. */
+void pl_sched_rates_equalize(pl_sched_device_t *devs, const pl_sched_device_t *calib,
+                             const bool *learned, int n, const bool *cand, double band);
+
+/* The share of its CPUs each CPU device gets while every device of used[] (NULL: all) computes
+ * at once: devices of one host whose CPU sets overlap (cpu_mask[i], bit c: CPU c; 0: unknown,
+ * share 1) split those CPUs among their threads (threads[i], at most one per CPU of the set,
+ * spread evenly over it). share[i] = min(1, |CPUs of i| / threads wanting them); 1 for other
+ * devices. Two 1-thread daemons pinned to one core get 1/2 each; three unpinned on 2 cores 2/3.
+ * A pipeline keeps its stages busy at once, so a stage's device computes at share x its rate. */
+void pl_sched_cpu_shares(const pl_sched_device_t *devs, int n, const uint64_t *cpu_mask,
+                         const int *threads, const bool *used, double *share);
+
 /* What a plan was made from, for pl_plan_to_json_full and pl_sched_terms: `in` points into this
  * struct (model, costs, refusals) and at the caller's devices and links, so it stays in place
  * while the plan is explained. Free with pl_sched_plan_inputs_clear. */

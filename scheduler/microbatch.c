@@ -42,6 +42,37 @@ int pl_sched_default_m(int requested, int resident, int stages)
     return m < 1 ? 1 : m;
 }
 
+int pl_sched_chunks(const pl_sched_eval_t *ev, int chunk)
+{
+    return chunk > 0 && ev->p_max > chunk ? (ev->p_max + chunk - 1) / chunk : 1;
+}
+
+void pl_sched_prefill_call(const pl_sched_eval_t *ev, int d, int a, int e, int n, int chunks,
+                           double *flop_s, double *mem_s, double *xfer_s)
+{
+    double K = chunks > 1 ? chunks : 1;
+    double w = ev->pw[e] - ev->pw[a], f = ev->pf[e] - ev->pf[a];
+    double at = ev->pa[e] - ev->pa[a], k = ev->pk[e] - ev->pk[a];
+    double fp = ev->pre_tok * f + ev->pre_pos * at;
+    /* a chunk writes its own KV and reads, on average, half the prompt's cached before it */
+    double kv_read = K > 1 ? ev->b * (double)ev->p_avg * (K - 1.0) / (2.0 * K) * k : 0.0;
+    double bp = w + ev->pre_kv * k / K + kv_read;
+    if (a == 0)
+        bp += ev->pre_embed / K;
+    if (e == ev->L) {
+        fp += ev->pre_headf;
+        bp += ev->head_w / K; /* the head runs on each sequence's last chunk only */
+    }
+    *flop_s = fp / K * ev->inv_rate[d];
+    *mem_s = bp * ev->inv_bw[d];
+    if (n < 0) {
+        *xfer_s = 0.0;
+    } else {
+        size_t i = (size_t)d * ev->n_dev + n;
+        *xfer_s = ev->lat[i] + ev->pre_act / K * ev->inv_link[i];
+    }
+}
+
 static int s_end(const pl_sched_eval_t *ev, const pl_sched_split_t *s, int i)
 {
     return i + 1 < s->n_stages ? s->first[i + 1] : ev->L;
@@ -82,6 +113,20 @@ void pl_sched_predict(const pl_sched_eval_t *ev, const pl_sched_split_t *s, int 
         if (td > p->t_dec_max)
             p->t_dec_max = td;
     }
+    /* the chunk follows from the whole-prompt stage times (the job's own when it set one) */
+    p->chunk = pl_sched_prefill_chunk(ev->req_chunk, s->n_stages, ev->b, ev->p_max, ev->p_avg,
+                                      p->t_pre_max);
+    p->K = pl_sched_chunks(ev, p->chunk);
+    for (int i = 0; i < s->n_stages; i++) {
+        int a = s->first[i], e = s_end(ev, s, i);
+        int next = i + 1 < s->n_stages ? s->device[i + 1] : -1;
+        double cf, cm, cx;
+        pl_sched_prefill_call(ev, s->device[i], a, e, next, p->K, &cf, &cm, &cx);
+        double tc = (cf > cm ? cf : cm) + cx;
+        p->sum_call += tc;
+        if (tc > p->t_call_max)
+            p->t_call_max = tc;
+    }
     if (s->n_stages > 1) {
         /* token ids (4 bytes per sequence) from the last stage back to the first */
         int last = s->device[s->n_stages - 1], first = s->device[0];
@@ -90,11 +135,13 @@ void pl_sched_predict(const pl_sched_eval_t *ev, const pl_sched_split_t *s, int 
     }
     double busy_dec = p->M * p->t_dec_max, cycle = p->sum_dec + p->ring;
     p->decode_period = busy_dec > cycle ? busy_dec : cycle;
-    p->prefill_time = p->sum_pre + (p->M - 1) * p->t_pre_max;
+    /* prefill: M * K messages (K chunks of each microbatch) through the stages in order */
+    double items = (double)p->M * p->K;
+    p->prefill_time = p->sum_call + (items - 1) * p->t_call_max;
     p->decode_tok_s = p->decode_period > 0 ? p->R / p->decode_period : 0.0;
     p->prefill_tok_s = p->prefill_time > 0 ? (double)p->R * ev->p_avg / p->prefill_time : 0.0;
     p->bubble_dec = p->decode_period > 0 ? 1.0 - busy_dec / p->decode_period : 0.0;
-    p->bubble_pre = p->prefill_time > 0 ? 1.0 - p->M * p->t_pre_max / p->prefill_time : 0.0;
+    p->bubble_pre = p->prefill_time > 0 ? 1.0 - items * p->t_call_max / p->prefill_time : 0.0;
     if (p->bubble_dec < 0)
         p->bubble_dec = 0;
     if (p->bubble_pre < 0)

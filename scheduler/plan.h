@@ -42,8 +42,11 @@
  *   decode period      = max(M * max_s t_s, sum_s t_s + ring)   (ring: token ids last -> first)
  *   decode tokens/s    = R / decode period
  *   decode bubble      = 1 - M * max_s t_s / decode period      (idle share of the bottleneck)
- *   prefill time       = sum_s t_s + (M - 1) * max_s t_s
- *   prefill tokens/s   = R * P / prefill time;  prefill bubble = 1 - M * max_s t_s / prefill time
+ *   prefill in K = ceil(P_max / chunk) messages per microbatch (K = 1: whole prompts), each
+ *       1/K of the microbatch's tokens, attention and activations, reading the stage's weights
+ *       once and its KV so far (pl_sched_prefill_call): u_s its time on stage s, transfer in;
+ *   prefill time       = sum_s u_s + (M * K - 1) * max_s u_s   (K = 1: u_s = t_s)
+ *   prefill tokens/s   = R * P / prefill time;  prefill bubble = 1 - M K max_s u_s / prefill time
  *   wave time          = prefill time + (N - 1) * decode period; waves = ceil(n_seqs / R)
  *   job time           = waves * wave time  (speed-ups compare job times)
  * M is at least min(S, R) so the decode pipeline stays full when there are enough sequences;
@@ -192,6 +195,12 @@ typedef struct {
     double t_prefill;                 /* prefill stage time per microbatch, transfer included */
     double t_decode;                  /* decode stage time per microbatch, transfer included */
     double xfer_prefill, xfer_decode; /* the transfer part of the two */
+    /* one prefill message (a chunk of a microbatch, plan.prefill_chunk; the whole microbatch
+     * when prompts go whole): what the prefill prediction pipelines, transfer included */
+    double t_prefill_call, xfer_prefill_call;
+    /* bytes one decode call reads (weights, its embedding rows or LM head, KV): what a
+     * memory-bound step moves, once per microbatch */
+    double decode_read_bytes;
     uint64_t mem_used, mem_avail;     /* mem_avail = mem_bytes - reserve_bytes */
     uint64_t mem_weights, mem_kv, mem_work;
     int next_stage;       /* stage that receives the output; 0 for the last (token ids) */
@@ -253,7 +262,8 @@ void pl_plan_print(const pl_plan_t *plan, FILE *stream);
 json_t *pl_plan_to_json(const pl_plan_t *plan);
 /* pl_plan_to_json plus "planner" (the mode's name), "table" (the explained plan) and per stage
  * "device_id" (backend:index), "gflops", "mem_gbps" (the device figures of `in` it used) and
- * "compute_prefill_s", "compute_decode_s" (predicted compute per call, without the transfer).
+ * "compute_prefill_s", "compute_decode_s" (predicted compute per call, without the transfer; a
+ * prefill call is one message of the chunked prefill).
  * What the coordinator stores and pipectl shows; NULL when out of memory. */
 json_t *pl_plan_to_json_full(const pl_plan_t *plan, const pl_plan_input_t *in, pl_planner_t mode);
 

@@ -31,7 +31,20 @@ struct pl_sched_eval {
     unsigned char *fin_ok;
     double *cost_last;
     int tables_R, tables_b; /* the batch the three tables above were built for */
+    int req_chunk; /* the job's prefill_chunk (0: pl_sched_prefill_chunk chooses) */
 };
+
+/* Prefill messages per microbatch for prompt chunks of `chunk` tokens: ceil(P_max / chunk),
+ * 1 when chunk <= 0 or the prompts are no longer. */
+int pl_sched_chunks(const struct pl_sched_eval *ev, int chunk);
+
+/* One prefill message of stage [a, e) on device d sending to device n (-1: the last stage):
+ * a microbatch's prefill cut into K chunks, the chunks taken as equal (1/K of its
+ * tokens, attention and activations), each reading the stage's weights once plus its share of
+ * the KV cache so far. *flop_s and *mem_s are the two roofline terms, *xfer_s the send. With one
+ * chunk max(*flop_s, *mem_s) + *xfer_s is the stage's prefill time. */
+void pl_sched_prefill_call(const struct pl_sched_eval *ev, int d, int a, int e, int n, int K,
+                           double *flop_s, double *mem_s, double *xfer_s);
 
 /* Set R and b without rebuilding the per-(device, start) tables: enough for predictions and
  * memory checks of a given split, not for the searches. */
@@ -120,6 +133,8 @@ bool pl_sched_exact_ok(const struct pl_sched_eval *ev, int n, int exact_max);
 typedef struct {
     int S, M, b, R, waves, bottleneck_stage;
     double bottleneck, t_pre_max, t_dec_max, sum_pre, sum_dec, ring;
+    int chunk, K; /* the prefill chunk (pl_sched_prefill_chunk; 0: whole), messages per mb */
+    double t_call_max, sum_call; /* one prefill message: the slowest stage's, all stages' */
     double prefill_time, decode_period, wave_time, job_time;
     double prefill_tok_s, decode_tok_s, bubble_pre, bubble_dec;
 } pl_sched_pred_t;

@@ -59,6 +59,8 @@ static json_t *s_stage(s_js_t *js, int i, const pl_plan_stage_t *s)
     s_set(js, o, "cost_s", json_real(s->cost));
     s_set(js, o, "prefill_s", json_real(s->t_prefill));
     s_set(js, o, "decode_s", json_real(s->t_decode));
+    s_set(js, o, "prefill_call_s", json_real(s->t_prefill_call));
+    s_set(js, o, "decode_read_bytes", json_real(s->decode_read_bytes));
     s_set(js, o, "xfer_prefill_s", json_real(s->xfer_prefill));
     s_set(js, o, "xfer_decode_s", json_real(s->xfer_decode));
     s_set(js, o, "mem_used", json_integer((json_int_t)s->mem_used));
@@ -161,7 +163,7 @@ json_t *pl_plan_to_json_full(const pl_plan_t *plan, const pl_plan_input_t *in, p
              json_object_set_new(js, "gflops", json_real(d->gflops)) == 0 &&
              json_object_set_new(js, "mem_gbps", json_real(d->mem_gbps)) == 0 &&
              json_object_set_new(js, "compute_prefill_s",
-                                 json_real(s->t_prefill - s->xfer_prefill)) == 0 &&
+                                 json_real(s->t_prefill_call - s->xfer_prefill_call)) == 0 &&
              json_object_set_new(js, "compute_decode_s",
                                  json_real(s->t_decode - s->xfer_decode)) == 0;
     }

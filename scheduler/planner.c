@@ -18,7 +18,6 @@ typedef struct {
     int n_refused; /* alive devices the input refuses (in->refused), in input order */
     const char *const *why;
     int requested_m;
-    int requested_chunk; /* the job's prefill_chunk; 0: pl_sched_prefill_chunk chooses */
 } s_ctx_t;
 
 /* The best split under the current batch (fits_only: any split that fits). */
@@ -173,7 +172,8 @@ static void s_ref(const s_ctx_t *c, int d, pl_plan_device_ref_t *r)
     snprintf(r->node, sizeof(r->node), "%s", s_dev(c, d)->node);
 }
 
-static void s_fill_stage(const s_ctx_t *c, const pl_sched_split_t *s, int i, pl_plan_stage_t *st)
+static void s_fill_stage(const s_ctx_t *c, const pl_sched_split_t *s, int i, int chunks,
+                         pl_plan_stage_t *st)
 {
     const pl_sched_eval_t *ev = c->ev;
     int d = s->device[i], a = s->first[i];
@@ -194,6 +194,11 @@ static void s_fill_stage(const s_ctx_t *c, const pl_sched_split_t *s, int i, pl_
     st->has_head = e == ev->L;
     st->cost = pl_sched_stage_cost(ev, d, a, e - a, nx);
     pl_sched_stage_times(ev, d, a, e - a, nx, &st->t_prefill, &st->t_decode);
+    double cf, cm;
+    pl_sched_prefill_call(ev, d, a, e, nx, chunks, &cf, &cm, &st->xfer_prefill_call);
+    st->t_prefill_call = (cf > cm ? cf : cm) + st->xfer_prefill_call;
+    st->decode_read_bytes = ev->pw[e] - ev->pw[a] + ev->dec_kv * (ev->pk[e] - ev->pk[a]) +
+                            (a == 0 ? ev->dec_embed : 0.0) + (e == ev->L ? ev->head_w : 0.0);
     int to = nx >= 0 ? nx : s->device[0];
     size_t li = (size_t)d * ev->n_dev + to;
     st->xfer_prefill = nx >= 0 ? pl_sched_xpre(ev, d, nx) : 0.0;
@@ -285,9 +290,10 @@ static pl_status_t s_build(s_ctx_t *c, const pl_sched_split_t *s, int R, int M, 
     pl_sched_eval_set_batch_light(ev, R, pl_sched_mb_size(R, M));
     pl_sched_pred_t pr;
     pl_sched_predict(ev, s, M, &pr);
+    p->prefill_chunk = pr.chunk;
     p->n_stages = S;
     for (int i = 0; i < S; i++)
-        s_fill_stage(c, s, i, &p->stages[i]);
+        s_fill_stage(c, s, i, pr.K, &p->stages[i]);
     for (int i = 0; i < c->n; i++) {
         bool used = false;
         for (int j = 0; j < S; j++)
@@ -311,8 +317,6 @@ static pl_status_t s_build(s_ctx_t *c, const pl_sched_split_t *s, int R, int M, 
     p->microbatch_size = pr.b;
     p->ctx = ev->ctx;
     p->max_tokens = pr.b * ev->p_max;
-    p->prefill_chunk =
-        pl_sched_prefill_chunk(c->requested_chunk, S, pr.b, ev->p_max, ev->p_avg, pr.t_pre_max);
     p->prefill_time = pr.prefill_time;
     p->decode_period = pr.decode_period;
     p->ring_s = pr.ring;
@@ -354,7 +358,6 @@ static pl_status_t s_ctx_begin(const pl_plan_input_t *in, const bool *alive, pl_
         return st;
     }
     c->requested_m = in->job.microbatches;
-    c->requested_chunk = in->job.prefill_chunk;
     return PL_OK;
 }
 

@@ -2,6 +2,8 @@
  * of its device with the other resource made free. */
 #include "scheduler/terms.h"
 
+#include "scheduler/plan_impl.h"
+
 #define S_HUGE 1e12 /* GFLOP/s or GB/s that makes one roofline term vanish */
 
 /* Prefill and decode compute of `stage` on a copy of its device with the given rates. */
@@ -20,7 +22,13 @@ static pl_status_t s_times(const pl_plan_input_t *in, const pl_plan_t *plan, int
     pl_status_t st = pl_sched_eval_new(&one, plan->resident_seqs, plan->microbatch_size, &ev);
     if (st)
         return st;
-    pl_sched_stage_times(ev, 0, s->first_layer, s->n_layers, -1, pre, dec);
+    double unused, cf, cm, x;
+    pl_sched_stage_times(ev, 0, s->first_layer, s->n_layers, -1, &unused, dec);
+    /* per prefill call: a chunk of a microbatch when the plan cuts prompts (its executor counts
+     * each message as a call) */
+    pl_sched_prefill_call(ev, 0, s->first_layer, s->first_layer + s->n_layers, -1,
+                          pl_sched_chunks(ev, plan->prefill_chunk), &cf, &cm, &x);
+    *pre = cf > cm ? cf : cm;
     pl_sched_eval_destroy(&ev);
     return PL_OK;
 }

@@ -5,7 +5,9 @@
 
 #include "scheduler/plan.h"
 
-/* Per microbatch call: each phase's compute-only and memory-only time. */
+/* Per call: each phase's compute-only and memory-only time; a prefill call is one message of
+ * the plan's chunked prefill (a whole microbatch when prompts go whole), a decode call one
+ * microbatch's step. */
 typedef struct {
     double pre_flop_s, pre_mem_s; /* prefill: flops / rate, bytes / bandwidth */
     double dec_flop_s, dec_mem_s; /* one decode step */

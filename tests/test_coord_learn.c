@@ -71,3 +71,92 @@ Test(coord_learn, a_slow_memory_claim_alone_is_flagged)
     cr_expect(fabs(d->eff_gflops - 100) < 1e-6, "%g", d->eff_gflops);
     cr_expect(fabs(d->eff_mem_gbps - 100) < 1e-6, "%g", d->eff_mem_gbps);
 }
+
+/* Two daemons pinned to one core: the plan charged the device half its rate (share 1/2), the
+ * stage took what that predicted in wall time and half of it in CPU time. The lesson is the
+ * device's own rate, so a 2-stage job on cores of their own afterwards is planned with it. */
+Test(coord_learn, a_stage_on_a_shared_core_does_not_lower_the_rate)
+{
+    s_setup(100, 20, 1.0, 1.0);
+    pl_coord_stage_t *st = &s_j.stages[0];
+    st->used_gflops = 50; /* the terms were made at these rates: the times predicted are theirs */
+    st->used_gbps = 10;
+    st->share = 0.5;
+    st->stats.has_overlap = true;
+    st->stats.compute_s = st->stats.prefill_compute_s + st->stats.decode_compute_s;
+    st->stats.compute_cpu_s = st->stats.compute_s / 2;
+    pl_coord_learn(&s_c, &s_j);
+    const pl_coord_dev_t *d = &s_c.nodes[0].dev[0];
+    cr_assert(!d->flagged);
+    cr_expect(fabs(d->eff_gflops - 100) < 1e-9, "%g", d->eff_gflops);
+    cr_expect(fabs(d->eff_mem_gbps - 20) < 1e-9, "%g", d->eff_mem_gbps);
+    /* sharing the plan did not know of (no share): the wall time is what the job had */
+    s_setup(100, 20, 2.0, 2.0);
+    s_j.stages[0].stats.has_overlap = true;
+    s_j.stages[0].stats.compute_s = 2 * (0.01 + 0.1);
+    s_j.stages[0].stats.compute_cpu_s = 0.01 + 0.1;
+    pl_coord_learn(&s_c, &s_j);
+    cr_expect(fabs(s_c.nodes[0].dev[0].eff_gflops - 50) < 1e-9);
+    /* a stage that sped up beyond its CPU time's rate would be a wrong share: CPU time caps it */
+    s_setup(100, 20, 1.0, 1.0);
+    s_j.stages[0].share = 0.25; /* the plan thought a quarter; it computed half the time */
+    s_j.stages[0].stats.has_overlap = true;
+    s_j.stages[0].stats.compute_s = 0.01 + 0.1;
+    s_j.stages[0].stats.compute_cpu_s = (0.01 + 0.1) / 2;
+    pl_coord_learn(&s_c, &s_j);
+    cr_expect(fabs(s_c.nodes[0].dev[0].eff_gflops - 200) < 1e-9, "%g",
+              s_c.nodes[0].dev[0].eff_gflops);
+}
+
+/* Lessons form a running mean of the last few: after four jobs at the claimed rate, one job
+ * twice as slow moves the rate by a quarter of the difference, not three quarters. */
+Test(coord_learn, one_odd_job_moves_a_settled_rate_a_little)
+{
+    s_setup(100, 20, 1.0, 1.0);
+    pl_coord_dev_t *d = &s_c.nodes[0].dev[0];
+    for (int i = 0; i < 4; i++)
+        pl_coord_learn(&s_c, &s_j);
+    cr_assert_eq(d->n_obs, 4);
+    cr_expect(fabs(d->eff_gflops - 100) < 1e-9, "%g", d->eff_gflops);
+    s_j.stages[0].stats.prefill_compute_s *= 2;
+    s_j.stages[0].stats.decode_compute_s *= 2;
+    pl_coord_learn(&s_c, &s_j);
+    cr_expect(fabs(d->eff_gflops - 87.5) < 1e-9, "%g", d->eff_gflops);
+    cr_expect(fabs(d->eff_mem_gbps - 17.5) < 1e-9, "%g", d->eff_mem_gbps);
+}
+
+/* test_plan_cluster's slowed daemon (issue 8): a device that runs 2.5x slower in wall time by
+ * idling (CPU time 0.4 of its compute time) on a CPU of its own (share 1). Its lesson is the
+ * wall-time rate: the idling is the device's slowness, not CPUs taken by others. And the fast
+ * daemon beside it, which had its CPU the whole time, keeps its rate when the plan charged it
+ * share 1; had the plan charged 1/2 (the HELLO once said "2 cores" for a 1-thread daemon), the
+ * lesson is still the rate it showed with its whole CPU (CPU time caps it), never twice that. */
+Test(coord_learn, a_slowed_device_on_its_own_cpu_learns_its_wall_rate)
+{
+    s_setup(40, 8, 2.5, 2.5);
+    pl_coord_stage_t *st = &s_j.stages[0];
+    st->share = 1.0;
+    st->stats.has_overlap = true;
+    st->stats.compute_s = st->stats.prefill_compute_s + st->stats.decode_compute_s;
+    st->stats.compute_cpu_s = 0.4 * st->stats.compute_s;
+    pl_coord_learn(&s_c, &s_j);
+    const pl_coord_dev_t *d = &s_c.nodes[0].dev[0];
+    cr_assert(!d->flagged);
+    cr_expect(fabs(d->eff_gflops - 40 / 2.5) < 1e-9, "%g", d->eff_gflops);
+    cr_expect(fabs(d->eff_mem_gbps - 8 / 2.5) < 1e-9, "%g", d->eff_mem_gbps);
+    /* the fast one: charged half (used 50, 10 of its own 100, 20), took what that predicted
+     * halved, with its CPU all the while: its own rate is what it showed, 100 and 20 */
+    s_setup(100, 20, 0.5, 0.5);
+    st = &s_j.stages[0];
+    st->used_gflops = 50;
+    st->used_gbps = 10;
+    st->share = 0.5;
+    st->stats.has_overlap = true;
+    st->stats.compute_s = st->stats.prefill_compute_s + st->stats.decode_compute_s;
+    st->stats.compute_cpu_s = st->stats.compute_s;
+    pl_coord_learn(&s_c, &s_j);
+    cr_expect(fabs(s_c.nodes[0].dev[0].eff_gflops - 100) < 1e-9, "%g",
+              s_c.nodes[0].dev[0].eff_gflops);
+    cr_expect(fabs(s_c.nodes[0].dev[0].eff_mem_gbps - 20) < 1e-9, "%g",
+              s_c.nodes[0].dev[0].eff_mem_gbps);
+}

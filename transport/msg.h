@@ -31,6 +31,9 @@ typedef struct {
     int cores;
     uint64_t mem_bytes;
     double gflops, mem_gbps;
+    /* perf8d: the CPUs a CPU device's threads may run on (bit i: CPU i, for i < 63; the
+     * daemon's affinity), so that the planner sees daemons pinned to one core; 0: unknown */
+    uint64_t cpu_mask;
 } pl_msg_device_t;
 
 typedef struct {

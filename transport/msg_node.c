@@ -115,11 +115,12 @@ pl_status_t pl_msg_hello_encode(const pl_msg_hello_t *m, json_t **body_p)
     pl_status_t st;
     for (int i = 0; devs && i < m->n_devices; i++) {
         const pl_msg_device_t *d = &m->devices[i];
-        json_array_append_new(devs,
-                              json_pack("{s:s, s:s, s:s, s:i, s:I, s:s, s:f, s:f}", "id", d->id,
-                                        "backend", d->backend, "name", d->name, "cores", d->cores,
-                                        "mem_bytes", (json_int_t)d->mem_bytes, "isa", d->isa,
-                                        "gflops", d->gflops, "mem_gbps", d->mem_gbps));
+        json_array_append_new(
+            devs, json_pack("{s:s, s:s, s:s, s:i, s:I, s:s, s:f, s:f, s:I}", "id", d->id, "backend",
+                            d->backend, "name", d->name, "cores", d->cores, "mem_bytes",
+                            (json_int_t)d->mem_bytes, "isa", d->isa, "gflops", d->gflops,
+                            "mem_gbps", d->mem_gbps, "cpu_mask",
+                            (json_int_t)(d->cpu_mask & (uint64_t)INT64_MAX)));
     }
     for (int i = 0; unav && i < m->n_unavailable; i++)
         json_array_append_new(unav, json_pack("{s:s, s:s}", "backend", m->unavailable[i].backend,
@@ -138,7 +139,7 @@ pl_status_t pl_msg_hello_encode(const pl_msg_hello_t *m, json_t **body_p)
 
 static pl_status_t s_device(const json_t *d, pl_msg_device_t *v)
 {
-    int64_t cores = 0, mem = 0;
+    int64_t cores = 0, mem = 0, mask = 0;
     const char *isa = NULL;
     pl_status_t st;
     if ((st = pl_msg_int_name(d, "id", v->id, sizeof(v->id) - 1)) ||
@@ -148,8 +149,10 @@ static pl_status_t s_device(const json_t *d, pl_msg_device_t *v)
         (st = pl_json_int(d, "mem_bytes", 0, INT64_MAX, &mem)) ||
         (st = pl_json_num(d, "gflops", 0, 1e9, &v->gflops)) ||
         (st = pl_json_num(d, "mem_gbps", 0, 1e7, &v->mem_gbps)) ||
-        (st = pl_json_str_opt(d, "isa", sizeof(v->isa) - 1, &isa)))
+        (st = pl_json_str_opt(d, "isa", sizeof(v->isa) - 1, &isa)) ||
+        (st = pl_json_int_opt(d, "cpu_mask", 0, INT64_MAX, &mask)))
         return st;
+    v->cpu_mask = (uint64_t)mask;
     v->cores = (int)cores;
     v->mem_bytes = (uint64_t)mem;
     snprintf(v->isa, sizeof(v->isa), "%s", isa ? isa : "");
