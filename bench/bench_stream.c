@@ -336,10 +336,29 @@ int main(int argc, char **argv)
         _exit(s_side_in(ns_b, argv[0], true, ab[0], ba[1], res[1], argv + 1));
     }
     s_pin(0);
-    int rc = s_side_in(ns_a, argv[0], false, ba[0], ab[1], res[0], argv + 1);
-    if (rc)
+    if (!ns_a || !*ns_a) {
+        int rc = s_side_in(ns_a, argv[0], false, ba[0], ab[1], res[0], argv + 1);
+        if (rc)
+            kill(pid, SIGKILL);
+        int status = 0;
+        waitpid(pid, &status, 0);
+        return rc || !WIFEXITED(status) || WEXITSTATUS(status) != 0;
+    }
+    /* The receiver runs through ip netns exec too: a child of its own, so that this process
+     * returns only once both sides have gone, and the next run never shares the CPUs with this
+     * one's teardown. */
+    pid_t rpid = fork();
+    if (rpid < 0) {
         kill(pid, SIGKILL);
-    int status = 0;
-    waitpid(pid, &status, 0);
-    return rc || !WIFEXITED(status) || WEXITSTATUS(status) != 0;
+        waitpid(pid, NULL, 0);
+        return 1;
+    }
+    if (rpid == 0)
+        _exit(s_side_in(ns_a, argv[0], false, ba[0], ab[1], res[0], argv + 1));
+    int rs = 0, ss = 0;
+    waitpid(rpid, &rs, 0);
+    if (!WIFEXITED(rs) || WEXITSTATUS(rs) != 0)
+        kill(pid, SIGKILL);
+    waitpid(pid, &ss, 0);
+    return !WIFEXITED(rs) || WEXITSTATUS(rs) != 0 || !WIFEXITED(ss) || WEXITSTATUS(ss) != 0;
 }
