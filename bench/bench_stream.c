@@ -138,6 +138,13 @@ static int s_run(s_side_t *s, bool sender, size_t len, int iters, bool lat, doub
     } else {
         out[0] = out[1] = (double)len * iters / t / 1e6;
     }
+    if (getenv("PL_BENCH_STATS")) { /* where the time went */
+        pl_ucx_wait_stats_t ws;
+        pl_ucx_wait_stats(s->ucx, &ws); /* warm-up and set-up included */
+        fprintf(stderr, "bench_stream: %s: %d messages: its waits slept %lld times, spun %.1f ms\n",
+                sender ? "sender" : "receiver", warm + iters, (long long)ws.sleeps,
+                ws.spun_s * 1e3);
+    }
     if (sender && getenv("PL_BENCH_STATS")) { /* where the sender's time went */
         pl_ucx_credit_stats_t cs;
         pl_ucx_ep_credit_stats(s->ep, &cs);

@@ -61,12 +61,15 @@ pl_status_t pl_ucx_sleep(pl_ucx_t *ucx, double deadline)
     double stream_s = ucx->stream_spin_s * (ucx->n_pending > 0 ? PL_UCX_PENDING_SPIN : 1);
     double spin_end = fmin(fmax(now + ucx->spin_s, ucx->last_event_s + stream_s), deadline);
     while (now < spin_end) {
-        if (pl_ucx_worker_progress(ucx))
+        if (pl_ucx_worker_progress(ucx)) {
+            ucx->wait_stats.spun_s += pl_now() - t0;
             return PL_OK;
+        }
         if (now - t0 > ucx->spin_s)
             sched_yield(); /* whoever else wants this CPU runs first */
         now = pl_now();
     }
+    ucx->wait_stats.spun_s += now - t0;
     double left_ms = (deadline - now) * 1e3;
     int ms = left_ms <= 0 ? 0 : left_ms < PL_UCX_POLL_MS ? (int)ceil(left_ms) : PL_UCX_POLL_MS;
     ucs_status_t us = ucp_worker_arm(ucx->worker);
@@ -76,6 +79,7 @@ pl_status_t pl_ucx_sleep(pl_ucx_t *ucx, double deadline)
         return PL_OK; /* events came in meanwhile: progress again */
     if (us != UCS_OK)
         return pl_ucx_ucs_error(us, "worker arm");
+    ucx->wait_stats.sleeps++;
     pthread_mutex_unlock(&ucx->lock); /* still the owner's call: the progress thread stays off */
     rc = poll(&pfd, 1, ms);
     err = errno;
@@ -242,6 +246,13 @@ pl_status_t pl_ucx_address(pl_ucx_t *ucx, char **b64_p)
         return pl_error(PL_ERR_NOMEM, "ucx: out of memory");
     *b64_p = text;
     return PL_OK;
+}
+
+void pl_ucx_wait_stats(pl_ucx_t *ucx, pl_ucx_wait_stats_t *stats)
+{
+    pl_ucx_lock(ucx);
+    *stats = ucx->wait_stats;
+    pl_ucx_unlock(ucx);
 }
 
 int pl_ucx_progress(pl_ucx_t *ucx)

@@ -148,6 +148,7 @@ struct pl_ucx {
     double spin_s;       /* how long pl_ucx_sleep spins before it sleeps (PL_UCX_SPIN_US) */
     double stream_spin_s; /* ... and at least this long after the last event (STREAM_SPIN) */
     double last_event_s;  /* pl_now() of the last progress that found an event */
+    pl_ucx_wait_stats_t wait_stats;
 };
 
 /* Progress the worker (lock held), noting when it found events: the waits spin on while a
