@@ -15,6 +15,11 @@
 #                          shared with builds they then get their cores; default 0)
 #        PL_BENCH_SIZES="4096 ..."  the bandwidth rows' sizes (default 4 KiB to 16 MiB; "" none)
 #        PL_BENCH_PATHS="shm tcp"   the paths measured (default both; tcp needs root)
+#        PL_BENCH_MIB=N    MiB per bandwidth run, ours and ucx_perftest alike (default 256)
+#        PL_BENCH_WINDOW=N ucx_perftest's sends in flight (-O; default: its own, 32 for tag_bw;
+#                          the stream keeps PL_BENCH_CREDITS, 2, in flight)
+# Each row's runs alternate stream / ucx_perftest, and every run's figure is printed beside the
+# medians.
 set -euo pipefail
 
 BUILD=${1:-build}
@@ -82,10 +87,13 @@ perftest() { # PATH TEST SIZE ITERS: a number (two for tag_lat), retried once (a
 perftest_once() {
     local port=$((20000 + RANDOM % 30000)) srv cli host=127.0.0.1
     srv=(ucx_perftest -p "$port")
-    cli=(ucx_perftest "$host" -p "$port" -t "$2" -s "$3" -n "$4" -w $(($4 / 10 + 1)) -e -f)
+    local win=
+    [ -n "${PL_BENCH_WINDOW:-}" ] && [ "$2" = tag_bw ] && win="-O $PL_BENCH_WINDOW"
+    # shellcheck disable=SC2206
+    cli=(ucx_perftest "$host" -p "$port" -t "$2" -s "$3" -n "$4" -w $(($4 / 10 + 1)) -e -f $win)
     if [ "$1" = tcp ]; then
         srv=(ip netns exec "$NS_A" unshare --uts --ipc -- sh -c "hostname plbsa; exec ucx_perftest -p $port")
-        cli=(ip netns exec "$NS_B" unshare --uts --ipc -- sh -c "hostname plbsb; exec ucx_perftest 10.214.$K.1 -p $port -t $2 -s $3 -n $4 -w $(($4 / 10 + 1)) -e -f")
+        cli=(ip netns exec "$NS_B" unshare --uts --ipc -- sh -c "hostname plbsb; exec ucx_perftest 10.214.$K.1 -p $port -t $2 -s $3 -n $4 -w $(($4 / 10 + 1)) -e -f $win")
     fi
     hi "${PIN_A[@]}" "${srv[@]}" >/dev/null 2>&1 &
     local spid=$!
@@ -107,18 +115,20 @@ ours() { # PATH MODE SIZE ITERS
     fi
 }
 
-iters_for() { # SIZE: about 64 MiB per run, at least 20 messages
-    local n=$((64 * 1048576 / $1))
+iters_for() { # SIZE: about PL_BENCH_MIB (256) MiB per run, at least 20 messages: at 4 GB/s
+    # 64 MiB took 16 ms, where one scheduler tick or a late wake-up moved a run by 20% and more
+    local n=$((${PL_BENCH_MIB:-256} * 1048576 / $1))
     [ "$n" -lt 20 ] && n=20
-    [ "$n" -gt 2000 ] && n=2000
+    [ "$n" -gt 20000 ] && n=20000
     echo "$n"
 }
 
 read -r l1 l2 l3 _ </proc/loadavg
 echo "machine: $(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -n 1), $(nproc) cores," \
     "$(date -u '+%Y-%m-%d %H:%M UTC'), load average $l1 $l2 $l3; UCX $(ucx_info -v | sed -n 's/^# Version //p' | head -n 1)"
-echo "each figure: the median of $RUNS runs; ucx_perftest with -e (error-handling endpoints);" \
-    "receiver and sender pinned to CPUs $PL_BENCH_CPUS; niceness $NICE"
+echo "each figure: the median of $RUNS runs of ${PL_BENCH_MIB:-256} MiB (ours and ucx_perftest alternating);" \
+    "ucx_perftest with -e (error-handling endpoints), ${PL_BENCH_WINDOW:-its default window (32)} sends in flight," \
+    "the stream ${PL_BENCH_CREDITS:-2} (credits); receiver and sender pinned to CPUs $PL_BENCH_CPUS; niceness $NICE"
 echo
 paths=${PL_BENCH_PATHS:-shm tcp}
 if [ "$NETNS" != yes ] && [[ "$paths" == *tcp* ]]; then
@@ -128,16 +138,24 @@ fi
 for p in $paths; do
     echo "### $p $([ "$p" = tcp ] && echo "(veth between two network namespaces, own UTS/IPC)" || echo "(one host)")"
     echo
-    echo "| message | activation stream | ucx_perftest | ratio | memcpy on this host | stream / memcpy |"
-    echo "| ---: | ---: | ---: | ---: | ---: | ---: |"
+    echo "| message | activation stream | ucx_perftest | ratio | memcpy on this host | stream / memcpy | every run: stream; tag_bw (MB/s) |"
+    echo "| ---: | ---: | ---: | ---: | ---: | ---: | :--- |"
     for s in $SIZES; do
         n=$(iters_for "$s")
-        a=$(for _ in $(seq "$RUNS"); do ours "$p" bw "$s" "$n"; done | median)
-        b=$(for _ in $(seq "$RUNS"); do perftest "$p" tag_bw "$s" "$n"; done | median)
+        # the two alternate run by run, so that a slow spell of the machine hits both alike
+        ra= rb=
+        for _ in $(seq "$RUNS"); do
+            ra="$ra $(ours "$p" bw "$s" "$n")"
+            rb="$rb $(perftest "$p" tag_bw "$s" "$n")"
+        done
+        a=$(echo $ra | tr ' ' '\n' | median)
+        b=$(echo $rb | tr ' ' '\n' | median)
         c=$(for _ in $(seq "$RUNS"); do hi "$B/bench_stream" memcpy "$s" "$((n * 4))"; done | median)
-        printf '| %d B | %.0f MB/s | %.0f MB/s (tag_bw) | %s | %.0f MB/s | %s |\n' "$s" "$a" "$b" \
+        printf '| %d B | %.0f MB/s | %.0f MB/s (tag_bw) | %s | %.0f MB/s | %s | %s; %s |\n' "$s" "$a" "$b" \
             "$(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }')" "$c" \
-            "$(awk -v a="$a" -v c="$c" 'BEGIN { printf "%.2f", (c > 0 ? a / c : 0) }')"
+            "$(awk -v a="$a" -v c="$c" 'BEGIN { printf "%.2f", (c > 0 ? a / c : 0) }')" \
+            "$(echo $ra | awk '{ for (i = 1; i <= NF; i++) printf "%s%.0f", (i > 1 ? " " : ""), $i }')" \
+            "$(echo $rb | awk '{ for (i = 1; i <= NF; i++) printf "%s%.0f", (i > 1 ? " " : ""), $i }')"
     done
     # each run: the median round trip's one-way time, then the mean (ours and tag_lat's alike)
     la=$(for _ in $(seq "$RUNS"); do ours "$p" lat "$LAT_SIZE" 2000; done)

@@ -1,5 +1,6 @@
-/* Tests of the UCX data plane's waits: the spin before sleep (PL_UCX_SPIN_US) is checked, keeps
- * its deadline and loses no message; the progress thread still takes over when the owner goes. */
+/* Tests of the UCX data plane's waits: the spin before sleep (PL_UCX_SPIN_US) and the longer one
+ * while a transfer streams (PL_UCX_STREAM_SPIN_US) are checked, keep their deadline, leave an
+ * idle wait asleep and lose no message; the progress thread still takes over when the owner goes. */
 #include "transport/ucx.h"
 
 #include "common/util.h"
@@ -22,40 +23,82 @@ static pl_ucx_ep_t *s_connect(pl_ucx_t *from, pl_ucx_t *to)
 
 Test(ucx_spin, setting_is_checked)
 {
-    const char *bad[] = {"", "x", "-1", "10001", "5x", "99999999999999999999"};
-    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-        pl_ucx_t *u = NULL;
-        setenv("PL_UCX_SPIN_US", bad[i], 1);
-        cr_assert_eq(pl_ucx_create(&u), PL_ERR_RANGE, "PL_UCX_SPIN_US=\"%s\" accepted", bad[i]);
-        cr_assert_null(u, "no worker on error");
-        cr_assert(strstr(pl_error_msg(), "PL_UCX_SPIN_US") != NULL, "%s", pl_error_msg());
-    }
-    const char *good[] = {"0", "50", "10000"};
-    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
-        pl_ucx_t *u = NULL;
-        setenv("PL_UCX_SPIN_US", good[i], 1);
-        cr_assert_eq(pl_ucx_create(&u), PL_OK, "%s: %s", good[i], pl_error_msg());
-        pl_ucx_destroy(&u);
+    const char *names[] = {"PL_UCX_SPIN_US", "PL_UCX_STREAM_SPIN_US"};
+    for (size_t v = 0; v < 2; v++) {
+        const char *bad[] = {"", "x", "-1", "10001", "5x", "99999999999999999999"};
+        for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+            pl_ucx_t *u = NULL;
+            setenv(names[v], bad[i], 1);
+            cr_assert_eq(pl_ucx_create(&u), PL_ERR_RANGE, "%s=\"%s\" accepted", names[v], bad[i]);
+            cr_assert_null(u, "no worker on error");
+            cr_assert(strstr(pl_error_msg(), names[v]) != NULL, "%s", pl_error_msg());
+        }
+        const char *good[] = {"0", "50", "10000"};
+        for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+            pl_ucx_t *u = NULL;
+            setenv(names[v], good[i], 1);
+            cr_assert_eq(pl_ucx_create(&u), PL_OK, "%s: %s", good[i], pl_error_msg());
+            pl_ucx_destroy(&u);
+        }
+        unsetenv(names[v]);
     }
 }
 
-/* With the longest spin (10 ms), a receive that may wait 1 ms returns after about that: the spin
- * ends at the caller's deadline. The fastest of a few tries, so that load does not decide it. */
-Test(ucx_spin, spin_ends_at_the_deadline)
+/* After an event (a message to itself), with the longest stream spin (10 ms), a receive that may
+ * wait 5 ms spins through it without sleeping, and one that may wait 1 ms still returns after
+ * about that (the spin ends at the caller's deadline). */
+Test(ucx_spin, a_wait_after_an_event_spins_to_its_deadline)
 {
-    setenv("PL_UCX_SPIN_US", "10000", 1);
+    setenv("PL_UCX_STREAM_SPIN_US", "10000", 1);
     pl_ucx_t *u = NULL;
     cr_assert_eq(pl_ucx_create(&u), PL_OK, "%s", pl_error_msg());
+    pl_ucx_ep_t *self = s_connect(u, u);
     double best = 1e9;
     for (int i = 0; i < 5; i++) {
         void *buf;
         size_t len;
+        unsigned char *m = malloc(64);
+        cr_assert_not_null(m);
+        memset(m, i, 64);
+        cr_assert_eq(pl_ucx_send(u, self, 2, m, 64), PL_OK, "%s", pl_error_msg());
+        cr_assert_eq(pl_ucx_recv(u, 2, ~0ULL, 64, &buf, &len, NULL, 5000, NULL), PL_OK, "%s",
+                     pl_error_msg());
+        free(buf);
+        pl_ucx_wait_stats_t w0, w1;
+        pl_ucx_wait_stats(u, &w0);
+        int ms = i == 0 ? 5 : 1;
         double t0 = pl_now();
-        cr_assert_eq(pl_ucx_recv(u, 1, ~0ULL, 64, &buf, &len, NULL, 1, NULL), PL_ERR_TIMEOUT);
+        cr_assert_eq(pl_ucx_recv(u, 1, ~0ULL, 64, &buf, &len, NULL, ms, NULL), PL_ERR_TIMEOUT);
         double t = pl_now() - t0;
-        best = t < best ? t : best;
+        pl_ucx_wait_stats(u, &w1);
+        if (i == 0) {
+            cr_assert_eq(w1.sleeps, w0.sleeps, "a wait 5 ms after an event slept");
+            cr_assert_gt(w1.spun_s - w0.spun_s, 0.8 * t, "it spun %.2f ms of its %.2f ms",
+                         (w1.spun_s - w0.spun_s) * 1e3, t * 1e3);
+        } else {
+            best = t < best ? t : best;
+        }
     }
     cr_assert_lt(best, 6e-3, "a 1 ms receive took %.1f ms: it spun past its deadline", best * 1e3);
+    pl_ucx_destroy(&u);
+}
+
+/* A wait with no transfer going (a stage waiting for its input) sleeps: with the longest stream
+ * spin and no spin before sleep, a 300 ms wait of a worker that never had an event spins not at
+ * all (a stream spin at every wake-up would be 10 ms per 50 ms sleep). */
+Test(ucx_spin, an_idle_wait_does_not_stream_spin)
+{
+    setenv("PL_UCX_STREAM_SPIN_US", "10000", 1);
+    setenv("PL_UCX_SPIN_US", "0", 1);
+    pl_ucx_t *u = NULL;
+    cr_assert_eq(pl_ucx_create(&u), PL_OK, "%s", pl_error_msg());
+    void *buf;
+    size_t len;
+    cr_assert_eq(pl_ucx_recv(u, 1, ~0ULL, 64, &buf, &len, NULL, 300, NULL), PL_ERR_TIMEOUT);
+    pl_ucx_wait_stats_t w;
+    pl_ucx_wait_stats(u, &w);
+    cr_assert_gt(w.sleeps, 0, "an idle 300 ms wait never slept");
+    cr_assert_lt(w.spun_s, 2e-3, "an idle 300 ms wait spun %.1f ms", w.spun_s * 1e3);
     pl_ucx_destroy(&u);
 }
 
@@ -83,9 +126,10 @@ static void *s_echo_main(void *arg)
     return NULL;
 }
 
-static void s_ping_pong(const char *spin)
+static void s_ping_pong(const char *spin, const char *stream_spin)
 {
     setenv("PL_UCX_SPIN_US", spin, 1);
+    setenv("PL_UCX_STREAM_SPIN_US", stream_spin, 1);
     pl_ucx_t *a = NULL, *b = NULL;
     cr_assert_eq(pl_ucx_create(&a), PL_OK, "%s", pl_error_msg());
     cr_assert_eq(pl_ucx_create(&b), PL_OK, "%s", pl_error_msg());
@@ -119,9 +163,10 @@ static void s_ping_pong(const char *spin)
 
 Test(ucx_spin, messages_arrive_with_and_without_the_spin)
 {
-    s_ping_pong("0");
-    s_ping_pong("50");
-    s_ping_pong("10000");
+    s_ping_pong("0", "0");
+    s_ping_pong("50", "0");
+    s_ping_pong("50", "200");
+    s_ping_pong("10000", "10000");
 }
 
 /* A rendezvous-sized message finishes only while its receiver progresses: sent while the owner

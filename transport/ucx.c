@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <math.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,13 +55,21 @@ pl_status_t pl_ucx_sleep(pl_ucx_t *ucx, double deadline)
 {
     struct pollfd pfd = {.fd = ucx->efd, .events = POLLIN};
     pl_ucx_grants_flush(ucx); /* a wait of this thread must not hold back a sender's credit */
-    double now = pl_now();
-    double spin_end = fmin(now + ucx->spin_s, deadline);
-    while (now < spin_end) { /* the reply to a small message is usually this close */
-        if (ucp_worker_progress(ucx->worker))
+    double now = pl_now(), t0 = now;
+    /* the reply to a small message is usually this close, and a streaming transfer's next
+     * event closer still */
+    double stream_s = ucx->stream_spin_s * (ucx->n_pending > 0 ? PL_UCX_PENDING_SPIN : 1);
+    double spin_end = fmin(fmax(now + ucx->spin_s, ucx->last_event_s + stream_s), deadline);
+    while (now < spin_end) {
+        if (pl_ucx_worker_progress(ucx)) {
+            ucx->wait_stats.spun_s += pl_now() - t0;
             return PL_OK;
+        }
+        if (now - t0 > ucx->spin_s)
+            sched_yield(); /* whoever else wants this CPU runs first */
         now = pl_now();
     }
+    ucx->wait_stats.spun_s += now - t0;
     double left_ms = (deadline - now) * 1e3;
     int ms = left_ms <= 0 ? 0 : left_ms < PL_UCX_POLL_MS ? (int)ceil(left_ms) : PL_UCX_POLL_MS;
     ucs_status_t us = ucp_worker_arm(ucx->worker);
@@ -70,6 +79,7 @@ pl_status_t pl_ucx_sleep(pl_ucx_t *ucx, double deadline)
         return PL_OK; /* events came in meanwhile: progress again */
     if (us != UCS_OK)
         return pl_ucx_ucs_error(us, "worker arm");
+    ucx->wait_stats.sleeps++;
     pthread_mutex_unlock(&ucx->lock); /* still the owner's call: the progress thread stays off */
     rc = poll(&pfd, 1, ms);
     err = errno;
@@ -149,17 +159,16 @@ pl_status_t pl_ucx_context_new(int peer_timeout_ms, ucp_context_h *ctx_p)
     return us == UCS_OK ? PL_OK : pl_ucx_ucs_error(us, "init");
 }
 
-/* How long waits spin (PL_UCX_SPIN_US in the environment, else the built-in default). */
-static pl_status_t s_spin_from_env(double *spin_s_p)
+/* How long waits spin (the environment's `name`, else the built-in default `us`). */
+static pl_status_t s_spin_from_env(const char *name, long us, double *spin_s_p)
 {
-    const char *v = getenv("PL_UCX_SPIN_US");
-    long us = PL_UCX_SPIN_US;
+    const char *v = getenv(name);
     if (v) {
         char *end;
         errno = 0;
         us = strtol(v, &end, 10);
         if (errno || end == v || *end || us < 0 || us > PL_UCX_SPIN_MAX_US)
-            return pl_error(PL_ERR_RANGE, "ucx: PL_UCX_SPIN_US=\"%s\" (microseconds, 0..%d)", v,
+            return pl_error(PL_ERR_RANGE, "ucx: %s=\"%s\" (microseconds, 0..%d)", name, v,
                             PL_UCX_SPIN_MAX_US);
     }
     *spin_s_p = (double)us * 1e-6;
@@ -173,15 +182,19 @@ pl_status_t pl_ucx_create_with(const pl_ucx_params_t *p, pl_ucx_t **ucx_p)
     pl_status_t st;
     int timeout_ms = p->peer_timeout_ms ? p->peer_timeout_ms : PL_UCX_PEER_TIMEOUT_MS;
     pl_ucx_t *ucx;
-    double spin_s = 0;
+    double spin_s = 0, stream_spin_s = 0;
 
     if (timeout_ms < 100)
         return pl_error(PL_ERR_RANGE, "ucx: peer timeout %d ms (at least 100)", timeout_ms);
-    if ((st = s_spin_from_env(&spin_s)) != PL_OK)
+    if ((st = s_spin_from_env("PL_UCX_SPIN_US", PL_UCX_SPIN_US, &spin_s)) != PL_OK ||
+        (st = s_spin_from_env("PL_UCX_STREAM_SPIN_US", PL_UCX_STREAM_SPIN_US, &stream_spin_s)) !=
+            PL_OK)
         return st;
     if (!(ucx = calloc(1, sizeof(*ucx))))
         return pl_error(PL_ERR_NOMEM, "ucx: out of memory");
     ucx->spin_s = spin_s;
+    ucx->stream_spin_s = stream_spin_s;
+    ucx->last_event_s = -INFINITY;
     ucx->pending.next = ucx->pending.prev = &ucx->pending;
     ucx->efd = -1;
     ucx->wake_fd = -1;
@@ -233,6 +246,13 @@ pl_status_t pl_ucx_address(pl_ucx_t *ucx, char **b64_p)
         return pl_error(PL_ERR_NOMEM, "ucx: out of memory");
     *b64_p = text;
     return PL_OK;
+}
+
+void pl_ucx_wait_stats(pl_ucx_t *ucx, pl_ucx_wait_stats_t *stats)
+{
+    pl_ucx_lock(ucx);
+    *stats = ucx->wait_stats;
+    pl_ucx_unlock(ucx);
 }
 
 int pl_ucx_progress(pl_ucx_t *ucx)

@@ -201,4 +201,12 @@ typedef struct {
 } pl_ucx_alloc_stats_t;
 void pl_ucx_alloc_stats(pl_ucx_t *ucx, pl_ucx_alloc_stats_t *stats);
 
+/* How this worker's waits went: how often they slept on the event fd, and the time they spent
+ * spinning first (PL_UCX_SPIN_US, PL_UCX_STREAM_SPIN_US). */
+typedef struct {
+    int64_t sleeps;
+    double spun_s;
+} pl_ucx_wait_stats_t;
+void pl_ucx_wait_stats(pl_ucx_t *ucx, pl_ucx_wait_stats_t *stats);
+
 #endif

@@ -7,6 +7,8 @@
 #include "transport/ucx.h"
 #include "transport/ucx_grant.h"
 
+#include "common/util.h"
+
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -25,6 +27,21 @@
 #define PL_UCX_SPIN_US 50
 #endif
 #define PL_UCX_SPIN_MAX_US 10000
+/* While a transfer streams, a wait keeps spinning until this long has passed since the worker's
+ * last event, PL_UCX_PENDING_SPIN times as long while sends of its own are in flight
+ * (PL_UCX_STREAM_SPIN_US in the environment, 0..PL_UCX_SPIN_MAX_US; 0: only PL_UCX_SPIN_US).
+ * A stream's events come microseconds apart (a socket's next segment, the rendezvous reply to a
+ * message's request; a sender whose message sits whole in the socket buffer hears nothing until
+ * the reply to the next one, about a message's time later), and a sleep between them puts the
+ * wake-up of an idle CPU, on a virtual machine tens of microseconds, on the stream's critical
+ * path: on a quiet host TCP ran at 0.65-0.75 of ucx_perftest, which never sleeps (under load,
+ * where no CPU idles, at 0.9-1.1). Past PL_UCX_SPIN_US the spin yields the CPU at each turn, so a
+ * stage that shares its CPU loses little to it. A wait with no recent event (a stage waiting for
+ * its input) still spins PL_UCX_SPIN_US only. */
+#ifndef PL_UCX_STREAM_SPIN_US
+#define PL_UCX_STREAM_SPIN_US 200
+#endif
+#define PL_UCX_PENDING_SPIN 10
 /* The progress thread's hand-off: after the owner leaves a call it waits this long before it
  * takes the worker (the owner of a ping-pong is back within microseconds, and waking a thread
  * on the owner's CPU at every call's end cost more than the message); while the owner stays in
@@ -129,7 +146,20 @@ struct pl_ucx {
     pl_act_token_t token;   /* the assignment's (pl_ucx_set_token): every grant carries it */
     int64_t grants_dropped; /* grants refused as forged (no token, not a grant) */
     double spin_s;       /* how long pl_ucx_sleep spins before it sleeps (PL_UCX_SPIN_US) */
+    double stream_spin_s; /* ... and at least this long after the last event (STREAM_SPIN) */
+    double last_event_s;  /* pl_now() of the last progress that found an event */
+    pl_ucx_wait_stats_t wait_stats;
 };
+
+/* Progress the worker (lock held), noting when it found events: the waits spin on while a
+ * transfer streams (PL_UCX_STREAM_SPIN_US). */
+static inline unsigned pl_ucx_worker_progress(pl_ucx_t *ucx)
+{
+    unsigned n = ucp_worker_progress(ucx->worker);
+    if (n)
+        ucx->last_event_s = pl_now();
+    return n;
+}
 
 /* A UCX context as the data plane makes it (ucx.c): the user's UCX_* settings (UCX_TLS,
  * UCX_NET_DEVICES, ...) read from the environment, peer-failure timeouts, tag and wakeup

@@ -309,7 +309,7 @@ pl_status_t pl_ucx_inbox_recv(pl_ucx_inbox_t *in, const void **buf_p, size_t *le
             st = pl_error(PL_ERR_CANCELED, "ucx inbox: canceled");
             goto out;
         }
-        if (ucp_worker_progress(ucx->worker))
+        if (pl_ucx_worker_progress(ucx))
             continue;
         pl_ucx_ep_t *failed = pl_ucx_failed_ep(ucx); /* this link's peer, or another */
         if (failed) {
@@ -524,7 +524,7 @@ pl_status_t pl_ucx_credit_take_locked(pl_ucx_t *ucx, pl_ucx_ep_t *ep, double dea
             t0 = pl_now();
             ep->credit_waits++;
         }
-        if (ucp_worker_progress(ucx->worker))
+        if (pl_ucx_worker_progress(ucx))
             continue;
         if (ep->status != UCS_OK)
             return pl_error(PL_ERR_TRANSPORT, "ucx send: peer endpoint failed: %s",

@@ -126,7 +126,7 @@ pl_status_t pl_ucx_outbox_get(pl_ucx_outbox_t *ob, void **buf_p, size_t *cap_p, 
             st = pl_error(PL_ERR_CANCELED, "ucx outbox: canceled");
             goto out;
         }
-        if (ucp_worker_progress(ucx->worker))
+        if (pl_ucx_worker_progress(ucx))
             continue;
         if (ob->ep->status != UCS_OK) {
             st = pl_error(PL_ERR_TRANSPORT, "ucx outbox: peer endpoint failed: %s",

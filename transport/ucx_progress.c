@@ -51,7 +51,7 @@ static void *s_progress_main(void *arg)
             continue;
         }
         pl_ucx_grants_flush(ucx); /* the owner released slots and went to compute */
-        if (ucp_worker_progress(ucx->worker)) {
+        if (pl_ucx_worker_progress(ucx)) {
             if (atomic_load(&ucx->waiters) > 0) {
                 pthread_mutex_unlock(&ucx->lock);
                 sched_yield();

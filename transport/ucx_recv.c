@@ -121,7 +121,7 @@ pl_status_t pl_ucx_recv_locked(pl_ucx_t *ucx, uint64_t want, uint64_t mask, size
                 continue;
             }
         }
-        if (ucp_worker_progress(ucx->worker))
+        if (pl_ucx_worker_progress(ucx))
             continue;
         pl_ucx_ep_t *failed = pp ? NULL : pl_ucx_failed_ep(ucx);
         if (failed)

@@ -138,7 +138,7 @@ static pl_status_t s_flush(pl_ucx_t *ucx, int timeout_ms)
     pl_status_t st;
 
     while (ucx->n_pending > 0) {
-        if (ucp_worker_progress(ucx->worker))
+        if (pl_ucx_worker_progress(ucx))
             continue;
         if (pl_now() >= deadline)
             return pl_error(PL_ERR_TIMEOUT, "ucx flush: %d sends still pending after %d ms",
