@@ -91,46 +91,63 @@ static inline __m512i s_q4_0_pair(const unsigned char *qs0, const unsigned char 
     return _mm512_sub_epi8(_mm512_and_si512(v, _mm512_set1_epi8(0x0F)), _mm512_set1_epi8(8));
 }
 
-/* Q8_0 / Q4_0, one weight row of nb blocks against R activation rows: block pairs in zmm, an
- * odd last block in the reference's scalar code. */
-static inline __attribute__((always_inline)) void
-s_q32(const unsigned char *p, int64_t nb, const void *const *qx, int R, bool four, float *out)
+/* Q8_0 / Q4_0, O (1 or 2) weight rows at p, stride rb, of nb blocks each against R activation
+ * rows: block pairs in zmm, an odd last block in the reference's scalar code. Two weight rows
+ * share each activation pair's loads, offset and scales (the float steps are most of the work:
+ * the reference's fmaf per 4 elements). out[o * S_ROWS + r]. */
+static inline __attribute__((always_inline)) void s_q32(const unsigned char *p, size_t rb, int O,
+                                                        int64_t nb, const void *const *qx, int R,
+                                                        bool four, float *out)
 {
     const size_t bb = four ? sizeof(pl_block_q4_0_t) : sizeof(pl_block_q8_0_t);
     const __m512i c80 = _mm512_set1_epi8((char)0x80);
-    __m512 acc[S_ROWS];
+    __m512 acc[2][S_ROWS];
     int64_t b = 0;
+#pragma GCC unroll 2
+    for (int o = 0; o < O; o++)
 #pragma GCC unroll 8
-    for (int r = 0; r < R; r++)
-        acc[r] = _mm512_setzero_ps();
+        for (int r = 0; r < R; r++)
+            acc[o][r] = _mm512_setzero_ps();
     for (; b + 2 <= nb; b += 2) {
-        const unsigned char *p0 = p + (size_t)b * bb, *p1 = p0 + bb;
-        _mm_prefetch((const char *)p0 + S_PF, _MM_HINT_T0);
-        __m512i w = four ? s_q4_0_pair(p0 + 2, p1 + 2) : s_pair_i(p0 + 2, p1 + 2);
-        /* -128 * (sum of each 4 weights): what the +128 on the activations adds */
-        __m512i base = _mm512_sub_epi32(_mm512_setzero_si512(),
-                                        _mm512_dpbusd_epi32(_mm512_setzero_si512(), c80, w));
-        __m512 dw = s_pair_ps(s_half(p0), s_half(p1));
+        __m512i w[2], base[2];
+        __m512 dw[2];
+#pragma GCC unroll 2
+        for (int o = 0; o < O; o++) {
+            const unsigned char *p0 = p + (size_t)o * rb + (size_t)b * bb, *p1 = p0 + bb;
+            _mm_prefetch((const char *)p0 + S_PF, _MM_HINT_T0);
+            w[o] = four ? s_q4_0_pair(p0 + 2, p1 + 2) : s_pair_i(p0 + 2, p1 + 2);
+            /* -128 * (sum of each 4 weights): what the +128 on the activations adds */
+            base[o] = _mm512_sub_epi32(_mm512_setzero_si512(),
+                                       _mm512_dpbusd_epi32(_mm512_setzero_si512(), c80, w[o]));
+            dw[o] = s_pair_ps(s_half(p0), s_half(p1));
+        }
 #pragma GCC unroll 8
         for (int r = 0; r < R; r++) {
             const pl_q8_act_t *a = (const pl_q8_act_t *)qx[r] + b;
             __m512i xu = _mm512_xor_si512(s_pair_i(a[0].qs, a[1].qs), c80);
-            __m512i s = _mm512_dpbusd_epi32(base, xu, w);
-            __m512 d = _mm512_mul_ps(dw, s_pair_ps(a[0].d, a[1].d));
-            acc[r] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(s), acc[r]);
+            __m512 dx = s_pair_ps(a[0].d, a[1].d);
+#pragma GCC unroll 2
+            for (int o = 0; o < O; o++) {
+                __m512i sum = _mm512_dpbusd_epi32(base[o], xu, w[o]);
+                acc[o][r] = _mm512_fmadd_ps(_mm512_mul_ps(dw[o], dx), _mm512_cvtepi32_ps(sum),
+                                            acc[o][r]);
+            }
         }
     }
+#pragma GCC unroll 2
+    for (int o = 0; o < O; o++)
 #pragma GCC unroll 8
-    for (int r = 0; r < R; r++) {
-        if (b < nb) { /* the last of an odd count, as the reference does it */
-            float lanes[16];
-            _mm512_storeu_ps(lanes, acc[r]);
-            pl_cpu_q32_tail(p, qx[r], b, nb, four, lanes);
-            out[r] = pl_cpu_q32_lanes_sum(lanes);
-            continue;
+        for (int r = 0; r < R; r++) {
+            if (b < nb) { /* the last of an odd count, as the reference does it */
+                float lanes[16];
+                _mm512_storeu_ps(lanes, acc[o][r]);
+                pl_cpu_q32_tail(p + (size_t)o * rb, qx[r], b, nb, four, lanes);
+                out[o * S_ROWS + r] = pl_cpu_q32_lanes_sum(lanes);
+                continue;
+            }
+            out[o * S_ROWS + r] =
+                s_sum8_q32(_mm256_add_ps(_mm512_castps512_ps256(acc[o][r]), s_hi8(acc[o][r])));
         }
-        out[r] = s_sum8_q32(_mm256_add_ps(_mm512_castps512_ps256(acc[r]), s_hi8(acc[r])));
-    }
 }
 
 /* A K-quant super-block's 8 6-bit scales (bytes 0-7) and 8 mins (8-15) from their 12 bytes at q
@@ -296,49 +313,59 @@ static inline __attribute__((always_inline)) void s_q6_k(const unsigned char *p,
         out[r] = sum[r];
 }
 
-#define S_Q8_0(w, qx, R, k, out) s_q32(w, (k) / PL_QK8_0, qx, R, false, out)
-#define S_Q4_0(w, qx, R, k, out) s_q32(w, (k) / PL_QK8_0, qx, R, true, out)
-#define S_Q4_K(w, qx, R, k, out) s_k45(w, (k) / PL_QK_K, qx, R, false, out)
-#define S_Q5_K(w, qx, R, k, out) s_k45(w, (k) / PL_QK_K, qx, R, true, out)
-#define S_Q6_K(w, qx, R, k, out) s_q6_k(w, (k) / PL_QK_K, qx, R, out)
+/* (weight rows at w, stride rb, how many of them O, activations, their count R, k, out): O
+ * weight rows at once where the kernel takes two, else O = 1 */
+#define S_Q8_0(w, rb, O, qx, R, k, out) s_q32(w, rb, O, (k) / PL_QK8_0, qx, R, false, out)
+#define S_Q4_0(w, rb, O, qx, R, k, out) s_q32(w, rb, O, (k) / PL_QK8_0, qx, R, true, out)
+#define S_Q4_K(w, rb, O, qx, R, k, out) s_k45(w, (k) / PL_QK_K, qx, R, false, out)
+#define S_Q5_K(w, rb, O, qx, R, k, out) s_k45(w, (k) / PL_QK_K, qx, R, true, out)
+#define S_Q6_K(w, rb, O, qx, R, k, out) s_q6_k(w, (k) / PL_QK_K, qx, R, out)
 
-/* Every weight row o < no against R activation rows; the loop inside each row count's instance
- * so the kernel inlines with its registers. */
-#define S_CASE(R, body)                                                                            \
-    case R:                                                                                        \
-        for (int o = 0; o < no; o++) {                                                             \
-            body((const unsigned char *)w0 + (size_t)o * rb, x + r0, R, k, out);                   \
+/* Every weight row o < no against R activation rows, `step` (1 or 2) weight rows per call; the
+ * loop inside each row count's instance so the kernel inlines with its registers. */
+#define S_CASE(R, body, step)                                                                      \
+    case R: {                                                                                      \
+        int o = 0;                                                                                 \
+        for (; (step) == 2 && o + 2 <= no; o += 2) {                                               \
+            body((const unsigned char *)w0 + (size_t)o * rb, rb, 2, x + r0, R, k, out);            \
+            for (int r = 0; r < R; r++) {                                                          \
+                y[r0 + r][o] = out[r];                                                             \
+                y[r0 + r][o + 1] = out[S_ROWS + r];                                                \
+            }                                                                                      \
+        }                                                                                          \
+        for (; o < no; o++) {                                                                      \
+            body((const unsigned char *)w0 + (size_t)o * rb, rb, 1, x + r0, R, k, out);            \
             for (int r = 0; r < R; r++)                                                            \
                 y[r0 + r][o] = out[r];                                                             \
         }                                                                                          \
-        break;
+    } break;
 
 /* The GEMM's block product (cpu_gemm.h's slot) in groups of S_ROWS activation rows (the
  * dispatch sends a lone row to the one-row kernels; a group of one here is what 9 or 17 rows
  * leave). */
-#define S_ENTRY(type, body)                                                                        \
-    void pl_cpu_##type##_block_b512(const void *const *x, int nr, const void *w0, size_t rb,       \
+#define S_ENTRY(type, body, step)                                                                  \
+    void pl_cpu_##type##_block_b512(const void *const *x, int nr, const void *w0, size_t rb,      \
                                     int no, int k, float *const *y)                                \
     {                                                                                              \
-        float out[S_ROWS];                                                                         \
+        float out[2 * S_ROWS];                                                                     \
         for (int r0 = 0; r0 < nr; r0 += S_ROWS) {                                                  \
             switch (PL_MIN(S_ROWS, nr - r0)) {                                                     \
-                S_CASE(1, body)                                                                    \
-                S_CASE(2, body)                                                                    \
-                S_CASE(3, body)                                                                    \
-                S_CASE(4, body)                                                                    \
-                S_CASE(5, body)                                                                    \
-                S_CASE(6, body)                                                                    \
-                S_CASE(7, body)                                                                    \
-                S_CASE(8, body)                                                                    \
+                S_CASE(1, body, step)                                                              \
+                S_CASE(2, body, step)                                                              \
+                S_CASE(3, body, step)                                                              \
+                S_CASE(4, body, step)                                                              \
+                S_CASE(5, body, step)                                                              \
+                S_CASE(6, body, step)                                                              \
+                S_CASE(7, body, step)                                                              \
+                S_CASE(8, body, step)                                                              \
             }                                                                                      \
         }                                                                                          \
     }
-S_ENTRY(q8_0, S_Q8_0)
-S_ENTRY(q4_0, S_Q4_0)
-S_ENTRY(q4_k, S_Q4_K)
-S_ENTRY(q5_k, S_Q5_K)
-S_ENTRY(q6_k, S_Q6_K)
+S_ENTRY(q8_0, S_Q8_0, 2)
+S_ENTRY(q4_0, S_Q4_0, 2)
+S_ENTRY(q4_k, S_Q4_K, 1)
+S_ENTRY(q5_k, S_Q5_K, 1)
+S_ENTRY(q6_k, S_Q6_K, 1)
 
 #pragma GCC pop_options
 #endif
