@@ -6,6 +6,7 @@
 #include "bench/bench_ref.h"
 
 #include "backends/backend.h"
+#include "backends/cpu/cpu_blas_core.h"
 #include "backends/cpu/cpu_gemm.h"
 #include "backends/cpu/cpu_ops.h"
 #include "common/util.h"
@@ -16,6 +17,8 @@
 #include <time.h>
 
 #define S_MAX_BATCH 8
+/* The core OpenBLAS picked by itself, kept across pl_cpu_blas_core_fix's restart for the header. */
+#define S_OWN_CORE_ENV "PL_BENCH_BLAS_OWN_CORE"
 #define S_MAX_TLIST 4
 
 typedef struct {
@@ -264,8 +267,11 @@ static void s_machine(void)
     strftime(date, sizeof(date), "%Y-%m-%d %H:%M %Z", localtime(&now));
     printf("machine: %s, %ld online cores, last-level cache %zu MB, %s %s; %s\n", name,
            sysconf(_SC_NPROCESSORS_ONLN), s_llc_bytes() >> 20, u.sysname, u.release, date);
-    printf("OpenBLAS %s; kernels: %s; load average before the run %.2f %.2f %.2f\n\n",
+    printf("OpenBLAS %s; kernels: %s; load average before the run %.2f %.2f %.2f\n",
            openblas_get_config(), pl_cpu_isa_name(pl_cpu_isa()), load[0], load[1], load[2]);
+    const char *env = getenv(PL_CPU_BLAS_CORE_ENV), *own = getenv(S_OWN_CORE_ENV);
+    printf("OpenBLAS core: %s (%s=%s; the core before bench_decode set it: %s)\n\n",
+           openblas_get_corename(), PL_CPU_BLAS_CORE_ENV, env ? env : "unset", own ? own : "?");
 }
 
 static int s_usage(FILE *f, int rc)
@@ -479,6 +485,13 @@ static void s_print(const pl_model_config_t *c, const s_opts_t *o, const s_res_t
                    c->intermediate, c->hidden, o->threads[t], r->kernel_gbps[t], best[t],
                    100.0 * r->kernel_gbps[t] / best[t], r->kernel_cpu_gbps[t], best_cpu[t],
                    100.0 * r->kernel_cpu_gbps[t] / best_cpu[t]);
+    printf("\n| batched decode, %s weights | threads | batch 4 cost | batch 8 cost |\n"
+           "| --- | ---: | ---: | ---: |\n",
+           wt);
+    for (int t = 0; t < o->n_threads; t++) /* a step's time over batch 1's, in the same run */
+        printf("| x one row's step | %d | %.2fx | %.2fx |\n", o->threads[t],
+               r->cell[t][1].step_s / r->cell[t][0].step_s,
+               r->cell[t][2].step_s / r->cell[t][0].step_s);
     printf("\n");
     /* q/k/v one job, o one, gate/up one, down one; the head one */
     int jobs = 4 * c->n_layers + 1;
@@ -493,9 +506,9 @@ static void s_print(const pl_model_config_t *c, const s_opts_t *o, const s_res_t
     if (o->prefill > 0 && r->pf_s > 0) {
         double flops = s_prefill_flops(c, o->prefill), T = o->prefill;
         int th = o->threads[o->n_threads - 1];
-        printf("| prefill, %d tokens, %d thread(s) | ours | OpenBLAS sgemm on the same shapes | "
-               "ratio |\n| --- | ---: | ---: | ---: |\n",
-               o->prefill, th);
+        printf("| prefill, %d tokens, %d thread(s) | ours | OpenBLAS sgemm (core %s) on the same "
+               "shapes | ratio |\n| --- | ---: | ---: | ---: |\n",
+               o->prefill, th, openblas_get_corename());
         printf("| %s weights | %.1f GFLOP/s (%.0f tok/s, %.0f ms) | %.1f GFLOP/s (matrix products "
                "only: %.0f ms) | %.0f%% |\n\n",
                wt, flops / r->pf_s / 1e9, T / r->pf_s, r->pf_s * 1e3,
@@ -533,6 +546,10 @@ int main(int argc, char **argv)
     pl_tensor_view_t v;
     int rc = 1;
 
+    /* a fair sgemm reference, and the stage's prefill as a daemon that asks for it runs: the
+     * best core type this CPU supports where OpenBLAS picked generic kernels */
+    setenv(S_OWN_CORE_ENV, openblas_get_corename(), 0);
+    pl_cpu_blas_core_fix(argv);
     if (s_parse(argc, argv, &o))
         return s_usage(stderr, 2);
     if (o.isa >= 0)

@@ -2,6 +2,7 @@
  * the run-time choice of instruction set, the batch-invariant product that decode batches use,
  * and OpenBLAS on converted tiles for whole long sequences. */
 #include "backends/cpu/cpu_gemm.h"
+#include "backends/cpu/cpu_blas_core.h"
 #include "backends/cpu/cpu_qdot.h"
 
 #include "common/util.h"
@@ -13,7 +14,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 static void s_gemm_rows(pl_cpu_pool_t *pool, const float *x, const int *rows, int n_rows,
                         const pl_cpu_wmat_t *const *w, float *const *y, int n_w);
@@ -333,13 +333,6 @@ void pl_cpu_matmul_rows(pl_cpu_pool_t *pool, const float *x, const int *rows, in
 
 /* ---- whole sequences: OpenBLAS, unless it runs generic code here ---- */
 
-/* OpenBLAS cores with AVX2 (or better) kernels. Another name on a machine whose kernels here
- * use AVX2 means OpenBLAS did not recognise the CPU and fell back to old generic code (0.3.21
- * calls a 2023 Xeon "Prescott"): its sgemm then runs at a third of this file's kernel. */
-static const char *const s_blas_tuned[] = {
-    "haswell",    "zen",        "skylakex",   "cooperlake", "sapphirerapids",
-    "neoversen1", "neoversen2", "neoversev1", "armv8sve",   "a64fx"};
-
 static int s_seq_blas = -1;
 
 void pl_cpu_gemm_seq_force(int use_blas)
@@ -349,16 +342,10 @@ void pl_cpu_gemm_seq_force(int use_blas)
 
 bool pl_cpu_gemm_seq_uses_blas(void)
 {
-    const char *core = openblas_get_corename();
     int forced = __atomic_load_n(&s_seq_blas, __ATOMIC_RELAXED);
     if (forced >= 0)
         return forced;
-    if (pl_cpu_isa() == PL_CPU_ISA_SCALAR)
-        return true;
-    for (size_t i = 0; core && i < PL_ARRAY_SIZE(s_blas_tuned); i++)
-        if (strcasecmp(core, s_blas_tuned[i]) == 0)
-            return true;
-    return false;
+    return pl_cpu_isa() == PL_CPU_ISA_SCALAR || pl_cpu_blas_core_tuned();
 }
 
 void pl_cpu_gemm_seq(pl_cpu_pool_t *pool, const float *x, int n, const pl_cpu_wmat_t *w,

@@ -322,7 +322,8 @@ static void s_block(pl_cpu_qdot_rows_fn dot, const void *const *x, int nr, const
     {                                                                                              \
         s_block(s_avx512()->type##_rows, x, nr, w, rb, no, k, y);                                  \
     }
-/* cpu_qdot_x86_tmpl.h's own block products, the AVX-512 table's with VNNI where it has it. */
+/* cpu_qdot_x86_tmpl.h's own block products, the AVX-512 table's with VNNI where it has it (and
+ * for batches cpu_qdot_batch512.c's, which read each weight block once for 8 rows). */
 #define S_X86_BLOCKS(type)                                                                         \
     static void s_##type##_block_avx2(const void *const *x, int nr, const void *w, size_t rb,     \
                                       int no, int k, float *const *y)                              \
@@ -332,22 +333,39 @@ static void s_block(pl_cpu_qdot_rows_fn dot, const void *const *x, int nr, const
     static void s_##type##_block_avx512(const void *const *x, int nr, const void *w, size_t rb,   \
                                         int no, int k, float *const *y)                            \
     {                                                                                              \
-        (s_avx512() == &pl_cpu_qdot_avx512_vnni ? pl_cpu_##type##_block_vnni                       \
-                                                : pl_cpu_##type##_block_avx2)(x, nr, w, rb, no, k, \
-                                                                              y);                  \
+        if (s_avx512() != &pl_cpu_qdot_avx512_vnni)                                               \
+            pl_cpu_##type##_block_avx2(x, nr, w, rb, no, k, y);                                    \
+        else if (nr > 1)                                                                           \
+            pl_cpu_##type##_block_b512(x, nr, w, rb, no, k, y);                                    \
+        else                                                                                       \
+            pl_cpu_##type##_block_vnni(x, nr, w, rb, no, k, y);                                    \
     }
 #if defined(__x86_64__)
 S_X86_BLOCKS(q8_0)
 S_X86_BLOCKS(q4_0)
 S_X86_BLOCKS(q4_k)
 S_X86_BLOCKS(q5_k)
+/* Q6_K: the table's multi-row dot, and for batches with VNNI cpu_qdot_batch512.c's */
+static void s_q6_k_block_avx2(const void *const *x, int nr, const void *w, size_t rb, int no,
+                              int k, float *const *y)
+{
+    s_block(pl_cpu_qdot_avx2.q6_k_rows, x, nr, w, rb, no, k, y);
+}
+static void s_q6_k_block_avx512(const void *const *x, int nr, const void *w, size_t rb, int no,
+                                int k, float *const *y)
+{
+    if (nr > 1 && s_avx512() == &pl_cpu_qdot_avx512_vnni)
+        pl_cpu_q6_k_block_b512(x, nr, w, rb, no, k, y);
+    else
+        s_block(s_avx512()->q6_k_rows, x, nr, w, rb, no, k, y);
+}
 #else
 S_TABLE_BLOCKS(q8_0)
 S_TABLE_BLOCKS(q4_0)
 S_TABLE_BLOCKS(q4_k)
 S_TABLE_BLOCKS(q5_k)
-#endif
 S_TABLE_BLOCKS(q6_k)
+#endif
 
 #define S_QUANT_KERNELS(type, WT)                                                                  \
     size_t pl_cpu_qx_bytes_##type(int k)                                                           \

@@ -113,6 +113,16 @@ void pl_cpu_q32_tail(const void *w, const void *qx, int64_t b0, int64_t nb, bool
                                  int k, float *const *y);
 PL_CPU_DECLARE_X86_DOTS(avx2)
 PL_CPU_DECLARE_X86_DOTS(vnni)
+/* cpu_qdot_batch512.c's block products for batched decode (AVX-512 VNNI in 512-bit registers,
+ * up to 8 activation rows per pass over a weight row); each element bitwise its one-row dot. */
+#define PL_CPU_DECLARE_BATCH512(type)                                                              \
+    void pl_cpu_##type##_block_b512(const void *const *x, int nr, const void *w, size_t rb,       \
+                                    int no, int k, float *const *y);
+PL_CPU_DECLARE_BATCH512(q8_0)
+PL_CPU_DECLARE_BATCH512(q4_0)
+PL_CPU_DECLARE_BATCH512(q4_k)
+PL_CPU_DECLARE_BATCH512(q5_k)
+PL_CPU_DECLARE_BATCH512(q6_k)
 /* cpu_qdot_avx512.c's Q6_K, which both AVX-512 tables use. */
 float pl_cpu_q6_k_dot_avx512(const void *w, const void *qx, int64_t n);
 void pl_cpu_q6_k_rows_avx512(const void *w, const void *const *qx, int nr, int64_t n, float *out);
