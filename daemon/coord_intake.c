@@ -65,6 +65,13 @@ void pl_coord_req_clear(pl_coord_req_t *req)
     req->job = NULL;
 }
 
+/* A client's identity for the log (binary bytes escaped); shown holds 4 * 64 + 1. */
+static const char *s_shown(const pl_tx_peer_t *from, char *shown)
+{
+    pl_ctl_escape(from->id, PL_MIN(from->len, (size_t)64), shown, 4 * 64 + 1);
+    return shown;
+}
+
 /* Answer a client from this thread (pl_coord_reply_error sends on from->sock: the router). */
 #define s_refuse(c, from, code, ...) pl_coord_reply_error((c), (from), (code), __VA_ARGS__)
 
@@ -76,9 +83,8 @@ static bool s_room(pl_coord_intake_t *in, const pl_tx_peer_t *from, bool submit)
     pthread_mutex_unlock(&in->lock);
     if (n >= PL_COORD_INTAKE_MAX) {
         char shown[4 * 64 + 1];
-        pl_ctl_escape(from->id, PL_MIN(from->len, (size_t)64), shown, sizeof(shown));
         pl_log_info_limited("client '%s' (key %s): the coordinator is busy (%d requests wait)",
-                            shown, from->user, n);
+                            s_shown(from, shown), from->user, n);
         s_refuse(in->c, from, PL_ERR_BUSY,
                  "the coordinator is busy: %d requests wait for it; try again", n);
         return false;
@@ -159,8 +165,9 @@ static bool s_take(pl_coord_intake_t *in)
         goto out;
     }
     if (m.type == PL_MSG_SUBMIT && (st = s_prepare(in, &m, &r->job))) {
-        pl_log_info_limited("submission from '%.*s' rejected: %s", (int)PL_MIN(from.len, 64u),
-                            from.id, pl_error_msg());
+        char shown[4 * 64 + 1];
+        pl_log_info_limited("submission from '%s' rejected: %s", s_shown(&from, shown),
+                            pl_error_msg());
         s_refuse(c, &from, st, "job rejected: %s", pl_error_msg());
         free(r);
         goto out;
@@ -184,12 +191,12 @@ static void s_send_out(pl_coord_intake_t *in)
     pthread_mutex_unlock(&in->lock);
     while (o) {
         s_out_t *next = o->next;
+        char shown[4 * 64 + 1];
         if (o->body && pl_tx_send_body(in->router, &o->to, o->type, o->body))
-            pl_log_warn_limited("reply to '%.*s': %s", (int)PL_MIN(o->to.len, 64u), o->to.id,
-                                pl_error_msg());
+            pl_log_warn_limited("reply to '%s': %s", s_shown(&o->to, shown), pl_error_msg());
         if (!o->body && in->store && pl_coord_store_drop_spec(in->store, o->drop_id))
-            pl_log_warn("job %u: its spec stays in the state db until the next start: %s", o->drop_id,
-                        pl_error_msg());
+            pl_log_warn("job %u: its spec stays in the state db until the next start: %s",
+                        o->drop_id, pl_error_msg());
         json_decref(o->body);
         free(o);
         o = next;
@@ -333,7 +340,8 @@ void pl_coord_intake_reply(pl_coord_intake_t *in, const pl_tx_peer_t *to, const 
     s_out_t *o = calloc(1, sizeof(*o));
     json_t *body = NULL;
     if (!o || pl_msg_encode(m, &body)) {
-        pl_log_warn_limited("reply to '%.*s': %s", (int)PL_MIN(to->len, 64u), to->id,
+        char shown[4 * 64 + 1];
+        pl_log_warn_limited("reply to '%s': %s", s_shown(to, shown),
                             o ? pl_error_msg() : "out of memory");
         free(o);
         return;

@@ -21,14 +21,15 @@ typedef struct {
     pl_coord_store_t *store; /* the loop's own connection */
 } s_t;
 
-static void s_start(s_t *t, bool with_db)
+/* max_queued: coordinator.max_queued_jobs, fixed before the thread starts (it reads it). */
+static void s_start(s_t *t, bool with_db, int max_queued)
 {
     memset(t, 0, sizeof(*t));
     tc_mkdtemp(t->dir, sizeof(t->dir));
     snprintf(t->ep, sizeof(t->ep), "tcp://127.0.0.1:%d", tc_free_port());
     snprintf(t->db, sizeof(t->db), "%s/coord.db", t->dir);
     snprintf(t->model, sizeof(t->model), "%s/m", t->dir);
-    t->cfg.max_queued_jobs = 256;
+    t->cfg.max_queued_jobs = max_queued;
     t->cfg.max_job_mb = 64;
     t->c.cfg = &t->cfg; /* field by field: the state is too large for a compound literal */
     t->c.next_job = 7;
@@ -109,7 +110,7 @@ Test(coord_intake, requests_reach_the_loop_decoded_and_answers_go_back_through_i
 {
     static s_t t; /* the coordinator's state is large: not on the stack */
     char type[32], body[4096];
-    s_start(&t, false);
+    s_start(&t, false, 256);
     s_send(&t, "STATUS", "{\"job\": 3}");
     pl_coord_req_t r;
     s_take(&t, &r);
@@ -154,7 +155,7 @@ Test(coord_intake, a_submit_arrives_validated_with_its_spec_stored, .timeout = 6
 {
     static s_t t; /* the coordinator's state is large: not on the stack */
     char type[32], body[4096], submit[1024];
-    s_start(&t, true);
+    s_start(&t, true, 256);
     cr_assert_eq(tc_make_model(t.dir, "m", ""), 0, "pl-mkmodel failed");
     snprintf(submit, sizeof(submit), "{\"model\": \"%s\", \"gen\": {\"prompts\": [[1, 2, 3]]}}",
              t.model);
@@ -190,16 +191,6 @@ Test(coord_intake, a_submit_arrives_validated_with_its_spec_stored, .timeout = 6
         gone = !s_spec_stored(&t, 8);
     cr_assert(gone, "the refused job's spec was dropped");
 
-    /* a full job queue is answered before anything is validated or stored */
-    t.cfg.max_queued_jobs = 2;
-    pl_coord_intake_publish(t.in, 2);
-    s_send(&t, "SUBMIT", submit);
-    s_answer(&t, type, body, sizeof(body));
-    cr_assert_str_eq(type, "ERROR");
-    cr_assert(strstr(body, "queue is full") && strstr(body, "max_queued_jobs"), "%s", body);
-    cr_assert_not(s_spec_stored(&t, 9));
-    pl_coord_intake_publish(t.in, 0);
-
     /* a request still queued at stop is freed, and its stored spec dropped */
     s_send(&t, "SUBMIT", submit);
     for (double end = pl_now() + 10; !s_spec_stored(&t, 9) && pl_now() < end;)
@@ -209,11 +200,36 @@ Test(coord_intake, a_submit_arrives_validated_with_its_spec_stored, .timeout = 6
     s_stop(&t);
 }
 
+Test(coord_intake, a_full_job_queue_is_answered_before_anything_is_stored, .timeout = 60)
+{
+    static s_t t; /* the coordinator's state is large: not on the stack */
+    char type[32], body[4096], submit[1024];
+    s_start(&t, true, 2);
+    cr_assert_eq(tc_make_model(t.dir, "m", ""), 0, "pl-mkmodel failed");
+    snprintf(submit, sizeof(submit), "{\"model\": \"%s\", \"gen\": {\"prompts\": [[1]]}}",
+             t.model);
+    pl_coord_intake_publish(t.in, 1); /* one unfinished job: one more fits */
+    s_send(&t, "SUBMIT", submit);
+    pl_coord_req_t r;
+    s_take(&t, &r);
+    cr_assert_not_null(r.job);
+    cr_assert_eq(r.job->id, 7);
+    pl_coord_req_clear(&r);
+    pl_coord_intake_publish(t.in, 2); /* the loop has it now */
+    s_send(&t, "SUBMIT", submit);
+    s_answer(&t, type, body, sizeof(body));
+    cr_assert_str_eq(type, "ERROR");
+    cr_assert(strstr(body, "queue is full") && strstr(body, "max_queued_jobs"), "%s", body);
+    cr_assert_not(s_spec_stored(&t, 8), "nothing was stored for it");
+    cr_assert_not(pl_coord_intake_take(t.in, &r));
+    s_stop(&t);
+}
+
 Test(coord_intake, a_full_queue_is_answered_busy_and_the_rest_keep_their_order, .timeout = 60)
 {
     static s_t t; /* the coordinator's state is large: not on the stack */
     char type[32], body[4096], msg[64];
-    s_start(&t, false);
+    s_start(&t, false, 256);
     int extra = 6;
     for (int i = 0; i < PL_COORD_INTAKE_MAX + extra; i++) {
         snprintf(msg, sizeof(msg), "{\"job\": %d}", 1000 + i);
