@@ -338,14 +338,18 @@ static void s_out_push(pl_coord_intake_t *in, s_out_t *o)
 void pl_coord_intake_reply(pl_coord_intake_t *in, const pl_tx_peer_t *to, const pl_msg_t *m)
 {
     s_out_t *o = calloc(1, sizeof(*o));
-    json_t *body = NULL;
-    if (!o || pl_msg_encode(m, &body)) {
+    json_t *enc = NULL, *body = NULL;
+    /* a tree of the intake's own: an encoding may share the loop's values (a REPLY's body, a
+     * job's plan inside it), whose counts and frees must stay on one thread */
+    if (!o || pl_msg_encode(m, &enc) || !(body = json_deep_copy(enc))) {
         char shown[4 * 64 + 1];
         pl_log_warn_limited("reply to '%s': %s", s_shown(to, shown),
-                            o ? pl_error_msg() : "out of memory");
+                            o && enc ? "out of memory" : o ? pl_error_msg() : "out of memory");
+        json_decref(enc);
         free(o);
         return;
     }
+    json_decref(enc);
     o->to = *to;
     o->type = m->type;
     o->body = body;
