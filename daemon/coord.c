@@ -1,11 +1,13 @@
 /* The coordinator's event loop and node registry: registration, heartbeats, liveness, and the
  * dispatch of every message to its handler. Nodes have a socket of their own, drained before
- * any client's message and before liveness is judged, so that no client flood delays them. */
+ * any client's request and before liveness is judged; clients' messages arrive decoded and
+ * checked from the intake thread (coord_intake.c), so that no client message delays a node. */
 #include "daemon/coord.h"
 
 #include "common/log.h"
 #include "common/util.h"
 #include "daemon/coord_int.h"
+#include "daemon/coord_intake.h"
 #include "daemon/coord_train.h"
 #include "daemon/front.h"
 #include "daemon/serve_api.h"
@@ -17,15 +19,19 @@
 #include <string.h>
 #include <unistd.h>
 
-/* Client messages taken per loop turn: this long, then the node socket and liveness again. */
+/* Client requests taken per loop turn: this long, then the node socket and liveness again. */
 #define S_CLIENT_BUDGET_S 0.005
 /* Node messages taken per loop turn at most (nodes are few and authenticated: a bound that only
  * a broken node reaches, so that the clients are served too). */
 #define S_NODE_DRAIN_MAX 4096
 
+/* A peer with its socket (the node socket, or the client socket on the intake's own thread) is
+ * answered there; a client's request from the intake is answered through the intake. */
 void pl_coord_reply_msg(pl_coord_t *c, const pl_tx_peer_t *to, const pl_msg_t *m)
 {
-    if (pl_tx_send(to->sock ? to->sock : c->router, to, m))
+    if (!to->sock)
+        pl_coord_intake_reply(c->intake, to, m);
+    else if (pl_tx_send(to->sock, to, m))
         pl_log_warn_limited("reply to '%.*s': %s", (int)to->len, to->id, pl_error_msg());
 }
 
@@ -276,22 +282,15 @@ static void s_on_shutdown(pl_coord_t *c, const pl_tx_peer_t *from)
     c->shutdown = true;
 }
 
+/* A message that passed its checks (a node's here, a client's on the intake thread). */
 static void s_dispatch(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_t *m)
 {
-    if (!pl_coord_auth_check(c, from, m->type))
-        return;
-    if ((m->type == PL_MSG_SUBMIT || m->type == PL_MSG_PLAN) && pl_coord_auth_job(c, &m->submit)) {
-        pl_log_info_limited("job from '%s' refused: %s", from->user, pl_error_msg());
-        pl_coord_reply_error(c, from, PL_ERR_PERMISSION, "%s", pl_error_msg());
-        return;
-    }
     switch (m->type) {
     case PL_MSG_HELLO: s_on_hello(c, from, &m->hello); break;
     case PL_MSG_HEARTBEAT: s_on_heartbeat(c, from, &m->heartbeat); break;
     case PL_MSG_READY:
     case PL_MSG_DONE:
     case PL_MSG_FAIL: pl_coord_on_stage_msg(c, from, m); break;
-    case PL_MSG_SUBMIT: pl_coord_on_submit(c, from, m); break;
     case PL_MSG_STATUS: pl_coord_on_status(c, from, m); break;
     case PL_MSG_RESULTS: pl_coord_on_results(c, from, m); break;
     case PL_MSG_KILL: pl_coord_on_kill(c, from, m); break;
@@ -316,8 +315,7 @@ static void s_dispatch(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_t *m)
     }
 }
 
-/* Handshakes a router refused (NULL mechanism, wrong server key): logged once a second. */
-static void s_check_handshakes(pl_coord_t *c, pl_tx_sock_t *router)
+void pl_coord_check_handshakes(pl_coord_t *c, pl_tx_sock_t *router)
 {
     char why[256];
     while (pl_tx_sock_handshake_error(router, why, sizeof(why))) {
@@ -331,12 +329,12 @@ static void s_check_handshakes(pl_coord_t *c, pl_tx_sock_t *router)
     }
 }
 
-/* Take one message from a router and dispatch it; false when none was waiting. */
-static bool s_take(pl_coord_t *c, pl_tx_sock_t *router)
+/* Take one message from the node socket and dispatch it; false when none was waiting. */
+static bool s_take_node(pl_coord_t *c)
 {
     pl_msg_t m;
     pl_tx_peer_t from = {0};
-    pl_status_t rs = pl_tx_recv(router, 0, &from, NULL, &m);
+    pl_status_t rs = pl_tx_recv(c->node_router, 0, &from, NULL, &m);
     if (rs == PL_ERR_BUSY)
         return false;
     if (rs) {
@@ -345,8 +343,23 @@ static bool s_take(pl_coord_t *c, pl_tx_sock_t *router)
             pl_coord_reply_error(c, &from, rs, "%s", pl_error_msg());
         return true;
     }
-    s_dispatch(c, &from, &m);
+    if (pl_coord_auth_check(c, &from, m.type)) /* else refused, counted and answered */
+        s_dispatch(c, &from, &m);
     pl_msg_clear(&m);
+    return true;
+}
+
+/* Handle one client request from the intake; false when none was waiting. */
+static bool s_take_client(pl_coord_t *c)
+{
+    pl_coord_req_t r;
+    if (!pl_coord_intake_take(c->intake, &r))
+        return false;
+    if (r.job)
+        pl_coord_on_submit(c, &r.from, &r.job);
+    else
+        s_dispatch(c, &r.from, &r.msg);
+    pl_coord_req_clear(&r);
     return true;
 }
 
@@ -413,42 +426,48 @@ pl_status_t pl_coord_serve(const pl_cfg_cluster_t *cfg, const char *state_db, bo
 
     if ((st = s_listen(&c, embedded)))
         goto out;
+    /* the client socket is the intake thread's from here on */
+    if ((st = pl_coord_intake_start(&c, c.store ? pl_coord_store_path(c.store) : NULL, &c.router,
+                                    &c.intake)))
+        goto out;
+    pl_coord_intake_publish(c.intake, pl_coord_unfinished(&c)); /* the restored jobs */
     pl_front_set_ready(front, true, NULL); /* listening, and its state is loaded */
     pl_coord_deploy_publish(&c);
     bool clients_left = false; /* the last turn's budget ended with client messages taken */
     while (!*stop && !c.shutdown) {
-        pl_tx_sock_t *socks[2] = {c.node_router, c.router};
-        bool ready[2], hub_ready = false;
+        int fds[2] = {pl_serve_hub_fd(hub), pl_coord_intake_fd(c.intake)};
+        bool ready, fd_ready[2];
         long wait_ms = clients_left ? 0 : PL_MAX(50, cfg->heartbeat_ms / 2);
-        if ((st = pl_tx_poll_fd(socks, 2, pl_serve_hub_fd(hub), wait_ms, ready, &hub_ready)))
+        if ((st = pl_tx_poll_fds(&c.node_router, 1, fds, 2, wait_ms, &ready, fd_ready)))
             break;
         /* every node message first; liveness only then, so that queued heartbeats count */
-        for (int k = 0; k < S_NODE_DRAIN_MAX && s_take(&c, c.node_router); k++)
+        for (int k = 0; k < S_NODE_DRAIN_MAX && s_take_node(&c); k++)
             ;
         s_check_liveness(&c);
-        if (hub_ready)
+        if (fd_ready[0])
             pl_coord_deploy_on_hub(&c);
-        /* clients for a time budget (one large message at most past it), the node socket
-         * drained again before each: a heartbeat waits for one client message at most */
+        /* client requests (decoded and checked already) for a time budget, the node socket
+         * drained again before each: a heartbeat waits for one request's handling at most */
         double until = pl_now() + S_CLIENT_BUDGET_S;
         clients_left = false;
-        while (s_take(&c, c.router)) {
-            for (int k = 0; k < S_NODE_DRAIN_MAX && s_take(&c, c.node_router); k++)
+        while (s_take_client(&c)) {
+            for (int k = 0; k < S_NODE_DRAIN_MAX && s_take_node(&c); k++)
                 ;
             if (pl_now() >= until) {
                 clients_left = true;
                 break;
             }
         }
-        s_check_handshakes(&c, c.node_router);
-        s_check_handshakes(&c, c.router);
+        pl_coord_check_handshakes(&c, c.node_router); /* the clients': the intake's */
         pl_coord_schedule(&c);
         pl_coord_deploy_tick(&c);
         pl_coord_metrics_update(&c);
+        pl_coord_intake_publish(c.intake, pl_coord_unfinished(&c));
     }
     if (c.shutdown) /* let the SHUTDOWN replies leave before the socket closes */
         usleep(200 * 1000);
 out:
+    pl_coord_intake_stop(&c.intake); /* its answers sent; it reads c, so first */
     pl_front_stop(&front); /* its threads read nothing of c, but stop them first all the same */
     pl_serve_api_destroy(&c.serve_api); /* no HTTP thread uses it now */
     for (int i = 0; i < c.n_jobs; i++)

@@ -108,6 +108,7 @@ typedef struct {
      * columns only. spec_json: the bytes admission measured, kept for that first save. */
     bool stored;
     char *spec_json;
+    bool spec_saved; /* the intake stored the spec (specs row): the first save adds the job row */
     int n_layers, max_ctx, n_seqs;
     int microbatches, max_tokens; /* what the plan decided (with n_stages and stages[]) */
     int prefill_chunk;            /* the plan's (the job's when it set one); in ASSIGN's spec */
@@ -160,7 +161,8 @@ typedef struct {
 typedef struct {
     const pl_cfg_cluster_t *cfg;
     pl_tx_ctx_t *ctx;
-    pl_tx_sock_t *router;      /* clients (pipectl): served for a time budget per loop turn */
+    pl_tx_sock_t *router;      /* clients (pipectl): bound here, then the intake thread's */
+    struct pl_coord_intake *intake; /* coord_intake.c: client requests, decoded and checked */
     pl_tx_sock_t *node_router; /* nodes only: drained first, every loop turn */
     char node_ep[256];         /* what node_router binds (pl_cfg_node_endpoint) */
     pl_coord_node_t nodes[PL_COORD_MAX_NODES]; /* a free slot has name "" */
@@ -175,10 +177,11 @@ typedef struct {
     pl_tx_zap_t *zap;  /* NULL when insecure */
     bool insecure;     /* security.insecure: no authentication, every peer may do everything */
     int n_clients;     /* keys on the allow-list */
-    long refused_msgs; /* messages refused by role, owner or node name */
+    /* the refusal counters and the log's once-a-second clock: the intake thread counts too */
+    _Atomic long refused_msgs; /* messages refused by role, owner or node name */
     long refused_stage_msgs; /* READY / DONE / FAIL for a stage not assigned to the sender */
-    long refused_handshakes; /* seen by the routers' monitors (ZAP's own count is separate) */
-    double last_refusal_log;
+    _Atomic long refused_handshakes; /* seen by the routers' monitors (ZAP counts apart) */
+    _Atomic double last_refusal_log;
     pl_coord_metrics_t metrics;
     int n_drained; /* nodes kept free of new stages (persisted); by name, so re-registering keeps it */
     char drained[PL_COORD_MAX_NODES][PL_CFG_NAME_MAX + 1];
@@ -195,6 +198,9 @@ void pl_coord_reply(pl_coord_t *c, const pl_tx_peer_t *to, json_t *body);
 void pl_coord_reply_error(pl_coord_t *c, const pl_tx_peer_t *to, pl_status_t code,
                           const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 void pl_coord_send_node(pl_coord_t *c, int node, const pl_msg_t *m);
+/* Handshakes a router refused (NULL mechanism, wrong server key): counted, logged once a
+ * second; on the thread that owns the router. */
+void pl_coord_check_handshakes(pl_coord_t *c, pl_tx_sock_t *router);
 int pl_coord_find_node(const pl_coord_t *c, const char *name);
 pl_coord_job_t *pl_coord_find_job(pl_coord_t *c, int64_t id);
 
@@ -210,11 +216,18 @@ void pl_coord_stream_clear(pl_coord_job_t *j);
 /* A job from a SUBMIT or PLAN's spec (taken: *spec is left cleared), validated against the
  * model; the caller frees it with pl_coord_job_free. */
 pl_status_t pl_coord_job_new(pl_job_spec_t *spec, pl_coord_job_t **job_p);
+/* A SUBMIT's job off the loop (the intake thread): validated (pl_coord_job_new) and its spec
+ * encoded once into spec_json, within coordinator.max_job_mb; the refusal says which bound. */
+pl_status_t pl_coord_submit_prepare(const pl_cfg_cluster_t *cfg, pl_job_spec_t *spec,
+                                    pl_coord_job_t **job_p);
 void pl_coord_job_fail(pl_coord_t *c, pl_coord_job_t *j, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* A job with no stages of its own (a batch job on a deployment) has its results: DONE. */
 void pl_coord_job_done(pl_coord_t *c, pl_coord_job_t *j);
-void pl_coord_on_submit(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_t *m);
+/* A prepared SUBMIT (taken): admitted against the queue and the deployments, saved, answered. */
+void pl_coord_on_submit(pl_coord_t *c, const pl_tx_peer_t *from, pl_coord_job_t **job_p);
+/* Jobs not yet finished (what coordinator.max_queued_jobs bounds). */
+int pl_coord_unfinished(const pl_coord_t *c);
 /* READY, DONE, FAIL */
 void pl_coord_on_stage_msg(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_t *m);
 void pl_coord_on_kill(pl_coord_t *c, const pl_tx_peer_t *from, const pl_msg_t *m);

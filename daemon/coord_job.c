@@ -5,6 +5,7 @@
 #include "daemon/coord_int.h"
 #include "daemon/coord_train.h"
 #include "daemon/coord_deploy_int.h"
+#include "daemon/coord_intake.h"
 #include "pipeline/gen.h"
 #include "model/model.h"
 
@@ -90,19 +91,19 @@ err:
     return st;
 }
 
-/* Admission: the queue and the job's stored size are bounded; the refusal says which bound.
- * The queue has room and the job is within max_job_mb, measured on the spec's encoding, which
- * is kept (json_p) for the state db: a large SUBMIT is encoded once, not once per save. */
-static pl_status_t s_admit(pl_coord_t *c, const pl_job_spec_t *spec, char **json_p)
+int pl_coord_unfinished(const pl_coord_t *c)
 {
     int unfinished = 0;
     for (int i = 0; i < c->n_jobs; i++)
         unfinished += !pl_coord_job_terminal(c->jobs[i]);
-    if (unfinished >= c->cfg->max_queued_jobs)
-        return pl_error(PL_ERR_BUSY,
-                        "the queue is full: %d unfinished jobs "
-                        "(coordinator.max_queued_jobs)",
-                        unfinished);
+    return unfinished;
+}
+
+/* The job's stored size is bounded: measured on the spec's encoding, which is kept (json_p) for
+ * the state db, so that a large SUBMIT is encoded once, not once per save. */
+static pl_status_t s_encode_bounded(const pl_cfg_cluster_t *cfg, const pl_job_spec_t *spec,
+                                    char **json_p)
+{
     json_t *body;
     pl_status_t st = pl_job_spec_encode(spec, &body);
     if (st)
@@ -112,51 +113,77 @@ static pl_status_t s_admit(pl_coord_t *c, const pl_job_spec_t *spec, char **json
     if (!text)
         return pl_error(PL_ERR_NOMEM, "the job cannot be encoded: out of memory");
     size_t bytes = strlen(text);
-    if (bytes > (size_t)c->cfg->max_job_mb << 20) {
+    if (bytes > (size_t)cfg->max_job_mb << 20) {
         free(text);
         return pl_error(PL_ERR_RANGE,
                         "the job is %zu bytes, more than %d MiB "
                         "(coordinator.max_job_mb)",
-                        bytes, c->cfg->max_job_mb);
+                        bytes, cfg->max_job_mb);
     }
     *json_p = text;
     return PL_OK;
 }
 
-void pl_coord_on_submit(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_t *m)
+pl_status_t pl_coord_submit_prepare(const pl_cfg_cluster_t *cfg, pl_job_spec_t *spec,
+                                    pl_coord_job_t **job_p)
 {
     pl_coord_job_t *j = NULL;
-    char *spec_json = NULL;
+    char *json = NULL;
+    pl_status_t st;
+    if ((st = s_encode_bounded(cfg, spec, &json))) {
+        pl_job_spec_clear(spec);
+        return st;
+    }
+    if ((st = pl_coord_job_new(spec, &j))) {
+        free(json);
+        return st;
+    }
+    j->spec_json = json; /* taken */
+    *job_p = j;
+    return PL_OK;
+}
+
+/* Admission against what only the loop knows: the queue has room, and a deployment's name is
+ * free (or, for a batch job on one, deployed with the job's model). */
+static pl_status_t s_admit(pl_coord_t *c, const pl_job_spec_t *spec)
+{
+    const pl_coord_job_t *live;
+    int unfinished = pl_coord_unfinished(c);
+    if (unfinished >= c->cfg->max_queued_jobs)
+        return pl_error(PL_ERR_BUSY,
+                        "the queue is full: %d unfinished jobs "
+                        "(coordinator.max_queued_jobs)",
+                        unfinished);
+    if (spec->serve.on && (live = pl_coord_deploy_find(c, spec->serve.name)))
+        return pl_error(PL_ERR_BUSY, "deployment '%s' is deployed already (job %u, %s): "
+                        "pipectl undeploy %s first", spec->serve.name, live->id,
+                        pl_coord_dep_state(live), spec->serve.name);
+    if (spec->deployment[0] && !(live = pl_coord_deploy_find(c, spec->deployment)))
+        return pl_error(PL_ERR_NOT_FOUND, "no deployment named '%s' is deployed",
+                        spec->deployment);
+    if (spec->deployment[0] && strcmp(live->spec.model, spec->model))
+        return pl_error(PL_ERR_INVALID, "the job's model %s is not deployment '%s''s (%s)",
+                        spec->model, spec->deployment, live->spec.model);
+    return PL_OK;
+}
+
+void pl_coord_on_submit(pl_coord_t *c, const pl_tx_peer_t *from, pl_coord_job_t **job_p)
+{
+    pl_coord_job_t *j = *job_p;
     pl_status_t st;
 
-    const pl_coord_job_t *live;
-    if (m->submit.serve.on && (live = pl_coord_deploy_find(c, m->submit.serve.name))) {
-        st = pl_error(PL_ERR_BUSY, "deployment '%s' is deployed already (job %u, %s): "
-                      "pipectl undeploy %s first", m->submit.serve.name, live->id,
-                      pl_coord_dep_state(live), m->submit.serve.name);
+    *job_p = NULL;
+    if ((st = s_admit(c, &j->spec)))
         goto err;
-    }
-    if (m->submit.deployment[0] && !(live = pl_coord_deploy_find(c, m->submit.deployment))) {
-        st = pl_error(PL_ERR_NOT_FOUND, "no deployment named '%s' is deployed",
-                      m->submit.deployment);
-        goto err;
-    }
-    if (m->submit.deployment[0] && strcmp(live->spec.model, m->submit.model)) {
-        st = pl_error(PL_ERR_INVALID, "the job's model %s is not deployment '%s''s (%s)",
-                      m->submit.model, m->submit.deployment, live->spec.model);
-        goto err;
-    }
-    if ((st = s_admit(c, &m->submit, &spec_json)) || (st = pl_coord_job_new(&m->submit, &j)))
-        goto err;
-    j->spec_json = spec_json; /* taken */
-    spec_json = NULL;
     snprintf(j->owner, sizeof(j->owner), "%s", from->user);
-    j->id = c->next_job;
+    if (!j->id) /* the intake chose one (its spec may be stored under it) */
+        j->id = c->next_job;
+    if (j->id >= c->next_job)
+        c->next_job = j->id + 1; /* saved with the job: durable before anyone hears of it */
     j->state = PL_JOB_QUEUED;
     j->t_submit = j->t_queued = pl_now();
     pl_coord_event(j, "submitted", "%d sequence(s), model %s, by %s", j->n_seqs, j->spec.model,
                    j->owner[0] ? j->owner : "-");
-    c->next_job++; /* saved with the job: the id is durable before anyone hears of it */
     if ((st = pl_coord_persist(c, j)) || (st = pl_coord_add_job(c, j))) {
         if (c->store)
             pl_coord_store_delete(c->store, j->id);
@@ -174,7 +201,8 @@ err:
     pl_log_info_limited("submission from '%.*s' rejected: %s", (int)from->len, from->id,
                         pl_error_msg());
     pl_coord_reply_error(c, from, st, "job rejected: %s", pl_error_msg());
-    free(spec_json);
+    if (j->spec_saved && !j->stored && c->intake) /* its spec row has no job row: dropped */
+        pl_coord_intake_drop_spec(c->intake, j->id);
     pl_coord_job_free(j);
 }
 
@@ -331,8 +359,12 @@ static void s_trim(pl_coord_t *c)
             i++;
             continue;
         }
-        if (c->store)
+        if (c->store && c->intake) { /* the spec's large delete: on the intake's connection */
+            if (pl_coord_store_forget(c->store, j->id) == PL_OK)
+                pl_coord_intake_drop_spec(c->intake, j->id);
+        } else if (c->store) {
             pl_coord_store_delete(c->store, j->id);
+        }
         pl_coord_trace_forget(c, j->id);
         pl_coord_job_free(j);
         memmove(c->jobs + i, c->jobs + i + 1, (size_t)(--c->n_jobs - i) * sizeof(*c->jobs));

@@ -53,7 +53,9 @@ pl_status_t pl_coord_persist(pl_coord_t *c, pl_coord_job_t *j)
 
     if (!c->store)
         return PL_OK;
-    if (!j->stored && (st = s_spec_json(j, &spec_s)))
+    /* a spec the intake stored already: the first save adds the job row beside it */
+    bool add = !j->stored && j->spec_saved;
+    if (!j->stored && !add && (st = s_spec_json(j, &spec_s)))
         goto out;
     if (j->n_results && (st = pl_msg_results_encode(j->results, j->n_results, &res)))
         goto out;
@@ -82,8 +84,9 @@ pl_status_t pl_coord_persist(pl_coord_t *c, pl_coord_job_t *j)
                         .ended_at = s_wall_from_mono(j->t_end),
                         .events = ev_s,
                         .train = tr_s};
-    st = pl_coord_store_put(c->store, &r, c->next_job, c->next_epoch);
-    if (st == PL_ERR_NOT_FOUND && j->stored) { /* the row went missing: write it whole */
+    st = add ? pl_coord_store_add(c->store, &r, c->next_job, c->next_epoch)
+             : pl_coord_store_put(c->store, &r, c->next_job, c->next_epoch);
+    if (st == PL_ERR_NOT_FOUND && (j->stored || add)) { /* the row went missing: write it whole */
         j->stored = false;
         if (!(st = s_spec_json(j, &spec_s))) {
             r.spec = spec_s;
@@ -213,7 +216,8 @@ pl_status_t pl_coord_restore(pl_coord_t *c)
 {
     pl_status_t st;
     int n_terminal = 0, n_again = 0;
-    if ((st = pl_coord_store_counters(c->store, &c->next_job, &c->next_epoch)) ||
+    if ((st = pl_coord_store_specs_prune(c->store)) ||
+        (st = pl_coord_store_counters(c->store, &c->next_job, &c->next_epoch)) ||
         (st = pl_coord_drain_restore(c)) || (st = pl_coord_store_each(c->store, s_on_row, c)))
         return st;
     for (int i = 0; i < c->n_jobs; i++) {

@@ -194,11 +194,14 @@ static void s_bind_text(sqlite3_stmt *q, int col, const char *v)
         sqlite3_bind_null(q, col);
 }
 
+/* Counters only grow: two writers (the loop, the intake) may save them out of order. */
 static pl_status_t s_put_counter(pl_coord_store_t *s, const char *key, uint32_t v)
 {
     sqlite3_stmt *q;
-    if (sqlite3_prepare_v2(s->db, "INSERT OR REPLACE INTO meta(key, value) VALUES(?, ?)", -1, &q,
-                           NULL))
+    if (sqlite3_prepare_v2(s->db,
+                           "INSERT INTO meta(key, value) VALUES(?, ?) ON CONFLICT(key) DO UPDATE"
+                           " SET value = max(value, excluded.value)",
+                           -1, &q, NULL))
         return s_err(s, "write counters");
     sqlite3_bind_text(q, 1, key, -1, SQLITE_STATIC);
     sqlite3_bind_int64(q, 2, v);
@@ -220,24 +223,58 @@ static pl_status_t s_put_spec(pl_coord_store_t *s, int64_t id, const char *spec)
     return rc == SQLITE_DONE ? PL_OK : s_err(s, "write job spec");
 }
 
-pl_status_t pl_coord_store_put(pl_coord_store_t *s, const pl_coord_row_t *r, uint32_t next_job,
-                               uint32_t next_epoch)
+pl_status_t pl_coord_store_put_spec(pl_coord_store_t *s, int64_t id, const char *spec)
+{
+    return s_put_spec(s, id, spec); /* one statement: its own durable transaction */
+}
+
+pl_status_t pl_coord_store_drop_spec(pl_coord_store_t *s, int64_t id)
+{
+    sqlite3_stmt *q;
+    if (sqlite3_prepare_v2(s->db,
+                           "DELETE FROM specs WHERE id = ?1 AND NOT EXISTS"
+                           " (SELECT 1 FROM jobs WHERE id = ?1)",
+                           -1, &q, NULL))
+        return s_err(s, "drop job spec");
+    sqlite3_bind_int64(q, 1, id);
+    int rc = sqlite3_step(q);
+    sqlite3_finalize(q);
+    return rc == SQLITE_DONE ? PL_OK : s_err(s, "drop job spec");
+}
+
+pl_status_t pl_coord_store_specs_prune(pl_coord_store_t *s)
+{
+    return s_exec(s, "DELETE FROM specs WHERE id NOT IN (SELECT id FROM jobs)");
+}
+
+typedef enum { S_PUT_WHOLE, S_PUT_STATE, S_PUT_ADD } s_put_t;
+
+static pl_status_t s_put(pl_coord_store_t *s, const pl_coord_row_t *r, s_put_t how,
+                         uint32_t next_job, uint32_t next_epoch)
 {
     sqlite3_stmt *q = NULL;
     pl_status_t st;
     if ((st = s_exec(s, "BEGIN IMMEDIATE")))
         return st;
-    if (r->spec && (st = s_put_spec(s, r->id, r->spec)))
+    if (how == S_PUT_WHOLE && (st = s_put_spec(s, r->id, r->spec)))
         goto err;
-    /* without a spec, the row exists and keeps its spec: the state columns only */
-    const char *sql = r->spec ? "INSERT OR REPLACE INTO jobs(id, state, spec, plan, results, error,"
-                                " generated, n_seqs, n_layers, prompt_tokens, epoch, submitted_at,"
-                                " ended_at, events, train) VALUES(?1,?2,'',?4,?5,?6,?7,?8,?9,?10,"
-                                "?11,?12,?13,?14,?15)"
-                              : "UPDATE jobs SET state = ?2, plan = ?4, results = ?5, error = ?6,"
-                                " generated = ?7, n_seqs = ?8, n_layers = ?9, prompt_tokens = ?10,"
-                                " epoch = ?11, submitted_at = ?12, ended_at = ?13, events = ?14,"
-                                " train = ?15 WHERE id = ?1";
+    /* the state columns only of a row that exists and keeps its spec; or a new row beside a
+     * spec stored before it (nothing added when that spec is not there) */
+    static const char *const sqls[] = {
+        [S_PUT_WHOLE] = "INSERT OR REPLACE INTO jobs(id, state, spec, plan, results, error,"
+                        " generated, n_seqs, n_layers, prompt_tokens, epoch, submitted_at,"
+                        " ended_at, events, train) VALUES(?1,?2,'',?4,?5,?6,?7,?8,?9,?10,"
+                        "?11,?12,?13,?14,?15)",
+        [S_PUT_STATE] = "UPDATE jobs SET state = ?2, plan = ?4, results = ?5, error = ?6,"
+                        " generated = ?7, n_seqs = ?8, n_layers = ?9, prompt_tokens = ?10,"
+                        " epoch = ?11, submitted_at = ?12, ended_at = ?13, events = ?14,"
+                        " train = ?15 WHERE id = ?1",
+        [S_PUT_ADD] = "INSERT OR REPLACE INTO jobs(id, state, spec, plan, results, error,"
+                      " generated, n_seqs, n_layers, prompt_tokens, epoch, submitted_at,"
+                      " ended_at, events, train) SELECT ?1,?2,'',?4,?5,?6,?7,?8,?9,?10,"
+                      "?11,?12,?13,?14,?15 WHERE EXISTS (SELECT 1 FROM specs WHERE id = ?1)",
+    };
+    const char *sql = sqls[how];
     if (sqlite3_prepare_v2(s->db, sql, -1, &q, NULL)) {
         st = s_err(s, "write job");
         goto err;
@@ -260,9 +297,9 @@ pl_status_t pl_coord_store_put(pl_coord_store_t *s, const pl_coord_row_t *r, uin
         st = s_err(s, "write job");
         goto err;
     }
-    if (!r->spec && sqlite3_changes(s->db) != 1) {
-        st = pl_error(PL_ERR_NOT_FOUND, "state db %s: no row for job %lld to update", s->path,
-                      (long long)r->id);
+    if (how != S_PUT_WHOLE && sqlite3_changes(s->db) != 1) {
+        st = pl_error(PL_ERR_NOT_FOUND, "state db %s: no %s for job %lld", s->path,
+                      how == S_PUT_ADD ? "stored spec" : "row to update", (long long)r->id);
         goto err;
     }
     sqlite3_finalize(q);
@@ -275,6 +312,18 @@ err:
     sqlite3_finalize(q);
     sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
     return st;
+}
+
+pl_status_t pl_coord_store_put(pl_coord_store_t *s, const pl_coord_row_t *r, uint32_t next_job,
+                               uint32_t next_epoch)
+{
+    return s_put(s, r, r->spec ? S_PUT_WHOLE : S_PUT_STATE, next_job, next_epoch);
+}
+
+pl_status_t pl_coord_store_add(pl_coord_store_t *s, const pl_coord_row_t *r, uint32_t next_job,
+                               uint32_t next_epoch)
+{
+    return s_put(s, r, S_PUT_ADD, next_job, next_epoch);
 }
 
 static pl_status_t s_delete(pl_coord_store_t *s, const char *sql, int64_t id)
@@ -294,6 +343,20 @@ pl_status_t pl_coord_store_delete(pl_coord_store_t *s, int64_t id)
     if (!st)
         st = s_delete(s, "DELETE FROM specs WHERE id = ?", id);
     return st ? st : pl_coord_store_progress_delete(s, id);
+}
+
+pl_status_t pl_coord_store_forget(pl_coord_store_t *s, int64_t id)
+{
+    pl_status_t st;
+    if ((st = s_exec(s, "BEGIN IMMEDIATE")))
+        return st;
+    if ((st = s_delete(s, "DELETE FROM jobs WHERE id = ?", id)) ||
+        (st = s_delete(s, "DELETE FROM progress WHERE job = ?", id)) ||
+        (st = s_exec(s, "COMMIT"))) {
+        sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+        return st;
+    }
+    return PL_OK;
 }
 
 pl_status_t pl_coord_store_progress_delete(pl_coord_store_t *s, int64_t job)

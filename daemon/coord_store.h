@@ -1,5 +1,6 @@
 /* The coordinator's durable state in SQLite (WAL, synchronous=FULL): one row per job (state,
- * plan, results; its spec apart, written once) and the counters that never repeat (job, epoch). */
+ * plan, results; its spec apart, written once) and the counters that never repeat (job, epoch).
+ * One connection per thread: the loop's, and the client intake's for the specs it stores. */
 #ifndef PL_DAEMON_COORD_STORE_H
 #define PL_DAEMON_COORD_STORE_H
 
@@ -41,8 +42,23 @@ pl_status_t pl_coord_store_each(pl_coord_store_t *s,
  * and keeps its spec, the other columns are updated (PL_ERR_NOT_FOUND when there is no row). */
 pl_status_t pl_coord_store_put(pl_coord_store_t *s, const pl_coord_row_t *row, uint32_t next_job,
                                uint32_t next_epoch);
+/* A new job's row beside the spec pl_coord_store_put_spec stored under its id (row->spec is
+ * not read), with the counters, in one durable transaction; PL_ERR_NOT_FOUND when that spec is
+ * not there. */
+pl_status_t pl_coord_store_add(pl_coord_store_t *s, const pl_coord_row_t *row, uint32_t next_job,
+                               uint32_t next_epoch);
+/* A SUBMIT's spec, durably, before its job row exists: another thread's connection may write it
+ * (WAL) while the loop's writes go on, so the large write is off the loop. */
+pl_status_t pl_coord_store_put_spec(pl_coord_store_t *s, int64_t id, const char *spec);
+/* A spec without a job row (refused, or forgotten); one whose job has a row stays. */
+pl_status_t pl_coord_store_drop_spec(pl_coord_store_t *s, int64_t id);
+/* Drop every spec without a job row (a SUBMIT that never got as far as its row), at start. */
+pl_status_t pl_coord_store_specs_prune(pl_coord_store_t *s);
 /* Delete a job's row and its progress. */
 pl_status_t pl_coord_store_delete(pl_coord_store_t *s, int64_t id);
+/* The same in one transaction, leaving its spec (a large row) for pl_coord_store_drop_spec on
+ * another connection. */
+pl_status_t pl_coord_store_forget(pl_coord_store_t *s, int64_t id);
 
 /* A piece of one sequence's progress: tokens [at, at + n) of its output, finish the pl_finish_t
  * it ended with (0: running). Borrowed both ways, as rows are. */

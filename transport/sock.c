@@ -233,9 +233,15 @@ pl_status_t pl_tx_send(pl_tx_sock_t *s, const pl_tx_peer_t *to, const pl_msg_t *
     pl_status_t st = pl_msg_encode(msg, &body);
     if (st)
         return st;
-    st = pl_ctl_send(s->z, to ? to->id : NULL, to ? to->len : 0, msg->type, body);
+    st = pl_tx_send_body(s, to, msg->type, body);
     json_decref(body);
     return st;
+}
+
+pl_status_t pl_tx_send_body(pl_tx_sock_t *s, const pl_tx_peer_t *to, pl_msg_type_t type,
+                            const json_t *body)
+{
+    return pl_ctl_send(s->z, to ? to->id : NULL, to ? to->len : 0, type, body);
 }
 
 pl_status_t pl_tx_recv(pl_tx_sock_t *s, int timeout_ms, pl_tx_peer_t *from, pl_msg_type_t *type_p,
@@ -300,19 +306,30 @@ pl_status_t pl_tx_poll(pl_tx_sock_t *const *socks, int n, long timeout_ms, bool 
 pl_status_t pl_tx_poll_fd(pl_tx_sock_t *const *socks, int n, int fd, long timeout_ms,
                           bool *ready, bool *fd_ready)
 {
-    zmq_pollitem_t items[65];
-    if (n < 0 || n > 64)
-        return pl_error(PL_ERR_INVALID, "poll: %d sockets", n);
+    return pl_tx_poll_fds(socks, n, &fd, 1, timeout_ms, ready, fd_ready);
+}
+
+pl_status_t pl_tx_poll_fds(pl_tx_sock_t *const *socks, int n, const int *fds, int n_fds,
+                           long timeout_ms, bool *ready, bool *fd_ready)
+{
+    zmq_pollitem_t items[72];
+    int at[8]; /* fds[k]'s item, -1: none */
+    if (n < 0 || n > 64 || n_fds < 0 || n_fds > 8)
+        return pl_error(PL_ERR_INVALID, "poll: %d sockets, %d descriptors", n, n_fds);
     for (int i = 0; i < n; i++)
         items[i] = (zmq_pollitem_t){.socket = socks[i]->z, .events = ZMQ_POLLIN};
     int n_items = n;
-    if (fd >= 0)
-        items[n_items++] = (zmq_pollitem_t){.fd = fd, .events = ZMQ_POLLIN};
+    for (int k = 0; k < n_fds; k++) {
+        at[k] = fds[k] >= 0 ? n_items : -1;
+        if (fds[k] >= 0)
+            items[n_items++] = (zmq_pollitem_t){.fd = fds[k], .events = ZMQ_POLLIN};
+    }
     int rc = zmq_poll(items, n_items, timeout_ms);
     if (rc < 0 && errno != EINTR)
         return pl_error(PL_ERR_TRANSPORT, "poll: %s", zmq_strerror(errno));
     for (int i = 0; i < n; i++)
         ready[i] = rc > 0 && (items[i].revents & ZMQ_POLLIN);
-    *fd_ready = fd >= 0 && rc > 0 && (items[n].revents & ZMQ_POLLIN);
+    for (int k = 0; k < n_fds; k++)
+        fd_ready[k] = at[k] >= 0 && rc > 0 && (items[at[k]].revents & ZMQ_POLLIN);
     return PL_OK;
 }

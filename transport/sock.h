@@ -73,6 +73,9 @@ pl_status_t pl_tx_sock_connect(pl_tx_sock_t *s, const char *endpoint);
 /* Send a typed message; `to` is the peer on a ROUTER, NULL otherwise. Never blocks: a full queue
  * is PL_ERR_BUSY; an unknown peer is PL_ERR_TRANSPORT. */
 pl_status_t pl_tx_send(pl_tx_sock_t *s, const pl_tx_peer_t *to, const pl_msg_t *msg);
+/* The same for a body pl_msg_encode made already (on another thread, say); borrowed. */
+pl_status_t pl_tx_send_body(pl_tx_sock_t *s, const pl_tx_peer_t *to, pl_msg_type_t type,
+                            const json_t *body);
 /* Receive one typed message, waiting up to timeout_ms (0: only what is queued; -1: forever).
  * PL_ERR_BUSY when nothing came. A message that breaks the protocol (framing or any field) is
  * PL_ERR_PROTOCOL with the sender (ROUTER) in *from and, when its type part was known, that type
@@ -88,5 +91,8 @@ pl_status_t pl_tx_poll(pl_tx_sock_t *const *socks, int n, long timeout_ms, bool 
  * readable (an eventfd another thread writes, say). */
 pl_status_t pl_tx_poll_fd(pl_tx_sock_t *const *socks, int n, int fd, long timeout_ms,
                           bool *ready, bool *fd_ready);
+/* The same with up to 8 descriptors (a negative one is left out); fd_ready[k] for fds[k]. */
+pl_status_t pl_tx_poll_fds(pl_tx_sock_t *const *socks, int n, const int *fds, int n_fds,
+                           long timeout_ms, bool *ready, bool *fd_ready);
 
 #endif

@@ -1,0 +1,370 @@
+/* The coordinator's client intake thread: it owns the client socket, so that a large message's
+ * receive, decoding, checks, encoding and stored spec never hold the loop that answers nodes. */
+#include "daemon/coord_intake.h"
+
+#include "common/log.h"
+#include "common/util.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+/* Client messages taken per turn before the answers and handshakes are seen to again. */
+#define S_TAKE_MAX 64
+#define S_POLL_MS 100
+
+/* An answer for a client, encoded by the loop; or (body NULL) a stored spec to drop. */
+typedef struct s_out {
+    struct s_out *next;
+    pl_tx_peer_t to;
+    pl_msg_type_t type;
+    json_t *body;
+    uint32_t drop_id;
+} s_out_t;
+
+struct pl_coord_intake {
+    pl_coord_t *c; /* read: what is fixed once it listens; written: the refusal atomics */
+    pl_tx_sock_t *router;
+    pl_coord_store_t *store; /* this thread's connection; NULL: no state db */
+    uint32_t next_job;       /* this thread's: the ids of new jobs */
+    pthread_t thread;
+    bool started;
+    atomic_bool stop;
+    atomic_int unfinished; /* the loop's, published every turn */
+    int req_fd;            /* eventfd: requests wait (the loop polls it) */
+    int wake_fd;           /* eventfd: answers wait, or stop (this thread polls it) */
+    pthread_mutex_t lock;  /* guards what follows */
+    pl_coord_req_t *reqs[PL_COORD_INTAKE_MAX]; /* a ring, oldest at req_head */
+    int req_head, n_reqs, n_submits;
+    s_out_t *out_head, *out_tail;
+};
+
+static void s_fd_signal(int fd)
+{
+    uint64_t one = 1;
+    while (write(fd, &one, sizeof(one)) < 0 && errno == EINTR)
+        ;
+}
+
+static void s_fd_drain(int fd)
+{
+    uint64_t n;
+    while (read(fd, &n, sizeof(n)) < 0 && errno == EINTR)
+        ;
+}
+
+void pl_coord_req_clear(pl_coord_req_t *req)
+{
+    pl_msg_clear(&req->msg);
+    pl_coord_job_free(req->job);
+    req->job = NULL;
+}
+
+/* A client's identity for the log (binary bytes escaped); shown holds 4 * 64 + 1. */
+static const char *s_shown(const pl_tx_peer_t *from, char *shown)
+{
+    pl_ctl_escape(from->id, PL_MIN(from->len, (size_t)64), shown, 4 * 64 + 1);
+    return shown;
+}
+
+/* Answer a client from this thread (pl_coord_reply_error sends on from->sock: the router). */
+#define s_refuse(c, from, code, ...) pl_coord_reply_error((c), (from), (code), __VA_ARGS__)
+
+/* Whether a SUBMIT could be queued: room among the loop's requests and in the job queue. */
+static bool s_room(pl_coord_intake_t *in, const pl_tx_peer_t *from, bool submit)
+{
+    pthread_mutex_lock(&in->lock);
+    int n = in->n_reqs, queued = atomic_load(&in->unfinished) + in->n_submits;
+    pthread_mutex_unlock(&in->lock);
+    if (n >= PL_COORD_INTAKE_MAX) {
+        char shown[4 * 64 + 1];
+        pl_log_info_limited("client '%s' (key %s): the coordinator is busy (%d requests wait)",
+                            s_shown(from, shown), from->user, n);
+        s_refuse(in->c, from, PL_ERR_BUSY,
+                 "the coordinator is busy: %d requests wait for it; try again", n);
+        return false;
+    }
+    if (submit && queued >= in->c->cfg->max_queued_jobs) {
+        s_refuse(in->c, from, PL_ERR_BUSY,
+                 "job rejected: the queue is full: %d unfinished jobs "
+                 "(coordinator.max_queued_jobs)",
+                 queued);
+        return false;
+    }
+    return true;
+}
+
+/* A SUBMIT made ready for the loop: validated, encoded once, given its id, its spec stored. */
+static pl_status_t s_prepare(pl_coord_intake_t *in, pl_msg_t *m, pl_coord_job_t **job_p)
+{
+    pl_coord_job_t *j = NULL;
+    pl_status_t st = pl_coord_submit_prepare(in->c->cfg, &m->submit, &j);
+    if (st)
+        return st;
+    j->id = in->next_job;
+    if (in->store) {
+        if ((st = pl_coord_store_put_spec(in->store, j->id, j->spec_json))) {
+            pl_log_error("job %u: spec not saved: %s", j->id, pl_error_msg());
+            pl_coord_job_free(j);
+            return st;
+        }
+        j->spec_saved = true;
+        free(j->spec_json); /* stored: the loop's first save adds the job row only */
+        j->spec_json = NULL;
+    }
+    in->next_job++; /* an id with a stored spec is never given again, even when refused */
+    *job_p = j;
+    return PL_OK;
+}
+
+static void s_push(pl_coord_intake_t *in, pl_coord_req_t *r)
+{
+    pthread_mutex_lock(&in->lock);
+    in->reqs[(in->req_head + in->n_reqs++) % PL_COORD_INTAKE_MAX] = r;
+    in->n_submits += r->job != NULL;
+    pthread_mutex_unlock(&in->lock);
+    s_fd_signal(in->req_fd);
+}
+
+/* One client message: decoded (transport's codecs), authorised, a SUBMIT or PLAN's model path
+ * checked, a SUBMIT prepared; then queued for the loop. False when none was waiting. */
+static bool s_take(pl_coord_intake_t *in)
+{
+    pl_coord_t *c = in->c;
+    pl_coord_req_t *r = NULL;
+    pl_msg_t m;
+    pl_tx_peer_t from = {0};
+    pl_status_t st = pl_tx_recv(in->router, 0, &from, NULL, &m);
+    if (st == PL_ERR_BUSY)
+        return false;
+    if (st) {
+        pl_log_warn_limited("dropped a message: %s", pl_error_msg());
+        if (from.len)
+            s_refuse(c, &from, st, "%s", pl_error_msg());
+        return true;
+    }
+    if (!pl_coord_auth_check(c, &from, m.type)) /* refused, counted and answered */
+        goto out;
+    if ((m.type == PL_MSG_SUBMIT || m.type == PL_MSG_PLAN) && pl_coord_auth_job(c, &m.submit)) {
+        pl_log_info_limited("job from '%s' refused: %s", from.user, pl_error_msg());
+        s_refuse(c, &from, PL_ERR_PERMISSION, "%s", pl_error_msg());
+        goto out;
+    }
+    if (!s_room(in, &from, m.type == PL_MSG_SUBMIT))
+        goto out;
+    if (!(r = calloc(1, sizeof(*r)))) {
+        s_refuse(c, &from, PL_ERR_NOMEM, "coordinator out of memory");
+        goto out;
+    }
+    if (m.type == PL_MSG_SUBMIT && (st = s_prepare(in, &m, &r->job))) {
+        char shown[4 * 64 + 1];
+        pl_log_info_limited("submission from '%s' rejected: %s", s_shown(&from, shown),
+                            pl_error_msg());
+        s_refuse(c, &from, st, "job rejected: %s", pl_error_msg());
+        free(r);
+        goto out;
+    }
+    r->from = from;
+    r->from.sock = NULL; /* answered through pl_coord_intake_reply */
+    r->msg = m;          /* taken */
+    pl_msg_init(&m, PL_MSG_NODES);
+    s_push(in, r);
+out:
+    pl_msg_clear(&m);
+    return true;
+}
+
+/* Send the loop's answers and drop the specs it refused, in the order it gave them. */
+static void s_send_out(pl_coord_intake_t *in)
+{
+    pthread_mutex_lock(&in->lock);
+    s_out_t *o = in->out_head;
+    in->out_head = in->out_tail = NULL;
+    pthread_mutex_unlock(&in->lock);
+    while (o) {
+        s_out_t *next = o->next;
+        char shown[4 * 64 + 1];
+        if (o->body && pl_tx_send_body(in->router, &o->to, o->type, o->body))
+            pl_log_warn_limited("reply to '%s': %s", s_shown(&o->to, shown), pl_error_msg());
+        if (!o->body && in->store && pl_coord_store_drop_spec(in->store, o->drop_id))
+            pl_log_warn("job %u: its spec stays in the state db until the next start: %s",
+                        o->drop_id, pl_error_msg());
+        json_decref(o->body);
+        free(o);
+        o = next;
+    }
+}
+
+static void *s_main(void *arg)
+{
+    pl_coord_intake_t *in = arg;
+    while (!atomic_load(&in->stop)) {
+        bool ready = false, woke = false;
+        if (pl_tx_poll_fd(&in->router, 1, in->wake_fd, S_POLL_MS, &ready, &woke)) {
+            pl_log_error("client intake: %s", pl_error_msg());
+            usleep(10 * 1000);
+        }
+        if (woke)
+            s_fd_drain(in->wake_fd);
+        s_send_out(in);
+        for (int k = 0; ready && k < S_TAKE_MAX && !atomic_load(&in->stop) && s_take(in); k++)
+            s_send_out(in); /* answers the loop gave meanwhile leave between messages */
+        pl_coord_check_handshakes(in->c, in->router);
+    }
+    s_send_out(in); /* the last answers (SHUTDOWN's) */
+    return NULL;
+}
+
+pl_status_t pl_coord_intake_start(pl_coord_t *c, const char *state_db, pl_tx_sock_t **router_p,
+                                  pl_coord_intake_t **in_p)
+{
+    pl_coord_intake_t *in = calloc(1, sizeof(*in));
+    pl_status_t st;
+    if (!in)
+        return pl_error(PL_ERR_NOMEM, "client intake: out of memory");
+    in->c = c;
+    in->next_job = c->next_job;
+    in->req_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    in->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    pthread_mutex_init(&in->lock, NULL);
+    if (in->req_fd < 0 || in->wake_fd < 0) {
+        st = pl_error(PL_ERR_IO, "client intake: eventfd: %s", strerror(errno));
+        goto err;
+    }
+    if (state_db && (st = pl_coord_store_open(state_db, &in->store)))
+        goto err;
+    in->router = *router_p; /* the thread's from here on (pthread_create is the barrier) */
+    /* signals go to the loop's thread, which watches the stop flag */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    int rc = pthread_create(&in->thread, NULL, s_main, in);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc) {
+        in->router = NULL;
+        st = pl_error(PL_ERR_IO, "client intake: cannot start its thread: %s", strerror(rc));
+        goto err;
+    }
+    in->started = true;
+    *router_p = NULL;
+    *in_p = in;
+    return PL_OK;
+err:
+    pl_coord_intake_stop(&in);
+    return st;
+}
+
+void pl_coord_intake_stop(pl_coord_intake_t **in_p)
+{
+    pl_coord_intake_t *in = *in_p;
+    if (!in)
+        return;
+    if (in->started) {
+        atomic_store(&in->stop, true);
+        s_fd_signal(in->wake_fd);
+        pthread_join(in->thread, NULL);
+    }
+    s_send_out(in); /* what came after its last turn: drops done, answers freed */
+    for (int k = 0; k < in->n_reqs; k++) {
+        pl_coord_req_t *r = in->reqs[(in->req_head + k) % PL_COORD_INTAKE_MAX];
+        if (r->job && r->job->spec_saved && in->store)
+            pl_coord_store_drop_spec(in->store, r->job->id);
+        pl_coord_req_clear(r);
+        free(r);
+    }
+    pl_tx_sock_destroy(&in->router);
+    pl_coord_store_close(&in->store);
+    if (in->req_fd >= 0)
+        close(in->req_fd);
+    if (in->wake_fd >= 0)
+        close(in->wake_fd);
+    pthread_mutex_destroy(&in->lock);
+    free(in);
+    *in_p = NULL;
+}
+
+int pl_coord_intake_fd(const pl_coord_intake_t *in)
+{
+    return in->req_fd;
+}
+
+static pl_coord_req_t *s_pop(pl_coord_intake_t *in)
+{
+    pl_coord_req_t *r = NULL;
+    pthread_mutex_lock(&in->lock);
+    if (in->n_reqs) {
+        r = in->reqs[in->req_head];
+        in->req_head = (in->req_head + 1) % PL_COORD_INTAKE_MAX;
+        in->n_reqs--;
+        in->n_submits -= r->job != NULL;
+    }
+    pthread_mutex_unlock(&in->lock);
+    return r;
+}
+
+bool pl_coord_intake_take(pl_coord_intake_t *in, pl_coord_req_t *req)
+{
+    pl_coord_req_t *r = s_pop(in);
+    if (!r) { /* reset the doorbell, then look again: a push in between rings it anew */
+        s_fd_drain(in->req_fd);
+        if (!(r = s_pop(in)))
+            return false;
+    }
+    *req = *r;
+    free(r);
+    return true;
+}
+
+static void s_out_push(pl_coord_intake_t *in, s_out_t *o)
+{
+    pthread_mutex_lock(&in->lock);
+    if (in->out_tail)
+        in->out_tail->next = o;
+    else
+        in->out_head = o;
+    in->out_tail = o;
+    pthread_mutex_unlock(&in->lock);
+    s_fd_signal(in->wake_fd);
+}
+
+void pl_coord_intake_reply(pl_coord_intake_t *in, const pl_tx_peer_t *to, const pl_msg_t *m)
+{
+    s_out_t *o = calloc(1, sizeof(*o));
+    json_t *enc = NULL, *body = NULL;
+    /* a tree of the intake's own: an encoding may share the loop's values (a REPLY's body, a
+     * job's plan inside it), whose counts and frees must stay on one thread */
+    if (!o || pl_msg_encode(m, &enc) || !(body = json_deep_copy(enc))) {
+        char shown[4 * 64 + 1];
+        pl_log_warn_limited("reply to '%s': %s", s_shown(to, shown),
+                            o && enc ? "out of memory" : o ? pl_error_msg() : "out of memory");
+        json_decref(enc);
+        free(o);
+        return;
+    }
+    json_decref(enc);
+    o->to = *to;
+    o->type = m->type;
+    o->body = body;
+    s_out_push(in, o);
+}
+
+void pl_coord_intake_drop_spec(pl_coord_intake_t *in, uint32_t id)
+{
+    s_out_t *o = calloc(1, sizeof(*o));
+    if (!o) {
+        pl_log_warn("job %u: its spec stays in the state db until the next start: out of memory", id);
+        return;
+    }
+    o->drop_id = id;
+    s_out_push(in, o);
+}
+
+void pl_coord_intake_publish(pl_coord_intake_t *in, int unfinished)
+{
+    atomic_store(&in->unfinished, unfinished);
+}

@@ -1,0 +1,49 @@
+/* The coordinator's client intake: a thread that owns the client ROUTER, receives, decodes,
+ * authorises and validates each client message, and hands typed requests to the loop. */
+#ifndef PL_DAEMON_COORD_INTAKE_H
+#define PL_DAEMON_COORD_INTAKE_H
+
+#include "daemon/coord_int.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* Requests that wait for the loop at most; one more is answered "busy" (PL_ERR_BUSY). */
+#define PL_COORD_INTAKE_MAX 64
+
+typedef struct pl_coord_intake pl_coord_intake_t;
+
+/* One client request for the loop. from.sock is NULL: its answers go back through the intake,
+ * which keeps the socket. A SUBMIT's job is validated, its spec encoded and (with a state db)
+ * stored under job->id; msg.submit is empty then. Other types: job NULL. */
+typedef struct {
+    pl_tx_peer_t from;
+    pl_msg_t msg;
+    pl_coord_job_t *job;
+} pl_coord_req_t;
+
+/* Start the intake on the bound client ROUTER (taken: *router_p NULL). c is the coordinator's
+ * state: the thread reads only what is fixed once it listens (the configuration, the node
+ * endpoint, security) and the refusal counters (atomics); job ids continue from c->next_job.
+ * state_db: the file whose specs table it writes through a connection of its own (NULL: none). */
+pl_status_t pl_coord_intake_start(pl_coord_t *c, const char *state_db,
+                                  pl_tx_sock_t **router_p, pl_coord_intake_t **in_p);
+/* Stop the thread after it has sent every answer queued so far; requests not taken are freed
+ * (their stored specs dropped). *in_p NULL; safe on NULL. */
+void pl_coord_intake_stop(pl_coord_intake_t **in_p);
+/* Readable (for poll) while requests wait for the loop. */
+int pl_coord_intake_fd(const pl_coord_intake_t *in);
+/* The next request, oldest first (the caller clears it with pl_coord_req_clear); false when none
+ * waits. The loop's thread only. */
+bool pl_coord_intake_take(pl_coord_intake_t *in, pl_coord_req_t *req);
+void pl_coord_req_clear(pl_coord_req_t *req);
+/* Send m to a client (`to` from a request): encoded here, sent by the intake thread. */
+void pl_coord_intake_reply(pl_coord_intake_t *in, const pl_tx_peer_t *to, const pl_msg_t *m);
+/* A stored spec whose job has no row (the loop refused it, or forgot it: pl_coord_store_forget):
+ * the intake deletes it, so that the large delete is off the loop too. */
+void pl_coord_intake_drop_spec(pl_coord_intake_t *in, uint32_t id);
+/* The loop's count of unfinished jobs, published every turn: a SUBMIT that would overfill the
+ * queue (coordinator.max_queued_jobs) is refused before its spec is validated or stored. */
+void pl_coord_intake_publish(pl_coord_intake_t *in, int unfinished);
+
+#endif

@@ -1,0 +1,259 @@
+/* The coordinator's client intake thread (daemon/coord_intake.c), driven from this test as the
+ * loop would: requests arrive decoded, a SUBMIT validated with its spec stored before the loop
+ * sees it, answers go back through the thread, a full queue is answered "busy", and a stop frees
+ * what was not taken. A real client talks to it over TCP. */
+#include "cluster_util.h"
+#include "common/util.h"
+#include "daemon/coord_intake.h"
+#include "transport/msg.h"
+#include "transport/sock.h"
+
+#include <criterion/criterion.h>
+#include <poll.h>
+
+typedef struct {
+    char dir[256], ep[64], db[300], model[300];
+    pl_cfg_cluster_t cfg;
+    pl_coord_t c;
+    pl_tx_ctx_t *ctx;
+    pl_coord_intake_t *in;
+    void *zctx, *client; /* a raw DEALER: it sends what it likes */
+    pl_coord_store_t *store; /* the loop's own connection */
+} s_t;
+
+/* max_queued: coordinator.max_queued_jobs, fixed before the thread starts (it reads it). */
+static void s_start(s_t *t, bool with_db, int max_queued)
+{
+    memset(t, 0, sizeof(*t));
+    tc_mkdtemp(t->dir, sizeof(t->dir));
+    snprintf(t->ep, sizeof(t->ep), "tcp://127.0.0.1:%d", tc_free_port());
+    snprintf(t->db, sizeof(t->db), "%s/coord.db", t->dir);
+    snprintf(t->model, sizeof(t->model), "%s/m", t->dir);
+    t->cfg.max_queued_jobs = max_queued;
+    t->cfg.max_job_mb = 64;
+    t->c.cfg = &t->cfg; /* field by field: the state is too large for a compound literal */
+    t->c.next_job = 7;
+    t->c.next_epoch = 1;
+    t->c.insecure = true;
+    if (with_db)
+        cr_assert_eq(pl_coord_store_open(t->db, &t->store), PL_OK, "%s", pl_error_msg());
+    pl_tx_sock_t *router;
+    cr_assert_eq(pl_tx_ctx_new(&t->ctx), PL_OK);
+    cr_assert_eq(pl_tx_sock_new(t->ctx, PL_TX_ROUTER, &router), PL_OK);
+    cr_assert_eq(pl_tx_sock_bind(router, t->ep), PL_OK, "%s", pl_error_msg());
+    cr_assert_eq(pl_coord_intake_start(&t->c, with_db ? t->db : NULL, &router, &t->in), PL_OK,
+                 "%s", pl_error_msg());
+    cr_assert_null(router, "the socket is the intake's");
+    t->c.intake = t->in;
+    t->zctx = zmq_ctx_new();
+    t->client = zmq_socket(t->zctx, ZMQ_DEALER);
+    int linger = 0, rcv = 10000;
+    zmq_setsockopt(t->client, ZMQ_LINGER, &linger, sizeof(linger));
+    zmq_setsockopt(t->client, ZMQ_RCVTIMEO, &rcv, sizeof(rcv));
+    cr_assert_eq(zmq_connect(t->client, t->ep), 0);
+}
+
+static void s_stop(s_t *t)
+{
+    pl_coord_intake_stop(&t->in);
+    cr_assert_null(t->in);
+    pl_coord_intake_stop(&t->in); /* twice is harmless */
+    zmq_close(t->client);
+    zmq_ctx_term(t->zctx);
+    pl_tx_ctx_destroy(&t->ctx);
+    pl_coord_store_close(&t->store);
+    tc_sh(NULL, "rm -rf %s", t->dir);
+}
+
+static void s_send(s_t *t, const char *type, const char *body)
+{
+    cr_assert_geq(zmq_send(t->client, type, strlen(type), ZMQ_SNDMORE), 0);
+    cr_assert_geq(zmq_send(t->client, body, strlen(body), 0), 0);
+}
+
+/* The next answer: its type into type (32 bytes) and body into body (cap bytes). */
+static void s_answer(s_t *t, char *type, char *body, size_t cap)
+{
+    int n = zmq_recv(t->client, type, 31, 0);
+    cr_assert_geq(n, 0, "no answer in 10 s");
+    type[n] = '\0';
+    n = zmq_recv(t->client, body, cap - 1, 0);
+    cr_assert_geq(n, 0);
+    body[n < (int)cap - 1 ? n : (int)cap - 1] = '\0';
+}
+
+/* The next request, as the loop's poll would see it (waits up to 10 s). */
+static void s_take(s_t *t, pl_coord_req_t *r)
+{
+    struct pollfd p = {.fd = pl_coord_intake_fd(t->in), .events = POLLIN};
+    for (double end = pl_now() + 10; pl_now() < end;) {
+        if (pl_coord_intake_take(t->in, r))
+            return;
+        poll(&p, 1, 100);
+    }
+    cr_assert_fail("no request reached the loop in 10 s");
+}
+
+/* Whether job `id`'s spec is stored: a job row can be added beside it. */
+static bool s_spec_stored(s_t *t, uint32_t id)
+{
+    pl_coord_row_t row = {.id = id, .state = "queued"};
+    pl_status_t st = pl_coord_store_add(t->store, &row, id + 1, 1);
+    if (st == PL_OK)
+        cr_assert_eq(pl_coord_store_delete(t->store, id), PL_OK);
+    else
+        cr_assert_eq(st, PL_ERR_NOT_FOUND, "%s", pl_error_msg());
+    return st == PL_OK;
+}
+
+Test(coord_intake, requests_reach_the_loop_decoded_and_answers_go_back_through_it)
+{
+    static s_t t; /* the coordinator's state is large: not on the stack */
+    char type[32], body[4096];
+    s_start(&t, false, 256);
+    s_send(&t, "STATUS", "{\"job\": 3}");
+    pl_coord_req_t r;
+    s_take(&t, &r);
+    cr_assert_eq(r.msg.type, PL_MSG_STATUS);
+    cr_assert_eq(r.msg.job_ref.job, 3);
+    cr_assert_null(r.job);
+    cr_assert_null(r.from.sock, "answers go through the intake");
+    pl_coord_reply(&t.c, &r.from, json_pack("{s:s}", "status", "fine"));
+    pl_coord_req_clear(&r);
+    s_answer(&t, type, body, sizeof(body));
+    cr_assert_str_eq(type, "REPLY");
+    cr_assert(strstr(body, "\"fine\""), "%s", body);
+
+    /* broken frames and bodies are answered on the intake thread and never reach the loop */
+    s_send(&t, "STATUS", "{\"job\": ");
+    s_answer(&t, type, body, sizeof(body));
+    cr_assert_str_eq(type, "ERROR");
+    cr_assert(strstr(body, "not JSON"), "%s", body);
+    s_send(&t, "STATUS", "{\"job\": \"three\"}");
+    s_answer(&t, type, body, sizeof(body));
+    cr_assert_str_eq(type, "ERROR");
+    cr_assert(strstr(body, "job"), "%s", body);
+    /* and so is a node's message on the client socket */
+    pl_msg_t hb;
+    json_t *hb_body;
+    pl_msg_init(&hb, PL_MSG_HEARTBEAT);
+    snprintf(hb.heartbeat.node, sizeof(hb.heartbeat.node), "n");
+    cr_assert_eq(pl_msg_encode(&hb, &hb_body), PL_OK);
+    char *hb_text = json_dumps(hb_body, JSON_COMPACT);
+    json_decref(hb_body);
+    s_send(&t, "HEARTBEAT", hb_text);
+    free(hb_text);
+    s_answer(&t, type, body, sizeof(body));
+    cr_assert_str_eq(type, "ERROR");
+    cr_assert(strstr(body, "node message"), "%s", body);
+    cr_assert_eq(t.c.refused_msgs, 1);
+    cr_assert_not(pl_coord_intake_take(t.in, &r), "nothing else reached the loop");
+    s_stop(&t);
+}
+
+Test(coord_intake, a_submit_arrives_validated_with_its_spec_stored, .timeout = 60)
+{
+    static s_t t; /* the coordinator's state is large: not on the stack */
+    char type[32], body[4096], submit[1024];
+    s_start(&t, true, 256);
+    cr_assert_eq(tc_make_model(t.dir, "m", ""), 0, "pl-mkmodel failed");
+    snprintf(submit, sizeof(submit), "{\"model\": \"%s\", \"gen\": {\"prompts\": [[1, 2, 3]]}}",
+             t.model);
+    s_send(&t, "SUBMIT", submit);
+    pl_coord_req_t r;
+    s_take(&t, &r);
+    cr_assert_eq(r.msg.type, PL_MSG_SUBMIT);
+    cr_assert_not_null(r.job, "the loop gets the validated job");
+    cr_assert_eq(r.job->id, 7, "ids continue from the coordinator's counter");
+    cr_assert(r.job->spec_saved);
+    cr_assert_eq(r.job->n_seqs, 1);
+    cr_assert_gt(r.job->n_layers, 0);
+    cr_assert_str_eq(r.job->spec.model, t.model);
+    cr_assert(s_spec_stored(&t, 7), "the spec is durable before the loop sees the job");
+    pl_coord_req_clear(&r);
+
+    /* a SUBMIT that fails validation is answered by the intake and stores nothing */
+    s_send(&t, "SUBMIT", "{\"model\": \"/no/such/model\", \"gen\": {\"prompts\": [[1]]}}");
+    s_answer(&t, type, body, sizeof(body));
+    cr_assert_str_eq(type, "ERROR");
+    cr_assert(strstr(body, "job rejected") && strstr(body, "/no/such/model"), "%s", body);
+    cr_assert_not(pl_coord_intake_take(t.in, &r));
+
+    /* one the loop refuses: its stored spec is dropped by the intake */
+    s_send(&t, "SUBMIT", submit);
+    s_take(&t, &r);
+    cr_assert_eq(r.job->id, 8, "a failed validation uses no id");
+    cr_assert(s_spec_stored(&t, 8));
+    pl_coord_intake_drop_spec(t.in, 8);
+    pl_coord_req_clear(&r);
+    bool gone = false;
+    for (double end = pl_now() + 10; !gone && pl_now() < end; usleep(20 * 1000))
+        gone = !s_spec_stored(&t, 8);
+    cr_assert(gone, "the refused job's spec was dropped");
+
+    /* a request still queued at stop is freed, and its stored spec dropped */
+    s_send(&t, "SUBMIT", submit);
+    for (double end = pl_now() + 10; !s_spec_stored(&t, 9) && pl_now() < end;)
+        usleep(20 * 1000);
+    pl_coord_intake_stop(&t.in);
+    cr_assert_not(s_spec_stored(&t, 9), "a request never taken leaves no spec behind");
+    s_stop(&t);
+}
+
+Test(coord_intake, a_full_job_queue_is_answered_before_anything_is_stored, .timeout = 60)
+{
+    static s_t t; /* the coordinator's state is large: not on the stack */
+    char type[32], body[4096], submit[1024];
+    s_start(&t, true, 2);
+    cr_assert_eq(tc_make_model(t.dir, "m", ""), 0, "pl-mkmodel failed");
+    snprintf(submit, sizeof(submit), "{\"model\": \"%s\", \"gen\": {\"prompts\": [[1]]}}",
+             t.model);
+    pl_coord_intake_publish(t.in, 1); /* one unfinished job: one more fits */
+    s_send(&t, "SUBMIT", submit);
+    pl_coord_req_t r;
+    s_take(&t, &r);
+    cr_assert_not_null(r.job);
+    cr_assert_eq(r.job->id, 7);
+    pl_coord_req_clear(&r);
+    pl_coord_intake_publish(t.in, 2); /* the loop has it now */
+    s_send(&t, "SUBMIT", submit);
+    s_answer(&t, type, body, sizeof(body));
+    cr_assert_str_eq(type, "ERROR");
+    cr_assert(strstr(body, "queue is full") && strstr(body, "max_queued_jobs"), "%s", body);
+    cr_assert_not(s_spec_stored(&t, 8), "nothing was stored for it");
+    cr_assert_not(pl_coord_intake_take(t.in, &r));
+    s_stop(&t);
+}
+
+Test(coord_intake, a_full_queue_is_answered_busy_and_the_rest_keep_their_order, .timeout = 60)
+{
+    static s_t t; /* the coordinator's state is large: not on the stack */
+    char type[32], body[4096], msg[64];
+    s_start(&t, false, 256);
+    int extra = 6;
+    for (int i = 0; i < PL_COORD_INTAKE_MAX + extra; i++) {
+        snprintf(msg, sizeof(msg), "{\"job\": %d}", 1000 + i);
+        s_send(&t, "STATUS", msg);
+    }
+    for (int i = 0; i < extra; i++) { /* the loop takes nothing meanwhile */
+        s_answer(&t, type, body, sizeof(body));
+        cr_assert_str_eq(type, "ERROR");
+        cr_assert(strstr(body, "busy"), "%s", body);
+        char code[32];
+        snprintf(code, sizeof(code), "\"code\":%d", PL_ERR_BUSY);
+        cr_assert(strstr(body, code), "%s", body);
+    }
+    for (int i = 0; i < PL_COORD_INTAKE_MAX; i++) {
+        pl_coord_req_t r;
+        s_take(&t, &r);
+        cr_assert_eq(r.msg.job_ref.job, 1000 + i, "the oldest first");
+        pl_coord_req_clear(&r);
+    }
+    pl_coord_req_t r;
+    cr_assert_not(pl_coord_intake_take(t.in, &r));
+    s_send(&t, "STATUS", "{\"job\": 5}"); /* room again */
+    s_take(&t, &r);
+    cr_assert_eq(r.msg.job_ref.job, 5);
+    pl_coord_req_clear(&r);
+    s_stop(&t);
+}
