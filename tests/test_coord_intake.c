@@ -17,7 +17,7 @@ typedef struct {
     pl_coord_t c;
     pl_tx_ctx_t *ctx;
     pl_coord_intake_t *in;
-    void *zctx, *client; /* a raw DEALER: it sends what it likes */
+    void *zctx, *client;     /* a raw DEALER: it sends what it likes */
     pl_coord_store_t *store; /* the loop's own connection */
 } s_t;
 
@@ -41,8 +41,8 @@ static void s_start(s_t *t, bool with_db, int max_queued)
     cr_assert_eq(pl_tx_ctx_new(&t->ctx), PL_OK);
     cr_assert_eq(pl_tx_sock_new(t->ctx, PL_TX_ROUTER, &router), PL_OK);
     cr_assert_eq(pl_tx_sock_bind(router, t->ep), PL_OK, "%s", pl_error_msg());
-    cr_assert_eq(pl_coord_intake_start(&t->c, with_db ? t->db : NULL, &router, &t->in), PL_OK,
-                 "%s", pl_error_msg());
+    cr_assert_eq(pl_coord_intake_start(&t->c, with_db ? t->db : NULL, &router, &t->in), PL_OK, "%s",
+                 pl_error_msg());
     cr_assert_null(router, "the socket is the intake's");
     t->c.intake = t->in;
     t->zctx = zmq_ctx_new();
@@ -111,7 +111,7 @@ Test(coord_intake, requests_reach_the_loop_decoded_and_answers_go_back_through_i
     static s_t t; /* the coordinator's state is large: not on the stack */
     char type[32], body[4096];
     s_start(&t, false, 256);
-    s_send(&t, "STATUS", "{\"job\": 3}");
+    s_send(&t, "STATUS", "{" TC_PROTO "\"job\": 3}");
     pl_coord_req_t r;
     s_take(&t, &r);
     cr_assert_eq(r.msg.type, PL_MSG_STATUS);
@@ -125,11 +125,11 @@ Test(coord_intake, requests_reach_the_loop_decoded_and_answers_go_back_through_i
     cr_assert(strstr(body, "\"fine\""), "%s", body);
 
     /* broken frames and bodies are answered on the intake thread and never reach the loop */
-    s_send(&t, "STATUS", "{\"job\": ");
+    s_send(&t, "STATUS", "{" TC_PROTO "\"job\": ");
     s_answer(&t, type, body, sizeof(body));
     cr_assert_str_eq(type, "ERROR");
     cr_assert(strstr(body, "not JSON"), "%s", body);
-    s_send(&t, "STATUS", "{\"job\": \"three\"}");
+    s_send(&t, "STATUS", "{" TC_PROTO "\"job\": \"three\"}");
     s_answer(&t, type, body, sizeof(body));
     cr_assert_str_eq(type, "ERROR");
     cr_assert(strstr(body, "job"), "%s", body);
@@ -157,8 +157,8 @@ Test(coord_intake, a_submit_arrives_validated_with_its_spec_stored, .timeout = 6
     char type[32], body[4096], submit[1024];
     s_start(&t, true, 256);
     cr_assert_eq(tc_make_model(t.dir, "m", ""), 0, "pl-mkmodel failed");
-    snprintf(submit, sizeof(submit), "{\"model\": \"%s\", \"gen\": {\"prompts\": [[1, 2, 3]]}}",
-             t.model);
+    snprintf(submit, sizeof(submit),
+             "{" TC_PROTO "\"model\": \"%s\", \"gen\": {\"prompts\": [[1, 2, 3]]}}", t.model);
     s_send(&t, "SUBMIT", submit);
     pl_coord_req_t r;
     s_take(&t, &r);
@@ -173,7 +173,8 @@ Test(coord_intake, a_submit_arrives_validated_with_its_spec_stored, .timeout = 6
     pl_coord_req_clear(&r);
 
     /* a SUBMIT that fails validation is answered by the intake and stores nothing */
-    s_send(&t, "SUBMIT", "{\"model\": \"/no/such/model\", \"gen\": {\"prompts\": [[1]]}}");
+    s_send(&t, "SUBMIT",
+           "{" TC_PROTO "\"model\": \"/no/such/model\", \"gen\": {\"prompts\": [[1]]}}");
     s_answer(&t, type, body, sizeof(body));
     cr_assert_str_eq(type, "ERROR");
     cr_assert(strstr(body, "job rejected") && strstr(body, "/no/such/model"), "%s", body);
@@ -206,8 +207,8 @@ Test(coord_intake, a_full_job_queue_is_answered_before_anything_is_stored, .time
     char type[32], body[4096], submit[1024];
     s_start(&t, true, 2);
     cr_assert_eq(tc_make_model(t.dir, "m", ""), 0, "pl-mkmodel failed");
-    snprintf(submit, sizeof(submit), "{\"model\": \"%s\", \"gen\": {\"prompts\": [[1]]}}",
-             t.model);
+    snprintf(submit, sizeof(submit),
+             "{" TC_PROTO "\"model\": \"%s\", \"gen\": {\"prompts\": [[1]]}}", t.model);
     pl_coord_intake_publish(t.in, 1); /* one unfinished job: one more fits */
     s_send(&t, "SUBMIT", submit);
     pl_coord_req_t r;
@@ -232,7 +233,7 @@ Test(coord_intake, a_full_queue_is_answered_busy_and_the_rest_keep_their_order, 
     s_start(&t, false, 256);
     int extra = 6;
     for (int i = 0; i < PL_COORD_INTAKE_MAX + extra; i++) {
-        snprintf(msg, sizeof(msg), "{\"job\": %d}", 1000 + i);
+        snprintf(msg, sizeof(msg), "{" TC_PROTO "\"job\": %d}", 1000 + i);
         s_send(&t, "STATUS", msg);
     }
     for (int i = 0; i < extra; i++) { /* the loop takes nothing meanwhile */
@@ -251,7 +252,7 @@ Test(coord_intake, a_full_queue_is_answered_busy_and_the_rest_keep_their_order, 
     }
     pl_coord_req_t r;
     cr_assert_not(pl_coord_intake_take(t.in, &r));
-    s_send(&t, "STATUS", "{\"job\": 5}"); /* room again */
+    s_send(&t, "STATUS", "{" TC_PROTO "\"job\": 5}"); /* room again */
     s_take(&t, &r);
     cr_assert_eq(r.msg.job_ref.job, 5);
     pl_coord_req_clear(&r);
