@@ -9,6 +9,7 @@
 #include "backends/cpu/cpu_blas_core.h"
 #include "backends/cpu/cpu_gemm.h"
 #include "backends/cpu/cpu_ops.h"
+#include "backends/cpu/cpu_wcopy.h"
 #include "common/util.h"
 #include "model/model.h"
 
@@ -165,7 +166,8 @@ static double s_prefill_sgemm_ideal(const pl_model_config_t *c, int T, int reps,
 }
 
 /* GB/s of the decode kernel alone: batch-1 products over a pool of distinct [n][k] matrices of
- * type t totalling `bytes` (nothing stays cached), on `threads` threads. -1: out of memory. */
+ * type t totalling `bytes` (nothing stays cached), on `threads` threads, the matrices copied
+ * into huge pages as a stage copies its weights (pl_cpu_wcopy_make). -1: out of memory. */
 static double s_kernel_gbps(pl_wtype_t t, int threads, int n, int k, double bytes, int reps,
                             double *cpu_gbps_p)
 {
@@ -173,6 +175,8 @@ static double s_kernel_gbps(pl_wtype_t t, int threads, int n, int k, double byte
     size_t rb = 0, mat;
     size_t count;
     unsigned char *w = NULL;
+    pl_cpu_wmat_t *mats = NULL, **mp = NULL;
+    pl_cpu_wcopy_t copy = {0};
     float *x = malloc((size_t)k * sizeof(float)), *y = malloc((size_t)n * sizeof(float));
     double best = 1e30, best_cpu = 1e30, start;
     int row0 = 0;
@@ -197,14 +201,28 @@ static double s_kernel_gbps(pl_wtype_t t, int threads, int n, int k, double byte
         memcpy(w + r * rb, w, rb);
     for (int i = 0; i < k; i++)
         x[i] = pl_rand_uniform(3, (uint64_t)i) - 0.5f;
+    mats = calloc(count, sizeof(*mats));
+    mp = calloc(count, sizeof(*mp));
+    if (!mats || !mp) {
+        best = -1.0;
+        goto out;
+    }
+    for (size_t m = 0; m < count; m++) {
+        mats[m] = (pl_cpu_wmat_t){
+            .type = t, .rows = n, .cols = k, .row_bytes = rb, .data = w + m * mat};
+        mp[m] = &mats[m];
+    }
+    if (pl_cpu_wcopy_make(mp, (int)count, &copy)) {
+        best = -1.0;
+        goto out;
+    }
+    free(w); /* the matrices now point into the copy */
+    w = NULL;
     start = pl_now();
     for (int timed = 0; timed < reps;) {
         double t0 = pl_now(), c0 = s_proc_cpu_now();
-        for (size_t m = 0; m < count; m++) {
-            pl_cpu_wmat_t wm = {
-                .type = t, .rows = n, .cols = k, .row_bytes = rb, .data = w + m * mat};
-            pl_cpu_gemm_rows(pool, x, &row0, 1, &wm, y);
-        }
+        for (size_t m = 0; m < count; m++)
+            pl_cpu_gemm_rows(pool, x, &row0, 1, &mats[m], y);
         double el = pl_now() - t0, cpu = (s_proc_cpu_now() - c0) / threads;
         if (t0 - start >= S_WARM_S && ++timed) {
             best = PL_MIN(best, el);
@@ -215,6 +233,9 @@ static double s_kernel_gbps(pl_wtype_t t, int threads, int n, int k, double byte
     *cpu_gbps_p = (double)(count * mat) / best_cpu / 1e9;
 out:
     pl_cpu_pool_destroy(&pool);
+    pl_cpu_wcopy_free(&copy);
+    free(mats);
+    free(mp);
     free(w);
     free(x);
     free(y);

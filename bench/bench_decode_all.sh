@@ -3,14 +3,14 @@
 # tables (decode at batch 1/4/8 on 1 and 2 threads beside the best read, the kernel alone, the
 # pool's per-job cost, prefill beside sgemm), and the load average before each run.
 # Usage: bench/bench_decode_all.sh [BUILD_DIR]. Environment: PL_BENCH_SMALL_TYPES,
-# PL_BENCH_1B_TYPES (comma lists; empty skips the model; the 1 B default leaves out q4_0, q5_k and
-# q6_k, each a few minutes more), PL_BENCH_PREFILL (512; 0 skips it).
+# PL_BENCH_1B_TYPES (comma lists; empty skips the model; both default to every type, a few minutes
+# each on the 1 B model), PL_BENCH_PREFILL (512; 0 skips it).
 set -eu
 build=${1:-build}
 bin=$build/bin/bench_decode
 [ -x "$bin" ] || { echo "bench_decode_all: no $bin (build first)" >&2; exit 2; }
 small=${PL_BENCH_SMALL_TYPES-f32,bf16,q8_0,q4_k,q4_0,q5_k,q6_k}
-big=${PL_BENCH_1B_TYPES-f32,bf16,q8_0,q4_k}
+big=${PL_BENCH_1B_TYPES-f32,bf16,q8_0,q4_k,q4_0,q5_k,q6_k}
 prefill=${PL_BENCH_PREFILL:-512}
 
 run() { # model type steps reps

@@ -359,17 +359,26 @@ Test(cpu_qdot, multi_row_dots_equal_one_row_dots_bitwise)
 }
 
 /* The block products of the GEMM table for 1..9 activation rows (groups of PL_CPU_QDOT_ROWS and
- * what is left) and 1..33 weight rows: each element the scalar one-row dot of its pair. */
+ * what is left) and 1..33 weight rows, and for one activation row up to PL_CPU_BLOCK_OUTS_ONE
+ * weight rows (even and odd counts: the batch-1 kernels pair row o with row no / 2 + o), rows of
+ * an even and an odd block count: each element the scalar one-row dot of its pair. */
 Test(cpu_qdot, block_products_of_every_row_count)
 {
-    enum { K = 512, NO = 33, NR = 9 };
-    static unsigned char w[NO * K * 2], qx[NR][K * 2];
-    static float x[K], y[NR][NO];
-    for (size_t t = 0; t < sizeof(s_types) / sizeof(s_types[0]); t++) {
+    enum { KMAX = 768, NO = PL_CPU_BLOCK_OUTS_ONE, NR = 9 };
+    static const int one_counts[] = {1, 2, 3, 4, 5, 6, 7, 8, 15, 16, 17, 31, 32, 33, 63, 64, 65,
+                                     127, PL_CPU_BLOCK_OUTS_ONE};
+    static unsigned char w[NO * KMAX * 2], qx[NR][KMAX * 2];
+    static float x[KMAX], y[NR][NO], want[NR][NO];
+    for (size_t tk = 0; tk < 2 * PL_ARRAY_SIZE(s_types); tk++) {
+        size_t t = tk / 2;
         pl_wtype_t dt = s_types[t];
+        int blk = pl_wtype_info(dt)->block;
+        int K = tk % 2 == 0 ? 512 : blk == 32 ? 15 * 32 : 3 * 256; /* even, odd block counts */
         const pl_cpu_wkernel_t *k = pl_cpu_wkernel(dt);
+        pl_cpu_qdot_fn ref = pl_cpu_qdot_fn_of(pl_cpu_qdot_table(PL_CPU_ISA_SCALAR), dt);
         size_t rb;
         cr_assert_eq(pl_wtype_row_bytes(dt, K, &rb), PL_OK);
+        cr_assert(k->wide_one, "%s", pl_wtype_name(dt));
         s_weights(dt, NO * K / pl_wtype_info(dt)->block, 1, 300 + t, w);
         const void *xr[NR];
         for (int r = 0; r < NR; r++) {
@@ -377,25 +386,39 @@ Test(cpu_qdot, block_products_of_every_row_count)
                 x[i] = pl_rand_uniform(400 + t * 16 + (uint64_t)r, (uint64_t)i) - 0.5f;
             k->x_prep(x, K, qx[r]);
             xr[r] = qx[r];
+            for (int o = 0; o < NO; o++)
+                want[r][o] = ref(w + (size_t)o * rb, qx[r], K);
         }
         for (int isa = 0; isa < PL_CPU_ISA_COUNT; isa++) {
             if (!pl_cpu_qdot_table((pl_cpu_isa_t)isa) || !k->block[isa])
                 continue;
-            for (int nr = 1; nr <= NR; nr++)
-                for (int no = 1; no <= NO; no += 8) {
+            for (int nr = 1; nr <= NR; nr++) {
+                int n_counts = nr == 1 ? (int)PL_ARRAY_SIZE(one_counts) : 5;
+                for (int c = 0; c < n_counts; c++) {
+                    int no = nr == 1 ? one_counts[c] : 1 + 8 * c; /* 1, 9, .. 33 */
                     float *yr[NR];
-                    for (int r = 0; r < nr; r++)
+                    for (int r = 0; r < nr; r++) {
                         yr[r] = y[r];
+                        memset(y[r], 0xff, sizeof(y[r]));
+                    }
                     k->block[isa](xr, nr, w, rb, no, K, yr);
                     for (int r = 0; r < nr; r++)
-                        for (int o = 0; o < no; o++) {
-                            float want = pl_cpu_qdot_fn_of(pl_cpu_qdot_table(PL_CPU_ISA_SCALAR),
-                                                           dt)(w + (size_t)o * rb, qx[r], K);
-                            cr_assert(memcmp(&want, &y[r][o], 4) == 0, "%s %s: [%d][%d] of %dx%d",
+                        for (int o = 0; o < NO; o++) {
+                            if (o >= no) { /* nothing written past the block */
+                                uint32_t bits;
+                                memcpy(&bits, &y[r][o], 4);
+                                cr_assert_eq(bits, 0xffffffffu, "%s %s: [%d][%d] of %dx%d written",
+                                             pl_cpu_isa_name((pl_cpu_isa_t)isa), pl_wtype_name(dt),
+                                             r, o, nr, no);
+                                continue;
+                            }
+                            cr_assert(memcmp(&want[r][o], &y[r][o], 4) == 0,
+                                      "%s %s: [%d][%d] of %dx%d: %.9g, alone %.9g",
                                       pl_cpu_isa_name((pl_cpu_isa_t)isa), pl_wtype_name(dt), r, o,
-                                      nr, no);
+                                      nr, no, y[r][o], want[r][o]);
                         }
                 }
+            }
         }
     }
 }

@@ -37,7 +37,8 @@ static const pl_cpu_wkernel_t s_kernels[PL_WT_COUNT] = {
 #define S_QUANT(WT, type)                                                                          \
     [WT] = {.x_bytes = pl_cpu_qx_bytes_##type,                                                     \
             .x_prep = pl_cpu_qx_prep_##type,                                                       \
-            .block = S_PATHS(pl_cpu_qblock_##type##_)}
+            .block = S_PATHS(pl_cpu_qblock_##type##_),                                             \
+            .wide_one = true}
     S_QUANT(PL_WT_Q8_0, q8_0),
     S_QUANT(PL_WT_Q4_0, q4_0),
     S_QUANT(PL_WT_Q4_K, q4_k),
@@ -199,6 +200,7 @@ typedef struct {
     void (*block)(const void *const *x, int nr, const void *w, size_t rb, int no, int k,
                   float *const *y);
     int chunk0, chunk_rows; /* this matrix's first chunk, and weight rows per chunk */
+    int outs;               /* weight rows per block call */
 } s_mat_t;
 
 typedef struct {
@@ -217,8 +219,8 @@ static void s_rows(const s_job_t *j, const s_mat_t *m, int o_beg, int o_end)
 
     for (int r0 = 0; r0 < j->n_rows; r0 += PL_CPU_BLOCK_ROWS) {
         int nr = PL_MIN(PL_CPU_BLOCK_ROWS, j->n_rows - r0);
-        for (int o0 = o_beg; o0 < o_end; o0 += PL_CPU_BLOCK_OUTS) {
-            int no = PL_MIN(PL_CPU_BLOCK_OUTS, o_end - o0);
+        for (int o0 = o_beg; o0 < o_end; o0 += m->outs) {
+            int no = PL_MIN(m->outs, o_end - o0);
             for (int r = 0; r < nr; r++) {
                 size_t xi = m->rows ? (size_t)m->rows[r0 + r] : (size_t)(r0 + r);
                 xr[r] = (const unsigned char *)m->x + xi * m->x_row;
@@ -288,7 +290,9 @@ static void s_gemm_rows(pl_cpu_pool_t *pool, const float *x, const int *rows, in
                        .rows = rows,
                        .block = S_PICK(k, block, isa),
                        .chunk0 = job.n_chunks,
-                       .chunk_rows = s_chunk_rows(w[i], threads)};
+                       .chunk_rows = s_chunk_rows(w[i], threads),
+                       .outs = n_rows == 1 && k->wide_one ? PL_CPU_BLOCK_OUTS_ONE
+                                                          : PL_CPU_BLOCK_OUTS};
         if (k->x_bytes) { /* activations in the form the type's kernel reads, once per job */
             size_t xb = k->x_bytes(w[i]->cols);
             int same = -1;

@@ -29,6 +29,9 @@ typedef struct {
 /* Most rows and weight rows one kernel block call handles. */
 #define PL_CPU_BLOCK_ROWS 64
 #define PL_CPU_BLOCK_OUTS 32
+/* Weight rows a block call of a type with wide_one takes when nr == 1 (batch-1 decode): its
+ * kernel reads two far-apart halves of them side by side, two streams from memory. */
+#define PL_CPU_BLOCK_OUTS_ONE 128
 /* Weight rows converted to f32 at a time for an OpenBLAS product (prefill of a long sequence). */
 #define PL_CPU_TILE_ROWS 256
 
@@ -46,6 +49,8 @@ typedef struct {
      * kernel for that instruction set. */
     void (*block[PL_CPU_ISA_COUNT])(const void *const *x, int nr, const void *w, size_t row_bytes,
                                     int no, int k, float *const *y);
+    /* Whether `block` takes up to PL_CPU_BLOCK_OUTS_ONE weight rows when nr == 1. */
+    bool wide_one;
     /* Convert n weight rows of k elements (from w at stride row_bytes) to f32, dst [n][k];
      * NULL: pl_wtype_to_f32 row by row. */
     void (*to_f32[PL_CPU_ISA_COUNT])(const void *w, size_t row_bytes, int n, int k, float *dst);

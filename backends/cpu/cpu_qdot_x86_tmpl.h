@@ -24,6 +24,9 @@
 #ifndef S_PF
 #define S_PF 4096
 #endif
+#ifndef S_PF_HINT
+#define S_PF_HINT _MM_HINT_T0
+#endif
 
 static inline float s_half(const unsigned char *p)
 {
@@ -49,14 +52,15 @@ static inline __m256i s_q4_0_quants(const unsigned char *qs)
     return _mm256_sub_epi8(_mm256_and_si256(v, _mm256_set1_epi8(0x0F)), _mm256_set1_epi8(8));
 }
 
-/* Q8_0 / Q4_0 against R activation rows: block b's weights unpacked once (their quants, their
- * absolute values for the unsigned-times-signed multiply, their scale), then per row its 8
- * integer lane dots, converted, times the two scales, into that row's accumulator of b's parity
- * (cpu_qdot.c's lanes). Every lane takes the scalar code's fmaf chain in block order, so the
- * vector loop may stop anywhere and the scalar tail finish: any R gives the one-row result. */
-static inline __attribute__((always_inline)) void s_q32_rows(const void *w, const void *const *qx,
-                                                             int R, int64_t n, bool four,
-                                                             float *out)
+/* Q8_0 / Q4_0 against R activation rows, or (R = 1) M = 2 weight rows at w and w + wstep: block
+ * b's weights unpacked once (their quants, their absolute values for the unsigned-times-signed
+ * multiply, their scale), then per pair of rows its 8 integer lane dots, converted, times the two
+ * scales, into that pair's accumulator of b's parity (cpu_qdot.c's lanes); out[r + m]. Every
+ * lane takes the scalar code's fmaf chain in block order, so the vector loop may stop anywhere
+ * and the scalar tail finish: any R or M gives the one-row result. */
+static inline __attribute__((always_inline)) void s_q32_rows(const void *w, size_t wstep, int M,
+                                                             const void *const *qx, int R,
+                                                             int64_t n, bool four, float *out)
 {
     const unsigned char *p = w;
     size_t bb = four ? sizeof(pl_block_q4_0_t) : sizeof(pl_block_q8_0_t);
@@ -64,41 +68,49 @@ static inline __attribute__((always_inline)) void s_q32_rows(const void *w, cons
     __m256 acc[PL_CPU_QDOT_ROWS][2];
     float lanes[16];
 #pragma GCC unroll 4
-    for (int r = 0; r < R; r++)
-        acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+    for (int i = 0; i < R + M - 1; i++)
+        acc[i][0] = acc[i][1] = _mm256_setzero_ps();
     for (; b + 2 <= nb; b += 2) {
 #pragma GCC unroll 2
         for (int par = 0; par < 2; par++) {
-            const unsigned char *pb = p + (size_t)(b + par) * bb;
-            _mm_prefetch((const char *)pb + S_PF, _MM_HINT_T0);
-            __m256i qw = four ? s_q4_0_quants(pb + 2) : _mm256_loadu_si256((const __m256i *)(pb + 2));
-            __m256i aw = _mm256_sign_epi8(qw, qw);
-            float dw = s_half(pb);
-#pragma GCC unroll 4
-            for (int r = 0; r < R; r++) {
-                const pl_q8_act_t *a = (const pl_q8_act_t *)qx[r] + b + par;
-                __m256i sx = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)a->qs), qw);
-                __m256i s = S_DOT_U8(aw, sx);
-                __m256 d = _mm256_set1_ps(dw * a->d);
-                acc[r][par] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(s), acc[r][par]);
+            __m256i qw[2], aw[2];
+            float dw[2];
+#pragma GCC unroll 2
+            for (int m = 0; m < M; m++) {
+                const unsigned char *pb = p + m * wstep + (size_t)(b + par) * bb;
+                _mm_prefetch((const char *)pb + S_PF, S_PF_HINT);
+                qw[m] = four ? s_q4_0_quants(pb + 2) : _mm256_loadu_si256((const __m256i *)(pb + 2));
+                aw[m] = _mm256_sign_epi8(qw[m], qw[m]);
+                dw[m] = s_half(pb);
             }
+#pragma GCC unroll 2
+            for (int m = 0; m < M; m++)
+#pragma GCC unroll 4
+                for (int r = 0; r < R; r++) {
+                    const pl_q8_act_t *a = (const pl_q8_act_t *)qx[r] + b + par;
+                    __m256i sx = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)a->qs), qw[m]);
+                    __m256i s = S_DOT_U8(aw[m], sx);
+                    __m256 d = _mm256_set1_ps(dw[m] * a->d);
+                    acc[r + m][par] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(s), acc[r + m][par]);
+                }
         }
     }
 #pragma GCC unroll 4
-    for (int r = 0; r < R; r++) {
+    for (int i = 0; i < R + M - 1; i++) {
+        int r = M > 1 ? 0 : i, m = M > 1 ? i : 0;
         if (b < nb) { /* an odd block count: the last block in scalar code, then its sum */
-            _mm256_storeu_ps(lanes, acc[r][0]);
-            _mm256_storeu_ps(lanes + 8, acc[r][1]);
-            pl_cpu_q32_tail(w, qx[r], b, nb, four, lanes);
-            out[r] = pl_cpu_q32_lanes_sum(lanes);
+            _mm256_storeu_ps(lanes, acc[i][0]);
+            _mm256_storeu_ps(lanes + 8, acc[i][1]);
+            pl_cpu_q32_tail(p + m * wstep, qx[r], b, nb, four, lanes);
+            out[i] = pl_cpu_q32_lanes_sum(lanes);
             continue;
         }
         /* pl_cpu_q32_lanes_sum's order in registers: v = lanes 0-7 + 8-15, then
          * ((v0 + v4) + (v1 + v5)) + ((v2 + v6) + (v3 + v7)) */
-        __m256 v = _mm256_add_ps(acc[r][0], acc[r][1]);
+        __m256 v = _mm256_add_ps(acc[i][0], acc[i][1]);
         __m128 u = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
         u = _mm_add_ps(u, _mm_movehdup_ps(u)); /* u0 + u1, ., u2 + u3, . */
-        out[r] = _mm_cvtss_f32(_mm_add_ss(u, _mm_movehl_ps(u, u)));
+        out[i] = _mm_cvtss_f32(_mm_add_ss(u, _mm_movehl_ps(u, u)));
     }
 }
 
@@ -126,7 +138,25 @@ static inline __attribute__((always_inline)) void s_q32_rows(const void *w, cons
         for (int r = 0; r < (R); r++)                                                              \
             y[r0 + r][o] = out[r];                                                                 \
     }
-#define S_BLOCK_ENTRY(name, body)                                                                  \
+/* One activation row (batch-1 decode, up to PL_CPU_BLOCK_OUTS_ONE weight rows): rows o and
+ * h + o side by side (h = no / 2), so the weights stream from two places far apart at once, which
+ * draws more of the memory's bandwidth than one stream (bench/README.md); an odd last row alone. */
+#define S_BLOCK_ONE(body, pair)                                                                    \
+    {                                                                                              \
+        int h = no / 2;                                                                            \
+        for (int o = 0; o < h; o++) {                                                              \
+            const void *w = (const unsigned char *)w0 + (size_t)o * rb;                            \
+            pair((size_t)h * rb);                                                                  \
+            y[r0][o] = out[0];                                                                     \
+            y[r0][h + o] = out[1];                                                                 \
+        }                                                                                          \
+        if (no & 1) {                                                                              \
+            const void *w = (const unsigned char *)w0 + (size_t)(no - 1) * rb;                     \
+            body(1);                                                                               \
+            y[r0][no - 1] = out[0];                                                                \
+        }                                                                                          \
+    }
+#define S_BLOCK_ENTRY(name, body, pair)                                                            \
     void name(const void *const *x, int nr, const void *w0, size_t rb, int no, int k,             \
               float *const *y)                                                                     \
     {                                                                                              \
@@ -135,7 +165,7 @@ static inline __attribute__((always_inline)) void s_q32_rows(const void *w, cons
         for (int r0 = 0; r0 < nr; r0 += PL_CPU_QDOT_ROWS) {                                        \
             const void *const *qx = x + r0;                                                        \
             switch (nr - r0) {                                                                     \
-            case 1: S_BLOCK_CASE(1, body) break;                                                   \
+            case 1: S_BLOCK_ONE(body, pair) break;                                                 \
             case 2: S_BLOCK_CASE(2, body) break;                                                   \
             case 3: S_BLOCK_CASE(3, body) break;                                                   \
             default: S_BLOCK_CASE(4, body) break;                                                  \
@@ -154,24 +184,26 @@ static inline __attribute__((always_inline)) void s_q32_rows(const void *w, cons
         block(qx, nr < PL_CPU_QDOT_ROWS ? nr : PL_CPU_QDOT_ROWS, w, 0, 1, (int)n, y);              \
     }
 
-#define S_Q8_0(R) s_q32_rows(w, qx, R, n, false, out)
-#define S_Q4_0(R) s_q32_rows(w, qx, R, n, true, out)
-S_BLOCK_ENTRY(S_NAME(pl_cpu_q8_0_block_), S_Q8_0)
-S_BLOCK_ENTRY(S_NAME(pl_cpu_q4_0_block_), S_Q4_0)
+#define S_Q8_0(R) s_q32_rows(w, 0, 1, qx, R, n, false, out)
+#define S_Q4_0(R) s_q32_rows(w, 0, 1, qx, R, n, true, out)
+#define S_Q8_0_PAIR(ws) s_q32_rows(w, ws, 2, qx, 1, n, false, out)
+#define S_Q4_0_PAIR(ws) s_q32_rows(w, ws, 2, qx, 1, n, true, out)
+S_BLOCK_ENTRY(S_NAME(pl_cpu_q8_0_block_), S_Q8_0, S_Q8_0_PAIR)
+S_BLOCK_ENTRY(S_NAME(pl_cpu_q4_0_block_), S_Q4_0, S_Q4_0_PAIR)
 S_ROWS_VIA_BLOCK(S_NAME(pl_cpu_q8_0_rows_), S_NAME(pl_cpu_q8_0_block_))
 S_ROWS_VIA_BLOCK(S_NAME(pl_cpu_q4_0_rows_), S_NAME(pl_cpu_q4_0_block_))
 
 float S_NAME(pl_cpu_q8_0_dot_)(const void *w, const void *qx, int64_t n)
 {
     float out;
-    s_q32_rows(w, &qx, 1, n, false, &out);
+    s_q32_rows(w, 0, 1, &qx, 1, n, false, &out);
     return out;
 }
 
 float S_NAME(pl_cpu_q4_0_dot_)(const void *w, const void *qx, int64_t n)
 {
     float out;
-    s_q32_rows(w, &qx, 1, n, true, &out);
+    s_q32_rows(w, 0, 1, &qx, 1, n, true, &out);
     return out;
 }
 
@@ -196,101 +228,123 @@ static inline __attribute__((always_inline)) __m256i s_q5_bit(__m256i qh, int j)
     return j < 4 ? _mm256_slli_epi16(t, 4 - j) : j > 4 ? _mm256_srli_epi16(t, j - 4) : t;
 }
 
-/* Q4_K / Q5_K against R activation rows: per 64-element chunk, two sub-blocks of 32 unsigned
- * quants unpacked once with their scales (broadcast by a byte shuffle); per row each product
- * times its scale into 8 int32 lanes, and the mins times the row's bsums (each min twice, one
- * multiply-add) into 8 more; then per super-block both converted into the row's 8 float lanes
- * (cpu_qdot.c's s_k45 defines them: its fmaf pair per lane; fnmadd(a, b, c) rounds
- * c - a * b once, as fmaf(-a, b, c) does), no horizontal sum until the row's end. */
-static inline __attribute__((always_inline)) void s_k45_rows(const void *w, const void *const *qx,
-                                                             int R, int64_t n, bool five,
-                                                             float *out)
+/* Q4_K / Q5_K against R activation rows, or (R = 1) M = 2 weight rows at w and w + wstep: per
+ * 64-element chunk, two sub-blocks of 32 unsigned quants unpacked once with their scales
+ * (broadcast by a byte shuffle); per pair of rows each product times its scale into 8 int32
+ * lanes, and the mins times the row's bsums (each min twice, one multiply-add) into 8 more; then
+ * per super-block both converted into the pair's 8 float lanes (cpu_qdot.c's s_k45 defines them:
+ * its fmaf pair per lane; fnmadd(a, b, c) rounds c - a * b once, as fmaf(-a, b, c) does), no
+ * horizontal sum until the row's end; out[r + m]. */
+static inline __attribute__((always_inline)) void s_k45_rows(const void *w, size_t wstep, int M,
+                                                             const void *const *qx, int R,
+                                                             int64_t n, bool five, float *out)
 {
     const unsigned char *p = w;
     size_t bb = five ? sizeof(pl_block_q5_k_t) : sizeof(pl_block_q4_k_t);
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     __m256 acc[PL_CPU_QDOT_ROWS];
+    /* two chains per pair where S_TWO_CHAINS says so for its row count; a pair of weight rows
+     * gives each row's chain the other's to overlap with, as two activation rows do */
+    const bool two = S_TWO_CHAINS(R + M - 1);
 #pragma GCC unroll 4
-    for (int r = 0; r < R; r++)
-        acc[r] = _mm256_setzero_ps();
+    for (int i = 0; i < R + M - 1; i++)
+        acc[i] = _mm256_setzero_ps();
     for (int64_t b = 0; b < n / PL_QK_K; b++, p += bb) {
-        const uint8_t *qs = p + (five ? 48 : 16);
-        for (size_t l = 0; l < bb; l += 64)
-            _mm_prefetch((const char *)p + S_PF + l, _MM_HINT_T0);
-        __m256i qh = five ? _mm256_loadu_si256((const __m256i *)(p + 16)) : _mm256_setzero_si256();
-        __m128i scm = s_k_scales(p + 4);
-        __m256i sc2 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(scm));
-        __m256i mn2 = _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(scm, scm)); /* m0 m0 m1 m1 .. */
+        __m256i qh[2], sc2[2];
+        __m128i scm[2];
+#pragma GCC unroll 2
+        for (int m = 0; m < M; m++) {
+            const unsigned char *pm = p + m * wstep;
+            for (size_t l = 0; l < bb; l += 64)
+                _mm_prefetch((const char *)pm + S_PF + l, S_PF_HINT);
+            qh[m] = five ? _mm256_loadu_si256((const __m256i *)(pm + 16)) : _mm256_setzero_si256();
+            scm[m] = s_k_scales(pm + 4);
+            sc2[m] = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(scm[m]));
+        }
         __m256i isum[PL_CPU_QDOT_ROWS], isum2[PL_CPU_QDOT_ROWS];
 #pragma GCC unroll 4
-        for (int r = 0; r < R; r++)
-            isum[r] = isum2[r] = _mm256_setzero_si256();
+        for (int i = 0; i < R + M - 1; i++)
+            isum[i] = isum2[i] = _mm256_setzero_si256();
 #pragma GCC unroll 4
         for (int c = 0; c < 4; c++) {
-            __m256i raw = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
-            __m256i lo = _mm256_and_si256(raw, m4);
-            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
-            if (five) {
-                lo = _mm256_or_si256(lo, s_q5_bit(qh, 2 * c));
-                hi = _mm256_or_si256(hi, s_q5_bit(qh, 2 * c + 1));
-            }
-            __m256i s0 = _mm256_shuffle_epi8(sc2, _mm256_set1_epi16((short)(0x0100 + 0x0404 * c)));
-            __m256i s1 = _mm256_shuffle_epi8(sc2, _mm256_set1_epi16((short)(0x0302 + 0x0404 * c)));
+#pragma GCC unroll 2
+            for (int m = 0; m < M; m++) {
+                const uint8_t *qs = p + m * wstep + (five ? 48 : 16);
+                __m256i raw = _mm256_loadu_si256((const __m256i *)(qs + 32 * c));
+                __m256i lo = _mm256_and_si256(raw, m4);
+                __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+                if (five) {
+                    lo = _mm256_or_si256(lo, s_q5_bit(qh[m], 2 * c));
+                    hi = _mm256_or_si256(hi, s_q5_bit(qh[m], 2 * c + 1));
+                }
+                __m256i s0 =
+                    _mm256_shuffle_epi8(sc2[m], _mm256_set1_epi16((short)(0x0100 + 0x0404 * c)));
+                __m256i s1 =
+                    _mm256_shuffle_epi8(sc2[m], _mm256_set1_epi16((short)(0x0302 + 0x0404 * c)));
 #pragma GCC unroll 4
-            for (int r = 0; r < R; r++) {
-                const int8_t *xq = ((const pl_q8k_act_t *)qx[r] + b)->qs + 64 * c;
-                __m256i x0 = _mm256_loadu_si256((const __m256i *)xq);
-                __m256i x1 = _mm256_loadu_si256((const __m256i *)(xq + 32));
-                if (S_TWO_CHAINS(R)) { /* each sub-block straight into its own chain */
-                    isum[r] = S_ACC_I16(isum[r], _mm256_maddubs_epi16(lo, x0), s0);
-                    isum2[r] = S_ACC_I16(isum2[r], _mm256_maddubs_epi16(hi, x1), s1);
-                } else { /* the second sub-block added onto the first's products, then onto
-                          * isum: one short chain (a lone row would wait on two dependent
-                          * VNNI adds per chunk) */
-                    __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, x0), s0);
-                    __m256i p01 = S_ACC_I16(p0, _mm256_maddubs_epi16(hi, x1), s1);
-                    isum[r] = _mm256_add_epi32(isum[r], p01);
+                for (int r = 0; r < R; r++) {
+                    const int8_t *xq = ((const pl_q8k_act_t *)qx[r] + b)->qs + 64 * c;
+                    __m256i x0 = _mm256_loadu_si256((const __m256i *)xq);
+                    __m256i x1 = _mm256_loadu_si256((const __m256i *)(xq + 32));
+                    if (two) { /* each sub-block straight into its own chain */
+                        isum[r + m] = S_ACC_I16(isum[r + m], _mm256_maddubs_epi16(lo, x0), s0);
+                        isum2[r + m] = S_ACC_I16(isum2[r + m], _mm256_maddubs_epi16(hi, x1), s1);
+                    } else { /* the second sub-block added onto the first's products, then onto
+                              * isum: one short chain (a lone row would wait on two dependent
+                              * VNNI adds per chunk) */
+                        __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, x0), s0);
+                        __m256i p01 = S_ACC_I16(p0, _mm256_maddubs_epi16(hi, x1), s1);
+                        isum[r + m] = _mm256_add_epi32(isum[r + m], p01);
+                    }
                 }
             }
         }
-        float dw = s_half(p), dmin = s_half(p + 2);
+#pragma GCC unroll 2
+        for (int m = 0; m < M; m++) {
+            const unsigned char *pm = p + m * wstep;
+            float dw = s_half(pm), dmin = s_half(pm + 2);
+            __m256i mn2 = _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(scm[m], scm[m])); /* m0 m0 m1 .. */
 #pragma GCC unroll 4
-        for (int r = 0; r < R; r++) {
-            const pl_q8k_act_t *a = (const pl_q8k_act_t *)qx[r] + b;
-            if (S_TWO_CHAINS(R))
-                isum[r] = _mm256_add_epi32(isum[r], isum2[r]);
-            __m256i ms = _mm256_madd_epi16(mn2, _mm256_loadu_si256((const __m256i *)a->bsums));
-            __m256 t = _mm256_fmadd_ps(_mm256_set1_ps(a->d * dw), _mm256_cvtepi32_ps(isum[r]),
-                                       acc[r]);
-            acc[r] = _mm256_fnmadd_ps(_mm256_set1_ps(a->d * dmin), _mm256_cvtepi32_ps(ms), t);
+            for (int r = 0; r < R; r++) {
+                const pl_q8k_act_t *a = (const pl_q8k_act_t *)qx[r] + b;
+                if (two)
+                    isum[r + m] = _mm256_add_epi32(isum[r + m], isum2[r + m]);
+                __m256i ms = _mm256_madd_epi16(mn2, _mm256_loadu_si256((const __m256i *)a->bsums));
+                __m256 t = _mm256_fmadd_ps(_mm256_set1_ps(a->d * dw),
+                                           _mm256_cvtepi32_ps(isum[r + m]), acc[r + m]);
+                acc[r + m] =
+                    _mm256_fnmadd_ps(_mm256_set1_ps(a->d * dmin), _mm256_cvtepi32_ps(ms), t);
+            }
         }
     }
 #pragma GCC unroll 4
-    for (int r = 0; r < R; r++) { /* cpu_qdot.c's s_k_lanes_sum order, in registers */
-        __m128 v = _mm_add_ps(_mm256_castps256_ps128(acc[r]), _mm256_extractf128_ps(acc[r], 1));
+    for (int i = 0; i < R + M - 1; i++) { /* cpu_qdot.c's s_k_lanes_sum order, in registers */
+        __m128 v = _mm_add_ps(_mm256_castps256_ps128(acc[i]), _mm256_extractf128_ps(acc[i], 1));
         v = _mm_add_ps(v, _mm_movehl_ps(v, v));
-        out[r] = _mm_cvtss_f32(_mm_add_ss(v, _mm_movehdup_ps(v)));
+        out[i] = _mm_cvtss_f32(_mm_add_ss(v, _mm_movehdup_ps(v)));
     }
 }
 
-#define S_Q4_K(R) s_k45_rows(w, qx, R, n, false, out)
-#define S_Q5_K(R) s_k45_rows(w, qx, R, n, true, out)
-S_BLOCK_ENTRY(S_NAME(pl_cpu_q4_k_block_), S_Q4_K)
-S_BLOCK_ENTRY(S_NAME(pl_cpu_q5_k_block_), S_Q5_K)
+#define S_Q4_K(R) s_k45_rows(w, 0, 1, qx, R, n, false, out)
+#define S_Q5_K(R) s_k45_rows(w, 0, 1, qx, R, n, true, out)
+#define S_Q4_K_PAIR(ws) s_k45_rows(w, ws, 2, qx, 1, n, false, out)
+#define S_Q5_K_PAIR(ws) s_k45_rows(w, ws, 2, qx, 1, n, true, out)
+S_BLOCK_ENTRY(S_NAME(pl_cpu_q4_k_block_), S_Q4_K, S_Q4_K_PAIR)
+S_BLOCK_ENTRY(S_NAME(pl_cpu_q5_k_block_), S_Q5_K, S_Q5_K_PAIR)
 S_ROWS_VIA_BLOCK(S_NAME(pl_cpu_q4_k_rows_), S_NAME(pl_cpu_q4_k_block_))
 S_ROWS_VIA_BLOCK(S_NAME(pl_cpu_q5_k_rows_), S_NAME(pl_cpu_q5_k_block_))
 
 float S_NAME(pl_cpu_q4_k_dot_)(const void *w, const void *qx, int64_t n)
 {
     float out;
-    s_k45_rows(w, &qx, 1, n, false, &out);
+    s_k45_rows(w, 0, 1, &qx, 1, n, false, &out);
     return out;
 }
 
 float S_NAME(pl_cpu_q5_k_dot_)(const void *w, const void *qx, int64_t n)
 {
     float out;
-    s_k45_rows(w, &qx, 1, n, true, &out);
+    s_k45_rows(w, 0, 1, &qx, 1, n, true, &out);
     return out;
 }
 
