@@ -21,33 +21,13 @@ static void s_teardown(void)
     tc_cluster_end(&s_c, s_passed);
 }
 
-/* n daemons, a tiny model and a corpus of token ids, as test_train_job's. */
-static void s_start(int n_nodes)
-{
-    const int threads[4] = {1, 1, 1, 1};
-    cr_assert_eq(tc_cluster_start(&s_c, n_nodes, threads), 0, "nodes did not register");
-    cr_assert_eq(tc_make_model(s_c.dir, "tiny", "--layers 3 --hidden 32 --intermediate 64 "
-                                                "--heads 4 --kv-heads 2 --vocab 64 --seed 3"),
-                 0);
-    char path[600], text[8192];
-    size_t n = 0;
-    for (int i = 0; i < 700; i++)
-        n += (size_t)snprintf(text + n, sizeof(text) - n, "%d ", (i * 7 + 3) % 61);
-    snprintf(path, sizeof(path), "%s/corpus.tok", s_c.dir);
-    tc_write(path, text);
-}
-
 /* dir/NAME.yaml: S_STEPS steps on 2 stages (1f1b), a checkpoint every S_EVERY into ckpt_NAME. */
 static void s_train_file(const char *name)
 {
-    char path[600], text[2048];
-    snprintf(path, sizeof(path), "%s/%s.yaml", s_c.dir, name);
-    snprintf(text, sizeof(text),
-             "model: tiny\ndata:\n  tokens: corpus.tok\nseq_len: 32\nglobal_batch: 16\n"
-             "steps: %d\noptimizer:\n  lr: 1.0e-2\n  warmup_steps: 1\n  clip_norm: 0.5\n"
-             "stages: 2\nschedule: 1f1b\ncheckpoint_every: %d\ncheckpoint_dir: ckpt_%s\n",
-             S_STEPS, S_EVERY, name);
-    tc_write(path, text);
+    char extra[256];
+    snprintf(extra, sizeof(extra),
+             "schedule: 1f1b\ncheckpoint_every: %d\ncheckpoint_dir: ckpt_%s\n", S_EVERY, name);
+    tc_train_file(&s_c, name, 32, 16, S_STEPS, extra);
 }
 
 static int s_submit(const char *name)
@@ -204,7 +184,7 @@ Test(train_recover, coordinator_killed_mid_training_resumes_from_the_checkpoint,
      .fini = s_teardown, .timeout = 600)
 {
     double ref[S_STEPS];
-    s_start(2);
+    tc_train_start(&s_c, 2);
     s_reference(ref);
     s_train_file("run");
     int id = s_submit("run");
@@ -247,7 +227,7 @@ Test(train_recover, lost_node_mid_training_is_replanned_and_resumes_from_the_che
      .fini = s_teardown, .timeout = 600)
 {
     double ref[S_STEPS];
-    s_start(3);
+    tc_train_start(&s_c, 3);
     s_reference(ref);
     s_train_file("run");
     int id = s_submit("run");
