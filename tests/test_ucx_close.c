@@ -234,10 +234,10 @@ static bool s_peer_leaves_over_tcp(bool expected)
 {
     setenv("UCX_TLS", "tcp", 1);
     pl_ucx_t *a = NULL, *b = NULL;
-    cr_assert_eq(pl_ucx_create_with(&(pl_ucx_params_t){.peer_timeout_ms = 1000}, &a), PL_OK,
-                 "%s", pl_error_msg());
-    cr_assert_eq(pl_ucx_create_with(&(pl_ucx_params_t){.peer_timeout_ms = 1000}, &b), PL_OK,
-                 "%s", pl_error_msg());
+    cr_assert_eq(pl_ucx_create_with(&(pl_ucx_params_t){.peer_timeout_ms = 1000}, &a), PL_OK, "%s",
+                 pl_error_msg());
+    cr_assert_eq(pl_ucx_create_with(&(pl_ucx_params_t){.peer_timeout_ms = 1000}, &b), PL_OK, "%s",
+                 pl_error_msg());
     cr_assert_eq(pl_ucx_progress_start(a), PL_OK);
     pl_ucx_ep_t *ab = tu_connect(a, b), *ba = tu_connect(b, a);
     void *buf;
