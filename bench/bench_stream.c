@@ -165,14 +165,18 @@ static int s_side(bool sender, int rd, int wr, int res, bool lat, size_t len, in
     char line[64];
     if (s_setup(&s, rd, wr, len + 64, !sender) || s_run(&s, sender, len, iters, lat, v))
         return 1;
+    /* A clean end: each side says its peer may go before the other can learn it is done (over
+     * TCP the first side to close fails the other's connection, a failure otherwise logged). */
     if (sender) {
         snprintf(line, sizeof(line), "%.3f %.3f", v[0], v[1]);
+        pl_ucx_expect_close(s.ucx);
         s_put(res, line);
         if (s_get(rd, line, sizeof(line))) /* wait for the receiver's goodbye */
             line[0] = 0;
     } else {
         if (s_get(res, line, sizeof(line)))
             line[0] = 0;
+        pl_ucx_expect_close(s.ucx);
         s_put(wr, "bye");
         /* bandwidth as the receiver saw it; latency as the sender timed it */
         if (!lat)

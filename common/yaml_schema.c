@@ -99,32 +99,35 @@ static void s_defaults(const pl_ys_field_t *fields, char *base)
     }
 }
 
+/* Whether d is one or more decimal digits and nothing else. */
+static bool s_all_digits(const char *d)
+{
+    if (!*d)
+        return false;
+    for (; *d; d++)
+        if (*d < '0' || *d > '9')
+            return false;
+    return true;
+}
+
 /* Decimal integer with optional sign; -1: not an integer, -2: does not fit a long long. */
 static int s_parse_ll(const char *s, long long *out)
 {
-    const char *d = s + (*s == '+' || *s == '-');
-    char *end;
-    if (!*d)
+    if (!s_all_digits(s + (*s == '+' || *s == '-')))
         return -1;
-    for (const char *q = d; *q; q++)
-        if (*q < '0' || *q > '9')
-            return -1;
     errno = 0;
-    *out = strtoll(s, &end, 10);
+    *out = strtoll(s, NULL, 10);
     return errno == ERANGE ? -2 : 0;
 }
 
+/* Decimal integer with optional '+'; -1: not one, -2: does not fit 64 bits unsigned. */
 static int s_parse_u64(const char *s, uint64_t *out)
 {
     const char *d = s + (*s == '+');
-    char *end;
-    if (!*d)
+    if (!s_all_digits(d))
         return -1;
-    for (const char *q = d; *q; q++)
-        if (*q < '0' || *q > '9')
-            return -1;
     errno = 0;
-    *out = strtoull(d, &end, 10);
+    *out = strtoull(d, NULL, 10);
     return errno == ERANGE ? -2 : 0;
 }
 

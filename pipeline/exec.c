@@ -313,7 +313,10 @@ static void *s_thread(void *arg)
     s_send_main(x, &m);
     pl_msg_clear(&m);
     /* Keep the worker and its endpoints until the whole job is over: a peer that still waits
-     * for STOP would otherwise see this endpoint close and fail (TCP reports it at once). */
+     * for STOP would otherwise see this endpoint close and fail (TCP reports it at once). This
+     * stage is done, so a peer that goes from here on is no failure to log. */
+    if (x->ucx)
+        pl_ucx_expect_close(x->ucx);
     for (double t0 = pl_now(); x->ucx && !atomic_load(&x->cancel) && pl_now() - t0 < S_LINGER_S;) {
         pl_ucx_progress(x->ucx);
         usleep(10 * 1000);

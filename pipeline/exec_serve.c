@@ -71,12 +71,8 @@ pl_status_t pl_exec_serve_load(pl_exec_t *x, const pl_model_config_t *cfg)
                         "assignment: max_ctx %d not in [2, %d] (the model's "
                         "positions)",
                         x->p.max_ctx, cfg->max_pos);
-    if (spec->gen.prefill_chunk < 0 || spec->gen.prefill_chunk > PL_JOB_MAX_PREFILL_CHUNK)
-        return pl_error(PL_ERR_RANGE, "field 'prefill_chunk': %d not in [0, %d]",
-                        spec->gen.prefill_chunk, PL_JOB_MAX_PREFILL_CHUNK);
-    if (spec->gen.wire_dtype[0] && (st = pl_act_dtype_parse(spec->gen.wire_dtype, &j.wire_dtype)))
-        return pl_error_prefix(st, "field 'wire_dtype': ");
-    j.gen = spec->gen;
+    if ((st = pl_gen_job_set_gen(&j, &spec->gen)))
+        return st;
     j.n_seqs = sv->kv_slots;
     j.microbatches = x->p.microbatches;
     j.n_eos = cfg->n_eos;

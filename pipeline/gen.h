@@ -44,6 +44,9 @@ typedef struct {
  * microbatch; at most one per sequence); the EOS ids come from the model config. Token ids are
  * checked against the vocabulary, prompt lengths (+ max_new_tokens) against the model's
  * positions. Free with pl_gen_job_clear. */
+/* A job's generation settings kept as job->gen once its data-plane ones are checked (prefill_chunk,
+ * wire_dtype, into job->wire_dtype): the one check of them for jobs and deployments alike. */
+pl_status_t pl_gen_job_set_gen(pl_gen_job_t *job, const pl_job_gen_t *gen);
 pl_status_t pl_gen_job_from_spec(const pl_job_spec_t *spec, int microbatches,
                                  const pl_model_config_t *cfg, pl_gen_job_t *job);
 /* What text prompts are tokenized with: the model's tokenizer (NULL: the model has none, and a

@@ -116,6 +116,20 @@ static pl_status_t s_prompt(const pl_job_spec_t *spec, int idx, const pl_model_c
     return PL_OK;
 }
 
+pl_status_t pl_gen_job_set_gen(pl_gen_job_t *job, const pl_job_gen_t *gen)
+{
+    pl_act_dtype_t dt = PL_ACT_F32;
+    pl_status_t st;
+    if (gen->prefill_chunk < 0 || gen->prefill_chunk > PL_JOB_MAX_PREFILL_CHUNK)
+        return pl_error(PL_ERR_RANGE, "field 'prefill_chunk': %d not in [0, %d]",
+                        gen->prefill_chunk, PL_JOB_MAX_PREFILL_CHUNK);
+    if (gen->wire_dtype[0] && (st = pl_act_dtype_parse(gen->wire_dtype, &dt)))
+        return pl_error_prefix(st, "field 'wire_dtype': ");
+    job->gen = *gen;
+    job->wire_dtype = dt;
+    return PL_OK;
+}
+
 pl_status_t pl_gen_job_from_spec(const pl_job_spec_t *spec, int microbatches,
                                  const pl_model_config_t *cfg, pl_gen_job_t *job)
 {
@@ -128,12 +142,8 @@ pl_status_t pl_gen_job_from_spec(const pl_job_spec_t *spec, int microbatches,
     if (spec->gen.max_new_tokens < 1 || spec->gen.max_new_tokens > PL_JOB_MAX_NEW_TOKENS)
         return pl_error(PL_ERR_RANGE, "field 'max_new_tokens': %d not in [1, %d]",
                         spec->gen.max_new_tokens, PL_JOB_MAX_NEW_TOKENS);
-    if (spec->gen.prefill_chunk < 0 || spec->gen.prefill_chunk > PL_JOB_MAX_PREFILL_CHUNK)
-        return pl_error(PL_ERR_RANGE, "field 'prefill_chunk': %d not in [0, %d]",
-                        spec->gen.prefill_chunk, PL_JOB_MAX_PREFILL_CHUNK);
-    if (spec->gen.wire_dtype[0] && (st = pl_act_dtype_parse(spec->gen.wire_dtype, &j.wire_dtype)))
-        return pl_error_prefix(st, "field 'wire_dtype': ");
-    j.gen = spec->gen;
+    if ((st = pl_gen_job_set_gen(&j, &spec->gen)))
+        return st;
     j.sampling = (pl_sample_params_t){.temperature = spec->gen.temperature,
                                       .top_k = spec->gen.top_k,
                                       .top_p = spec->gen.top_p,

@@ -382,4 +382,36 @@ static inline char *tc_err(const tc_cluster_t *c, const char *job)
     return out;
 }
 
+/* The training suites' cluster: n daemons of one thread each, the tiny model c->dir/tiny (3
+ * layers, hidden 32, vocab 64, seed 3) and c->dir/corpus.tok, a repetitive corpus of token ids. */
+static inline void tc_train_start(tc_cluster_t *c, int n_nodes)
+{
+    cr_assert_eq(tc_cluster_start(c, n_nodes, NULL), 0, "nodes did not register");
+    cr_assert_eq(tc_make_model(c->dir, "tiny",
+                               "--layers 3 --hidden 32 --intermediate 64 "
+                               "--heads 4 --kv-heads 2 --vocab 64 --seed 3"),
+                 0);
+    char path[600], text[8192];
+    size_t n = 0;
+    for (int i = 0; i < 700; i++)
+        n += (size_t)snprintf(text + n, sizeof(text) - n, "%d ", (i * 7 + 3) % 61);
+    snprintf(path, sizeof(path), "%s/corpus.tok", c->dir);
+    tc_write(path, text);
+}
+
+/* dir/NAME.yaml: a training job of the tiny model on the corpus, 2 stages, `steps` steps of
+ * `batch` sequences of seq_len tokens, `extra` lines after. */
+static inline void tc_train_file(const tc_cluster_t *c, const char *name, int seq_len, int batch,
+                                 int steps, const char *extra)
+{
+    char path[600], text[2048];
+    snprintf(path, sizeof(path), "%s/%s.yaml", c->dir, name);
+    snprintf(text, sizeof(text),
+             "model: tiny\ndata:\n  tokens: corpus.tok\nseq_len: %d\nglobal_batch: %d\n"
+             "steps: %d\noptimizer:\n  lr: 1.0e-2\n  warmup_steps: 1\n  clip_norm: 0.5\n"
+             "stages: 2\n%s",
+             seq_len, batch, steps, extra);
+    tc_write(path, text);
+}
+
 #endif

@@ -1,8 +1,11 @@
 /* What the CPU gradient suites share: an arena of the arrays a test makes (freed by the suite's
- * fini), a seeded generator (GRAD_SEED before the include), f32-exact random arrays, RMSNorm and
- * matmul in double, and the check of a gradient against central finite differences. */
+ * fini), a seeded generator (GRAD_SEED before the include), f32-exact random arrays, the layer's
+ * ops in double (RMSNorm, matmul, RoPE, causal attention, SiLU, cross-entropy), the RoPE settings
+ * the suites train with, and the check of a gradient against central finite differences. */
 #ifndef PL_TESTS_GRAD_UTIL_H
 #define PL_TESTS_GRAD_UTIL_H
+
+#include "model/model.h"
 
 #include <criterion/criterion.h>
 #include <math.h>
@@ -11,33 +14,6 @@
 
 #ifndef GRAD_SEED
 #define GRAD_SEED 1
-typedef double (*loss_fn)(void);
-
-/* Compare the analytic gradient g (f32) of loss with respect to p[0..n) with central
- * differences. */
-static inline void check_grad(const char *what, double *p, size_t n, const float *g, loss_fn loss)
-{
-    double maxg = 0, maxerr = 0;
-    double *fd = malloc(n * sizeof(double));
-    cr_assert(fd);
-    for (size_t i = 0; i < n; i++) {
-        double keep = p[i], h = 1e-5 * fmax(1.0, fabs(keep));
-        p[i] = keep + h;
-        double lp = loss();
-        p[i] = keep - h;
-        double lm = loss();
-        p[i] = keep;
-        fd[i] = (lp - lm) / (2 * h);
-        maxg = fmax(maxg, fabs(fd[i]));
-    }
-    for (size_t i = 0; i < n; i++)
-        maxerr = fmax(maxerr, fabs(fd[i] - g[i]));
-    cr_assert(maxg > 1e-6, "%s: gradient is all zeros, test is vacuous", what);
-    cr_assert(maxerr <= 2e-3 * maxg + 1e-5, "%s: max |analytic - fd| = %g (max |fd| %g)", what,
-              maxerr, maxg);
-    free(fd);
-}
-
 #endif
 
 /* Every array a test makes, freed when it ends (the sanitizer build checks for leaks). */
@@ -106,6 +82,93 @@ static inline void r_matmul(const double *x, int n, int in, const double *w, int
                 s += x[r * in + i] * w[o * in + i];
             y[r * out + o] = s;
         }
+}
+
+/* RoPE in place on n rows (positions 0..n-1) of `heads` heads of hd, in double. */
+static inline void r_rope(double *x, int n, int heads, int hd, const double *inv_freq)
+{
+    int half = hd / 2;
+    for (int r = 0; r < n; r++)
+        for (int h = 0; h < heads; h++) {
+            double *v = x + (r * heads + h) * hd;
+            for (int i = 0; i < half; i++) {
+                double c = cos(r * inv_freq[i]), s = sin(r * inv_freq[i]);
+                double a = v[i], b = v[i + half];
+                v[i] = a * c - b * s;
+                v[i + half] = b * c + a * s;
+            }
+        }
+}
+
+/* Causal attention of n rows (at most 64), `heads` query heads sharing kvh key/value heads, in
+ * double. */
+static inline void r_attention(const double *q, const double *k, const double *v, int n, int heads,
+                               int kvh, int hd, double *out)
+{
+    double p[64];
+    for (int h = 0; h < heads; h++) {
+        int g = h / (heads / kvh);
+        for (int i = 0; i < n; i++) {
+            double mx = -1e300, sum = 0;
+            for (int j = 0; j <= i; j++) {
+                double s = 0;
+                for (int d = 0; d < hd; d++)
+                    s += q[(i * heads + h) * hd + d] * k[(j * kvh + g) * hd + d];
+                p[j] = s / sqrt((double)hd);
+                mx = fmax(mx, p[j]);
+            }
+            for (int j = 0; j <= i; j++)
+                sum += (p[j] = exp(p[j] - mx));
+            for (int d = 0; d < hd; d++) {
+                double o = 0;
+                for (int j = 0; j <= i; j++)
+                    o += p[j] / sum * v[(j * kvh + g) * hd + d];
+                out[(i * heads + h) * hd + d] = o;
+            }
+        }
+    }
+}
+
+static inline double r_silu(double g)
+{
+    return g / (1 + exp(-g));
+}
+
+/* sum(y * r): the suites' scalar loss of an op's output. */
+static inline double r_dot(const double *y, const double *r, size_t n)
+{
+    double s = 0;
+    for (size_t i = 0; i < n; i++)
+        s += y[i] * r[i];
+    return s;
+}
+
+/* The mean cross-entropy of n rows of v logits against their targets, in double. */
+static inline double r_xent(const double *logits, const int32_t *target, int n, int v)
+{
+    double s = 0;
+    for (int r = 0; r < n; r++) {
+        double sum = 0;
+        for (int j = 0; j < v; j++)
+            sum += exp(logits[r * v + j]);
+        s += log(sum) - logits[r * v + target[r]];
+    }
+    return s / n;
+}
+
+/* The RoPE the suites train with: head_dim 4, Llama 3 scaling (which changes the frequencies at
+ * this size), its inverse frequencies into inv_freq[2]. */
+static inline pl_model_config_t grad_rope_cfg(double *inv_freq)
+{
+    pl_model_config_t cfg = {.head_dim = 4,
+                             .rope_theta = 10000.0f,
+                             .rope_scaling = PL_ROPE_LLAMA3,
+                             .rope_factor = 8.0f,
+                             .rope_low_freq_factor = 1.0f,
+                             .rope_high_freq_factor = 4.0f,
+                             .rope_orig_max_pos = 8};
+    pl_model_rope_inv_freq(&cfg, inv_freq);
+    return cfg;
 }
 
 typedef double (*loss_fn)(void);

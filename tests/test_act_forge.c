@@ -12,9 +12,10 @@
 #include "pipeline/gen_local.h"
 #include "pipeline/link_probe.h"
 #include "transport/act_recv.h"
-#include "transport/ucx_grant.h"
 #include "transport/msg.h"
 #include "transport/ucx.h"
+#include "transport/ucx_grant.h"
+#include "ucx_util.h"
 
 #include <criterion/criterion.h>
 #include <pthread.h>
@@ -406,16 +407,6 @@ Test(act_forge, forged_messages_mid_job_are_dropped_and_counted)
 
 /* ---- grants and probes, with workers in this process ---- */
 
-static pl_ucx_ep_t *s_connect(pl_ucx_t *from, pl_ucx_t *to)
-{
-    char *addr = NULL;
-    pl_ucx_ep_t *ep = NULL;
-    cr_assert_eq(pl_ucx_address(to, &addr), PL_OK);
-    cr_assert_eq(pl_ucx_connect(from, addr, &ep), PL_OK, "%s", pl_error_msg());
-    free(addr);
-    return ep;
-}
-
 static void s_send_grant(pl_ucx_t *u, pl_ucx_ep_t *ep, uint32_t credits, const pl_act_token_t *t)
 {
     unsigned char *g = malloc(PL_UCX_GRANT_BYTES);
@@ -435,7 +426,7 @@ Test(act_forge_link, a_forged_grant_adds_no_credit)
     cr_assert_eq(pl_ucx_create(&a), PL_OK, "%s", pl_error_msg());
     cr_assert_eq(pl_ucx_create(&f), PL_OK, "%s", pl_error_msg());
     pl_ucx_set_token(a, &t);
-    pl_ucx_ep_t *af = s_connect(a, f), *fa = s_connect(f, a);
+    pl_ucx_ep_t *af = tu_connect(a, f), *fa = tu_connect(f, a);
     pl_ucx_ep_use_credits(af, pl_act_tag_credit(S_JOB));
     s_send_grant(f, fa, 50, &guess);
     s_send_grant(f, fa, 50, &zero);
@@ -501,8 +492,8 @@ Test(act_forge_link, a_forged_probe_gets_no_answer)
     cr_assert_eq(pl_act_token_new(&guess), PL_OK);
     cr_assert_eq(pl_ucx_create(&p.u), PL_OK, "%s", pl_error_msg());
     cr_assert_eq(pl_ucx_create(&f), PL_OK, "%s", pl_error_msg());
-    p.ep = s_connect(p.u, f);
-    pl_ucx_ep_t *fp = s_connect(f, p.u);
+    p.ep = tu_connect(p.u, f);
+    pl_ucx_ep_t *fp = tu_connect(f, p.u);
     pthread_t th;
     cr_assert_eq(pthread_create(&th, NULL, s_prober, &p), 0);
     s_send_probe(f, fp, 0, 1, PL_ACT_TOKEN_BYTES, &guess);

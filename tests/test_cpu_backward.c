@@ -16,64 +16,7 @@
 
 TestSuite(cpu_backward, .fini = free_arena);
 
-/* ---- scalar double reference ---- */
-
 static double g_inv_freq[64];
-
-static void r_rope(double *x, int n, int heads, int hd)
-{
-    int half = hd / 2;
-    for (int r = 0; r < n; r++)
-        for (int h = 0; h < heads; h++) {
-            double *v = x + (r * heads + h) * hd;
-            for (int i = 0; i < half; i++) {
-                double c = cos(r * g_inv_freq[i]), s = sin(r * g_inv_freq[i]);
-                double a = v[i], b = v[i + half];
-                v[i] = a * c - b * s;
-                v[i + half] = b * c + a * s;
-            }
-        }
-}
-
-static void r_attention(const double *q, const double *k, const double *v, int n, int heads,
-                        int kvh, int hd, double *out)
-{
-    double p[64];
-    for (int h = 0; h < heads; h++) {
-        int g = h / (heads / kvh);
-        for (int i = 0; i < n; i++) {
-            double mx = -1e300, sum = 0;
-            for (int j = 0; j <= i; j++) {
-                double s = 0;
-                for (int d = 0; d < hd; d++)
-                    s += q[(i * heads + h) * hd + d] * k[(j * kvh + g) * hd + d];
-                p[j] = s / sqrt((double)hd);
-                mx = fmax(mx, p[j]);
-            }
-            for (int j = 0; j <= i; j++)
-                sum += (p[j] = exp(p[j] - mx));
-            for (int d = 0; d < hd; d++) {
-                double o = 0;
-                for (int j = 0; j <= i; j++)
-                    o += p[j] / sum * v[(j * kvh + g) * hd + d];
-                out[(i * heads + h) * hd + d] = o;
-            }
-        }
-    }
-}
-
-static double r_silu(double g)
-{
-    return g / (1 + exp(-g));
-}
-
-static double dot_r(const double *y, const double *r, size_t n)
-{
-    double s = 0;
-    for (size_t i = 0; i < n; i++)
-        s += y[i] * r[i];
-    return s;
-}
 
 /* ---- single ops ---- */
 
@@ -85,7 +28,7 @@ static double *g_x, *g_w, *g_r, *g_y;
 static double loss_rmsnorm(void)
 {
     r_rmsnorm(g_x, g_w, N, D, 1e-5, g_y);
-    return dot_r(g_y, g_r, N * D);
+    return r_dot(g_y, g_r, N * D);
 }
 
 Test(cpu_backward, rmsnorm_input_and_weight)
@@ -108,21 +51,13 @@ Test(cpu_backward, rmsnorm_input_and_weight)
 static double loss_rope(void)
 {
     memcpy(g_y, g_x, sizeof(double) * N * D);
-    r_rope(g_y, N, 3, 4);
-    return dot_r(g_y, g_r, N * D);
+    r_rope(g_y, N, 3, 4, g_inv_freq);
+    return r_dot(g_y, g_r, N * D);
 }
 
 Test(cpu_backward, rope_llama3)
 {
-    pl_model_config_t cfg = {.head_dim = 4,
-                             .rope_theta = 10000.0f,
-                             .rope_scaling = PL_ROPE_LLAMA3,
-                             .rope_factor = 8.0f,
-                             .rope_low_freq_factor = 1.0f,
-                             .rope_high_freq_factor = 4.0f,
-                             .rope_orig_max_pos = 8};
-    pl_model_rope_inv_freq(&cfg, g_inv_freq);
-    pl_model_config_t plain = cfg;
+    pl_model_config_t plain = grad_rope_cfg(g_inv_freq);
     plain.rope_scaling = PL_ROPE_NONE;
     double unscaled[2];
     pl_model_rope_inv_freq(&plain, unscaled);
@@ -164,7 +99,7 @@ Test(cpu_backward, swiglu)
 static double loss_matmul(void)
 {
     r_matmul(g_x, N, D, g_w, O, g_y);
-    return dot_r(g_y, g_r, N * O);
+    return r_dot(g_y, g_r, N * O);
 }
 
 Test(cpu_backward, matmul_input_and_weight)
@@ -198,7 +133,7 @@ static double *g_q, *g_k, *g_v;
 static double loss_attn(void)
 {
     r_attention(g_q, g_k, g_v, N, AH, AK, AD, g_y);
-    return dot_r(g_y, g_r, N * AH * AD);
+    return r_dot(g_y, g_r, N * AH * AD);
 }
 
 Test(cpu_backward, attention_causal_gqa)
@@ -223,14 +158,7 @@ static int32_t g_t[N] = {3, 0, 8, 3, 5};
 
 static double loss_xent(void)
 {
-    double s = 0;
-    for (int r = 0; r < N; r++) {
-        double sum = 0;
-        for (int j = 0; j < V; j++)
-            sum += exp(g_x[r * V + j]);
-        s += log(sum) - g_x[r * V + g_t[r]];
-    }
-    return s / N;
+    return r_xent(g_x, g_t, N, V);
 }
 
 Test(cpu_backward, cross_entropy)

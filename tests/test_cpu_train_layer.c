@@ -24,48 +24,19 @@ static double g_inv_freq[2];
 static double *g_w[9], *g_x, *g_r;
 static size_t g_sz[9];
 
-static void r_rope(double *x, int n, int heads, int hd)
-{
-    for (int r = 0; r < n; r++)
-        for (int h = 0; h < heads; h++)
-            for (int i = 0; i < hd / 2; i++) {
-                double *v = x + (r * heads + h) * hd, c = cos(r * g_inv_freq[i]);
-                double s = sin(r * g_inv_freq[i]), a = v[i], b = v[i + hd / 2];
-                v[i] = a * c - b * s;
-                v[i + hd / 2] = b * c + a * s;
-            }
-}
-
 /* The layer in double: y = h + W_d(silu(W_g n2) * W_u n2), h = x + W_o attn(rope(W_q n1), ...). */
 static void r_layer(const double *x, double *y)
 {
     enum { H = 16, Q = 16, K = 8, I = 24 };
     double n1[T * H], q[T * Q], k[T * K], v[T * K], att[T * Q], h[T * H], n2[T * H];
-    double g[T * I], u[T * I], p[T];
+    double g[T * I], u[T * I];
     r_rmsnorm(x, g_w[0], T, H, 1e-5, n1);
     r_matmul(n1, T, H, g_w[1], Q, q);
     r_matmul(n1, T, H, g_w[2], K, k);
     r_matmul(n1, T, H, g_w[3], K, v);
-    r_rope(q, T, 4, 4);
-    r_rope(k, T, 2, 4);
-    for (int hh = 0; hh < 4; hh++)
-        for (int i = 0; i < T; i++) {
-            double mx = -1e300, sum = 0;
-            for (int j = 0; j <= i; j++) {
-                double s = 0;
-                for (int dd = 0; dd < 4; dd++)
-                    s += q[i * Q + hh * 4 + dd] * k[j * K + (hh / 2) * 4 + dd];
-                mx = fmax(mx, p[j] = s / 2.0);
-            }
-            for (int j = 0; j <= i; j++)
-                sum += (p[j] = exp(p[j] - mx));
-            for (int dd = 0; dd < 4; dd++) {
-                double o = 0;
-                for (int j = 0; j <= i; j++)
-                    o += p[j] / sum * v[j * K + (hh / 2) * 4 + dd];
-                att[i * Q + hh * 4 + dd] = o;
-            }
-        }
+    r_rope(q, T, 4, 4, g_inv_freq);
+    r_rope(k, T, 2, 4, g_inv_freq);
+    r_attention(q, k, v, T, 4, 2, 4, att);
     r_matmul(att, T, Q, g_w[4], H, h);
     for (int i = 0; i < T * H; i++)
         h[i] += x[i];
@@ -73,7 +44,7 @@ static void r_layer(const double *x, double *y)
     r_matmul(n2, T, H, g_w[6], I, g);
     r_matmul(n2, T, H, g_w[7], I, u);
     for (int i = 0; i < T * I; i++)
-        g[i] = g[i] / (1 + exp(-g[i])) * u[i];
+        g[i] = r_silu(g[i]) * u[i];
     r_matmul(g, T, I, g_w[8], H, y);
     for (int i = 0; i < T * H; i++)
         y[i] += h[i];
@@ -81,23 +52,14 @@ static void r_layer(const double *x, double *y)
 
 static double loss_layer(void)
 {
-    double y[T * 16], s = 0;
+    double y[T * 16];
     r_layer(g_x, y);
-    for (int i = 0; i < T * 16; i++)
-        s += y[i] * g_r[i];
-    return s;
+    return r_dot(y, g_r, T * 16);
 }
 
 static void tables(float *ct, float *st)
 {
-    pl_model_config_t cfg = {.head_dim = 4,
-                             .rope_theta = 10000.0f,
-                             .rope_scaling = PL_ROPE_LLAMA3,
-                             .rope_factor = 8.0f,
-                             .rope_low_freq_factor = 1.0f,
-                             .rope_high_freq_factor = 4.0f,
-                             .rope_orig_max_pos = 8};
-    pl_model_rope_inv_freq(&cfg, g_inv_freq);
+    grad_rope_cfg(g_inv_freq);
     int pos[T];
     for (int i = 0; i < T; i++)
         pos[i] = i;
@@ -203,16 +165,10 @@ static int32_t g_tg[T] = {1, 10, 4, 4, 0, 7};
 
 static double loss_head(void)
 {
-    double xn[T * 16], l[T * HV], s = 0;
+    double xn[T * 16], l[T * HV];
     r_rmsnorm(g_hx, g_hn, T, 16, 1e-5, xn);
     r_matmul(xn, T, 16, g_hw, HV, l);
-    for (int r = 0; r < T; r++) {
-        double sum = 0;
-        for (int j = 0; j < HV; j++)
-            sum += exp(l[r * HV + j]);
-        s += log(sum) - l[r * HV + g_tg[r]];
-    }
-    return s / T;
+    return r_xent(l, g_tg, T, HV);
 }
 
 Test(cpu_train_layer, head_gradients_against_finite_differences)

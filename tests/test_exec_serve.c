@@ -3,9 +3,9 @@
  * (daemon/node_serve.c), SEQ_OUT read off the last stage's socket. Every request's tokens, text
  * and finish equal the same prompt run alone as a one-prompt job (pl_gen_local_run: its own
  * feeder and sink), whatever shared its microbatches; cancels free slots on every stage. */
-#include "cluster_util.h"
 #include "common/util.h"
 #include "daemon/node_serve.h"
+#include "gen_util.h"
 #include "js_ref.h"
 #include "pipeline/exec.h"
 #include "pipeline/gen_local.h"
@@ -242,37 +242,7 @@ static bool s_read(s_dep_t *d, s_req_t *reqs, int n_reqs, int timeout_ms)
 /* The request alone as a one-prompt job on the whole model: its result object. */
 static json_t *s_alone(const s_req_t *r)
 {
-    pl_job_spec_t spec;
-    pl_job_spec_init(&spec);
-    snprintf(spec.model, sizeof(spec.model), "%s", s_model);
-    spec.n_prompts = 1;
-    spec.prompts = calloc(1, sizeof(*spec.prompts));
-    spec.prompt_len = calloc(1, sizeof(int));
-    spec.prompts[0] = malloc((size_t)r->n_prompt * sizeof(int32_t));
-    memcpy(spec.prompts[0], r->prompt, (size_t)r->n_prompt * sizeof(int32_t));
-    spec.prompt_len[0] = r->n_prompt;
-    spec.gen = r->gen;               /* text (a tokenizer load) only where stop strings need it */
-    spec.gen.prefill_chunk = S_STEP; /* the batcher's chunks: counted back from the end */
-    spec.microbatches = 1;
-    pl_be_device_t *dev;
-    json_t *res = NULL;
-    pl_gen_local_stats_t stats;
-    cr_assert_eq(pl_be_device_open(pl_be_cpu(), 0, 1, &dev), PL_OK);
-    cr_assert_eq(pl_gen_local_run(s_model, &spec, dev, NULL, 1, &res, &stats), PL_OK, "%s",
-                 pl_error_msg());
-    pl_be_device_close(&dev);
-    pl_job_spec_clear(&spec);
-    json_t *one = json_incref(json_array_get(res, 0));
-    json_decref(res);
-    return one;
-}
-
-static const char *s_finish(pl_finish_t f)
-{
-    return f == PL_FINISH_EOS      ? "eos"
-           : f == PL_FINISH_LENGTH ? "length"
-           : f == PL_FINISH_STOP   ? "stop"
-                                   : "none";
+    return tg_alone(s_model, r->prompt, r->n_prompt, &r->gen, S_STEP, NULL, 1);
 }
 
 /* Request r's results equal ref's (tokens, finish, and the text of its tokens as `gt`, a decoder
@@ -285,7 +255,7 @@ static void s_assert_alone(const s_req_t *r, const json_t *ref, int i, pl_gen_te
     for (int k = 0; k < r->n_tokens; k++)
         cr_assert_eq(r->tokens[k], json_integer_value(json_array_get(toks, (size_t)k)),
                      "request %d token %d", i, k);
-    cr_assert_str_eq(s_finish(r->finish), json_string_value(json_object_get(ref, "finish")),
+    cr_assert_str_eq(tg_finish_name(r->finish), json_string_value(json_object_get(ref, "finish")),
                      "request %d", i);
     /* the text of the reference's tokens, NUL bytes left out as SEQ_OUT leaves them out (a
      * job's results stop at the first: where the reference has text, it must begin it) */

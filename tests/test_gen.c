@@ -1,7 +1,7 @@
 /* Generation bookkeeping: job parsing and validation, prompts JSONL, the feeder's microbatch
  * plan and positions, the sink's stop rules and results. */
+#include "gen_util.h"
 #include "pipeline/gen.h"
-#include "transport/msg.h"
 
 #include <criterion/criterion.h>
 #include <string.h>
@@ -23,13 +23,8 @@ static json_t *s_job(void)
 static pl_status_t pl_gen_job_from_json(const json_t *gen, const pl_model_config_t *cfg,
                                         pl_gen_job_t *job)
 {
-    json_t *g = json_deep_copy(gen), *mb = json_object_get(g, "microbatches");
-    json_t *body = json_pack("{s:s, s:O, s:O?}", "model", "/m", "gen", g, "microbatches", mb);
-    json_object_del(g, "microbatches");
     pl_job_spec_t spec;
-    pl_status_t st = pl_job_spec_decode(body, &spec);
-    json_decref(body);
-    json_decref(g);
+    pl_status_t st = tg_spec(gen, &spec);
     if (st)
         return st;
     st = pl_gen_job_from_spec(&spec, spec.microbatches, cfg, job);

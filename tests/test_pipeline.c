@@ -1,27 +1,9 @@
 /* The split does not change the answer: a job run as 1, 2 and 3 stages (in one process) gives the
  * same token ids, greedy and seeded sampling, whatever the microbatching; errors are reported. */
-#include "cluster_util.h"
+#include "gen_util.h"
 #include "pipeline/gen_local.h"
-#include "transport/msg.h"
 
 #include <criterion/criterion.h>
-
-static char s_dir[256];
-static char s_model[300];
-
-static void s_setup(void)
-{
-    tc_mkdtemp(s_dir, sizeof(s_dir));
-    snprintf(s_model, sizeof(s_model), "%s/m", s_dir);
-    cr_assert_eq(tc_make_model(s_dir, "m", "--layers 5 --hidden 96 --intermediate 200 "
-                                           "--heads 6 --kv-heads 2 --vocab 300 --seed 3 --eos 2"),
-                 0);
-}
-
-static void s_teardown(void)
-{
-    tc_sh(NULL, "rm -rf %s", s_dir);
-}
 
 static json_t *s_job(double temperature, int mb, int max_new)
 {
@@ -38,13 +20,8 @@ static json_t *s_job(double temperature, int mb, int max_new)
 static pl_status_t s_local(const char *model, const json_t *gen, pl_be_device_t *dev,
                            const int *counts, int n, json_t **res, pl_gen_local_stats_t *stats)
 {
-    json_t *g = json_deep_copy(gen), *mb = json_object_get(g, "microbatches");
-    json_t *body = json_pack("{s:s, s:O, s:O?}", "model", "/m", "gen", g, "microbatches", mb);
-    json_object_del(g, "microbatches");
     pl_job_spec_t spec;
-    pl_status_t st = pl_job_spec_decode(body, &spec);
-    json_decref(body);
-    json_decref(g);
+    pl_status_t st = tg_spec(gen, &spec);
     cr_assert_eq(st, PL_OK, "%s", pl_error_msg());
     st = pl_gen_local_run(model, &spec, dev, counts, n, res, stats);
     pl_job_spec_clear(&spec);
@@ -57,7 +34,7 @@ static json_t *s_run(const json_t *job, const int *counts, int n)
     json_t *res = NULL;
     pl_gen_local_stats_t stats;
     cr_assert_eq(pl_be_device_open(pl_be_cpu(), 0, 1, &dev), PL_OK);
-    pl_status_t st = s_local(s_model, job, dev, counts, n, &res, &stats);
+    pl_status_t st = s_local(tg_model, job, dev, counts, n, &res, &stats);
     cr_assert_eq(st, PL_OK, "run failed: %s", pl_error_msg());
     cr_assert_eq(stats.generated, 5 * 12);
     /* every sequence finished and gave its KV slot back on every stage */
@@ -75,7 +52,7 @@ static void s_assert_same(const json_t *a, const json_t *b, const char *what)
     free(sb);
 }
 
-TestSuite(pipeline, .init = s_setup, .fini = s_teardown, .timeout = 60);
+TestSuite(pipeline, .init = tg_setup, .fini = tg_teardown, .timeout = 60);
 
 Test(pipeline, greedy_tokens_do_not_depend_on_the_split_or_microbatches)
 {
@@ -117,16 +94,17 @@ Test(pipeline, eos_stops_a_sequence)
     json_t *ref = s_run(job, NULL, 1);
     json_int_t second = json_integer_value(
         json_array_get(json_object_get(json_array_get(ref, 0), "tokens"), 1));
-    tc_sh(NULL, "mkdir -p %s/e && ln -sf %s/m/model.safetensors %s/e/ && "
-                "sed 's/\"eos_token_id\": *[0-9]*/\"eos_token_id\": %lld/' %s/m/config.json > "
-                "%s/e/config.json",
-          s_dir, s_dir, s_dir, (long long)second, s_dir, s_dir);
+    tc_sh(NULL,
+          "mkdir -p %s/e && ln -sf %s/m/model.safetensors %s/e/ && "
+          "sed 's/\"eos_token_id\": *[0-9]*/\"eos_token_id\": %lld/' %s/m/config.json > "
+          "%s/e/config.json",
+          tg_dir, tg_dir, tg_dir, (long long)second, tg_dir, tg_dir);
     json_object_set_new(job, "stop_at_eos", json_true());
     pl_be_device_t *dev;
     json_t *res = NULL;
     pl_gen_local_stats_t stats;
     char edir[300];
-    snprintf(edir, sizeof(edir), "%s/e", s_dir);
+    snprintf(edir, sizeof(edir), "%s/e", tg_dir);
     cr_assert_eq(pl_be_device_open(pl_be_cpu(), 0, 1, &dev), PL_OK);
     cr_assert_eq(s_local(edir, job, dev, NULL, 1, &res, &stats), PL_OK, "%s",
                  pl_error_msg());
@@ -146,11 +124,10 @@ Test(pipeline, bad_partition_and_bad_tokens_are_errors)
     pl_gen_local_stats_t stats;
     json_t *job = s_job(0, 1, 4);
     cr_assert_eq(pl_be_device_open(pl_be_cpu(), 0, 1, &dev), PL_OK);
-    cr_assert_neq(s_local(s_model, job, dev, (int[]){2, 2}, 2, &res, &stats),
-                  PL_OK);
+    cr_assert_neq(s_local(tg_model, job, dev, (int[]){2, 2}, 2, &res, &stats), PL_OK);
     cr_assert(strstr(pl_error_msg(), "layers"), "%s", pl_error_msg());
     json_array_append_new(json_object_get(job, "prompts"), json_pack("[i]", 300));
-    cr_assert_neq(s_local(s_model, job, dev, NULL, 1, &res, &stats), PL_OK);
+    cr_assert_neq(s_local(tg_model, job, dev, NULL, 1, &res, &stats), PL_OK);
     cr_assert(strstr(pl_error_msg(), "vocabulary"), "%s", pl_error_msg());
     cr_assert_neq(s_local("/nonexistent", job, dev, NULL, 1, &res, &stats), PL_OK);
     cr_assert_null(res);
@@ -177,7 +154,7 @@ static json_t *s_run_n(const json_t *job, const int *counts, int n, int n_seqs,
     json_t *res = NULL;
     pl_gen_local_stats_t stats;
     cr_assert_eq(pl_be_device_open(pl_be_cpu(), 0, 1, &dev), PL_OK);
-    pl_status_t st = s_local(s_model, job, dev, counts, n, &res, &stats);
+    pl_status_t st = s_local(tg_model, job, dev, counts, n, &res, &stats);
     cr_assert_eq(st, PL_OK, "run failed: %s", pl_error_msg());
     cr_assert_eq(stats.generated, (uint64_t)n_seqs * 12);
     *prompt_tokens = stats.prompt_tokens;

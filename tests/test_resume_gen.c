@@ -2,7 +2,7 @@
  * tokens per sequence, finished sequences kept) gives exactly that run's tokens, finishes and
  * text, greedy and seeded, whatever the new split, microbatching and prefill chunks; bad resume
  * inputs are refused and change nothing. */
-#include "cluster_util.h"
+#include "gen_util.h"
 #include "js_ref.h"
 #include "model/model.h"
 #include "pipeline/gen.h"
@@ -10,24 +10,6 @@
 #include "transport/msg.h"
 
 #include <criterion/criterion.h>
-
-static char s_dir[256];
-static char s_model[300];
-
-static void s_setup(void)
-{
-    tc_mkdtemp(s_dir, sizeof(s_dir));
-    snprintf(s_model, sizeof(s_model), "%s/m", s_dir);
-    cr_assert_eq(tc_make_model(s_dir, "m",
-                               "--layers 5 --hidden 96 --intermediate 200 "
-                               "--heads 6 --kv-heads 2 --vocab 300 --seed 3 --eos 2"),
-                 0);
-}
-
-static void s_teardown(void)
-{
-    tc_sh(NULL, "rm -rf %s", s_dir);
-}
 
 /* A spec from the job's JSON form. */
 static void s_spec(const char *model, json_t *gen, int mb, pl_job_spec_t *spec)
@@ -91,7 +73,7 @@ static void s_same(const json_t *want, const json_t *got, const char *what)
 static void s_check_cuts(double temperature)
 {
     pl_job_spec_t spec;
-    s_spec(s_model, s_gen(temperature, 12), 1, &spec);
+    s_spec(tg_model, s_gen(temperature, 12), 1, &spec);
     json_t *full = s_run(&spec, NULL, 0, NULL, 1);
     int longest = 0;
     for (size_t i = 0; i < json_array_size(full); i++)
@@ -104,7 +86,7 @@ static void s_check_cuts(double temperature)
         for (int variant = 0; variant < 3; variant++) {
             pl_job_spec_t sp;
             /* the new assignment may split, batch and chunk differently */
-            s_spec(s_model, s_gen(temperature, 12), variant + 1, &sp);
+            s_spec(tg_model, s_gen(temperature, 12), variant + 1, &sp);
             sp.gen.prefill_chunk = variant == 2 ? 3 : 0;
             int n;
             pl_msg_result_t *r = s_cut(full, cuts[c], &n);
@@ -124,25 +106,25 @@ static void s_check_cuts(double temperature)
     pl_job_spec_clear(&spec);
 }
 
-Test(resume_gen, greedy_resumes_to_the_undisturbed_output, .init = s_setup, .fini = s_teardown)
+Test(resume_gen, greedy_resumes_to_the_undisturbed_output, .init = tg_setup, .fini = tg_teardown)
 {
     s_check_cuts(0);
 }
 
-Test(resume_gen, seeded_sampling_resumes_to_the_undisturbed_output, .init = s_setup,
-     .fini = s_teardown)
+Test(resume_gen, seeded_sampling_resumes_to_the_undisturbed_output, .init = tg_setup,
+     .fini = tg_teardown)
 {
     s_check_cuts(0.9);
 }
 
-Test(resume_gen, bad_resume_inputs_are_refused_and_change_nothing, .init = s_setup,
-     .fini = s_teardown)
+Test(resume_gen, bad_resume_inputs_are_refused_and_change_nothing, .init = tg_setup,
+     .fini = tg_teardown)
 {
     pl_job_spec_t spec;
     pl_model_t *m;
     pl_gen_job_t g;
-    s_spec(s_model, s_gen(0, 4), 1, &spec);
-    cr_assert_eq(pl_model_open(s_model, &m), PL_OK);
+    s_spec(tg_model, s_gen(0, 4), 1, &spec);
+    cr_assert_eq(pl_model_open(tg_model, &m), PL_OK);
     cr_assert_eq(pl_gen_job_from_spec(&spec, 1, pl_model_config(m), &g), PL_OK);
     int32_t toks[5] = {4, 5, 6, 7, 8};
     pl_msg_result_t r[5];
@@ -178,16 +160,16 @@ Test(resume_gen, bad_resume_inputs_are_refused_and_change_nothing, .init = s_set
 }
 
 /* A text job with a stop string: the resumed text is whole and the stop falls where it fell. */
-Test(resume_gen, text_and_stop_strings_resume_whole, .init = s_setup, .fini = s_teardown)
+Test(resume_gen, text_and_stop_strings_resume_whole, .init = tg_setup, .fini = tg_teardown)
 {
     js_ref_require(JS_LENML "/tokenizer-llama3/models");
-    cr_assert_eq(tc_make_model(s_dir, "t",
+    cr_assert_eq(tc_make_model(tg_dir, "t",
                                "--layers 3 --hidden 64 --intermediate 128 --heads 4 "
                                "--kv-heads 2 --seed 11 --max-pos 512 --tokenizer " JS_LENML
                                "/tokenizer-llama3/models"),
                  0);
     char model[320];
-    snprintf(model, sizeof(model), "%s/t", s_dir);
+    snprintf(model, sizeof(model), "%s/t", tg_dir);
     json_t *gen = json_pack("{s:[[i,i,i],[i,i]], s:i, s:b, s:{s:f, s:s}}", "prompts", 128000, 9906,
                             11, 128000, 40, "max_new_tokens", 24, "stop_at_eos", 0, "sampling",
                             "temperature", 0.8, "seed", "5");

@@ -2,7 +2,7 @@
  * others decode, through the continuous batcher on 2 stages, each give the tokens of the same
  * prompt run alone as a one-prompt job (pl_gen_local_run, the job runner, an independent path:
  * its own feeder and sink, one sequence per microbatch). */
-#include "cluster_util.h"
+#include "gen_util.h"
 #include "js_ref.h"
 #include "model/tokenizer.h"
 #include "pipeline/gen_local.h"
@@ -14,57 +14,7 @@
 
 #define LLAMA3 JS_LENML "/tokenizer-llama3/models"
 
-static char s_dir[256];
-static char s_model[300];
-
-static void s_setup(void)
-{
-    tc_mkdtemp(s_dir, sizeof(s_dir));
-    snprintf(s_model, sizeof(s_model), "%s/m", s_dir);
-    cr_assert_eq(tc_make_model(s_dir, "m", "--layers 5 --hidden 96 --intermediate 200 "
-                                           "--heads 6 --kv-heads 2 --vocab 300 --seed 3 --eos 2"),
-                 0);
-}
-
-static void s_teardown(void)
-{
-    tc_sh(NULL, "rm -rf %s", s_dir);
-}
-
-TestSuite(serve_local, .init = s_setup, .fini = s_teardown, .timeout = 120);
-
-/* The request alone, as a one-prompt job: its tokens (JSON array) and finish name. */
-static json_t *s_alone(pl_be_device_t *dev, const int32_t *prompt, int n, const pl_job_gen_t *g,
-                       int chunk)
-{
-    json_t *p = json_array();
-    for (int i = 0; i < n; i++)
-        json_array_append_new(p, json_integer(prompt[i]));
-    char seed[32];
-    snprintf(seed, sizeof(seed), "%llu", (unsigned long long)g->seed);
-    json_t *body = json_pack("{s:s, s:{s:[o], s:i, s:b, s:i, s:{s:f, s:i, s:f, s:s}}, s:i}",
-                             "model", "/m", "gen", "prompts", p, "max_new_tokens",
-                             g->max_new_tokens, "stop_at_eos", g->stop_at_eos, "prefill_chunk",
-                             chunk, "sampling", "temperature", (double)g->temperature, "top_k",
-                             g->top_k, "top_p", (double)g->top_p, "seed", seed, "microbatches",
-                             1);
-    pl_job_spec_t spec;
-    cr_assert_eq(pl_job_spec_decode(body, &spec), PL_OK, "%s", pl_error_msg());
-    json_decref(body);
-    json_t *res = NULL;
-    pl_gen_local_stats_t stats;
-    cr_assert_eq(pl_gen_local_run(s_model, &spec, dev, (int[]){2, 3}, 2, &res, &stats), PL_OK,
-                 "%s", pl_error_msg());
-    pl_job_spec_clear(&spec);
-    json_t *r = json_incref(json_array_get(res, 0));
-    json_decref(res);
-    return r;
-}
-
-static const char *s_finish(pl_finish_t f)
-{
-    return f == PL_FINISH_EOS ? "eos" : f == PL_FINISH_LENGTH ? "length" : "?";
-}
+TestSuite(serve_local, .init = tg_setup, .fini = tg_teardown, .timeout = 120);
 
 Test(serve_local, requests_give_their_tokens_alone_whatever_shares_the_batch)
 {
@@ -88,19 +38,20 @@ Test(serve_local, requests_give_their_tokens_alone_whatever_shares_the_batch)
     pl_be_device_t *dev;
     cr_assert_eq(pl_be_device_open(pl_be_cpu(), 0, 1, &dev), PL_OK);
     pl_serve_local_stats_t st;
-    cr_assert_eq(pl_serve_local_run(s_model, dev, (int[]){2, 3}, 2, &bp, reqs, N, outs, &st),
+    cr_assert_eq(pl_serve_local_run(tg_model, dev, (int[]){2, 3}, 2, &bp, reqs, N, outs, &st),
                  PL_OK, "%s", pl_error_msg());
     int eos = 0, two_chunks = 0;
     for (int i = 0; i < N; i++) {
         cr_assert_not(outs[i].refused, "request %d", i);
-        json_t *ref = s_alone(dev, prompts[i], reqs[i].n_prompt, &reqs[i].gen, STEP);
+        json_t *ref =
+            tg_alone(tg_model, prompts[i], reqs[i].n_prompt, &reqs[i].gen, STEP, (int[]){2, 3}, 2);
         json_t *toks = json_object_get(ref, "tokens");
         cr_assert_eq((int)json_array_size(toks), outs[i].n_tokens, "request %d: %d tokens, "
                      "alone %zu", i, outs[i].n_tokens, json_array_size(toks));
         for (int k = 0; k < outs[i].n_tokens; k++)
             cr_assert_eq(outs[i].tokens[k], json_integer_value(json_array_get(toks, (size_t)k)),
                          "request %d token %d", i, k);
-        cr_assert_str_eq(s_finish(outs[i].finish),
+        cr_assert_str_eq(tg_finish_name(outs[i].finish),
                          json_string_value(json_object_get(ref, "finish")), "request %d", i);
         eos += outs[i].finish == PL_FINISH_EOS;
         two_chunks += reqs[i].n_prompt > STEP;
@@ -134,7 +85,7 @@ Test(serve_local, full_queue_refuses)
     pl_be_device_t *dev;
     cr_assert_eq(pl_be_device_open(pl_be_cpu(), 0, 1, &dev), PL_OK);
     pl_serve_local_stats_t st;
-    cr_assert_eq(pl_serve_local_run(s_model, dev, NULL, 1, &bp, reqs, N, outs, &st), PL_OK, "%s",
+    cr_assert_eq(pl_serve_local_run(tg_model, dev, NULL, 1, &bp, reqs, N, outs, &st), PL_OK, "%s",
                  pl_error_msg());
     int refused = 0;
     for (int i = 0; i < N; i++) {

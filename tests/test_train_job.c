@@ -24,38 +24,10 @@ static void s_teardown(void)
     tc_cluster_end(&s_c, s_passed);
 }
 
-/* An n-daemon cluster, a tiny model (3 layers) and a repetitive corpus of token ids. */
-static void s_start_n(int n_nodes)
-{
-    const int threads[4] = {1, 1, 1, 1};
-    cr_assert_eq(tc_cluster_start(&s_c, n_nodes, threads), 0, "nodes did not register");
-    cr_assert_eq(tc_make_model(s_c.dir, "tiny", "--layers 3 --hidden 32 --intermediate 64 "
-                                                "--heads 4 --kv-heads 2 --vocab 64 --seed 3"),
-                 0);
-    char path[600], text[8192];
-    size_t n = 0;
-    for (int i = 0; i < 700; i++)
-        n += (size_t)snprintf(text + n, sizeof(text) - n, "%d ", (i * 7 + 3) % 61);
-    snprintf(path, sizeof(path), "%s/corpus.tok", s_c.dir);
-    tc_write(path, text);
-}
-
-static void s_start(void)
-{
-    s_start_n(2);
-}
-
-/* dir/NAME.yaml: the tiny model on the corpus, 2 stages, `extra` lines after. */
+/* dir/NAME.yaml: the tiny model on the corpus, S_STEPS steps on 2 stages, `extra` lines after. */
 static void s_train_file(const char *name, const char *extra)
 {
-    char path[600], text[2048];
-    snprintf(path, sizeof(path), "%s/%s.yaml", s_c.dir, name);
-    snprintf(text, sizeof(text),
-             "model: tiny\ndata:\n  tokens: corpus.tok\nseq_len: 16\nglobal_batch: 4\n"
-             "steps: %d\noptimizer:\n  lr: 1.0e-2\n  warmup_steps: 1\n  clip_norm: 0.5\n"
-             "stages: 2\n%s",
-             S_STEPS, extra);
-    tc_write(path, text);
+    tc_train_file(&s_c, name, 16, 4, S_STEPS, extra);
 }
 
 /* `pipectl -o json train NAME.yaml --wait`: the job's training status at its end. */
@@ -134,7 +106,7 @@ static void s_split(const json_t *tr, int *split, int *S);
 Test(train_job, two_replicas_of_two_stages_equal_one_pipeline_with_the_global_batch,
      .fini = s_teardown, .timeout = 300)
 {
-    s_start_n(4);
+    tc_train_start(&s_c, 4);
     s_train_file("dp", "replicas: 2\nschedule: 1f1b\ncheckpoint_dir: ckpt\n");
     int rc, split[2], S;
     json_t *tr = s_train("dp", &rc);
@@ -179,7 +151,7 @@ static void s_tokens_of(const char *out, char *ids, size_t cap)
 Test(train_job, curve_is_train_local_bitwise_checkpoint_generates_resume_continues,
      .fini = s_teardown, .timeout = 400)
 {
-    s_start();
+    tc_train_start(&s_c, 2);
     s_train_file("t", "schedule: 1f1b\ncheckpoint_every: 3\ncheckpoint_dir: ckpt\n");
     int rc, split[2], S;
     json_t *tr = s_train("t", &rc);
@@ -257,7 +229,7 @@ Test(train_job, curve_is_train_local_bitwise_checkpoint_generates_resume_continu
 
 Test(train_job, random_init_zb_h1_equals_train_local, .fini = s_teardown, .timeout = 300)
 {
-    s_start();
+    tc_train_start(&s_c, 2);
     s_train_file("z", "init: random\nseed: 11\nschedule: zb-h1\n");
     int rc, split[2], S;
     json_t *tr = s_train("z", &rc);
@@ -302,7 +274,7 @@ Test(train_job, random_init_zb_h1_equals_train_local, .fini = s_teardown, .timeo
 
 Test(train_job, bad_training_jobs_are_refused_naming_why, .fini = s_teardown, .timeout = 200)
 {
-    s_start();
+    tc_train_start(&s_c, 2);
     const struct {
         const char *extra, *why;
     } bad[] = {

@@ -21,34 +21,14 @@ static void s_teardown(void)
     tc_cluster_end(&s_c, s_passed);
 }
 
-/* n daemons, a tiny model and a corpus of token ids, as test_train_job's. */
-static void s_start(int n_nodes)
-{
-    const int threads[4] = {1, 1, 1, 1};
-    cr_assert_eq(tc_cluster_start(&s_c, n_nodes, threads), 0, "nodes did not register");
-    cr_assert_eq(tc_make_model(s_c.dir, "tiny", "--layers 3 --hidden 32 --intermediate 64 "
-                                                "--heads 4 --kv-heads 2 --vocab 64 --seed 3"),
-                 0);
-    char path[600], text[8192];
-    size_t n = 0;
-    for (int i = 0; i < 700; i++)
-        n += (size_t)snprintf(text + n, sizeof(text) - n, "%d ", (i * 7 + 3) % 61);
-    snprintf(path, sizeof(path), "%s/corpus.tok", s_c.dir);
-    tc_write(path, text);
-}
-
 /* dir/NAME.yaml: `steps` steps on 2 stages under `schedule`, a checkpoint every S_EVERY into
  * ckpt_NAME, and the YAML lines `extra`. */
 static void s_train_file_as(const char *name, int steps, const char *schedule, const char *extra)
 {
-    char path[600], text[2048];
-    snprintf(path, sizeof(path), "%s/%s.yaml", s_c.dir, name);
-    snprintf(text, sizeof(text),
-             "model: tiny\ndata:\n  tokens: corpus.tok\nseq_len: 32\nglobal_batch: 16\n"
-             "steps: %d\noptimizer:\n  lr: 1.0e-2\n  warmup_steps: 1\n  clip_norm: 0.5\n"
-             "stages: 2\nschedule: %s\ncheckpoint_every: %d\ncheckpoint_dir: ckpt_%s\n%s",
-             steps, schedule, S_EVERY, name, extra);
-    tc_write(path, text);
+    char more[512];
+    snprintf(more, sizeof(more), "schedule: %s\ncheckpoint_every: %d\ncheckpoint_dir: ckpt_%s\n%s",
+             schedule, S_EVERY, name, extra);
+    tc_train_file(&s_c, name, 32, 16, steps, more);
 }
 
 /* S_STEPS steps under 1f1b. */
@@ -104,8 +84,8 @@ static void s_wait_checkpoint(int id)
     for (int i = 0; i < 1200; i++) {
         json_t *st = s_status(id);
         cr_assert(!s_ended(st), "job %d ended before it was interrupted: %s", id, s_state(st));
-        int ck = st ? s_train_int(st, "checkpoint_step") : 0, step = st ? s_train_int(st, "step")
-                                                                       : 0;
+        int ck = st ? s_train_int(st, "checkpoint_step") : 0,
+            step = st ? s_train_int(st, "step") : 0;
         json_decref(st);
         if (ck >= S_EVERY) {
             cr_assert(step < S_STEPS - 2 * S_EVERY, "job %d is at step %d already", id, step);
@@ -207,11 +187,11 @@ static void s_check_resumed(const json_t *st, const double *ref, const char *nam
     free(out);
 }
 
-Test(train_recover, coordinator_killed_mid_training_resumes_from_the_checkpoint,
-     .fini = s_teardown, .timeout = 600)
+Test(train_recover, coordinator_killed_mid_training_resumes_from_the_checkpoint, .fini = s_teardown,
+     .timeout = 600)
 {
     double ref[S_STEPS];
-    s_start(2);
+    tc_train_start(&s_c, 2);
     s_reference(ref);
     s_train_file("run");
     int id = s_submit("run");
@@ -242,10 +222,12 @@ Test(train_recover, coordinator_killed_mid_training_resumes_from_the_checkpoint,
     cr_assert(s_event(st, "requeued", "resumes from checkpoint-"), "no requeued event");
     s_check_resumed(st, ref, "run");
     cr_log_info("coordinator restart: running again %.2f s after the kill, first new step "
-                "%.2f s after (from step %d)", t_running - t_kill, t_step - t_kill, from);
-    fprintf(stderr, "train_recover: coordinator kill -9 + restart: running again %.2f s, first "
-            "new step %.2f s after the kill, resumed from step %d\n", t_running - t_kill,
-            t_step - t_kill, from);
+                "%.2f s after (from step %d)",
+                t_running - t_kill, t_step - t_kill, from);
+    fprintf(stderr,
+            "train_recover: coordinator kill -9 + restart: running again %.2f s, first "
+            "new step %.2f s after the kill, resumed from step %d\n",
+            t_running - t_kill, t_step - t_kill, from);
     json_decref(st);
     s_passed = 1;
 }
@@ -254,7 +236,7 @@ Test(train_recover, lost_node_mid_training_is_replanned_and_resumes_from_the_che
      .fini = s_teardown, .timeout = 600)
 {
     double ref[S_STEPS];
-    s_start(3);
+    tc_train_start(&s_c, 3);
     s_reference(ref);
     s_train_file("run");
     int id = s_submit("run");
@@ -293,11 +275,12 @@ Test(train_recover, lost_node_mid_training_is_replanned_and_resumes_from_the_che
     json_array_foreach(json_object_get(json_object_get(st, "plan"), "stages"), i, e)
         cr_assert(strcmp(json_string_value(json_object_get(e, "node")), node),
                   "re-planned on the lost node %s", node);
-    cr_log_info("lost node %s: detected %.2f s after the kill, first new step %.2f s after",
-                node, w_lost - w_kill, t_step - t_kill);
-    fprintf(stderr, "train_recover: daemon kill -9 (%s, stage 1): detected %.2f s, first new "
-            "step %.2f s after the kill, resumed from step %d\n", node, w_lost - w_kill,
-            t_step - t_kill, s_train_int(st, "run_from"));
+    cr_log_info("lost node %s: detected %.2f s after the kill, first new step %.2f s after", node,
+                w_lost - w_kill, t_step - t_kill);
+    fprintf(stderr,
+            "train_recover: daemon kill -9 (%s, stage 1): detected %.2f s, first new "
+            "step %.2f s after the kill, resumed from step %d\n",
+            node, w_lost - w_kill, t_step - t_kill, s_train_int(st, "run_from"));
     json_decref(st);
     s_passed = 1;
 }
@@ -312,11 +295,11 @@ static const char *s_schedule(const json_t *st)
  * a checkpoint that another schedule wrote runs that schedule (the checkpoint's trainer_state
  * names it), where auto on its own picks another, and ends on the very weights, optimizer state
  * and trainer state of the undisturbed run under that schedule. */
-Test(train_recover, a_resume_keeps_the_schedule_its_checkpoint_was_written_with,
-     .fini = s_teardown, .timeout = 600)
+Test(train_recover, a_resume_keeps_the_schedule_its_checkpoint_was_written_with, .fini = s_teardown,
+     .timeout = 600)
 {
     const int steps = 2 * S_EVERY;
-    s_start(2);
+    tc_train_start(&s_c, 2);
     s_train_file_as("auto", S_EVERY, "auto", ""); /* what auto picks here */
     json_t *st = s_wait_end(s_submit("auto"), 240);
     cr_assert_str_eq(s_state(st), "done", "%s", json_string_value(json_object_get(st, "note")));
@@ -357,7 +340,7 @@ Test(train_recover, a_resume_keeps_the_schedule_its_checkpoint_was_written_with,
 Test(train_recover, a_checkpoint_part_missing_on_its_node_fails_naming_node_and_file,
      .fini = s_teardown, .timeout = 600)
 {
-    s_start(2);
+    tc_train_start(&s_c, 2);
     s_train_file_as("ref", 2 * S_EVERY, "1f1b", "");
     json_t *st = s_wait_end(s_submit("ref"), 240);
     cr_assert_str_eq(s_state(st), "done", "%s", json_string_value(json_object_get(st, "note")));

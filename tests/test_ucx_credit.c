@@ -1,19 +1,11 @@
 /* Deferred credit grants on the UCX data plane (ucx_inbox.c): rings of 2 and 3 workers at windows
  * 1 and 2, with and without progress threads, never deadlock and never exceed their credits;
  * credits released in a row travel in fewer grants and add up to exactly the slots released. */
-#include "transport/ucx.h"
+#include "ucx_util.h"
 
-#include "common/util.h"
-
-#include <criterion/criterion.h>
 #include <pthread.h>
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
-#define S_DATA_TAG 0x100ULL
-#define S_DATA_MASK 0xf00ULL
-#define S_CREDIT_TAG 0x200ULL
 #define S_MARK_TAG 0x300ULL
 #define S_MAX_NODES 3
 
@@ -29,16 +21,6 @@ typedef struct {
     pl_status_t st;
     char msg[256];
 } s_node_t;
-
-static pl_ucx_ep_t *s_connect(pl_ucx_t *from, pl_ucx_t *to)
-{
-    char *addr = NULL;
-    pl_ucx_ep_t *ep = NULL;
-    cr_assert_eq(pl_ucx_address(to, &addr), PL_OK);
-    cr_assert_eq(pl_ucx_connect(from, addr, &ep), PL_OK, "%s", pl_error_msg());
-    free(addr);
-    return ep;
-}
 
 /* The byte k of message i from node `from`. */
 static unsigned char s_byte(int from, int i, size_t k)
@@ -61,7 +43,7 @@ static bool s_send(s_node_t *n, int i)
         return s_fail(n, "send buffer", i);
     for (size_t k = 0; k < n->len; k++)
         ((unsigned char *)buf)[k] = s_byte(n->id, i, k);
-    if ((n->st = pl_ucx_outbox_send(n->out, S_DATA_TAG | (uint64_t)(i & 0xff), buf, n->len, 20000,
+    if ((n->st = pl_ucx_outbox_send(n->out, TU_DATA_TAG | (uint64_t)(i & 0xff), buf, n->len, 20000,
                                     NULL)) != PL_OK)
         return s_fail(n, "send", i);
     return true;
@@ -75,7 +57,7 @@ static bool s_recv(s_node_t *n, int i)
     int from = (n->id + n->n_nodes - 1) % n->n_nodes;
     if ((n->st = pl_ucx_inbox_recv(n->in, &buf, &len, &tag, 20000, NULL)) != PL_OK)
         return s_fail(n, "receive", i);
-    bool ok = len == n->len && tag == (S_DATA_TAG | (uint64_t)(i & 0xff));
+    bool ok = len == n->len && tag == (TU_DATA_TAG | (uint64_t)(i & 0xff));
     for (size_t k = 0; ok && k < len; k++)
         ok = ((const unsigned char *)buf)[k] == s_byte(from, i, k);
     if (!ok) {
@@ -117,13 +99,14 @@ static void s_ring(int n_nodes, int window, bool progress, bool all_start, size_
         s_node_t *n = &nodes[j];
         *n = (s_node_t){.ucx = n->ucx, .id = j, .n_nodes = n_nodes, .iters = iters, .len = len,
                         .starts = all_start || j == 0};
-        n->next = s_connect(n->ucx, nodes[(j + 1) % n_nodes].ucx);
-        n->prev = n_nodes == 2 ? n->next : s_connect(n->ucx, nodes[(j + n_nodes - 1) % n_nodes].ucx);
-        pl_ucx_ep_use_credits(n->next, S_CREDIT_TAG);
+        n->next = tu_connect(n->ucx, nodes[(j + 1) % n_nodes].ucx);
+        n->prev =
+            n_nodes == 2 ? n->next : tu_connect(n->ucx, nodes[(j + n_nodes - 1) % n_nodes].ucx);
+        pl_ucx_ep_use_credits(n->next, TU_CREDIT_TAG);
     }
     for (int j = 0; j < n_nodes; j++) {
         s_node_t *n = &nodes[j];
-        cr_assert_eq(pl_ucx_inbox_create(n->ucx, n->prev, S_DATA_TAG, S_DATA_MASK, S_CREDIT_TAG,
+        cr_assert_eq(pl_ucx_inbox_create(n->ucx, n->prev, TU_DATA_TAG, TU_DATA_MASK, TU_CREDIT_TAG,
                                          len, window, &n->in),
                      PL_OK, "%s", pl_error_msg());
         cr_assert_eq(pl_ucx_outbox_create(n->ucx, n->next, len, window + 1, &n->out), PL_OK,
@@ -183,21 +166,15 @@ Test(ucx_credit, large_messages_in_a_ring_of_2)
 Test(ucx_credit, releases_in_a_row_are_granted_together_and_exactly)
 {
     enum { W = 8 };
-    pl_ucx_t *a, *b;
-    pl_ucx_inbox_t *in;
-    cr_assert_eq(pl_ucx_create(&a), PL_OK, "%s", pl_error_msg());
-    cr_assert_eq(pl_ucx_create(&b), PL_OK, "%s", pl_error_msg());
-    cr_assert_eq(pl_ucx_progress_start(a), PL_OK, "%s", pl_error_msg());
-    cr_assert_eq(pl_ucx_progress_start(b), PL_OK, "%s", pl_error_msg());
-    pl_ucx_ep_t *ab = s_connect(a, b), *ba = s_connect(b, a);
-    pl_ucx_ep_use_credits(ab, S_CREDIT_TAG);
-    cr_assert_eq(
-        pl_ucx_inbox_create(b, ba, S_DATA_TAG, S_DATA_MASK, S_CREDIT_TAG, 256, W, &in), PL_OK,
-        "%s", pl_error_msg());
+    tu_link_t l;
+    tu_link(&l, 256, W, 0, TU_PROGRESS_BOTH);
+    pl_ucx_t *a = l.a, *b = l.b;
+    pl_ucx_ep_t *ab = l.ab;
+    pl_ucx_inbox_t *in = l.in;
     for (int i = 0; i < W; i++)
-        cr_assert_eq(pl_ucx_send_credited(a, ab, S_DATA_TAG | (uint64_t)i, calloc(1, 100), 100,
-                                          5000, NULL),
-                     PL_OK, "%s", pl_error_msg());
+        cr_assert_eq(
+            pl_ucx_send_credited(a, ab, TU_DATA_TAG | (uint64_t)i, calloc(1, 100), 100, 5000, NULL),
+            PL_OK, "%s", pl_error_msg());
     /* the marker comes behind the W messages on the same endpoint: once it is here, so are they */
     cr_assert_eq(pl_ucx_send(a, ab, S_MARK_TAG, calloc(1, 8), 8), PL_OK);
     void *mark;
@@ -212,7 +189,7 @@ Test(ucx_credit, releases_in_a_row_are_granted_together_and_exactly)
         uint64_t tag;
         cr_assert_eq(pl_ucx_inbox_recv(in, &buf, &len, &tag, 5000, NULL), PL_OK, "%s",
                      pl_error_msg());
-        cr_assert_eq(tag, S_DATA_TAG | (uint64_t)i);
+        cr_assert_eq(tag, TU_DATA_TAG | (uint64_t)i);
         cr_assert_eq(pl_ucx_inbox_release(in), PL_OK);
     }
     /* b waits: whatever it still owes goes now */
@@ -223,34 +200,29 @@ Test(ucx_credit, releases_in_a_row_are_granted_together_and_exactly)
     cr_assert_geq(grants, 2);
     cr_assert_lt(grants, 1 + W, "%lld grants: every release sent its own", (long long)grants);
     for (int i = 0; i < W; i++)
-        cr_assert_eq(pl_ucx_send_credited(a, ab, S_DATA_TAG | (uint64_t)i, calloc(1, 100), 100,
-                                          5000, NULL),
-                     PL_OK, "send %d of the second round: %s", i, pl_error_msg());
-    cr_assert_eq(pl_ucx_send_credited(a, ab, S_DATA_TAG, calloc(1, 100), 100, 300, NULL),
+        cr_assert_eq(
+            pl_ucx_send_credited(a, ab, TU_DATA_TAG | (uint64_t)i, calloc(1, 100), 100, 5000, NULL),
+            PL_OK, "send %d of the second round: %s", i, pl_error_msg());
+    cr_assert_eq(pl_ucx_send_credited(a, ab, TU_DATA_TAG, calloc(1, 100), 100, 300, NULL),
                  PL_ERR_TIMEOUT, "a credit beyond the slots released");
     pl_ucx_credit_stats_t cs;
     pl_ucx_ep_credit_stats(ab, &cs);
     cr_assert_eq(cs.sent, 2 * W);
     cr_assert_eq(cs.in_flight, W);
     cr_assert_eq(cs.max_in_flight, W);
-    pl_ucx_inbox_destroy(&in);
-    pl_ucx_destroy(&a);
-    pl_ucx_destroy(&b);
+    tu_unlink(&l);
 }
 
 /* Without a progress thread the owner's exit grants what it owes: a receiver that releases and
  * then stays away from the API still lets its sender go on. */
 Test(ucx_credit, without_a_progress_thread_a_release_grants_at_once)
 {
-    pl_ucx_t *a, *b;
-    pl_ucx_inbox_t *in;
-    cr_assert_eq(pl_ucx_create(&a), PL_OK, "%s", pl_error_msg());
-    cr_assert_eq(pl_ucx_create(&b), PL_OK, "%s", pl_error_msg());
-    pl_ucx_ep_t *ab = s_connect(a, b), *ba = s_connect(b, a);
-    pl_ucx_ep_use_credits(ab, S_CREDIT_TAG);
-    cr_assert_eq(pl_ucx_inbox_create(b, ba, S_DATA_TAG, S_DATA_MASK, S_CREDIT_TAG, 256, 1, &in),
-                 PL_OK, "%s", pl_error_msg());
-    cr_assert_eq(pl_ucx_send_credited(a, ab, S_DATA_TAG, calloc(1, 10), 10, 5000, NULL), PL_OK,
+    tu_link_t l;
+    tu_link(&l, 256, 1, 0, 0);
+    pl_ucx_t *a = l.a;
+    pl_ucx_ep_t *ab = l.ab;
+    pl_ucx_inbox_t *in = l.in;
+    cr_assert_eq(pl_ucx_send_credited(a, ab, TU_DATA_TAG, calloc(1, 10), 10, 5000, NULL), PL_OK,
                  "%s", pl_error_msg());
     const void *buf;
     size_t len;
@@ -259,28 +231,22 @@ Test(ucx_credit, without_a_progress_thread_a_release_grants_at_once)
     cr_assert_eq(pl_ucx_inbox_release(in), PL_OK);
     cr_assert_eq(pl_ucx_inbox_grants(in), 2);
     /* b makes no call while a waits for the credit: it is already on its way */
-    cr_assert_eq(pl_ucx_send_credited(a, ab, S_DATA_TAG | 1, calloc(1, 10), 10, 5000, NULL),
-                 PL_OK, "%s", pl_error_msg());
+    cr_assert_eq(pl_ucx_send_credited(a, ab, TU_DATA_TAG | 1, calloc(1, 10), 10, 5000, NULL), PL_OK,
+                 "%s", pl_error_msg());
     cr_assert_eq(pl_ucx_flush(a, 5000), PL_OK, "%s", pl_error_msg());
-    pl_ucx_inbox_destroy(&in);
-    pl_ucx_destroy(&a);
-    pl_ucx_destroy(&b);
+    tu_unlink(&l);
 }
 
 /* With a progress thread, a receiver that releases and goes computing (no call for a while)
  * still has its credit granted: the progress thread sends it. */
 Test(ucx_credit, a_receiver_gone_computing_grants_through_its_progress_thread)
 {
-    pl_ucx_t *a, *b;
-    pl_ucx_inbox_t *in;
-    cr_assert_eq(pl_ucx_create(&a), PL_OK, "%s", pl_error_msg());
-    cr_assert_eq(pl_ucx_create(&b), PL_OK, "%s", pl_error_msg());
-    cr_assert_eq(pl_ucx_progress_start(b), PL_OK, "%s", pl_error_msg());
-    pl_ucx_ep_t *ab = s_connect(a, b), *ba = s_connect(b, a);
-    pl_ucx_ep_use_credits(ab, S_CREDIT_TAG);
-    cr_assert_eq(pl_ucx_inbox_create(b, ba, S_DATA_TAG, S_DATA_MASK, S_CREDIT_TAG, 256, 1, &in),
-                 PL_OK, "%s", pl_error_msg());
-    cr_assert_eq(pl_ucx_send_credited(a, ab, S_DATA_TAG, calloc(1, 10), 10, 5000, NULL), PL_OK,
+    tu_link_t l;
+    tu_link(&l, 256, 1, 0, TU_PROGRESS_B);
+    pl_ucx_t *a = l.a;
+    pl_ucx_ep_t *ab = l.ab;
+    pl_ucx_inbox_t *in = l.in;
+    cr_assert_eq(pl_ucx_send_credited(a, ab, TU_DATA_TAG, calloc(1, 10), 10, 5000, NULL), PL_OK,
                  "%s", pl_error_msg());
     const void *buf;
     size_t len;
@@ -288,11 +254,9 @@ Test(ucx_credit, a_receiver_gone_computing_grants_through_its_progress_thread)
                  pl_error_msg());
     cr_assert_eq(pl_ucx_inbox_release(in), PL_OK);
     /* b's owner makes no call from here until a's send went */
-    cr_assert_eq(pl_ucx_send_credited(a, ab, S_DATA_TAG | 1, calloc(1, 10), 10, 5000, NULL),
-                 PL_OK, "%s", pl_error_msg());
+    cr_assert_eq(pl_ucx_send_credited(a, ab, TU_DATA_TAG | 1, calloc(1, 10), 10, 5000, NULL), PL_OK,
+                 "%s", pl_error_msg());
     cr_assert_eq(pl_ucx_inbox_grants(in), 2);
     cr_assert_eq(pl_ucx_flush(a, 5000), PL_OK, "%s", pl_error_msg());
-    pl_ucx_inbox_destroy(&in);
-    pl_ucx_destroy(&a);
-    pl_ucx_destroy(&b);
+    tu_unlink(&l);
 }

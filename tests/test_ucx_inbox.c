@@ -1,85 +1,17 @@
 /* Credit flow control and the progress thread on the UCX data plane, with real workers in this
  * process: bit-exact transfers of many sizes into pre-posted slots, a receiver that holds its
  * slots holds its sender back, a slow receiver bounds what is in flight, bad input is refused. */
-#include "transport/ucx.h"
+#include "ucx_util.h"
+
 #include "transport/ucx_grant.h"
 
-#include "common/util.h"
-
-#include <criterion/criterion.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 #include <sys/wait.h>
-#include <unistd.h>
-
-#define S_DATA_TAG 0x100ULL
-#define S_DATA_MASK 0xf00ULL
-#define S_CREDIT_TAG 0x200ULL
-
-/* Two workers with progress threads: a sends to b, b grants credits back over ba. */
-typedef struct {
-    pl_ucx_t *a, *b;
-    pl_ucx_ep_t *ab, *ba;
-    pl_ucx_inbox_t *in;
-} s_link_t;
-
-static pl_ucx_ep_t *s_connect(pl_ucx_t *from, pl_ucx_t *to)
-{
-    char *addr = NULL;
-    pl_ucx_ep_t *ep = NULL;
-    cr_assert_eq(pl_ucx_address(to, &addr), PL_OK);
-    cr_assert_eq(pl_ucx_connect(from, addr, &ep), PL_OK, "%s", pl_error_msg());
-    free(addr);
-    return ep;
-}
-
-static void s_link(s_link_t *l, size_t slot_bytes, int slots)
-{
-    memset(l, 0, sizeof(*l));
-    cr_assert_eq(pl_ucx_create(&l->a), PL_OK, "%s", pl_error_msg());
-    cr_assert_eq(pl_ucx_create(&l->b), PL_OK, "%s", pl_error_msg());
-    cr_assert_eq(pl_ucx_progress_start(l->a), PL_OK, "%s", pl_error_msg());
-    cr_assert_eq(pl_ucx_progress_start(l->b), PL_OK, "%s", pl_error_msg());
-    l->ab = s_connect(l->a, l->b);
-    l->ba = s_connect(l->b, l->a);
-    pl_ucx_ep_use_credits(l->ab, S_CREDIT_TAG);
-    cr_assert_eq(pl_ucx_inbox_create(l->b, l->ba, S_DATA_TAG, S_DATA_MASK, S_CREDIT_TAG, slot_bytes,
-                                     slots, &l->in),
-                 PL_OK, "%s", pl_error_msg());
-}
-
-static void s_unlink(s_link_t *l)
-{
-    pl_ucx_inbox_destroy(&l->in);
-    cr_assert_null(l->in);
-    pl_ucx_inbox_destroy(&l->in);
-    pl_ucx_destroy(&l->a);
-    pl_ucx_destroy(&l->b);
-}
-
-/* Bytes that depend on (seed, index). */
-static void *s_pattern(size_t len, unsigned seed)
-{
-    unsigned char *b = malloc(len ? len : 1);
-    for (size_t i = 0; i < len; i++)
-        b[i] = (unsigned char)((i * 131u + seed * 7u + (i >> 12)) & 0xff);
-    return b;
-}
-
-static bool s_pattern_ok(const void *buf, size_t len, unsigned seed)
-{
-    const unsigned char *b = buf;
-    for (size_t i = 0; i < len; i++)
-        if (b[i] != (unsigned char)((i * 131u + seed * 7u + (i >> 12)) & 0xff))
-            return false;
-    return true;
-}
 
 typedef struct {
-    s_link_t *l;
+    tu_link_t *l;
     const size_t *sizes;
     int n;
     pl_status_t st;
@@ -91,8 +23,9 @@ static void *s_sender_main(void *arg)
 {
     s_sender_t *s = arg;
     for (int i = 0; i < s->n; i++) {
-        s->st = pl_ucx_send_credited(s->l->a, s->l->ab, S_DATA_TAG | (uint64_t)(i & 0xff),
-                                     s_pattern(s->sizes[i], (unsigned)i), s->sizes[i], 30000, NULL);
+        s->st =
+            pl_ucx_send_credited(s->l->a, s->l->ab, TU_DATA_TAG | (uint64_t)(i & 0xff),
+                                 tu_pattern(s->sizes[i], (unsigned)i), s->sizes[i], 30000, NULL);
         int p = pl_ucx_pending(s->l->a);
         if (p > s->max_pending)
             s->max_pending = p;
@@ -109,7 +42,7 @@ static void *s_sender_main(void *arg)
 
 /* Receive n messages in order, checking each byte, sleeping `hold_us` before each release, and
  * checking that nothing waits outside the slots (the sender kept to its credits). */
-static void s_receive_all(s_link_t *l, const size_t *sizes, int n, int hold_us)
+static void s_receive_all(tu_link_t *l, const size_t *sizes, int n, int hold_us)
 {
     for (int i = 0; i < n; i++) {
         const void *buf;
@@ -118,16 +51,16 @@ static void s_receive_all(s_link_t *l, const size_t *sizes, int n, int hold_us)
         pl_status_t st = pl_ucx_inbox_recv(l->in, &buf, &len, &tag, 30000, NULL);
         cr_assert_eq(st, PL_OK, "message %d: %s", i, pl_error_msg());
         cr_assert_eq(len, sizes[i], "message %d", i);
-        cr_assert_eq(tag, S_DATA_TAG | (uint64_t)(i & 0xff), "message %d: out of order", i);
+        cr_assert_eq(tag, TU_DATA_TAG | (uint64_t)(i & 0xff), "message %d: out of order", i);
         cr_assert((uintptr_t)buf % 64 == 0);
-        cr_assert(s_pattern_ok(buf, len, (unsigned)i), "message %d of %zu bytes differs", i, len);
+        cr_assert(tu_pattern_ok(buf, len, (unsigned)i), "message %d of %zu bytes differs", i, len);
         if (hold_us > 0) {
             usleep((useconds_t)hold_us);
             void *extra;
             size_t elen;
-            cr_assert_eq(
-                pl_ucx_recv(l->b, S_DATA_TAG, S_DATA_MASK, 1u << 30, &extra, &elen, NULL, 0, NULL),
-                PL_ERR_TIMEOUT, "a message arrived beyond the credits");
+            cr_assert_eq(pl_ucx_recv(l->b, TU_DATA_TAG, TU_DATA_MASK, 1u << 30, &extra, &elen, NULL,
+                                     0, NULL),
+                         PL_ERR_TIMEOUT, "a message arrived beyond the credits");
         }
         cr_assert_eq(pl_ucx_inbox_release(l->in), PL_OK, "%s", pl_error_msg());
     }
@@ -136,9 +69,9 @@ static void s_receive_all(s_link_t *l, const size_t *sizes, int n, int hold_us)
 static void s_run(size_t slot_bytes, int slots, const size_t *sizes, int n, int hold_us,
                   s_sender_t *out)
 {
-    s_link_t l;
+    tu_link_t l;
     pthread_t t;
-    s_link(&l, slot_bytes, slots);
+    tu_link(&l, slot_bytes, slots, 0, TU_PROGRESS_BOTH);
     *out = (s_sender_t){.l = &l, .sizes = sizes, .n = n};
     cr_assert_eq(pthread_create(&t, NULL, s_sender_main, out), 0);
     s_receive_all(&l, sizes, n, hold_us);
@@ -152,7 +85,7 @@ static void s_run(size_t slot_bytes, int slots, const size_t *sizes, int n, int 
     cr_assert_leq(out->max_pending, slots);
     cr_assert_eq(pl_ucx_inbox_bytes(l.in), (slot_bytes + 63) / 64 * 64 * (size_t)slots);
     cr_assert_eq(pl_ucx_inbox_slots(l.in), slots);
-    s_unlink(&l);
+    tu_unlink(&l);
 }
 
 TestSuite(ucx_inbox, .timeout = 120);
@@ -199,20 +132,21 @@ Test(ucx_inbox, slow_receiver_bounds_what_is_in_flight)
 
 Test(ucx_inbox, held_slots_hold_the_sender)
 {
-    s_link_t l;
-    s_link(&l, 4096, 3);
+    tu_link_t l;
+    tu_link(&l, 4096, 3, 0, TU_PROGRESS_BOTH);
     for (int i = 0; i < 3; i++)
-        cr_assert_eq(pl_ucx_send_credited(l.a, l.ab, S_DATA_TAG | (uint64_t)i, s_pattern(100, i),
+        cr_assert_eq(pl_ucx_send_credited(l.a, l.ab, TU_DATA_TAG | (uint64_t)i, tu_pattern(100, i),
                                           100, 5000, NULL),
                      PL_OK, "%s", pl_error_msg());
     /* three slots granted, three used: the fourth waits and times out */
     double t0 = pl_now();
-    cr_assert_eq(pl_ucx_send_credited(l.a, l.ab, S_DATA_TAG | 3, s_pattern(100, 3), 100, 300, NULL),
-                 PL_ERR_TIMEOUT, "%s", pl_error_msg());
+    cr_assert_eq(
+        pl_ucx_send_credited(l.a, l.ab, TU_DATA_TAG | 3, tu_pattern(100, 3), 100, 300, NULL),
+        PL_ERR_TIMEOUT, "%s", pl_error_msg());
     cr_assert_geq(pl_now() - t0, 0.29);
     volatile int cancel = 1;
     cr_assert_eq(
-        pl_ucx_send_credited(l.a, l.ab, S_DATA_TAG | 3, s_pattern(100, 3), 100, -1, &cancel),
+        pl_ucx_send_credited(l.a, l.ab, TU_DATA_TAG | 3, tu_pattern(100, 3), 100, -1, &cancel),
         PL_ERR_CANCELED);
     pl_ucx_credit_stats_t cs;
     pl_ucx_ep_credit_stats(l.ab, &cs);
@@ -224,44 +158,45 @@ Test(ucx_inbox, held_slots_hold_the_sender)
     cr_assert_eq(pl_ucx_inbox_release(l.in), PL_ERR_INVALID);
     cr_assert_eq(pl_ucx_inbox_recv(l.in, &buf, &len, &tag, 5000, NULL), PL_OK, "%s",
                  pl_error_msg());
-    cr_assert_eq(tag, S_DATA_TAG);
+    cr_assert_eq(tag, TU_DATA_TAG);
     cr_assert_eq(pl_ucx_inbox_recv(l.in, &buf, &len, &tag, 5000, NULL), PL_ERR_INVALID);
     /* its release returns one credit: one more send goes, and no other */
     cr_assert_eq(pl_ucx_inbox_release(l.in), PL_OK);
     cr_assert_eq(
-        pl_ucx_send_credited(l.a, l.ab, S_DATA_TAG | 3, s_pattern(100, 3), 100, 5000, NULL), PL_OK,
-        "%s", pl_error_msg());
-    cr_assert_eq(pl_ucx_send_credited(l.a, l.ab, S_DATA_TAG | 4, s_pattern(100, 4), 100, 200, NULL),
-                 PL_ERR_TIMEOUT);
+        pl_ucx_send_credited(l.a, l.ab, TU_DATA_TAG | 3, tu_pattern(100, 3), 100, 5000, NULL),
+        PL_OK, "%s", pl_error_msg());
+    cr_assert_eq(
+        pl_ucx_send_credited(l.a, l.ab, TU_DATA_TAG | 4, tu_pattern(100, 4), 100, 200, NULL),
+        PL_ERR_TIMEOUT);
     for (unsigned i = 1; i <= 3; i++) {
         cr_assert_eq(pl_ucx_inbox_recv(l.in, &buf, &len, &tag, 5000, NULL), PL_OK);
-        cr_assert_eq(tag, S_DATA_TAG | i);
-        cr_assert(s_pattern_ok(buf, len, i));
+        cr_assert_eq(tag, TU_DATA_TAG | i);
+        cr_assert(tu_pattern_ok(buf, len, i));
         cr_assert_eq(pl_ucx_inbox_release(l.in), PL_OK);
     }
     cr_assert_eq(pl_ucx_inbox_recv(l.in, &buf, &len, &tag, 100, NULL), PL_ERR_TIMEOUT);
     pl_ucx_ep_credit_stats(l.ab, &cs);
     cr_assert_eq(cs.max_in_flight, 3);
-    s_unlink(&l);
+    tu_unlink(&l);
 }
 
 Test(ucx_inbox, oversized_message_and_bad_grants_are_refused)
 {
-    s_link_t l;
+    tu_link_t l;
     const void *buf;
     size_t len;
     uint64_t tag;
-    s_link(&l, 1000, 2);
+    tu_link(&l, 1000, 2, 0, TU_PROGRESS_BOTH);
     /* a plain (uncredited) send of more than a slot: refused, and the link carries on */
-    cr_assert_eq(pl_ucx_send(l.a, l.ab, S_DATA_TAG | 1, s_pattern(5000, 1), 5000), PL_OK);
-    cr_assert_eq(pl_ucx_send(l.a, l.ab, S_DATA_TAG | 2, s_pattern(900, 2), 900), PL_OK);
+    cr_assert_eq(pl_ucx_send(l.a, l.ab, TU_DATA_TAG | 1, tu_pattern(5000, 1), 5000), PL_OK);
+    cr_assert_eq(pl_ucx_send(l.a, l.ab, TU_DATA_TAG | 2, tu_pattern(900, 2), 900), PL_OK);
     pl_status_t st = pl_ucx_inbox_recv(l.in, &buf, &len, &tag, 5000, NULL);
     cr_assert_eq(st, PL_ERR_PROTOCOL, "%s", pl_error_msg());
     cr_assert(strstr(pl_error_msg(), "5000"), "%s", pl_error_msg());
     cr_assert_eq(pl_ucx_inbox_recv(l.in, &buf, &len, &tag, 5000, NULL), PL_OK, "%s",
                  pl_error_msg());
     cr_assert_eq(len, 900);
-    cr_assert(s_pattern_ok(buf, len, 2));
+    cr_assert(tu_pattern_ok(buf, len, 2));
     cr_assert_eq(pl_ucx_inbox_release(l.in), PL_OK);
     /* grants on the sender's credit tag that are not the job's (wrong length, wrong magic, the
      * layout before the token, another token): dropped and counted, no credit, no failure; one
@@ -274,16 +209,16 @@ Test(ucx_inbox, oversized_message_and_bad_grants_are_refused)
     static const size_t bad_len[] = {8, PL_UCX_GRANT_BYTES, PL_UCX_GRANT_BYTES,
                                      PL_UCX_GRANT_BYTES};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-        s_link_t m;
+        tu_link_t m;
         bool broken = i == 3;
-        s_link(&m, 1000, 1);
+        tu_link(&m, 1000, 1, 0, TU_PROGRESS_BOTH);
         void *g = malloc(bad_len[i]);
         memcpy(g, bad[i], bad_len[i]);
-        cr_assert_eq(pl_ucx_send(m.b, m.ba, S_CREDIT_TAG, g, bad_len[i]), PL_OK);
+        cr_assert_eq(pl_ucx_send(m.b, m.ba, TU_CREDIT_TAG, g, bad_len[i]), PL_OK);
         cr_assert_eq(pl_ucx_flush(m.b, 5000), PL_OK);
         /* the good first grant (one credit) may come before or after the forged one */
         for (int k = 0; k < 2; k++) {
-            st = pl_ucx_send_credited(m.a, m.ab, S_DATA_TAG, s_pattern(10, 0), 10, 1000, NULL);
+            st = pl_ucx_send_credited(m.a, m.ab, TU_DATA_TAG, tu_pattern(10, 0), 10, 1000, NULL);
             if (st != PL_OK)
                 break;
         }
@@ -295,34 +230,34 @@ Test(ucx_inbox, oversized_message_and_bad_grants_are_refused)
                          pl_error_msg());
             cr_assert_eq(pl_ucx_grants_dropped(m.a), 1, "forged grant %zu", i);
         }
-        s_unlink(&m);
+        tu_unlink(&m);
     }
     /* no credits on the endpoint: a misuse, reported */
-    cr_assert_eq(pl_ucx_send_credited(l.b, l.ba, S_DATA_TAG, s_pattern(10, 0), 10, 0, NULL),
+    cr_assert_eq(pl_ucx_send_credited(l.b, l.ba, TU_DATA_TAG, tu_pattern(10, 0), 10, 0, NULL),
                  PL_ERR_INVALID);
-    cr_assert_eq(pl_ucx_inbox_create(l.b, l.ba, S_DATA_TAG, S_DATA_MASK, S_CREDIT_TAG, 0, 1,
+    cr_assert_eq(pl_ucx_inbox_create(l.b, l.ba, TU_DATA_TAG, TU_DATA_MASK, TU_CREDIT_TAG, 0, 1,
                                      &(pl_ucx_inbox_t *){NULL}),
                  PL_ERR_RANGE);
-    s_unlink(&l);
+    tu_unlink(&l);
 }
 
 Test(ucx_inbox, a_dropped_message_returns_no_credit_and_later_ones_keep_their_lengths)
 {
-    s_link_t l;
+    tu_link_t l;
     const void *buf;
     size_t len;
     uint64_t tag;
     pl_ucx_credit_stats_t cs;
-    s_link(&l, 1000, 2);
+    tu_link(&l, 1000, 2, 0, TU_PROGRESS_BOTH);
     /* a stranger's message (no credit spent) takes a slot while the sender's two credited
      * messages are under way: the second finds no slot posted and waits in UCX's queue */
-    cr_assert_eq(pl_ucx_send(l.a, l.ab, S_DATA_TAG | 9, s_pattern(52, 9), 52), PL_OK);
+    cr_assert_eq(pl_ucx_send(l.a, l.ab, TU_DATA_TAG | 9, tu_pattern(52, 9), 52), PL_OK);
     cr_assert_eq(pl_ucx_flush(l.a, 5000), PL_OK);
     cr_assert_eq(pl_ucx_inbox_recv(l.in, &buf, &len, &tag, 5000, NULL), PL_OK, "%s",
                  pl_error_msg());
     cr_assert_eq(len, 52);
     for (unsigned i = 1; i <= 2; i++)
-        cr_assert_eq(pl_ucx_send_credited(l.a, l.ab, S_DATA_TAG | i, s_pattern(100 * i, i),
+        cr_assert_eq(pl_ucx_send_credited(l.a, l.ab, TU_DATA_TAG | i, tu_pattern(100 * i, i),
                                           100 * i, 5000, NULL),
                      PL_OK, "%s", pl_error_msg());
     cr_assert_eq(pl_ucx_flush(l.a, 5000), PL_OK);
@@ -333,43 +268,26 @@ Test(ucx_inbox, a_dropped_message_returns_no_credit_and_later_ones_keep_their_le
     for (unsigned i = 1; i <= 2; i++) {
         cr_assert_eq(pl_ucx_inbox_recv(l.in, &buf, &len, &tag, 5000, NULL), PL_OK, "%s",
                      pl_error_msg());
-        cr_assert_eq(tag, S_DATA_TAG | i);
+        cr_assert_eq(tag, TU_DATA_TAG | i);
         cr_assert_eq(len, 100 * i, "message %u: %zu bytes (its own length, not the one before)",
                      i, len);
-        cr_assert(s_pattern_ok(buf, len, i));
+        cr_assert(tu_pattern_ok(buf, len, i));
         cr_assert_eq(pl_ucx_inbox_release(l.in), PL_OK);
     }
     /* the two releases gave two credits back, the drop none: two sends go, a third waits */
     for (unsigned i = 3; i <= 4; i++)
-        cr_assert_eq(pl_ucx_send_credited(l.a, l.ab, S_DATA_TAG | i, s_pattern(10, i), 10, 5000,
-                                          NULL),
-                     PL_OK, "%s", pl_error_msg());
-    cr_assert_eq(pl_ucx_send_credited(l.a, l.ab, S_DATA_TAG | 5, s_pattern(10, 5), 10, 300, NULL),
+        cr_assert_eq(
+            pl_ucx_send_credited(l.a, l.ab, TU_DATA_TAG | i, tu_pattern(10, i), 10, 5000, NULL),
+            PL_OK, "%s", pl_error_msg());
+    cr_assert_eq(pl_ucx_send_credited(l.a, l.ab, TU_DATA_TAG | 5, tu_pattern(10, 5), 10, 300, NULL),
                  PL_ERR_TIMEOUT);
     pl_ucx_ep_credit_stats(l.ab, &cs);
     cr_assert_eq(cs.granted, 2);
     cr_assert_eq(cs.in_flight, 2);
-    s_unlink(&l);
+    tu_unlink(&l);
 }
 
 /* ---- a peer process that dies ---- */
-
-static void s_write_str(int fd, const char *s)
-{
-    size_t n = strlen(s) + 1;
-    if (write(fd, s, n) != (ssize_t)n)
-        _exit(3);
-}
-
-static void s_read_str(int fd, char *out, size_t cap)
-{
-    size_t got = 0;
-    for (ssize_t r; (got == 0 || out[got - 1] != '\0') && got < cap &&
-                    (r = read(fd, out + got, cap - got)) > 0;)
-        got += (size_t)r;
-    if (got == 0 || out[got - 1] != '\0')
-        out[0] = '\0';
-}
 
 /* Child: connect to the parent, send two credited messages, then hang until killed. */
 static void s_dying_child(int rd, int wr)
@@ -378,14 +296,15 @@ static void s_dying_child(int rd, int wr)
     pl_ucx_t *c = NULL;
     pl_ucx_ep_t *ep = NULL;
     char *mine = NULL;
-    s_read_str(rd, addr, sizeof(addr));
-    if (!addr[0] || pl_ucx_create_with(&(pl_ucx_params_t){.peer_timeout_ms = 1000}, &c) ||
+    if (tu_get(rd, addr, sizeof(addr)) ||
+        pl_ucx_create_with(&(pl_ucx_params_t){.peer_timeout_ms = 1000}, &c) ||
         pl_ucx_progress_start(c) || pl_ucx_connect(c, addr, &ep) || pl_ucx_address(c, &mine))
         _exit(2);
-    pl_ucx_ep_use_credits(ep, S_CREDIT_TAG);
-    s_write_str(wr, mine);
+    pl_ucx_ep_use_credits(ep, TU_CREDIT_TAG);
+    if (tu_put(wr, mine))
+        _exit(3);
     for (unsigned i = 0; i < 2; i++)
-        if (pl_ucx_send_credited(c, ep, S_DATA_TAG | i, s_pattern(70000, i), 70000, 10000, NULL))
+        if (pl_ucx_send_credited(c, ep, TU_DATA_TAG | i, tu_pattern(70000, i), 70000, 10000, NULL))
             _exit(4);
     for (;;)
         pause();
@@ -415,19 +334,19 @@ static void s_peer_killed(const char *tls, const char *want_transport)
     cr_assert_eq(pl_ucx_create_with(&(pl_ucx_params_t){.peer_timeout_ms = 1000}, &p), PL_OK);
     cr_assert_eq(pl_ucx_progress_start(p), PL_OK);
     cr_assert_eq(pl_ucx_address(p, &mine), PL_OK);
-    s_write_str(to_child[1], mine);
+    cr_assert_eq(tu_put(to_child[1], mine), 0);
     free(mine);
-    s_read_str(to_parent[0], addr, sizeof(addr));
-    cr_assert(addr[0], "the child sent no address");
+    cr_assert_eq(tu_get(to_parent[0], addr, sizeof(addr)), 0, "the child sent no address");
     cr_assert_eq(pl_ucx_connect(p, addr, &ep), PL_OK, "%s", pl_error_msg());
-    cr_assert_eq(pl_ucx_inbox_create(p, ep, S_DATA_TAG, S_DATA_MASK, S_CREDIT_TAG, 70000, 2, &in),
-                 PL_OK, "%s", pl_error_msg());
+    cr_assert_eq(
+        pl_ucx_inbox_create(p, ep, TU_DATA_TAG, TU_DATA_MASK, TU_CREDIT_TAG, 70000, 2, &in), PL_OK,
+        "%s", pl_error_msg());
     for (unsigned i = 0; i < 2; i++) {
         const void *buf;
         size_t len;
         cr_assert_eq(pl_ucx_inbox_recv(in, &buf, &len, NULL, 10000, NULL), PL_OK, "%s",
                      pl_error_msg());
-        cr_assert(len == 70000 && s_pattern_ok(buf, len, i));
+        cr_assert(len == 70000 && tu_pattern_ok(buf, len, i));
         cr_assert_eq(pl_ucx_inbox_release(in), PL_OK);
     }
     const char *tr = pl_ucx_ep_transport(ep);

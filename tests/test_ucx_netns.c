@@ -3,7 +3,7 @@
  * must use TCP; transfers from a few bytes to 64 MiB, odd sizes, many in flight arrive bit-exact
  * through inboxes and credits. Needs root and `ip`; skipped with the reason otherwise. */
 #include "cluster_util.h"
-#include "transport/ucx.h"
+#include "ucx_util.h"
 
 #include <criterion/criterion.h>
 #include <fcntl.h>
@@ -11,9 +11,6 @@
 #include <sys/mount.h>
 #include <sys/wait.h>
 
-#define S_DATA 0x100ULL
-#define S_MASK 0xf00ULL
-#define S_CREDIT 0x200ULL
 #define S_SLOTS 4
 #define S_SLOT_BYTES (64u << 20)
 
@@ -73,26 +70,6 @@ static int s_become_host(const char *ns, const char *hostname)
     return 0;
 }
 
-static int s_put(int fd, const char *s)
-{
-    size_t n = strlen(s) + 1;
-    return write(fd, s, n) == (ssize_t)n ? 0 : -1;
-}
-
-static int s_get(int fd, char *out, size_t cap)
-{
-    size_t got = 0;
-    for (ssize_t r; (got == 0 || out[got - 1] != '\0') && got < cap &&
-                    (r = read(fd, out + got, cap - got)) > 0;)
-        got += (size_t)r;
-    return got > 0 && out[got - 1] == '\0' ? 0 : -1;
-}
-
-static unsigned char s_byte(size_t i, unsigned seed)
-{
-    return (unsigned char)((i * 131u + seed * 7u + (i >> 12)) & 0xff);
-}
-
 static size_t s_size(int i)
 {
     static const size_t fixed[] = {0,
@@ -128,14 +105,14 @@ static int s_side(bool sender, const char *ns, int rd, int wr)
     if (s_become_host(ns, host) || pl_ucx_create(&u) || pl_ucx_progress_start(u) ||
         pl_ucx_address(u, &mine))
         return 2;
-    if (sender ? (s_get(rd, peer, sizeof(peer)) || s_put(wr, mine))
-               : (s_put(wr, mine) || s_get(rd, peer, sizeof(peer))))
+    if (sender ? (tu_get(rd, peer, sizeof(peer)) || tu_put(wr, mine))
+               : (tu_put(wr, mine) || tu_get(rd, peer, sizeof(peer))))
         return 3;
     if (pl_ucx_connect(u, peer, &ep))
         return 4;
-    pl_ucx_ep_use_credits(ep, S_CREDIT);
-    if (pl_ucx_inbox_create(u, ep, S_DATA, S_MASK, S_CREDIT, sender ? 64 : S_SLOT_BYTES,
-                            sender ? 1 : S_SLOTS, &in))
+    pl_ucx_ep_use_credits(ep, TU_CREDIT_TAG);
+    if (pl_ucx_inbox_create(u, ep, TU_DATA_TAG, TU_DATA_MASK, TU_CREDIT_TAG,
+                            sender ? 64 : S_SLOT_BYTES, sender ? 1 : S_SLOTS, &in))
         return 5;
     int rc = 0;
     for (int i = 0; i < S_MESSAGES && !rc; i++) {
@@ -143,8 +120,8 @@ static int s_side(bool sender, const char *ns, int rd, int wr)
         if (sender) {
             unsigned char *b = malloc(n ? n : 1);
             for (size_t k = 0; k < n; k++)
-                b[k] = s_byte(k, (unsigned)i);
-            if (pl_ucx_send_credited(u, ep, S_DATA | (uint64_t)(i & 0xff), b, n, 60000, NULL))
+                b[k] = tu_byte(k, (unsigned)i);
+            if (pl_ucx_send_credited(u, ep, TU_DATA_TAG | (uint64_t)(i & 0xff), b, n, 60000, NULL))
                 rc = 6;
             continue;
         }
@@ -152,10 +129,10 @@ static int s_side(bool sender, const char *ns, int rd, int wr)
         size_t len;
         uint64_t tag;
         if (pl_ucx_inbox_recv(in, &buf, &len, &tag, 60000, NULL) || len != n ||
-            tag != (S_DATA | (uint64_t)(i & 0xff)))
+            tag != (TU_DATA_TAG | (uint64_t)(i & 0xff)))
             rc = 7;
         for (size_t k = 0; !rc && k < len; k++)
-            if (((const unsigned char *)buf)[k] != s_byte(k, (unsigned)i))
+            if (((const unsigned char *)buf)[k] != tu_byte(k, (unsigned)i))
                 rc = 8;
         if (!rc && pl_ucx_inbox_release(in))
             rc = 9;
@@ -165,8 +142,9 @@ static int s_side(bool sender, const char *ns, int rd, int wr)
     /* between two hosts without RDMA, the transport really used is TCP */
     if (!rc && !strstr(pl_ucx_ep_transport(ep), "tcp"))
         rc = 13;
-    /* neither side goes before the other is done */
-    if (!rc && (s_put(wr, "done") || s_get(rd, peer, sizeof(peer))))
+    /* neither side goes before the other is done, and each expects the other to go */
+    pl_ucx_expect_close(u);
+    if (!rc && (tu_put(wr, "done") || tu_get(rd, peer, sizeof(peer))))
         rc = 11;
     pl_ucx_credit_stats_t cs;
     pl_ucx_ep_credit_stats(ep, &cs);

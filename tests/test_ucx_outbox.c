@@ -1,76 +1,13 @@
 /* The send pool of the UCX data plane, with real workers in this process: bit-exact transfers from
  * registered buffers into an inbox, a buffer never handed out while its send is in flight (a
  * receiver that progresses late), no allocation per send, misuse refused. */
-#include "transport/ucx.h"
+#include "ucx_util.h"
 
-#include "common/util.h"
-
-#include <criterion/criterion.h>
 #include <pthread.h>
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <unistd.h>
-
-#define S_DATA_TAG 0x100ULL
-#define S_DATA_MASK 0xf00ULL
-#define S_CREDIT_TAG 0x200ULL
-
-/* a sends to b from its pool; b's inbox grants credits back over ba. */
-typedef struct {
-    pl_ucx_t *a, *b;
-    pl_ucx_ep_t *ab, *ba;
-    pl_ucx_inbox_t *in;
-    pl_ucx_outbox_t *out;
-} s_link_t;
-
-static pl_ucx_ep_t *s_connect(pl_ucx_t *from, pl_ucx_t *to)
-{
-    char *addr = NULL;
-    pl_ucx_ep_t *ep = NULL;
-    cr_assert_eq(pl_ucx_address(to, &addr), PL_OK);
-    cr_assert_eq(pl_ucx_connect(from, addr, &ep), PL_OK, "%s", pl_error_msg());
-    free(addr);
-    return ep;
-}
-
-/* b_progress false: b's worker moves only inside b's calls, so a rendezvous send to it stays in
- * flight until b's receiver comes back (the slow receiver). */
-static void s_link(s_link_t *l, size_t bytes, int slots, int bufs, bool b_progress)
-{
-    memset(l, 0, sizeof(*l));
-    cr_assert_eq(pl_ucx_create(&l->a), PL_OK, "%s", pl_error_msg());
-    cr_assert_eq(pl_ucx_create(&l->b), PL_OK, "%s", pl_error_msg());
-    cr_assert_eq(pl_ucx_progress_start(l->a), PL_OK, "%s", pl_error_msg());
-    if (b_progress)
-        cr_assert_eq(pl_ucx_progress_start(l->b), PL_OK, "%s", pl_error_msg());
-    l->ab = s_connect(l->a, l->b);
-    l->ba = s_connect(l->b, l->a);
-    pl_ucx_ep_use_credits(l->ab, S_CREDIT_TAG);
-    cr_assert_eq(pl_ucx_inbox_create(l->b, l->ba, S_DATA_TAG, S_DATA_MASK, S_CREDIT_TAG, bytes,
-                                     slots, &l->in),
-                 PL_OK, "%s", pl_error_msg());
-    cr_assert_eq(pl_ucx_outbox_create(l->a, l->ab, bytes, bufs, &l->out), PL_OK, "%s",
-                 pl_error_msg());
-}
-
-static void s_unlink(s_link_t *l)
-{
-    pl_ucx_outbox_destroy(&l->out);
-    cr_assert_null(l->out);
-    pl_ucx_outbox_destroy(&l->out);
-    pl_ucx_inbox_destroy(&l->in);
-    pl_ucx_destroy(&l->a);
-    pl_ucx_destroy(&l->b);
-}
-
-static unsigned char s_byte(size_t i, unsigned seed)
-{
-    return (unsigned char)((i * 131u + seed * 7u + (i >> 12)) & 0xff);
-}
 
 typedef struct {
-    s_link_t *l;
+    tu_link_t *l;
     const size_t *sizes;
     int n;
     pl_status_t st;
@@ -95,8 +32,8 @@ static void *s_sender_main(void *arg)
         pl_ucx_outbox_stats(s->l->out, &os);
         s->busy_seen += os.sending >= os.bufs;
         for (size_t k = 0; k < s->sizes[i]; k++)
-            ((unsigned char *)buf)[k] = s_byte(k, (unsigned)i);
-        s->st = pl_ucx_outbox_send(s->l->out, S_DATA_TAG | (uint64_t)(i & 0xff), buf, s->sizes[i],
+            ((unsigned char *)buf)[k] = tu_byte(k, (unsigned)i);
+        s->st = pl_ucx_outbox_send(s->l->out, TU_DATA_TAG | (uint64_t)(i & 0xff), buf, s->sizes[i],
                                    30000, NULL);
         if (s->st != PL_OK) {
             snprintf(s->msg, sizeof(s->msg), "send %d: %s", i, pl_error_msg());
@@ -110,7 +47,7 @@ static void *s_sender_main(void *arg)
 }
 
 /* Receive every message, checking each byte; sleep hold_us before each receive. */
-static void s_receive_all(s_link_t *l, const size_t *sizes, int n, int hold_us)
+static void s_receive_all(tu_link_t *l, const size_t *sizes, int n, int hold_us)
 {
     for (int i = 0; i < n; i++) {
         const void *buf;
@@ -121,10 +58,10 @@ static void s_receive_all(s_link_t *l, const size_t *sizes, int n, int hold_us)
         pl_status_t st = pl_ucx_inbox_recv(l->in, &buf, &len, &tag, 30000, NULL);
         cr_assert_eq(st, PL_OK, "message %d: %s", i, pl_error_msg());
         cr_assert_eq(len, sizes[i], "message %d", i);
-        cr_assert_eq(tag, S_DATA_TAG | (uint64_t)(i & 0xff), "message %d: out of order", i);
+        cr_assert_eq(tag, TU_DATA_TAG | (uint64_t)(i & 0xff), "message %d: out of order", i);
         const unsigned char *b = buf;
         for (size_t k = 0; k < len; k++)
-            cr_assert_eq(b[k], s_byte(k, (unsigned)i), "message %d of %zu bytes differs at %zu", i,
+            cr_assert_eq(b[k], tu_byte(k, (unsigned)i), "message %d of %zu bytes differs at %zu", i,
                          len, k);
         cr_assert_eq(pl_ucx_inbox_release(l->in), PL_OK, "%s", pl_error_msg());
     }
@@ -133,9 +70,9 @@ static void s_receive_all(s_link_t *l, const size_t *sizes, int n, int hold_us)
 static void s_run(size_t bytes, int slots, int bufs, bool b_progress, const size_t *sizes, int n,
                   int hold_us, pl_ucx_outbox_stats_t *os)
 {
-    s_link_t l;
+    tu_link_t l;
     pthread_t t;
-    s_link(&l, bytes, slots, bufs, b_progress);
+    tu_link(&l, bytes, slots, bufs, TU_PROGRESS_A | (b_progress ? TU_PROGRESS_B : 0));
     s_sender_t s = {.l = &l, .sizes = sizes, .n = n};
     cr_assert_eq(pthread_create(&t, NULL, s_sender_main, &s), 0);
     s_receive_all(&l, sizes, n, hold_us);
@@ -166,7 +103,7 @@ static void s_run(size_t bytes, int slots, int bufs, bool b_progress, const size
                  (long long)aa.sends, (long long)aa.recvs);
     cr_assert_eq(ab.sends + ab.recvs, 0, "b: %lld sends, %lld receives allocated",
                  (long long)ab.sends, (long long)ab.recvs);
-    s_unlink(&l);
+    tu_unlink(&l);
 }
 
 TestSuite(ucx_outbox, .timeout = 120);
@@ -213,11 +150,11 @@ Test(ucx_outbox, slow_receiver_never_gets_a_buffer_still_in_flight)
 
 Test(ucx_outbox, misuse_is_refused_and_the_buffer_comes_back)
 {
-    s_link_t l;
+    tu_link_t l;
     void *b1, *b2, *b3;
     size_t cap;
     char other[16];
-    s_link(&l, 1000, 2, 2, true);
+    tu_link(&l, 1000, 2, 2, TU_PROGRESS_BOTH);
     cr_assert_eq(pl_ucx_outbox_get(l.out, &b1, &cap, 1000, NULL), PL_OK, "%s", pl_error_msg());
     cr_assert_eq(cap, 1024);
     cr_assert_eq((uintptr_t)b1 % 64, 0);
@@ -225,18 +162,18 @@ Test(ucx_outbox, misuse_is_refused_and_the_buffer_comes_back)
     cr_assert_neq(b1, b2);
     /* both with the caller: none will come back by waiting */
     cr_assert_eq(pl_ucx_outbox_get(l.out, &b3, &cap, 1000, NULL), PL_ERR_BUSY);
-    cr_assert_eq(pl_ucx_outbox_send(l.out, S_DATA_TAG, other, 8, 1000, NULL), PL_ERR_INVALID);
-    cr_assert_eq(pl_ucx_outbox_send(l.out, S_DATA_TAG, (char *)b1 + 1, 8, 1000, NULL),
+    cr_assert_eq(pl_ucx_outbox_send(l.out, TU_DATA_TAG, other, 8, 1000, NULL), PL_ERR_INVALID);
+    cr_assert_eq(pl_ucx_outbox_send(l.out, TU_DATA_TAG, (char *)b1 + 1, 8, 1000, NULL),
                  PL_ERR_INVALID);
-    cr_assert_eq(pl_ucx_outbox_send(l.out, S_DATA_TAG, b1, 1025, 1000, NULL), PL_ERR_RANGE);
+    cr_assert_eq(pl_ucx_outbox_send(l.out, TU_DATA_TAG, b1, 1025, 1000, NULL), PL_ERR_RANGE);
     /* b1 is the pool's again; sending it now is not a taken buffer's send */
-    cr_assert_eq(pl_ucx_outbox_send(l.out, S_DATA_TAG, b1, 8, 1000, NULL), PL_ERR_INVALID);
+    cr_assert_eq(pl_ucx_outbox_send(l.out, TU_DATA_TAG, b1, 8, 1000, NULL), PL_ERR_INVALID);
     cr_assert_eq(pl_ucx_outbox_get(l.out, &b3, &cap, 1000, NULL), PL_OK, "%s", pl_error_msg());
     cr_assert_eq(b3, b1);
     pl_ucx_outbox_unget(l.out, b2);
     cr_assert_eq(pl_ucx_outbox_get(l.out, &b2, &cap, 1000, NULL), PL_OK, "%s", pl_error_msg());
     memset(b3, 0x5a, 8);
-    cr_assert_eq(pl_ucx_outbox_send(l.out, S_DATA_TAG | 1, b3, 8, 5000, NULL), PL_OK, "%s",
+    cr_assert_eq(pl_ucx_outbox_send(l.out, TU_DATA_TAG | 1, b3, 8, 5000, NULL), PL_OK, "%s",
                  pl_error_msg());
     const void *got;
     size_t len;
@@ -251,7 +188,7 @@ Test(ucx_outbox, misuse_is_refused_and_the_buffer_comes_back)
     pl_ucx_outbox_stats_t os;
     pl_ucx_outbox_stats(l.out, &os);
     cr_assert_eq(os.send_allocs, 0);
-    cr_assert_eq(pl_ucx_send_credited(l.a, l.ab, S_DATA_TAG | 2, calloc(1, 4), 4, 5000, NULL),
+    cr_assert_eq(pl_ucx_send_credited(l.a, l.ab, TU_DATA_TAG | 2, calloc(1, 4), 4, 5000, NULL),
                  PL_OK, "%s", pl_error_msg());
     pl_ucx_outbox_stats(l.out, &os);
     cr_assert_eq(os.send_allocs, 1);
@@ -260,5 +197,5 @@ Test(ucx_outbox, misuse_is_refused_and_the_buffer_comes_back)
     cr_assert_eq(pl_ucx_inbox_recv(l.in, &got, &len, NULL, 5000, NULL), PL_OK, "%s",
                  pl_error_msg());
     cr_assert_eq(pl_ucx_inbox_release(l.in), PL_OK);
-    s_unlink(&l);
+    tu_unlink(&l);
 }

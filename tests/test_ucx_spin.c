@@ -1,25 +1,13 @@
 /* Tests of the UCX data plane's waits: the spin before sleep (PL_UCX_SPIN_US) and the longer one
  * while a transfer streams (PL_UCX_STREAM_SPIN_US) are checked, keep their deadline, leave an
  * idle wait asleep and lose no message; the progress thread still takes over when the owner goes. */
-#include "transport/ucx.h"
-
-#include "common/util.h"
+#include "ucx_util.h"
 
 #include <criterion/criterion.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-static pl_ucx_ep_t *s_connect(pl_ucx_t *from, pl_ucx_t *to)
-{
-    char *addr = NULL;
-    pl_ucx_ep_t *ep = NULL;
-    cr_assert_eq(pl_ucx_address(to, &addr), PL_OK);
-    cr_assert_eq(pl_ucx_connect(from, addr, &ep), PL_OK, "%s", pl_error_msg());
-    free(addr);
-    return ep;
-}
 
 Test(ucx_spin, setting_is_checked)
 {
@@ -52,7 +40,7 @@ Test(ucx_spin, a_wait_after_an_event_spins_to_its_deadline)
     setenv("PL_UCX_STREAM_SPIN_US", "10000", 1);
     pl_ucx_t *u = NULL;
     cr_assert_eq(pl_ucx_create(&u), PL_OK, "%s", pl_error_msg());
-    pl_ucx_ep_t *self = s_connect(u, u);
+    pl_ucx_ep_t *self = tu_connect(u, u);
     double best = 1e9;
     for (int i = 0; i < 5; i++) {
         void *buf;
@@ -134,7 +122,7 @@ static void s_ping_pong(const char *spin, const char *stream_spin)
     cr_assert_eq(pl_ucx_create(&a), PL_OK, "%s", pl_error_msg());
     cr_assert_eq(pl_ucx_create(&b), PL_OK, "%s", pl_error_msg());
     cr_assert_eq(pl_ucx_progress_start(a), PL_OK, "%s", pl_error_msg());
-    pl_ucx_ep_t *ab = s_connect(a, b), *ba = s_connect(b, a);
+    pl_ucx_ep_t *ab = tu_connect(a, b), *ba = tu_connect(b, a);
     s_echo_t e = {.u = b, .ep = ba, .n = 200};
     pthread_t t;
     cr_assert_eq(pthread_create(&t, NULL, s_echo_main, &e), 0);
@@ -204,7 +192,7 @@ Test(ucx_spin, the_progress_thread_takes_over_when_the_owner_goes)
     cr_assert_eq(pl_ucx_create(&a), PL_OK, "%s", pl_error_msg());
     cr_assert_eq(pl_ucx_create(&b), PL_OK, "%s", pl_error_msg());
     cr_assert_eq(pl_ucx_progress_start(a), PL_OK, "%s", pl_error_msg());
-    pl_ucx_ep_t *ab = s_connect(a, b), *ba = s_connect(b, a);
+    pl_ucx_ep_t *ab = tu_connect(a, b), *ba = tu_connect(b, a);
     s_big_t big = {.u = b, .ep = ba, .n = 8u << 20};
     cr_assert_eq(pl_ucx_inbox_create(a, ab, 0x100, 0xf00, 0x200, big.n, 1, &in), PL_OK, "%s",
                  pl_error_msg());

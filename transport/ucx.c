@@ -306,9 +306,9 @@ void pl_ucx_destroy(pl_ucx_t **ucx_p)
     *ucx_p = NULL;
     assert(ucx->n_inboxes == 0 && "inboxes are destroyed before their worker");
     assert(ucx->n_outboxes == 0 && "send pools are destroyed before their worker");
+    pl_ucx_expect_close(ucx);  /* before the progress thread stops: it may see a peer go */
     pl_ucx_progress_stop(ucx); /* from here on this thread alone uses the worker */
-    pl_ucx_lock(ucx);     /* pl_ucx_sleep lets go of it */
-    ucx->closing = true;
+    pl_ucx_lock(ucx);          /* pl_ucx_sleep lets go of it */
     /* Force-closing the endpoints purges their sends: the callbacks free the buffers. */
     for (pl_ucx_ep_t *ep = ucx->eps; ep; ep = ep->next) {
         pl_ucx_ep_grants_cancel(ucx, ep, deadline);

@@ -36,6 +36,12 @@ bool pl_ucx_has_progress(const pl_ucx_t *ucx);
  * 2 s for a message that is half-received; if it is still arriving then (its sender alive but
  * silent), the worker is left allocated (a logged leak), because UCX 1.13 aborts otherwise. */
 void pl_ucx_destroy(pl_ucx_t **ucx_p);
+/* The owner's traffic is over and its peers know (both ends are past a barrier of their own, a
+ * job's end): a peer that goes from here on is expected, so its endpoint's failure is recorded
+ * and returned by later calls as before, but not logged. Over TCP a peer's clean close reaches
+ * this side as a failure of the connection, which would otherwise be logged as one. Destroy
+ * implies it; whoever closes second must say it before the barrier. */
+void pl_ucx_expect_close(pl_ucx_t *ucx);
 /* This worker's address as base64 text (caller frees). */
 pl_status_t pl_ucx_address(pl_ucx_t *ucx, char **b64_p);
 /* Endpoint to the worker whose base64 address is given. Peer failures are reported by later

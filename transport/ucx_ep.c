@@ -23,6 +23,13 @@ static void s_ep_error(void *arg, ucp_ep_h uep, ucs_status_t status)
     }
 }
 
+void pl_ucx_expect_close(pl_ucx_t *ucx)
+{
+    pl_ucx_lock(ucx);
+    ucx->closing = true;
+    pl_ucx_unlock(ucx);
+}
+
 pl_status_t pl_ucx_connect(pl_ucx_t *ucx, const char *b64_addr, pl_ucx_ep_t **ep_p)
 {
     ucp_ep_params_t params = {0};

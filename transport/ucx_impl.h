@@ -116,7 +116,7 @@ struct pl_ucx {
     ucp_address_t *addr;
     size_t addr_len;
     int efd;
-    bool closing;             /* destroy in progress: failures are expected, not peer errors */
+    bool closing;             /* destroy or pl_ucx_expect_close: a peer's going is expected */
     ucs_status_t send_status; /* UCS_OK, or the first failure of a queued send */
     pl_ucx_ep_t *eps;         /* connected endpoints */
     pl_ucx_ep_t *closed;      /* disconnected ones, freed after the worker */

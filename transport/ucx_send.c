@@ -16,6 +16,17 @@ void pl_ucx_send_unlink(pl_ucx_send_t *s)
     s->ucx->n_pending--;
 }
 
+/* s in flight as request req: at the end of the worker's pending list. */
+static void s_link(pl_ucx_t *ucx, pl_ucx_send_t *s, void *req)
+{
+    s->req = req;
+    s->prev = ucx->pending.prev;
+    s->next = &ucx->pending;
+    s->prev->next = s;
+    ucx->pending.prev = s;
+    ucx->n_pending++;
+}
+
 static void s_send_done(void *request, ucs_status_t status, void *user_data)
 {
     pl_ucx_send_t *s = user_data;
@@ -81,12 +92,7 @@ pl_status_t pl_ucx_send_locked(pl_ucx_t *ucx, pl_ucx_ep_t *ep, uint64_t tag, voi
         free(s);
         return pl_ucx_ucs_error(us, "send");
     }
-    s->req = req;
-    s->prev = ucx->pending.prev;
-    s->next = &ucx->pending;
-    s->prev->next = s;
-    ucx->pending.prev = s;
-    ucx->n_pending++;
+    s_link(ucx, s, req);
     return PL_OK;
 }
 
@@ -115,12 +121,7 @@ pl_status_t pl_ucx_send_pooled_locked(pl_ucx_t *ucx, pl_ucx_ep_t *ep, uint64_t t
         s->done(s, true);
         return req == NULL ? PL_OK : pl_ucx_ucs_error(UCS_PTR_STATUS(req), "send");
     }
-    s->req = req;
-    s->prev = ucx->pending.prev;
-    s->next = &ucx->pending;
-    s->prev->next = s;
-    ucx->pending.prev = s;
-    ucx->n_pending++;
+    s_link(ucx, s, req);
     return PL_OK;
 }
 

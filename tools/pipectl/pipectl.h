@@ -110,8 +110,19 @@ void pl_pipectl_yaml(FILE *f, const json_t *v);
 typedef int (*pl_pipectl_render_fn)(pl_pipectl_t *c, char **args, int n_args, FILE *out,
                                     bool *final_p);
 int pl_pipectl_watch(pl_pipectl_t *c, pl_pipectl_render_fn render, char **args, int n_args);
-/* Follow job id to its end: a live bar on a terminal (stderr), else a plain line per change;
- * then its results when `results`. 0 when it is done, 1 when it failed or was canceled. */
+/* What following shows of a kind of job: `line` writes its progress line from a STATUS reply
+ * and says whether it is news (false: nothing to show yet); `draw` redraws it on a terminal
+ * (NULL: the line itself); `done` runs once the job is done, its exit status (NULL: 0). */
+typedef struct {
+    bool (*line)(const json_t *r, char *b, size_t n);
+    void (*draw)(const json_t *r, const char *line);
+    int (*done)(pl_pipectl_t *c, int64_t id, const json_t *r);
+} pl_pipectl_follow_t;
+/* Follow job id to its end, its state changes and progress as `how` shows it, redrawn in place
+ * on a terminal (stderr), else a plain line per change. 0 when it is done (or done's status), 1
+ * when it failed or was canceled, or Ctrl-C stopped following. */
+int pl_pipectl_follow_with(pl_pipectl_t *c, int64_t id, const pl_pipectl_follow_t *how);
+/* Follow a generation job: a live bar of its progress; then its results when `results`. */
 int pl_pipectl_follow(pl_pipectl_t *c, int64_t id, bool results);
 const char *pl_pipectl_str(const json_t *o, const char *k);
 double pl_pipectl_num(const json_t *o, const char *k);

@@ -1,6 +1,7 @@
-/* Following a job: on a terminal a live bar (sequences done / total, tokens, tokens/s, ETA,
- * each stage's busy share) redrawn in place on stderr; otherwise one plain line per change. The
- * figures are the STATUS reply's progress and stages. */
+/* Following a job to its end: its state changes, and its progress redrawn in place on stderr on a
+ * terminal, otherwise one plain line per change. A generation job shows a bar (sequences done /
+ * total, tokens, tokens/s, ETA, each stage's busy share: the STATUS reply's progress and stages);
+ * a training job its own line (train.c). */
 #include "tools/pipectl/pipectl.h"
 
 #include "common/util.h"
@@ -24,8 +25,9 @@ static void s_on_sigint(int sig)
     s_stop = 1;
 }
 
-/* The progress figures of a STATUS reply as one line: "3/8 seqs, 120/512 tokens, ...". */
-static void s_figures(const json_t *r, char *b, size_t n)
+/* The progress figures of a STATUS reply as one line: "3/8 seqs, 120/512 tokens, ..."; whether
+ * the job runs (else there is nothing new to show). */
+static bool s_figures(const json_t *r, char *b, size_t n)
 {
     const json_t *pg = json_object_get(r, "progress");
     double gen = S_NUM(pg, "generated"), most = S_NUM(pg, "at_most"), tps = S_NUM(pg, "tok_s");
@@ -42,6 +44,7 @@ static void s_figures(const json_t *r, char *b, size_t n)
             k += (size_t)snprintf(b + k, n - k, "%s s%zu %.0f%%", i ? "" : " | busy", i,
                                   S_NUM(s, "busy_pct"));
     }
+    return !strcmp(S_STR(r, "state"), "running");
 }
 
 /* The bar: done share of the tokens at most (sequences ending early end it sooner). */
@@ -58,60 +61,75 @@ static void s_bar(const json_t *r, const char *figures)
         bar[i] = i < fill ? '#' : '.';
     bar[S_BAR] = '\0';
     fprintf(stderr, "\r\033[K[%s] %3.0f%% %s", bar, 100.0 * PL_MIN(1.0, f), figures);
-    fflush(stderr);
 }
 
-int pl_pipectl_follow(pl_pipectl_t *c, int64_t id, bool results)
+int pl_pipectl_follow_with(pl_pipectl_t *c, int64_t id, const pl_pipectl_follow_t *how)
 {
     char last[32] = "", shown[512] = "";
     double t0 = pl_now(), shown_at = 0;
-    bool tty = isatty(STDERR_FILENO), bar_up = false;
+    bool tty = isatty(STDERR_FILENO), up = false;
     struct sigaction sa = {.sa_handler = s_on_sigint}, old;
     int rc;
     sigaction(SIGINT, &sa, &old);
     for (;;) {
         json_t *r;
         if (s_stop) { /* Ctrl-C stops following; the job goes on (pipectl cancel stops it) */
-            fprintf(stderr, "%spipectl: stopped following job %lld\n", bar_up ? "\n" : "",
+            fprintf(stderr, "%spipectl: stopped following job %lld\n", up ? "\n" : "",
                     (long long)id);
             rc = 1;
             break;
         }
         if ((rc = pl_pipectl_call_job(c, PL_MSG_STATUS, id, &r)))
             break;
-        char state[32], fig[512];
+        char state[32], line[512];
         snprintf(state, sizeof(state), "%s", S_STR(r, "state"));
         if (strcmp(state, last)) {
             const char *note = S_STR(r, "note");
-            fprintf(stderr, "%spipectl: job %lld %s after %.1f s%s%s\n", bar_up ? "\n" : "",
+            fprintf(stderr, "%spipectl: job %lld %s after %.1f s%s%s\n", up ? "\n" : "",
                     (long long)id, state, pl_now() - t0, strcmp(note, "-") && *note ? ": " : "",
                     strcmp(note, "-") ? note : "");
             snprintf(last, sizeof(last), "%s", state);
-            bar_up = false;
+            up = false;
         }
-        bool running = !strcmp(state, "running"),
-             end = !strcmp(state, "done") || !strcmp(state, "failed") || !strcmp(state, "canceled");
-        s_figures(r, fig, sizeof(fig));
-        if ((running || (end && bar_up)) && strcmp(fig, shown)) {
+        bool end = !strcmp(state, "done") || !strcmp(state, "failed") || !strcmp(state, "canceled");
+        bool news = how->line(r, line, sizeof(line));
+        if ((news || (end && up)) && strcmp(line, shown)) {
             if (tty) {
-                s_bar(r, fig);
-                bar_up = true;
+                if (how->draw)
+                    how->draw(r, line);
+                else
+                    fprintf(stderr, "\r\033[K%s", line);
+                fflush(stderr);
+                up = true;
             } else if (pl_now() - shown_at >= 1.0 || end) { /* a line per change, at most 1/s */
-                fprintf(stderr, "pipectl: job %lld: %s after %.1f s\n", (long long)id, fig,
+                fprintf(stderr, "pipectl: job %lld: %s after %.1f s\n", (long long)id, line,
                         pl_now() - t0);
                 shown_at = pl_now();
             }
-            snprintf(shown, sizeof(shown), "%s", fig);
+            snprintf(shown, sizeof(shown), "%s", line);
         }
-        json_decref(r);
         if (end) {
-            if (bar_up)
+            if (up)
                 fputc('\n', stderr);
-            rc = strcmp(state, "done") ? 1 : results ? pl_pipectl_results_of(c, id) : 0;
+            rc = strcmp(state, "done") ? 1 : how->done ? how->done(c, id, r) : 0;
+            json_decref(r);
             break;
         }
+        json_decref(r);
         usleep(S_POLL_US);
     }
     sigaction(SIGINT, &old, NULL);
     return rc;
+}
+
+static int s_results(pl_pipectl_t *c, int64_t id, const json_t *r)
+{
+    (void)r;
+    return pl_pipectl_results_of(c, id);
+}
+
+int pl_pipectl_follow(pl_pipectl_t *c, int64_t id, bool results)
+{
+    const pl_pipectl_follow_t how = {s_figures, s_bar, results ? s_results : NULL};
+    return pl_pipectl_follow_with(c, id, &how);
 }

@@ -1,5 +1,5 @@
 /* `pipectl train TRAIN.yaml`: a training job file submitted as a job (its spec's training part),
- * followed with --wait by a progress line (step/total, loss, tokens/s, ETA); and the training
+ * followed with --wait by its progress line (step/total, loss, tokens/s, ETA); and the training
  * part of `pipectl status` (step, loss, tokens/s, schedule, each stage's measured bubble). */
 #include "tools/pipectl/pipectl.h"
 
@@ -7,23 +7,13 @@
 #include "common/util.h"
 
 #include <limits.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#define S_POLL_US (200 * 1000)
 #define S_STR pl_pipectl_str
 #define S_NUM pl_pipectl_num
-
-static volatile sig_atomic_t s_stop;
-
-static void s_on_sigint(int sig)
-{
-    (void)sig;
-    s_stop = 1;
-}
 
 /* A relative path (a job file named by a relative path) from the current directory: the
  * coordinator takes absolute ones only. Non-zero when it does not fit. */
@@ -82,70 +72,26 @@ static void s_line(const json_t *tr, char *b, size_t n)
         snprintf(b + k, n - k, ", ETA %.0f s", eta);
 }
 
-/* Follow training job id to its end; 0 when it is done. */
-static int s_follow(pl_pipectl_t *c, int64_t id)
+/* A training job's progress line, news once this run has made a step. */
+static bool s_follow_line(const json_t *r, char *b, size_t n)
 {
-    char last[32] = "", shown[256] = "";
-    double t0 = pl_now(), shown_at = 0;
-    bool tty = isatty(STDERR_FILENO), up = false;
-    struct sigaction sa = {.sa_handler = s_on_sigint}, old;
-    int rc;
-    sigaction(SIGINT, &sa, &old);
-    for (;;) {
-        json_t *r;
-        if (s_stop) { /* the job goes on: pipectl cancel stops it */
-            fprintf(stderr, "%spipectl: stopped following job %lld\n", up ? "\n" : "",
-                    (long long)id);
-            rc = 1;
-            break;
-        }
-        if ((rc = pl_pipectl_call_job(c, PL_MSG_STATUS, id, &r)))
-            break;
-        const char *state = S_STR(r, "state"), *note = S_STR(r, "note");
-        const json_t *tr = json_object_get(r, "train");
-        bool end = !strcmp(state, "done") || !strcmp(state, "failed") ||
-                   !strcmp(state, "canceled");
-        if (strcmp(state, last)) {
-            fprintf(stderr, "%spipectl: job %lld %s after %.1f s%s%s\n", up ? "\n" : "",
-                    (long long)id, state, pl_now() - t0, *note && strcmp(note, "-") ? ": " : "",
-                    strcmp(note, "-") ? note : "");
-            snprintf(last, sizeof(last), "%s", state);
-            up = false;
-        }
-        char line[256];
-        s_line(tr, line, sizeof(line));
-        if (json_is_object(tr) && S_NUM(tr, "step") > S_NUM(tr, "first_step") &&
-            strcmp(line, shown)) {
-            if (tty) {
-                fprintf(stderr, "\r\033[K%s", line);
-                up = true;
-            } else if (pl_now() - shown_at >= 1.0 || end) {
-                fprintf(stderr, "pipectl: job %lld: %s\n", (long long)id, line);
-                shown_at = pl_now();
-            }
-            snprintf(shown, sizeof(shown), "%s", line);
-        }
-        if (end) {
-            if (up)
-                fputc('\n', stderr);
-            rc = strcmp(state, "done") ? 1 : 0;
-            if (!rc && c->json)
-                pl_pipectl_print(c, tr);
-            else if (!rc)
-                printf("job %lld: %d steps, final loss %.6f%s%s\n", (long long)id,
-                       (int)S_NUM(tr, "step"), S_NUM(tr, "loss"),
-                       *S_STR(tr, "checkpoint") && strcmp(S_STR(tr, "checkpoint"), "-")
-                           ? ", checkpoint "
-                           : "",
-                       strcmp(S_STR(tr, "checkpoint"), "-") ? S_STR(tr, "checkpoint") : "");
-            json_decref(r);
-            break;
-        }
-        json_decref(r);
-        usleep(S_POLL_US);
-    }
-    sigaction(SIGINT, &old, NULL);
-    return rc;
+    const json_t *tr = json_object_get(r, "train");
+    s_line(tr, b, n);
+    return json_is_object(tr) && S_NUM(tr, "step") > S_NUM(tr, "first_step");
+}
+
+/* A done training job: its training status (-o json), else its steps, final loss, checkpoint. */
+static int s_follow_done(pl_pipectl_t *c, int64_t id, const json_t *r)
+{
+    const json_t *tr = json_object_get(r, "train");
+    const char *ckpt = S_STR(tr, "checkpoint");
+    if (c->json)
+        pl_pipectl_print(c, tr);
+    else
+        printf("job %lld: %d steps, final loss %.6f%s%s\n", (long long)id, (int)S_NUM(tr, "step"),
+               S_NUM(tr, "loss"), *ckpt && strcmp(ckpt, "-") ? ", checkpoint " : "",
+               strcmp(ckpt, "-") ? ckpt : "");
+    return 0;
 }
 
 int pl_pipectl_train(pl_pipectl_t *c, char **args, int n_args)
@@ -161,7 +107,8 @@ int pl_pipectl_train(pl_pipectl_t *c, char **args, int n_args)
     free(m);
     if (rc)
         return rc;
-    return c->wait ? s_follow(c, job) : 0;
+    static const pl_pipectl_follow_t how = {s_follow_line, NULL, s_follow_done};
+    return c->wait ? pl_pipectl_follow_with(c, job, &how) : 0;
 }
 
 void pl_pipectl_train_status(const json_t *r)
