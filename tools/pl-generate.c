@@ -29,6 +29,10 @@ int main(int argc, char **argv)
     json_t *results = NULL;
     pl_gen_local_stats_t stats;
 
+    /* first: OpenBLAS on its tuned kernels where it fell back to generic ones (a restart), as
+     * the daemons it is compared with run (cpu_blas_core.h, through gen_local.h's backend) */
+    pl_cpu_blas_core_fix(argv);
+    pl_cpu_blas_core_log();
     while ((o = getopt_long(argc, argv, "s:t:m:h", opts, NULL)) != -1) {
         switch (o) {
         case 's':
