@@ -88,8 +88,8 @@ Test(cpu_blas_core, pipeld_restarts_as_cpuid_says, .timeout = 60)
     char *log = s_pipeld_log(NULL), want[160];
     const char *line = strstr(log, "restarted on");
     if (restart) {
-        snprintf(want, sizeof(want), "OpenBLAS picked its generic %s kernels: restarted on %s",
-                 own, best);
+        snprintf(want, sizeof(want), "OpenBLAS picked its generic %s kernels: restarted on %s", own,
+                 best);
         cr_assert(strstr(log, want), "no '%s' in pipeld's log:\n%s", want, log);
         cr_assert_eq(strstr(line + 1, "restarted on"), NULL, "more than one restart:\n%s", log);
     } else {
