@@ -5,6 +5,8 @@
 #ifndef PL_BACKENDS_BACKEND_H
 #define PL_BACKENDS_BACKEND_H
 
+/* pl_cpu_blas_core_fix, first in the main of every program that computes on this interface */
+#include "backends/cpu/cpu_blas_core.h"
 #include "common/status.h"
 #include "model/model.h"
 

@@ -1,4 +1,5 @@
 /* pipecoord: the cluster coordinator. Reads a cluster file (or the embedded local default). */
+#include "backends/cpu/cpu_blas_core.h"
 #include "common/config.h"
 #include "common/log.h"
 #include "common/state_dir.h"
@@ -56,6 +57,8 @@ int main(int argc, char **argv)
     int o;
     pl_status_t st;
 
+    /* first: OpenBLAS on its tuned kernels where it fell back to generic ones (a restart) */
+    pl_cpu_blas_core_fix(argv);
     pl_log_set_ident("pipecoord");
     while ((o = getopt_long(argc, argv, "c:e:N:H:l:s:F:T:h", opts, NULL)) != -1) {
         switch (o) {
@@ -89,6 +92,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "pipecoord: %s\n", pl_error_msg());
         return 2;
     }
+    pl_cpu_blas_core_log();
     if (http && pl_cfg_http_parse(http, "--http", &cfg.http)) {
         fprintf(stderr, "pipecoord: %s\n", pl_error_msg());
         return 2;

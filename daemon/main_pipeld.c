@@ -1,4 +1,5 @@
 /* pipeld: the node daemon. Settings from a node file, flags, or a node entry of a cluster file. */
+#include "backends/cpu/cpu_blas_core.h"
 #include "common/config.h"
 #include "common/log.h"
 #include "common/util.h"
@@ -81,6 +82,8 @@ int main(int argc, char **argv)
                *node_ep = NULL, *level = NULL, *http = NULL, *log_format = NULL, *log_target = NULL;
     int threads = -1, o;
 
+    /* first: OpenBLAS on its tuned kernels where it fell back to generic ones (a restart) */
+    pl_cpu_blas_core_fix(argv);
     while ((o = getopt_long(argc, argv, "f:C:n:c:N:t:d:H:l:F:T:h", opts, NULL)) != -1) {
         switch (o) {
         case 'f': config = optarg; break;
@@ -176,6 +179,7 @@ int main(int argc, char **argv)
     }
     pl_log_set_ident("pipeld");
     pl_log_set_node(cfg.name);
+    pl_cpu_blas_core_log();
     signal(SIGINT, s_on_signal);
     signal(SIGTERM, s_on_signal);
     signal(SIGPIPE, SIG_IGN);

@@ -1,6 +1,7 @@
 /* pl-generate: run a job file in this one process (no daemons, no network), optionally split
  * into stages run back to back. The reference the pipeline is compared with. */
 #include "common/config.h"
+#include "common/log.h"
 #include "common/util.h"
 #include "pipeline/gen.h"
 #include "pipeline/gen_local.h"
@@ -29,6 +30,11 @@ int main(int argc, char **argv)
     json_t *results = NULL;
     pl_gen_local_stats_t stats;
 
+    /* first: OpenBLAS on its tuned kernels where it fell back to generic ones (a restart), as
+     * the daemons it is compared with run (cpu_blas_core.h, through gen_local.h's backend) */
+    pl_cpu_blas_core_fix(argv);
+    pl_log_set_ident("pl-generate");
+    pl_cpu_blas_core_log();
     while ((o = getopt_long(argc, argv, "s:t:m:h", opts, NULL)) != -1) {
         switch (o) {
         case 's':
