@@ -25,7 +25,7 @@ static void s_teardown(void)
  * ckpt_NAME, and the YAML lines `extra`. */
 static void s_train_file_as(const char *name, int steps, const char *schedule, const char *extra)
 {
-    char more[512];
+    char more[1024];
     snprintf(more, sizeof(more), "schedule: %s\ncheckpoint_every: %d\ncheckpoint_dir: ckpt_%s\n%s",
              schedule, S_EVERY, name, extra);
     tc_train_file(&s_c, name, 32, 16, steps, more);
