@@ -314,9 +314,12 @@ pl_sched_link_t pl_sched_link(const pl_sched_eval_t *ev, int d, int n);
  *              products keep at least PL_SCHED_CHUNK_MIN rows (b sequences' chunks: matrix-
  *              shaped, and a stage's weights are read once per message), so a batch of many
  *              sequences may be cut finer than one long prompt and still fill the pipeline;
- *   c        = max(min(c_split, c_time), c_min); prompts of at most c_min tokens stay whole (0). */
+ *   c        = max(min(c_split, c_time), c_min); prompts of at most c_min tokens stay whole (0).
+ * PL_SCHED_CHUNK_MIN is 128 rows: at 32 a 1,024-token prompt's chunks on 2 CPU stages cost each
+ * stage as much as the whole prompt on one (OpenBLAS's tuned kernels run small products far below
+ * their rate; bench_pipeline's TTFT job: 5.2 s at 32 rows, 3.0 s at 128, 4.4-5.0 s on 1 stage). */
 #define PL_SCHED_CHUNK_TARGET_S 0.004
-#define PL_SCHED_CHUNK_MIN 32
+#define PL_SCHED_CHUNK_MIN 128
 #define PL_SCHED_CHUNK_MIN_TOKENS 8
 int pl_sched_prefill_chunk(int requested, int stages, int mb_size, int prompt_max, int prompt_avg,
                            double t_prefill_max);

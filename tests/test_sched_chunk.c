@@ -25,24 +25,28 @@ Test(sched_chunk, rule_on_hand_worked_values)
     /* fast stages: the count decides, ceil(1024 / 4) = 256 and ceil(1000 / 6) = 167 */
     cr_assert_eq(pl_sched_prefill_chunk(0, 2, 1, 1024, 1024, 1e-3), 256);
     cr_assert_eq(pl_sched_prefill_chunk(0, 3, 1, 1000, 500, 1e-4), 167);
-    /* slow stages: 1024 tokens in 0.128 s are 8000 tokens/s, 4 ms of them 32 tokens */
-    cr_assert_eq(pl_sched_prefill_chunk(0, 2, 1, 1024, 1024, 0.128), 32);
-    /* 0.064 s: 64 tokens in 4 ms, below the 256 the count allows */
-    cr_assert_eq(pl_sched_prefill_chunk(0, 2, 1, 1024, 1024, 0.064), 64);
+    /* slower stages: 1024 tokens in 0.02 s are 51200 tokens/s, 4 ms of them 204 tokens, below
+     * the 256 the count allows */
+    cr_assert_eq(pl_sched_prefill_chunk(0, 2, 1, 1024, 1024, 0.02), 204);
+    /* 0.025 s: 163 tokens in 4 ms */
+    cr_assert_eq(pl_sched_prefill_chunk(0, 2, 1, 1024, 1024, 0.025), 163);
     /* slower still: never below PL_SCHED_CHUNK_MIN */
     cr_assert_eq(pl_sched_prefill_chunk(0, 2, 1, 1024, 1024, 10.0), PL_SCHED_CHUNK_MIN);
-    /* just above the floor: 33 tokens on 8 stages still make two chunks */
-    cr_assert_eq(pl_sched_prefill_chunk(0, 8, 1, 33, 33, 1e-6), 32);
-    /* 40 tokens, 2 stages: ceil(40 / 4) = 10, raised to 32: two chunks */
-    cr_assert_eq(pl_sched_prefill_chunk(0, 2, 1, 40, 40, 1e-6), 32);
+    /* just above the floor: 129 tokens on 8 stages still make two chunks */
+    cr_assert_eq(pl_sched_prefill_chunk(0, 8, 1, 129, 129, 1e-6), 128);
+    /* 136 tokens, 2 stages: ceil(136 / 4) = 34, raised to 128: two chunks */
+    cr_assert_eq(pl_sched_prefill_chunk(0, 2, 1, 136, 136, 1e-6), 128);
+    /* at most the floor: whole */
+    cr_assert_eq(pl_sched_prefill_chunk(0, 2, 1, 128, 128, 1e-6), 0);
     /* no prediction (0 s): the count alone */
     cr_assert_eq(pl_sched_prefill_chunk(0, 2, 1, 512, 100, 0.0), 128);
     /* microbatches of several sequences: the floor is on a message's rows (b chunks), so 12
      * prompts of 64 tokens in two microbatches of 6 on 2 stages go in chunks of
-     * ceil(64 / 4) = 16 (96 rows: 8 messages), where one sequence's floor of 32 made 4 */
-    cr_assert_eq(pl_sched_prefill_chunk(0, 2, 6, 64, 64, 1e-6), 16);
-    /* slow stages: the floor for 3 sequences is ceil(32 / 3) = 11 tokens */
-    cr_assert_eq(pl_sched_prefill_chunk(0, 2, 3, 64, 64, 10.0), 11);
+     * ceil(128 / 6) = 22 (132 rows: 6 messages), where one sequence's floor of 128 keeps them
+     * whole */
+    cr_assert_eq(pl_sched_prefill_chunk(0, 2, 6, 64, 64, 1e-6), 22);
+    /* slow stages: the floor for 3 sequences is ceil(128 / 3) = 43 tokens */
+    cr_assert_eq(pl_sched_prefill_chunk(0, 2, 3, 64, 64, 10.0), 43);
     /* and never below PL_SCHED_CHUNK_MIN_TOKENS, however many sequences */
     cr_assert_eq(pl_sched_prefill_chunk(0, 2, 64, 1024, 1024, 10.0), PL_SCHED_CHUNK_MIN_TOKENS);
     /* prompts no longer than the floor stay whole: 8 tokens with 16 sequences, 5 with 8 */
@@ -83,7 +87,7 @@ static const pl_sched_model_t s_model = {.n_layers = 16,
 static int s_expected(const pl_plan_t *p, int pmax, int pavg)
 {
     int b = p->microbatch_size > 0 ? p->microbatch_size : 1;
-    double floor_c = fmax(ceil(32.0 / b), 8);
+    double floor_c = fmax(ceil(128.0 / b), 8);
     if (p->n_stages == 1 || pmax <= floor_c)
         return 0;
     double t = 0;
@@ -121,10 +125,10 @@ static void s_check(double gflops, double gbps, int stages, int pmax, int pavg,
         if (want_time_bound) /* slow stages: a few ms per chunk, more chunks than 2 S */
             cr_assert(chunk_s <= 0.004 + 1e-12 && chunk_s > 0.002 && chunks > 2 * stages + 1,
                       "%g s, %d chunks", chunk_s, chunks);
-        else if (want > 32) /* fast stages: exactly enough chunks for 2 S */
+        else if (want > 128) /* fast stages: exactly enough chunks for 2 S */
             cr_assert(chunks >= 2 * stages && chunks <= 2 * stages + 1, "%d chunks", chunks);
         else
-            cr_assert_eq(chunks, (pmax + 31) / 32);
+            cr_assert_eq(chunks, (pmax + 127) / 128);
     }
     /* shown in the table and the JSON */
     char *table = pl_plan_explain_new(p);
@@ -147,12 +151,12 @@ Test(sched_chunk, plans_choose_by_the_rule)
 {
     s_check(1e7, 1e6, 2, 1024, 1024, false); /* fast: 4 chunks of 256 */
     s_check(1e7, 1e6, 3, 1000, 1000, false);
-    /* slower (about 40 us a token per stage): chunks of about 4 ms, more of them than 2 S */
-    s_check(2.5e4, 1e3, 2, 1024, 1024, true);
-    s_check(2.5e4, 1e3, 4, 4000, 3000, true);
+    /* slower (about 20 us a token per stage): chunks of about 4 ms, more of them than 2 S */
+    s_check(5e4, 2e3, 2, 1024, 1024, true);
+    s_check(5e4, 2e3, 4, 4000, 3000, true);
     s_check(1e7, 1e6, 1, 1024, 1024, false); /* one stage: whole */
     s_check(1e7, 1e6, 2, 24, 24, false);     /* short: whole */
-    /* slow: the floor of 32 tokens */
+    /* slow: the floor of 128 tokens */
     s_check(20, 50, 2, 1024, 1024, false);
 }
 
