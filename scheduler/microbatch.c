@@ -21,6 +21,11 @@ int pl_sched_prefill_chunk(int requested, int stages, int mb_size, int prompt_ma
     int64_t c_min = (PL_SCHED_CHUNK_MIN + b - 1) / b;
     if (c_min < PL_SCHED_CHUNK_MIN_TOKENS)
         c_min = PL_SCHED_CHUNK_MIN_TOKENS;
+    int64_t n_max =
+        4 * (int64_t)stages > PL_SCHED_CHUNKS_MAX ? 4 * (int64_t)stages : PL_SCHED_CHUNKS_MAX;
+    int64_t c_few = ((int64_t)prompt_max + n_max - 1) / n_max; /* a long prompt's chunks */
+    if (c_min < c_few)
+        c_min = c_few;
     if (stages <= 1 || prompt_max <= c_min)
         return 0;
     int64_t c = ((int64_t)prompt_max + 2 * stages - 1) / (2 * stages);

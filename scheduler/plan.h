@@ -201,7 +201,7 @@ typedef struct {
     /* bytes one decode call reads (weights, its embedding rows or LM head, KV): what a
      * memory-bound step moves, once per microbatch */
     double decode_read_bytes;
-    uint64_t mem_used, mem_avail;     /* mem_avail = mem_bytes - reserve_bytes */
+    uint64_t mem_used, mem_avail; /* mem_avail = mem_bytes - reserve_bytes */
     uint64_t mem_weights, mem_kv, mem_work;
     int next_stage;       /* stage that receives the output; 0 for the last (token ids) */
     pl_sched_link_t link; /* to the next stage's device (as used, defaults applied) */
@@ -310,16 +310,19 @@ pl_sched_link_t pl_sched_link(const pl_sched_eval_t *ev, int d, int n);
  *   c_time   = floor(PL_SCHED_CHUNK_TARGET_S * P_avg / t_pre): the chunk the bottleneck stage
  *              computes in about that time, short next to a prompt but long next to a
  *              message's latency;
- *   c_min    = max(ceil(PL_SCHED_CHUNK_MIN / b), PL_SCHED_CHUNK_MIN_TOKENS): a message's
- *              products keep at least PL_SCHED_CHUNK_MIN rows (b sequences' chunks: matrix-
- *              shaped, and a stage's weights are read once per message), so a batch of many
- *              sequences may be cut finer than one long prompt and still fill the pipeline;
- *   c        = max(min(c_split, c_time), c_min); prompts of at most c_min tokens stay whole (0).
- * PL_SCHED_CHUNK_MIN is 128 rows: at 32 a 1,024-token prompt's chunks on 2 CPU stages cost each
- * stage as much as the whole prompt on one (OpenBLAS's tuned kernels run small products far below
- * their rate; bench_pipeline's TTFT job: 5.2 s at 32 rows, 3.0 s at 128, 4.4-5.0 s on 1 stage). */
+ *   c_min    = max(ceil(PL_SCHED_CHUNK_MIN / b), PL_SCHED_CHUNK_MIN_TOKENS,
+ *                  ceil(P_max / max(PL_SCHED_CHUNKS_MAX, 4 S))): a message's products keep at
+ *              least PL_SCHED_CHUNK_MIN rows (b sequences' chunks: matrix-shaped, and a stage's
+ *              weights are read once per message), so a batch of many sequences may be cut
+ *              finer than one long prompt and still fill the pipeline; and a long prompt is cut
+ *              into at most max(PL_SCHED_CHUNKS_MAX, 4 S) chunks, because each chunk's attention
+ *              is a product of its own rows against the whole cached prefix, which runs far
+ *              below its rate for few rows (bench_pipeline's 1,024-token TTFT job on 2 CPU
+ *              stages: 5.2 s in chunks of 32, 3.0 s in chunks of 128, 4.4-5.0 s on 1 stage);
+ *   c        = max(min(c_split, c_time), c_min); prompts of at most c_min tokens stay whole (0). */
 #define PL_SCHED_CHUNK_TARGET_S 0.004
-#define PL_SCHED_CHUNK_MIN 128
+#define PL_SCHED_CHUNK_MIN 32
+#define PL_SCHED_CHUNKS_MAX 8
 #define PL_SCHED_CHUNK_MIN_TOKENS 8
 int pl_sched_prefill_chunk(int requested, int stages, int mb_size, int prompt_max, int prompt_avg,
                            double t_prefill_max);

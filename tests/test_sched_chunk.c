@@ -30,32 +30,37 @@ Test(sched_chunk, rule_on_hand_worked_values)
     cr_assert_eq(pl_sched_prefill_chunk(0, 2, 1, 1024, 1024, 0.02), 204);
     /* 0.025 s: 163 tokens in 4 ms */
     cr_assert_eq(pl_sched_prefill_chunk(0, 2, 1, 1024, 1024, 0.025), 163);
-    /* slower still: never below PL_SCHED_CHUNK_MIN */
-    cr_assert_eq(pl_sched_prefill_chunk(0, 2, 1, 1024, 1024, 10.0), PL_SCHED_CHUNK_MIN);
-    /* just above the floor: 129 tokens on 8 stages still make two chunks */
-    cr_assert_eq(pl_sched_prefill_chunk(0, 8, 1, 129, 129, 1e-6), 128);
-    /* 136 tokens, 2 stages: ceil(136 / 4) = 34, raised to 128: two chunks */
-    cr_assert_eq(pl_sched_prefill_chunk(0, 2, 1, 136, 136, 1e-6), 128);
-    /* at most the floor: whole */
-    cr_assert_eq(pl_sched_prefill_chunk(0, 2, 1, 128, 128, 1e-6), 0);
+    /* slower still: a long prompt in at most max(PL_SCHED_CHUNKS_MAX, 4 S) chunks, 1024 / 8 */
+    cr_assert_eq(pl_sched_prefill_chunk(0, 2, 1, 1024, 1024, 0.128), 128);
+    cr_assert_eq(pl_sched_prefill_chunk(0, 2, 1, 1024, 1024, 10.0), 128);
+    /* 3 stages: at most 12 chunks, ceil(1200 / 12) = 100; 8 stages: 32, ceil(4096 / 32) */
+    cr_assert_eq(pl_sched_prefill_chunk(0, 3, 1, 1200, 1200, 10.0), 100);
+    cr_assert_eq(pl_sched_prefill_chunk(0, 8, 1, 4096, 4096, 10.0), 128);
+    /* a prompt short enough for its 8 chunks to stay under PL_SCHED_CHUNK_MIN rows */
+    cr_assert_eq(pl_sched_prefill_chunk(0, 2, 1, 200, 200, 10.0), PL_SCHED_CHUNK_MIN);
+    /* just above the floor: 33 tokens on 8 stages still make two chunks */
+    cr_assert_eq(pl_sched_prefill_chunk(0, 8, 1, 33, 33, 1e-6), 32);
+    /* 40 tokens, 2 stages: ceil(40 / 4) = 10, raised to 32: two chunks */
+    cr_assert_eq(pl_sched_prefill_chunk(0, 2, 1, 40, 40, 1e-6), 32);
     /* no prediction (0 s): the count alone */
     cr_assert_eq(pl_sched_prefill_chunk(0, 2, 1, 512, 100, 0.0), 128);
     /* microbatches of several sequences: the floor is on a message's rows (b chunks), so 12
      * prompts of 64 tokens in two microbatches of 6 on 2 stages go in chunks of
-     * ceil(128 / 6) = 22 (132 rows: 6 messages), where one sequence's floor of 128 keeps them
-     * whole */
-    cr_assert_eq(pl_sched_prefill_chunk(0, 2, 6, 64, 64, 1e-6), 22);
-    /* slow stages: the floor for 3 sequences is ceil(128 / 3) = 43 tokens */
-    cr_assert_eq(pl_sched_prefill_chunk(0, 2, 3, 64, 64, 10.0), 43);
+     * ceil(64 / 4) = 16 (96 rows: 8 messages), where one sequence's floor of 32 made 4 */
+    cr_assert_eq(pl_sched_prefill_chunk(0, 2, 6, 64, 64, 1e-6), 16);
+    /* slow stages: the floor for 3 sequences is ceil(32 / 3) = 11 tokens */
+    cr_assert_eq(pl_sched_prefill_chunk(0, 2, 3, 64, 64, 10.0), 11);
     /* and never below PL_SCHED_CHUNK_MIN_TOKENS, however many sequences */
-    cr_assert_eq(pl_sched_prefill_chunk(0, 2, 64, 1024, 1024, 10.0), PL_SCHED_CHUNK_MIN_TOKENS);
+    cr_assert_eq(pl_sched_prefill_chunk(0, 2, 64, 64, 64, 10.0), PL_SCHED_CHUNK_MIN_TOKENS);
+    /* but a long prompt's chunk count still bounds them: 1024 / 8 */
+    cr_assert_eq(pl_sched_prefill_chunk(0, 2, 64, 1024, 1024, 10.0), 128);
     /* prompts no longer than the floor stay whole: 8 tokens with 16 sequences, 5 with 8 */
     cr_assert_eq(pl_sched_prefill_chunk(0, 2, 16, 8, 8, 1e-6), 0);
     cr_assert_eq(pl_sched_prefill_chunk(0, 2, 8, 5, 5, 1e-6), 0);
     /* 9 tokens with 16 sequences: ceil(9 / 4) = 3, raised to the 8-token floor: two chunks */
     cr_assert_eq(pl_sched_prefill_chunk(0, 2, 16, 9, 9, 1e-6), 8);
     /* no microbatch size known (0): as one sequence */
-    cr_assert_eq(pl_sched_prefill_chunk(0, 2, 0, 1024, 1024, 10.0), PL_SCHED_CHUNK_MIN);
+    cr_assert_eq(pl_sched_prefill_chunk(0, 2, 0, 200, 200, 10.0), PL_SCHED_CHUNK_MIN);
 }
 
 static pl_sched_device_t s_dev(const char *name, double gflops, double gbps)
@@ -87,7 +92,7 @@ static const pl_sched_model_t s_model = {.n_layers = 16,
 static int s_expected(const pl_plan_t *p, int pmax, int pavg)
 {
     int b = p->microbatch_size > 0 ? p->microbatch_size : 1;
-    double floor_c = fmax(ceil(128.0 / b), 8);
+    double floor_c = fmax(fmax(ceil(32.0 / b), 8), ceil(pmax / fmax(8, 4.0 * p->n_stages)));
     if (p->n_stages == 1 || pmax <= floor_c)
         return 0;
     double t = 0;
@@ -125,10 +130,10 @@ static void s_check(double gflops, double gbps, int stages, int pmax, int pavg,
         if (want_time_bound) /* slow stages: a few ms per chunk, more chunks than 2 S */
             cr_assert(chunk_s <= 0.004 + 1e-12 && chunk_s > 0.002 && chunks > 2 * stages + 1,
                       "%g s, %d chunks", chunk_s, chunks);
-        else if (want > 128) /* fast stages: exactly enough chunks for 2 S */
+        else if (want == (pmax + 2 * stages - 1) / (2 * stages)) /* fast: just enough for 2 S */
             cr_assert(chunks >= 2 * stages && chunks <= 2 * stages + 1, "%d chunks", chunks);
-        else
-            cr_assert_eq(chunks, (pmax + 127) / 128);
+        else /* slow: the floor's chunks, at most max(8, 4 S) */
+            cr_assert(chunks <= (4 * stages > 8 ? 4 * stages : 8), "%d chunks", chunks);
     }
     /* shown in the table and the JSON */
     char *table = pl_plan_explain_new(p);
@@ -156,7 +161,7 @@ Test(sched_chunk, plans_choose_by_the_rule)
     s_check(5e4, 2e3, 4, 4000, 3000, true);
     s_check(1e7, 1e6, 1, 1024, 1024, false); /* one stage: whole */
     s_check(1e7, 1e6, 2, 24, 24, false);     /* short: whole */
-    /* slow: the floor of 128 tokens */
+    /* slow: the floor, 8 chunks of 128 tokens */
     s_check(20, 50, 2, 1024, 1024, false);
 }
 
