@@ -24,7 +24,7 @@
 typedef struct {
     const char *model;
     int layers, prompt, reps;
-    bool tiles; /* the tile-size table too */
+    bool tiles;                      /* the tile-size table too */
     int sizes[S_MAX_SIZES], n_sizes; /* chunk sizes; the prompt's length = whole */
 } s_opts_t;
 
@@ -62,10 +62,9 @@ typedef struct {
 
 static pl_status_t s_load_mats(pl_model_t *model, int layers, s_layer_t *L)
 {
-    static const char *const names[S_N_MATS] = {"self_attn.q_proj", "self_attn.k_proj",
-                                                "self_attn.v_proj", "self_attn.o_proj",
-                                                "mlp.gate_proj",    "mlp.up_proj",
-                                                "mlp.down_proj"};
+    static const char *const names[S_N_MATS] = {
+        "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+        "mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj"};
     char name[128];
     pl_tensor_view_t v;
     pl_status_t st;
@@ -163,10 +162,10 @@ static int s_make_model(const char *dir)
     *slash = '\0';
     snprintf(tool, sizeof(tool), "%s/pl-mkmodel", exe);
     /* bench_pipeline's model: 12 layers, hidden 1024, bf16 */
-    char *argv[] = {tool,    "--out",     (char *)dir, "--layers",       "12",   "--hidden",
-                    "1024",  "--intermediate", "2816", "--heads",        "16",   "--kv-heads",
-                    "8",     "--vocab",   "8192",      "--seed",         "1",    "--max-pos",
-                    "2048",  "--dtype",   "bf16",      NULL};
+    char *argv[] = {tool,   "--out",          (char *)dir, "--layers", "12", "--hidden",
+                    "1024", "--intermediate", "2816",      "--heads",  "16", "--kv-heads",
+                    "8",    "--vocab",        "8192",      "--seed",   "1",  "--max-pos",
+                    "2048", "--dtype",        "bf16",      NULL};
     fprintf(stderr, "bench_prefill_chunk: making bench_pipeline's model with %s\n", tool);
     pid_t pid = fork();
     if (pid < 0)
@@ -178,7 +177,7 @@ static int s_make_model(const char *dir)
     }
     int status;
     return waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0
-                                                                                           : -1;
+                                                                                            : -1;
 }
 
 static void s_rm_model(const char *dir)
@@ -213,24 +212,31 @@ static int s_usage(FILE *f, int rc)
 
 static int s_parse(int argc, char **argv, s_opts_t *o)
 {
-    static const struct option longs[] = {{"model", required_argument, NULL, 'm'},
-                                          {"layers", required_argument, NULL, 'l'},
-                                          {"prompt", required_argument, NULL, 'p'},
-                                          {"chunks", required_argument, NULL, 'c'},
-                                          {"reps", required_argument, NULL, 'r'},
-                                          {"tiles", no_argument, NULL, 't'},
-                                          {"help", no_argument, NULL, 'h'},
-                                          {NULL, 0, NULL, 0}};
+    static const struct option longs[] = {
+        {"model", required_argument, NULL, 'm'},  {"layers", required_argument, NULL, 'l'},
+        {"prompt", required_argument, NULL, 'p'}, {"chunks", required_argument, NULL, 'c'},
+        {"reps", required_argument, NULL, 'r'},   {"tiles", no_argument, NULL, 't'},
+        {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0}};
     int ch;
-    *o = (s_opts_t){.layers = 6, .prompt = 1024, .reps = 3, .sizes = {64, 128, 256, 512},
-                    .n_sizes = 4};
+    *o = (s_opts_t){
+        .layers = 6, .prompt = 1024, .reps = 3, .sizes = {64, 128, 256, 512}, .n_sizes = 4};
     while ((ch = getopt_long(argc, argv, "", longs, NULL)) != -1) {
         switch (ch) {
-        case 'm': o->model = optarg; break;
-        case 'l': o->layers = atoi(optarg); break;
-        case 'p': o->prompt = atoi(optarg); break;
-        case 'r': o->reps = atoi(optarg); break;
-        case 't': o->tiles = true; break;
+        case 'm':
+            o->model = optarg;
+            break;
+        case 'l':
+            o->layers = atoi(optarg);
+            break;
+        case 'p':
+            o->prompt = atoi(optarg);
+            break;
+        case 'r':
+            o->reps = atoi(optarg);
+            break;
+        case 't':
+            o->tiles = true;
+            break;
         case 'c': {
             o->n_sizes = 0;
             for (char *s = optarg; *s && o->n_sizes < S_MAX_SIZES;) {
@@ -240,8 +246,10 @@ static int s_parse(int argc, char **argv, s_opts_t *o)
             }
             break;
         }
-        case 'h': exit(s_usage(stdout, 0));
-        default: return -1;
+        case 'h':
+            exit(s_usage(stdout, 0));
+        default:
+            return -1;
         }
     }
     if (optind != argc || o->layers < 1 || o->prompt < 1 || o->reps < 1 || o->n_sizes < 1)
@@ -301,8 +309,7 @@ int main(int argc, char **argv)
            "(hidden %d, intermediate %d, heads %d/%d), 1 thread, OpenBLAS core %s, products "
            "through %s; load average %.2f at the start\n\n",
            P, layers - 1, dir, c->hidden, c->intermediate, c->n_heads, c->n_kv_heads,
-           openblas_get_corename(), pl_cpu_gemm_seq_uses_blas() ? "OpenBLAS" : "own kernel",
-           la[0]);
+           openblas_get_corename(), pl_cpu_gemm_seq_uses_blas() ? "OpenBLAS" : "own kernel", la[0]);
 
     /* the stage: rounds of the whole prompt then every chunk size, best CPU time of each */
     int n = o.n_sizes + 1;
@@ -321,9 +328,10 @@ int main(int argc, char **argv)
             best_wall[i] = PL_MIN(best_wall[i], pl_now() - t0);
         }
     pl_be_stage_unload(&stage);
-    printf("| prefill of %d tokens, layers 0..%d | calls | CPU s (best of %d) | wall s | x whole |\n"
-           "| --- | ---: | ---: | ---: | ---: |\n",
-           P, layers - 1, o.reps);
+    printf(
+        "| prefill of %d tokens, layers 0..%d | calls | CPU s (best of %d) | wall s | x whole |\n"
+        "| --- | ---: | ---: | ---: | ---: |\n",
+        P, layers - 1, o.reps);
     for (int i = 0; i < n; i++) {
         int chunk = i == 0 ? P : o.sizes[i - 1];
         printf("| %s %d | %d | %.3f | %.3f | %.2f |\n", i == 0 ? "whole," : "chunks of", chunk,
