@@ -64,12 +64,14 @@ pl_status_t pl_be_device_calibrate(pl_be_device_t *dev, pl_be_calib_t *calib)
 {
     if (!dev->be->ops->calibrate)
         return pl_error(PL_ERR_UNSUPPORTED, "backend %s cannot calibrate", pl_be_name(dev->be));
-    pl_be_calib_t c;
+    pl_be_calib_t c = {0}; /* a backend that measures no decode row rate leaves it 0 */
     pl_status_t st = s_relay(dev->be, dev->be->ops->calibrate(dev->ctx, &c));
     if (st)
         return st;
     c.gflops /= dev->slowdown;
     c.mem_gbps /= dev->slowdown;
+    c.dec_gflops /= dev->slowdown;
+    c.pass_gbps /= dev->slowdown;
     *calib = c;
     return PL_OK;
 }

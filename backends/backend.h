@@ -30,6 +30,12 @@ typedef struct {
 typedef struct {
     double gflops;   /* measured f32 (CPU) or model-dtype (GPU) GEMM rate */
     double mem_gbps; /* measured memory read bandwidth */
+    /* measured rate of the decode kernels' per-row work (GFLOP/s), beside their pass over the
+     * weights: what a decode step's rows cost; 0: not measured (the planner takes a roofline) */
+    double dec_gflops;
+    /* measured rate of prefill's pass over a product's stored weights per sequence (GB/s of
+     * stored bytes: converting and packing them); 0: not measured (no such pass charged) */
+    double pass_gbps;
 } pl_be_calib_t;
 
 typedef struct {

@@ -4,6 +4,7 @@
  * the last stage's compute (where prompt chunks that sample nothing skip the LM head).
  * Usage: bench_exec_serve [--model DIR] [--prompts N] [--prompt-len N] [--chunk N] [--new N]
  *                         [--runs N] */
+#include "backends/cpu/cpu_blas_core.h"
 #include "common/util.h"
 #include "pipeline/exec.h"
 #include "transport/act_token.h"
@@ -265,6 +266,8 @@ static double s_median(double *v, int n)
 
 int main(int argc, char **argv)
 {
+    /* on OpenBLAS's tuned kernels, as pipeld computes (it restarts this program when needed) */
+    pl_cpu_blas_core_fix(argv);
     static char model[PATH_MAX + 16], dir[PATH_MAX];
     s_opts_t o = {.n_prompts = 8, .n_new = 48, .runs = 3, .layers = 8, .prompt_len = 24};
     for (int i = 1; i + 1 < argc; i += 2) {

@@ -3,7 +3,9 @@
 # one long prompt (prefill in chunks), on 1, 2 and 3 pipeline stages of a local cluster (one
 # pipecoord, three pipeld with one CPU thread each), each the median of PL_BENCH_RUNS runs, with
 # the ratio to one stage, the ideal decode ratio from this machine's 2- and 1-thread memory read
-# bandwidth (bench_decode), and what the planner predicted beside what was measured.
+# bandwidth (bench_decode), and what the planner predicted beside what was measured: from the
+# daemons' calibrations alone (each job's plan asked for before any job ran) and after the
+# lessons of the jobs before it (the run's own plan), per job and per stage and phase.
 #
 # usage: bench/bench_pipeline.sh [BUILD_DIR]     (default: build; builds nothing)
 # env:   PL_BENCH_MODEL=DIR   use this model instead of making one (must match the sizes below
@@ -39,8 +41,9 @@
 #        PL_BENCH_LAYERS=N    layers of the model made here (default 12: 317 MB as bf16, about
 #                              the 300 MB L3; 48 stores 1.2 GB, far past it)
 #        PL_BENCH_PIN=0       do not pin the daemons to cores (default: node0 on the first CPU,
-#                              node1 on the second, node2 (started for 3 stages) on the third, or
-#                              the first when there are only two)
+#                              node1 on the second, node2 (started with the others when 3 stages
+#                              run; the 1- and 2-stage jobs are placed on node0 and node1) on the
+#                              third, or the first when there are only two)
 set -euo pipefail
 
 BUILD=${1:-build}
@@ -153,7 +156,7 @@ SEQS=1
 prompts "$TTFT_LEN" 13 >"$WORK/ttft.jsonl"
 SEQS=$SEQS_ALL
 
-job() { # NAME PROMPTS MAX_NEW STAGES [PREFILL_CHUNK] [NODE]
+job() { # NAME PROMPTS MAX_NEW STAGES [PREFILL_CHUNK] [NODES]
     cat >"$WORK/$1.yaml" <<EOF
 $([ -n "${6:-}" ] && printf "placement:\n  nodes: [%s]" "$6")
 model: $MODEL
@@ -229,7 +232,15 @@ wait_idle() { # N
 PINS=
 daemon node0 0
 daemon node1 1
-wait_idle 2
+# node2 from the start, so that every plan below can be asked for before any job has run (the
+# daemons' calibrations alone); the 1- and 2-stage jobs are placed on node0 and node1, so that
+# a 2-stage job never lands on two daemons that share a core
+N_UP=2 PLACE=
+if [[ " $STAGES " == *" 3 "* ]]; then
+    daemon node2 2
+    N_UP=3 PLACE="node0, node1"
+fi
+wait_idle "$N_UP"
 
 # ---- one job: submit, wait, keep its results and throughput ----
 # The first number named KEY in a `pipectl -o json status` file (the plan comes first).
@@ -288,10 +299,20 @@ echo "bench_pipeline: model $MODEL; $SEQS sequences; prefill job: prompts of $PR
 # machine's drift between minutes (this VM's speed moved 25% within a session) reaches both
 # sides of a ratio alike; 3 stages (a third daemon joins) after them.
 jobs_of() { # STAGES
-    job "prefill$1" "$WORK/prefill.jsonl" 1 "$1" "$PCHUNK"
-    job "decode$1" "$WORK/decode.jsonl" "$NEW_TOKENS" "$1"
-    job "ttft$1" "$WORK/ttft.jsonl" 1 "$1" "$CHUNK"
+    local place=
+    [ "$1" -le 2 ] && place=$PLACE
+    job "prefill$1" "$WORK/prefill.jsonl" 1 "$1" "$PCHUNK" "$place"
+    job "decode$1" "$WORK/decode.jsonl" "$NEW_TOKENS" "$1" 0 "$place"
+    job "ttft$1" "$WORK/ttft.jsonl" 1 "$1" "$CHUNK" "$place"
 }
+# What the daemons' calibrations alone predict: every job's plan before any job has run.
+for s in $STAGES; do
+    jobs_of "$s"
+    for j in $JOBS; do
+        "$B/pipectl" -c "$EP" -o json plan "$WORK/$j$s.yaml" >"$WORK/$j$s.calib.json" \
+            2>>"$WORK/logs/plan.err" || rm -f "$WORK/$j$s.calib.json"
+    done
+done
 ROUNDS= LATER=
 for s in $STAGES; do
     if [ "$s" -le 2 ]; then ROUNDS="$ROUNDS $s"; else LATER="$LATER $s"; fi
@@ -305,10 +326,6 @@ for r in $(seq "$RUNS"); do
     done
 done
 for s in $ROUNDS $LATER; do
-    if [ "$s" = 3 ]; then
-        daemon node2 2
-        wait_idle 3
-    fi
     if [ "$s" -ge 3 ]; then
         jobs_of "$s"
         for r in $(seq "$RUNS"); do
@@ -502,6 +519,53 @@ for j in $JOBS; do
             "$(field "$f" microbatches)" "$(field "$f" "$k")" \
             "$(tput "$f" "$k")" "$(tput "$f" wall_s)" "$(nums "$f" compute_s)" \
             "$(nums "$f" wait_s)"
+    done
+done
+echo
+# The planner's predictions beside the measurement: from the calibrations alone (the plan asked
+# for before any job ran: what a first job after the daemons start gets) and the run's own plan
+# (after the lessons of the jobs before it); the target is each within 20% (0.83-1.20).
+plan_nums() { # FILE KEY: KEY of each stage of the plan, one a line
+    [ -f "$1" ] || return 0
+    sed -n '/^  "plan": {/,/^  }/p' "$1" | sed -n '/^    "stages": \[/,/^    \]/p' |
+        sed -n "s/^ *\"$2\": *\([-0-9.eE+]*\),\{0,1\}$/\1/p"
+}
+echo "| job | tok/s planned: from calibration, after lessons | measured tok/s | planned / measured: calibration, lessons |"
+echo "| --- | ---: | ---: | ---: |"
+for j in $JOBS; do
+    for s in $STAGES; do
+        k=${j}_tok_s
+        [ "$j" = ttft ] && k=prefill_tok_s
+        awk -v j="$j" -v s="$s" -v c="$(field "$WORK/$j$s.calib.json" "$k")" \
+            -v l="$(field "$WORK/$j$s.json" "$k")" -v m="$(tput "$WORK/$j$s.json" "$k")" 'BEGIN {
+            printf "| %s, %d stage(s) | %.1f, %.1f | %.1f | %.2f, %.2f |\n", j, s, c, l, m,
+                (m > 0 ? c / m : 0), (m > 0 ? l / m : 0) }'
+    done
+done
+echo
+# Each stage's compute per call (a prefill message, a decode step) as the run's plan predicted
+# it (its device's rates beside) and as the stage measured it: its compute over its calls, in
+# wall time and in the CPU time it had (other processes do not inflate the second).
+echo "| job | rates used per stage: GFLOP/s, GB/s, decode rows GFLOP/s, prefill passes GB/s | prefill ms per call: planned, measured (CPU) | decode ms per step: planned, measured (CPU) |"
+echo "| --- | --- | --- | --- |"
+for j in $JOBS; do
+    for s in $STAGES; do
+        f="$WORK/$j$s.json"
+        [ -f "$f" ] || continue
+        printf '| %s, %d stage(s) | ' "$j" "$s"
+        paste -d' ' <(plan_nums "$f" gflops) <(plan_nums "$f" mem_gbps) <(plan_nums "$f" dec_gflops) \
+            <(plan_nums "$f" pass_gbps) <(plan_nums "$f" compute_prefill_s) \
+            <(plan_nums "$f" compute_decode_s) \
+            <(stage_nums "$f" prefill_compute_s) <(stage_nums "$f" prefill_calls) \
+            <(stage_nums "$f" decode_compute_s) <(stage_nums "$f" decode_calls) \
+            <(stage_nums "$f" compute_s) <(stage_nums "$f" compute_cpu_s) |
+            awk '{ c = ($11 > 0 && $12 > 0 && $12 < $11 ? $12 / $11 : 1)
+                   r = r (NR > 1 ? "; " : "") sprintf("%.1f, %.2f, %.1f, %.2f", $1, $2, $3, $4)
+                   p = p (NR > 1 ? "; " : "") sprintf("%.1f, %.1f (%.1f)", 1e3 * $5,
+                       ($8 > 0 ? 1e3 * $7 / $8 : 0), ($8 > 0 ? 1e3 * c * $7 / $8 : 0))
+                   d = d (NR > 1 ? "; " : "") sprintf("%.2f, %.2f (%.2f)", 1e3 * $6,
+                       ($10 > 0 ? 1e3 * $9 / $10 : 0), ($10 > 0 ? 1e3 * c * $9 / $10 : 0)) }
+                 END { printf "%s | %s | %s |\n", r, p, d }'
     done
 done
 echo

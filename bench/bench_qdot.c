@@ -5,6 +5,7 @@
 #pragma GCC diagnostic ignored "-Wunused-function"
 #include "bench/bench_ref.h"
 
+#include "backends/cpu/cpu_blas_core.h"
 #include "backends/cpu/cpu_gemm.h"
 #include "backends/cpu/cpu_ops.h"
 #include "backends/cpu/cpu_wcopy.h"
@@ -64,6 +65,8 @@ static int s_usage(FILE *f, int rc)
 
 int main(int argc, char **argv)
 {
+    /* on OpenBLAS's tuned kernels, as pipeld computes (it restarts this program when needed) */
+    pl_cpu_blas_core_fix(argv);
     static const struct option opts[] = {{"isa", required_argument, NULL, 'i'},
                                          {"types", required_argument, NULL, 't'},
                                          {"threads", required_argument, NULL, 'n'},

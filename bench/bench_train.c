@@ -1,6 +1,7 @@
 /* Training on the CPU: one layer's F, B and W times beside OpenBLAS sgemm, then per schedule on
  * 1, 2 and 3 stages the predicted step time, bubble and stash per stage, and the in-process
  * trainer's measured step (one thread, stages run in turn: it shows schedule overhead only). */
+#include "backends/cpu/cpu_blas_core.h"
 #include "backends/cpu/cpu_ops.h"
 #include "backends/cpu/cpu_train_head.h"
 #include "backends/cpu/cpu_train_layer.h"
@@ -18,8 +19,11 @@
 #include <stdlib.h>
 
 
-int main(void)
+int main(int argc, char **argv)
 {
+    /* on OpenBLAS's tuned kernels, as pipeld computes (it restarts this program when needed) */
+    pl_cpu_blas_core_fix(argv);
+    (void)argc;
     openblas_set_num_threads(1);
     size_t sz[9];
     pl_cpu_tlayer_t layers[NL];

@@ -2,6 +2,7 @@
  * OpenBLAS thread (as one pipeld daemon per core would run them), per schedule: tokens/s against
  * 1 stage, the measured bubble (1 - busy/wall per stage) beside the schedule's predicted one,
  * and each stage's measured peak stash beside the prediction. Run by bench_train_pipe.sh. */
+#include "backends/cpu/cpu_blas_core.h"
 #include "backends/cpu/cpu_ops.h"
 #include "backends/cpu/cpu_train_head.h"
 #include "backends/cpu/cpu_train_layer.h"
@@ -66,8 +67,11 @@ static void *s_stage_main(void *p)
     return NULL;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    /* on OpenBLAS's tuned kernels, as pipeld computes (it restarts this program when needed) */
+    pl_cpu_blas_core_fix(argv);
+    (void)argc;
     openblas_set_num_threads(1);
     size_t sz[9];
     pl_cpu_tlayer_t layers[NL];

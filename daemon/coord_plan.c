@@ -32,6 +32,7 @@ typedef struct {
     int n_alive, n_cand;
     pl_sched_link_t *links; /* n * n */
     double own_gflops[PL_SCHED_MAX_DEVICES], own_gbps[PL_SCHED_MAX_DEVICES]; /* before shares */
+    double own_dec[PL_SCHED_MAX_DEVICES], own_pass[PL_SCHED_MAX_DEVICES];
     pl_sched_plan_inputs_t pi; /* what the job's plan was made from */
 } s_live_t;
 
@@ -77,6 +78,8 @@ static pl_status_t s_live(pl_coord_t *c, const pl_coord_job_t *j, bool idle_only
             sd->index = colon ? atoi(colon + 1) : d;
             sd->gflops = dv->n_obs ? dv->eff_gflops : dv->gflops;
             sd->mem_gbps = dv->n_obs ? dv->eff_mem_gbps : dv->mem_gbps;
+            sd->dec_gflops = dv->n_obs ? dv->eff_dec_gflops : dv->dec_gflops;
+            sd->pass_gbps = dv->n_obs ? dv->eff_pass_gbps : dv->pass_gbps;
             sd->mem_bytes = dv->mem_bytes; /* the daemon's reserve is already taken off */
             bool usable = sd->gflops > 0 && sd->mem_gbps > 0;
             if (!usable) /* keeps the input valid; the device is no candidate */
@@ -104,6 +107,8 @@ static pl_status_t s_live(pl_coord_t *c, const pl_coord_job_t *j, bool idle_only
         if (!dv->flagged) { /* a flagged claim says nothing: its measured rates stand for it */
             calib[i].gflops = dv->gflops;
             calib[i].mem_gbps = dv->mem_gbps;
+            calib[i].dec_gflops = dv->dec_gflops;
+            calib[i].pass_gbps = dv->pass_gbps;
         }
     }
     pl_sched_rates_equalize(lv->devs, calib, learned, lv->n, lv->cand, PL_SCHED_CALIB_BAND);
@@ -111,6 +116,8 @@ static pl_status_t s_live(pl_coord_t *c, const pl_coord_job_t *j, bool idle_only
     for (int i = 0; i < lv->n; i++) {
         lv->own_gflops[i] = lv->devs[i].gflops;
         lv->own_gbps[i] = lv->devs[i].mem_gbps;
+        lv->own_dec[i] = lv->devs[i].dec_gflops;
+        lv->own_pass[i] = lv->devs[i].pass_gbps;
     }
     lv->links = calloc((size_t)lv->n * (size_t)lv->n, sizeof(*lv->links));
     if (!lv->links)
@@ -140,9 +147,13 @@ static bool s_share(const pl_coord_t *c, s_live_t *lv, const bool *used)
     pl_sched_cpu_shares(lv->devs, lv->n, mask, threads, used, share);
     for (int i = 0; i < lv->n; i++) {
         double g = lv->own_gflops[i] * share[i], m = lv->own_gbps[i] * share[i];
-        changed |= g != lv->devs[i].gflops || m != lv->devs[i].mem_gbps;
+        double r = lv->own_dec[i] * share[i], ps = lv->own_pass[i] * share[i];
+        changed |= g != lv->devs[i].gflops || m != lv->devs[i].mem_gbps ||
+                   r != lv->devs[i].dec_gflops || ps != lv->devs[i].pass_gbps;
         lv->devs[i].gflops = g;
         lv->devs[i].mem_gbps = m;
+        lv->devs[i].dec_gflops = r;
+        lv->devs[i].pass_gbps = ps;
     }
     return changed;
 }
@@ -380,6 +391,8 @@ bool pl_coord_plan_job(pl_coord_t *c, pl_coord_job_t *j)
                                  .last = s->last_layer,
                                  .used_gflops = lv->devs[s->device].gflops,
                                  .used_gbps = lv->devs[s->device].mem_gbps,
+                                 .used_dec_gflops = lv->devs[s->device].dec_gflops,
+                                 .used_pass_gbps = lv->devs[s->device].pass_gbps,
                                  .share = lv->own_gflops[s->device] > 0
                                               ? lv->devs[s->device].gflops /
                                                     lv->own_gflops[s->device]
@@ -478,7 +491,12 @@ static void s_learn_link(pl_coord_t *c, const pl_coord_job_t *j, int s)
 }
 
 /* Effective rates from a stage's measured compute: each phase charges the resource that bound
- * its prediction; a resource's new rate is the used one times predicted / measured time. */
+ * its prediction; a resource's new rate is the used one times predicted / measured time. A
+ * phase on decode's kernels (terms.*_rows) charges their row rate and the bandwidth together, its
+ * two overlapping terms, never prefill's GFLOP/s: the phases run different kernels (decode's
+ * rows charged at prefill's rate once left the weight pass next to nothing and the bandwidth
+ * learning nothing). Prefill's weight passes move with its GFLOP/s, as one measured time cannot
+ * tell them apart. */
 static void s_learn_rates(pl_coord_t *c, const pl_coord_job_t *j, int s)
 {
     const pl_coord_stage_t *cs = &j->stages[s];
@@ -488,9 +506,12 @@ static void s_learn_rates(pl_coord_t *c, const pl_coord_job_t *j, int s)
     if (!cs->have_terms || pre_s > 1e9 || dec_s > 1e9 || pre_n > INT32_MAX || dec_n > INT32_MAX)
         return;
     const pl_sched_terms_t *t = &cs->terms;
-    double pred[2] = {0, 0}, meas[2] = {0, 0}; /* [0] compute, [1] memory */
+    /* [0] compute (and prefill's passes), [1] memory, [2] decode's rows */
+    double pred[3] = {0, 0, 0}, meas[3] = {0, 0, 0};
     const double ph[2][3] = {{t->pre_flop_s, t->pre_mem_s, (double)pre_n},
                              {t->dec_flop_s, t->dec_mem_s, (double)dec_n}};
+    const bool on_rows[2] = {t->pre_rows, t->dec_rows};
+    const double ph_s[2] = {pl_sched_terms_prefill(t), pl_sched_terms_decode(t)};
     /* the share of its compute time the stage had its CPU (others ran the rest) */
     double cpu = st->has_overlap && st->compute_s > 0 && st->compute_cpu_s > 0
                      ? PL_MIN(1.0, st->compute_cpu_s / st->compute_s)
@@ -499,14 +520,21 @@ static void s_learn_rates(pl_coord_t *c, const pl_coord_job_t *j, int s)
     for (int p = 0; p < 2; p++) {
         if (ph[p][2] < 1)
             continue;
-        int r = ph[p][0] >= ph[p][1] ? 0 : 1;
-        pred[r] += PL_MAX(ph[p][0], ph[p][1]) * ph[p][2];
+        if (on_rows[p]) { /* rows and bandwidth at once */
+            for (int r = 1; r < 3; r++) {
+                pred[r] += ph_s[p] * ph[p][2];
+                meas[r] += took[p];
+            }
+            continue;
+        }
+        int r = ph[p][0] < ph[p][1] ? 1 : 0;
+        pred[r] += ph_s[p] * ph[p][2];
         meas[r] += took[p];
     }
     pl_coord_dev_t *d = &c->nodes[cs->node].dev[cs->dev];
-    double rate[2] = {cs->used_gflops, cs->used_gbps};
+    double rate[3] = {cs->used_gflops, cs->used_gbps, cs->used_dec_gflops};
     bool flag = false;
-    for (int r = 0; r < 2; r++) {
+    for (int r = 0; r < 3; r++) {
         if (meas[r] < S_LEARN_MIN_S || pred[r] <= 0)
             continue;
         double k = PL_MIN(PL_MAX(pred[r] / meas[r], 1.0 / S_LEARN_MAX_RATIO), S_LEARN_MAX_RATIO);
@@ -525,7 +553,7 @@ static void s_learn_rates(pl_coord_t *c, const pl_coord_job_t *j, int s)
                     "the daemons sharing them did not all compute at once",
                     c->nodes[cs->node].name, d->id, j->id, cs->share, cpu);
     if (cs->share > 0 && cs->share < 1) /* a resource not measured keeps the device's own rate */
-        for (int r = 0; r < 2; r++)
+        for (int r = 0; r < 3; r++)
             if (meas[r] < S_LEARN_MIN_S || pred[r] <= 0)
                 rate[r] /= cs->share;
     if (flag) {
@@ -542,10 +570,15 @@ static void s_learn_rates(pl_coord_t *c, const pl_coord_job_t *j, int s)
     double w = d->n_obs ? 1.0 / PL_MIN(d->n_obs + 1, S_LEARN_WINDOW) : 1.0;
     d->eff_gflops = d->n_obs ? d->eff_gflops + w * (rate[0] - d->eff_gflops) : rate[0];
     d->eff_mem_gbps = d->n_obs ? d->eff_mem_gbps + w * (rate[1] - d->eff_mem_gbps) : rate[1];
+    d->eff_dec_gflops = d->n_obs ? d->eff_dec_gflops + w * (rate[2] - d->eff_dec_gflops) : rate[2];
+    /* the passes move with the GFLOP/s (see above) */
+    double pass = cs->used_gflops > 0 ? cs->used_pass_gbps * rate[0] / cs->used_gflops : 0.0;
+    d->eff_pass_gbps = d->n_obs ? d->eff_pass_gbps + w * (pass - d->eff_pass_gbps) : pass;
     d->n_obs++;
-    pl_log_info("%s %s: effective %.2f GFLOP/s, %.2f GB/s after job %u (calibrated %.2f, %.2f)",
-                c->nodes[cs->node].name, d->id, d->eff_gflops, d->eff_mem_gbps, j->id, d->gflops,
-                d->mem_gbps);
+    pl_log_info("%s %s: effective %.2f GFLOP/s, %.2f GB/s, decode rows %.2f GFLOP/s, passes "
+                "%.2f GB/s after job %u (calibrated %.2f, %.2f, %.2f, %.2f)",
+                c->nodes[cs->node].name, d->id, d->eff_gflops, d->eff_mem_gbps, d->eff_dec_gflops,
+                d->eff_pass_gbps, j->id, d->gflops, d->mem_gbps, d->dec_gflops, d->pass_gbps);
 }
 
 void pl_coord_learn(pl_coord_t *c, const pl_coord_job_t *j)

@@ -159,17 +159,20 @@ static json_t *s_node_json(const pl_coord_t *c, int i)
     json_t *devs = json_array();
     for (int d = 0; d < n->n_dev; d++) {
         const pl_coord_dev_t *v = &n->dev[d];
-        json_t *dj = json_pack("{s:s, s:s, s:s, s:i, s:I, s:f, s:f}", "id", v->id, "backend",
-                               v->backend, "name", v->name, "cores", v->cores, "mem_bytes",
-                               (json_int_t)v->mem_bytes, "gflops", v->gflops, "mem_gbps",
-                               v->mem_gbps);
+        json_t *dj = json_pack("{s:s, s:s, s:s, s:i, s:I, s:f, s:f, s:f}", "id", v->id,
+                               "backend", v->backend, "name", v->name, "cores", v->cores,
+                               "mem_bytes", (json_int_t)v->mem_bytes, "gflops", v->gflops,
+                               "mem_gbps", v->mem_gbps, "dec_gflops", v->dec_gflops);
+        json_object_set_new(dj, "pass_gbps", json_real(v->pass_gbps));
         if (v->flagged)
             json_object_set_new(dj, "flagged", json_string("measured far below its claimed "
                                                            "rates"));
         if (v->n_obs) /* what the planner uses once stages have run on the device */
-            json_object_set_new(dj, "learned", json_pack("{s:f, s:f, s:i}", "gflops",
-                                                         v->eff_gflops, "mem_gbps",
-                                                         v->eff_mem_gbps, "jobs", v->n_obs));
+            json_object_set_new(dj, "learned",
+                                json_pack("{s:f, s:f, s:f, s:f, s:i}", "gflops", v->eff_gflops,
+                                          "mem_gbps", v->eff_mem_gbps, "dec_gflops",
+                                          v->eff_dec_gflops, "pass_gbps", v->eff_pass_gbps,
+                                          "jobs", v->n_obs));
         json_array_append_new(devs, dj);
     }
     json_t *unav = json_array(), *hb = NULL, *stages = json_array(), *tls = json_array();

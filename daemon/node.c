@@ -143,10 +143,11 @@ static pl_status_t s_discover(s_node_t *n)
             char id[sizeof(dv->id)];
             snprintf(id, sizeof(id), "%.15s:%d", infos[d].backend, infos[d].index);
             memcpy(dv->id, id, sizeof(id));
-            pl_log_info("device %s: %s, %d cores, %.1f GiB usable, %.1f GFLOP/s, %.1f GB/s "
-                        "(calibrated in %.2f s)",
+            pl_log_info("device %s: %s, %d cores, %.1f GiB usable, %.1f GFLOP/s, %.1f GB/s, "
+                        "decode rows %.1f GFLOP/s, prefill passes %.2f GB/s (calibrated in %.2f s)",
                         dv->id, dv->info.name, dv->info.cores, dv->info.mem_bytes / 1073741824.0,
-                        dv->calib.gflops, dv->calib.mem_gbps, pl_now() - t0);
+                        dv->calib.gflops, dv->calib.mem_gbps, dv->calib.dec_gflops,
+                        dv->calib.pass_gbps, pl_now() - t0);
             n->n_devs++;
         }
     }
@@ -251,6 +252,8 @@ static void s_hello(s_node_t *n)
         v->mem_bytes = d->info.mem_bytes;
         v->gflops = d->calib.gflops;
         v->mem_gbps = d->calib.mem_gbps;
+        v->dec_gflops = d->calib.dec_gflops;
+        v->pass_gbps = d->calib.pass_gbps;
         if (!strcmp(d->info.backend, "cpu"))
             v->cpu_mask = s_cpu_mask();
     }

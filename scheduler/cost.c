@@ -135,6 +135,12 @@ static pl_status_t s_check_devices(const pl_plan_input_t *in)
             return pl_error(PL_ERR_RANGE, "devices[%d].gflops: %g must be > 0", i, d->gflops);
         if (!(isfinite(d->mem_gbps) && d->mem_gbps > 0))
             return pl_error(PL_ERR_RANGE, "devices[%d].mem_gbps: %g must be > 0", i, d->mem_gbps);
+        if (!s_finite_nonneg(d->dec_gflops))
+            return pl_error(PL_ERR_RANGE, "devices[%d].dec_gflops: %g must be >= 0 (0: none)", i,
+                            d->dec_gflops);
+        if (!s_finite_nonneg(d->pass_gbps))
+            return pl_error(PL_ERR_RANGE, "devices[%d].pass_gbps: %g must be >= 0 (0: none)", i,
+                            d->pass_gbps);
     }
     if (in->links) {
         for (int i = 0; i < in->n_devices * in->n_devices; i++) {
@@ -271,7 +277,7 @@ pl_status_t pl_sched_eval_new(const pl_plan_input_t *in, int resident, int mb_si
     ev->n_dev = n;
     ev->devs = in->devices;
     ev->pw = malloc(4 * (size_t)(L + 1) * sizeof(double));
-    ev->inv_rate = malloc(3 * (size_t)n * sizeof(double));
+    ev->inv_rate = malloc(5 * (size_t)n * sizeof(double));
     ev->gbps = malloc(3 * nn * sizeof(double));
     ev->same_host = malloc(nn);
     ev->emax = malloc(nl * sizeof(int));
@@ -314,10 +320,14 @@ pl_status_t pl_sched_eval_new(const pl_plan_input_t *in, int resident, int mb_si
 
     ev->inv_bw = ev->inv_rate + n;
     ev->cap = ev->inv_bw + n;
+    ev->inv_dec = ev->cap + n;
+    ev->inv_pass = ev->inv_dec + n;
     for (int d = 0; d < n; d++) {
         const pl_sched_device_t *dev = &in->devices[d];
         ev->inv_rate[d] = 1.0 / (dev->gflops * 1e9);
         ev->inv_bw[d] = 1.0 / (dev->mem_gbps * 1e9);
+        ev->inv_dec[d] = dev->dec_gflops > 0 ? 1.0 / (dev->dec_gflops * 1e9) : 0.0;
+        ev->inv_pass[d] = dev->pass_gbps > 0 ? 1.0 / (dev->pass_gbps * 1e9) : 0.0;
         ev->cap[d] = dev->mem_bytes > dev->reserve_bytes
                          ? (double)(dev->mem_bytes - dev->reserve_bytes)
                          : 0.0;

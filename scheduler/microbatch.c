@@ -53,7 +53,8 @@ int pl_sched_chunks(const pl_sched_eval_t *ev, int chunk)
 }
 
 void pl_sched_prefill_call(const pl_sched_eval_t *ev, int d, int a, int e, int n, int chunks,
-                           double *flop_s, double *mem_s, double *xfer_s)
+                           double *flop_s, double *mem_s, bool *rows_p, double *comp_s,
+                           double *xfer_s)
 {
     double K = chunks > 1 ? chunks : 1;
     double w = ev->pw[e] - ev->pw[a], f = ev->pf[e] - ev->pf[a];
@@ -68,8 +69,14 @@ void pl_sched_prefill_call(const pl_sched_eval_t *ev, int d, int a, int e, int n
         fp += ev->pre_headf;
         bp += ev->head_w / K; /* the head runs on each sequence's last chunk only */
     }
-    *flop_s = fp / K * ev->inv_rate[d];
+    /* each sequence's share of a message: its own products, each passing over the weights once;
+     * fewer tokens than PL_SCHED_ROW_TOKENS go on decode's kernels */
+    bool rows = ev->inv_dec[d] > 0 && ev->p_avg / K < PL_SCHED_ROW_TOKENS;
+    *flop_s = rows ? fp / K * ev->inv_dec[d]
+                   : fp / K * ev->inv_rate[d] + ev->b * w * ev->inv_pass[d];
     *mem_s = bp * ev->inv_bw[d];
+    *rows_p = rows;
+    *comp_s = pl_sched_phase(rows, *flop_s, *mem_s);
     if (n < 0) {
         *xfer_s = 0.0;
     } else {
@@ -125,9 +132,10 @@ void pl_sched_predict(const pl_sched_eval_t *ev, const pl_sched_split_t *s, int 
     for (int i = 0; i < s->n_stages; i++) {
         int a = s->first[i], e = s_end(ev, s, i);
         int next = i + 1 < s->n_stages ? s->device[i + 1] : -1;
-        double cf, cm, cx;
-        pl_sched_prefill_call(ev, s->device[i], a, e, next, p->K, &cf, &cm, &cx);
-        double tc = (cf > cm ? cf : cm) + cx;
+        double cf, cm, cc, cx;
+        bool rows;
+        pl_sched_prefill_call(ev, s->device[i], a, e, next, p->K, &cf, &cm, &rows, &cc, &cx);
+        double tc = cc + cx;
         p->sum_call += tc;
         if (tc > p->t_call_max)
             p->t_call_max = tc;

@@ -14,7 +14,15 @@
  *   decode step of one microbatch (average context c = P + N/2):
  *       flops = b*sum F + b*c*sum A               (+ b*head_flops on the last stage)
  *       bytes = sum W + b*(c+1)*sum K             (+ embed rows / head weights as above)
- *   roofline of a phase on device d: max(flops / (gflops*1e9), bytes / (mem_gbps*1e9))
+ *   roofline of a phase on device d: max(flops / (gflops*1e9), bytes / (mem_gbps*1e9)). A device
+ *       that measured the rates of its kernels (CPUs) is charged as they run:
+ *       - prefill adds, to its flops' time, one pass over the stage's weights per sequence of the
+ *         call, b * sum W / (pass_gbps*1e9) (the conversion and packing of each product);
+ *       - a decode step, and a prefill call of fewer than PL_SCHED_ROW_TOKENS tokens per sequence
+ *         (these run on decode's kernels), take their flops at dec_gflops, and the two terms
+ *         hide each other only in part: max + PL_SCHED_ROW_OVERLAP * min (pl_sched_phase).
+ *       Measured on this Xeon (1 thread, bf16 weights): sgemm 88 GFLOP/s, decode's rows 45, a
+ *       sequence's pass 2.6 GB/s of weights (a 64-token prefill spends a third of its time so)
  *   transfer to the next stage's device n: latency(d,n) + act_bytes / (gbps(d,n)*1e9), with
  *       act_bytes = b*P*act_bytes_per_token (prefill) or b*act_bytes_per_token (decode). The last
  *       stage sends only token ids back to stage 0 (the ring); that return is charged to the
@@ -124,6 +132,13 @@ typedef struct {
     int index;                        /* index within its node's backend */
     double gflops;                    /* calibrated compute rate (GFLOP/s), > 0 */
     double mem_gbps;                  /* calibrated memory bandwidth (GB/s), > 0 */
+    /* decode's per-row compute rate (GFLOP/s): the rate of the kernels a decode step's rows run
+     * on; 0: not measured, decode's flops then go at gflops */
+    double dec_gflops;
+    /* prefill's pass over its stage's stored weights for each sequence of a message (GB/s of
+     * stored bytes): the conversion and packing its matrix products do before they compute
+     * (CPUs); 0: none */
+    double pass_gbps;
     uint64_t mem_bytes;               /* device memory */
     uint64_t reserve_bytes;           /* kept free (runtime, fragmentation) */
 } pl_sched_device_t;
@@ -261,9 +276,9 @@ void pl_plan_print(const pl_plan_t *plan, FILE *stream);
 /* The plan as a new JSON object (every number of the table); NULL when out of memory. */
 json_t *pl_plan_to_json(const pl_plan_t *plan);
 /* pl_plan_to_json plus "planner" (the mode's name), "table" (the explained plan) and per stage
- * "device_id" (backend:index), "gflops", "mem_gbps" (the device figures of `in` it used) and
- * "compute_prefill_s", "compute_decode_s" (predicted compute per call, without the transfer; a
- * prefill call is one message of the chunked prefill).
+ * "device_id" (backend:index), "gflops", "mem_gbps", "dec_gflops", "pass_gbps" (the device
+ * figures of `in` it used) and "compute_prefill_s", "compute_decode_s" (predicted compute per
+ * call, without the transfer; a prefill call is one message of the chunked prefill).
  * What the coordinator stores and pipectl shows; NULL when out of memory. */
 json_t *pl_plan_to_json_full(const pl_plan_t *plan, const pl_plan_input_t *in, pl_planner_t mode);
 
@@ -320,6 +335,14 @@ pl_sched_link_t pl_sched_link(const pl_sched_eval_t *ev, int d, int n);
  *              below its rate for few rows (bench_pipeline's 1,024-token TTFT job on 2 CPU
  *              stages: 5.2 s in chunks of 32, 3.0 s in chunks of 128, 4.4-5.0 s on 1 stage);
  *   c        = max(min(c_split, c_time), c_min); prompts of at most c_min tokens stay whole (0). */
+/* Prompt tokens per sequence below which a device with a decode row rate runs prefill on the
+ * decode kernels (the CPU backend's S_SGEMM_MIN_TOKENS, cpu_exec.c: shorter ones skip sgemm). */
+#define PL_SCHED_ROW_TOKENS 32
+/* The share of the smaller of two terms on decode's kernels that the larger does not hide: their
+ * pass over the weights and their rows overlap in part (bf16 rows on this Xeon, 1 thread, 138 MB
+ * of weights: 1-16 rows within 10% of max + 0.4 min, where the max alone is up to 20% short
+ * and the sum up to 50% over). */
+#define PL_SCHED_ROW_OVERLAP 0.4
 #define PL_SCHED_CHUNK_TARGET_S 0.004
 #define PL_SCHED_CHUNK_MIN 32
 #define PL_SCHED_CHUNKS_MAX 8

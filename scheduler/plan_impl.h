@@ -22,6 +22,8 @@ struct pl_sched_eval {
     double pre_act, dec_act, kv_slots, work, logits;
     /* per device */
     double *inv_rate, *inv_bw, *cap;
+    double *inv_dec;  /* 1 / (dec_gflops * 1e9); 0: no decode row rate (decode's at gflops) */
+    double *inv_pass; /* 1 / (pass_gbps * 1e9); 0: no pass per sequence */
     /* per (from, to) device pair */
     double *gbps, *lat, *inv_link; /* inv_link: 1 / (gbps * 1e9) */
     unsigned char *same_host;
@@ -34,6 +36,14 @@ struct pl_sched_eval {
     int req_chunk; /* the job's prefill_chunk (0: pl_sched_prefill_chunk chooses) */
 };
 
+/* A phase's time from its compute and memory terms: the larger, or on decode's kernels (rows)
+ * the larger plus PL_SCHED_ROW_OVERLAP of the smaller (plan.h). */
+static inline double pl_sched_phase(bool rows, double flop_s, double mem_s)
+{
+    double hi = flop_s > mem_s ? flop_s : mem_s, lo = flop_s > mem_s ? mem_s : flop_s;
+    return rows ? hi + PL_SCHED_ROW_OVERLAP * lo : hi;
+}
+
 /* Prefill messages per microbatch for prompt chunks of `chunk` tokens: ceil(P_max / chunk),
  * 1 when chunk <= 0 or the prompts are no longer. */
 int pl_sched_chunks(const struct pl_sched_eval *ev, int chunk);
@@ -41,10 +51,12 @@ int pl_sched_chunks(const struct pl_sched_eval *ev, int chunk);
 /* One prefill message of stage [a, e) on device d sending to device n (-1: the last stage):
  * a microbatch's prefill cut into K chunks, the chunks taken as equal (1/K of its
  * tokens, attention and activations), each reading the stage's weights once plus its share of
- * the KV cache so far. *flop_s and *mem_s are the two roofline terms, *xfer_s the send. With one
- * chunk max(*flop_s, *mem_s) + *xfer_s is the stage's prefill time. */
+ * the KV cache so far. *flop_s and *mem_s are the two terms (compute with its weight passes, or
+ * on decode's kernels *rows_p), *comp_s their combination (pl_sched_phase), *xfer_s the send.
+ * With one chunk *comp_s + *xfer_s is the stage's prefill time. */
 void pl_sched_prefill_call(const struct pl_sched_eval *ev, int d, int a, int e, int n, int K,
-                           double *flop_s, double *mem_s, double *xfer_s);
+                           double *flop_s, double *mem_s, bool *rows_p, double *comp_s,
+                           double *xfer_s);
 
 /* Set R and b without rebuilding the per-(device, start) tables: enough for predictions and
  * memory checks of a given split, not for the searches. */
@@ -73,9 +85,11 @@ static inline double pl_sched_comp(const struct pl_sched_eval *ev, int d, int a,
         bp += ev->head_w;
         bd += ev->head_w;
     }
-    double ir = ev->inv_rate[d], ib = ev->inv_bw[d];
-    double tp = fp * ir > bp * ib ? fp * ir : bp * ib;
-    double td = fd * ir > bd * ib ? fd * ir : bd * ib;
+    double ir = ev->inv_rate[d], ib = ev->inv_bw[d], idr = ev->inv_dec[d];
+    bool rows = idr > 0 && ev->p_avg < PL_SCHED_ROW_TOKENS; /* short prompts: decode's kernels */
+    double cp = rows ? fp * idr : fp * ir + ev->b * w * ev->inv_pass[d];
+    double tp = pl_sched_phase(rows, cp, bp * ib);
+    double td = pl_sched_phase(idr > 0, fd * (idr > 0 ? idr : ir), bd * ib);
     return ev->w_pre * tp + ev->w_dec * td;
 }
 

@@ -194,9 +194,10 @@ static void s_fill_stage(const s_ctx_t *c, const pl_sched_split_t *s, int i, int
     st->has_head = e == ev->L;
     st->cost = pl_sched_stage_cost(ev, d, a, e - a, nx);
     pl_sched_stage_times(ev, d, a, e - a, nx, &st->t_prefill, &st->t_decode);
-    double cf, cm;
-    pl_sched_prefill_call(ev, d, a, e, nx, chunks, &cf, &cm, &st->xfer_prefill_call);
-    st->t_prefill_call = (cf > cm ? cf : cm) + st->xfer_prefill_call;
+    double cf, cm, cc;
+    bool rows;
+    pl_sched_prefill_call(ev, d, a, e, nx, chunks, &cf, &cm, &rows, &cc, &st->xfer_prefill_call);
+    st->t_prefill_call = cc + st->xfer_prefill_call;
     st->decode_read_bytes = ev->pw[e] - ev->pw[a] + ev->dec_kv * (ev->pk[e] - ev->pk[a]) +
                             (a == 0 ? ev->dec_embed : 0.0) + (e == ev->L ? ev->head_w : 0.0);
     int to = nx >= 0 ? nx : s->device[0];

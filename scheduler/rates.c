@@ -11,15 +11,17 @@ static bool s_same_kind(const pl_sched_device_t *a, const pl_sched_device_t *b)
     return strcmp(a->backend, b->backend) == 0 && strcmp(a->name, b->name) == 0;
 }
 
+/* which: 0 GFLOP/s, 1 GB/s, 2 the decode row rate, 3 prefill's weight passes */
+static double *s_rate(pl_sched_device_t *d, int which)
+{
+    return which == 3 ? &d->pass_gbps : which == 2 ? &d->dec_gflops : which ? &d->mem_gbps
+                                                                             : &d->gflops;
+}
+
 static double s_key(const pl_sched_device_t *devs, const pl_sched_device_t *calib, int i, int which)
 {
     const pl_sched_device_t *d = calib ? &calib[i] : &devs[i];
-    return which ? d->mem_gbps : d->gflops;
-}
-
-static double *s_rate(pl_sched_device_t *d, int which)
-{
-    return which ? &d->mem_gbps : &d->gflops;
+    return which == 3 ? d->pass_gbps : which == 2 ? d->dec_gflops : which ? d->mem_gbps : d->gflops;
 }
 
 /* One rate of the devices idx[0..n) (one kind), sorted by its key (the calibration, else the
@@ -27,6 +29,9 @@ static double *s_rate(pl_sched_device_t *d, int which)
 static void s_equalize(pl_sched_device_t *devs, const pl_sched_device_t *calib,
                        const bool *learned, int *idx, int n, int which, double band)
 {
+    for (int i = 0; which >= 2 && i < n; i++) /* a kernel rate some do not have (0): as it is */
+        if (!(*s_rate(&devs[idx[i]], which) > 0) || !(s_key(devs, calib, idx[i], which) > 0))
+            return;
     for (int i = 1; i < n; i++) { /* insertion sort by key, ties by index: deterministic */
         int k = idx[i], j = i - 1;
         double v = s_key(devs, calib, k, which);
@@ -73,7 +78,7 @@ void pl_sched_rates_equalize(pl_sched_device_t *devs, const pl_sched_device_t *c
                 idx[m++] = j;
                 done[j] = true;
             }
-        for (int which = 0; which < 2; which++)
+        for (int which = 0; which < 4; which++)
             s_equalize(devs, calib, learned, idx, m, which, band);
     }
 }

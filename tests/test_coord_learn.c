@@ -160,3 +160,55 @@ Test(coord_learn, a_slowed_device_on_its_own_cpu_learns_its_wall_rate)
     cr_expect(fabs(s_c.nodes[0].dev[0].eff_mem_gbps - 20) < 1e-9, "%g",
               s_c.nodes[0].dev[0].eff_mem_gbps);
 }
+
+/* A decode step on decode's kernels (a device with a decode row rate): its time, the larger of
+ * its two terms and part of the other, teaches the bandwidth and the row rate by one factor;
+ * prefill's lesson teaches the GFLOP/s and its weight passes alone. */
+Test(coord_learn, a_decode_row_rate_moves_with_the_weight_pass)
+{
+    s_setup(100, 20, 2.0, 1.25);
+    pl_coord_stage_t *st = &s_j.stages[0];
+    s_c.nodes[0].dev[0].dec_gflops = 80;
+    st->used_dec_gflops = 80;
+    st->used_pass_gbps = 3;
+    st->terms.dec_rows = true;
+    st->terms.dec_flop_s = 0.005; /* rows at 80 GFLOP/s */
+    st->terms.dec_mem_s = 0.008;  /* the pass: 0.008 + 0.4 * 0.005 = 0.01 s, as s_setup has it */
+    pl_coord_learn(&s_c, &s_j);
+    const pl_coord_dev_t *d = &s_c.nodes[0].dev[0];
+    cr_assert(!d->flagged);
+    cr_expect(fabs(d->eff_gflops - 100 / 2.0) < 1e-9, "%g", d->eff_gflops);
+    cr_expect(fabs(d->eff_pass_gbps - 3 / 2.0) < 1e-9, "%g", d->eff_pass_gbps);
+    cr_expect(fabs(d->eff_mem_gbps - 20 / 1.25) < 1e-9, "%g", d->eff_mem_gbps);
+    cr_expect(fabs(d->eff_dec_gflops - 80 / 1.25) < 1e-9, "%g", d->eff_dec_gflops);
+    /* bound by its rows, the step still teaches both (a roofline's rule would have charged the
+     * GFLOP/s alone) */
+    s_setup(100, 20, 1.0, 2.0);
+    st = &s_j.stages[0];
+    st->used_dec_gflops = 80;
+    st->terms.dec_rows = true;
+    st->terms.dec_flop_s = 0.0075;
+    st->terms.dec_mem_s = 0.00625;
+    pl_coord_learn(&s_c, &s_j);
+    cr_expect(fabs(d->eff_gflops - 100) < 1e-9, "%g", d->eff_gflops);
+    cr_expect(fabs(d->eff_mem_gbps - 10) < 1e-9, "%g", d->eff_mem_gbps);
+    cr_expect(fabs(d->eff_dec_gflops - 40) < 1e-9, "%g", d->eff_dec_gflops);
+    /* a prefill on decode's kernels (short prompts) teaches them too, not the GFLOP/s */
+    s_setup(100, 20, 2.0, 2.0);
+    st = &s_j.stages[0];
+    st->used_dec_gflops = 80;
+    st->terms.pre_rows = st->terms.dec_rows = true;
+    st->terms.pre_flop_s = 0.01; /* 0.01 + 0.4 * 0.001 */
+    st->stats.prefill_compute_s = 2 * 0.0104;
+    st->terms.dec_flop_s = 0.0075;
+    st->terms.dec_mem_s = 0.00625;
+    pl_coord_learn(&s_c, &s_j);
+    cr_expect(fabs(d->eff_gflops - 100) < 1e-9, "%g", d->eff_gflops);
+    cr_expect(fabs(d->eff_mem_gbps - 10) < 1e-9, "%g", d->eff_mem_gbps);
+    cr_expect(fabs(d->eff_dec_gflops - 40) < 1e-9, "%g", d->eff_dec_gflops);
+    /* a device without them keeps 0: no such terms */
+    s_setup(100, 20, 1.0, 1.0);
+    pl_coord_learn(&s_c, &s_j);
+    cr_expect_eq(d->eff_dec_gflops, 0.0);
+    cr_expect_eq(d->eff_pass_gbps, 0.0);
+}

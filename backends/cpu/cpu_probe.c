@@ -1,6 +1,7 @@
 /* CPU backend discovery and calibration: one device "cpu" described from /proc, and a short
- * sgemm rate and memory read bandwidth measurement. */
+ * sgemm rate, memory read bandwidth and decode row rate measurement. */
 #include "backends/cpu/cpu_dev.h"
+#include "backends/cpu/cpu_gemm.h"
 
 #include "common/log.h"
 #include "common/util.h"
@@ -22,6 +23,18 @@
 #define S_READ_BYTES ((size_t)128 << 20) /* larger than any one last-level cache */
 #define S_READ_CHUNK ((size_t)8 << 20)
 #define S_READ_MAX_THREADS 16
+/* The decode rows' probe: bf16 weights small enough to stay in a core's caches, so that what
+ * it times is the rows' work, not the pass over the weights (the bandwidth's part) */
+#define S_ROW_OUTS 512
+#define S_ROW_COLS 1024
+#define S_ROW_MANY 16
+#define S_ROW_SECONDS 0.02
+#define S_ROW_WALL_MAX_S 0.04 /* per timed pass, however little CPU the load leaves it */
+/* Prefill's probe: one sequence of S_SEQ_TOKENS tokens through a [S_SEQ_OUTS x S_ROW_COLS] bf16
+ * product (an MLP's, 5.8 MB: past a core's own caches) as the stages run it, bf16 tiles
+ * converted to f32 for sgemm */
+#define S_SEQ_TOKENS 64
+#define S_SEQ_OUTS 2816
 
 /* Instruction-set extensions worth telling the scheduler and the user about. */
 static const char *const s_isa_flags[] = {
@@ -288,6 +301,100 @@ static double s_read_gbps(int threads)
     return best;
 }
 
+/* Seconds per call of pl_cpu_gemm_rows on nr rows against w: the best of two timed runs. */
+static double s_rows_time(pl_cpu_dev_t *dev, const float *x, const int *rows, int nr,
+                          const pl_cpu_wmat_t *w, float *y)
+{
+    double best = 0.0;
+    pl_cpu_gemm_rows(dev->pool, x, rows, nr, w, y); /* warm the caches */
+    for (int pass = 0; pass < 2; pass++) {
+        int iters = 0;
+        double t0 = pl_now(), c0 = s_cpu_now(), t;
+        do {
+            pl_cpu_gemm_rows(dev->pool, x, rows, nr, w, y);
+            iters++;
+            t = s_busy_s(t0, c0, dev->threads);
+        } while (t < S_ROW_SECONDS && iters < 100000 && pl_now() - t0 < S_ROW_WALL_MAX_S);
+        if (best == 0.0 || t / iters < best)
+            best = t / iters;
+    }
+    return best;
+}
+
+/* The rate of a decode step's rows on the kernels decode runs (bf16 weights, as most models
+ * store them): S_ROW_MANY rows against weights in cache, so that the pass over the weights
+ * (the bandwidth's part) does not bound it. Measured here: 45 GFLOP/s on 1 thread, against 88
+ * of sgemm, and the same slope over 138 MB of weights (44 per added row). */
+static double s_dec_gflops(pl_cpu_dev_t *dev)
+{
+    size_t wn = (size_t)S_ROW_OUTS * S_ROW_COLS;
+    uint16_t *wb = malloc(wn * sizeof(uint16_t));
+    float *x = malloc((size_t)S_ROW_MANY * S_ROW_COLS * sizeof(float));
+    float *y = malloc((size_t)S_ROW_MANY * S_ROW_OUTS * sizeof(float));
+    int rows[S_ROW_MANY];
+    double gflops = 0.0;
+    if (wb && x && y) {
+        for (size_t i = 0; i < wn; i++)
+            wb[i] = (uint16_t)(0x3c00u | (i % 61)); /* bf16 near 1/128 */
+        for (size_t i = 0; i < (size_t)S_ROW_MANY * S_ROW_COLS; i++)
+            x[i] = (float)(i % 13) * 0.125f - 0.75f;
+        for (int r = 0; r < S_ROW_MANY; r++)
+            rows[r] = r;
+        pl_cpu_wmat_t w = {.type = PL_WT_BF16, .rows = S_ROW_OUTS, .cols = S_ROW_COLS,
+                           .row_bytes = S_ROW_COLS * sizeof(uint16_t), .data = wb};
+        double t = s_rows_time(dev, x, rows, S_ROW_MANY, &w, y);
+        if (t > 0)
+            gflops = 2.0 * S_ROW_MANY * (double)wn / t / 1e9;
+    }
+    free(wb);
+    free(x);
+    free(y);
+    return gflops;
+}
+
+/* Prefill's pass over a product's weights for each sequence (GB/s of stored bf16 bytes): one
+ * S_SEQ_TOKENS-token sequence through the product as a stage computes it (pl_cpu_gemm_seq),
+ * less its flops at the sgemm rate `gflops`; what is left converts and packs the weights. 0 when
+ * the product runs no slower than its flops (no pass to charge). Measured here: 2.6 GB/s, a
+ * third of a 64-token sequence's time. */
+static double s_pass_gbps(pl_cpu_dev_t *dev, double gflops)
+{
+    size_t wn = (size_t)S_SEQ_OUTS * S_ROW_COLS;
+    uint16_t *wb = malloc(wn * sizeof(uint16_t));
+    float *x = malloc((size_t)S_SEQ_TOKENS * S_ROW_COLS * sizeof(float));
+    float *y = malloc((size_t)S_SEQ_TOKENS * S_SEQ_OUTS * sizeof(float));
+    float *tile = malloc((size_t)PL_CPU_TILE_ROWS * S_ROW_COLS * sizeof(float));
+    double gbps = 0.0, best = 0.0;
+    if (wb && x && y && tile && gflops > 0) {
+        for (size_t i = 0; i < wn; i++)
+            wb[i] = (uint16_t)(0x3c00u | (i % 61));
+        for (size_t i = 0; i < (size_t)S_SEQ_TOKENS * S_ROW_COLS; i++)
+            x[i] = (float)(i % 13) * 0.125f - 0.75f;
+        pl_cpu_wmat_t w = {.type = PL_WT_BF16, .rows = S_SEQ_OUTS, .cols = S_ROW_COLS,
+                           .row_bytes = S_ROW_COLS * sizeof(uint16_t), .data = wb};
+        pl_cpu_gemm_seq(dev->pool, x, S_SEQ_TOKENS, &w, tile, y); /* warm the caches */
+        for (int pass = 0; pass < 2; pass++) {
+            int iters = 0;
+            double t0 = pl_now(), c0 = s_cpu_now(), t;
+            do {
+                pl_cpu_gemm_seq(dev->pool, x, S_SEQ_TOKENS, &w, tile, y);
+                iters++;
+                t = s_busy_s(t0, c0, dev->threads);
+            } while (t < S_ROW_SECONDS && iters < 100000 && pl_now() - t0 < S_ROW_WALL_MAX_S);
+            if (best == 0.0 || t / iters < best)
+                best = t / iters;
+        }
+        double left = best - 2.0 * S_SEQ_TOKENS * (double)wn / (gflops * 1e9);
+        if (left > 0)
+            gbps = (double)wn * sizeof(uint16_t) / left / 1e9;
+    }
+    free(wb);
+    free(x);
+    free(y);
+    free(tile);
+    return gbps;
+}
+
 pl_status_t pl_cpu_calibrate(void *dev_v, pl_be_calib_t *calib)
 {
     pl_cpu_dev_t *dev = dev_v;
@@ -296,10 +403,13 @@ pl_status_t pl_cpu_calibrate(void *dev_v, pl_be_calib_t *calib)
     openblas_set_num_threads(dev->threads);
     c.gflops = s_gemm_gflops(dev->threads);
     c.mem_gbps = s_read_gbps(dev->threads);
-    if (c.gflops <= 0.0 || c.mem_gbps <= 0.0)
+    c.dec_gflops = s_dec_gflops(dev);
+    c.pass_gbps = s_pass_gbps(dev, c.gflops); /* 0 allowed: no pass to charge */
+    if (c.gflops <= 0.0 || c.mem_gbps <= 0.0 || c.dec_gflops <= 0.0)
         return pl_error(PL_ERR_NOMEM, "cpu calibration: could not allocate its buffers");
-    pl_log_debug("cpu calibration: %.1f GFLOP/s sgemm, %.1f GB/s read, %d threads", c.gflops,
-                 c.mem_gbps, dev->threads);
+    pl_log_debug("cpu calibration: %.1f GFLOP/s sgemm, %.1f GB/s read, %.1f GFLOP/s decode rows, "
+                 "%.2f GB/s prefill passes, %d threads", c.gflops, c.mem_gbps, c.dec_gflops,
+                 c.pass_gbps, dev->threads);
     *calib = c;
     return PL_OK;
 }

@@ -285,7 +285,7 @@ pl_status_t pl_gpu_calibrate(void *dev_v, pl_be_calib_t *calib)
     pl_status_t st;
     size_t free_b = 0, total_b = 0;
     double per = 0.0;
-    pl_be_calib_t out;
+    pl_be_calib_t out = {0}; /* no decode row rate: the planner takes decode as a roofline */
 
     memset(&c, 0, sizeof(c));
     if ((st = pl_gpu_status(cudaSetDevice(dev->index), "cudaSetDevice")))
