@@ -67,6 +67,7 @@
 #define PL_SCHEDULER_PLAN_H
 
 #include "common/job_spec.h"
+#include "common/sgemm_rows.h"
 #include "common/status.h"
 
 #include <jansson.h>
@@ -336,8 +337,8 @@ pl_sched_link_t pl_sched_link(const pl_sched_eval_t *ev, int d, int n);
  *              stages: 5.2 s in chunks of 32, 3.0 s in chunks of 128, 4.4-5.0 s on 1 stage);
  *   c        = max(min(c_split, c_time), c_min); prompts of at most c_min tokens stay whole (0). */
 /* Prompt tokens per sequence below which a device with a decode row rate runs prefill on the
- * decode kernels (the CPU backend's S_SGEMM_MIN_TOKENS, cpu_exec.c: shorter ones skip sgemm). */
-#define PL_SCHED_ROW_TOKENS 32
+ * decode kernels (the CPU backend's choice, common/sgemm_rows.h: shorter ones skip sgemm). */
+#define PL_SCHED_ROW_TOKENS PL_SGEMM_MIN_TOKENS
 /* The share of the smaller of two terms on decode's kernels that the larger does not hide: their
  * pass over the weights and their rows overlap in part (bf16 rows on this Xeon, 1 thread, 138 MB
  * of weights: 1-16 rows within 10% of max + 0.4 min, where the max alone is up to 20% short

@@ -8,6 +8,7 @@
 #include "backends/cpu/cpu_wcopy.h"
 
 #include "common/log.h"
+#include "common/sgemm_rows.h"
 #include "common/util.h"
 
 #include <cblas.h>
@@ -15,10 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* A sequence with at least this many tokens in a call gets its own OpenBLAS sgemm (its rows'
- * rounding then depends only on itself); the rows of shorter ones, decode steps above all, are
- * packed into one batch-invariant GEMM that reads the weights once for all of them. */
-#define S_SGEMM_MIN_TOKENS 32
+/* S_SGEMM_MIN_TOKENS: common/sgemm_rows.h, which the planner models too */
+#define S_SGEMM_MIN_TOKENS PL_SGEMM_MIN_TOKENS
 
 typedef struct {
     const float *attn_norm, *ffn_norm;
