@@ -8,6 +8,7 @@
 #include "backends/cpu/cpu_train_head.h"
 #include "model/model.h"
 #include "pipeline/train_local.h"
+#include "rope_util.h"
 #include "scheduler/train_sched.h"
 
 #include <criterion/criterion.h>
@@ -107,14 +108,7 @@ static inline bool model_equal(model_t *a, model_t *b)
 
 static inline pl_train_local_cfg_t cfg_make(float clip, bool recompute)
 {
-    pl_model_config_t mc = {.head_dim = 4,
-                            .rope_theta = 10000.0f,
-                            .rope_scaling = PL_ROPE_LLAMA3,
-                            .rope_factor = 8.0f,
-                            .rope_low_freq_factor = 1.0f,
-                            .rope_high_freq_factor = 4.0f,
-                            .rope_orig_max_pos = 8};
-    pl_model_rope_inv_freq(&mc, g_inv_freq);
+    rope_train_cfg(g_inv_freq);
     pl_adamw_cfg_t o = pl_adamw_cfg_default();
     o.lr = 0.01f, o.min_lr = 0.001f, o.warmup_steps = 2, o.total_steps = 6;
     o.weight_decay = 0.05f, o.clip_norm = clip;
