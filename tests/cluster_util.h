@@ -474,6 +474,23 @@ static inline char *tc_reference(const tc_cluster_t *c, const char *job)
     return out;
 }
 
+/* JSONL text (pl-generate's results, a line each) as one array; a line that is not JSON fails. */
+static inline json_t *tc_jsonl_array(const char *text)
+{
+    json_t *arr = json_array();
+    for (const char *l = text; l && *l;) {
+        const char *nl = strchr(l, '\n');
+        size_t n = nl ? (size_t)(nl - l) : strlen(l);
+        if (n) {
+            json_t *v = json_loadb(l, n, 0, NULL);
+            cr_assert_not_null(v, "not a result line: %.*s", (int)n, l);
+            json_array_append_new(arr, v);
+        }
+        l = nl ? nl + 1 : NULL;
+    }
+    return arr;
+}
+
 /* Submit dir/JOB.yaml and wait: the results on stdout, pipectl's stderr kept in dir/JOB.err. */
 static inline char *tc_submit(const tc_cluster_t *c, const char *job, int *rc_p)
 {
@@ -488,6 +505,19 @@ static inline char *tc_err(const tc_cluster_t *c, const char *job)
     char *out;
     tc_sh(&out, "cat %s/%s.err", c->dir, job);
     return out;
+}
+
+/* Submit dir/JOB.yaml and wait: pipectl succeeds and its results are the single-process
+ * reference's (tc_reference). */
+static inline void tc_expect_reference(const tc_cluster_t *c, const char *job)
+{
+    int rc;
+    char *ref = tc_reference(c, job), *got = tc_submit(c, job, &rc), *err = tc_err(c, job);
+    cr_assert_eq(rc, 0, "%s: %s", job, err);
+    cr_assert_str_eq(got, ref, "%s", job);
+    free(ref);
+    free(got);
+    free(err);
 }
 
 /* `pipectl -o json status ID` (NULL when there is no answer, as while the coordinator starts). */

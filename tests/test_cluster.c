@@ -149,7 +149,6 @@ static void s_expect_rejected(const char *job, const char *needle)
 
 Test(cluster, bad_jobs_get_clear_errors_and_the_cluster_keeps_running)
 {
-    int rc;
     s_start(2, NULL);
     tc_job(&s_c, "nomodel", "does-not-exist", "");
     s_expect_rejected("nomodel", "does-not-exist");
@@ -178,10 +177,7 @@ Test(cluster, bad_jobs_get_clear_errors_and_the_cluster_keeps_running)
 
     /* after all that, a good job still runs */
     tc_job(&s_c, "good", "m", "max_new_tokens: 4\n");
-    char *ref = tc_reference(&s_c, "good"), *got = tc_submit(&s_c, "good", &rc);
-    cr_assert_eq(rc, 0, "%s", tc_err(&s_c, "good"));
-    cr_assert_str_eq(got, ref);
-    free(ref), free(got);
+    tc_expect_reference(&s_c, "good");
     s_passed = 1;
 }
 
@@ -260,7 +256,6 @@ static char *s_wait_state(int job, const char *want, double timeout_s)
 
 Test(cluster, daemon_lost_mid_job_resumes_on_the_others)
 {
-    int rc;
     s_start(3, NULL);
     tc_job(&s_c, "long", "m", "max_new_tokens: 1500\nstop_at_eos: false\n");
     char *ref_long = tc_reference(&s_c, "long");
@@ -298,16 +293,12 @@ Test(cluster, daemon_lost_mid_job_resumes_on_the_others)
     cr_assert(lost, "the coordinator never marked node1 lost");
     cr_assert_eq(tc_wait_idle(&s_c, 2, 15), 0, "survivors did not become idle");
     tc_job(&s_c, "after", "m", "max_new_tokens: 6\nstages: 2\n");
-    char *ref = tc_reference(&s_c, "after"), *got = tc_submit(&s_c, "after", &rc);
-    cr_assert_eq(rc, 0, "%s", tc_err(&s_c, "after"));
-    cr_assert_str_eq(got, ref);
-    free(ref), free(got);
+    tc_expect_reference(&s_c, "after");
     s_passed = 1;
 }
 
 Test(cluster, cancel_frees_the_nodes)
 {
-    int rc;
     s_start(2, NULL);
     tc_job(&s_c, "long", "m", "max_new_tokens: 3000\nstop_at_eos: false\n");
     tc_sh(NULL, "%s/pipectl -c %s submit %s/long.yaml >/dev/null", tc_bin(), s_c.ep, s_c.dir);
@@ -342,16 +333,12 @@ Test(cluster, cancel_frees_the_nodes)
     free(st);
     cr_assert_eq(tc_wait_idle(&s_c, 2, 10), 0);
     tc_job(&s_c, "next", "m", "max_new_tokens: 5\n");
-    char *ref = tc_reference(&s_c, "next"), *got = tc_submit(&s_c, "next", &rc);
-    cr_assert_eq(rc, 0, "%s", tc_err(&s_c, "next"));
-    cr_assert_str_eq(got, ref);
-    free(ref), free(got);
+    tc_expect_reference(&s_c, "next");
     s_passed = 1;
 }
 
 Test(cluster, a_restarted_coordinator_gets_its_daemons_back)
 {
-    int rc;
     s_start(2, NULL);
     kill(s_c.coord, SIGKILL);
     waitpid(s_c.coord, NULL, 0);
@@ -364,10 +351,7 @@ Test(cluster, a_restarted_coordinator_gets_its_daemons_back)
     cr_assert(strstr(log, "is not registered"), "node0 was never told: %s", log);
     free(log);
     tc_job(&s_c, "again", "m", "max_new_tokens: 4\nstages: 2\n");
-    char *ref = tc_reference(&s_c, "again"), *got = tc_submit(&s_c, "again", &rc);
-    cr_assert_eq(rc, 0, "%s", tc_err(&s_c, "again"));
-    cr_assert_str_eq(got, ref);
-    free(ref), free(got);
+    tc_expect_reference(&s_c, "again");
     s_passed = 1;
 }
 
@@ -394,7 +378,6 @@ Test(cluster, pipectl_errors_are_one_line_and_nonzero)
 Test(cluster, curve_encrypted_control_plane)
 {
     char pub[41], node_pub[41], admin_pub[41], path[512], text[2048], bin[512], log[512];
-    int rc;
     memset(&s_c, 0, sizeof(s_c));
     tc_mkdtemp(s_c.dir, sizeof(s_c.dir));
     snprintf(s_c.ep, sizeof(s_c.ep), "tcp://127.0.0.1:%d", tc_free_port());
@@ -435,10 +418,7 @@ Test(cluster, curve_encrypted_control_plane)
                                              "--heads 4 --kv-heads 2 --vocab 256 --seed 5"),
                  0);
     tc_job(&s_c, "sec", "m", "max_new_tokens: 6\n");
-    char *ref = tc_reference(&s_c, "sec"), *got = tc_submit(&s_c, "sec", &rc);
-    cr_assert_eq(rc, 0, "%s", tc_err(&s_c, "sec"));
-    cr_assert_str_eq(got, ref);
-    free(ref), free(got);
+    tc_expect_reference(&s_c, "sec");
     /* a client with the wrong server key is told why, not just "no answer" */
     char *err;
     cr_expect_neq(tc_sh(&err, "%s/pipectl -c %s -k '%s' --timeout 2 nodes 2>&1", tc_bin(),

@@ -13,6 +13,7 @@
 
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -104,6 +105,19 @@ static inline bool model_equal(model_t *a, model_t *b)
         if (memcmp(pa[i], pb[i], na[i] * sizeof(float)))
             return false;
     return true;
+}
+
+/* A model directory of the test model's shape made by pl-mkmodel in dir (a mkdtemp template):
+ * the source whose config.json a checkpoint is written beside. */
+static inline void model_dir_make(char *dir)
+{
+    char cmd[1024];
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(cmd, sizeof(cmd),
+             "%s/pl-mkmodel --out %s --layers %d --hidden %d --intermediate %d --heads %d "
+             "--kv-heads %d --head-dim %d --vocab %d >/dev/null",
+             PL_BIN_DIR, dir, L, g_d.hidden, g_d.inter, g_d.n_heads, g_d.n_kv, g_d.head_dim, V);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
 }
 
 static inline pl_train_local_cfg_t cfg_make(float clip, bool recompute)
