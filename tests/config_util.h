@@ -10,20 +10,23 @@
 #include <criterion/criterion.h>
 #include <string.h>
 
-static inline pl_status_t tcfg_cluster(const char *yaml, pl_cfg_cluster_t *out)
+static inline pl_status_t s_cluster(const char *yaml, pl_cfg_cluster_t *out)
 {
     return pl_cfg_cluster_parse(yaml, strlen(yaml), "c.yaml", out);
 }
 
-static inline pl_status_t tcfg_node(const char *yaml, pl_cfg_node_t *out)
+static inline pl_status_t s_node(const char *yaml, pl_cfg_node_t *out)
 {
     return pl_cfg_node_parse(yaml, strlen(yaml), "n.yaml", out);
 }
 
-static inline pl_status_t tcfg_job(const char *yaml, pl_cfg_job_t *out)
+static inline pl_status_t s_job(const char *yaml, pl_cfg_job_t *out)
 {
     return pl_cfg_job_parse(yaml, strlen(yaml), "j.yaml", NULL, out);
 }
+
+/* The loaders' refusals: status and exact message. */
+#define EXPECT_ERR(call, want_st, want_msg) EXPECT_ST(call, want_st, want_msg)
 
 #define CLUSTER_HEAD "coordinator:\n  endpoint: tcp://127.0.0.1:5555\n"
 #define JOB_HEAD "model: m\nprompts: p.jsonl\n"

@@ -41,7 +41,7 @@ Test(config_files, job_load_resolves_against_file_dir)
     /* Errors from a file carry its path. */
     char want[512];
     snprintf(want, sizeof(want), "%s:3:17: key 'max_new_tokens': expected an integer", path);
-    EXPECT_ST(pl_cfg_job_load(path, &j), PL_ERR_INVALID, want);
+    EXPECT_ERR(pl_cfg_job_load(path, &j), PL_ERR_INVALID, want);
 
     f = fopen(path, "w");
     fputs("model: sub/m\nprompts: p.jsonl\n", f);
@@ -168,17 +168,17 @@ Test(config_files, node_endpoint_keys_and_derivation)
     pl_cfg_cluster_t c;
     pl_cfg_node_t n;
     char out[256];
-    cr_assert_eq(tcfg_cluster(CLUSTER_HEAD "  node_endpoint: ipc:///run/pl/nodes\n", &c), PL_OK,
-                 "%s", pl_error_msg());
+    cr_assert_eq(s_cluster(CLUSTER_HEAD "  node_endpoint: ipc:///run/pl/nodes\n", &c), PL_OK, "%s",
+                 pl_error_msg());
     cr_assert_str_eq(c.node_endpoint, "ipc:///run/pl/nodes");
-    cr_assert_eq(tcfg_cluster(CLUSTER_HEAD, &c), PL_OK, "%s", pl_error_msg());
+    cr_assert_eq(s_cluster(CLUSTER_HEAD, &c), PL_OK, "%s", pl_error_msg());
     cr_assert_str_eq(c.node_endpoint, "", "absent: derived where it is used");
-    cr_assert_neq(tcfg_cluster(CLUSTER_HEAD "  node_endpoint: http://x\n", &c), PL_OK);
+    cr_assert_neq(s_cluster(CLUSTER_HEAD "  node_endpoint: http://x\n", &c), PL_OK);
     cr_assert(strstr(pl_error_msg(), "node_endpoint"), "%s", pl_error_msg());
-    cr_assert_eq(tcfg_node(NODE_HEAD "coordinator_node_endpoint: tcp://10.0.0.1:7001\n", &n), PL_OK,
+    cr_assert_eq(s_node(NODE_HEAD "coordinator_node_endpoint: tcp://10.0.0.1:7001\n", &n), PL_OK,
                  "%s", pl_error_msg());
     cr_assert_str_eq(n.coordinator_node, "tcp://10.0.0.1:7001");
-    cr_assert_eq(tcfg_node(NODE_HEAD, &n), PL_OK, "%s", pl_error_msg());
+    cr_assert_eq(s_node(NODE_HEAD, &n), PL_OK, "%s", pl_error_msg());
     cr_assert_str_eq(n.coordinator_node, "");
     static const char *const derived[][2] = {
         {"tcp://127.0.0.1:5555", "tcp://127.0.0.1:5556"},
@@ -197,9 +197,9 @@ Test(config_files, node_endpoint_keys_and_derivation)
     }
     cr_assert_eq(pl_cfg_node_endpoint("tcp://a:1", "tcp://b:9", out, sizeof(out)), PL_OK);
     cr_expect_str_eq(out, "tcp://b:9", "a node endpoint that is set is taken as it is");
-    static const char *const refused[] = {
-        "tcp://127.0.0.1:65535", "tcp://127.0.0.1:*", "tcp://127.0.0.1", "tcp://h:0",
-        "tcp://h:12x",           "tcp://h:",          "udp://h:1"};
+    static const char *const refused[] = {"tcp://127.0.0.1:65535", "tcp://127.0.0.1:*",
+                                          "tcp://127.0.0.1", "tcp://h:0", "tcp://h:12x",
+                                          "tcp://h:", "udp://h:1"};
     for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
         cr_expect_neq(pl_cfg_node_endpoint(refused[i], NULL, out, sizeof(out)), PL_OK, "%s",
                       refused[i]);
