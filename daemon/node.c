@@ -5,6 +5,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "daemon/front.h"
+#include "daemon/node_dev.h"
 #include "daemon/node_metrics.h"
 #include "daemon/node_reg.h"
 #include "daemon/node_serve.h"
@@ -23,7 +24,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#define S_MAX_DEVS 16
 #define S_MAX_EXECS 16
 #define S_HELLO_FIRST_S 0.25 /* registration retries: capped exponential backoff, jittered */
 #define S_HELLO_CAP_S 8.0
@@ -31,21 +31,10 @@
 #define S_DEVICE_HEALTH_S 5.0 /* how often device health feeds the metrics */
 
 typedef struct {
-    pl_be_device_t *dev;
-    pl_be_device_info_t info;
-    pl_be_calib_t calib;
-    char id[32];
-    bool failed; /* its health call failed: the node is not ready */
-} s_dev_t;
-
-typedef struct {
     const pl_cfg_node_t *cfg;
     pl_tx_ctx_t *ctx;
     pl_tx_sock_t *dealer;
-    s_dev_t devs[S_MAX_DEVS];
-    int n_devs;
-    int n_unavailable;
-    pl_msg_unavailable_t unavailable[PL_MSG_MAX_UNAVAILABLE];
+    pl_node_devs_t hw; /* its devices, and the backends that offer none */
     pl_exec_t *execs[S_MAX_EXECS];
     double done_at[S_MAX_EXECS]; /* when the executor reported DONE; 0 while it runs */
     uint32_t epoch[S_MAX_EXECS]; /* the assignment each executor runs */
@@ -67,94 +56,6 @@ typedef struct {
     unsigned rand_state;
     pl_node_reg_t reg; /* what silence or another protocol on the node endpoint means */
 } s_node_t;
-
-static bool s_backend_wanted(const pl_cfg_node_t *cfg, const char *name)
-{
-    if (cfg->n_devices == 0)
-        return true;
-    for (int i = 0; i < cfg->n_devices; i++)
-        if (strcmp(cfg->devices[i], name) == 0)
-            return true;
-    return false;
-}
-
-/* A backend that offers no device, for HELLO (and so for `pipectl health`). */
-static void s_unavailable(s_node_t *n, const char *backend, const char *why)
-{
-    if (n->n_unavailable == PL_MSG_MAX_UNAVAILABLE)
-        return;
-    pl_msg_unavailable_t *u = &n->unavailable[n->n_unavailable++];
-    snprintf(u->backend, sizeof(u->backend), "%s", backend);
-    snprintf(u->why, sizeof(u->why), "%s", why);
-}
-
-static pl_status_t s_discover(s_node_t *n)
-{
-    pl_be_entry_t be[8];
-    int nb = pl_be_registry_list(be, 8);
-    for (int b = 0; b < nb; b++) {
-        if (!s_backend_wanted(n->cfg, be[b].name))
-            continue;
-        pl_be_device_info_t infos[S_MAX_DEVS];
-        int nd = 0;
-        if (!be[b].backend) {
-            pl_log_info("backend %s: unavailable: %s", be[b].name, be[b].why);
-            s_unavailable(n, be[b].name, be[b].why);
-            continue;
-        }
-        pl_status_t st = pl_be_probe(be[b].backend, infos, S_MAX_DEVS, &nd);
-        if (st) {
-            pl_log_info("backend %s: no devices: %s", be[b].name, pl_error_msg());
-            s_unavailable(n, be[b].name, pl_error_msg());
-            continue;
-        }
-        for (int d = 0; d < nd && n->n_devs < S_MAX_DEVS; d++) {
-            s_dev_t *dv = &n->devs[n->n_devs];
-            dv->info = infos[d];
-            if ((st = pl_be_device_open(be[b].backend, infos[d].index, n->cfg->threads,
-                                        &dv->dev))) {
-                pl_log_warn("device %s:%d: cannot open: %s", be[b].name, d, pl_error_msg());
-                continue;
-            }
-            /* a CPU device computes with the threads it was opened with, not every core of the
-             * host: HELLO's cores is what the planner splits shared CPUs by */
-            if (!strcmp(infos[d].backend, "cpu") && n->cfg->threads > 0 &&
-                n->cfg->threads < dv->info.cores)
-                dv->info.cores = n->cfg->threads;
-            /* testing (node file `slowdown`): the device really runs that many times slower,
-             * and calibrates accordingly */
-            if (n->cfg->slowdown > 1.0f && !strcmp(infos[d].backend, "cpu")) {
-                pl_be_device_set_slowdown(dv->dev, n->cfg->slowdown);
-                pl_log_warn("device %s:%d: slowed down %.2fx for testing", be[b].name, d,
-                            (double)n->cfg->slowdown);
-            }
-            double t0 = pl_now();
-            if ((st = pl_be_device_calibrate(dv->dev, &dv->calib))) {
-                pl_log_warn("device %s:%d: calibration failed: %s", be[b].name, d,
-                            pl_error_msg());
-                pl_be_device_close(&dv->dev);
-                continue;
-            }
-            uint64_t reserve = (uint64_t)n->cfg->memory_reserve_mb << 20;
-            dv->info.mem_bytes = dv->info.mem_bytes > reserve ? dv->info.mem_bytes - reserve : 0;
-            uint64_t cap = (uint64_t)n->cfg->memory_limit_mb << 20;
-            if (cap && dv->info.mem_bytes > cap)
-                dv->info.mem_bytes = cap;
-            char id[sizeof(dv->id)];
-            snprintf(id, sizeof(id), "%.15s:%d", infos[d].backend, infos[d].index);
-            memcpy(dv->id, id, sizeof(id));
-            pl_log_info("device %s: %s, %d cores, %.1f GiB usable, %.1f GFLOP/s, %.1f GB/s, "
-                        "decode rows %.1f GFLOP/s, prefill passes %.2f GB/s (calibrated in %.2f s)",
-                        dv->id, dv->info.name, dv->info.cores, dv->info.mem_bytes / 1073741824.0,
-                        dv->calib.gflops, dv->calib.mem_gbps, dv->calib.dec_gflops,
-                        dv->calib.pass_gbps, pl_now() - t0);
-            n->n_devs++;
-        }
-    }
-    if (n->n_devs == 0)
-        return pl_error(PL_ERR_NO_DEVICE, "no usable device on this node");
-    return PL_OK;
-}
 
 /* The CPUs this daemon may run on (its affinity; CPUs 0..62), for HELLO; 0 when unknown. */
 static uint64_t s_cpu_mask(void)
@@ -241,8 +142,8 @@ static void s_hello(s_node_t *n)
     snprintf(h->node, sizeof(h->node), "%s", n->cfg->name);
     gethostname(h->host, sizeof(h->host) - 1);
     h->pid = (int)getpid();
-    for (int i = 0; i < n->n_devs && h->n_devices < PL_MSG_MAX_DEVICES; i++) {
-        const s_dev_t *d = &n->devs[i];
+    for (int i = 0; i < n->hw.n_devs && h->n_devices < PL_MSG_MAX_DEVICES; i++) {
+        const pl_node_dev_t *d = &n->hw.devs[i];
         pl_msg_device_t *v = &h->devices[h->n_devices++];
         snprintf(v->id, sizeof(v->id), "%s", d->id);
         snprintf(v->backend, sizeof(v->backend), "%s", d->info.backend);
@@ -257,8 +158,8 @@ static void s_hello(s_node_t *n)
         if (!strcmp(d->info.backend, "cpu"))
             v->cpu_mask = s_cpu_mask();
     }
-    h->n_unavailable = n->n_unavailable;
-    memcpy(h->unavailable, n->unavailable, sizeof(h->unavailable));
+    h->n_unavailable = n->hw.n_unavailable;
+    memcpy(h->unavailable, n->hw.unavailable, sizeof(h->unavailable));
     s_health(n, &h->health);
     char why[256];
     if (pl_tx_sock_handshake_error(n->dealer, why, sizeof(why))) /* say why, not just retry */
@@ -287,11 +188,11 @@ static void s_reregister(s_node_t *n)
             pl_gen_log_rewind(pl_exec_log(n->execs[i]));
 }
 
-static s_dev_t *s_find_dev(s_node_t *n, const char *id)
+static pl_node_dev_t *s_find_dev(s_node_t *n, const char *id)
 {
-    for (int i = 0; i < n->n_devs; i++)
-        if (strcmp(n->devs[i].id, id) == 0)
-            return &n->devs[i];
+    for (int i = 0; i < n->hw.n_devs; i++)
+        if (strcmp(n->hw.devs[i].id, id) == 0)
+            return &n->hw.devs[i];
     return NULL;
 }
 
@@ -370,7 +271,7 @@ static void s_reap(s_node_t *n, bool all)
 
 static void s_on_assign(s_node_t *n, pl_msg_assign_t *a)
 {
-    s_dev_t *d = s_find_dev(n, a->device);
+    pl_node_dev_t *d = s_find_dev(n, a->device);
     pl_status_t st;
     if (!d || n->n_execs == S_MAX_EXECS) {
         s_fail(n, a, !d ? PL_ERR_NOT_FOUND : PL_ERR_BUSY,
@@ -466,18 +367,18 @@ static void s_publish(s_node_t *n, double now)
         n->next_dev_health = now + S_DEVICE_HEALTH_S;
         pl_msg_node_health_init(&n->sys);
         pl_node_metrics_host(&n->sys);
-        for (int i = 0; i < n->n_devs; i++) {
+        for (int i = 0; i < n->hw.n_devs; i++) {
             pl_msg_dev_health_t *dh = &n->sys.devices[PL_MIN(i, PL_MSG_MAX_DEVICES - 1)];
             pl_status_t st =
-                pl_node_metrics_device(&n->metrics, n->devs[i].id, n->devs[i].dev, dh);
+                pl_node_metrics_device(&n->metrics, n->hw.devs[i].id, n->hw.devs[i].dev, dh);
             if (i < PL_MSG_MAX_DEVICES)
                 n->sys.n_devices = i + 1;
-            if (st == PL_ERR_UNSUPPORTED && !strcmp(n->devs[i].info.backend, "cpu"))
+            if (st == PL_ERR_UNSUPPORTED && !strcmp(n->hw.devs[i].info.backend, "cpu"))
                 s_cpu_health(n, dh); /* the CPU backend reports none: the host's figures */
             bool failed = st && st != PL_ERR_UNSUPPORTED;
-            if (failed && !n->devs[i].failed)
-                pl_log_warn("device %s: health: %s", n->devs[i].id, pl_error_msg());
-            n->devs[i].failed = failed;
+            if (failed && !n->hw.devs[i].failed)
+                pl_log_warn("device %s: health: %s", n->hw.devs[i].id, pl_error_msg());
+            n->hw.devs[i].failed = failed;
         }
     }
     s_count_tokens(n);
@@ -487,9 +388,9 @@ static void s_publish(s_node_t *n, double now)
         snprintf(why, sizeof(why), "not registered with the coordinator");
     else if (silent > limit)
         snprintf(why, sizeof(why), "the coordinator has not answered for %.1f s", silent);
-    for (int i = 0; i < n->n_devs && !why[0]; i++)
-        if (n->devs[i].failed)
-            snprintf(why, sizeof(why), "device %s failed", n->devs[i].id);
+    for (int i = 0; i < n->hw.n_devs && !why[0]; i++)
+        if (n->hw.devs[i].failed)
+            snprintf(why, sizeof(why), "device %s failed", n->hw.devs[i].id);
     pl_front_set_ready(n->front, !why[0], why);
 }
 
@@ -617,7 +518,7 @@ pl_status_t pl_node_run(const pl_cfg_node_t *cfg, volatile sig_atomic_t *stop)
     if ((st = pl_front_start(&cfg->http, NULL, 0, &n.front)) ||
         (st = pl_node_metrics_init(&n.metrics, pl_front_metrics(n.front))))
         goto out;
-    if ((st = s_discover(&n)) || (st = pl_tx_ctx_new(&n.ctx)) ||
+    if ((st = pl_node_devs_discover(cfg, &n.hw)) || (st = pl_tx_ctx_new(&n.ctx)) ||
         (st = pl_tx_sock_new(n.ctx, PL_TX_DEALER, &n.dealer)) ||
         (st = pl_tx_sock_identity(n.dealer, cfg->name)))
         goto out;
@@ -692,8 +593,7 @@ out:
     while (n.n_execs > 0)
         s_drop_exec(&n, n.n_execs - 1);
     s_reap(&n, true); /* no executor may outlive its device */
-    for (int i = 0; i < n.n_devs; i++)
-        pl_be_device_close(&n.devs[i].dev);
+    pl_node_devs_close(&n.hw);
     pl_tx_sock_destroy(&n.dealer);
     pl_tx_ctx_destroy(&n.ctx);
     pl_front_stop(&n.front);

@@ -326,7 +326,9 @@ void pl_train_run_stage(const pl_train_run_t *r)
              s.next ? pl_ucx_ep_transport(s.next) : "");
     s_send(&s, &m);
     /* keep the worker until the whole job is over: a neighbour still in its last step's
-     * reduction would see this endpoint close */
+     * reduction would see this endpoint close. This stage is done, so a neighbour that goes
+     * from here on (its own DONE, the release) is no failure to log. */
+    pl_ucx_expect_close(s.ucx);
     for (double t0 = pl_now(); !*r->cancel && pl_now() - t0 < S_LINGER_S;) {
         pl_ucx_progress(s.ucx);
         usleep(10 * 1000);

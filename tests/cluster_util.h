@@ -28,6 +28,7 @@
 #include "common/config.h"
 #include "transport/ctl.h"
 #include "transport/keys.h"
+#include "transport/msg.h"
 
 #define TC_MAX_PROCS 16
 
@@ -169,6 +170,66 @@ static inline void tc_node_ep(const char *ep, char *out, size_t len)
     cr_assert_eq(pl_cfg_node_endpoint(ep, NULL, out, len), PL_OK, "%s", pl_error_msg());
 }
 
+/* A raw DEALER with routing id `id` (NULL: one of ZeroMQ's), no linger, its receives timing out
+ * after rcv_ms; the caller sets its keys and connects it. */
+static inline void *tc_dealer(void *ctx, const char *id, int rcv_ms)
+{
+    void *s = zmq_socket(ctx, ZMQ_DEALER);
+    int linger = 0;
+    cr_assert_not_null(s, "zmq_socket: %s", zmq_strerror(zmq_errno()));
+    zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof(linger));
+    zmq_setsockopt(s, ZMQ_RCVTIMEO, &rcv_ms, sizeof(rcv_ms));
+    if (id)
+        zmq_setsockopt(s, ZMQ_ROUTING_ID, id, strlen(id));
+    return s;
+}
+
+/* tc_dealer (5 s receives) speaking CURVE with the local pair `which`, connected to ep. */
+static inline void *tc_dealer_local(void *ctx, const char *id, const char *which, const char *ep)
+{
+    void *s = tc_dealer(ctx, id, 5000);
+    tc_curve_local(s, which);
+    cr_assert_eq(zmq_connect(s, ep), 0, "connect %s: %s", ep, zmq_strerror(zmq_errno()));
+    return s;
+}
+
+/* m on sock as it goes on the wire: its type, then its body as compact JSON (m stays the
+ * caller's: borrowed parts are not cleared). */
+static inline void tc_send_msg(void *sock, const pl_msg_t *m)
+{
+    json_t *body;
+    cr_assert_eq(pl_msg_encode(m, &body), PL_OK, "%s", pl_error_msg());
+    char *text = json_dumps(body, JSON_COMPACT);
+    const char *type = pl_msg_name(m->type);
+    zmq_send(sock, type, strlen(type), ZMQ_SNDMORE);
+    zmq_send(sock, text, strlen(text), 0);
+    free(text);
+    json_decref(body);
+}
+
+/* The next answer on sock: its type part (up to 31 bytes) into type[32] and its body (up to
+ * cap - 1 bytes) into body, both NUL-ended and empty when none came; false on timeout. */
+static inline bool tc_recv_answer(void *sock, char *type, char *body, size_t cap)
+{
+    type[0] = body[0] = '\0';
+    int n = zmq_recv(sock, type, 31, 0);
+    if (n < 0)
+        return false;
+    type[n < 31 ? n : 31] = '\0';
+    n = zmq_recv(sock, body, cap - 1, 0);
+    body[n < 0 ? 0 : (size_t)n < cap - 1 ? (size_t)n : cap - 1] = '\0';
+    return true;
+}
+
+/* A HELLO of this protocol from node `name` on host "fakehost", with no devices yet. */
+static inline void tc_hello(pl_msg_t *m, const char *name)
+{
+    pl_msg_init(m, PL_MSG_HELLO);
+    snprintf(m->hello.node, sizeof(m->hello.node), "%s", name);
+    snprintf(m->hello.host, sizeof(m->hello.host), "fakehost");
+    snprintf(m->hello.health.node, sizeof(m->hello.health.node), "%s", name);
+}
+
 static inline void tc_start_coord(tc_cluster_t *c, const char *bind_ep)
 {
     char bin[512], log[512], db[512];
@@ -178,6 +239,24 @@ static inline void tc_start_coord(tc_cluster_t *c, const char *bind_ep)
     snprintf(db, sizeof(db), "%s/coord.db", c->dir); /* each test its own state: ids from 1 */
     char *argv[] = {bin, "--endpoint",  (char *)bind_ep, "--state-db",
                     db,  "--log-level", "debug",         NULL};
+    c->coord = tc_spawn(argv, log);
+}
+
+/* A coordinator on c->ep from the cluster file c->dir/cluster.yaml: its endpoint, then the YAML
+ * lines `extra` (may be NULL); its database in c->dir, the test's own state directory. */
+static inline void tc_start_coord_file(tc_cluster_t *c, const char *extra)
+{
+    char path[512], text[4096], bin[512], log[512], db[512];
+    tc_use_state_dir(c);
+    snprintf(path, sizeof(path), "%s/cluster.yaml", c->dir);
+    int len =
+        snprintf(text, sizeof(text), "coordinator:\n  endpoint: %s\n%s", c->ep, extra ? extra : "");
+    cr_assert(len > 0 && (size_t)len < sizeof(text), "cluster file of %d bytes", len);
+    tc_write(path, text);
+    snprintf(bin, sizeof(bin), "%s/pipecoord", tc_bin());
+    snprintf(log, sizeof(log), "%s/pipecoord.log", c->dir);
+    snprintf(db, sizeof(db), "%s/coord.db", c->dir);
+    char *argv[] = {bin, "--cluster", path, "--state-db", db, "--log-level", "debug", NULL};
     c->coord = tc_spawn(argv, log);
 }
 
@@ -259,12 +338,20 @@ static inline int tc_wait_idle(tc_cluster_t *c, int n, double timeout_s)
     }
 }
 
-/* Start a coordinator and n local daemons with the given thread counts on loopback. */
-static inline int tc_cluster_start(tc_cluster_t *c, int n, const int *threads)
+/* A fresh scratch directory, the test's own state directory and a free loopback endpoint in c;
+ * nothing started. */
+static inline void tc_cluster_init(tc_cluster_t *c)
 {
     memset(c, 0, sizeof(*c));
     tc_mkdtemp(c->dir, sizeof(c->dir));
+    tc_use_state_dir(c);
     snprintf(c->ep, sizeof(c->ep), "tcp://127.0.0.1:%d", tc_free_port());
+}
+
+/* Start a coordinator and n local daemons with the given thread counts on loopback. */
+static inline int tc_cluster_start(tc_cluster_t *c, int n, const int *threads)
+{
+    tc_cluster_init(c);
     tc_start_coord(c, c->ep);
     for (int i = 0; i < n; i++) {
         char name[16];
@@ -272,6 +359,27 @@ static inline int tc_cluster_start(tc_cluster_t *c, int n, const int *threads)
         tc_start_node(c, name, threads ? threads[i] : 1, NULL);
     }
     return tc_wait_idle(c, n, 60);
+}
+
+/* n more daemons (node0, node1, ... after the ones started) of one thread each; asserts that all
+ * of the cluster's daemons registered and are idle. */
+static inline void tc_start_nodes(tc_cluster_t *c, int n)
+{
+    for (int i = 0; i < n; i++) {
+        char name[16];
+        snprintf(name, sizeof(name), "node%d", c->n_nodes);
+        tc_start_node(c, name, 1, NULL);
+    }
+    cr_assert_eq(tc_wait_idle(c, c->n_nodes, 60), 0, "daemons did not register");
+}
+
+/* tc_cluster_init, a coordinator from a cluster file with `extra` (tc_start_coord_file) and n
+ * daemons registered and idle. */
+static inline void tc_cluster_start_file(tc_cluster_t *c, const char *extra, int n)
+{
+    tc_cluster_init(c);
+    tc_start_coord_file(c, extra);
+    tc_start_nodes(c, n);
 }
 
 static inline void tc_cluster_stop(tc_cluster_t *c)
@@ -366,6 +474,23 @@ static inline char *tc_reference(const tc_cluster_t *c, const char *job)
     return out;
 }
 
+/* JSONL text (pl-generate's results, a line each) as one array; a line that is not JSON fails. */
+static inline json_t *tc_jsonl_array(const char *text)
+{
+    json_t *arr = json_array();
+    for (const char *l = text; l && *l;) {
+        const char *nl = strchr(l, '\n');
+        size_t n = nl ? (size_t)(nl - l) : strlen(l);
+        if (n) {
+            json_t *v = json_loadb(l, n, 0, NULL);
+            cr_assert_not_null(v, "not a result line: %.*s", (int)n, l);
+            json_array_append_new(arr, v);
+        }
+        l = nl ? nl + 1 : NULL;
+    }
+    return arr;
+}
+
 /* Submit dir/JOB.yaml and wait: the results on stdout, pipectl's stderr kept in dir/JOB.err. */
 static inline char *tc_submit(const tc_cluster_t *c, const char *job, int *rc_p)
 {
@@ -382,21 +507,60 @@ static inline char *tc_err(const tc_cluster_t *c, const char *job)
     return out;
 }
 
-/* The training suites' cluster: n daemons of one thread each, the tiny model c->dir/tiny (3
- * layers, hidden 32, vocab 64, seed 3) and c->dir/corpus.tok, a repetitive corpus of token ids. */
-static inline void tc_train_start(tc_cluster_t *c, int n_nodes)
+/* Submit dir/JOB.yaml and wait: pipectl succeeds and its results are the single-process
+ * reference's (tc_reference). */
+static inline void tc_expect_reference(const tc_cluster_t *c, const char *job)
 {
-    cr_assert_eq(tc_cluster_start(c, n_nodes, NULL), 0, "nodes did not register");
-    cr_assert_eq(tc_make_model(c->dir, "tiny",
+    int rc;
+    char *ref = tc_reference(c, job), *got = tc_submit(c, job, &rc), *err = tc_err(c, job);
+    cr_assert_eq(rc, 0, "%s: %s", job, err);
+    cr_assert_str_eq(got, ref, "%s", job);
+    free(ref);
+    free(got);
+    free(err);
+}
+
+/* `pipectl -o json status ID` (NULL when there is no answer, as while the coordinator starts). */
+static inline json_t *tc_status_json(const tc_cluster_t *c, int id)
+{
+    char *out;
+    int rc = tc_sh(&out, "%s/pipectl -c %s --timeout 2 -o json status %d 2>/dev/null", tc_bin(),
+                   c->ep, id);
+    json_error_t e;
+    json_t *v = rc == 0 ? json_loads(out, 0, &e) : NULL;
+    free(out);
+    return v;
+}
+
+/* A status's "state" ("" when it has none). */
+static inline const char *tc_status_state(const json_t *st)
+{
+    const char *s = json_string_value(json_object_get(st, "state"));
+    return s ? s : "";
+}
+
+/* The training suites' model and corpus: c->dir/PREFIXtiny, the tiny model (3 layers, hidden 32,
+ * vocab 64, seed 3), and c->dir/PREFIXcorpus.tok, a repetitive corpus of token ids. */
+static inline void tc_train_data(const tc_cluster_t *c, const char *prefix)
+{
+    char path[600], text[8192];
+    snprintf(path, sizeof(path), "%stiny", prefix);
+    cr_assert_eq(tc_make_model(c->dir, path,
                                "--layers 3 --hidden 32 --intermediate 64 "
                                "--heads 4 --kv-heads 2 --vocab 64 --seed 3"),
                  0);
-    char path[600], text[8192];
     size_t n = 0;
     for (int i = 0; i < 700; i++)
         n += (size_t)snprintf(text + n, sizeof(text) - n, "%d ", (i * 7 + 3) % 61);
-    snprintf(path, sizeof(path), "%s/corpus.tok", c->dir);
+    snprintf(path, sizeof(path), "%s/%scorpus.tok", c->dir, prefix);
     tc_write(path, text);
+}
+
+/* The training suites' cluster: n daemons of one thread each and tc_train_data in c->dir. */
+static inline void tc_train_start(tc_cluster_t *c, int n_nodes)
+{
+    cr_assert_eq(tc_cluster_start(c, n_nodes, NULL), 0, "nodes did not register");
+    tc_train_data(c, "");
 }
 
 /* dir/NAME.yaml: a training job of the tiny model on the corpus, 2 stages, `steps` steps of

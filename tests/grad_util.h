@@ -1,11 +1,13 @@
 /* What the CPU gradient suites share: an arena of the arrays a test makes (freed by the suite's
  * fini), a seeded generator (GRAD_SEED before the include), f32-exact random arrays, the layer's
  * ops in double (RMSNorm, matmul, RoPE, causal attention, SiLU, cross-entropy), the RoPE settings
- * the suites train with, and the check of a gradient against central finite differences. */
+ * the suites train with (rope_util.h), and the check of a gradient against central finite
+ * differences. */
 #ifndef PL_TESTS_GRAD_UTIL_H
 #define PL_TESTS_GRAD_UTIL_H
 
 #include "model/model.h"
+#include "rope_util.h"
 
 #include <criterion/criterion.h>
 #include <math.h>
@@ -154,21 +156,6 @@ static inline double r_xent(const double *logits, const int32_t *target, int n, 
         s += log(sum) - logits[r * v + target[r]];
     }
     return s / n;
-}
-
-/* The RoPE the suites train with: head_dim 4, Llama 3 scaling (which changes the frequencies at
- * this size), its inverse frequencies into inv_freq[2]. */
-static inline pl_model_config_t grad_rope_cfg(double *inv_freq)
-{
-    pl_model_config_t cfg = {.head_dim = 4,
-                             .rope_theta = 10000.0f,
-                             .rope_scaling = PL_ROPE_LLAMA3,
-                             .rope_factor = 8.0f,
-                             .rope_low_freq_factor = 1.0f,
-                             .rope_high_freq_factor = 4.0f,
-                             .rope_orig_max_pos = 8};
-    pl_model_rope_inv_freq(&cfg, inv_freq);
-    return cfg;
 }
 
 typedef double (*loss_fn)(void);

@@ -1,12 +1,10 @@
 /* Integration: pipecoord and pipeld as separate processes on loopback, jobs submitted with
- * pipectl, results compared with the single-process reference (pl-generate); bad input leaves
- * the coordinator and the daemons running; a daemon lost mid-job: the job resumes on the others
- * (tests/test_resume*.c for every failure kind). */
+ * pipectl, results compared with the single-process reference (pl-generate); a daemon lost
+ * mid-job: the job resumes on the others (tests/test_resume*.c for every failure kind). Bad input
+ * is test_cluster_errors.c's. */
 #include "cluster_util.h"
-#include "transport/ctl.h"
 
 #include <criterion/criterion.h>
-#include <zmq.h>
 
 static tc_cluster_t s_c;
 static int s_passed; /* set at the end of a test body: logs are shown only when it is not */
@@ -136,112 +134,6 @@ Test(cluster, min_new_tokens_holds_eos_back_on_every_stage)
     s_passed = 1;
 }
 
-static void s_expect_rejected(const char *job, const char *needle)
-{
-    int rc;
-    char *out = tc_submit(&s_c, job, &rc), *err = tc_err(&s_c, job);
-    cr_expect_neq(rc, 0, "job %s was accepted", job);
-    cr_expect(strstr(err, needle) || (!strcmp(needle, "truncated") && strstr(err, "beyond the")), "job %s: expected '%s' in: %s", job, needle, err);
-    cr_expect(!strchr(err, '\n') || strchr(err, '\n') == err + strlen(err) - 1,
-              "not a one-line error: %s", err);
-    free(out), free(err);
-}
-
-Test(cluster, bad_jobs_get_clear_errors_and_the_cluster_keeps_running)
-{
-    int rc;
-    s_start(2, NULL);
-    tc_job(&s_c, "nomodel", "does-not-exist", "");
-    s_expect_rejected("nomodel", "does-not-exist");
-
-    tc_sh(NULL, "mkdir -p %s/gpt2 && cp %s/m/model.safetensors %s/gpt2/ && "
-                "sed 's/\"llama\"/\"gpt2\"/; s/LlamaForCausalLM/GPT2LMHeadModel/' %s/m/config.json "
-                "> %s/gpt2/config.json", s_c.dir, s_c.dir, s_c.dir, s_c.dir, s_c.dir);
-    tc_job(&s_c, "gpt2", "gpt2", "");
-    s_expect_rejected("gpt2", "Llama");
-
-    tc_sh(NULL, "mkdir -p %s/trunc && cp %s/m/config.json %s/trunc/ && "
-                "head -c 100000 %s/m/model.safetensors > %s/trunc/model.safetensors",
-          s_c.dir, s_c.dir, s_c.dir, s_c.dir, s_c.dir);
-    tc_job(&s_c, "trunc", "trunc", "");
-    s_expect_rejected("trunc", "truncated");
-
-    char path[512];
-    snprintf(path, sizeof(path), "%s/vocab.jsonl", s_c.dir);
-    tc_write(path, "[1, 2, 3]\n[1, 256]\n");
-    snprintf(path, sizeof(path), "%s/vocab.yaml", s_c.dir);
-    tc_write(path, "model: m\nprompts: vocab.jsonl\n");
-    s_expect_rejected("vocab", "vocabulary");
-
-    tc_job(&s_c, "badkey", "m", "max_new_tokns: 3\n");
-    s_expect_rejected("badkey", "badkey.yaml:4:1");
-
-    /* after all that, a good job still runs */
-    tc_job(&s_c, "good", "m", "max_new_tokens: 4\n");
-    char *ref = tc_reference(&s_c, "good"), *got = tc_submit(&s_c, "good", &rc);
-    cr_assert_eq(rc, 0, "%s", tc_err(&s_c, "good"));
-    cr_assert_str_eq(got, ref);
-    free(ref), free(got);
-    s_passed = 1;
-}
-
-static void s_raw(void *sock, int parts, const char *type, const void *body, size_t len)
-{
-    if (parts == 1) {
-        zmq_send(sock, type, strlen(type), 0);
-        return;
-    }
-    zmq_send(sock, type, strlen(type), ZMQ_SNDMORE);
-    zmq_send(sock, body, len, parts > 2 ? ZMQ_SNDMORE : 0);
-    if (parts > 2)
-        zmq_send(sock, "x", 1, 0);
-}
-
-Test(cluster, malformed_control_messages_are_answered_not_fatal)
-{
-    s_start(2, NULL);
-    void *ctx = zmq_ctx_new(), *sock = zmq_socket(ctx, ZMQ_DEALER);
-    int linger = 0, rcv = 2000;
-    zmq_setsockopt(sock, ZMQ_LINGER, &linger, sizeof(linger));
-    zmq_setsockopt(sock, ZMQ_RCVTIMEO, &rcv, sizeof(rcv));
-    tc_curve_local(sock, "admin");
-    cr_assert_eq(zmq_connect(sock, s_c.ep), 0);
-    s_raw(sock, 1, "HELLO", NULL, 0);
-    s_raw(sock, 2, "NOSUCHTYPE", "{}", 2);
-    s_raw(sock, 2, "STATUS", "not json", 8);
-    s_raw(sock, 2, "STATUS", "[1,2]", 5);
-    s_raw(sock, 3, "NODES", "{}", 2);
-    s_raw(sock, 2, "STATUS", "{\"job\": \"abc\"}", 14);
-    s_raw(sock, 2, "HELLO", "{\"proto\": 1}", 12);
-    s_raw(sock, 2, "READY", "{\"job\": 99999, \"stage\": 0}", 26);
-    s_raw(sock, 2, "SUBMIT", "{\"model\": 5}", 12);
-    size_t big = PL_CTL_MAX_BODY + 1024;
-    char *huge = malloc(big);
-    memset(huge, ' ', big);
-    huge[0] = '{';
-    huge[big - 1] = '}';
-    s_raw(sock, 2, "STATUS", huge, big);
-    free(huge);
-    /* each bad message the coordinator could attribute got an ERROR answer */
-    int errors = 0;
-    char buf[4096];
-    for (int i = 0; i < 40; i++) {
-        int n = zmq_recv(sock, buf, sizeof(buf) - 1, 0);
-        if (n < 0)
-            break;
-        buf[n < (int)sizeof(buf) - 1 ? n : (int)sizeof(buf) - 1] = '\0';
-        if (strcmp(buf, "ERROR") == 0)
-            errors++;
-    }
-    cr_expect_geq(errors, 6, "only %d ERROR answers", errors);
-    zmq_close(sock);
-    zmq_ctx_term(ctx);
-    /* coordinator and daemons are still there */
-    cr_assert_eq(tc_wait_idle(&s_c, 2, 10), 0);
-    cr_assert_eq(kill(s_c.coord, 0), 0);
-    s_passed = 1;
-}
-
 /* Poll a job's state until it is `want` (or a terminal state); returns the JSON status. */
 static char *s_wait_state(int job, const char *want, double timeout_s)
 {
@@ -260,7 +152,6 @@ static char *s_wait_state(int job, const char *want, double timeout_s)
 
 Test(cluster, daemon_lost_mid_job_resumes_on_the_others)
 {
-    int rc;
     s_start(3, NULL);
     tc_job(&s_c, "long", "m", "max_new_tokens: 1500\nstop_at_eos: false\n");
     char *ref_long = tc_reference(&s_c, "long");
@@ -298,16 +189,12 @@ Test(cluster, daemon_lost_mid_job_resumes_on_the_others)
     cr_assert(lost, "the coordinator never marked node1 lost");
     cr_assert_eq(tc_wait_idle(&s_c, 2, 15), 0, "survivors did not become idle");
     tc_job(&s_c, "after", "m", "max_new_tokens: 6\nstages: 2\n");
-    char *ref = tc_reference(&s_c, "after"), *got = tc_submit(&s_c, "after", &rc);
-    cr_assert_eq(rc, 0, "%s", tc_err(&s_c, "after"));
-    cr_assert_str_eq(got, ref);
-    free(ref), free(got);
+    tc_expect_reference(&s_c, "after");
     s_passed = 1;
 }
 
 Test(cluster, cancel_frees_the_nodes)
 {
-    int rc;
     s_start(2, NULL);
     tc_job(&s_c, "long", "m", "max_new_tokens: 3000\nstop_at_eos: false\n");
     tc_sh(NULL, "%s/pipectl -c %s submit %s/long.yaml >/dev/null", tc_bin(), s_c.ep, s_c.dir);
@@ -342,16 +229,12 @@ Test(cluster, cancel_frees_the_nodes)
     free(st);
     cr_assert_eq(tc_wait_idle(&s_c, 2, 10), 0);
     tc_job(&s_c, "next", "m", "max_new_tokens: 5\n");
-    char *ref = tc_reference(&s_c, "next"), *got = tc_submit(&s_c, "next", &rc);
-    cr_assert_eq(rc, 0, "%s", tc_err(&s_c, "next"));
-    cr_assert_str_eq(got, ref);
-    free(ref), free(got);
+    tc_expect_reference(&s_c, "next");
     s_passed = 1;
 }
 
 Test(cluster, a_restarted_coordinator_gets_its_daemons_back)
 {
-    int rc;
     s_start(2, NULL);
     kill(s_c.coord, SIGKILL);
     waitpid(s_c.coord, NULL, 0);
@@ -364,37 +247,13 @@ Test(cluster, a_restarted_coordinator_gets_its_daemons_back)
     cr_assert(strstr(log, "is not registered"), "node0 was never told: %s", log);
     free(log);
     tc_job(&s_c, "again", "m", "max_new_tokens: 4\nstages: 2\n");
-    char *ref = tc_reference(&s_c, "again"), *got = tc_submit(&s_c, "again", &rc);
-    cr_assert_eq(rc, 0, "%s", tc_err(&s_c, "again"));
-    cr_assert_str_eq(got, ref);
-    free(ref), free(got);
-    s_passed = 1;
-}
-
-Test(cluster, pipectl_errors_are_one_line_and_nonzero)
-{
-    s_start(1, NULL);
-    char *err;
-    cr_expect_neq(tc_sh(&err, "%s/pipectl -c %s status 42 2>&1", tc_bin(), s_c.ep), 0);
-    cr_expect(strstr(err, "no job 42"), "%s", err);
-    free(err);
-    cr_expect_neq(tc_sh(&err, "%s/pipectl -c %s health nosuchnode 2>&1", tc_bin(), s_c.ep), 0);
-    cr_expect(strstr(err, "no node"), "%s", err);
-    free(err);
-    cr_expect_neq(tc_sh(&err, "%s/pipectl -c tcp://127.0.0.1:%d --timeout 1 nodes 2>&1",
-                        tc_bin(), tc_free_port()), 0);
-    cr_expect(strstr(err, "no answer"), "%s", err);
-    free(err);
-    cr_expect_eq(tc_sh(&err, "%s/pipectl -c %s health node0", tc_bin(), s_c.ep), 0);
-    cr_expect(strstr(err, "cpu:0"), "%s", err);
-    free(err);
+    tc_expect_reference(&s_c, "again");
     s_passed = 1;
 }
 
 Test(cluster, curve_encrypted_control_plane)
 {
     char pub[41], node_pub[41], admin_pub[41], path[512], text[2048], bin[512], log[512];
-    int rc;
     memset(&s_c, 0, sizeof(s_c));
     tc_mkdtemp(s_c.dir, sizeof(s_c.dir));
     snprintf(s_c.ep, sizeof(s_c.ep), "tcp://127.0.0.1:%d", tc_free_port());
@@ -435,10 +294,7 @@ Test(cluster, curve_encrypted_control_plane)
                                              "--heads 4 --kv-heads 2 --vocab 256 --seed 5"),
                  0);
     tc_job(&s_c, "sec", "m", "max_new_tokens: 6\n");
-    char *ref = tc_reference(&s_c, "sec"), *got = tc_submit(&s_c, "sec", &rc);
-    cr_assert_eq(rc, 0, "%s", tc_err(&s_c, "sec"));
-    cr_assert_str_eq(got, ref);
-    free(ref), free(got);
+    tc_expect_reference(&s_c, "sec");
     /* a client with the wrong server key is told why, not just "no answer" */
     char *err;
     cr_expect_neq(tc_sh(&err, "%s/pipectl -c %s -k '%s' --timeout 2 nodes 2>&1", tc_bin(),

@@ -37,23 +37,6 @@ static void s_start(int n)
                  0);
 }
 
-/* Result lines (JSONL of pl-generate) as one array. */
-static json_t *s_lines(const char *out)
-{
-    json_t *arr = json_array();
-    for (const char *l = out; l && *l;) {
-        const char *nl = strchr(l, '\n');
-        size_t n = nl ? (size_t)(nl - l) : strlen(l);
-        if (n) {
-            json_t *v = json_loadb(l, n, 0, NULL);
-            cr_assert_not_null(v, "not a result line: %.*s", (int)n, l);
-            json_array_append_new(arr, v);
-        }
-        l = nl ? nl + 1 : NULL;
-    }
-    return arr;
-}
-
 /* Submit job, wait, and return the results of job id as pipectl -o json gives them. */
 static json_t *s_cluster_results(const char *job, int id, char **printed_p)
 {
@@ -94,7 +77,7 @@ Test(cluster_text, two_and_three_stages_give_the_single_process_text)
     tc_job(&s_c, "t3", "t", "max_new_tokens: 12\n");
     tc_job(&s_c, "t2", "t", "max_new_tokens: 12\nstages: 2\nmicrobatches: 2\n");
     ref_out = tc_reference(&s_c, "t3");
-    json_t *ref = s_lines(ref_out);
+    json_t *ref = tc_jsonl_array(ref_out);
     cr_assert_eq(json_array_size(ref), 4);
     json_t *got3 = s_cluster_results("t3", 1, &printed3);
     s_same(ref, got3, "3 stages");
@@ -118,7 +101,7 @@ Test(cluster_text, a_stop_string_ends_the_sequence_where_the_unstopped_run_shows
     s_start(2);
     tc_job(&s_c, "free", "t", "max_new_tokens: 16\n");
     ref_out = tc_reference(&s_c, "free");
-    json_t *ref = s_lines(ref_out);
+    json_t *ref = tc_jsonl_array(ref_out);
     /* a stop string from the middle of sequence 0's free-running text: whole characters */
     const char *full = json_string_value(json_object_get(json_array_get(ref, 0), "text"));
     size_t len = strlen(full), a = len / 3, b;
@@ -138,7 +121,7 @@ Test(cluster_text, a_stop_string_ends_the_sequence_where_the_unstopped_run_shows
     snprintf(extra, sizeof(extra), "max_new_tokens: 16\nstages: 2\nstop: %s\n", stop_yaml);
     tc_job(&s_c, "stopj", "t", extra);
     char *sref_out = tc_reference(&s_c, "stopj");
-    json_t *sref = s_lines(sref_out);
+    json_t *sref = tc_jsonl_array(sref_out);
     json_t *s0 = json_array_get(sref, 0);
     cr_assert_str_eq(json_string_value(json_object_get(s0, "finish")), "stop", "%s", sref_out);
     const char *cut = json_string_value(json_object_get(s0, "text"));

@@ -3,6 +3,7 @@
  * written on error, and the shipped etc/train-tiny.yaml. */
 #include "common/config_train.h"
 #include "common/status.h"
+#include "status_util.h"
 
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -13,12 +14,6 @@ static pl_status_t s_train(const char *yaml, pl_cfg_train_t *out)
     return pl_cfg_train_parse(yaml, strlen(yaml), "t.yaml", "/base", out);
 }
 
-#define EXPECT_ST(call, want_st, want_msg)                                                         \
-    do {                                                                                           \
-        pl_status_t st_ = (call);                                                                  \
-        cr_assert_eq(st_, (want_st), "status %d, message: %s", st_, pl_error_msg());               \
-        cr_assert_str_eq(pl_error_msg(), (want_msg));                                              \
-    } while (0)
 #define EXPECT_ERR(call, want_msg) EXPECT_ST(call, PL_ERR_INVALID, want_msg)
 #define EXPECT_RANGE(call, want_msg) EXPECT_ST(call, PL_ERR_RANGE, want_msg)
 

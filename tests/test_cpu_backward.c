@@ -57,7 +57,7 @@ static double loss_rope(void)
 
 Test(cpu_backward, rope_llama3)
 {
-    pl_model_config_t plain = grad_rope_cfg(g_inv_freq);
+    pl_model_config_t plain = rope_train_cfg(g_inv_freq);
     plain.rope_scaling = PL_ROPE_NONE;
     double unscaled[2];
     pl_model_rope_inv_freq(&plain, unscaled);

@@ -3,6 +3,7 @@
  * bitwise agreement between instruction sets; their slots in the GEMM's weight-type table. */
 #include "backends/cpu/cpu_qdot.h"
 #include "common/util.h"
+#include "tests/qdot_util.h"
 
 #include <criterion/criterion.h>
 #include <math.h>
@@ -93,34 +94,6 @@ Test(cpu_qdot, activation_quantizer_same_bytes_on_every_isa)
     }
 }
 
-/* Weights: quantized random values, or random bytes with finite scales (every bit pattern). */
-static void s_weights(pl_wtype_t dt, int nb, int mode, uint64_t seed, unsigned char *w)
-{
-    int blk = pl_wtype_info(dt)->block;
-    size_t bb = pl_wtype_info(dt)->block_bytes;
-    if (mode == 0) {
-        float *x = malloc((size_t)nb * blk * sizeof(float));
-        for (int i = 0; i < nb * blk; i++)
-            x[i] = (pl_rand_uniform(seed, (uint64_t)i) - 0.5f) * 0.2f;
-        pl_wtype_from_f32(dt, x, (size_t)nb * blk, w);
-        free(x);
-        return;
-    }
-    for (size_t i = 0; i < (size_t)nb * bb; i++)
-        w[i] = (unsigned char)pl_rand_u64(seed, i);
-    for (int b = 0; b < nb; b++) {
-        size_t offs[2] = {0, 2};
-        int n_offs = dt == PL_WT_Q4_K || dt == PL_WT_Q5_K ? 2 : 1;
-        if (dt == PL_WT_Q6_K)
-            offs[0] = 208;
-        for (int k = 0; k < n_offs; k++) {
-            uint16_t h = pl_f32_to_f16((pl_rand_uniform(seed + 9, (uint64_t)(2 * b + k)) - 0.5f) *
-                                       0.01f);
-            memcpy(w + (size_t)b * bb + offs[k], &h, 2);
-        }
-    }
-}
-
 Test(cpu_qdot, every_isa_and_type_against_double_sums)
 {
     enum { MAXB = 9, MAXN = MAXB * 256 };
@@ -140,7 +113,7 @@ Test(cpu_qdot, every_isa_and_type_against_double_sums)
                 for (int mode = 0; mode < 2; mode++) {
                     int64_t n = (int64_t)nb * blk;
                     uint64_t seed = 1000 * t + 10 * (uint64_t)nb + (uint64_t)mode;
-                    s_weights(dt, nb, mode, seed, w + 1); /* misaligned row */
+                    qt_weights(dt, nb, mode, seed, w + 1); /* misaligned row */
                     for (int64_t i = 0; i < n; i++)
                         x[i] = (pl_rand_uniform(seed + 5, (uint64_t)i) - 0.5f) * 3.0f;
                     pl_cpu_qact_quantize(dt, x, n, qx);
@@ -182,7 +155,7 @@ Test(cpu_qdot, instruction_sets_agree_bitwise)
     for (size_t t = 0; t < sizeof(s_types) / sizeof(s_types[0]); t++) {
         pl_wtype_t dt = s_types[t];
         for (int mode = 0; mode < 2; mode++) {
-            s_weights(dt, NB * 256 / pl_wtype_info(dt)->block, mode, 40 + t, w);
+            qt_weights(dt, NB * 256 / pl_wtype_info(dt)->block, mode, 40 + t, w);
             for (int i = 0; i < N; i++)
                 x[i] = pl_rand_uniform(41 + t, (uint64_t)i) - 0.5f;
             pl_cpu_qact_quantize(dt, x, N, qx);
@@ -274,7 +247,7 @@ Test(cpu_qdot, gemm_through_the_weight_type_table)
         pl_wtype_t dt = s_types[t];
         size_t rb;
         cr_assert_eq(pl_wtype_row_bytes(dt, K, &rb), PL_OK);
-        s_weights(dt, OUT * K / pl_wtype_info(dt)->block, 0, 60 + t, w);
+        qt_weights(dt, OUT * K / pl_wtype_info(dt)->block, 0, 60 + t, w);
         pl_tensor_view_t v = {.dtype = PL_DT_F32, .wtype = dt, .ndim = 2, .shape = {OUT, K},
                               .numel = OUT * K, .data = w, .nbytes = rb * OUT};
         pl_cpu_wmat_t m;
@@ -323,7 +296,7 @@ Test(cpu_qdot, multi_row_dots_equal_one_row_dots_bitwise)
                 uint64_t seed = 7000 + 100 * t + 10 * (uint64_t)nb + (uint64_t)mode;
                 const void *rows[PL_CPU_QDOT_ROWS];
                 float want[PL_CPU_QDOT_ROWS];
-                s_weights(dt, nb, mode, seed, w + 3);
+                qt_weights(dt, nb, mode, seed, w + 3);
                 for (int r = 0; r < PL_CPU_QDOT_ROWS; r++) {
                     for (int64_t i = 0; i < n; i++)
                         x[i] = (pl_rand_uniform(seed + 11 + (uint64_t)r, (uint64_t)i) - 0.5f) *
@@ -379,7 +352,7 @@ Test(cpu_qdot, block_products_of_every_row_count)
         size_t rb;
         cr_assert_eq(pl_wtype_row_bytes(dt, K, &rb), PL_OK);
         cr_assert(k->wide_one, "%s", pl_wtype_name(dt));
-        s_weights(dt, NO * K / pl_wtype_info(dt)->block, 1, 300 + t, w);
+        qt_weights(dt, NO * K / pl_wtype_info(dt)->block, 1, 300 + t, w);
         const void *xr[NR];
         for (int r = 0; r < NR; r++) {
             for (int i = 0; i < K; i++)

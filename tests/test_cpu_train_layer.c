@@ -59,7 +59,7 @@ static double loss_layer(void)
 
 static void tables(float *ct, float *st)
 {
-    grad_rope_cfg(g_inv_freq);
+    rope_train_cfg(g_inv_freq);
     int pos[T];
     for (int i = 0; i < T; i++)
         pos[i] = i;

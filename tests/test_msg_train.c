@@ -3,37 +3,13 @@
  * schedule and split), it is checked by the job file's own schema, and TRAIN_STEP's fields are
  * checked; refusals name the field and leave the output untouched. */
 #include "common/train_ops.h"
+#include "msg_util.h"
 #include "transport/msg.h"
 
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static void s_round_trip(const pl_msg_t *m, pl_msg_t *out)
-{
-    json_t *body;
-    cr_assert_eq(pl_msg_encode(m, &body), PL_OK, "%s", pl_error_msg());
-    char *text = json_dumps(body, JSON_COMPACT);
-    const char *name = pl_msg_name(m->type);
-    cr_assert_eq(pl_msg_decode_wire(name, strlen(name), text, strlen(text), out), PL_OK, "%s: %s",
-                 text, pl_error_msg());
-    free(text);
-    json_decref(body);
-}
-
-static void s_refused(pl_msg_type_t type, const char *json, const char *needle)
-{
-    pl_msg_t out;
-    memset(&out, 0x5a, sizeof(out));
-    cr_assert_eq(
-        pl_msg_decode_wire(pl_msg_name(type), strlen(pl_msg_name(type)), json, strlen(json), &out),
-        PL_ERR_PROTOCOL, "accepted: %s", json);
-    cr_assert(strstr(pl_error_msg(), needle), "'%s' not in '%s'", needle, pl_error_msg());
-    unsigned char *p = (unsigned char *)&out;
-    for (size_t i = 0; i < sizeof(out); i++)
-        cr_assert_eq(p[i], 0x5a, "output written on error (byte %zu)", i);
-}
 
 /* A training job with every field away from its default, odd floats and an odd path. */
 static pl_job_train_t *s_train(void)
@@ -68,7 +44,7 @@ Test(msg_train, spec_train_part_round_trips_in_submit_and_assign)
     pl_msg_init(&m, PL_MSG_SUBMIT);
     m.submit.train = s_train();
     snprintf(m.submit.model, sizeof(m.submit.model), "%s", m.submit.train->cfg.model);
-    s_round_trip(&m, &back);
+    tm_round_trip(&m, &back);
     cr_assert_not_null(back.submit.train);
     cr_assert_eq(back.submit.n_prompts, 0);
     cr_assert_eq(memcmp(&back.submit.train->cfg, &m.submit.train->cfg, sizeof(pl_cfg_train_t)), 0,
@@ -83,7 +59,7 @@ Test(msg_train, spec_train_part_round_trips_in_submit_and_assign)
                                  .last = 2, .max_ctx = 34, .max_tokens = 33, .microbatches = 12,
                                  .spec = back.submit};
     snprintf(a.assign.device, sizeof(a.assign.device), "cpu:0");
-    s_round_trip(&a, &aback);
+    tm_round_trip(&a, &aback);
     cr_assert_eq(memcmp(&aback.assign.spec.train->cfg, &m.submit.train->cfg,
                         sizeof(pl_cfg_train_t)),
                  0);
@@ -99,7 +75,7 @@ Test(msg_train, spec_train_part_round_trips_in_submit_and_assign)
     m.submit.prompt_len = calloc(1, sizeof(int));
     m.submit.prompts[0] = calloc(1, sizeof(int32_t));
     m.submit.prompt_len[0] = 1;
-    s_round_trip(&m, &back);
+    tm_round_trip(&m, &back);
     cr_assert_null(back.submit.train);
     pl_msg_clear(&back);
     pl_msg_clear(&m);
@@ -120,46 +96,49 @@ Test(msg_train, bad_training_parts_are_refused_naming_the_field)
     cr_assert_eq(ok.submit.train->cfg.steps, 3);
     cr_assert_eq(ok.submit.train->kind, -1, "no plan yet");
     pl_msg_clear(&ok);
-    s_refused(PL_MSG_SUBMIT, "{\"model\": \"/m\", \"gen\": {\"prompts\": []}, \"train\": 5}",
-              "field 'train'");
-    s_refused(PL_MSG_SUBMIT, S_T("") "}", "field 'train'");
+    tm_refused(PL_MSG_SUBMIT, "{\"model\": \"/m\", \"gen\": {\"prompts\": []}, \"train\": 5}",
+               "field 'train'");
+    tm_refused(PL_MSG_SUBMIT, S_T("") "}", "field 'train'");
     /* the schema's own errors, with where in the text */
-    s_refused(PL_MSG_SUBMIT,
-              S_T("{\\\"model\\\": \\\"/m\\\", \\\"data\\\": {\\\"tokens\\\": \\\"/d\\\"}, "
-                  "\\\"seq_len\\\": 0, \\\"global_batch\\\": 2, \\\"steps\\\": 3}") "}",
-              "seq_len");
-    s_refused(PL_MSG_SUBMIT,
-              S_T("{\\\"model\\\": \\\"/m\\\", \\\"data\\\": {\\\"tokens\\\": \\\"/d\\\"}, "
-                  "\\\"seq_len\\\": 8, \\\"global_batch\\\": 2, \\\"steps\\\": 3, "
-                  "\\\"bogus\\\": 1}") "}",
-              "bogus");
+    tm_refused(PL_MSG_SUBMIT,
+               S_T("{\\\"model\\\": \\\"/m\\\", \\\"data\\\": {\\\"tokens\\\": \\\"/d\\\"}, "
+                   "\\\"seq_len\\\": 0, \\\"global_batch\\\": 2, \\\"steps\\\": 3}") "}",
+               "seq_len");
+    tm_refused(PL_MSG_SUBMIT,
+               S_T("{\\\"model\\\": \\\"/m\\\", \\\"data\\\": {\\\"tokens\\\": \\\"/d\\\"}, "
+                   "\\\"seq_len\\\": 8, \\\"global_batch\\\": 2, \\\"steps\\\": 3, "
+                   "\\\"bogus\\\": 1}") "}",
+               "bogus");
     /* relative paths, another model than the spec's, prompts, a deployment */
-    s_refused(PL_MSG_SUBMIT,
-              S_T("{\\\"model\\\": \\\"/m\\\", \\\"data\\\": {\\\"tokens\\\": \\\"d\\\"}, "
-                  "\\\"seq_len\\\": 8, \\\"global_batch\\\": 2, \\\"steps\\\": 3}") "}",
-              "data.tokens");
-    s_refused(PL_MSG_SUBMIT,
-              S_T("{\\\"model\\\": \\\"/other\\\", \\\"data\\\": {\\\"tokens\\\": \\\"/d\\\"}, "
-                  "\\\"seq_len\\\": 8, \\\"global_batch\\\": 2, \\\"steps\\\": 3}") "}",
-              "not the job's");
-    s_refused(PL_MSG_SUBMIT,
-              "{\"model\": \"/m\", \"gen\": {\"prompts\": [[1]]}, \"train\": \"" S_OK_TEXT "\"}",
-              "training job takes none");
-    s_refused(PL_MSG_SUBMIT, S_T(S_OK_TEXT) ", \"deployment\": \"d\"}", "field 'train'");
+    tm_refused(PL_MSG_SUBMIT,
+               S_T("{\\\"model\\\": \\\"/m\\\", \\\"data\\\": {\\\"tokens\\\": \\\"d\\\"}, "
+                   "\\\"seq_len\\\": 8, \\\"global_batch\\\": 2, \\\"steps\\\": 3}") "}",
+               "data.tokens");
+    tm_refused(PL_MSG_SUBMIT,
+               S_T("{\\\"model\\\": \\\"/other\\\", \\\"data\\\": {\\\"tokens\\\": \\\"/d\\\"}, "
+                   "\\\"seq_len\\\": 8, \\\"global_batch\\\": 2, \\\"steps\\\": 3}") "}",
+               "not the job's");
+    tm_refused(PL_MSG_SUBMIT,
+               "{\"model\": \"/m\", \"gen\": {\"prompts\": [[1]]}, \"train\": \"" S_OK_TEXT "\"}",
+               "training job takes none");
+    tm_refused(PL_MSG_SUBMIT, S_T(S_OK_TEXT) ", \"deployment\": \"d\"}", "field 'train'");
     /* the plan: a schedule by name, layer counts */
-    s_refused(PL_MSG_SUBMIT, S_T(S_OK_TEXT) ", \"train_plan\": {\"schedule\": \"2f2b\", "
-                                            "\"split\": [1]}}",
-              "2f2b");
-    s_refused(PL_MSG_SUBMIT, S_T(S_OK_TEXT) ", \"train_plan\": {\"schedule\": \"1f1b\", "
-                                            "\"split\": [1, 0]}}",
-              "train_plan.split");
-    s_refused(PL_MSG_SUBMIT, S_T(S_OK_TEXT) ", \"train_plan\": {\"schedule\": \"1f1b\", "
-                                            "\"split\": []}}",
-              "train_plan.split");
-    s_refused(PL_MSG_SUBMIT,
-              "{\"model\": \"/m\", \"gen\": {\"prompts\": [[1]]}, \"train_plan\": "
-              "{\"schedule\": \"1f1b\", \"split\": [1]}}",
-              "without 'train'");
+    tm_refused(PL_MSG_SUBMIT,
+               S_T(S_OK_TEXT) ", \"train_plan\": {\"schedule\": \"2f2b\", "
+                              "\"split\": [1]}}",
+               "2f2b");
+    tm_refused(PL_MSG_SUBMIT,
+               S_T(S_OK_TEXT) ", \"train_plan\": {\"schedule\": \"1f1b\", "
+                              "\"split\": [1, 0]}}",
+               "train_plan.split");
+    tm_refused(PL_MSG_SUBMIT,
+               S_T(S_OK_TEXT) ", \"train_plan\": {\"schedule\": \"1f1b\", "
+                              "\"split\": []}}",
+               "train_plan.split");
+    tm_refused(PL_MSG_SUBMIT,
+               "{\"model\": \"/m\", \"gen\": {\"prompts\": [[1]]}, \"train_plan\": "
+               "{\"schedule\": \"1f1b\", \"split\": [1]}}",
+               "without 'train'");
 }
 
 Test(msg_train, train_step_round_trips_and_is_checked)
@@ -171,7 +150,7 @@ Test(msg_train, train_step_round_trips_and_is_checked)
                                          .busy_s = 0.25, .wait_s = 0.125, .wall_s = 0.5,
                                          .peak_stash_bytes = 1 << 20, .tokens = 256,
                                          .checkpoint = true};
-    s_round_trip(&m, &back);
+    tm_round_trip(&m, &back);
     cr_assert_eq(memcmp(&back.train_step, &m.train_step, sizeof(m.train_step)), 0);
     static const char *bad[][2] = {
         {"{\"job\": 1, \"stage\": 0, \"epoch\": 1, \"step\": 0, \"loss\": 1, \"grad_norm\": 1, "
@@ -196,7 +175,7 @@ Test(msg_train, train_step_round_trips_and_is_checked)
          "stage"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
-        s_refused(PL_MSG_TRAIN_STEP, bad[i][0], bad[i][1]);
+        tm_refused(PL_MSG_TRAIN_STEP, bad[i][0], bad[i][1]);
 }
 
 Test(msg_train, start_carries_the_all_reduce_ring)
@@ -206,7 +185,7 @@ Test(msg_train, start_carries_the_all_reduce_ring)
     m.start = (pl_msg_start_t){.job = 2, .stage = 3, .epoch = 4, .next = strdup("n"),
                                .prev = strdup("p"), .ring_next = strdup("rn"),
                                .ring_prev = strdup("rp")};
-    s_round_trip(&m, &back);
+    tm_round_trip(&m, &back);
     cr_assert_str_eq(back.start.ring_next, "rn");
     cr_assert_str_eq(back.start.ring_prev, "rp");
     cr_assert_str_eq(back.start.next, "n");
@@ -214,13 +193,13 @@ Test(msg_train, start_carries_the_all_reduce_ring)
     free(m.start.ring_next);
     free(m.start.ring_prev);
     m.start.ring_next = m.start.ring_prev = NULL; /* absent: none */
-    s_round_trip(&m, &back);
+    tm_round_trip(&m, &back);
     cr_assert_null(back.start.ring_next);
     cr_assert_null(back.start.ring_prev);
     pl_msg_clear(&back);
     pl_msg_clear(&m);
-    s_refused(PL_MSG_START,
-              "{\"job\": 1, \"stage\": 0, \"epoch\": 1, \"token\": "
-              "\"00000000000000000000000000000000\", \"ring_next\": 5}",
-              "ring_next");
+    tm_refused(PL_MSG_START,
+               "{\"job\": 1, \"stage\": 0, \"epoch\": 1, \"token\": "
+               "\"00000000000000000000000000000000\", \"ring_next\": 5}",
+               "ring_next");
 }

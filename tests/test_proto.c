@@ -16,56 +16,19 @@ static void s_teardown(void)
     tc_cluster_end(&s_c, s_passed);
 }
 
-/* Send m as encoded (its proto: m->proto, or this build's when 0); raw bodies with s_send_raw. */
-static void s_send_msg(void *sock, const pl_msg_t *m)
-{
-    json_t *body;
-    cr_assert_eq(pl_msg_encode(m, &body), PL_OK, "%s", pl_error_msg());
-    char *text = json_dumps(body, JSON_COMPACT);
-    const char *type = pl_msg_name(m->type);
-    zmq_send(sock, type, strlen(type), ZMQ_SNDMORE);
-    zmq_send(sock, text, strlen(text), 0);
-    free(text);
-    json_decref(body);
-}
-
+/* A hand-written body of `type`: its "proto" as the test wants it, or none (typed messages go
+ * with tc_send_msg, their proto m->proto or this build's when 0). */
 static void s_send_raw(void *sock, const char *type, const char *body)
 {
     zmq_send(sock, type, strlen(type), ZMQ_SNDMORE);
     zmq_send(sock, body, strlen(body), 0);
 }
 
-/* The next answer: its type and body; false on timeout. */
-static bool s_answer(void *sock, char *type, char *body, size_t cap)
-{
-    int n = zmq_recv(sock, type, 31, 0);
-    if (n < 0)
-        return false;
-    type[n < 31 ? n : 31] = '\0';
-    n = zmq_recv(sock, body, cap - 1, 0);
-    body[n < 0 ? 0 : n < (int)cap - 1 ? n : (int)cap - 1] = '\0';
-    return true;
-}
-
-static void *s_dealer(void *ctx, const char *id, const char *key, const char *ep)
-{
-    void *s = zmq_socket(ctx, ZMQ_DEALER);
-    int linger = 0, rcv = 5000;
-    zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof(linger));
-    zmq_setsockopt(s, ZMQ_RCVTIMEO, &rcv, sizeof(rcv));
-    zmq_setsockopt(s, ZMQ_ROUTING_ID, id, strlen(id));
-    tc_curve_local(s, key);
-    cr_assert_eq(zmq_connect(s, ep), 0);
-    return s;
-}
-
+/* A HELLO from node `name` that says it speaks `proto`. */
 static void s_hello(pl_msg_t *m, const char *name, int proto)
 {
-    pl_msg_init(m, PL_MSG_HELLO);
+    tc_hello(m, name);
     m->proto = proto;
-    snprintf(m->hello.node, sizeof(m->hello.node), "%s", name);
-    snprintf(m->hello.host, sizeof(m->hello.host), "fakehost");
-    snprintf(m->hello.health.node, sizeof(m->hello.health.node), "%s", name);
 }
 
 Test(proto, the_coordinator_refuses_other_protocols_naming_both_versions, .fini = s_teardown,
@@ -76,11 +39,11 @@ Test(proto, the_coordinator_refuses_other_protocols_naming_both_versions, .fini 
     tc_node_ep(s_c.ep, node_ep, sizeof(node_ep));
     void *ctx = zmq_ctx_new();
     /* an old pipeld: its HELLO says 2 */
-    void *old = s_dealer(ctx, "oldnode", "node", node_ep);
+    void *old = tc_dealer_local(ctx, "oldnode", "node", node_ep);
     pl_msg_t m;
     s_hello(&m, "oldnode", 2);
-    s_send_msg(old, &m);
-    cr_assert(s_answer(old, type, body, sizeof(body)), "no answer to an old HELLO");
+    tc_send_msg(old, &m);
+    cr_assert(tc_recv_answer(old, type, body, sizeof(body)), "no answer to an old HELLO");
     cr_assert_str_eq(type, "ERROR", "%s", body);
     cr_assert(strstr(body, "pipeld speaks control protocol 2, this coordinator " TC_STR(
                                PL_PROTO_VERSION) ": upgrade pipeld"),
@@ -88,15 +51,15 @@ Test(proto, the_coordinator_refuses_other_protocols_naming_both_versions, .fini 
     cr_assert(strstr(body, "\"proto\":" TC_STR(PL_PROTO_VERSION)), "the answer names none: %s",
               body);
     /* a pipeld newer than the coordinator: the coordinator is the one to upgrade */
-    void *newer = s_dealer(ctx, "newnode", "node", node_ep);
+    void *newer = tc_dealer_local(ctx, "newnode", "node", node_ep);
     s_hello(&m, "newnode", PL_PROTO_VERSION + 1);
-    s_send_msg(newer, &m);
-    cr_assert(s_answer(newer, type, body, sizeof(body)));
+    tc_send_msg(newer, &m);
+    cr_assert(tc_recv_answer(newer, type, body, sizeof(body)));
     cr_assert(strstr(body, "upgrade this coordinator"), "%s", body);
     /* a client that names no protocol (pipectl before 3) */
-    void *cli = s_dealer(ctx, "oldctl", "admin", s_c.ep);
+    void *cli = tc_dealer_local(ctx, "oldctl", "admin", s_c.ep);
     s_send_raw(cli, "NODES", "{}");
-    cr_assert(s_answer(cli, type, body, sizeof(body)), "no answer to an old request");
+    cr_assert(tc_recv_answer(cli, type, body, sizeof(body)), "no answer to an old request");
     cr_assert_str_eq(type, "ERROR", "%s", body);
     cr_assert(strstr(body, "pipectl speaks a control protocol older than " TC_STR(
                                PL_PROTO_VERSION)) &&
@@ -104,7 +67,7 @@ Test(proto, the_coordinator_refuses_other_protocols_naming_both_versions, .fini 
               "%s", body);
     /* ... and a request of this protocol is answered */
     s_send_raw(cli, "NODES", "{" TC_PROTO "\"x\": 0}");
-    cr_assert(s_answer(cli, type, body, sizeof(body)));
+    cr_assert(tc_recv_answer(cli, type, body, sizeof(body)));
     cr_assert_str_eq(type, "REPLY", "%s", body);
     zmq_close(old);
     zmq_close(newer);

@@ -36,23 +36,12 @@ static void s_model(void)
  * file), its database in the directory; no daemons. */
 static void s_coord(const char *extra)
 {
-    memset(&s_c, 0, sizeof(s_c));
-    tc_mkdtemp(s_c.dir, sizeof(s_c.dir));
-    snprintf(s_c.ep, sizeof(s_c.ep), "tcp://127.0.0.1:%d", tc_free_port());
+    tc_cluster_init(&s_c);
     s_model();
-    if (!extra) {
+    if (extra)
+        tc_start_coord_file(&s_c, extra);
+    else
         tc_start_coord(&s_c, s_c.ep);
-        return;
-    }
-    char path[512], text[2048], bin[512], log[512], db[512];
-    snprintf(path, sizeof(path), "%s/cluster.yaml", s_c.dir);
-    snprintf(text, sizeof(text), "coordinator:\n  endpoint: %s\n%s", s_c.ep, extra);
-    tc_write(path, text);
-    snprintf(bin, sizeof(bin), "%s/pipecoord", tc_bin());
-    snprintf(log, sizeof(log), "%s/pipecoord.log", s_c.dir);
-    snprintf(db, sizeof(db), "%s/coord.db", s_c.dir);
-    s_c.coord = tc_spawn(
-        (char *[]){bin, "--cluster", path, "--state-db", db, "--log-level", "debug", NULL}, log);
 }
 
 static void s_restart_coord(void)
@@ -60,16 +49,6 @@ static void s_restart_coord(void)
     kill(s_c.coord, SIGKILL); /* no goodbye: what was durable is what comes back */
     waitpid(s_c.coord, NULL, 0);
     tc_start_coord(&s_c, s_c.ep);
-}
-
-static void s_nodes(int n)
-{
-    for (int i = 0; i < n; i++) {
-        char name[16];
-        snprintf(name, sizeof(name), "node%d", i);
-        tc_start_node(&s_c, name, 1, NULL);
-    }
-    cr_assert_eq(tc_wait_idle(&s_c, n, 60), 0, "nodes did not register");
 }
 
 /* pipectl's output of a command (stdout and stderr), and its exit status. */
@@ -134,7 +113,7 @@ static char *s_results(int id)
 Test(restart, mid_job_ids_continue_and_each_job_gets_its_own_result)
 {
     s_coord(NULL);
-    s_nodes(2);
+    tc_start_nodes(&s_c, 2);
     tc_job(&s_c, "long", "m", "max_new_tokens: 400\nstop_at_eos: false\nstages: 2\n");
     tc_job(&s_c, "short", "m",
            "max_new_tokens: 7\nstages: 2\nsampling:\n  temperature: 0.8\n  seed: 5\n");
@@ -166,7 +145,7 @@ Test(restart, results_served_and_queued_jobs_run_after_restart)
 {
     int rc;
     s_coord(NULL);
-    s_nodes(1);
+    tc_start_nodes(&s_c, 1);
     tc_job(&s_c, "first", "m", "max_new_tokens: 6\n");
     tc_job(&s_c, "later", "m", "max_new_tokens: 5\nplacement:\n  nodes: [late]\n");
     char *ref1 = tc_reference(&s_c, "first"), *ref2 = tc_reference(&s_c, "later");
@@ -195,18 +174,6 @@ Test(restart, results_served_and_queued_jobs_run_after_restart)
 
 /* ---- a hand-driven node over raw ZeroMQ: what a stale or forged stage would send ---- */
 
-static void s_send_msg(void *sock, const pl_msg_t *m)
-{
-    json_t *body;
-    cr_assert_eq(pl_msg_encode(m, &body), PL_OK, "%s", pl_error_msg());
-    char *text = json_dumps(body, JSON_COMPACT);
-    const char *type = pl_msg_name(m->type);
-    zmq_send(sock, type, strlen(type), ZMQ_SNDMORE);
-    zmq_send(sock, text, strlen(text), 0);
-    free(text);
-    json_decref(body);
-}
-
 /* The next message of `type` (others skipped), decoded into *m; false on timeout. */
 static bool s_recv_msg(void *sock, pl_msg_type_t type, pl_msg_t *m)
 {
@@ -232,27 +199,19 @@ static bool s_recv_msg(void *sock, pl_msg_type_t type, pl_msg_t *m)
 
 static void *s_fake_node(void *ctx, const char *name)
 {
-    void *sock = zmq_socket(ctx, ZMQ_DEALER);
-    int linger = 0, rcv = 5000;
-    zmq_setsockopt(sock, ZMQ_LINGER, &linger, sizeof(linger));
-    zmq_setsockopt(sock, ZMQ_RCVTIMEO, &rcv, sizeof(rcv));
-    zmq_setsockopt(sock, ZMQ_ROUTING_ID, name, strlen(name));
-    tc_curve_local(sock, "node"); /* the local cluster's node key: admitted, any node name */
     char node_ep[128];
     tc_node_ep(s_c.ep, node_ep, sizeof(node_ep));
-    cr_assert_eq(zmq_connect(sock, node_ep), 0);
+    /* the local cluster's node key: admitted, any node name */
+    void *sock = tc_dealer_local(ctx, name, "node", node_ep);
     pl_msg_t m;
-    pl_msg_init(&m, PL_MSG_HELLO);
-    snprintf(m.hello.node, sizeof(m.hello.node), "%s", name);
-    snprintf(m.hello.host, sizeof(m.hello.host), "fakehost");
+    tc_hello(&m, name);
     m.hello.n_devices = 1;
     m.hello.devices[0] =
         (pl_msg_device_t){.cores = 1, .mem_bytes = 8ull << 30, .gflops = 5, .mem_gbps = 5};
     snprintf(m.hello.devices[0].id, sizeof(m.hello.devices[0].id), "cpu:0");
     snprintf(m.hello.devices[0].backend, sizeof(m.hello.devices[0].backend), "cpu");
     snprintf(m.hello.devices[0].name, sizeof(m.hello.devices[0].name), "fake");
-    snprintf(m.hello.health.node, sizeof(m.hello.health.node), "%s", name);
-    s_send_msg(sock, &m);
+    tc_send_msg(sock, &m);
     return sock;
 }
 
@@ -268,7 +227,7 @@ static void s_done(void *sock, uint32_t job, uint32_t epoch, int32_t token)
     m.done =
         (pl_msg_done_t){.job = job, .stage = 0, .epoch = epoch, .n_results = 3, .results = res};
     m.done.stats = (pl_msg_stats_t){.wall_s = 1, .has_sink = true, .generated = 3};
-    s_send_msg(sock, &m); /* borrowed results: not cleared */
+    tc_send_msg(sock, &m); /* borrowed results: not cleared */
 }
 
 /* A DONE (or READY) that carries an earlier epoch of the job is refused: a stale stage can never
@@ -288,9 +247,9 @@ Test(restart, a_stage_message_with_a_stale_epoch_is_refused)
     cr_assert_geq(epoch, 1);
     pl_msg_init(&m, PL_MSG_READY);
     m.ready = (pl_msg_ready_t){.job = job, .stage = 0, .epoch = epoch + 1};
-    s_send_msg(sock, &m); /* an epoch that is not the job's: refused, the job keeps loading */
+    tc_send_msg(sock, &m); /* an epoch that is not the job's: refused, the job keeps loading */
     m.ready.epoch = epoch;
-    s_send_msg(sock, &m);
+    tc_send_msg(sock, &m);
     cr_assert(s_recv_msg(sock, PL_MSG_START, &m), "no START");
     cr_assert_eq(m.start.epoch, epoch, "START does not carry the assignment's epoch");
     pl_msg_clear(&m);
@@ -351,7 +310,7 @@ Test(restart, queue_bound_and_unplaceable_jobs_say_why)
 {
     int rc;
     s_coord("  max_queued_jobs: 2\n  place_timeout_ms: 2000\n");
-    s_nodes(1);
+    tc_start_nodes(&s_c, 1);
     tc_job(&s_c, "wide", "m", "max_new_tokens: 4\nstages: 3\n");
     tc_job(&s_c, "nowhere", "m", "max_new_tokens: 4\nplacement:\n  nodes: [nosuch]\n");
     cr_assert_eq(s_submit_nowait("wide"), 1);
@@ -387,7 +346,7 @@ Test(restart, queue_bound_and_unplaceable_jobs_say_why)
 Test(restart, a_stopping_daemon_tells_the_coordinator)
 {
     s_coord("  dead_after_ms: 30000\n");
-    s_nodes(2);
+    tc_start_nodes(&s_c, 2);
     tc_job(&s_c, "long", "m", "max_new_tokens: 2000\nstop_at_eos: false\nstages: 2\n");
     cr_assert_eq(s_submit_nowait("long"), 1);
     char *st = s_wait_status(1, "\"state\": \"running\"", 30);

@@ -138,17 +138,7 @@ static char *s_results(int job)
 /* pl-generate's JSONL, one result per line, in the same canonical form. */
 static char *s_canonical(const char *jsonl)
 {
-    json_t *arr = json_array();
-    for (const char *l = jsonl; l && *l;) {
-        const char *nl = strchr(l, '\n');
-        size_t n = nl ? (size_t)(nl - l) : strlen(l);
-        if (n) {
-            json_t *v = json_loadb(l, n, 0, NULL);
-            cr_assert_not_null(v, "not a result line: %.*s", (int)n, l);
-            json_array_append_new(arr, v);
-        }
-        l = nl ? nl + 1 : NULL;
-    }
+    json_t *arr = tc_jsonl_array(jsonl);
     char *d = json_dumps(arr, JSON_SORT_KEYS | JSON_COMPACT);
     json_decref(arr);
     return d;

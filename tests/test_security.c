@@ -32,32 +32,6 @@ static void s_keygen(const char *name, char pub[41])
     free(out);
 }
 
-/* A coordinator on loopback from a cluster file with `extra` YAML (its own keys come from the
- * test's state directory), and n daemons with the local node key. */
-static void s_start_file(const char *extra, int n)
-{
-    char path[512], text[4096], bin[512], log[512];
-    memset(&s_c, 0, sizeof(s_c));
-    tc_mkdtemp(s_c.dir, sizeof(s_c.dir));
-    tc_use_state_dir(&s_c);
-    snprintf(s_c.ep, sizeof(s_c.ep), "tcp://127.0.0.1:%d", tc_free_port());
-    snprintf(path, sizeof(path), "%s/cluster.yaml", s_c.dir);
-    snprintf(text, sizeof(text), "coordinator:\n  endpoint: %s\n%s", s_c.ep, extra ? extra : "");
-    tc_write(path, text);
-    snprintf(bin, sizeof(bin), "%s/pipecoord", tc_bin());
-    snprintf(log, sizeof(log), "%s/pipecoord.log", s_c.dir);
-    char db[512]; /* each test its own database, never the user's */
-    snprintf(db, sizeof(db), "%s/coord.db", s_c.dir);
-    s_c.coord = tc_spawn(
-        (char *[]){bin, "--cluster", path, "--state-db", db, "--log-level", "debug", NULL}, log);
-    for (int i = 0; i < n; i++) {
-        char name[16];
-        snprintf(name, sizeof(name), "node%d", i);
-        tc_start_node(&s_c, name, 1, NULL);
-    }
-    cr_assert_eq(tc_wait_idle(&s_c, n, 60), 0, "daemons did not register");
-}
-
 static char *s_coord_log(void)
 {
     char *out;
@@ -145,8 +119,9 @@ Test(security, roles_user_cannot_shut_down_or_read_others_jobs)
              "security:\n  clients:\n    - {name: alice, role: user, public_key_file: %s/alice.pub}"
              "\n    - {name: bob, role: user, public_key: \"%s\"}\n",
              dir, bob);
-    /* s_start_file makes its own scratch directory; the keys stay readable where they are */
-    s_start_file(extra, 1);
+    /* tc_cluster_start_file makes its own scratch directory; the keys stay readable where they are
+     */
+    tc_cluster_start_file(&s_c, extra, 1);
     server = s_local_server_pub();
     snprintf(extra, sizeof(extra), "%s/prompts.jsonl", s_c.dir);
     tc_write(extra, s_prompts);
@@ -185,16 +160,11 @@ Test(security, roles_user_cannot_shut_down_or_read_others_jobs)
     s_passed = 1;
 }
 
-/* A raw DEALER with identity `id` and the pair in dir/KEY.key (or the local "node" pair). */
 /* A raw DEALER with identity id and key pair `key` (NULL: the local node key), connected to the
  * node endpoint (node) or the client endpoint. */
 static void *s_raw(void *ctx, const char *id, const char *key, const char *server, bool node)
 {
-    void *s = zmq_socket(ctx, ZMQ_DEALER);
-    int linger = 0, rcv = 3000;
-    zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof(linger));
-    zmq_setsockopt(s, ZMQ_RCVTIMEO, &rcv, sizeof(rcv));
-    zmq_setsockopt(s, ZMQ_ROUTING_ID, id, strlen(id));
+    void *s = tc_dealer(ctx, id, 3000);
     if (key) {
         char path[600];
         pl_tx_keypair_t p;
@@ -215,30 +185,6 @@ static void *s_raw(void *ctx, const char *id, const char *key, const char *serve
     return s;
 }
 
-static void s_send_msg(void *s, pl_msg_t *m)
-{
-    json_t *body;
-    cr_assert_eq(pl_msg_encode(m, &body), 0, "%s", pl_error_msg());
-    char *text = json_dumps(body, JSON_COMPACT);
-    const char *type = pl_msg_name(m->type);
-    zmq_send(s, type, strlen(type), ZMQ_SNDMORE);
-    zmq_send(s, text, strlen(text), 0);
-    free(text);
-    json_decref(body);
-}
-
-/* The answer's type part and body (up to len bytes). */
-static void s_answer(void *s, char *type, char *body, size_t len)
-{
-    type[0] = body[0] = '\0';
-    int n = zmq_recv(s, type, 31, 0);
-    if (n < 0)
-        return;
-    type[n < 31 ? n : 31] = '\0';
-    n = zmq_recv(s, body, len - 1, 0);
-    body[n < 0 ? 0 : (size_t)n < len - 1 ? (size_t)n : len - 1] = '\0';
-}
-
 Test(security, forged_hello_is_refused)
 {
     char n0[41], u[41], extra[1024], type[32], body[1024];
@@ -252,7 +198,7 @@ Test(security, forged_hello_is_refused)
              n0, u);
     char keydir[256];
     snprintf(keydir, sizeof(keydir), "%s", s_c.dir);
-    s_start_file(extra, 1);
+    tc_cluster_start_file(&s_c, extra, 1);
     tc_sh(NULL, "cp %s/node0.key %s/user.key %s/ && chmod 600 %s/*.key", keydir, keydir, s_c.dir,
           s_c.dir);
     char *server = s_local_server_pub();
@@ -272,23 +218,23 @@ Test(security, forged_hello_is_refused)
     snprintf(m.hello.node, sizeof(m.hello.node), "fake1");
     snprintf(m.hello.health.node, sizeof(m.hello.health.node), "fake1");
     void *s = s_raw(ctx, "fake1", "user", server, false);
-    s_send_msg(s, &m);
-    s_answer(s, type, body, sizeof(body));
+    tc_send_msg(s, &m);
+    tc_recv_answer(s, type, body, sizeof(body));
     cr_expect_str_eq(type, "ERROR");
     cr_expect(strstr(body, "HELLO is not allowed to a user key"), "%s", body);
     zmq_close(s);
     /* and on the node endpoint it gets no session at all (ZAP admits node keys only there) */
     s = s_raw(ctx, "fake1", "user", server, true);
-    s_send_msg(s, &m);
-    s_answer(s, type, body, sizeof(body));
+    tc_send_msg(s, &m);
+    tc_recv_answer(s, type, body, sizeof(body));
     cr_expect_str_eq(type, "", "a user key was answered on the node endpoint: %s %s", type, body);
     zmq_close(s);
     /* a node key registers on the node endpoint only: the client endpoint says where to go */
     snprintf(m.hello.node, sizeof(m.hello.node), "node0");
     snprintf(m.hello.health.node, sizeof(m.hello.health.node), "node0");
     s = s_raw(ctx, "node0", "node0", server, false);
-    s_send_msg(s, &m);
-    s_answer(s, type, body, sizeof(body));
+    tc_send_msg(s, &m);
+    tc_recv_answer(s, type, body, sizeof(body));
     cr_expect_str_eq(type, "ERROR");
     cr_expect(strstr(body, "HELLO is a node message") && strstr(body, "node endpoint"), "%s",
               body);
@@ -297,8 +243,8 @@ Test(security, forged_hello_is_refused)
     snprintf(m.hello.node, sizeof(m.hello.node), "node7");
     snprintf(m.hello.health.node, sizeof(m.hello.health.node), "node7");
     s = s_raw(ctx, "node7", "node0", server, true);
-    s_send_msg(s, &m);
-    s_answer(s, type, body, sizeof(body));
+    tc_send_msg(s, &m);
+    tc_recv_answer(s, type, body, sizeof(body));
     cr_expect_str_eq(type, "ERROR");
     cr_expect(strstr(body, "this key belongs to node 'node0'"), "%s", body);
     zmq_close(s);
@@ -347,10 +293,10 @@ Test(security, forged_done_for_another_nodes_stage_is_refused_and_counted)
     }
     for (int k = 0; k < 2; k++) {
         m.done.stage = k;
-        s_send_msg(s, &m);
+        tc_send_msg(s, &m);
     }
     pl_msg_clear(&m);
-    s_answer(s, type, body, sizeof(body)); /* no answer is due; just let it land */
+    tc_recv_answer(s, type, body, sizeof(body)); /* no answer is due; just let it land */
     zmq_close(s);
     zmq_ctx_term(ctx);
     char *ref = tc_reference(&s_c, "j"), *got;
@@ -381,7 +327,7 @@ Test(security, models_outside_models_allow_are_refused_without_quoting_files)
     snprintf(d, sizeof(d), "%s", s_c.dir);
     tc_sh(NULL, "mkdir -p %s/models %s/outside", d, d);
     snprintf(extra, sizeof(extra), "models:\n  allow: [%s/models]\n", d);
-    s_start_file(extra, 1);
+    tc_cluster_start_file(&s_c, extra, 1);
     char path[512];
     snprintf(path, sizeof(path), "%s/prompts.jsonl", d);
     tc_write(path, s_prompts);
@@ -409,12 +355,8 @@ Test(security, models_outside_models_allow_are_refused_without_quoting_files)
     }
     /* a flood of refused submissions logs a few lines a second (pl_log_info_limited), not one
      * a refusal, and each is still answered */
-    void *ctx = zmq_ctx_new(), *s = zmq_socket(ctx, ZMQ_DEALER);
-    int linger = 0, rcv = 5000, n_flood = 300;
-    zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof(linger));
-    zmq_setsockopt(s, ZMQ_RCVTIMEO, &rcv, sizeof(rcv));
-    tc_curve_local(s, "admin");
-    cr_assert_eq(zmq_connect(s, s_c.ep), 0);
+    void *ctx = zmq_ctx_new(), *s = tc_dealer_local(ctx, NULL, "admin", s_c.ep);
+    int n_flood = 300;
     pl_msg_t m;
     pl_msg_init(&m, PL_MSG_SUBMIT);
     snprintf(path, sizeof(path), "%s/outside/m", d);
@@ -424,8 +366,8 @@ Test(security, models_outside_models_allow_are_refused_without_quoting_files)
     double t0 = pl_now();
     for (int i = 0; i < n_flood; i++) {
         char type[32], ans[1024];
-        s_send_msg(s, &m);
-        s_answer(s, type, ans, sizeof(ans));
+        tc_send_msg(s, &m);
+        tc_recv_answer(s, type, ans, sizeof(ans));
         cr_assert(strstr(ans, "models.allow"), "refusal %d: '%s' '%s'", i, type, ans);
     }
     double took = pl_now() - t0;

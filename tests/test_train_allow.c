@@ -16,40 +16,18 @@ static void s_teardown(void)
     tc_cluster_end(&s_c, s_passed);
 }
 
-/* A coordinator allowing DIR/models, n daemons, a tiny model and corpus in DIR/models, and
- * DIR/outside beside them. */
+/* A coordinator allowing DIR/models, n daemons, the training suites' model and corpus in
+ * DIR/models, and DIR/outside beside them. */
 static void s_start(int n)
 {
-    char path[512], text[8192], bin[512], log[512], db[512];
-    memset(&s_c, 0, sizeof(s_c));
-    tc_mkdtemp(s_c.dir, sizeof(s_c.dir));
-    tc_use_state_dir(&s_c);
-    snprintf(s_c.ep, sizeof(s_c.ep), "tcp://127.0.0.1:%d", tc_free_port());
+    char extra[512];
+    tc_cluster_init(&s_c);
     tc_sh(NULL, "mkdir -p %s/models %s/outside && ln -s %s/outside %s/models/link", s_c.dir,
           s_c.dir, s_c.dir, s_c.dir);
-    snprintf(path, sizeof(path), "%s/cluster.yaml", s_c.dir);
-    snprintf(text, sizeof(text), "coordinator:\n  endpoint: %s\nmodels:\n  allow: [%s/models]\n",
-             s_c.ep, s_c.dir);
-    tc_write(path, text);
-    snprintf(bin, sizeof(bin), "%s/pipecoord", tc_bin());
-    snprintf(log, sizeof(log), "%s/pipecoord.log", s_c.dir);
-    snprintf(db, sizeof(db), "%s/coord.db", s_c.dir);
-    s_c.coord = tc_spawn(
-        (char *[]){bin, "--cluster", path, "--state-db", db, "--log-level", "debug", NULL}, log);
-    for (int i = 0; i < n; i++) {
-        char name[16];
-        snprintf(name, sizeof(name), "node%d", i);
-        tc_start_node(&s_c, name, 1, NULL);
-    }
-    cr_assert_eq(tc_wait_idle(&s_c, n, 60), 0, "daemons did not register");
-    cr_assert_eq(tc_make_model(s_c.dir, "models/tiny", "--layers 3 --hidden 32 --intermediate 64 "
-                                                       "--heads 4 --kv-heads 2 --vocab 64 --seed 3"),
-                 0);
-    size_t k = 0;
-    for (int i = 0; i < 700; i++)
-        k += (size_t)snprintf(text + k, sizeof(text) - k, "%d ", (i * 7 + 3) % 61);
-    snprintf(path, sizeof(path), "%s/models/corpus.tok", s_c.dir);
-    tc_write(path, text);
+    snprintf(extra, sizeof(extra), "models:\n  allow: [%s/models]\n", s_c.dir);
+    tc_start_coord_file(&s_c, extra);
+    tc_start_nodes(&s_c, n);
+    tc_train_data(&s_c, "models/");
 }
 
 /* DIR/NAME.yaml: the tiny model on 2 stages, `steps` steps, checkpoints every `every` into ck. */
@@ -71,23 +49,6 @@ static int s_train(const char *name, char **out)
                  s_c.dir, name);
 }
 
-static json_t *s_status(int id)
-{
-    char *out;
-    int rc = tc_sh(&out, "%s/pipectl -c %s --timeout 2 -o json status %d 2>/dev/null", tc_bin(),
-                   s_c.ep, id);
-    json_error_t e;
-    json_t *v = rc == 0 ? json_loads(out, 0, &e) : NULL;
-    free(out);
-    return v;
-}
-
-static const char *s_state(const json_t *st)
-{
-    const char *s = json_string_value(json_object_get(st, "state"));
-    return s ? s : "";
-}
-
 static int s_step(const json_t *st)
 {
     return (int)json_integer_value(json_object_get(json_object_get(st, "train"), "step"));
@@ -97,8 +58,8 @@ static json_t *s_wait_end(int id, double timeout_s)
 {
     double t0 = tc_now();
     for (;;) {
-        json_t *st = s_status(id);
-        if (st && (!strcmp(s_state(st), "done") || !strcmp(s_state(st), "failed")))
+        json_t *st = tc_status_json(&s_c, id);
+        if (st && (!strcmp(tc_status_state(st), "done") || !strcmp(tc_status_state(st), "failed")))
             return st;
         json_decref(st);
         cr_assert(tc_now() - t0 < timeout_s, "job %d did not end in %.0f s", id, timeout_s);
@@ -131,7 +92,8 @@ Test(train_allow, a_checkpoint_dir_outside_models_allow_is_refused_at_submit, .f
     cr_assert_eq(sscanf(out, "job %d submitted", &id), 1, "%s", out);
     free(out);
     json_t *st = s_wait_end(id, 120);
-    cr_assert_str_eq(s_state(st), "done", "%s", json_string_value(json_object_get(st, "note")));
+    cr_assert_str_eq(tc_status_state(st), "done", "%s",
+                     json_string_value(json_object_get(st, "note")));
     json_decref(st);
     char path[512];
     snprintf(path, sizeof(path), "%s/models/ck/checkpoint-4/trainer_state.json", s_c.dir);
@@ -150,10 +112,10 @@ Test(train_allow, the_daemons_check_again_before_they_write, .fini = s_teardown,
     free(out);
     int step = -1;
     for (int i = 0; i < 2400 && step < 1; i++) { /* running, long before its first checkpoint */
-        json_t *st = s_status(id);
-        if (st && !strcmp(s_state(st), "running"))
+        json_t *st = tc_status_json(&s_c, id);
+        if (st && !strcmp(tc_status_state(st), "running"))
             step = s_step(st);
-        cr_assert(!st || strcmp(s_state(st), "failed"), "failed before the swap");
+        cr_assert(!st || strcmp(tc_status_state(st), "failed"), "failed before the swap");
         json_decref(st);
         usleep(20 * 1000);
     }
@@ -161,13 +123,14 @@ Test(train_allow, the_daemons_check_again_before_they_write, .fini = s_teardown,
     snprintf(ck, sizeof(ck), "%s/models/ck", s_c.dir);
     snprintf(outside, sizeof(outside), "%s/outside", s_c.dir);
     cr_assert_eq(symlink(outside, ck), 0, "%s", strerror(errno)); /* after the submit's check */
-    json_t *st = s_status(id);
+    json_t *st = tc_status_json(&s_c, id);
     cr_assert(st && s_step(st) < 250, "the job reached step %d before the swap: too fast to tell",
               st ? s_step(st) : -1);
     json_decref(st);
     st = s_wait_end(id, 240);
     const char *note = json_string_value(json_object_get(st, "note"));
-    cr_assert_str_eq(s_state(st), "failed", "the checkpoint went through the link: %s", note);
+    cr_assert_str_eq(tc_status_state(st), "failed", "the checkpoint went through the link: %s",
+                     note);
     cr_assert(note && strstr(note, "checkpoint_dir") && strstr(note, "models.allow"), "%s", note);
     json_decref(st);
     tc_sh(&out, "ls %s/outside | wc -l", s_c.dir);

@@ -2,6 +2,7 @@
  * word refused naming the line and the token, text through the model's tokenizer, and the step
  * windows at the positions the header states, tiling the stream and wrapping. */
 #include "pipeline/train_data.h"
+#include "status_util.h"
 
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -13,13 +14,6 @@ static pl_status_t s_parse(const char *text, int vocab, pl_train_data_t **d)
 {
     return pl_train_data_parse_ids(text, strlen(text), "d.tok", vocab, d);
 }
-
-#define EXPECT_ERR(call, want_st, want_msg)                                                        \
-    do {                                                                                           \
-        pl_status_t st_ = (call);                                                                  \
-        cr_assert_eq(st_, (want_st), "status %d, message: %s", st_, pl_error_msg());               \
-        cr_assert_str_eq(pl_error_msg(), (want_msg));                                              \
-    } while (0)
 
 Test(train_data, ids_parse_exactly)
 {
@@ -43,22 +37,22 @@ Test(train_data, ids_parse_exactly)
 Test(train_data, bad_words_are_refused_by_line_and_token)
 {
     pl_train_data_t *d = NULL;
-    EXPECT_ERR(s_parse("1 2\n3 x4\n", 10, &d), PL_ERR_INVALID,
-               "d.tok:2: token 3: expected a decimal id, got 'x4'");
-    EXPECT_ERR(s_parse("1,2", 10, &d), PL_ERR_INVALID,
-               "d.tok:1: token 0: expected a decimal id, got '1,2'");
-    EXPECT_ERR(s_parse("-1", 10, &d), PL_ERR_INVALID,
-               "d.tok:1: token 0: expected a decimal id, got '-1'");
-    EXPECT_ERR(s_parse("1\n2\n\n10", 10, &d), PL_ERR_RANGE,
-               "d.tok:4: token 2: id 10 is not below the vocabulary size 10");
-    EXPECT_ERR(s_parse("5 99999999999999999999999999999", 10, &d), PL_ERR_RANGE,
-               "d.tok:1: token 1: id 99999999999999999999 is not below the vocabulary size 10");
-    EXPECT_ERR(s_parse(" \n\t", 10, &d), PL_ERR_INVALID, "d.tok: no token ids");
-    EXPECT_ERR(pl_train_data_parse_ids("1\0002", 3, "d.tok", 10, &d), PL_ERR_INVALID,
-               "d.tok:1: token 0: expected a decimal id, got '1'");
+    EXPECT_ST(s_parse("1 2\n3 x4\n", 10, &d), PL_ERR_INVALID,
+              "d.tok:2: token 3: expected a decimal id, got 'x4'");
+    EXPECT_ST(s_parse("1,2", 10, &d), PL_ERR_INVALID,
+              "d.tok:1: token 0: expected a decimal id, got '1,2'");
+    EXPECT_ST(s_parse("-1", 10, &d), PL_ERR_INVALID,
+              "d.tok:1: token 0: expected a decimal id, got '-1'");
+    EXPECT_ST(s_parse("1\n2\n\n10", 10, &d), PL_ERR_RANGE,
+              "d.tok:4: token 2: id 10 is not below the vocabulary size 10");
+    EXPECT_ST(s_parse("5 99999999999999999999999999999", 10, &d), PL_ERR_RANGE,
+              "d.tok:1: token 1: id 99999999999999999999 is not below the vocabulary size 10");
+    EXPECT_ST(s_parse(" \n\t", 10, &d), PL_ERR_INVALID, "d.tok: no token ids");
+    EXPECT_ST(pl_train_data_parse_ids("1\0002", 3, "d.tok", 10, &d), PL_ERR_INVALID,
+              "d.tok:1: token 0: expected a decimal id, got '1'");
     cr_assert_null(d);
-    EXPECT_ERR(pl_train_data_load_ids("/nonexistent/d.tok", 10, &d), PL_ERR_NOT_FOUND,
-               "/nonexistent/d.tok: No such file or directory");
+    EXPECT_ST(pl_train_data_load_ids("/nonexistent/d.tok", 10, &d), PL_ERR_NOT_FOUND,
+              "/nonexistent/d.tok: No such file or directory");
 }
 
 Test(train_data, windows_tile_the_stream_and_wrap)
@@ -89,9 +83,9 @@ Test(train_data, windows_tile_the_stream_and_wrap)
     cr_assert_eq(pl_train_data_step(d, TL, MBS, INT64_C(1) << 40, a), PL_OK);
     for (int i = 0; i <= TL; i++)
         cr_assert_eq(a[i], a[0] + i);
-    EXPECT_ERR(pl_train_data_step(d, N, 1, 0, a), PL_ERR_RANGE,
-               "training data: 50 tokens, fewer than one window of seq_len 50 + 1 (or step 0, 1 "
-               "microbatches)");
+    EXPECT_ST(pl_train_data_step(d, N, 1, 0, a), PL_ERR_RANGE,
+              "training data: 50 tokens, fewer than one window of seq_len 50 + 1 (or step 0, 1 "
+              "microbatches)");
     pl_train_data_destroy(&d);
 }
 
@@ -127,7 +121,7 @@ Test(train_data, text_goes_through_the_models_tokenizer)
     char want_msg[400];
     snprintf(want_msg, sizeof(want_msg), "%s: token 1: the tokenizer's id 8 is not below the "
                                          "model's vocabulary size 6", path);
-    EXPECT_ERR(pl_train_data_load_text(path, dir, 6, &d), PL_ERR_RANGE, want_msg);
+    EXPECT_ST(pl_train_data_load_text(path, dir, 6, &d), PL_ERR_RANGE, want_msg);
     cr_assert_null(d);
     /* invalid UTF-8 names the file */
     f = fopen(path, "w");

@@ -48,24 +48,6 @@ static int s_submit(const char *name)
     return id;
 }
 
-/* `pipectl -o json status ID` (NULL when there is no answer, as while the coordinator starts). */
-static json_t *s_status(int id)
-{
-    char *out;
-    int rc = tc_sh(&out, "%s/pipectl -c %s --timeout 2 -o json status %d 2>/dev/null", tc_bin(),
-                   s_c.ep, id);
-    json_error_t e;
-    json_t *v = rc == 0 ? json_loads(out, 0, &e) : NULL;
-    free(out);
-    return v;
-}
-
-static const char *s_state(const json_t *st)
-{
-    const char *s = json_string_value(json_object_get(st, "state"));
-    return s ? s : "";
-}
-
 static int s_train_int(const json_t *st, const char *key)
 {
     return (int)json_integer_value(json_object_get(json_object_get(st, "train"), key));
@@ -73,8 +55,8 @@ static int s_train_int(const json_t *st, const char *key)
 
 static bool s_ended(const json_t *st)
 {
-    return st && (!strcmp(s_state(st), "done") || !strcmp(s_state(st), "failed") ||
-                  !strcmp(s_state(st), "canceled"));
+    return st && (!strcmp(tc_status_state(st), "done") || !strcmp(tc_status_state(st), "failed") ||
+                  !strcmp(tc_status_state(st), "canceled"));
 }
 
 /* Poll until the job's first whole checkpoint; it must still be running then, well before its
@@ -82,8 +64,9 @@ static bool s_ended(const json_t *st)
 static void s_wait_checkpoint(int id)
 {
     for (int i = 0; i < 1200; i++) {
-        json_t *st = s_status(id);
-        cr_assert(!s_ended(st), "job %d ended before it was interrupted: %s", id, s_state(st));
+        json_t *st = tc_status_json(&s_c, id);
+        cr_assert(!s_ended(st), "job %d ended before it was interrupted: %s", id,
+                  tc_status_state(st));
         int ck = st ? s_train_int(st, "checkpoint_step") : 0,
             step = st ? s_train_int(st, "step") : 0;
         json_decref(st);
@@ -100,7 +83,7 @@ static json_t *s_wait_end(int id, double timeout_s)
 {
     double t0 = tc_now();
     for (;;) {
-        json_t *st = s_status(id);
+        json_t *st = tc_status_json(&s_c, id);
         if (s_ended(st))
             return st;
         json_decref(st);
@@ -112,7 +95,8 @@ static json_t *s_wait_end(int id, double timeout_s)
 /* The whole curve of a done job (steps 1..S_STEPS) into curve. */
 static void s_curve(const json_t *st, double *curve)
 {
-    cr_assert_str_eq(s_state(st), "done", "%s", json_string_value(json_object_get(st, "note")));
+    cr_assert_str_eq(tc_status_state(st), "done", "%s",
+                     json_string_value(json_object_get(st, "note")));
     const json_t *tr = json_object_get(st, "train"), *ls = json_object_get(tr, "losses");
     cr_assert_eq(json_integer_value(json_object_get(tr, "losses_from")), 1);
     cr_assert_eq(json_array_size(ls), (size_t)S_STEPS, "%zu losses", json_array_size(ls));
@@ -203,12 +187,12 @@ Test(train_recover, coordinator_killed_mid_training_resumes_from_the_checkpoint,
     double t_running = 0, t_step = 0;
     int from = -1;
     for (int i = 0; i < 1200 && !t_step; i++) { /* when it runs again, and steps on */
-        json_t *st = s_status(id);
+        json_t *st = tc_status_json(&s_c, id);
         if (s_ended(st)) {
             json_decref(st);
             break;
         }
-        if (st && !strcmp(s_state(st), "running")) {
+        if (st && !strcmp(tc_status_state(st), "running")) {
             if (!t_running)
                 t_running = tc_now();
             from = s_train_int(st, "run_from");
@@ -241,7 +225,7 @@ Test(train_recover, lost_node_mid_training_is_replanned_and_resumes_from_the_che
     s_train_file("run");
     int id = s_submit("run");
     s_wait_checkpoint(id);
-    json_t *st = s_status(id); /* the node of stage 1 */
+    json_t *st = tc_status_json(&s_c, id); /* the node of stage 1 */
     const char *on = json_string_value(json_object_get(
         json_array_get(json_object_get(json_object_get(st, "plan"), "stages"), 1), "node"));
     char node[32];
@@ -255,12 +239,13 @@ Test(train_recover, lost_node_mid_training_is_replanned_and_resumes_from_the_che
     s_c.node[k] = -1;
     double t_step = 0;
     for (int i = 0; i < 1200 && !t_step; i++) { /* when it steps on, after the resume */
-        st = s_status(id);
+        st = tc_status_json(&s_c, id);
         if (s_ended(st)) {
             json_decref(st);
             break;
         }
-        if (st && !strcmp(s_state(st), "running") && s_event(st, "resumed", "checkpoint-") &&
+        if (st && !strcmp(tc_status_state(st), "running") &&
+            s_event(st, "resumed", "checkpoint-") &&
             s_train_int(st, "step") > s_train_int(st, "run_from"))
             t_step = tc_now();
         json_decref(st);
@@ -302,7 +287,8 @@ Test(train_recover, a_resume_keeps_the_schedule_its_checkpoint_was_written_with,
     tc_train_start(&s_c, 2);
     s_train_file_as("auto", S_EVERY, "auto", ""); /* what auto picks here */
     json_t *st = s_wait_end(s_submit("auto"), 240);
-    cr_assert_str_eq(s_state(st), "done", "%s", json_string_value(json_object_get(st, "note")));
+    cr_assert_str_eq(tc_status_state(st), "done", "%s",
+                     json_string_value(json_object_get(st, "note")));
     char picked[16], other[16];
     snprintf(picked, sizeof(picked), "%s", s_schedule(st));
     json_decref(st);
@@ -313,14 +299,16 @@ Test(train_recover, a_resume_keeps_the_schedule_its_checkpoint_was_written_with,
     /* the undisturbed run under the other schedule, checkpoints at S_EVERY and 2 S_EVERY */
     s_train_file_as("ref", steps, other, "");
     st = s_wait_end(s_submit("ref"), 240);
-    cr_assert_str_eq(s_state(st), "done", "%s", json_string_value(json_object_get(st, "note")));
+    cr_assert_str_eq(tc_status_state(st), "done", "%s",
+                     json_string_value(json_object_get(st, "note")));
     cr_assert_str_eq(s_schedule(st), other);
     json_decref(st);
     char extra[600];
     snprintf(extra, sizeof(extra), "resume_from: ckpt_ref/checkpoint-%d\n", S_EVERY);
     s_train_file_as("res", steps, "auto", extra);
     st = s_wait_end(s_submit("res"), 240);
-    cr_assert_str_eq(s_state(st), "done", "%s", json_string_value(json_object_get(st, "note")));
+    cr_assert_str_eq(tc_status_state(st), "done", "%s",
+                     json_string_value(json_object_get(st, "note")));
     cr_assert_str_eq(s_schedule(st), other, "the resume ran %s, its checkpoint was written by %s",
                      s_schedule(st), other);
     json_decref(st);
@@ -343,7 +331,8 @@ Test(train_recover, a_checkpoint_part_missing_on_its_node_fails_naming_node_and_
     tc_train_start(&s_c, 2);
     s_train_file_as("ref", 2 * S_EVERY, "1f1b", "");
     json_t *st = s_wait_end(s_submit("ref"), 240);
-    cr_assert_str_eq(s_state(st), "done", "%s", json_string_value(json_object_get(st, "note")));
+    cr_assert_str_eq(tc_status_state(st), "done", "%s",
+                     json_string_value(json_object_get(st, "note")));
     json_decref(st);
     cr_assert_eq(tc_sh(NULL, "rm %s/ckpt_ref/checkpoint-%d/optimizer-00002-of-00002.safetensors",
                        s_c.dir, S_EVERY),
@@ -353,7 +342,7 @@ Test(train_recover, a_checkpoint_part_missing_on_its_node_fails_naming_node_and_
     s_train_file_as("res", 2 * S_EVERY, "1f1b", extra);
     st = s_wait_end(s_submit("res"), 240);
     const char *note = json_string_value(json_object_get(st, "note"));
-    cr_assert_str_eq(s_state(st), "failed", "%s", note);
+    cr_assert_str_eq(tc_status_state(st), "failed", "%s", note);
     cr_assert(note && strstr(note, "stage 1 (node") &&
                   strstr(note, "optimizer-00002-of-00002.safetensors is not readable on this "
                                "node") &&

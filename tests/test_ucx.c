@@ -89,13 +89,11 @@ Test(ucx, small_messages_both_ways)
 
 Test(ucx, event_fd_wakes_an_outside_poll)
 {
-    pl_ucx_t *a = tu_create(), *b = tu_create();
-    pl_ucx_ep_t *ab = tu_connect(a, b);
+    pl_ucx_t *a, *b;
+    pl_ucx_ep_t *ab;
+    tu_pair(&a, &b, &ab, 10);
     void *buf;
     size_t len;
-    cr_assert_eq(tu_send(a, ab, 1, 10, 1), PL_OK);
-    cr_assert_eq(tu_recv_with(b, a, 1, ~0ULL, 10, &buf, &len, NULL, 5000), PL_OK);
-    free(buf);
     /* Idle: arm succeeds and the fd stays quiet. */
     pl_status_t st;
     for (int i = 0; i < 1000 && (st = pl_ucx_arm(b)) == PL_ERR_BUSY; i++)
@@ -119,13 +117,9 @@ Test(ucx, one_host_uses_shared_memory)
 {
     if (getenv("UCX_TLS"))
         cr_skip_test("UCX_TLS is set; transport choice is the user's");
-    pl_ucx_t *a = tu_create(), *b = tu_create();
-    pl_ucx_ep_t *ab = tu_connect(a, b);
-    void *buf;
-    size_t len;
-    cr_assert_eq(tu_send(a, ab, 1, 64, 1), PL_OK);
-    cr_assert_eq(tu_recv_with(b, a, 1, ~0ULL, 64, &buf, &len, NULL, 5000), PL_OK);
-    free(buf);
+    pl_ucx_t *a, *b;
+    pl_ucx_ep_t *ab;
+    tu_pair(&a, &b, &ab, 64);
     const char *tl = pl_ucx_ep_transport(ab);
     cr_assert(strstr(tl, "sysv") || strstr(tl, "posix") || strstr(tl, "cma"),
               "transport '%s' should be shared memory", tl);
@@ -356,15 +350,12 @@ Test(ucx, recv_cancel)
 
 Test(ucx, message_survives_timeout_and_cancel_mid_transfer)
 {
-    pl_ucx_t *a = tu_create(), *b = tu_create();
-    pl_ucx_ep_t *ab = tu_connect(a, b);
+    pl_ucx_t *a, *b;
+    pl_ucx_ep_t *ab;
+    tu_pair(&a, &b, &ab, 10); /* a first exchange completes the connection's wireup */
     void *buf = NULL;
     size_t len = 0;
     uint64_t tag = 0;
-    /* A first exchange completes the connection's wireup. */
-    cr_assert_eq(tu_send(a, ab, 1, 10, 1), PL_OK);
-    cr_assert_eq(tu_recv_with(b, a, 1, ~0ULL, 10, &buf, &len, &tag, 5000), PL_OK);
-    free(buf);
     cr_assert_eq(tu_send(a, ab, 4, TU_BIG, 4), PL_OK);
     for (int i = 0; i < 100; i++) {
         pl_ucx_progress(a); /* the announcement goes out, but nothing asks for the data yet */

@@ -130,13 +130,11 @@ Test(ucx, disconnect_drops_pending_sends)
 
 Test(ucx, peer_destroyed_in_process_is_bounded)
 {
-    pl_ucx_t *a = tu_create(), *b = tu_create();
-    pl_ucx_ep_t *ab = tu_connect(a, b);
+    pl_ucx_t *a, *b;
+    pl_ucx_ep_t *ab;
+    tu_pair(&a, &b, &ab, 64);
     void *buf;
     size_t len;
-    cr_assert_eq(tu_send(a, ab, 1, 64, 1), PL_OK);
-    cr_assert_eq(tu_recv_with(b, a, 1, ~0ULL, 64, &buf, &len, NULL, 5000), PL_OK);
-    free(buf);
     pl_ucx_destroy(&b);
     double t0 = pl_now();
     pl_status_t st = pl_ucx_recv(a, 2, ~0ULL, 64, &buf, &len, NULL, 300, NULL);
@@ -158,8 +156,7 @@ static void s_child(int fd)
     size_t len;
     if (pl_ucx_create(&c) != PL_OK || pl_ucx_address(c, &addr) != PL_OK)
         _exit(2);
-    size_t n = strlen(addr) + 1;
-    if (write(fd, addr, n) != (ssize_t)n)
+    if (tu_put(fd, addr) != 0)
         _exit(3);
     if (pl_ucx_recv(c, 1, ~0ULL, 1 << 20, &buf, &len, NULL, 10000, NULL) != PL_OK)
         _exit(4);
@@ -170,7 +167,6 @@ Test(ucx, peer_process_death_is_reported, .timeout = 60)
 {
     int fds[2];
     char addr[8192];
-    size_t got = 0;
     cr_assert_eq(pipe(fds), 0);
     pid_t pid = fork();
     cr_assert_geq(pid, 0);
@@ -180,11 +176,9 @@ Test(ucx, peer_process_death_is_reported, .timeout = 60)
     }
     close(fds[1]);
     /* Read up to the NUL: the child stays alive (and the pipe open) until our message. */
-    for (ssize_t r; (got == 0 || addr[got - 1] != '\0') && got < sizeof(addr) &&
-                    (r = read(fds[0], addr + got, sizeof(addr) - got)) > 0;)
-        got += (size_t)r;
+    int got = tu_get(fds[0], addr, sizeof(addr));
     close(fds[0]);
-    cr_assert(got > 1 && addr[got - 1] == '\0', "child sent no address");
+    cr_assert(got == 0 && addr[0], "child sent no address");
 
     /* UCX usually notices at once (the shared-memory peer is gone); a short keepalive bounds it
      * where it does not, instead of UCX's default 20 s. */

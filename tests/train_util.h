@@ -8,10 +8,12 @@
 #include "backends/cpu/cpu_train_head.h"
 #include "model/model.h"
 #include "pipeline/train_local.h"
+#include "rope_util.h"
 #include "scheduler/train_sched.h"
 
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -105,16 +107,22 @@ static inline bool model_equal(model_t *a, model_t *b)
     return true;
 }
 
+/* A model directory of the test model's shape made by pl-mkmodel in dir (a mkdtemp template):
+ * the source whose config.json a checkpoint is written beside. */
+static inline void model_dir_make(char *dir)
+{
+    char cmd[1024];
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(cmd, sizeof(cmd),
+             "%s/pl-mkmodel --out %s --layers %d --hidden %d --intermediate %d --heads %d "
+             "--kv-heads %d --head-dim %d --vocab %d >/dev/null",
+             PL_BIN_DIR, dir, L, g_d.hidden, g_d.inter, g_d.n_heads, g_d.n_kv, g_d.head_dim, V);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+}
+
 static inline pl_train_local_cfg_t cfg_make(float clip, bool recompute)
 {
-    pl_model_config_t mc = {.head_dim = 4,
-                            .rope_theta = 10000.0f,
-                            .rope_scaling = PL_ROPE_LLAMA3,
-                            .rope_factor = 8.0f,
-                            .rope_low_freq_factor = 1.0f,
-                            .rope_high_freq_factor = 4.0f,
-                            .rope_orig_max_pos = 8};
-    pl_model_rope_inv_freq(&mc, g_inv_freq);
+    rope_train_cfg(g_inv_freq);
     pl_adamw_cfg_t o = pl_adamw_cfg_default();
     o.lr = 0.01f, o.min_lr = 0.001f, o.warmup_steps = 2, o.total_steps = 6;
     o.weight_decay = 0.05f, o.clip_norm = clip;

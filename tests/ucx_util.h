@@ -90,6 +90,22 @@ static inline pl_status_t tu_recv_with(pl_ucx_t *rx, pl_ucx_t *other, uint64_t w
     return st;
 }
 
+/* Two workers in this process and a's endpoint to b, wired up by one message a -> b (tag 1, `len`
+ * tu_pattern bytes of seed 1) taken whole. */
+static inline void tu_pair(pl_ucx_t **a_p, pl_ucx_t **b_p, pl_ucx_ep_t **ab_p, size_t len)
+{
+    pl_ucx_t *a = tu_create(), *b = tu_create();
+    pl_ucx_ep_t *ab = tu_connect(a, b);
+    void *buf;
+    size_t got;
+    cr_assert_eq(tu_send(a, ab, 1, len, 1), PL_OK, "%s", pl_error_msg());
+    cr_assert_eq(tu_recv_with(b, a, 1, ~0ULL, len, &buf, &got, NULL, 5000), PL_OK, "%s",
+                 pl_error_msg());
+    cr_assert(got == len && tu_pattern_ok(buf, got, 1), "the first message came wrong");
+    free(buf);
+    *a_p = a, *b_p = b, *ab_p = ab;
+}
+
 /* s with its NUL over fd: 0, or -1 when the write fell short. */
 static inline int tu_put(int fd, const char *s)
 {
