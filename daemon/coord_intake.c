@@ -506,8 +506,8 @@ void pl_coord_intake_done(pl_coord_intake_t *in, pl_coord_req_t *req)
         o->kind = S_OUT_END;
         o->to = req->from;
         s_out_push(in, o);
-    } else { /* its client's held answers wait for its next request's end, or the stop */
-        pl_log_warn_limited("client intake: out of memory");
+    } else { /* what the intake holds for its client then waits until the stop */
+        pl_log_warn_limited("client intake: out of memory: a client's answers held");
     }
     pl_coord_req_clear(req);
 }

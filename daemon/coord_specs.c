@@ -2,6 +2,9 @@
  * intake's large writes and the loop's small ones (coord_store.c) never wait for each other. */
 #include "daemon/coord_specs.h"
 
+#include "common/log.h"
+#include "common/util.h"
+
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -94,8 +97,14 @@ static pl_status_t s_step(pl_coord_specs_t *sp, const char *sql, int64_t id, con
 
 pl_status_t pl_coord_specs_put(pl_coord_specs_t *sp, int64_t id, const char *spec)
 {
-    return s_step(sp, "INSERT OR REPLACE INTO specs(id, spec) VALUES(?, ?)", id, spec,
-                  "write spec");
+    double t0 = pl_now();
+    pl_status_t st = s_step(sp, "INSERT OR REPLACE INTO specs(id, spec) VALUES(?, ?)", id, spec,
+                            "write spec");
+    double ms = (pl_now() - t0) * 1e3;
+    if (ms >= 100) /* clients wait on it (the intake's), nodes do not */
+        pl_log_info_limited("specs db %s: job %lld's spec (%zu bytes) took %.0f ms", sp->path,
+                            (long long)id, strlen(spec), ms);
+    return st;
 }
 
 pl_status_t pl_coord_specs_drop(pl_coord_specs_t *sp, int64_t id)

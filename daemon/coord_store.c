@@ -2,6 +2,8 @@
  * transaction each, so that a crash leaves either the old row or the new one. */
 #include "daemon/coord_store.h"
 
+#include "common/log.h"
+#include "common/util.h"
 #include "daemon/coord_specs.h"
 
 #include <sqlite3.h>
@@ -36,6 +38,17 @@ static const char s_schema[] =
 static pl_status_t s_err(pl_coord_store_t *s, const char *what)
 {
     return pl_error(PL_ERR_IO, "state db %s: %s: %s", s->path, what, sqlite3_errmsg(s->db));
+}
+
+/* A write that held the loop this long says so (rate-limited): heartbeats waited for the disk. */
+#define S_SLOW_MS 100.0
+
+static pl_status_t s_timed(const pl_coord_store_t *s, double t0, const char *what, pl_status_t st)
+{
+    double ms = (pl_now() - t0) * 1e3;
+    if (ms >= S_SLOW_MS)
+        pl_log_warn_limited("state db %s: writing %s took %.0f ms", s->path, what, ms);
+    return st;
 }
 
 static pl_status_t s_exec(pl_coord_store_t *s, const char *sql)
@@ -343,13 +356,16 @@ err:
 pl_status_t pl_coord_store_put(pl_coord_store_t *s, const pl_coord_row_t *r, uint32_t next_job,
                                uint32_t next_epoch)
 {
-    return s_put(s, r, r->spec ? S_PUT_WHOLE : S_PUT_STATE, next_job, next_epoch);
+    double t0 = pl_now();
+    return s_timed(s, t0, "a job row",
+                   s_put(s, r, r->spec ? S_PUT_WHOLE : S_PUT_STATE, next_job, next_epoch));
 }
 
 pl_status_t pl_coord_store_add(pl_coord_store_t *s, const pl_coord_row_t *r, uint32_t next_job,
                                uint32_t next_epoch)
 {
-    return s_put(s, r, S_PUT_ADD, next_job, next_epoch);
+    double t0 = pl_now();
+    return s_timed(s, t0, "a new job row", s_put(s, r, S_PUT_ADD, next_job, next_epoch));
 }
 
 static pl_status_t s_delete(pl_coord_store_t *s, const char *sql, int64_t id)
@@ -363,7 +379,7 @@ static pl_status_t s_delete(pl_coord_store_t *s, const char *sql, int64_t id)
     return rc == SQLITE_DONE ? PL_OK : s_err(s, "delete job");
 }
 
-pl_status_t pl_coord_store_delete(pl_coord_store_t *s, int64_t id)
+static pl_status_t s_delete_job(pl_coord_store_t *s, int64_t id)
 {
     pl_status_t st;
     if ((st = s_exec(s, "BEGIN IMMEDIATE")))
@@ -377,12 +393,18 @@ pl_status_t pl_coord_store_delete(pl_coord_store_t *s, int64_t id)
     return PL_OK;
 }
 
+pl_status_t pl_coord_store_delete(pl_coord_store_t *s, int64_t id)
+{
+    double t0 = pl_now();
+    return s_timed(s, t0, "a job deletion", s_delete_job(s, id));
+}
+
 pl_status_t pl_coord_store_progress_delete(pl_coord_store_t *s, int64_t job)
 {
     return s_delete(s, "DELETE FROM progress WHERE job = ?", job);
 }
 
-pl_status_t pl_coord_store_progress_put(pl_coord_store_t *s, const pl_coord_chunk_t *c, int n)
+static pl_status_t s_progress_put(pl_coord_store_t *s, const pl_coord_chunk_t *c, int n)
 {
     sqlite3_stmt *q = NULL;
     unsigned char *blob = NULL;
@@ -434,6 +456,12 @@ err:
     sqlite3_finalize(q);
     sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
     return st;
+}
+
+pl_status_t pl_coord_store_progress_put(pl_coord_store_t *s, const pl_coord_chunk_t *c, int n)
+{
+    double t0 = pl_now();
+    return s_timed(s, t0, "progress", s_progress_put(s, c, n));
 }
 
 pl_status_t pl_coord_store_progress_each(pl_coord_store_t *s,
