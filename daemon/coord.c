@@ -25,11 +25,11 @@
  * a broken node reaches, so that the clients are served too). */
 #define S_NODE_DRAIN_MAX 4096
 
-/* A peer with its socket (the node socket, or the client socket on the intake's own thread) is
- * answered there; a client's request from the intake is answered through the intake. */
+/* A node is answered on the node socket; a client (its request from the intake, or a refusal
+ * on the intake's own thread) through the intake, which keeps each client's answers in order. */
 void pl_coord_reply_msg(pl_coord_t *c, const pl_tx_peer_t *to, const pl_msg_t *m)
 {
-    if (!to->sock)
+    if (!to->sock || to->sock != c->node_router)
         pl_coord_intake_reply(c->intake, to, m);
     else if (pl_tx_send(to->sock, to, m))
         pl_log_warn_limited("reply to '%.*s': %s", (int)to->len, to->id, pl_error_msg());
@@ -299,7 +299,6 @@ static void s_dispatch(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_t *m)
     case PL_MSG_NODES: pl_coord_on_nodes(c, from); break;
     case PL_MSG_HEALTH: pl_coord_on_health(c, from, m); break;
     case PL_MSG_SHUTDOWN: s_on_shutdown(c, from); break;
-    case PL_MSG_PLAN: pl_coord_on_plan(c, from, m); break;
     case PL_MSG_BYE: s_on_bye(c, from, &m->bye); break;
     case PL_MSG_PROGRESS: pl_coord_on_progress(c, from, m); break;
     case PL_MSG_TRAIN_STEP: pl_coord_on_train_step(c, from, m); break;
@@ -357,11 +356,13 @@ static bool s_take_client(pl_coord_t *c)
     pl_coord_req_t r;
     if (!pl_coord_intake_take(c->intake, &r))
         return false;
-    if (r.job)
+    if (r.job && r.msg.type == PL_MSG_PLAN)
+        pl_coord_on_plan(c, &r.from, &r.job);
+    else if (r.job)
         pl_coord_on_submit(c, &r.from, &r.job);
     else
         s_dispatch(c, &r.from, &r.msg);
-    pl_coord_req_clear(&r);
+    pl_coord_intake_done(c->intake, &r); /* its client's answers keep their order */
     return true;
 }
 

@@ -111,7 +111,8 @@ typedef struct {
      * columns only. spec_json: the bytes admission measured, kept for that first save. */
     bool stored;
     char *spec_json;
-    bool spec_saved; /* the intake stored the spec (specs row): the first save adds the job row */
+    bool spec_saved; /* the intake stored the spec (specs file): the first save adds the job row */
+    bool spec_missing; /* restored without its spec (coord_row.c): failed unless it had ended */
     int n_layers, max_ctx, n_seqs;
     int microbatches, max_tokens; /* what the plan decided (with n_stages and stages[]) */
     int prefill_chunk;            /* the plan's (the job's when it set one); in ASSIGN's spec */
@@ -268,8 +269,9 @@ json_t *pl_coord_resume_json(const pl_coord_job_t *j);
 /* Plan a queued job on the idle devices and fill its stages; false with a note in j->error
  * when it must wait, false with the job failed when no plan fits. */
 bool pl_coord_plan_job(pl_coord_t *c, pl_coord_job_t *j);
-/* PLAN: the plan a job would get on the alive devices now, without submitting it. */
-void pl_coord_on_plan(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_t *m);
+/* PLAN: the plan a job (validated by the intake: taken) would get on the alive devices now,
+ * without submitting it. */
+void pl_coord_on_plan(pl_coord_t *c, const pl_tx_peer_t *from, pl_coord_job_t **job_p);
 /* A finished job's lessons: link profiles its stages measured, effective device rates. */
 void pl_coord_learn(pl_coord_t *c, const pl_coord_job_t *j);
 /* A node (re-)registered: forget what was measured about its links. */

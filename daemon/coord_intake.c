@@ -3,6 +3,7 @@
 #include "daemon/coord_intake.h"
 
 #include "common/log.h"
+#include "daemon/coord_specs.h"
 #include "common/util.h"
 
 #include <errno.h>
@@ -17,20 +18,44 @@
 /* Client messages taken per turn before the answers and handshakes are seen to again. */
 #define S_TAKE_MAX 64
 #define S_POLL_MS 100
+/* Clients with requests at the loop, tracked for their answers' order; one more is "busy". */
+#define S_CLIENTS (2 * PL_COORD_INTAKE_MAX)
+/* Answers of this thread's held for one client behind its requests at the loop, at most: past
+ * that they are dropped, as a client pipe at its high-water mark drops them. */
+#define S_HELD_MAX 1024
 
-/* An answer for a client, encoded by the loop; or (body NULL) a stored spec to drop. */
+/* What the loop hands this thread, in its order: an answer (encoded by the loop), a stored spec
+ * to drop, or the end of one request (every answer to it given). Also an answer of this
+ * thread's own, held behind a client's requests at the loop. */
+typedef enum { S_OUT_ANSWER, S_OUT_DROP, S_OUT_END } s_out_kind_t;
+
 typedef struct s_out {
     struct s_out *next;
+    s_out_kind_t kind;
     pl_tx_peer_t to;
     pl_msg_type_t type;
     json_t *body;
     uint32_t drop_id;
+    long after; /* held: sent once this many of its client's requests have ended */
 } s_out_t;
+
+/* A client with requests at the loop. An answer this thread gives it itself (a refusal, "busy")
+ * waits until the loop is done with every request it sent before, so that a pipelining client
+ * hears its answers in the order it asked. */
+typedef struct {
+    char id[PL_CTL_MAX_IDENTITY + 1];
+    size_t len;
+    long pushed, ended; /* its requests handed to the loop, and those the loop is done with */
+    s_out_t *held, *held_tail;
+    int n_held;
+} s_client_t;
+
+static _Thread_local bool s_on_intake; /* this thread is an intake's */
 
 struct pl_coord_intake {
     pl_coord_t *c; /* read: what is fixed once it listens; written: the refusal atomics */
     pl_tx_sock_t *router;
-    pl_coord_store_t *store; /* this thread's connection; NULL: no state db */
+    pl_coord_specs_t *specs; /* the specs file, this thread's alone; NULL: no state db */
     uint32_t next_job;       /* this thread's: the ids of new jobs */
     pthread_t thread;
     bool started;
@@ -38,6 +63,8 @@ struct pl_coord_intake {
     atomic_int unfinished; /* the loop's, published every turn */
     int req_fd;            /* eventfd: requests wait (the loop polls it) */
     int wake_fd;           /* eventfd: answers wait, or stop (this thread polls it) */
+    s_client_t clients[S_CLIENTS]; /* this thread's */
+    int n_clients;
     pthread_mutex_t lock;  /* guards what follows */
     pl_coord_req_t *reqs[PL_COORD_INTAKE_MAX]; /* a ring, oldest at req_head */
     int req_head, n_reqs, n_submits;
@@ -72,15 +99,93 @@ static const char *s_shown(const pl_tx_peer_t *from, char *shown)
     return shown;
 }
 
-/* Answer a client from this thread (pl_coord_reply_error sends on from->sock: the router). */
+static int s_client_find(const pl_coord_intake_t *in, const pl_tx_peer_t *p)
+{
+    for (int k = 0; k < in->n_clients; k++)
+        if (in->clients[k].len == p->len && memcmp(in->clients[k].id, p->id, p->len) == 0)
+            return k;
+    return -1;
+}
+
+/* A client with nothing at the loop and nothing held leaves the table. */
+static void s_client_gc(pl_coord_intake_t *in, int k)
+{
+    s_client_t *cl = &in->clients[k];
+    if (cl->pushed == cl->ended && !cl->held)
+        in->clients[k] = in->clients[--in->n_clients];
+}
+
+static void s_send(pl_coord_intake_t *in, const pl_tx_peer_t *to, pl_msg_type_t type,
+                   json_t *body)
+{
+    char shown[4 * 64 + 1];
+    if (pl_tx_send_body(in->router, to, type, body))
+        pl_log_warn_limited("reply to '%s': %s", s_shown(to, shown), pl_error_msg());
+}
+
+/* An answer of this thread's own (body taken): sent now, or held behind the client's requests
+ * at the loop. */
+static void s_own_answer(pl_coord_intake_t *in, const pl_tx_peer_t *to, pl_msg_type_t type,
+                         json_t *body)
+{
+    int k = s_client_find(in, to);
+    s_client_t *cl = k < 0 ? NULL : &in->clients[k];
+    s_out_t *o = NULL;
+    if (!cl || cl->pushed == cl->ended) { /* nothing of its before it: the common case */
+        s_send(in, to, type, body);
+        json_decref(body);
+        return;
+    }
+    if (cl->n_held >= S_HELD_MAX || !(o = calloc(1, sizeof(*o)))) {
+        char shown[4 * 64 + 1];
+        pl_log_warn_limited("reply to '%s': dropped: %d answers wait behind its requests",
+                            s_shown(to, shown), cl->n_held);
+        json_decref(body);
+        return;
+    }
+    *o = (s_out_t){.kind = S_OUT_ANSWER, .to = *to, .type = type, .body = body,
+                   .after = cl->pushed};
+    if (cl->held_tail)
+        cl->held_tail->next = o;
+    else
+        cl->held = o;
+    cl->held_tail = o;
+    cl->n_held++;
+}
+
+/* The loop is done with one of this client's requests: what this thread held behind it goes. */
+static void s_client_end(pl_coord_intake_t *in, const pl_tx_peer_t *to)
+{
+    int k = s_client_find(in, to);
+    if (k < 0)
+        return;
+    s_client_t *cl = &in->clients[k];
+    cl->ended++;
+    while (cl->held && cl->held->after <= cl->ended) {
+        s_out_t *o = cl->held;
+        if (!(cl->held = o->next))
+            cl->held_tail = NULL;
+        cl->n_held--;
+        s_send(in, &o->to, o->type, o->body);
+        json_decref(o->body);
+        free(o);
+    }
+    s_client_gc(in, k);
+}
+
+/* Answer a client from this thread: pl_coord_reply_error answers every peer but a node through
+ * pl_coord_intake_reply, which keeps the client's order (s_own_answer). */
 #define s_refuse(c, from, code, ...) pl_coord_reply_error((c), (from), (code), __VA_ARGS__)
 
-/* Whether a SUBMIT could be queued: room among the loop's requests and in the job queue. */
+/* Whether a request could be queued: room among the loop's requests (and for its client in the
+ * table of clients with requests there), and for a SUBMIT in the job queue. */
 static bool s_room(pl_coord_intake_t *in, const pl_tx_peer_t *from, bool submit)
 {
     pthread_mutex_lock(&in->lock);
     int n = in->n_reqs, queued = atomic_load(&in->unfinished) + in->n_submits;
     pthread_mutex_unlock(&in->lock);
+    if (n < PL_COORD_INTAKE_MAX && in->n_clients == S_CLIENTS && s_client_find(in, from) < 0)
+        n = PL_COORD_INTAKE_MAX; /* as many clients wait on the loop as it has requests, twice */
     if (n >= PL_COORD_INTAKE_MAX) {
         char shown[4 * 64 + 1];
         pl_log_info_limited("client '%s' (key %s): the coordinator is busy (%d requests wait)",
@@ -107,8 +212,8 @@ static pl_status_t s_prepare(pl_coord_intake_t *in, pl_msg_t *m, pl_coord_job_t 
     if (st)
         return st;
     j->id = in->next_job;
-    if (in->store) {
-        if ((st = pl_coord_store_put_spec(in->store, j->id, j->spec_json))) {
+    if (in->specs) {
+        if ((st = pl_coord_specs_put(in->specs, j->id, j->spec_json))) {
             pl_log_error("job %u: spec not saved: %s", j->id, pl_error_msg());
             pl_coord_job_free(j);
             return st;
@@ -122,17 +227,30 @@ static pl_status_t s_prepare(pl_coord_intake_t *in, pl_msg_t *m, pl_coord_job_t 
     return PL_OK;
 }
 
+static bool s_is_submit(const pl_coord_req_t *r)
+{
+    return r->job && r->msg.type == PL_MSG_SUBMIT;
+}
+
 static void s_push(pl_coord_intake_t *in, pl_coord_req_t *r)
 {
+    int k = s_client_find(in, &r->from);
+    if (k < 0) { /* room was seen to (s_room) */
+        k = in->n_clients++;
+        in->clients[k] = (s_client_t){.len = r->from.len};
+        memcpy(in->clients[k].id, r->from.id, r->from.len);
+    }
+    in->clients[k].pushed++;
     pthread_mutex_lock(&in->lock);
     in->reqs[(in->req_head + in->n_reqs++) % PL_COORD_INTAKE_MAX] = r;
-    in->n_submits += r->job != NULL;
+    in->n_submits += s_is_submit(r);
     pthread_mutex_unlock(&in->lock);
     s_fd_signal(in->req_fd);
 }
 
 /* One client message: decoded (transport's codecs), authorised, a SUBMIT or PLAN's model path
- * checked, a SUBMIT prepared; then queued for the loop. False when none was waiting. */
+ * checked, a SUBMIT prepared, a PLAN's job validated; then queued for the loop. False when none
+ * was waiting. */
 static bool s_take(pl_coord_intake_t *in)
 {
     pl_coord_t *c = in->c;
@@ -169,6 +287,11 @@ static bool s_take(pl_coord_intake_t *in)
         free(r);
         goto out;
     }
+    if (m.type == PL_MSG_PLAN && (st = pl_coord_job_new(&m.submit, &r->job))) {
+        s_refuse(c, &from, st, "cannot plan: %s", pl_error_msg());
+        free(r);
+        goto out;
+    }
     r->from = from;
     r->from.sock = NULL; /* answered through pl_coord_intake_reply */
     r->msg = m;          /* taken */
@@ -179,7 +302,8 @@ out:
     return true;
 }
 
-/* Send the loop's answers and drop the specs it refused, in the order it gave them. */
+/* Send the loop's answers, drop the specs it refused and release what was held behind the
+ * requests it is done with, in the order it gave them. */
 static void s_send_out(pl_coord_intake_t *in)
 {
     pthread_mutex_lock(&in->lock);
@@ -188,11 +312,12 @@ static void s_send_out(pl_coord_intake_t *in)
     pthread_mutex_unlock(&in->lock);
     while (o) {
         s_out_t *next = o->next;
-        char shown[4 * 64 + 1];
-        if (o->body && pl_tx_send_body(in->router, &o->to, o->type, o->body))
-            pl_log_warn_limited("reply to '%s': %s", s_shown(&o->to, shown), pl_error_msg());
-        if (!o->body && in->store && pl_coord_store_drop_spec(in->store, o->drop_id))
-            pl_log_warn("job %u: its spec stays in the state db until the next start: %s",
+        if (o->kind == S_OUT_ANSWER)
+            s_send(in, &o->to, o->type, o->body);
+        else if (o->kind == S_OUT_END)
+            s_client_end(in, &o->to);
+        else if (in->specs && pl_coord_specs_drop(in->specs, o->drop_id))
+            pl_log_warn("job %u: its spec stays in the specs file until the next start: %s",
                         o->drop_id, pl_error_msg());
         json_decref(o->body);
         free(o);
@@ -203,6 +328,7 @@ static void s_send_out(pl_coord_intake_t *in)
 static void *s_main(void *arg)
 {
     pl_coord_intake_t *in = arg;
+    s_on_intake = true;
     while (!atomic_load(&in->stop)) {
         bool ready = false, woke = false;
         if (pl_tx_poll_fd(&in->router, 1, in->wake_fd, S_POLL_MS, &ready, &woke)) {
@@ -236,9 +362,12 @@ pl_status_t pl_coord_intake_start(pl_coord_t *c, const char *state_db, pl_tx_soc
         st = pl_error(PL_ERR_IO, "client intake: eventfd: %s", strerror(errno));
         goto err;
     }
-    if (state_db && (st = pl_coord_store_open(state_db, &in->store)))
+    char specs[4096];
+    if (state_db && ((st = pl_coord_specs_path(state_db, specs, sizeof(specs))) ||
+                     (st = pl_coord_specs_open(specs, &in->specs))))
         goto err;
     in->router = *router_p; /* the thread's from here on (pthread_create is the barrier) */
+    c->intake = in;         /* its refusals go through pl_coord_reply_msg to it */
     /* signals go to the loop's thread, which watches the stop flag */
     sigset_t all, old;
     sigfillset(&all);
@@ -247,6 +376,7 @@ pl_status_t pl_coord_intake_start(pl_coord_t *c, const char *state_db, pl_tx_soc
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (rc) {
         in->router = NULL;
+        c->intake = NULL;
         st = pl_error(PL_ERR_IO, "client intake: cannot start its thread: %s", strerror(rc));
         goto err;
     }
@@ -270,15 +400,21 @@ void pl_coord_intake_stop(pl_coord_intake_t **in_p)
         pthread_join(in->thread, NULL);
     }
     s_send_out(in); /* what came after its last turn: drops done, answers freed */
+    for (int k = 0; k < in->n_clients; k++) /* answers held behind requests never done */
+        for (s_out_t *o = in->clients[k].held, *next; o; o = next) {
+            next = o->next;
+            json_decref(o->body);
+            free(o);
+        }
     for (int k = 0; k < in->n_reqs; k++) {
         pl_coord_req_t *r = in->reqs[(in->req_head + k) % PL_COORD_INTAKE_MAX];
-        if (r->job && r->job->spec_saved && in->store)
-            pl_coord_store_drop_spec(in->store, r->job->id);
+        if (r->job && r->job->spec_saved && in->specs)
+            pl_coord_specs_drop(in->specs, r->job->id);
         pl_coord_req_clear(r);
         free(r);
     }
     pl_tx_sock_destroy(&in->router);
-    pl_coord_store_close(&in->store);
+    pl_coord_specs_close(&in->specs);
     if (in->req_fd >= 0)
         close(in->req_fd);
     if (in->wake_fd >= 0)
@@ -301,7 +437,7 @@ static pl_coord_req_t *s_pop(pl_coord_intake_t *in)
         r = in->reqs[in->req_head];
         in->req_head = (in->req_head + 1) % PL_COORD_INTAKE_MAX;
         in->n_reqs--;
-        in->n_submits -= r->job != NULL;
+        in->n_submits -= s_is_submit(r);
     }
     pthread_mutex_unlock(&in->lock);
     return r;
@@ -334,8 +470,17 @@ static void s_out_push(pl_coord_intake_t *in, s_out_t *o)
 
 void pl_coord_intake_reply(pl_coord_intake_t *in, const pl_tx_peer_t *to, const pl_msg_t *m)
 {
-    s_out_t *o = calloc(1, sizeof(*o));
     json_t *enc = NULL, *body = NULL;
+    if (s_on_intake) { /* a refusal of its own: no other thread shares the encoding */
+        if (pl_msg_encode(m, &enc)) {
+            char shown[4 * 64 + 1];
+            pl_log_warn_limited("reply to '%s': %s", s_shown(to, shown), pl_error_msg());
+            return;
+        }
+        s_own_answer(in, to, m->type, enc);
+        return;
+    }
+    s_out_t *o = calloc(1, sizeof(*o));
     /* a tree of the intake's own: an encoding may share the loop's values (a REPLY's body, a
      * job's plan inside it), whose counts and frees must stay on one thread */
     if (!o || pl_msg_encode(m, &enc) || !(body = json_deep_copy(enc))) {
@@ -347,19 +492,35 @@ void pl_coord_intake_reply(pl_coord_intake_t *in, const pl_tx_peer_t *to, const 
         return;
     }
     json_decref(enc);
+    o->kind = S_OUT_ANSWER;
     o->to = *to;
     o->type = m->type;
     o->body = body;
     s_out_push(in, o);
 }
 
+void pl_coord_intake_done(pl_coord_intake_t *in, pl_coord_req_t *req)
+{
+    s_out_t *o = calloc(1, sizeof(*o));
+    if (o) {
+        o->kind = S_OUT_END;
+        o->to = req->from;
+        s_out_push(in, o);
+    } else { /* what the intake holds for its client then waits until the stop */
+        pl_log_warn_limited("client intake: out of memory: a client's answers held");
+    }
+    pl_coord_req_clear(req);
+}
+
 void pl_coord_intake_drop_spec(pl_coord_intake_t *in, uint32_t id)
 {
     s_out_t *o = calloc(1, sizeof(*o));
     if (!o) {
-        pl_log_warn("job %u: its spec stays in the state db until the next start: out of memory", id);
+        pl_log_warn("job %u: its spec stays in the specs file until the next start: out of memory",
+                    id);
         return;
     }
+    o->kind = S_OUT_DROP;
     o->drop_id = id;
     s_out_push(in, o);
 }

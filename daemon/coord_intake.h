@@ -15,7 +15,8 @@ typedef struct pl_coord_intake pl_coord_intake_t;
 
 /* One client request for the loop. from.sock is NULL: its answers go back through the intake,
  * which keeps the socket. A SUBMIT's job is validated, its spec encoded and (with a state db)
- * stored under job->id; msg.submit is empty then. Other types: job NULL. */
+ * stored under job->id; a PLAN's job is validated (no id, nothing stored); msg.submit is empty
+ * then. Other types: job NULL. */
 typedef struct {
     pl_tx_peer_t from;
     pl_msg_t msg;
@@ -25,7 +26,9 @@ typedef struct {
 /* Start the intake on the bound client ROUTER (taken: *router_p NULL). c is the coordinator's
  * state: the thread reads only what is fixed once it listens (the configuration, the node
  * endpoint, security) and the refusal counters (atomics); job ids continue from c->next_job.
- * state_db: the file whose specs table it writes through a connection of its own (NULL: none). */
+ * c->intake is set to it before the thread starts (its refusals go through it).
+ * state_db: the state db, beside which it writes the specs file (coord_specs.h), the one writer
+ * of that file (NULL: none). */
 pl_status_t pl_coord_intake_start(pl_coord_t *c, const char *state_db,
                                   pl_tx_sock_t **router_p, pl_coord_intake_t **in_p);
 /* Stop the thread after it has sent every answer queued so far; requests not taken are freed
@@ -37,10 +40,13 @@ int pl_coord_intake_fd(const pl_coord_intake_t *in);
  * waits. The loop's thread only. */
 bool pl_coord_intake_take(pl_coord_intake_t *in, pl_coord_req_t *req);
 void pl_coord_req_clear(pl_coord_req_t *req);
+/* The loop is done with req (every answer to it given): cleared, and the answers the intake
+ * gave its client itself meanwhile, held so as not to overtake the loop's, may go. */
+void pl_coord_intake_done(pl_coord_intake_t *in, pl_coord_req_t *req);
 /* Send m to a client (`to` from a request): encoded here, sent by the intake thread. */
 void pl_coord_intake_reply(pl_coord_intake_t *in, const pl_tx_peer_t *to, const pl_msg_t *m);
-/* A stored spec whose job has no row (the loop refused it, or forgot it: pl_coord_store_forget):
- * the intake deletes it, so that the large delete is off the loop too. */
+/* A stored spec whose job has no row (the loop refused it, or deleted the row): the intake
+ * deletes it from the specs file, so that the large delete is off the loop too. */
 void pl_coord_intake_drop_spec(pl_coord_intake_t *in, uint32_t id);
 /* The loop's count of unfinished jobs, published every turn: a SUBMIT that would overfill the
  * queue (coordinator.max_queued_jobs) is refused before its spec is validated or stored. */

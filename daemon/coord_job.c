@@ -185,8 +185,8 @@ void pl_coord_on_submit(pl_coord_t *c, const pl_tx_peer_t *from, pl_coord_job_t 
     pl_coord_event(j, "submitted", "%d sequence(s), model %s, by %s", j->n_seqs, j->spec.model,
                    j->owner[0] ? j->owner : "-");
     if ((st = pl_coord_persist(c, j)) || (st = pl_coord_add_job(c, j))) {
-        if (c->store)
-            pl_coord_store_delete(c->store, j->id);
+        if (c->store && j->stored && pl_coord_store_delete(c->store, j->id) == PL_OK)
+            j->stored = false; /* no row: its spec is dropped below */
         goto err;
     }
     pl_log_info("job %u: submitted, %d sequences, model %s (%d layers)", j->id, j->n_seqs,
@@ -359,12 +359,9 @@ static void s_trim(pl_coord_t *c)
             i++;
             continue;
         }
-        if (c->store && c->intake) { /* the spec's large delete: on the intake's connection */
-            if (pl_coord_store_forget(c->store, j->id) == PL_OK)
-                pl_coord_intake_drop_spec(c->intake, j->id);
-        } else if (c->store) {
-            pl_coord_store_delete(c->store, j->id);
-        }
+        /* the row here; the spec's large delete in its own file, on the intake's connection */
+        if (c->store && pl_coord_store_delete(c->store, j->id) == PL_OK && c->intake)
+            pl_coord_intake_drop_spec(c->intake, j->id);
         pl_coord_trace_forget(c, j->id);
         pl_coord_job_free(j);
         memmove(c->jobs + i, c->jobs + i + 1, (size_t)(--c->n_jobs - i) * sizeof(*c->jobs));

@@ -414,17 +414,14 @@ out:
     return ok;
 }
 
-void pl_coord_on_plan(pl_coord_t *c, const pl_tx_peer_t *from, pl_msg_t *m)
+void pl_coord_on_plan(pl_coord_t *c, const pl_tx_peer_t *from, pl_coord_job_t **job_p)
 {
-    pl_coord_job_t *j = NULL;
+    pl_coord_job_t *j = *job_p;
     s_live_t *lv = NULL;
     pl_plan_t *plan = NULL;
     char note[256] = "";
     pl_status_t st;
-    if ((st = pl_coord_job_new(&m->submit, &j))) {
-        pl_coord_reply_error(c, from, st, "cannot plan: %s", pl_error_msg());
-        return;
-    }
+    *job_p = NULL;
     lv = calloc(1, sizeof(*lv));
     if (!lv || s_live(c, j, false, lv)) {
         pl_coord_reply_error(c, from, PL_ERR_NOMEM, "coordinator out of memory");

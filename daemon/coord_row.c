@@ -58,11 +58,13 @@ pl_status_t pl_coord_job_from_row(const pl_coord_row_t *r, pl_coord_job_t **job_
              r->epoch > UINT32_MAX)
         st = pl_error(PL_ERR_INVALID, "fields n_seqs / n_layers / prompt_tokens / generated / "
                                       "epoch: a value out of range");
-    else if (!r->spec)
-        st = pl_error(PL_ERR_INVALID, "field 'spec': missing");
     if (st)
         goto err;
-    if ((st = s_json(r->spec, "spec", &v)) || (st = pl_job_spec_decode(v, &j->spec))) {
+    /* a spec gone missing (the specs file lost or replaced): the job cannot run again, but its
+     * id and what it produced stay; without a spec there is nothing to check results against */
+    j->spec_missing = !r->spec;
+    if (r->spec &&
+        ((st = s_json(r->spec, "spec", &v)) || (st = pl_job_spec_decode(v, &j->spec)))) {
         pl_error_prefix(st, "spec: ");
         goto err;
     }
@@ -79,7 +81,7 @@ pl_status_t pl_coord_job_from_row(const pl_coord_row_t *r, pl_coord_job_t **job_
                           j->n_results, (long long)r->n_seqs);
             goto err;
         }
-    } else if (state == PL_JOB_DONE && !j->spec.train) { /* training: the curve, no results */
+    } else if (state == PL_JOB_DONE && !j->spec.train && r->spec) { /* training: no results */
         st = pl_error(PL_ERR_INVALID, "field 'results': a done job without results");
         goto err;
     }
@@ -97,6 +99,11 @@ pl_status_t pl_coord_job_from_row(const pl_coord_row_t *r, pl_coord_job_t **job_
     j->id = (uint32_t)r->id;
     j->state = (pl_job_state_t)state;
     snprintf(j->error, sizeof(j->error), "%s", r->error ? r->error : "");
+    if (j->spec_missing && state != PL_JOB_DONE && state != PL_JOB_CANCELED) {
+        j->state = PL_JOB_FAILED;
+        snprintf(j->error, sizeof(j->error), "after a coordinator restart: the job's spec is "
+                 "missing from the specs file: it cannot run");
+    }
     j->generated = r->generated;
     j->n_seqs = (int)r->n_seqs;
     j->n_layers = (int)r->n_layers;
@@ -104,6 +111,8 @@ pl_status_t pl_coord_job_from_row(const pl_coord_row_t *r, pl_coord_job_t **job_
     j->epoch = (uint32_t)r->epoch;
     j->t_submit = s_mono_from_wall(r->submitted_at);
     j->t_end = s_mono_from_wall(r->ended_at);
+    if (j->state == PL_JOB_FAILED && j->t_end == 0)
+        j->t_end = pl_now();
     j->stored = true; /* its row holds its spec */
     *job_p = j;
     return PL_OK;

@@ -3,6 +3,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "daemon/coord_int.h"
+#include "daemon/coord_specs.h"
 #include "daemon/coord_train.h"
 
 #include <stdio.h>
@@ -197,14 +198,25 @@ static pl_status_t s_requeue(pl_coord_t *c, pl_coord_job_t **jp)
     return PL_OK;
 }
 
+typedef struct {
+    pl_coord_t *c;
+    const char *specs; /* the specs file's path, for messages */
+} s_restore_t;
+
 static pl_status_t s_on_row(void *user, const pl_coord_row_t *r)
 {
-    pl_coord_t *c = user;
+    s_restore_t *rs = user;
+    pl_coord_t *c = rs->c;
     pl_coord_job_t *j;
     pl_status_t st = pl_coord_job_from_row(r, &j);
     if (st)
         return pl_error_prefix(st, "state db %s: job %lld: ", pl_coord_store_path(c->store),
                                (long long)r->id);
+    if (j->spec_missing)
+        pl_log_warn("state db %s: job %u: its spec is in neither it nor the specs file %s: %s",
+                    pl_coord_store_path(c->store), j->id, rs->specs,
+                    pl_coord_job_terminal(j) && j->state != PL_JOB_FAILED ? "kept as it ended"
+                                                                          : "failed");
     if ((st = pl_coord_add_job(c, j))) {
         pl_coord_job_free(j);
         return st;
@@ -216,9 +228,16 @@ pl_status_t pl_coord_restore(pl_coord_t *c)
 {
     pl_status_t st;
     int n_terminal = 0, n_again = 0;
-    if ((st = pl_coord_store_specs_prune(c->store)) ||
-        (st = pl_coord_store_counters(c->store, &c->next_job, &c->next_epoch)) ||
-        (st = pl_coord_drain_restore(c)) || (st = pl_coord_store_each(c->store, s_on_row, c)))
+    char specs[4096];
+    s_restore_t rs = {.c = c, .specs = specs};
+    if ((st = pl_coord_specs_path(pl_coord_store_path(c->store), specs, sizeof(specs))) ||
+        (st = pl_coord_store_specs_attach(c->store, specs)))
+        return st;
+    if (!(st = pl_coord_store_counters(c->store, &c->next_job, &c->next_epoch)) &&
+        !(st = pl_coord_drain_restore(c)))
+        st = pl_coord_store_each(c->store, s_on_row, &rs);
+    pl_coord_store_specs_detach(c->store); /* the loop never writes the specs file */
+    if (st)
         return st;
     for (int i = 0; i < c->n_jobs; i++) {
         pl_coord_job_t *j = c->jobs[i];
@@ -229,6 +248,8 @@ pl_status_t pl_coord_restore(pl_coord_t *c)
             c->next_epoch = j->epoch + 1;
         if (pl_coord_job_terminal(j)) {
             n_terminal++;
+            if (j->spec_missing) /* failed now: its row says so too */
+                pl_coord_persist(c, j);
             continue;
         }
         n_again++;

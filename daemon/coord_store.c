@@ -2,6 +2,10 @@
  * transaction each, so that a crash leaves either the old row or the new one. */
 #include "daemon/coord_store.h"
 
+#include "common/log.h"
+#include "common/util.h"
+#include "daemon/coord_specs.h"
+
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +15,7 @@
 struct pl_coord_store {
     sqlite3 *db;
     char path[4096];
+    bool specs; /* the specs file is attached as "sp" (pl_coord_store_specs_attach) */
 };
 
 static const char s_schema[] =
@@ -21,9 +26,9 @@ static const char s_schema[] =
     " n_layers INTEGER NOT NULL DEFAULT 0, prompt_tokens INTEGER NOT NULL DEFAULT 0,"
     " epoch INTEGER NOT NULL DEFAULT 0, submitted_at REAL NOT NULL DEFAULT 0,"
     " ended_at REAL NOT NULL DEFAULT 0, events TEXT, train TEXT);"
-    /* the specs apart: a state change rewrites the small job row only (jobs.spec is '' then;
-     * a database from before this keeps its specs in jobs.spec) */
-    "CREATE TABLE IF NOT EXISTS specs(id INTEGER PRIMARY KEY, spec TEXT NOT NULL);"
+    /* a SUBMIT's spec is in the specs file (coord_specs.c), jobs.spec '' then; the loop's own
+     * rare whole saves (a row that went missing) and databases of two versions ago keep it
+     * here; the last version had a specs table here, moved out at attach */
     "CREATE TABLE IF NOT EXISTS drained(node TEXT PRIMARY KEY);"
     /* a running job's tokens, appended as the last stage reports them (coord_resume.c) */
     "CREATE TABLE IF NOT EXISTS progress(job INTEGER NOT NULL, seq INTEGER NOT NULL,"
@@ -33,6 +38,17 @@ static const char s_schema[] =
 static pl_status_t s_err(pl_coord_store_t *s, const char *what)
 {
     return pl_error(PL_ERR_IO, "state db %s: %s: %s", s->path, what, sqlite3_errmsg(s->db));
+}
+
+/* A write that held the loop this long says so (rate-limited): heartbeats waited for the disk. */
+#define S_SLOW_MS 100.0
+
+static pl_status_t s_timed(const pl_coord_store_t *s, double t0, const char *what, pl_status_t st)
+{
+    double ms = (pl_now() - t0) * 1e3;
+    if (ms >= S_SLOW_MS)
+        pl_log_warn_limited("state db %s: writing %s took %.0f ms", s->path, what, ms);
+    return st;
 }
 
 static pl_status_t s_exec(pl_coord_store_t *s, const char *sql)
@@ -106,6 +122,62 @@ const char *pl_coord_store_path(const pl_coord_store_t *s)
     return s->path;
 }
 
+/* Whether table `name` exists in main (a database from the last version has "specs"). */
+static bool s_has_table(pl_coord_store_t *s, const char *name)
+{
+    sqlite3_stmt *q;
+    if (sqlite3_prepare_v2(s->db, "SELECT 1 FROM main.sqlite_master WHERE type = 'table' AND"
+                           " name = ?", -1, &q, NULL))
+        return false;
+    sqlite3_bind_text(q, 1, name, -1, SQLITE_STATIC);
+    bool found = sqlite3_step(q) == SQLITE_ROW;
+    sqlite3_finalize(q);
+    return found;
+}
+
+pl_status_t pl_coord_store_specs_attach(pl_coord_store_t *s, const char *specs_path)
+{
+    pl_coord_specs_t *sp = NULL;
+    sqlite3_stmt *q = NULL;
+    pl_status_t st;
+    if (s->specs)
+        return PL_OK;
+    /* made (0600, WAL, its table) by its own opener, so that its schema has one home */
+    if ((st = pl_coord_specs_open(specs_path, &sp)))
+        return st;
+    pl_coord_specs_close(&sp);
+    if (sqlite3_prepare_v2(s->db, "ATTACH DATABASE ? AS sp", -1, &q, NULL))
+        return s_err(s, "attach the specs file");
+    sqlite3_bind_text(q, 1, specs_path, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(q);
+    sqlite3_finalize(q);
+    if (rc != SQLITE_DONE)
+        return pl_error(PL_ERR_IO, "state db %s: attach the specs file %s: %s", s->path,
+                        specs_path, sqlite3_errmsg(s->db));
+    s->specs = true;
+    /* The last version's specs table moves out in two steps, each its own durable transaction:
+     * copied (a copy there already is replaced by the same bytes), then dropped here. A crash
+     * between them copies again at the next start: nothing lost, nothing doubled. */
+    if ((st = s_exec(s, "PRAGMA sp.synchronous=FULL")) ||
+        (s_has_table(s, "specs") &&
+         ((st = s_exec(s, "INSERT OR REPLACE INTO sp.specs(id, spec) SELECT id, spec FROM"
+                          " main.specs")) ||
+          (st = s_exec(s, "DROP TABLE main.specs")))) ||
+        /* a spec whose SUBMIT never got its job row (a crash, or a stop, in between) */
+        (st = s_exec(s, "DELETE FROM sp.specs WHERE id NOT IN (SELECT id FROM main.jobs)"))) {
+        pl_coord_store_specs_detach(s);
+        return pl_error_prefix(st, "specs file %s: ", specs_path);
+    }
+    return PL_OK;
+}
+
+void pl_coord_store_specs_detach(pl_coord_store_t *s)
+{
+    if (s->specs)
+        sqlite3_exec(s->db, "DETACH DATABASE sp", NULL, NULL, NULL);
+    s->specs = false;
+}
+
 static pl_status_t s_counter(pl_coord_store_t *s, const char *key, uint32_t *out)
 {
     sqlite3_stmt *q;
@@ -154,12 +226,16 @@ pl_status_t pl_coord_store_each(pl_coord_store_t *s,
 {
     sqlite3_stmt *q;
     pl_status_t st = PL_OK;
-    if (sqlite3_prepare_v2(s->db,
-                           "SELECT j.id, state, COALESCE(s.spec, j.spec), plan, results, error,"
-                           " generated, n_seqs, n_layers, prompt_tokens, epoch, submitted_at,"
-                           " ended_at, events, train FROM jobs j LEFT JOIN specs s ON s.id = j.id"
-                           " ORDER BY j.id",
-                           -1, &q, NULL))
+    /* the spec from the specs file, else the row's own; NULL when neither has it */
+#define S_JOB_COLS(spec, from)                                                                   \
+    "SELECT j.id, state, " spec ", plan, results, error, generated, n_seqs, n_layers,"            \
+    " prompt_tokens, epoch, submitted_at, ended_at, events, train FROM jobs j " from              \
+    " ORDER BY j.id"
+    const char *sql = s->specs ? S_JOB_COLS("COALESCE(s.spec, NULLIF(j.spec, ''))",
+                                            "LEFT JOIN sp.specs s ON s.id = j.id")
+                               : S_JOB_COLS("NULLIF(j.spec, '')", "");
+#undef S_JOB_COLS
+    if (sqlite3_prepare_v2(s->db, sql, -1, &q, NULL))
         return s_err(s, "read jobs");
     int rc;
     while (!st && (rc = sqlite3_step(q)) == SQLITE_ROW) {
@@ -210,43 +286,6 @@ static pl_status_t s_put_counter(pl_coord_store_t *s, const char *key, uint32_t 
     return rc == SQLITE_DONE ? PL_OK : s_err(s, "write counters");
 }
 
-static pl_status_t s_put_spec(pl_coord_store_t *s, int64_t id, const char *spec)
-{
-    sqlite3_stmt *q;
-    if (sqlite3_prepare_v2(s->db, "INSERT OR REPLACE INTO specs(id, spec) VALUES(?, ?)", -1, &q,
-                           NULL))
-        return s_err(s, "write job spec");
-    sqlite3_bind_int64(q, 1, id);
-    sqlite3_bind_text(q, 2, spec, -1, SQLITE_STATIC);
-    int rc = sqlite3_step(q);
-    sqlite3_finalize(q);
-    return rc == SQLITE_DONE ? PL_OK : s_err(s, "write job spec");
-}
-
-pl_status_t pl_coord_store_put_spec(pl_coord_store_t *s, int64_t id, const char *spec)
-{
-    return s_put_spec(s, id, spec); /* one statement: its own durable transaction */
-}
-
-pl_status_t pl_coord_store_drop_spec(pl_coord_store_t *s, int64_t id)
-{
-    sqlite3_stmt *q;
-    if (sqlite3_prepare_v2(s->db,
-                           "DELETE FROM specs WHERE id = ?1 AND NOT EXISTS"
-                           " (SELECT 1 FROM jobs WHERE id = ?1)",
-                           -1, &q, NULL))
-        return s_err(s, "drop job spec");
-    sqlite3_bind_int64(q, 1, id);
-    int rc = sqlite3_step(q);
-    sqlite3_finalize(q);
-    return rc == SQLITE_DONE ? PL_OK : s_err(s, "drop job spec");
-}
-
-pl_status_t pl_coord_store_specs_prune(pl_coord_store_t *s)
-{
-    return s_exec(s, "DELETE FROM specs WHERE id NOT IN (SELECT id FROM jobs)");
-}
-
 typedef enum { S_PUT_WHOLE, S_PUT_STATE, S_PUT_ADD } s_put_t;
 
 static pl_status_t s_put(pl_coord_store_t *s, const pl_coord_row_t *r, s_put_t how,
@@ -256,14 +295,12 @@ static pl_status_t s_put(pl_coord_store_t *s, const pl_coord_row_t *r, s_put_t h
     pl_status_t st;
     if ((st = s_exec(s, "BEGIN IMMEDIATE")))
         return st;
-    if (how == S_PUT_WHOLE && (st = s_put_spec(s, r->id, r->spec)))
-        goto err;
-    /* the state columns only of a row that exists and keeps its spec; or a new row beside a
-     * spec stored before it (nothing added when that spec is not there) */
+    /* a whole row with its spec in it; the state columns only of a row that exists and keeps
+     * its spec; or a new row whose spec the intake stored in the specs file before it */
     static const char *const sqls[] = {
         [S_PUT_WHOLE] = "INSERT OR REPLACE INTO jobs(id, state, spec, plan, results, error,"
                         " generated, n_seqs, n_layers, prompt_tokens, epoch, submitted_at,"
-                        " ended_at, events, train) VALUES(?1,?2,'',?4,?5,?6,?7,?8,?9,?10,"
+                        " ended_at, events, train) VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,"
                         "?11,?12,?13,?14,?15)",
         [S_PUT_STATE] = "UPDATE jobs SET state = ?2, plan = ?4, results = ?5, error = ?6,"
                         " generated = ?7, n_seqs = ?8, n_layers = ?9, prompt_tokens = ?10,"
@@ -271,8 +308,8 @@ static pl_status_t s_put(pl_coord_store_t *s, const pl_coord_row_t *r, s_put_t h
                         " train = ?15 WHERE id = ?1",
         [S_PUT_ADD] = "INSERT OR REPLACE INTO jobs(id, state, spec, plan, results, error,"
                       " generated, n_seqs, n_layers, prompt_tokens, epoch, submitted_at,"
-                      " ended_at, events, train) SELECT ?1,?2,'',?4,?5,?6,?7,?8,?9,?10,"
-                      "?11,?12,?13,?14,?15 WHERE EXISTS (SELECT 1 FROM specs WHERE id = ?1)",
+                      " ended_at, events, train) VALUES(?1,?2,'',?4,?5,?6,?7,?8,?9,?10,"
+                      "?11,?12,?13,?14,?15)",
     };
     const char *sql = sqls[how];
     if (sqlite3_prepare_v2(s->db, sql, -1, &q, NULL)) {
@@ -281,6 +318,8 @@ static pl_status_t s_put(pl_coord_store_t *s, const pl_coord_row_t *r, s_put_t h
     }
     sqlite3_bind_int64(q, 1, r->id);
     s_bind_text(q, 2, r->state);
+    if (how == S_PUT_WHOLE)
+        s_bind_text(q, 3, r->spec);
     s_bind_text(q, 4, r->plan);
     s_bind_text(q, 5, r->results);
     s_bind_text(q, 6, r->error ? r->error : "");
@@ -297,9 +336,9 @@ static pl_status_t s_put(pl_coord_store_t *s, const pl_coord_row_t *r, s_put_t h
         st = s_err(s, "write job");
         goto err;
     }
-    if (how != S_PUT_WHOLE && sqlite3_changes(s->db) != 1) {
-        st = pl_error(PL_ERR_NOT_FOUND, "state db %s: no %s for job %lld", s->path,
-                      how == S_PUT_ADD ? "stored spec" : "row to update", (long long)r->id);
+    if (how == S_PUT_STATE && sqlite3_changes(s->db) != 1) {
+        st = pl_error(PL_ERR_NOT_FOUND, "state db %s: no row to update for job %lld", s->path,
+                      (long long)r->id);
         goto err;
     }
     sqlite3_finalize(q);
@@ -317,13 +356,16 @@ err:
 pl_status_t pl_coord_store_put(pl_coord_store_t *s, const pl_coord_row_t *r, uint32_t next_job,
                                uint32_t next_epoch)
 {
-    return s_put(s, r, r->spec ? S_PUT_WHOLE : S_PUT_STATE, next_job, next_epoch);
+    double t0 = pl_now();
+    return s_timed(s, t0, "a job row",
+                   s_put(s, r, r->spec ? S_PUT_WHOLE : S_PUT_STATE, next_job, next_epoch));
 }
 
 pl_status_t pl_coord_store_add(pl_coord_store_t *s, const pl_coord_row_t *r, uint32_t next_job,
                                uint32_t next_epoch)
 {
-    return s_put(s, r, S_PUT_ADD, next_job, next_epoch);
+    double t0 = pl_now();
+    return s_timed(s, t0, "a new job row", s_put(s, r, S_PUT_ADD, next_job, next_epoch));
 }
 
 static pl_status_t s_delete(pl_coord_store_t *s, const char *sql, int64_t id)
@@ -337,15 +379,7 @@ static pl_status_t s_delete(pl_coord_store_t *s, const char *sql, int64_t id)
     return rc == SQLITE_DONE ? PL_OK : s_err(s, "delete job");
 }
 
-pl_status_t pl_coord_store_delete(pl_coord_store_t *s, int64_t id)
-{
-    pl_status_t st = s_delete(s, "DELETE FROM jobs WHERE id = ?", id);
-    if (!st)
-        st = s_delete(s, "DELETE FROM specs WHERE id = ?", id);
-    return st ? st : pl_coord_store_progress_delete(s, id);
-}
-
-pl_status_t pl_coord_store_forget(pl_coord_store_t *s, int64_t id)
+static pl_status_t s_delete_job(pl_coord_store_t *s, int64_t id)
 {
     pl_status_t st;
     if ((st = s_exec(s, "BEGIN IMMEDIATE")))
@@ -359,12 +393,18 @@ pl_status_t pl_coord_store_forget(pl_coord_store_t *s, int64_t id)
     return PL_OK;
 }
 
+pl_status_t pl_coord_store_delete(pl_coord_store_t *s, int64_t id)
+{
+    double t0 = pl_now();
+    return s_timed(s, t0, "a job deletion", s_delete_job(s, id));
+}
+
 pl_status_t pl_coord_store_progress_delete(pl_coord_store_t *s, int64_t job)
 {
     return s_delete(s, "DELETE FROM progress WHERE job = ?", job);
 }
 
-pl_status_t pl_coord_store_progress_put(pl_coord_store_t *s, const pl_coord_chunk_t *c, int n)
+static pl_status_t s_progress_put(pl_coord_store_t *s, const pl_coord_chunk_t *c, int n)
 {
     sqlite3_stmt *q = NULL;
     unsigned char *blob = NULL;
@@ -416,6 +456,12 @@ err:
     sqlite3_finalize(q);
     sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
     return st;
+}
+
+pl_status_t pl_coord_store_progress_put(pl_coord_store_t *s, const pl_coord_chunk_t *c, int n)
+{
+    double t0 = pl_now();
+    return s_timed(s, t0, "progress", s_progress_put(s, c, n));
 }
 
 pl_status_t pl_coord_store_progress_each(pl_coord_store_t *s,

@@ -1,6 +1,6 @@
 /* The coordinator's durable state in SQLite (WAL, synchronous=FULL): one row per job (state,
- * plan, results; its spec apart, written once) and the counters that never repeat (job, epoch).
- * One connection per thread: the loop's, and the client intake's for the specs it stores. */
+ * plan, results; a SUBMIT's spec apart, in the specs file: coord_specs.h) and the counters that
+ * never repeat (job, epoch). The loop's connection; the client intake writes the specs file. */
 #ifndef PL_DAEMON_COORD_STORE_H
 #define PL_DAEMON_COORD_STORE_H
 
@@ -17,7 +17,7 @@ typedef struct pl_coord_store pl_coord_store_t;
 typedef struct {
     int64_t id;
     const char *state;
-    const char *spec;    /* pl_job_spec_encode's JSON */
+    const char *spec;    /* pl_job_spec_encode's JSON; read back NULL when it is missing */
     const char *plan;    /* NULL: none */
     const char *results; /* NULL: none; pl_msg_results_encode's array */
     const char *error;
@@ -34,7 +34,15 @@ void pl_coord_store_close(pl_coord_store_t **store_p);
 /* The counters: next job id and next epoch, at least 1. */
 pl_status_t pl_coord_store_counters(pl_coord_store_t *s, uint32_t *next_job_p,
                                     uint32_t *next_epoch_p);
-/* Every job row in id order through fn (a non-zero return stops the walk and is returned). */
+/* At start, before any other connection writes specs: the specs file (made when missing)
+ * attached to this connection; the specs a database of the last version kept inside it moved
+ * there (crash-safe: copied, then dropped here); specs without a job row dropped. Until detach,
+ * pl_coord_store_each reads each row's spec from there. Errors name the file. */
+pl_status_t pl_coord_store_specs_attach(pl_coord_store_t *s, const char *specs_path);
+/* Detached again, so that this connection's transactions never lock the specs file. */
+void pl_coord_store_specs_detach(pl_coord_store_t *s);
+/* Every job row in id order through fn (a non-zero return stops the walk and is returned); a
+ * row's spec from the specs file when attached, else its own; NULL when neither has it. */
 pl_status_t pl_coord_store_each(pl_coord_store_t *s,
                                 pl_status_t (*fn)(void *user, const pl_coord_row_t *row),
                                 void *user);
@@ -42,23 +50,13 @@ pl_status_t pl_coord_store_each(pl_coord_store_t *s,
  * and keeps its spec, the other columns are updated (PL_ERR_NOT_FOUND when there is no row). */
 pl_status_t pl_coord_store_put(pl_coord_store_t *s, const pl_coord_row_t *row, uint32_t next_job,
                                uint32_t next_epoch);
-/* A new job's row beside the spec pl_coord_store_put_spec stored under its id (row->spec is
- * not read), with the counters, in one durable transaction; PL_ERR_NOT_FOUND when that spec is
- * not there. */
+/* A new job's row whose spec the intake stored in the specs file before it (row->spec is not
+ * read), with the counters, in one durable transaction. */
 pl_status_t pl_coord_store_add(pl_coord_store_t *s, const pl_coord_row_t *row, uint32_t next_job,
                                uint32_t next_epoch);
-/* A SUBMIT's spec, durably, before its job row exists: another thread's connection may write it
- * (WAL) while the loop's writes go on, so the large write is off the loop. */
-pl_status_t pl_coord_store_put_spec(pl_coord_store_t *s, int64_t id, const char *spec);
-/* A spec without a job row (refused, or forgotten); one whose job has a row stays. */
-pl_status_t pl_coord_store_drop_spec(pl_coord_store_t *s, int64_t id);
-/* Drop every spec without a job row (a SUBMIT that never got as far as its row), at start. */
-pl_status_t pl_coord_store_specs_prune(pl_coord_store_t *s);
-/* Delete a job's row and its progress. */
+/* Delete a job's row and its progress in one transaction (its spec in the specs file is the
+ * intake's to drop: pl_coord_intake_drop_spec; one left behind is dropped at the next start). */
 pl_status_t pl_coord_store_delete(pl_coord_store_t *s, int64_t id);
-/* The same in one transaction, leaving its spec (a large row) for pl_coord_store_drop_spec on
- * another connection. */
-pl_status_t pl_coord_store_forget(pl_coord_store_t *s, int64_t id);
 
 /* A piece of one sequence's progress: tokens [at, at + n) of its output, finish the pl_finish_t
  * it ended with (0: running). Borrowed both ways, as rows are. */

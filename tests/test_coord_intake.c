@@ -5,11 +5,13 @@
 #include "cluster_util.h"
 #include "common/util.h"
 #include "daemon/coord_intake.h"
+#include "daemon/coord_specs.h"
 #include "transport/msg.h"
 #include "transport/sock.h"
 
 #include <criterion/criterion.h>
 #include <poll.h>
+#include <sqlite3.h>
 
 typedef struct {
     char dir[256], ep[64], db[300], model[300];
@@ -17,8 +19,7 @@ typedef struct {
     pl_coord_t c;
     pl_tx_ctx_t *ctx;
     pl_coord_intake_t *in;
-    void *zctx, *client;     /* a raw DEALER: it sends what it likes */
-    pl_coord_store_t *store; /* the loop's own connection */
+    void *zctx, *client; /* a raw DEALER: it sends what it likes */
 } s_t;
 
 /* max_queued: coordinator.max_queued_jobs, fixed before the thread starts (it reads it). */
@@ -35,8 +36,6 @@ static void s_start(s_t *t, bool with_db, int max_queued)
     t->c.next_job = 7;
     t->c.next_epoch = 1;
     t->c.insecure = true;
-    if (with_db)
-        cr_assert_eq(pl_coord_store_open(t->db, &t->store), PL_OK, "%s", pl_error_msg());
     pl_tx_sock_t *router;
     cr_assert_eq(pl_tx_ctx_new(&t->ctx), PL_OK);
     cr_assert_eq(pl_tx_sock_new(t->ctx, PL_TX_ROUTER, &router), PL_OK);
@@ -61,7 +60,6 @@ static void s_stop(s_t *t)
     zmq_close(t->client);
     zmq_ctx_term(t->zctx);
     pl_tx_ctx_destroy(&t->ctx);
-    pl_coord_store_close(&t->store);
     tc_sh(NULL, "rm -rf %s", t->dir);
 }
 
@@ -94,16 +92,21 @@ static void s_take(s_t *t, pl_coord_req_t *r)
     cr_assert_fail("no request reached the loop in 10 s");
 }
 
-/* Whether job `id`'s spec is stored: a job row can be added beside it. */
+/* Whether job `id`'s spec is in the specs file beside the state db (read as a restart would). */
 static bool s_spec_stored(s_t *t, uint32_t id)
 {
-    pl_coord_row_t row = {.id = id, .state = "queued"};
-    pl_status_t st = pl_coord_store_add(t->store, &row, id + 1, 1);
-    if (st == PL_OK)
-        cr_assert_eq(pl_coord_store_delete(t->store, id), PL_OK);
-    else
-        cr_assert_eq(st, PL_ERR_NOT_FOUND, "%s", pl_error_msg());
-    return st == PL_OK;
+    char path[400], sql[96];
+    sqlite3 *db;
+    sqlite3_stmt *q;
+    cr_assert_eq(pl_coord_specs_path(t->db, path, sizeof(path)), PL_OK);
+    cr_assert_eq(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK, "%s", path);
+    snprintf(sql, sizeof(sql), "SELECT count(*) FROM specs WHERE id = %u", id);
+    cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &q, NULL), SQLITE_OK, "%s", sqlite3_errmsg(db));
+    cr_assert_eq(sqlite3_step(q), SQLITE_ROW);
+    bool stored = sqlite3_column_int(q, 0) == 1;
+    sqlite3_finalize(q);
+    sqlite3_close(db);
+    return stored;
 }
 
 Test(coord_intake, requests_reach_the_loop_decoded_and_answers_go_back_through_it)
@@ -119,7 +122,7 @@ Test(coord_intake, requests_reach_the_loop_decoded_and_answers_go_back_through_i
     cr_assert_null(r.job);
     cr_assert_null(r.from.sock, "answers go through the intake");
     pl_coord_reply(&t.c, &r.from, json_pack("{s:s}", "status", "fine"));
-    pl_coord_req_clear(&r);
+    pl_coord_intake_done(t.in, &r);
     s_answer(&t, type, body, sizeof(body));
     cr_assert_str_eq(type, "REPLY");
     cr_assert(strstr(body, "\"fine\""), "%s", body);
@@ -170,7 +173,7 @@ Test(coord_intake, a_submit_arrives_validated_with_its_spec_stored, .timeout = 6
     cr_assert_gt(r.job->n_layers, 0);
     cr_assert_str_eq(r.job->spec.model, t.model);
     cr_assert(s_spec_stored(&t, 7), "the spec is durable before the loop sees the job");
-    pl_coord_req_clear(&r);
+    pl_coord_intake_done(t.in, &r);
 
     /* a SUBMIT that fails validation is answered by the intake and stores nothing */
     s_send(&t, "SUBMIT",
@@ -186,7 +189,7 @@ Test(coord_intake, a_submit_arrives_validated_with_its_spec_stored, .timeout = 6
     cr_assert_eq(r.job->id, 8, "a failed validation uses no id");
     cr_assert(s_spec_stored(&t, 8));
     pl_coord_intake_drop_spec(t.in, 8);
-    pl_coord_req_clear(&r);
+    pl_coord_intake_done(t.in, &r);
     bool gone = false;
     for (double end = pl_now() + 10; !gone && pl_now() < end; usleep(20 * 1000))
         gone = !s_spec_stored(&t, 8);
@@ -215,7 +218,7 @@ Test(coord_intake, a_full_job_queue_is_answered_before_anything_is_stored, .time
     s_take(&t, &r);
     cr_assert_not_null(r.job);
     cr_assert_eq(r.job->id, 7);
-    pl_coord_req_clear(&r);
+    pl_coord_intake_done(t.in, &r);
     pl_coord_intake_publish(t.in, 2); /* the loop has it now */
     s_send(&t, "SUBMIT", submit);
     s_answer(&t, type, body, sizeof(body));
@@ -226,7 +229,10 @@ Test(coord_intake, a_full_job_queue_is_answered_before_anything_is_stored, .time
     s_stop(&t);
 }
 
-Test(coord_intake, a_full_queue_is_answered_busy_and_the_rest_keep_their_order, .timeout = 60)
+/* A pipelining client's answers come in the order it asked, whoever gives them: the "busy" the
+ * intake gives its requests past a full queue waits behind the loop's answers to the requests
+ * before them; another client, with nothing at the loop, is answered at once meanwhile. */
+Test(coord_intake, a_full_queue_is_answered_busy_in_the_clients_order, .timeout = 60)
 {
     static s_t t; /* the coordinator's state is large: not on the stack */
     char type[32], body[4096], msg[64];
@@ -236,25 +242,93 @@ Test(coord_intake, a_full_queue_is_answered_busy_and_the_rest_keep_their_order, 
         snprintf(msg, sizeof(msg), "{" TC_PROTO "\"job\": %d}", 1000 + i);
         s_send(&t, "STATUS", msg);
     }
-    for (int i = 0; i < extra; i++) { /* the loop takes nothing meanwhile */
-        s_answer(&t, type, body, sizeof(body));
-        cr_assert_str_eq(type, "ERROR");
-        cr_assert(strstr(body, "busy"), "%s", body);
-        char code[32];
-        snprintf(code, sizeof(code), "\"code\":%d", PL_ERR_BUSY);
-        cr_assert(strstr(body, code), "%s", body);
-    }
+    void *other = zmq_socket(t.zctx, ZMQ_DEALER);
+    int linger = 0, rcv = 10000;
+    zmq_setsockopt(other, ZMQ_LINGER, &linger, sizeof(linger));
+    zmq_setsockopt(other, ZMQ_RCVTIMEO, &rcv, sizeof(rcv));
+    cr_assert_eq(zmq_connect(other, t.ep), 0);
+    usleep(300 * 1000); /* the first client's requests are in: the queue is full */
+    cr_assert_geq(zmq_send(other, "STATUS", 6, ZMQ_SNDMORE), 0);
+    cr_assert_geq(zmq_send(other, "{" TC_PROTO "\"job\": 1}", strlen("{" TC_PROTO "\"job\": 1}"), 0), 0);
+    int n = zmq_recv(other, type, sizeof(type) - 1, 0);
+    cr_assert_geq(n, 0, "the other client was not answered while the loop took nothing");
+    type[n] = '\0';
+    cr_assert_str_eq(type, "ERROR");
+    n = zmq_recv(other, body, sizeof(body) - 1, 0);
+    body[n < 0 ? 0 : n] = '\0';
+    cr_assert(strstr(body, "busy"), "%s", body);
+    zmq_close(other);
+    cr_assert_eq(zmq_recv(t.client, type, sizeof(type) - 1, ZMQ_DONTWAIT), -1,
+                 "a busy answer overtook the loop's answers to earlier requests");
     for (int i = 0; i < PL_COORD_INTAKE_MAX; i++) {
         pl_coord_req_t r;
         s_take(&t, &r);
         cr_assert_eq(r.msg.job_ref.job, 1000 + i, "the oldest first");
-        pl_coord_req_clear(&r);
+        pl_coord_reply(&t.c, &r.from, json_pack("{s:i}", "answer", 1000 + i));
+        pl_coord_intake_done(t.in, &r);
+    }
+    for (int i = 0; i < PL_COORD_INTAKE_MAX + extra; i++) {
+        s_answer(&t, type, body, sizeof(body));
+        if (i < PL_COORD_INTAKE_MAX) {
+            char want[32];
+            snprintf(want, sizeof(want), "\"answer\":%d", 1000 + i);
+            cr_assert_str_eq(type, "REPLY", "answer %d: %s", i, body);
+            cr_assert(strstr(body, want), "answer %d out of order: %s", i, body);
+            continue;
+        }
+        cr_assert_str_eq(type, "ERROR", "answer %d: %s", i, body);
+        cr_assert(strstr(body, "busy"), "%s", body);
+        char code[32];
+        snprintf(code, sizeof(code), "\"code\":%d", PL_ERR_BUSY);
+        cr_assert(strstr(body, code), "%s", body);
     }
     pl_coord_req_t r;
     cr_assert_not(pl_coord_intake_take(t.in, &r));
     s_send(&t, "STATUS", "{" TC_PROTO "\"job\": 5}"); /* room again */
     s_take(&t, &r);
     cr_assert_eq(r.msg.job_ref.job, 5);
-    pl_coord_req_clear(&r);
+    pl_coord_intake_done(t.in, &r);
+    /* and a refusal behind nothing at the loop goes at once */
+    s_send(&t, "STATUS", "{" TC_PROTO "\"job\": ");
+    s_answer(&t, type, body, sizeof(body));
+    cr_assert_str_eq(type, "ERROR");
+    cr_assert(strstr(body, "not JSON"), "%s", body);
+    s_stop(&t);
+}
+
+/* A PLAN reaches the loop as a validated job (the model read on the intake); one that cannot be
+ * validated is answered by the intake. */
+Test(coord_intake, a_plan_arrives_validated, .timeout = 60)
+{
+    static s_t t; /* the coordinator's state is large: not on the stack */
+    char type[32], body[4096], plan[1024];
+    s_start(&t, true, 256);
+    cr_assert_eq(tc_make_model(t.dir, "m", ""), 0, "pl-mkmodel failed");
+    snprintf(plan, sizeof(plan),
+             "{" TC_PROTO "\"model\": \"%s\", \"gen\": {\"prompts\": [[1, 2, 3], [4]]}}", t.model);
+    s_send(&t, "PLAN", plan);
+    pl_coord_req_t r;
+    s_take(&t, &r);
+    cr_assert_eq(r.msg.type, PL_MSG_PLAN);
+    cr_assert_not_null(r.job, "the loop gets the validated job");
+    cr_assert_eq(r.job->n_seqs, 2);
+    cr_assert_gt(r.job->n_layers, 0);
+    cr_assert_not(r.job->spec_saved, "a plan stores nothing");
+    cr_assert_eq(r.job->id, 0, "a plan takes no job id");
+    pl_coord_intake_done(t.in, &r);
+    snprintf(plan, sizeof(plan),
+             "{" TC_PROTO "\"model\": \"%s\", \"gen\": {\"prompts\": [[1, 99999]]}}", t.model);
+    s_send(&t, "PLAN", plan);
+    s_answer(&t, type, body, sizeof(body));
+    cr_assert_str_eq(type, "ERROR");
+    cr_assert(strstr(body, "cannot plan"), "%s", body);
+    cr_assert_not(pl_coord_intake_take(t.in, &r), "the loop never saw it");
+    /* a SUBMIT after it still gets the next id */
+    snprintf(plan, sizeof(plan),
+             "{" TC_PROTO "\"model\": \"%s\", \"gen\": {\"prompts\": [[1]]}}", t.model);
+    s_send(&t, "SUBMIT", plan);
+    s_take(&t, &r);
+    cr_assert_eq(r.job->id, 7);
+    pl_coord_intake_done(t.in, &r);
     s_stop(&t);
 }

@@ -128,69 +128,6 @@ Test(coord_state, a_save_without_a_spec_updates_the_row_and_keeps_its_spec)
     cr_assert_eq(system(cmd), 0);
 }
 
-static pl_status_t s_one(void *user, const pl_coord_row_t *r)
-{
-    char **out = user;
-    cr_assert_null(out[0], "one row only (job %lld is another)", (long long)r->id);
-    cr_assert_eq(r->id, 4);
-    out[0] = strdup(r->state);
-    out[1] = strdup(r->spec);
-    return PL_OK;
-}
-
-/* The client intake stores a SUBMIT's spec through its own connection before the loop adds the
- * job's row beside it (pl_coord_store_add); specs that never got a row are dropped; the counters
- * only grow, whichever connection saves them last. */
-Test(coord_state, a_spec_stored_ahead_gets_its_row_and_counters_only_grow)
-{
-    char dir[64], path[128];
-    s_tmpdir(dir, sizeof(dir));
-    snprintf(path, sizeof(path), "%s/coord.db", dir);
-    pl_coord_store_t *loop, *intake;
-    uint32_t nj, ne;
-    cr_assert_eq(pl_coord_store_open(path, &loop), PL_OK, "%s", pl_error_msg());
-    cr_assert_eq(pl_coord_store_open(path, &intake), PL_OK, "%s", pl_error_msg());
-    cr_assert_eq(pl_coord_store_put_spec(intake, 4, s_spec), PL_OK, "%s", pl_error_msg());
-    pl_coord_row_t r = {.id = 4, .state = "queued", .n_seqs = 2};
-    cr_assert_eq(pl_coord_store_add(loop, &r, 5, 2), PL_OK, "%s", pl_error_msg());
-    r.id = 5; /* no spec stored for it: refused, nothing written */
-    cr_assert_eq(pl_coord_store_add(loop, &r, 6, 2), PL_ERR_NOT_FOUND);
-    cr_assert(strstr(pl_error_msg(), "job 5") && strstr(pl_error_msg(), "spec"), "%s",
-              pl_error_msg());
-    cr_assert_eq(pl_coord_store_counters(loop, &nj, &ne), PL_OK);
-    cr_assert_eq(nj, 5, "the refused add's counters were rolled back");
-    r = (pl_coord_row_t){.id = 4, .state = "done", .n_seqs = 2, .results = s_res};
-    cr_assert_eq(pl_coord_store_put(loop, &r, 3, 1), PL_OK, "%s", pl_error_msg());
-    cr_assert_eq(pl_coord_store_counters(intake, &nj, &ne), PL_OK);
-    cr_assert_eq(nj, 5, "an older counter does not go back");
-    cr_assert_eq(ne, 2);
-    /* refused by the loop: the spec goes; a spec with a row stays */
-    cr_assert_eq(pl_coord_store_put_spec(intake, 6, s_spec), PL_OK);
-    cr_assert_eq(pl_coord_store_drop_spec(intake, 6), PL_OK);
-    cr_assert_eq(pl_coord_store_add(loop, &(pl_coord_row_t){.id = 6, .state = "queued"}, 7, 2),
-                 PL_ERR_NOT_FOUND, "the dropped spec is gone");
-    cr_assert_eq(pl_coord_store_drop_spec(intake, 4), PL_OK);
-    /* a spec whose SUBMIT never got its row (a crash between the two): pruned at start */
-    cr_assert_eq(pl_coord_store_put_spec(intake, 7, s_spec), PL_OK);
-    pl_coord_store_close(&intake);
-    pl_coord_store_close(&loop);
-
-    cr_assert_eq(pl_coord_store_open(path, &loop), PL_OK);
-    cr_assert_eq(pl_coord_store_specs_prune(loop), PL_OK, "%s", pl_error_msg());
-    cr_assert_eq(pl_coord_store_add(loop, &(pl_coord_row_t){.id = 7, .state = "queued"}, 8, 2),
-                 PL_ERR_NOT_FOUND, "the orphan spec was pruned");
-    char *got[2] = {NULL};
-    cr_assert_eq(pl_coord_store_each(loop, s_one, got), PL_OK);
-    cr_assert_str_eq(got[0], "done");
-    cr_assert_str_eq(got[1], s_spec, "job 4 kept the spec stored ahead of its row");
-    free(got[0]);
-    free(got[1]);
-    pl_coord_store_close(&loop);
-    char cmd[160];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-    cr_assert_eq(system(cmd), 0);
-}
-
 static void s_job_clear(pl_coord_job_t *j)
 {
     json_decref(j->plan);
@@ -242,7 +179,7 @@ Test(coord_state, bad_rows_are_refused_naming_the_field)
     r = ok, r.id = 1LL << 32, s_refused(r, "id");
     r = ok, r.state = "sleeping", s_refused(r, "state");
     r = ok, r.state = NULL, s_refused(r, "state");
-    r = ok, r.spec = NULL, s_refused(r, "spec");
+    /* r.spec NULL (the spec went missing) restores the job without it: test_coord_specs */
     r = ok, r.spec = "{not json", s_refused(r, "spec");
     r = ok, r.spec = "{\"model\": \"/m\"}", s_refused(r, "spec");
     r = ok, r.results = NULL, s_refused(r, "results");

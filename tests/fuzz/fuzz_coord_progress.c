@@ -202,10 +202,11 @@ static int s_one(const char *dir, const uint8_t *data, size_t size)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    static const char *const files[] = {"coord.db",          "coord.db-wal",
-                                        "coord.db-shm",      "coord.db-journal",
-                                        "m/config.json",     "m/model.safetensors",
-                                        "m/model.safetensors.tmp"};
+    static const char *const files[] = {"coord.db",           "coord.db-wal",
+                                        "coord.db-shm",       "coord.db-journal",
+                                        "coord-specs.db",     "coord-specs.db-wal",
+                                        "coord-specs.db-shm", "m/config.json",
+                                        "m/model.safetensors", "m/model.safetensors.tmp"};
     char dir[64], path[160];
     if (size < 4)
         return 0;
