@@ -30,7 +30,7 @@ trap cleanup EXIT
 
 # the demo's own state database, fresh each run, so that its job is job 1 (a real cluster keeps
 # one in the state directory: ids continue across restarts)
-rm -f "$OUT/coord.db" "$OUT/coord.db-wal" "$OUT/coord.db-shm"
+rm -f "$OUT"/coord.db "$OUT"/coord.db-wal "$OUT"/coord.db-shm "$OUT"/coord-specs.db*
 "$B/pipecoord" --state-db "$OUT/coord.db" >"$OUT/logs/pipecoord.log" 2>&1 &
 pids+=($!)
 echo "demo: starting 3 daemons (logs in $OUT/logs)"

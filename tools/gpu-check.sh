@@ -229,7 +229,7 @@ checks() {
         local dir=$MODELS/mixed ep=tcp://127.0.0.1:5655 rc=0 pids=()
         local ctl=("$BIN/pipectl" -c "$ep" --timeout 10)
         mkdir -p "$dir"
-        rm -f "$dir/coord.db" "$dir/coord.db-wal" "$dir/coord.db-shm" # its job is job 1
+        rm -f "$dir"/coord.db "$dir"/coord.db-wal "$dir"/coord.db-shm "$dir"/coord-specs.db* # its job is job 1
         printf '[1, 15, 27, 99]\n[1, 7]\n[1, 100, 101, 102, 103, 104, 105]\n[3, 42, 42]\n' \
             > "$dir/prompts.jsonl"
         printf 'model: %s\nprompts: prompts.jsonl\nmax_new_tokens: 24\nstages: 2\n' \
