@@ -39,6 +39,15 @@ int pl_cpu_pool_size(const pl_cpu_pool_t *pool);
  * the caller. Not reentrant: one caller at a time. */
 void pl_cpu_pool_chunks(pl_cpu_pool_t *pool, int n_chunks, void (*fn)(void *arg, int chunk),
                         void *arg);
+/* What the pools of this process have done since it started (jobs with workers only; a job run
+ * on the caller alone is not counted): jobs, jobs that had to wake a sleeping worker, jobs whose
+ * caller found a worker still inside after its own last chunk (the barrier waits) and the
+ * seconds it waited in all, and how many of those waits outlasted the spin and slept. */
+typedef struct {
+    uint64_t jobs, wakes, waits, sleeps;
+    double wait_s;
+} pl_cpu_pool_stats_t;
+void pl_cpu_pool_stats(pl_cpu_pool_stats_t *stats);
 /* Call fn(arg, i, n) once for each i in 0..n-1, n the pool's size, as chunks of
  * pl_cpu_pool_chunks (so not necessarily part i on thread i); NULL pool: fn(arg, 0, 1). */
 void pl_cpu_pool_run(pl_cpu_pool_t *pool, void (*fn)(void *arg, int i, int n), void *arg);
