@@ -14,16 +14,16 @@
 #include "model/model.h"
 
 #include <getopt.h>
+#include <stddef.h>
 #include <sys/utsname.h>
 #include <time.h>
 
 #define S_MAX_BATCH 8
-/* The core OpenBLAS picked by itself, kept across pl_cpu_blas_core_fix's restart for the header. */
-#define S_OWN_CORE_ENV "PL_BENCH_BLAS_OWN_CORE"
 #define S_MAX_TLIST 4
 
 typedef struct {
     int threads[S_MAX_TLIST], n_threads, steps, prefill, reps;
+    int ctx; /* > 0: batch-1 decode from this position (a prefill of it first) */
     const char *model; /* "small", "1b" or a directory */
     const char *dtype;
     int isa; /* -1: the machine's best */
@@ -57,35 +57,59 @@ static pl_status_t s_forward(s_bench_t *b, int n_seq, int pos0, int n_tok)
  * read of its buffer before each round of steps), best of each. */
 typedef struct {
     double step_s, step_cpu, ref_s, ref_cpu;
+    /* the pools' counters per timed step (pl_cpu_pool_stats) */
+    double jobs, wakes, waits, sleeps, wait_s;
 } s_cell_t;
+
+/* Rounds of steps at most in one cell of a --ctx run: every round goes on from where the last
+ * stopped (a prefill of ctx tokens is not repeated), so the cache holds this many rounds more. */
+#define S_CTX_ROUNDS 64
+/* Repetitions of the decode parts (microseconds each), best kept: enough that one of them runs
+ * unpreempted on a shared machine. */
+#define S_PART_REPS 30
 
 /* `batch` sequences: one token each, then `steps` timed steps, per round. */
 static pl_status_t s_bench_decode(s_bench_t *b, const s_opts_t *o, const s_ref_t *ref, int ti,
                                   int batch, int threads, s_cell_t *c_p)
 {
-    s_cell_t c = {1e30, 1e30, 1e30, 1e30};
+    s_cell_t c = {1e30, 1e30, 1e30, 1e30, 0, 0, 0, 0, 0};
     double start = pl_now();
+    int pos = 0, timed = 0;
     pl_status_t st;
-    for (int r = 0; r <= o->reps || pl_now() - start < S_WARM_S; r++) {
+    for (int r = 0; r <= o->reps || (pl_now() - start < S_WARM_S && r < S_CTX_ROUNDS - 1); r++) {
         double rw, rc;
         if (ref->src) {
             s_ref_once(ref, ref->kind[ti], threads, &rw, &rc);
             c.ref_s = PL_MIN(c.ref_s, rw);
             c.ref_cpu = PL_MIN(c.ref_cpu, rc);
         }
-        for (int i = 0; i < batch; i++)
-            pl_be_stage_free_seq(b->stage, i);
-        if ((st = s_forward(b, batch, 0, 1)))
-            return st;
-        double t0 = pl_now(), c0 = s_proc_cpu_now();
-        for (int i = 1; i <= o->steps; i++)
-            if ((st = s_forward(b, batch, i, 1)))
+        if (o->ctx == 0 || r == 0) {
+            for (int i = 0; i < batch; i++)
+                pl_be_stage_free_seq(b->stage, i);
+            pos = PL_MAX(o->ctx, 1);
+            if ((st = s_forward(b, batch, 0, pos)))
                 return st;
+        }
+        pl_cpu_pool_stats_t p0, p1;
+        pl_cpu_pool_stats(&p0);
+        double t0 = pl_now(), c0 = s_proc_cpu_now();
+        for (int i = 0; i < o->steps; i++)
+            if ((st = s_forward(b, batch, pos++, 1)))
+                return st;
+        double el = pl_now() - t0, cpu = s_proc_cpu_now() - c0;
+        pl_cpu_pool_stats(&p1);
         if (r > 0) {
-            c.step_s = PL_MIN(c.step_s, (pl_now() - t0) / o->steps);
-            c.step_cpu = PL_MIN(c.step_cpu, (s_proc_cpu_now() - c0) / o->steps / threads);
+            c.step_s = PL_MIN(c.step_s, el / o->steps);
+            c.step_cpu = PL_MIN(c.step_cpu, cpu / o->steps / threads);
+            c.jobs += (double)(p1.jobs - p0.jobs);
+            c.wakes += (double)(p1.wakes - p0.wakes);
+            c.waits += (double)(p1.waits - p0.waits);
+            c.sleeps += (double)(p1.sleeps - p0.sleeps);
+            c.wait_s += p1.wait_s - p0.wait_s;
+            timed += o->steps;
         }
     }
+    c.jobs /= timed, c.wakes /= timed, c.waits /= timed, c.sleeps /= timed, c.wait_s /= timed;
     *c_p = c;
     return PL_OK;
 }
@@ -290,16 +314,18 @@ static void s_machine(void)
            sysconf(_SC_NPROCESSORS_ONLN), s_llc_bytes() >> 20, u.sysname, u.release, date);
     printf("OpenBLAS %s; kernels: %s; load average before the run %.2f %.2f %.2f\n",
            openblas_get_config(), pl_cpu_isa_name(pl_cpu_isa()), load[0], load[1], load[2]);
-    const char *env = getenv(PL_CPU_BLAS_CORE_ENV), *own = getenv(S_OWN_CORE_ENV);
-    printf("OpenBLAS core: %s (%s=%s; the core before bench_decode set it: %s)\n\n",
-           openblas_get_corename(), PL_CPU_BLAS_CORE_ENV, env ? env : "unset", own ? own : "?");
+    const char *env = getenv(PL_CPU_BLAS_CORE_ENV), *own = pl_cpu_blas_core_own();
+    printf("OpenBLAS core: %s (%s%s%s; the core OpenBLAS picks by itself here: %s)\n\n",
+           openblas_get_corename(), PL_CPU_BLAS_CORE_ENV, env ? "=" : " ", env ? env : "unset",
+           own ? own : "unknown, the variable was set from outside");
 }
 
 static int s_usage(FILE *f, int rc)
 {
     fprintf(f,
             "usage: bench_decode [--model small|1b|DIR|FILE.gguf] [--dtype TYPE] [--threads 1,2]\n"
-            "                    [--steps N] [--prefill N] [--reps N] [--isa scalar|avx2|avx512]\n"
+            "                    [--steps N] [--prefill N] [--reps N] [--ctx N]\n"
+            "                    [--isa scalar|avx2|avx512]\n"
             "  --model     small: hidden 768, 12 layers (default); 1b: 1.1 G parameters (both\n"
             "              made with pl-mkmodel in a temporary directory); or a model directory\n"
             "  --dtype     weight type of a made model: f32 (default), f16, bf16 as safetensors;\n"
@@ -307,6 +333,8 @@ static int s_usage(FILE *f, int rc)
             "  --threads   thread counts to decode with (default 1,2); prefill uses the last\n"
             "  --steps N   timed decode steps (default 32); --prefill N tokens (default 512,\n"
             "              0 skips it); --reps N repetitions, the best is kept (default 5)\n"
+            "  --ctx N     decode at batch 1 only, from position N (a prefill of N tokens\n"
+            "              first): attention's share at a long context (default 0)\n"
             "  --isa       cap the kernels' instruction set\n");
     return rc;
 }
@@ -320,6 +348,7 @@ static int s_parse(int argc, char **argv, s_opts_t *o)
                                          {"prefill", required_argument, NULL, 'p'},
                                          {"reps", required_argument, NULL, 'r'},
                                          {"isa", required_argument, NULL, 'i'},
+                                         {"ctx", required_argument, NULL, 'c'},
                                          {"help", no_argument, NULL, 'h'},
                                          {NULL, 0, NULL, 0}};
     int c;
@@ -349,6 +378,9 @@ static int s_parse(int argc, char **argv, s_opts_t *o)
         case 'r':
             o->reps = atoi(optarg);
             break;
+        case 'c':
+            o->ctx = atoi(optarg);
+            break;
         case 'i':
             for (o->isa = 0; o->isa < PL_CPU_ISA_COUNT; o->isa++)
                 if (!strcmp(optarg, pl_cpu_isa_name((pl_cpu_isa_t)o->isa)))
@@ -373,6 +405,7 @@ static int s_parse(int argc, char **argv, s_opts_t *o)
     }
     pl_wtype_t wt;
     if (optind != argc || o->n_threads < 1 || o->steps < 1 || o->prefill < 0 || o->reps < 1 ||
+        o->ctx < 0 || o->reps + 1 >= S_CTX_ROUNDS ||
         pl_wtype_parse(o->dtype, &wt) != PL_OK)
         return -1;
     return 0;
@@ -437,6 +470,7 @@ typedef struct {
     double kernel_gbps[S_MAX_TLIST], kernel_cpu_gbps[S_MAX_TLIST];
     double pf_s, ideal_s, ideal_flops;
     s_parts_t parts;
+    s_dparts_t dparts[S_MAX_TLIST];
 } s_res_t;
 
 static const int s_batches[3] = {1, 4, 8};
@@ -454,7 +488,9 @@ static pl_status_t s_run_stage(pl_model_t *model, const s_opts_t *o, const s_ref
                                .has_head = true,
                                .max_seqs = S_MAX_BATCH,
                                .max_ctx = PL_MAX(o->prefill, o->steps + 2),
-                               .max_tokens = PL_MAX(o->prefill, S_MAX_BATCH)};
+                               .max_tokens = PL_MAX(PL_MAX(o->prefill, o->ctx), S_MAX_BATCH)};
+    if (o->ctx > 0)
+        sp.max_ctx = PL_MAX(sp.max_ctx, o->ctx + S_CTX_ROUNDS * o->steps + 1);
     if (sp.max_ctx > b.cfg.max_pos)
         return pl_error(PL_ERR_RANGE, "--prefill / --steps need %d positions, the model has %d",
                         sp.max_ctx, b.cfg.max_pos);
@@ -468,7 +504,7 @@ static pl_status_t s_run_stage(pl_model_t *model, const s_opts_t *o, const s_ref
             pl_be_device_close(&b.dev);
             break;
         }
-        for (int i = 0; i < 3 && !st; i++)
+        for (int i = 0; i < (o->ctx > 0 ? 1 : 3) && !st; i++)
             st = s_bench_decode(&b, o, ref, t, s_batches[i], o->threads[t], &r->cell[t][i]);
         if (!st && t == o->n_threads - 1 && o->prefill > 0)
             st = s_bench_prefill(&b, o, PL_MAX(1, o->reps / 2), &r->pf_s);
@@ -480,6 +516,69 @@ static pl_status_t s_run_stage(pl_model_t *model, const s_opts_t *o, const s_ref
     return st;
 }
 
+/* Where a batch-1 decode step goes: the parts outside the matrix products timed alone (as the
+ * stage calls them, at the cells' middle position), the pool's barrier waits counted in the
+ * stage's own steps, and the products as the rest. */
+static void s_print_parts(const pl_model_config_t *c, const s_opts_t *o, const s_res_t *r)
+{
+    int pos = o->ctx > 0 ? o->ctx : o->steps / 2 + 1, L = c->n_layers;
+    printf("| a batch-1 decode step, position %d: us per token (share of the step, wall) |", pos);
+    for (int t = 0; t < o->n_threads; t++)
+        printf(" %d thread(s) |", o->threads[t]);
+    printf("\n| --- |");
+    for (int t = 0; t < o->n_threads; t++)
+        printf(" ---: |");
+    printf("\n");
+    struct {
+        const char *pre, *post;
+        int count;
+        size_t off;
+    } rows[] = {
+        {"rmsnorm (", " rows: 2 a layer + the final one)", 2 * L + 1,
+         offsetof(s_dparts_t, norm_s)},
+        {"rope (the table once, q and k in ", " layers)", L, offsetof(s_dparts_t, rope_s)},
+        {"kv cache writes (", " layers)", L, offsetof(s_dparts_t, kv_s)},
+        {"attention (", " layers, on the pool)", L, offsetof(s_dparts_t, att_s)},
+        {"swiglu (", " layers)", L, offsetof(s_dparts_t, swiglu_s)},
+        {"residual adds (", ")", 2 * L, offsetof(s_dparts_t, add_s)},
+        {"activation buffers of the quantized products (", " malloc + free)", 4 * L + 1,
+         offsetof(s_dparts_t, alloc_s)}};
+    double sum[S_MAX_TLIST] = {0};
+    for (size_t i = 0; i < PL_ARRAY_SIZE(rows); i++) {
+        printf("| %s%d%s |", rows[i].pre, rows[i].count, rows[i].post);
+        for (int t = 0; t < o->n_threads; t++) {
+            double v = *(const double *)((const char *)&r->dparts[t] + rows[i].off);
+            sum[t] += v;
+            printf(" %.1f (%.1f%%) |", v * 1e6, 100 * v / r->cell[t][0].step_s);
+        }
+        printf("\n");
+    }
+    printf("| the pool: jobs per step, and the caller's waits for a worker after its last chunk "
+           "(the barrier): waits, us in all |");
+    for (int t = 0; t < o->n_threads; t++) {
+        const s_cell_t *cl = &r->cell[t][0];
+        sum[t] += cl->wait_s;
+        printf(" %.0f jobs, %.1f waits, %.1f (%.1f%%) |", cl->jobs, cl->waits, cl->wait_s * 1e6,
+               100 * cl->wait_s / cl->step_s);
+    }
+    printf("\n| the pool: workers woken from sleep, waits that slept, per step |");
+    for (int t = 0; t < o->n_threads; t++)
+        printf(" %.2f woken, %.2f slept |", r->cell[t][0].wakes, r->cell[t][0].sleeps);
+    printf("\n| **all of the above** |");
+    for (int t = 0; t < o->n_threads; t++)
+        printf(" **%.1f (%.1f%%)** |", sum[t] * 1e6, 100 * sum[t] / r->cell[t][0].step_s);
+    printf("\n| the matrix products and the rest (the step less the above) |");
+    for (int t = 0; t < o->n_threads; t++)
+        printf(" %.1f (%.1f%%) |", (r->cell[t][0].step_s - sum[t]) * 1e6,
+               100 * (r->cell[t][0].step_s - sum[t]) / r->cell[t][0].step_s);
+    printf("\n| beside the stage, once per token: pl_sample greedy; temperature 0.8, top-k 40, "
+           "top-p 0.95 (vocab %d) |",
+           c->vocab);
+    for (int t = 0; t < o->n_threads; t++)
+        printf(" %.1f; %.1f |", r->dparts[t].greedy_s * 1e6, r->dparts[t].sample_s * 1e6);
+    printf("\n\n");
+}
+
 static void s_print(const pl_model_config_t *c, const s_opts_t *o, const s_res_t *r, double wbytes,
                     double ref_bytes, const double *best, const double *best_cpu, const char *wt)
 {
@@ -488,8 +587,9 @@ static void s_print(const pl_model_config_t *c, const s_opts_t *o, const s_res_t
            "read reference, ratio |\n",
            wt);
     printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+    int n_batches = o->ctx > 0 ? 1 : 3;
     for (int t = 0; t < o->n_threads; t++)
-        for (int i = 0; i < 3; i++) {
+        for (int i = 0; i < n_batches; i++) {
             const s_cell_t *cl = &r->cell[t][i];
             double gbps = wbytes / cl->step_s / 1e9, gc = wbytes / cl->step_cpu / 1e9;
             double rg = ref_bytes / cl->ref_s / 1e9, rgc = ref_bytes / cl->ref_cpu / 1e9;
@@ -506,14 +606,17 @@ static void s_print(const pl_model_config_t *c, const s_opts_t *o, const s_res_t
                    c->intermediate, c->hidden, o->threads[t], r->kernel_gbps[t], best[t],
                    100.0 * r->kernel_gbps[t] / best[t], r->kernel_cpu_gbps[t], best_cpu[t],
                    100.0 * r->kernel_cpu_gbps[t] / best_cpu[t]);
-    printf("\n| batched decode, %s weights | threads | batch 4 cost | batch 8 cost |\n"
-           "| --- | ---: | ---: | ---: |\n",
-           wt);
-    for (int t = 0; t < o->n_threads; t++) /* a step's time over batch 1's, in the same run */
-        printf("| x one row's step | %d | %.2fx | %.2fx |\n", o->threads[t],
-               r->cell[t][1].step_s / r->cell[t][0].step_s,
-               r->cell[t][2].step_s / r->cell[t][0].step_s);
+    if (n_batches == 3) {
+        printf("\n| batched decode, %s weights | threads | batch 4 cost | batch 8 cost |\n"
+               "| --- | ---: | ---: | ---: |\n",
+               wt);
+        for (int t = 0; t < o->n_threads; t++) /* a step's time over batch 1's, in the same run */
+            printf("| x one row's step | %d | %.2fx | %.2fx |\n", o->threads[t],
+                   r->cell[t][1].step_s / r->cell[t][0].step_s,
+                   r->cell[t][2].step_s / r->cell[t][0].step_s);
+    }
     printf("\n");
+    s_print_parts(c, o, r);
     /* q/k/v one job, o one, gate/up one, down one; the head one */
     int jobs = 4 * c->n_layers + 1;
     printf("| pool jobs per decode step | threads | one empty job, back to back | all of a step's "
@@ -567,9 +670,9 @@ int main(int argc, char **argv)
     pl_tensor_view_t v;
     int rc = 1;
 
-    /* a fair sgemm reference, and the stage's prefill as a daemon that asks for it runs: the
-     * best core type this CPU supports where OpenBLAS picked generic kernels */
-    setenv(S_OWN_CORE_ENV, openblas_get_corename(), 0);
+    /* a fair sgemm reference, and the stage's prefill as a daemon runs it: the best core type
+     * this CPU supports where OpenBLAS picked generic kernels (its own pick is kept in the
+     * restart's marker, pl_cpu_blas_core_own) */
     pl_cpu_blas_core_fix(argv);
     if (s_parse(argc, argv, &o))
         return s_usage(stderr, 2);
@@ -607,6 +710,18 @@ int main(int argc, char **argv)
     fflush(stdout);
     if (s_run_stage(model, &o, &ref, &r))
         goto err;
+    for (int t = 0; t < o.n_threads; t++) {
+        pl_cpu_pool_t *pool = NULL;
+        const pl_cpu_wkernel_t *k = pl_cpu_wkernel(v.wtype);
+        size_t xb = k && k->x_bytes ? k->x_bytes(c->hidden) : 0;
+        if (pl_cpu_pool_create(o.threads[t], &pool) ||
+            s_decode_parts(c, o.ctx > 0 ? o.ctx : o.steps / 2 + 1, pool, xb, S_PART_REPS,
+                           &r.dparts[t])) {
+            pl_cpu_pool_destroy(&pool);
+            goto err;
+        }
+        pl_cpu_pool_destroy(&pool);
+    }
     for (int t = 0; t < o.n_threads; t++)
         r.kernel_gbps[t] = s_kernel_gbps(v.wtype, o.threads[t], c->intermediate, c->hidden,
                                          PL_MAX(1073741824.0, 4.0 * (double)s_llc_bytes()), o.reps,

@@ -1,11 +1,12 @@
-/* Where bench_decode's prefill time goes: the backend's kernels other than the matrix products,
- * called as the CPU stage calls them for one sequence of T tokens, over all layers. */
+/* Where bench_decode's prefill and decode time goes: the backend's kernels other than the matrix
+ * products, called as the CPU stage calls them (one sequence of T tokens; one decode token). */
 #ifndef PL_BENCH_BENCH_PARTS_H
 #define PL_BENCH_BENCH_PARTS_H
 
 #include "backends/cpu/cpu_ops.h"
 #include "common/util.h"
 #include "model/model.h"
+#include "model/sample.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -80,6 +81,110 @@ static pl_status_t s_prefill_parts(const pl_model_config_t *c, int T, int reps, 
         free(buf[i]);
     free(inv);
     free(pos);
+    return st;
+}
+
+/* One decode token's work outside the matrix products, over all layers, in seconds (best of
+ * reps): the stage's own parts, then what the pipeline does once per token beside it. */
+typedef struct {
+    double norm_s, rope_s, kv_s, att_s, swiglu_s, add_s; /* the stage, all layers */
+    double alloc_s;   /* malloc + free of one quantized activation row, per job (x jobs) */
+    double greedy_s, sample_s; /* pl_sample over the vocabulary: argmax; temperature/top-k/p */
+} s_dparts_t;
+
+/* The token at position pos (attention over pos + 1 cache rows) with the pool's threads, as
+ * the stage runs it; `x_bytes` the size of a quantized activation row (0: none). */
+static pl_status_t s_decode_parts(const pl_model_config_t *c, int pos, pl_cpu_pool_t *pool,
+                                  size_t x_bytes, int reps, s_dparts_t *r)
+{
+    size_t q_dim = (size_t)c->n_heads * c->head_dim, kv_dim = (size_t)c->n_kv_heads * c->head_dim;
+    size_t ctx = (size_t)pos + 1, half = (size_t)c->head_dim / 2, V = (size_t)c->vocab;
+    size_t sizes[] = {q_dim,    kv_dim,           ctx * kv_dim, ctx * kv_dim, q_dim,
+                      (size_t)PL_CPU_ATT_ROWS * ctx, c->intermediate, c->intermediate,
+                      c->hidden, c->hidden, half, half, 2 * V, V};
+    float *buf[PL_ARRAY_SIZE(sizes)] = {0};
+    double *inv = malloc(half * sizeof(double));
+    pl_status_t st = inv ? PL_OK : pl_error(PL_ERR_NOMEM, "decode part buffers");
+    pl_sample_params_t greedy = {.temperature = 0}, temp = {.temperature = 0.8f, .top_k = 40,
+                                                          .top_p = 0.95f, .seed = 1};
+    int sink = 0;
+
+    for (size_t i = 0; i < PL_ARRAY_SIZE(sizes) && !st; i++) {
+        if (!(buf[i] = malloc(sizes[i] * sizeof(float))))
+            st = pl_error(PL_ERR_NOMEM, "decode part buffers");
+        for (size_t j = 0; !st && j < sizes[i]; j++)
+            buf[i][j] = pl_rand_uniform(30 + i, j) - 0.5f;
+    }
+    if (!st)
+        pl_model_rope_inv_freq(c, inv);
+    *r = (s_dparts_t){1e30, 1e30, 1e30, 1e30, 1e30, 1e30, 1e30, 1e30, 1e30};
+    for (int rep = 0; rep <= reps && !st; rep++) {
+        double p[9] = {0}, t0;
+        pl_cpu_att_row_t row = {.q = buf[0], .k = buf[2], .v = buf[3], .out = buf[4], .pos = pos};
+        t0 = pl_now();
+        pl_cpu_rope_table(inv, (int)half, &pos, 1, buf[10], buf[11]);
+        p[1] += pl_now() - t0;
+        for (int l = 0; l < c->n_layers; l++) {
+            t0 = pl_now();
+            pl_cpu_rmsnorm(buf[8], buf[9], 1, c->hidden, c->rms_eps, buf[9]);
+            p[0] += pl_now() - t0;
+            t0 = pl_now();
+            pl_cpu_rope_apply(buf[0], 1, (int)q_dim, c->n_heads, c->head_dim, buf[10], buf[11]);
+            pl_cpu_rope_apply(buf[1], 1, (int)kv_dim, c->n_kv_heads, c->head_dim, buf[10],
+                              buf[11]);
+            p[1] += pl_now() - t0;
+            t0 = pl_now();
+            memcpy(buf[2] + (size_t)pos * kv_dim, buf[1], kv_dim * sizeof(float));
+            memcpy(buf[3] + (size_t)pos * kv_dim, buf[1], kv_dim * sizeof(float));
+            p[2] += pl_now() - t0;
+            t0 = pl_now();
+            pl_cpu_attention_decode(pool, &row, 1, c->n_heads, c->n_kv_heads, c->head_dim, buf[5],
+                                    ctx);
+            p[3] += pl_now() - t0;
+            t0 = pl_now();
+            pl_cpu_add(buf[8], buf[9], (size_t)c->hidden);
+            p[5] += pl_now() - t0;
+            t0 = pl_now();
+            pl_cpu_rmsnorm(buf[8], buf[9], 1, c->hidden, c->rms_eps, buf[9]);
+            p[0] += pl_now() - t0;
+            memcpy(buf[6], buf[7], (size_t)c->intermediate * sizeof(float)); /* fresh input */
+            t0 = pl_now();
+            pl_cpu_swiglu(buf[6], buf[7], (size_t)c->intermediate);
+            p[4] += pl_now() - t0;
+            t0 = pl_now();
+            pl_cpu_add(buf[8], buf[9], (size_t)c->hidden);
+            p[5] += pl_now() - t0;
+            for (size_t i = 0; i < (size_t)c->hidden; i++) /* keep x at its size */
+                buf[8][i] *= 0.5f;
+        }
+        t0 = pl_now();
+        pl_cpu_rmsnorm(buf[8], buf[9], 1, c->hidden, c->rms_eps, buf[9]); /* the final norm */
+        p[0] += pl_now() - t0;
+        t0 = pl_now();
+        for (int j = 0; j < 4 * c->n_layers + 1 && x_bytes; j++) { /* one per product job */
+            unsigned char *m = malloc(x_bytes);
+            if (m)
+                m[0] = (unsigned char)j, sink += m[x_bytes / 2] != 0;
+            free(m);
+        }
+        p[6] = pl_now() - t0;
+        t0 = pl_now();
+        sink += pl_sample(buf[13], c->vocab, &greedy, 0, (uint64_t)rep, buf[12]);
+        p[7] = pl_now() - t0;
+        t0 = pl_now();
+        sink += pl_sample(buf[13], c->vocab, &temp, 0, (uint64_t)rep, buf[12]);
+        p[8] = pl_now() - t0;
+        if (rep == 0) /* warm-up */
+            continue;
+        double *out[9] = {&r->norm_s,  &r->rope_s,  &r->kv_s,     &r->att_s,   &r->swiglu_s,
+                          &r->add_s,   &r->alloc_s, &r->greedy_s, &r->sample_s};
+        for (int i = 0; i < 9; i++)
+            *out[i] = PL_MIN(*out[i], p[i]);
+    }
+    for (size_t i = 0; i < PL_ARRAY_SIZE(sizes); i++)
+        free(buf[i]);
+    free(inv);
+    (void)sink;
     return st;
 }
 

@@ -206,3 +206,58 @@ Test(sample, infinite_and_masked_logits)
     for (uint64_t s = 0; s < 20; s++)
         cr_expect(sample(k, 3, 2.0f, 0, 1.0f, 1, 0, s) == 1);
 }
+
+/* Greedy over a large vocabulary (the argmax's lanes and its tail) against a plain loop: ties,
+ * NaN and signed zeros in every place, lowest id wins. */
+Test(sample, greedy_large_vocab_matches_plain_loop)
+{
+    enum { V = 4093 };
+    static float l[V];
+    uint64_t s = 3;
+    for (int round = 0; round < 200; round++) {
+        int n = V - round % 13;
+        for (int i = 0; i < n; i++) {
+            s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+            l[i] = (float)((s >> 40) % 64) - 40.0f; /* ties everywhere */
+            if ((s >> 20) % 97 == 0)
+                l[i] = NAN;
+        }
+        if (round % 3 == 0) /* only zeros and below: +0 and -0 tie */
+            for (int i = 0; i < n; i++)
+                l[i] = l[i] > 0 ? ((s >> (i % 40)) & 1 ? 0.0f : -0.0f) : l[i];
+        int want = 0;
+        for (int i = 1; i < n; i++) {
+            float a = isnan(l[i]) ? -INFINITY : l[i], b = isnan(l[want]) ? -INFINITY : l[want];
+            if (a > b)
+                want = i;
+        }
+        cr_expect(sample(l, n, 0.0f, 0, 1.0f, 1, 0, 0) == want, "round %d", round);
+    }
+}
+
+/* Top-k far below the vocabulary (the heap selection) keeps exactly the reference's k: every
+ * draw inside the set, and over many draws every member drawn. */
+Test(sample, small_top_k_of_large_vocab_matches_reference)
+{
+    enum { V = 4096, K = 8 };
+    static float l[V];
+    static int ids[V];
+    static double prob[V];
+    static bool in_set[V], drawn[V];
+    uint64_t s = 17;
+    for (int i = 0; i < V; i++) {
+        s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+        l[i] = (float)((s >> 40) % 4000) / 1000.0f; /* ties */
+    }
+    int n = ref_filter(l, V, 1.0f, K, 1.0f, ids, prob);
+    cr_assert(n == K);
+    for (int i = 0; i < n; i++)
+        in_set[ids[i]] = true;
+    for (uint64_t step = 0; step < 2000; step++) {
+        int t = sample(l, V, 1.0f, K, 1.0f, 8, 2, step);
+        cr_expect(in_set[t], "token %d is outside the top %d", t, K);
+        drawn[t] = true;
+    }
+    for (int i = 0; i < n; i++)
+        cr_expect(drawn[ids[i]], "token %d of the top %d never drawn", ids[i], K);
+}

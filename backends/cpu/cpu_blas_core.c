@@ -87,9 +87,11 @@ void pl_cpu_blas_core_log(void)
 
 const char *pl_cpu_blas_core_fix(char **argv)
 {
-    const char *best = pl_cpu_blas_core_best();
+    const char *best = pl_cpu_blas_core_best(), *env = getenv(PL_CPU_BLAS_CORE_ENV);
     char marker[64];
-    if (getenv(PL_CPU_BLAS_CORE_ENV) || pl_cpu_blas_core_tuned() || !best)
+    /* an empty variable asks for no core: OpenBLAS 0.3.21 then takes a fallback of its own
+     * (Cooperlake on this Xeon, where unset gives Prescott), so it is judged by the result */
+    if ((env && *env) || pl_cpu_blas_core_tuned() || !best)
         return NULL;
     /* OpenBLAS reads the variable once, when it loads: only a fresh image of this program
      * sees it. The variable set, the new image returns above and does not exec again; the

@@ -17,7 +17,7 @@ bool pl_cpu_blas_core_tuned(void);
  * AVX-512, "Haswell" with AVX2 + FMA; NULL otherwise. */
 const char *pl_cpu_blas_core_best(void);
 /* Call first in main, before any thread starts: where OpenBLAS runs untuned kernels, the
- * variable is not set and pl_cpu_blas_core_best names a core, set the variable and exec this
+ * variable is unset or empty and pl_cpu_blas_core_best names a core, set the variable and exec this
  * program again with argv (it does not return then). Returns NULL when nothing was needed;
  * otherwise the exec failed, the reason is on stderr and the core in use is returned. */
 const char *pl_cpu_blas_core_fix(char **argv);
@@ -26,7 +26,8 @@ const char *pl_cpu_blas_core_fix(char **argv);
 const char *pl_cpu_blas_core_restarted(void);
 /* The core OpenBLAS picks by itself on this machine: from the marker where this process or one
  * that started it restarted, the core in use where the variable is unset; NULL where the
- * variable was set from outside (OpenBLAS's own pick is then unknown). */
+ * variable was set from outside, even empty (OpenBLAS's own pick is then unknown: an empty or
+ * unknown name makes it take another fallback than an unset variable does). */
 const char *pl_cpu_blas_core_own(void);
 /* The one info line a program logs, once its log is set up, where it is that restart. */
 void pl_cpu_blas_core_log(void);

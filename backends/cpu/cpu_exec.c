@@ -51,6 +51,7 @@ typedef struct {
     int *pos;
     int *short_rows, n_short; /* this call's rows of sequences shorter than S_SGEMM_MIN_TOKENS */
     int *head_rows;           /* 0, 1, 2, ...: the gathered last tokens */
+    pl_cpu_att_row_t *dec_rows; /* this call's one-token sequences */
 } s_stage_t;
 
 /* *acc *= v, or false when it would overflow. */
@@ -242,10 +243,12 @@ static pl_status_t s_alloc(s_stage_t *s)
     s->pos = malloc(T * sizeof(int));
     s->short_rows = malloc(T * sizeof(int));
     s->head_rows = malloc(T * sizeof(int));
+    s->dec_rows = malloc((size_t)s->p.max_seqs * sizeof(*s->dec_rows));
     s->slot_len = calloc((size_t)s->p.max_seqs, sizeof(int));
     s->seen = calloc((size_t)s->p.max_seqs, 1);
     s->inv_freq = malloc(PL_MAX(half, 1) * sizeof(double));
-    if (!s->pos || !s->short_rows || !s->head_rows || !s->slot_len || !s->seen || !s->inv_freq)
+    if (!s->pos || !s->short_rows || !s->head_rows || !s->dec_rows || !s->slot_len ||
+        !s->seen || !s->inv_freq)
         return pl_error(PL_ERR_NOMEM, "cpu stage: out of memory");
     for (size_t i = 0; i < T; i++)
         s->head_rows[i] = (int)i;
@@ -412,6 +415,27 @@ static void s_linear(s_stage_t *s, const pl_be_batch_t *b, const float *x, const
     s_linear_n(s, b, x, &w, &none, &y, 1);
 }
 
+/* Attention for every sequence of the call: the one-token ones together (decode: one job on
+ * the pool where it pays), the others one by one. */
+static void s_attention(s_stage_t *s, int l, const pl_be_batch_t *b)
+{
+    const pl_model_config_t *c = &s->cfg;
+    int n = 0;
+
+    for (int i = 0, t0 = 0; i < b->n_seq; t0 += b->n_tok[i], i++) {
+        const float *kc = s_cache(s, l, 0, b->slot[i]), *vc = s_cache(s, l, 1, b->slot[i]);
+        float *q = s->q + (size_t)t0 * s->q_dim, *out = s->att + (size_t)t0 * s->q_dim;
+        if (b->n_tok[i] == 1)
+            s->dec_rows[n++] = (pl_cpu_att_row_t){
+                .q = q, .k = kc, .v = vc, .out = out, .pos = b->pos0[i]};
+        else
+            pl_cpu_attention(q, b->n_tok[i], b->pos0[i], kc, vc, c->n_heads, c->n_kv_heads,
+                             c->head_dim, s->scores, out);
+    }
+    pl_cpu_attention_decode(s->dev->pool, s->dec_rows, n, c->n_heads, c->n_kv_heads, c->head_dim,
+                            s->scores, s->p.max_ctx);
+}
+
 static void s_layer_forward(s_stage_t *s, int l, const pl_be_batch_t *b)
 {
     const pl_model_config_t *c = &s->cfg;
@@ -436,9 +460,8 @@ static void s_layer_forward(s_stage_t *s, int l, const pl_be_batch_t *b)
                row * (size_t)b->n_tok[i]);
         memcpy(vc + (size_t)b->pos0[i] * s->kv_dim, s->v + (size_t)t0 * s->kv_dim,
                row * (size_t)b->n_tok[i]);
-        pl_cpu_attention(s->q + (size_t)t0 * s->q_dim, b->n_tok[i], b->pos0[i], kc, vc, c->n_heads,
-                         c->n_kv_heads, hd, s->scores, s->att + (size_t)t0 * s->q_dim);
     }
+    s_attention(s, l, b);
     s_linear(s, b, s->att, &L->wo, s->xn);
     pl_cpu_add(s->x, s->xn, (size_t)T * c->hidden);
     pl_cpu_rmsnorm(s->x, L->ffn_norm, T, c->hidden, c->rms_eps, s->xn);
@@ -533,6 +556,7 @@ void pl_cpu_stage_unload(void *stage)
     free(s->pos);
     free(s->short_rows);
     free(s->head_rows);
+    free(s->dec_rows);
     free(s->slot_len);
     free(s->seen);
     free(s->inv_freq);

@@ -2,6 +2,7 @@
  * and the OpenBLAS matrix product (the batch-invariant one is in cpu_gemm.c). */
 #include "backends/cpu/cpu_ops.h"
 #include "backends/cpu/cpu_gemm.h"
+#include "backends/cpu/cpu_vexp.h"
 
 #include "common/util.h"
 
@@ -14,11 +15,18 @@ void pl_cpu_rmsnorm(const float *x, const float *w, int n_rows, int dim, float e
     for (int r = 0; r < n_rows; r++) {
         const float *xr = x + (size_t)r * dim;
         float *yr = out + (size_t)r * dim;
-        double ss = 0.0;
-        for (int i = 0; i < dim; i++)
-            ss += (double)xr[i] * xr[i];
+        /* eight sums side by side (a float square is exact in double, so the order of these
+         * is the only rounding there is, and it is fixed), not one chain of dim dependent adds */
+        double a[8] = {0};
+        int i = 0;
+        for (; i + 8 <= dim; i += 8)
+            for (int j = 0; j < 8; j++)
+                a[j] += (double)xr[i + j] * xr[i + j];
+        for (int j = 0; i < dim; i++, j++)
+            a[j] += (double)xr[i] * xr[i];
+        double ss = ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7]));
         float scale = (float)(1.0 / sqrt(ss / dim + (double)eps));
-        for (int i = 0; i < dim; i++)
+        for (i = 0; i < dim; i++)
             yr[i] = (xr[i] * scale) * w[i];
     }
 }
@@ -104,8 +112,9 @@ void pl_cpu_attn_values_scalar(const float *p, const float *v, int kv_stride, in
 
 /* One query row (a decode step): two OpenBLAS calls per head cost more than the products
  * (a quarter of a small model's step, profiled), so plain kernels do it. */
-static void s_attention_row(const float *q, int pos, const float *k_cache, const float *v_cache,
-                            int n_heads, int n_kv, int head_dim, float *scores, float *out)
+void pl_cpu_attention_heads(const float *q, int pos, const float *k_cache, const float *v_cache,
+                            int n_heads, int n_kv, int head_dim, int h0, int h1, float *scores,
+                            float *out)
 {
     int kv_stride = n_kv * head_dim, group = n_heads / n_kv, n = pos + 1;
     float scale = 1.0f / sqrtf((float)head_dim);
@@ -114,7 +123,7 @@ static void s_attention_row(const float *q, int pos, const float *k_cache, const
 #else
     bool avx2 = false;
 #endif
-    for (int h = 0; h < n_heads; h++) {
+    for (int h = h0; h < h1; h++) {
         const float *kh = k_cache + (size_t)(h / group) * head_dim;
         const float *vh = v_cache + (size_t)(h / group) * head_dim;
         const float *qh = q + (size_t)h * head_dim;
@@ -131,6 +140,48 @@ static void s_attention_row(const float *q, int pos, const float *k_cache, const
     }
 }
 
+typedef struct {
+    const pl_cpu_att_row_t *rows;
+    int n_heads, n_kv, head_dim, units, n_chunks;
+    float *scores;
+    size_t scores_stride;
+} s_dec_job_t;
+
+static void s_dec_chunk(void *arg, int c)
+{
+    const s_dec_job_t *j = arg;
+    int u = (int)((int64_t)j->units * c / j->n_chunks);
+    int u_end = (int)((int64_t)j->units * (c + 1) / j->n_chunks);
+    while (u < u_end) {
+        const pl_cpu_att_row_t *r = &j->rows[u / j->n_heads];
+        int h0 = u % j->n_heads, h1 = PL_MIN(j->n_heads, h0 + (u_end - u));
+        pl_cpu_attention_heads(r->q, r->pos, r->k, r->v, j->n_heads, j->n_kv, j->head_dim, h0, h1,
+                               j->scores + (size_t)c * j->scores_stride, r->out);
+        u += h1 - h0;
+    }
+}
+
+void pl_cpu_attention_decode(pl_cpu_pool_t *pool, const pl_cpu_att_row_t *rows, int n,
+                             int n_heads, int n_kv, int head_dim, float *scores,
+                             size_t scores_stride)
+{
+    s_dec_job_t j = {.rows = rows,
+                     .n_heads = n_heads,
+                     .n_kv = n_kv,
+                     .head_dim = head_dim,
+                     .units = n * n_heads,
+                     .scores = scores,
+                     .scores_stride = scores_stride};
+    int64_t work = 0;
+    for (int i = 0; i < n; i++)
+        work += (int64_t)n_heads * (rows[i].pos + 1) * head_dim;
+    if (j.units <= 0)
+        return;
+    j.n_chunks = PL_MIN(j.units, PL_CPU_ATT_ROWS);
+    /* under ~64 K multiply-adds (a few microseconds) a worker's share is shorter than its wake */
+    pl_cpu_pool_chunks(work < (1 << 16) ? NULL : pool, j.n_chunks, s_dec_chunk, &j);
+}
+
 void pl_cpu_attention(const float *q, int n_tok, int pos0, const float *k_cache,
                       const float *v_cache, int n_heads, int n_kv, int head_dim, float *scores,
                       float *out)
@@ -139,7 +190,8 @@ void pl_cpu_attention(const float *q, int n_tok, int pos0, const float *k_cache,
     float scale = 1.0f / sqrtf((float)head_dim);
 
     if (n_tok == 1) {
-        s_attention_row(q, pos0, k_cache, v_cache, n_heads, n_kv, head_dim, scores, out);
+        pl_cpu_attention_heads(q, pos0, k_cache, v_cache, n_heads, n_kv, head_dim, 0, n_heads,
+                               scores, out);
         return;
     }
     for (int h = 0; h < n_heads; h++) {
@@ -160,12 +212,21 @@ void pl_cpu_attention(const float *q, int n_tok, int pos0, const float *k_cache,
     }
 }
 
+void pl_cpu_swiglu_scalar(float *gate, const float *up, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        gate[i] = pl_cpu_swiglu_one(gate[i], up[i]);
+}
+
 void pl_cpu_swiglu(float *gate, const float *up, size_t n)
 {
-    for (size_t i = 0; i < n; i++) {
-        float g = gate[i];
-        gate[i] = g / (1.0f + expf(-g)) * up[i];
+#if defined(__x86_64__)
+    if (pl_cpu_isa() >= PL_CPU_ISA_AVX2) {
+        pl_cpu_swiglu_avx2(gate, up, n);
+        return;
     }
+#endif
+    pl_cpu_swiglu_scalar(gate, up, n);
 }
 
 void pl_cpu_add_bias(float *y, const float *bias, int n_rows, int dim)

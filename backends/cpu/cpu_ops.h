@@ -39,6 +39,15 @@ int pl_cpu_pool_size(const pl_cpu_pool_t *pool);
  * the caller. Not reentrant: one caller at a time. */
 void pl_cpu_pool_chunks(pl_cpu_pool_t *pool, int n_chunks, void (*fn)(void *arg, int chunk),
                         void *arg);
+/* What the pools of this process have done since it started (jobs with workers only; a job run
+ * on the caller alone is not counted): jobs, jobs that had to wake a sleeping worker, jobs whose
+ * caller found a worker still inside after its own last chunk (the barrier waits) and the
+ * seconds it waited in all, and how many of those waits outlasted the spin and slept. */
+typedef struct {
+    uint64_t jobs, wakes, waits, sleeps;
+    double wait_s;
+} pl_cpu_pool_stats_t;
+void pl_cpu_pool_stats(pl_cpu_pool_stats_t *stats);
 /* Call fn(arg, i, n) once for each i in 0..n-1, n the pool's size, as chunks of
  * pl_cpu_pool_chunks (so not necessarily part i on thread i); NULL pool: fn(arg, 0, 1). */
 void pl_cpu_pool_run(pl_cpu_pool_t *pool, void (*fn)(void *arg, int i, int n), void *arg);
@@ -78,8 +87,34 @@ void pl_cpu_attn_scores_avx2(const float *q, const float *k, int kv_stride, int 
 void pl_cpu_attn_values_avx2(const float *p, const float *v, int kv_stride, int n, int hd,
                              float *out);
 
-/* gate[i] = silu(gate[i]) * up[i]. */
+/* Heads h0..h1-1 of pl_cpu_attention for one query row at position pos (cache rows 0..pos);
+ * scores holds pos + 1 floats. A head's result depends on nothing but its own inputs, so the
+ * heads can be split between threads in any way and give the same bits. */
+void pl_cpu_attention_heads(const float *q, int pos, const float *k_cache, const float *v_cache,
+                            int n_heads, int n_kv, int head_dim, int h0, int h1, float *scores,
+                            float *out);
+
+/* One query row of decode: its q and out rows ([n_heads * head_dim]), its caches (as
+ * pl_cpu_attention's) and its position. */
+typedef struct {
+    const float *q, *k, *v;
+    float *out;
+    int pos;
+} pl_cpu_att_row_t;
+
+/* Decode's attention for n one-token sequences as one job on the pool: their (row, head) pairs
+ * cut into at most PL_CPU_ATT_ROWS chunks, chunk c scoring into scores + c * scores_stride
+ * (scores_stride > every pos). On the caller alone where the products are too small to be worth
+ * waking a worker. Every head gives the bits pl_cpu_attention gives it, whatever the split. */
+void pl_cpu_attention_decode(pl_cpu_pool_t *pool, const pl_cpu_att_row_t *rows, int n,
+                             int n_heads, int n_kv, int head_dim, float *scores,
+                             size_t scores_stride);
+
+/* gate[i] = silu(gate[i]) * up[i], with cpu_vexp.h's exp: bitwise the same on every instruction
+ * set (the scalar one always, AVX2 on x86-64), within ~2 ulp of the exact value. */
 void pl_cpu_swiglu(float *gate, const float *up, size_t n);
+void pl_cpu_swiglu_scalar(float *gate, const float *up, size_t n);
+void pl_cpu_swiglu_avx2(float *gate, const float *up, size_t n);
 
 /* y[r][i] += bias[i] for n_rows rows of dim floats. */
 void pl_cpu_add_bias(float *y, const float *bias, int n_rows, int dim);

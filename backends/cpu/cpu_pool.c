@@ -44,6 +44,27 @@ typedef struct {
     int index;
 } s_worker_t;
 
+/* pl_cpu_pool_stats' counters, process-wide; only callers of jobs write them. */
+static struct {
+    uint64_t jobs, wakes, waits, sleeps;
+    uint64_t wait_ns;
+} s_stats;
+
+static void s_count(uint64_t *counter, uint64_t v)
+{
+    __atomic_add_fetch(counter, v, __ATOMIC_RELAXED);
+}
+
+void pl_cpu_pool_stats(pl_cpu_pool_stats_t *stats)
+{
+    *stats = (pl_cpu_pool_stats_t){
+        .jobs = __atomic_load_n(&s_stats.jobs, __ATOMIC_RELAXED),
+        .wakes = __atomic_load_n(&s_stats.wakes, __ATOMIC_RELAXED),
+        .waits = __atomic_load_n(&s_stats.waits, __ATOMIC_RELAXED),
+        .sleeps = __atomic_load_n(&s_stats.sleeps, __ATOMIC_RELAXED),
+        .wait_s = (double)__atomic_load_n(&s_stats.wait_ns, __ATOMIC_RELAXED) * 1e-9};
+}
+
 static inline void s_pause(void)
 {
 #if defined(__x86_64__)
@@ -216,21 +237,30 @@ void pl_cpu_pool_chunks(pl_cpu_pool_t *pool, int n_chunks, void (*fn)(void *arg,
     /* seq_cst on both sides: a worker that counted itself a sleeper sees the new gen before it
      * waits, or this sees it as a sleeper and wakes it */
     __atomic_store_n(&pool->gen, gen, __ATOMIC_SEQ_CST);
+    s_count(&s_stats.jobs, 1);
     if (__atomic_load_n(&pool->sleepers, __ATOMIC_SEQ_CST) > 0) {
+        s_count(&s_stats.wakes, 1);
         pthread_mutex_lock(&pool->mu);
         pthread_cond_broadcast(&pool->cv_work);
         pthread_mutex_unlock(&pool->mu);
     }
     s_take(pool);
-    __atomic_fetch_and(&pool->state, ~S_OPEN, __ATOMIC_ACQ_REL); /* no one joins from here */
-    if (s_spin_active(&pool->state))
-        return;
-    pthread_mutex_lock(&pool->mu);
-    pool->done_waiter = true;
-    while (__atomic_load_n(&pool->state, __ATOMIC_ACQUIRE) & S_ACTIVE_MASK)
-        pthread_cond_wait(&pool->cv_done, &pool->mu);
-    pool->done_waiter = false;
-    pthread_mutex_unlock(&pool->mu);
+    /* no one joins from here */
+    uint64_t v = __atomic_and_fetch(&pool->state, ~S_OPEN, __ATOMIC_ACQ_REL);
+    if ((v & S_ACTIVE_MASK) == 0)
+        return; /* the common case: nothing to wait for, no clock read */
+    double t0 = pl_now();
+    s_count(&s_stats.waits, 1);
+    if (!s_spin_active(&pool->state)) {
+        s_count(&s_stats.sleeps, 1);
+        pthread_mutex_lock(&pool->mu);
+        pool->done_waiter = true;
+        while (__atomic_load_n(&pool->state, __ATOMIC_ACQUIRE) & S_ACTIVE_MASK)
+            pthread_cond_wait(&pool->cv_done, &pool->mu);
+        pool->done_waiter = false;
+        pthread_mutex_unlock(&pool->mu);
+    }
+    s_count(&s_stats.wait_ns, (uint64_t)((pl_now() - t0) * 1e9));
 }
 
 typedef struct {
