@@ -5,8 +5,6 @@
 
 #include "cpu_model_util.h"
 
-}
-
 /* ---- the scalar reference, in double ---- */
 
 static inline void ref_rmsnorm(const double *x, const float *w, int n, double *y)

@@ -229,5 +229,7 @@ static inline void tmodel_free(tmodel_t *m)
     if (!m->s.tied)
         free(m->head);
     free(m->embed);
+    free(m->norm);
+}
 
 #endif
