@@ -126,10 +126,11 @@ Test(cpu_gemm_split, one_row_float_blocks_equal_rows_alone)
 Test(cpu_gemm_split, chunks_cover_every_row_once)
 {
     enum { NM = 3, NR = 3 };
-    /* f32 rows of 4 KiB + 16 B and Q8_0 rows of 4,352 B: the smallest chunks are 16 rows; a
-     * Q4_K matrix beside them with rows of 1,152 B, and one shorter than a chunk */
+    /* f32 rows of 3,280 B (the smallest chunks 40 rows, rounded up to 48: whole 16-row pieces)
+     * and Q8_0 rows of 4,352 B (32 rows), both past the cap at first (whole 128-row blocks); a
+     * Q4_K matrix shorter than a chunk */
     const pl_wtype_t types[NM] = {PL_WT_F32, PL_WT_Q8_0, PL_WT_Q4_K};
-    const int outs[NM] = {2003, 1500, 37}, K[NM] = {1028, 4096, 2048};
+    const int outs[NM] = {2003, 1500, 37}, K[NM] = {820, 4096, 2048};
     unsigned char *bufs[NM];
     pl_cpu_wmat_t m[NM];
     float *want[NM], *y[NM], *x = xalloc((size_t)NR * 4096 * sizeof(float));

@@ -186,15 +186,16 @@ float *pl_cpu_gemm_acc(void)
 /* How a product's weight rows are split into chunks for the pool (guided self-scheduling over
  * the job's weight bytes): a chunk takes 1 / (threads * S_GUIDE) of the bytes still left, between
  * S_CHUNK_MIN_BYTES and S_CHUNK_MAX_BYTES. Big chunks first, so taking one (an atomic add on a
- * shared line) costs little beside it; small ones last, so the threads finish within a small
- * chunk of each other instead of one waiting out the other's last big one at every job's end
- * (batch-1 decode runs ~90 jobs a token; on the 1 B model in Q4_K on 2 threads the jobs spent
- * 4.7% of their time so with 16 equal chunks a matrix, 1.4% with these: bench/README.md). The
- * cap keeps a chunk's weights in L2 while a long batch's row groups pass over them. Chunks hold
- * whole 16-row pieces (threads write separate lines of y) and whole PL_CPU_BLOCK_OUTS_ONE blocks
- * where they are larger (so every block of a wide_one kernel pairs rows far apart). */
-#define S_GUIDE 4
-#define S_CHUNK_MIN_BYTES (32 * 1024)
+ * shared line) and starting its streams cold cost little beside it; small ones last, so the
+ * threads finish within a small chunk of each other instead of one waiting out the other's last
+ * big one at every job's end (batch-1 decode runs ~90 jobs a token; on the 1 B model in Q4_K on
+ * 2 threads the old 16 equal chunks a matrix left the threads waiting 4.7% of the jobs' time).
+ * S_GUIDE and the floor measured best of 2-8 and 32-512 KiB (bench/README.md). The cap keeps a
+ * chunk's weights in L2 while a long batch's row groups pass over them. Chunks hold whole 16-row
+ * pieces (threads write separate lines of y) and whole PL_CPU_BLOCK_OUTS_ONE blocks where they
+ * are larger (so every block of a wide_one kernel pairs rows far apart). */
+#define S_GUIDE 2
+#define S_CHUNK_MIN_BYTES (128 * 1024)
 #define S_CHUNK_MAX_BYTES (1024 * 1024)
 /* Matrices one job holds (q, k and v share their input), and chunks its plan holds at most. */
 #define S_MAX_MATS 4
