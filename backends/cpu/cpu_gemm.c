@@ -183,13 +183,23 @@ float *pl_cpu_gemm_acc(void)
     return s_acc;
 }
 
-/* Weight bytes a chunk of a product aims at, and chunks per thread at least: small enough that
- * threads that run share a job evenly (and take over from one the scheduler holds back), large
- * enough that taking a chunk (one atomic add on a shared line) costs little beside it. */
-#define S_CHUNK_BYTES (16 * 1024)
-#define S_CHUNKS_PER_THREAD 8
-/* Matrices one job holds (q, k and v share their input). */
+/* How a product's weight rows are split into chunks for the pool (guided self-scheduling over
+ * the job's weight bytes): a chunk takes 1 / (threads * S_GUIDE) of the bytes still left, between
+ * S_CHUNK_MIN_BYTES and S_CHUNK_MAX_BYTES. Big chunks first, so taking one (an atomic add on a
+ * shared line) and starting its streams cold cost little beside it; small ones last, so the
+ * threads finish within a small chunk of each other instead of one waiting out the other's last
+ * big one at every job's end (batch-1 decode runs ~90 jobs a token; on the 1 B model in Q4_K on
+ * 2 threads the old 16 equal chunks a matrix left the threads waiting 4.7% of the jobs' time).
+ * S_GUIDE and the floor measured best of 2-8 and 32-512 KiB (bench/README.md). The cap keeps a
+ * chunk's weights in L2 while a long batch's row groups pass over them. Chunks hold whole 16-row
+ * pieces (threads write separate lines of y) and whole PL_CPU_BLOCK_OUTS_ONE blocks where they
+ * are larger (so every block of a wide_one kernel pairs rows far apart). */
+#define S_GUIDE 2
+#define S_CHUNK_MIN_BYTES (128 * 1024)
+#define S_CHUNK_MAX_BYTES (1024 * 1024)
+/* Matrices one job holds (q, k and v share their input), and chunks its plan holds at most. */
 #define S_MAX_MATS 4
+#define S_MAX_CHUNKS 512
 
 typedef struct {
     const pl_cpu_wmat_t *w;
@@ -199,15 +209,20 @@ typedef struct {
     const int *rows; /* into x; NULL: 0..n_rows-1 (prepared rows) */
     void (*block)(const void *const *x, int nr, const void *w, size_t rb, int no, int k,
                   float *const *y);
-    int chunk0, chunk_rows; /* this matrix's first chunk, and weight rows per chunk */
-    int outs;               /* weight rows per block call */
+    int outs; /* weight rows per block call */
 } s_mat_t;
+
+/* Chunk c of a job: weight rows o_beg..o_end-1 of matrix mat. */
+typedef struct {
+    int mat, o_beg, o_end;
+} s_span_t;
 
 typedef struct {
     s_mat_t m[S_MAX_MATS];
     int n_mats, n_chunks;
     int n_rows;
     const int *out_rows; /* into y; NULL: 0..n_rows-1 */
+    s_span_t span[S_MAX_CHUNKS];
 } s_job_t;
 
 /* Weight rows o_beg..o_end-1 of one matrix against every activation row. */
@@ -236,22 +251,42 @@ static void s_rows(const s_job_t *j, const s_mat_t *m, int o_beg, int o_end)
 static void s_chunk(void *arg, int c)
 {
     const s_job_t *j = arg;
-    int i = 0;
-    while (i + 1 < j->n_mats && c >= j->m[i + 1].chunk0)
-        i++;
-    const s_mat_t *m = &j->m[i];
-    int o_beg = (c - m->chunk0) * m->chunk_rows;
-    s_rows(j, m, o_beg, PL_MIN(o_beg + m->chunk_rows, m->w->rows));
+    const s_span_t *sp = &j->span[c];
+    s_rows(j, &j->m[sp->mat], sp->o_beg, sp->o_end);
 }
 
-/* Weight rows per chunk of a matrix: whole 16-row pieces (so threads write separate lines of y),
- * about S_CHUNK_BYTES of weights, and S_CHUNKS_PER_THREAD chunks per thread at least. */
-static int s_chunk_rows(const pl_cpu_wmat_t *w, int threads)
+/* Weight rows of a chunk that takes about `want` bytes of rows of rb bytes: at least 16, whole
+ * 16-row pieces, whole PL_CPU_BLOCK_OUTS_ONE blocks past one. */
+static int64_t s_chunk_rows(int64_t want, size_t rb)
 {
-    int64_t by_bytes = (int64_t)(S_CHUNK_BYTES / PL_MAX(w->row_bytes, 1));
-    int64_t by_count = w->rows / ((int64_t)threads * S_CHUNKS_PER_THREAD);
-    int64_t rows = PL_MAX(by_bytes, by_count);
-    return (int)PL_MAX(16, (rows + 15) / 16 * 16);
+    int64_t rows = (want + (int64_t)rb - 1) / (int64_t)PL_MAX(rb, 1);
+    int64_t unit = rows > PL_CPU_BLOCK_OUTS_ONE ? PL_CPU_BLOCK_OUTS_ONE : 16;
+    return PL_MAX(16, (rows + unit - 1) / unit * unit);
+}
+
+/* The job's chunks, in matrix order (the pool hands them out in index order, so the sizes fall
+ * as the job goes on). One thread: chunks of the cap, which only keep a long batch's weights
+ * cached. A huge job raises the cap so its chunks fit the plan. */
+static void s_plan(s_job_t *j, int threads)
+{
+    int64_t left = 0;
+    for (int i = 0; i < j->n_mats; i++)
+        left += (int64_t)j->m[i].w->rows * (int64_t)j->m[i].w->row_bytes;
+    int64_t cap = PL_MAX(S_CHUNK_MAX_BYTES, left / (S_MAX_CHUNKS / 4));
+    j->n_chunks = 0;
+    for (int i = 0; i < j->n_mats; i++) {
+        const pl_cpu_wmat_t *w = j->m[i].w;
+        for (int o = 0; o < w->rows;) {
+            int64_t want = threads > 1 ? left / ((int64_t)threads * S_GUIDE) : cap;
+            int64_t rows = s_chunk_rows(PL_MIN(PL_MAX(want, S_CHUNK_MIN_BYTES), cap), w->row_bytes);
+            /* the plan nearly full (many threads): the rest of each matrix one chunk */
+            if (j->n_chunks >= S_MAX_CHUNKS - S_MAX_MATS || rows >= w->rows - o)
+                rows = w->rows - o;
+            j->span[j->n_chunks++] = (s_span_t){.mat = i, .o_beg = o, .o_end = o + (int)rows};
+            left -= rows * (int64_t)w->row_bytes;
+            o += (int)rows;
+        }
+    }
 }
 
 void pl_cpu_gemm_rows(pl_cpu_pool_t *pool, const float *x, const int *rows, int n_rows,
@@ -289,8 +324,6 @@ static void s_gemm_rows(pl_cpu_pool_t *pool, const float *x, const int *rows, in
                        .x_row = (size_t)w[i]->cols * sizeof(float),
                        .rows = rows,
                        .block = S_PICK(k, block, isa),
-                       .chunk0 = job.n_chunks,
-                       .chunk_rows = s_chunk_rows(w[i], threads),
                        .outs = n_rows == 1 && k->wide_one ? PL_CPU_BLOCK_OUTS_ONE
                                                           : PL_CPU_BLOCK_OUTS};
         if (k->x_bytes) { /* activations in the form the type's kernel reads, once per job */
@@ -314,10 +347,10 @@ static void s_gemm_rows(pl_cpu_pool_t *pool, const float *x, const int *rows, in
             m->x_row = xb;
             m->rows = NULL;
         }
-        job.n_chunks += (w[i]->rows + m->chunk_rows - 1) / m->chunk_rows;
         work += (int64_t)n_rows * w[i]->rows * w[i]->cols;
         job.n_mats++;
     }
+    s_plan(&job, threads);
     /* small products are not worth waking the workers; the result is the same either way */
     pl_cpu_pool_chunks(work < (1 << 16) ? NULL : pool, job.n_chunks, s_chunk, &job);
     for (int i = 0; i < job.n_mats; i++)

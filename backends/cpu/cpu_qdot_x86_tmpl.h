@@ -140,12 +140,21 @@ static inline __attribute__((always_inline)) void s_q32_rows(const void *w, size
     }
 /* One activation row (batch-1 decode, up to PL_CPU_BLOCK_OUTS_ONE weight rows): rows o and
  * h + o side by side (h = no / 2), so the weights stream from two places far apart at once, which
- * draws more of the memory's bandwidth than one stream (bench/README.md); an odd last row alone. */
+ * draws more of the memory's bandwidth than one stream (bench/README.md); an odd last row alone.
+ * The second stream's prefetches run on into the next block's first rows, the first stream's
+ * into rows already read: so the first S_PF bytes of the next block's second stream (a block of
+ * the same size, as all but a chunk's last are) are prefetched a line per pair of rows here,
+ * instead of meeting memory cold (1-2% of a decode step's weight streaming, bench/README.md). */
 #define S_BLOCK_ONE(body, pair)                                                                    \
     {                                                                                              \
         int h = no / 2;                                                                            \
+        /* as an integer: past a matrix's last block it points past its end, where a prefetch */   \
+        /* is harmless but pointer arithmetic is not */                                            \
+        uintptr_t next = (uintptr_t)w0 + (size_t)(no + h) * rb;                                    \
         for (int o = 0; o < h; o++) {                                                              \
             const void *w = (const unsigned char *)w0 + (size_t)o * rb;                            \
+            if (o < S_PF / 64)                                                                     \
+                _mm_prefetch((const char *)(next + 64 * (size_t)o), S_PF_HINT);                    \
             pair((size_t)h * rb);                                                                  \
             y[r0][o] = out[0];                                                                     \
             y[r0][h + o] = out[1];                                                                 \
