@@ -1,5 +1,6 @@
-/* bench_decode's models: the presets (a small one where per-token overheads show, and one of
- * TinyLlama-1.1B's shape) made with pl-mkmodel in a temporary directory, any weight type. */
+/* The benches' models: the presets (a small one where per-token overheads show, one of
+ * TinyLlama-1.1B's shape, bench_pipeline's) made with pl-mkmodel in a temporary directory, any
+ * weight type. */
 #ifndef PL_BENCH_BENCH_MODEL_H
 #define PL_BENCH_BENCH_MODEL_H
 
@@ -39,7 +40,12 @@ static int s_run_mkmodel(const char *dir, const char *preset, const char *dtype)
     char *big[] = {"--layers", "22",      "--hidden", "2048",       "--intermediate",
                    "5632",     "--heads", "32",       "--kv-heads", "4",
                    "--vocab",  "32000",   NULL};
-    char **shape = strcmp(preset, "1b") == 0 ? big : small;
+    /* pipeline: bench_pipeline.sh's model (12 layers, hidden 1024), for bench_prefill_chunk */
+    char *pipe[] = {"--layers", "12",      "--hidden", "1024",       "--intermediate",
+                    "2816",     "--heads", "16",       "--kv-heads", "8",
+                    "--vocab",  "8192",    NULL};
+    bool is_pipe = strcmp(preset, "pipeline") == 0;
+    char **shape = strcmp(preset, "1b") == 0 ? big : is_pipe ? pipe : small;
     char gguf[PATH_MAX + 16];
     snprintf(gguf, sizeof(gguf), "%s/model.gguf", dir);
     bool quant = s_quant_dtype(dtype);
@@ -51,7 +57,7 @@ static int s_run_mkmodel(const char *dir, const char *preset, const char *dtype)
                       "--seed",
                       "1",
                       "--max-pos",
-                      "4096"};
+                      is_pipe ? "2048" : "4096"};
     int a = 9;
     if (quant) {
         argv[a++] = "--format";

@@ -1,5 +1,7 @@
 /* bench_prefill_chunk: one CPU stage's prefill of one long prompt whole against the same prompt in
  * chunks (as a pipeline feeds it), and where each chunk size's extra time goes. */
+#include "bench/bench_model.h"
+
 #include "backends/backend.h"
 #include "backends/cpu/cpu_blas_core.h"
 #include "backends/cpu/cpu_gemm.h"
@@ -149,52 +151,7 @@ static double s_tiled(const s_layer_t *L, int layers, int prompt, int chunk, int
 
 /* ---- the model ---- */
 
-static int s_make_model(const char *dir)
-{
-    char exe[4096], tool[4200];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-    if (n <= 0)
-        return -1;
-    exe[n] = '\0';
-    char *slash = strrchr(exe, '/');
-    if (!slash)
-        return -1;
-    *slash = '\0';
-    snprintf(tool, sizeof(tool), "%s/pl-mkmodel", exe);
-    /* bench_pipeline's model: 12 layers, hidden 1024, bf16 */
-    char *argv[] = {tool,   "--out",          (char *)dir, "--layers", "12", "--hidden",
-                    "1024", "--intermediate", "2816",      "--heads",  "16", "--kv-heads",
-                    "8",    "--vocab",        "8192",      "--seed",   "1",  "--max-pos",
-                    "2048", "--dtype",        "bf16",      NULL};
-    fprintf(stderr, "bench_prefill_chunk: making bench_pipeline's model with %s\n", tool);
-    pid_t pid = fork();
-    if (pid < 0)
-        return -1;
-    if (pid == 0) {
-        dup2(STDERR_FILENO, STDOUT_FILENO);
-        execv(tool, argv);
-        _exit(127);
-    }
-    int status;
-    return waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0
-                                                                                            : -1;
-}
-
-static void s_rm_model(const char *dir)
-{
-    DIR *d = opendir(dir);
-    struct dirent *e;
-    char path[4200];
-    while (d && (e = readdir(d)) != NULL) {
-        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
-            snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
-            unlink(path);
-        }
-    }
-    if (d)
-        closedir(d);
-    rmdir(dir);
-}
+/* bench_pipeline's model, bf16, made by bench_model.h (s_run_mkmodel), removed by s_rmdir */
 
 /* ---- options ---- */
 
@@ -280,9 +237,9 @@ int main(int argc, char **argv)
     openblas_set_num_threads(1);
     dir = o.model;
     if (!dir) {
-        if (!mkdtemp(tmp) || s_make_model(tmp)) {
+        if (!mkdtemp(tmp) || s_run_mkmodel(tmp, "pipeline", "bf16")) {
             fprintf(stderr, "bench_prefill_chunk: could not make a model in %s\n", tmp);
-            s_rm_model(tmp);
+            s_rmdir(tmp);
             return 1;
         }
         dir = tmp;
@@ -450,6 +407,6 @@ err:
     pl_be_device_close(&dev);
     pl_model_destroy(&model);
     if (made)
-        s_rm_model(tmp);
+        s_rmdir(tmp);
     return rc;
 }
