@@ -86,23 +86,22 @@ Test(proto, the_coordinator_refuses_other_protocols_naming_both_versions, .fini 
 }
 
 /* A stand-in for an older pipecoord: a plaintext ROUTER that answers every message with
- * `type` and `body`, as protocol 2 did (no "proto"), until told to stop. */
+ * `type` and `body`, as protocol 2 did (no "proto"), until told to stop. Each stand-in has its own
+ * context, ended when it stops: zmq_close only queues the close to the context's reaper, and
+ * ending the context waits for it, so the next stand-in can bind the same port. */
 typedef struct {
-    void *ctx;
+    void *ctx, *sock;
     char ep[96];
     const char *type, *body;
     volatile int stop;
     int answered;
+    pthread_t th;
 } s_old_coord_t;
 
 static void *s_old_coord(void *arg)
 {
     s_old_coord_t *o = arg;
-    void *r = zmq_socket(o->ctx, ZMQ_ROUTER);
-    int linger = 0;
-    zmq_setsockopt(r, ZMQ_LINGER, &linger, sizeof(linger));
-    if (zmq_bind(r, o->ep) != 0)
-        abort();
+    void *r = o->sock;
     while (!o->stop) {
         zmq_pollitem_t it = {.socket = r, .events = ZMQ_POLLIN};
         if (zmq_poll(&it, 1, 100) <= 0)
@@ -123,6 +122,30 @@ static void *s_old_coord(void *arg)
     return NULL;
 }
 
+/* Binds `o`'s socket here (a port just freed may take a moment to be released: retried for up to
+ * 10 s) and starts its thread. */
+static void s_old_start(s_old_coord_t *o, const char *ep)
+{
+    snprintf(o->ep, sizeof(o->ep), "%s", ep);
+    o->ctx = zmq_ctx_new();
+    o->sock = zmq_socket(o->ctx, ZMQ_ROUTER);
+    int linger = 0, rc = -1;
+    zmq_setsockopt(o->sock, ZMQ_LINGER, &linger, sizeof(linger));
+    for (double t0 = tc_now(); tc_now() - t0 < 10.0; usleep(50 * 1000))
+        if ((rc = zmq_bind(o->sock, o->ep)) == 0)
+            break;
+    cr_assert_eq(rc, 0, "the stand-in coordinator cannot bind %s: %s", o->ep,
+                 zmq_strerror(zmq_errno()));
+    cr_assert_eq(pthread_create(&o->th, NULL, s_old_coord, o), 0);
+}
+
+static void s_old_stop(s_old_coord_t *o)
+{
+    o->stop = 1;
+    pthread_join(o->th, NULL);
+    zmq_ctx_term(o->ctx);
+}
+
 Test(proto, pipectl_and_pipeld_say_when_the_coordinator_speaks_an_older_protocol,
      .fini = s_teardown, .timeout = 120)
 {
@@ -130,10 +153,8 @@ Test(proto, pipectl_and_pipeld_say_when_the_coordinator_speaks_an_older_protocol
     tc_mkdtemp(s_c.dir, sizeof(s_c.dir));
     int port = tc_free_port();
     snprintf(s_c.ep, sizeof(s_c.ep), "tcp://127.0.0.1:%d", port);
-    s_old_coord_t o = {.ctx = zmq_ctx_new(), .type = "REPLY", .body = "{\"nodes\": []}"};
-    snprintf(o.ep, sizeof(o.ep), "%s", s_c.ep);
-    pthread_t th;
-    cr_assert_eq(pthread_create(&th, NULL, s_old_coord, &o), 0);
+    s_old_coord_t o = {.type = "REPLY", .body = "{\"nodes\": []}"};
+    s_old_start(&o, s_c.ep);
     char *out;
     int rc = tc_sh(&out, "PIPELD_INSECURE=1 %s/pipectl -c %s --timeout 5 nodes 2>&1", tc_bin(),
                    s_c.ep);
@@ -144,24 +165,21 @@ Test(proto, pipectl_and_pipeld_say_when_the_coordinator_speaks_an_older_protocol
                   strstr(out, "upgrade the coordinator"),
               "%s", out);
     free(out);
-    o.stop = 1;
-    pthread_join(th, NULL);
+    s_old_stop(&o);
 
     /* reached on its node endpoint (coordinator_node_endpoint set to the old one's only
      * socket), an old coordinator refuses the HELLO in its words: pipeld says which is older */
-    s_old_coord_t o2 = {.ctx = o.ctx, .type = "ERROR",
+    s_old_coord_t o2 = {.type = "ERROR",
                         .body = "{\"code\": -9, \"error\": \"protocol version 3, the "
                                 "coordinator speaks 2\"}"};
-    snprintf(o2.ep, sizeof(o2.ep), "%s", s_c.ep);
-    cr_assert_eq(pthread_create(&th, NULL, s_old_coord, &o2), 0);
+    s_old_start(&o2, s_c.ep);
     char log[512];
     snprintf(log, sizeof(log), "%s/n1.log", s_c.dir);
     tc_sh(NULL,
           "PIPELD_INSECURE=1 timeout 4 %s/pipeld --name n1 --coordinator %s --node-endpoint %s "
           "--threads 1 >%s 2>&1",
           tc_bin(), s_c.ep, s_c.ep, log);
-    o2.stop = 1;
-    pthread_join(th, NULL);
+    s_old_stop(&o2);
     tc_sh(&out, "cat %s", log);
     cr_assert_gt(o2.answered, 0, "the HELLO never came: %s", out);
     cr_assert(strstr(out, "speaks a control protocol older than " TC_STR(PL_PROTO_VERSION)) &&
@@ -172,16 +190,14 @@ Test(proto, pipectl_and_pipeld_say_when_the_coordinator_speaks_an_older_protocol
     free(out);
 
     /* an old coordinator on the client endpoint only: nothing answers on the node endpoint */
-    s_old_coord_t o3 = {.ctx = o.ctx, .type = "ERROR", .body = "{\"code\": -9, \"error\": \"x\"}"};
-    snprintf(o3.ep, sizeof(o3.ep), "%s", s_c.ep);
-    cr_assert_eq(pthread_create(&th, NULL, s_old_coord, &o3), 0);
+    s_old_coord_t o3 = {.type = "ERROR", .body = "{\"code\": -9, \"error\": \"x\"}"};
+    s_old_start(&o3, s_c.ep);
     snprintf(log, sizeof(log), "%s/n2.log", s_c.dir);
     double t0 = tc_now();
     tc_sh(NULL,
           "PIPELD_INSECURE=1 timeout 15 %s/pipeld --name n2 --coordinator %s --threads 1 >%s 2>&1",
           tc_bin(), s_c.ep, log);
-    o3.stop = 1;
-    pthread_join(th, NULL);
+    s_old_stop(&o3);
     tc_sh(&out, "cat %s", log);
     char node_ep[128];
     tc_node_ep(s_c.ep, node_ep, sizeof(node_ep));
@@ -192,6 +208,5 @@ Test(proto, pipectl_and_pipeld_say_when_the_coordinator_speaks_an_older_protocol
               "pipeld did not say which endpoint was silent (%.1f s): %s", tc_now() - t0, out);
     cr_assert_eq(o3.answered, 0, "pipeld sent its HELLO to the client endpoint");
     free(out);
-    zmq_ctx_term(o.ctx);
     s_passed = 1;
 }
