@@ -29,7 +29,7 @@ Test(cpu_wcopy, copies_exactly_aligned_and_keeps_sharing)
     pl_cpu_wmat_t *mats[] = {&m0, NULL, &empty, &m1, &tied};
     pl_cpu_wcopy_t c;
 
-    cr_assert_eq(pl_cpu_wcopy_make(mats, 5, &c), PL_OK);
+    cr_assert_eq(pl_cpu_wcopy_make(mats, 5, false, &c), PL_OK);
     cr_assert_not_null(c.base);
     cr_assert_eq((uintptr_t)c.base % (2u << 20), 0, "region on a 2 MiB boundary");
     cr_assert_neq(m0.data, a + 1);
@@ -55,7 +55,7 @@ Test(cpu_wcopy, nothing_to_copy_is_no_region)
     pl_cpu_wmat_t *mats[] = {&empty, NULL};
     pl_cpu_wcopy_t c = {.base = (void *)1};
 
-    cr_assert_eq(pl_cpu_wcopy_make(mats, 2, &c), PL_OK);
+    cr_assert_eq(pl_cpu_wcopy_make(mats, 2, false, &c), PL_OK);
     cr_assert_null(c.base);
     cr_assert_eq(c.len, 0);
 }

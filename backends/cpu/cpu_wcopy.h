@@ -1,5 +1,6 @@
 /* A CPU stage's weight matrices copied out of the model's file mapping into one anonymous,
- * 2 MiB-aligned region advised for transparent huge pages, so the kernels stream them faster. */
+ * 2 MiB-aligned region advised for transparent huge pages, so the kernels stream them faster;
+ * float matrices packed on the way (cpu_pack.h), in place of the plain copy, not beside it. */
 #ifndef PL_BACKENDS_CPU_CPU_WCOPY_H
 #define PL_BACKENDS_CPU_CPU_WCOPY_H
 
@@ -18,9 +19,16 @@ typedef struct {
  * environment (a machine short of memory, or a benchmark's before/after). */
 bool pl_cpu_wcopy_wanted(void);
 
+/* Whether stages pack their float matrices: PL_CPU_WEIGHTS=packed or plain says; else yes where
+ * the AVX-512 kernels run (there the packed kernels beat OpenBLAS on converted tiles; the AVX2
+ * one, a tile of one token row, does not: bench/README.md). */
+bool pl_cpu_wcopy_pack_wanted(void);
+
 /* Copy the n matrices mats[] (NULL entries and empty ones skipped; two that share data stay
- * shared) into one new region and point them at it. On error the matrices are unchanged. */
-pl_status_t pl_cpu_wcopy_make(pl_cpu_wmat_t *const *mats, int n, pl_cpu_wcopy_t *c_p);
+ * shared) into one new region and point them at it; with pack, the matrices that
+ * pl_cpu_pack_suits are packed instead of copied as they are, and marked packed. On error the
+ * matrices are unchanged. */
+pl_status_t pl_cpu_wcopy_make(pl_cpu_wmat_t *const *mats, int n, bool pack, pl_cpu_wcopy_t *c_p);
 
 /* Unmap the region (a zeroed or never-made copy is fine). */
 void pl_cpu_wcopy_free(pl_cpu_wcopy_t *c);
