@@ -267,7 +267,11 @@ int main(int argc, char **argv)
            "(hidden %d, intermediate %d, heads %d/%d), 1 thread, OpenBLAS core %s, products "
            "through %s; load average %.2f at the start\n\n",
            P, layers - 1, dir, c->hidden, c->intermediate, c->n_heads, c->n_kv_heads,
-           openblas_get_corename(), pl_cpu_gemm_seq_uses_blas() ? "OpenBLAS" : "own kernel", la[0]);
+           openblas_get_corename(), pl_cpu_wcopy_wanted() && pl_cpu_wcopy_pack_wanted()
+               ? "the packed kernels (float weights packed at load)"
+           : pl_cpu_gemm_seq_uses_blas() ? "OpenBLAS"
+                                         : "own kernel",
+           la[0]);
 
     /* the stage: rounds of the whole prompt then every chunk size, best CPU time of each */
     int n = o.n_sizes + 1;

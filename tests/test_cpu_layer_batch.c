@@ -142,9 +142,10 @@ Test(cpu_layer, no_logits_skips_the_head_and_keeps_the_kv)
 /* A prompt past the sgemm threshold prefilled whole and in chunks of several sizes (under the
  * threshold, at it, past it, most dividing nothing): the hidden states come out bitwise the
  * same, for every float weight type. Packed weights (cpu_pack.h) round as the short rows'
- * kernels do whatever the token count; forced here so machines that keep OpenBLAS for long
- * sequences (no AVX-512) test them too. No chunk is one token: that one takes decode's attention
- * (pl_cpu_attention_heads), which rounds unlike the multi-token attention's sgemm. */
+ * kernels do whatever the token count (PL_CPU_WEIGHTS=packed; as stored, OpenBLAS's rounding of
+ * a long sequence depends on its length and this fails). No chunk is one token: that one takes
+ * decode's attention (pl_cpu_attention_heads), which rounds unlike the multi-token attention's
+ * sgemm. */
 Test(cpu_layer, chunked_prefill_hidden_bitwise_whole)
 {
     static const int chunks[] = {2, 7, 31, 32, 34, 48, 64}; /* no 1-token tail: see above */

@@ -76,8 +76,8 @@ Test(cpu_pack, rows_come_back_exactly)
             pmat_t t;
             int n = shapes[s][0], k = shapes[s][1];
             pmat_make(&t, k_types[ti], n, k, (unsigned)(s + 1));
-            cr_assert_eq(pl_cpu_pack_bytes(&t.plain),
-                         (size_t)((n + 3) / 4 * 4) * t.plain.row_bytes, "whole panels");
+            cr_assert_eq(pl_cpu_pack_bytes(&t.plain), (size_t)((n + 3) / 4 * 4) * t.plain.row_bytes,
+                         "whole panels");
             float *a = xalloc((size_t)k * 4), *b = xalloc((size_t)k * 4);
             for (int r = 0; r < n; r++) {
                 pl_cpu_wmat_row_f32(&t.plain, r, a);
@@ -95,7 +95,7 @@ Test(cpu_pack, rows_come_back_exactly)
 Test(cpu_pack, seq_bitwise_the_stored_kernels_on_every_path)
 {
     static const int shapes[][3] = {/* tokens, weight rows, inner */
-                                    {1, 5, 16},   {3, 4, 7},    {7, 37, 40},   {33, 70, 100},
+                                    {1, 5, 16},    {3, 4, 7},     {7, 37, 40},    {33, 70, 100},
                                     {65, 33, 515}, {130, 19, 64}, {12, 64, 1024}, {6, 6, 33}};
     pl_cpu_isa_t top = pl_cpu_isa();
     cr_log_info("this machine: %s", pl_cpu_isa_name(top));
@@ -159,8 +159,8 @@ Test(cpu_pack, rows_batch_invariant_on_threads)
                 for (int i = 0; i < m; i++)
                     cr_assert(memcmp(y + (size_t)sub[i] * rows, alone + (size_t)sub[i] * rows,
                                      (size_t)rows * 4) == 0,
-                              "%s: row %d of %d on %d threads", pl_wtype_name(k_types[ti]),
-                              sub[i], m, p + 1);
+                              "%s: row %d of %d on %d threads", pl_wtype_name(k_types[ti]), sub[i],
+                              m, p + 1);
             }
         }
         free(x), free(alone), free(y);

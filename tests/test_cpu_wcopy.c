@@ -64,7 +64,11 @@ Test(cpu_wcopy, environment_switch)
 {
     unsetenv("PL_CPU_WEIGHTS");
     cr_assert(pl_cpu_wcopy_wanted());
+    cr_assert_not(pl_cpu_wcopy_pack_wanted());
     setenv("PL_CPU_WEIGHTS", "mapped", 1);
     cr_assert_not(pl_cpu_wcopy_wanted());
+    setenv("PL_CPU_WEIGHTS", "packed", 1);
+    cr_assert(pl_cpu_wcopy_wanted());
+    cr_assert(pl_cpu_wcopy_pack_wanted());
     unsetenv("PL_CPU_WEIGHTS");
 }

@@ -165,8 +165,8 @@ static json_t *s_run_n(const json_t *job, const int *counts, int n, int n_seqs,
 Test(pipeline, chunked_prefill_gives_the_tokens_of_whole_prefill)
 {
     /* prompts of 4, 2, 9, 1, 3 and 70 tokens: chunks of 1 .. 7, 40 and 64 tokens, most of them
-     * dividing no prompt; 1, 2 and 3 stages; one and three microbatches. Packed weights (the
-     * default where AVX-512 runs) forced, so every machine tests the long prompt's products. */
+     * dividing no prompt; 1, 2 and 3 stages; one and three microbatches; on packed weights
+     * (PL_CPU_WEIGHTS=packed), whose long-prompt products round as the short rows' do. */
     static const int sizes[] = {1, 2, 3, 4, 5, 7, 40, 64};
     static const int two[] = {2, 3}, three[] = {1, 1, 3};
     const int *splits[] = {NULL, two, three};

@@ -54,16 +54,18 @@ static inline void s_v_ldw2_bf16(const unsigned char *p, s_v16_t *a, s_v16_t *b)
 /* The four sums of lane vectors a[0..3] in s_finish's order, side by side: lanes j and j + 8
  * (two rows' halves per shuffle), then j and j + 4, then neighbours, then pairs of neighbours. */
 #define S_HAVE_RED4
-static inline void s_v_red4(const s_v16_t *a, float *s)
+static inline void s_v_red4(s_v16_t a0, s_v16_t a1, s_v16_t a2, s_v16_t a3, float *s)
 {
-    __m512 ab = _mm512_add_ps(_mm512_shuffle_f32x4(a[0], a[1], 0x44),
-                              _mm512_shuffle_f32x4(a[0], a[1], 0xee));
-    __m512 cd = _mm512_add_ps(_mm512_shuffle_f32x4(a[2], a[3], 0x44),
-                              _mm512_shuffle_f32x4(a[2], a[3], 0xee));
-    __m512 u = _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, 0x88), _mm512_shuffle_f32x4(ab, cd, 0xdd));
+    __m512 ab =
+        _mm512_add_ps(_mm512_shuffle_f32x4(a0, a1, 0x44), _mm512_shuffle_f32x4(a0, a1, 0xee));
+    __m512 cd =
+        _mm512_add_ps(_mm512_shuffle_f32x4(a2, a3, 0x44), _mm512_shuffle_f32x4(a2, a3, 0xee));
+    __m512 u =
+        _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, 0x88), _mm512_shuffle_f32x4(ab, cd, 0xdd));
     __m512 t = _mm512_add_ps(u, _mm512_permute_ps(u, 0xb1));
     __m512 v = _mm512_add_ps(t, _mm512_permute_ps(t, 0x4e));
-    __m512 g = _mm512_permutexvar_ps(_mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0), v);
+    __m512 g =
+        _mm512_permutexvar_ps(_mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0), v);
     _mm_storeu_ps(s, _mm512_castps512_ps128(g));
 }
 

@@ -7,13 +7,14 @@
  * one sequential stream. Required besides cpu_gemm_tmpl.h's:
  *   S_PR                token rows of a tile
  *   s_v_ldw2_bf16(p, a, b)  the two rows of a bf16 pair's 64 bytes
- *   S_HAVE_RED4 / s_v_red4(a, s)  optional: the four sums of lane vectors a[0..3], as s_finish
+ *   S_HAVE_RED4 / s_v_red4(a0, a1, a2, a3, s)  optional: the four sums of lane vectors, as s_finish
  *                       adds them (else stored and added here) */
 #include "backends/cpu/cpu_pack.h"
 
 #ifndef S_HAVE_RED4
-static inline void s_v_red4(const s_v16_t *a, float *s)
+static inline void s_v_red4(s_v16_t a0, s_v16_t a1, s_v16_t a2, s_v16_t a3, float *s)
 {
+    const s_v16_t a[4] = {a0, a1, a2, a3};
     for (int o = 0; o < 4; o++) {
         float l[16], v[8];
         s_v_st(l, a[o]);
@@ -70,7 +71,11 @@ static inline __attribute__((always_inline)) void s_ppanel(pl_wtype_t wt, int R,
     const unsigned char *tail = pw + (size_t)k16 * PL_CPU_PACK_ROWS * esz;
     for (int r = 0; r < R; r++) {
         float s[4];
-        s_v_red4(a[r], s);
+        s_v_red4(a[r][0], a[r][1], a[r][2], a[r][3], s);
+        if (k16 == k && nv == PL_CPU_PACK_ROWS) { /* no tail: the four sums as they are */
+            memcpy(y[r] + o0, s, sizeof(s));
+            continue;
+        }
         for (int o = 0; o < nv; o++) {
             const unsigned char *t = tail + (size_t)o * (size_t)(k - k16) * esz;
             for (int i = k16; i < k; i++)
@@ -95,7 +100,7 @@ static inline __attribute__((always_inline)) void s_pblock(pl_wtype_t wt, const 
             switch (R) { /* each tile height its own code, its sums in registers */
 #define S_CASE(n)                                                                                  \
     case n:                                                                                        \
-        s_ppanel(wt, n, x + r, pw, k16, k, nv, y + r, o);                                            \
+        s_ppanel(wt, n, x + r, pw, k16, k, nv, y + r, o);                                          \
         break;
                 S_CASE(1)
 #if S_PR >= 2

@@ -23,11 +23,7 @@ bool pl_cpu_wcopy_wanted(void)
 bool pl_cpu_wcopy_pack_wanted(void)
 {
     const char *v = getenv("PL_CPU_WEIGHTS");
-    if (v && strcmp(v, "packed") == 0)
-        return true;
-    if (v && strcmp(v, "plain") == 0)
-        return false;
-    return pl_cpu_isa() >= PL_CPU_ISA_AVX512;
+    return v && strcmp(v, "packed") == 0;
 }
 
 /* Bytes of m's copy: packed, or as it is. */

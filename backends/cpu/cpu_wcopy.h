@@ -19,9 +19,10 @@ typedef struct {
  * environment (a machine short of memory, or a benchmark's before/after). */
 bool pl_cpu_wcopy_wanted(void);
 
-/* Whether stages pack their float matrices: PL_CPU_WEIGHTS=packed or plain says; else yes where
- * the AVX-512 kernels run (there the packed kernels beat OpenBLAS on converted tiles; the AVX2
- * one, a tile of one token row, does not: bench/README.md). */
+/* Whether stages pack their float matrices: only with PL_CPU_WEIGHTS=packed for now. Measured
+ * (bench/README.md, perf8i): the AVX-512 packed kernel matches OpenBLAS on converted tiles up to
+ * 128 tokens a call but runs at 0.7-0.85x of it on whole long prompts, so packing by default
+ * would make one stage's long prefill slower; the AVX2 one (one token row a tile) is slower still. */
 bool pl_cpu_wcopy_pack_wanted(void);
 
 /* Copy the n matrices mats[] (NULL entries and empty ones skipped; two that share data stay
