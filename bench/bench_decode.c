@@ -236,7 +236,7 @@ static double s_kernel_gbps(pl_wtype_t t, int threads, int n, int k, double byte
             .type = t, .rows = n, .cols = k, .row_bytes = rb, .data = w + m * mat};
         mp[m] = &mats[m];
     }
-    if (pl_cpu_wcopy_make(mp, (int)count, &copy)) {
+    if (pl_cpu_wcopy_make(mp, (int)count, pl_cpu_wcopy_pack_wanted(), &copy)) {
         best = -1.0;
         goto out;
     }

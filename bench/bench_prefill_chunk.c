@@ -107,7 +107,8 @@ static void s_parts(const pl_model_config_t *c, const s_layer_t *L, float *const
                     const pl_cpu_wmat_t *w = &L[l].w[m];
                     if (which == 0)
                         pl_cpu_gemm_seq(NULL, x, n, w, tile, y);
-                    for (int o0 = 0; which == 1 && conv && o0 < w->rows; o0 += PL_CPU_TILE_ROWS)
+                    for (int o0 = 0; which == 1 && conv && !w->packed && o0 < w->rows;
+                         o0 += PL_CPU_TILE_ROWS)
                         conv((const unsigned char *)w->data + (size_t)o0 * w->row_bytes,
                              w->row_bytes, PL_MIN(PL_CPU_TILE_ROWS, w->rows - o0), w->cols, tile);
                     if (which == 2)
@@ -266,7 +267,11 @@ int main(int argc, char **argv)
            "(hidden %d, intermediate %d, heads %d/%d), 1 thread, OpenBLAS core %s, products "
            "through %s; load average %.2f at the start\n\n",
            P, layers - 1, dir, c->hidden, c->intermediate, c->n_heads, c->n_kv_heads,
-           openblas_get_corename(), pl_cpu_gemm_seq_uses_blas() ? "OpenBLAS" : "own kernel", la[0]);
+           openblas_get_corename(), pl_cpu_wcopy_wanted() && pl_cpu_wcopy_pack_wanted()
+               ? "the packed kernels (float weights packed at load)"
+           : pl_cpu_gemm_seq_uses_blas() ? "OpenBLAS"
+                                         : "own kernel",
+           la[0]);
 
     /* the stage: rounds of the whole prompt then every chunk size, best CPU time of each */
     int n = o.n_sizes + 1;
@@ -311,7 +316,8 @@ int main(int argc, char **argv)
         goto err_parts;
     for (int i = 0; i < layers * S_N_MATS; i++) /* as the stage holds them: huge pages */
         mats[i] = &L[i / S_N_MATS].w[i % S_N_MATS];
-    if (pl_cpu_wcopy_wanted() && pl_cpu_wcopy_make(mats, layers * S_N_MATS, &wc))
+    if (pl_cpu_wcopy_wanted() &&
+        pl_cpu_wcopy_make(mats, layers * S_N_MATS, pl_cpu_wcopy_pack_wanted(), &wc))
         goto err_parts;
     for (size_t i = 0; i < (size_t)P * kmax; i++)
         x[i] = pl_rand_uniform(1, i) - 0.5f;
@@ -339,6 +345,8 @@ int main(int argc, char **argv)
             parts[i].sgemm = PL_MIN(parts[i].sgemm, p.sgemm);
             parts[i].att = PL_MIN(parts[i].att, p.att);
         }
+    printf("\nweights %s (PL_CPU_WEIGHTS=plain: as stored, sgemm on converted tiles)\n",
+           L[0].w[0].packed ? "packed at load, the packed kernels (cpu_pack.h)" : "as stored");
     printf("\n| where it goes, CPU s (best of %d) | products as the stage runs them "
            "(pl_cpu_gemm_seq) | of which bf16 -> f32 tile conversion | sgemm on f32 weights "
            "converted beforehand, one call per matrix | attention vs the cached prefix | the "

@@ -180,7 +180,8 @@ int main(int argc, char **argv)
         pl_cpu_wmat_t m = {.type = types[t], .rows = rows, .cols = S_K, .row_bytes = rb, .data = w};
         pl_cpu_wmat_t *mp = &m;
         pl_cpu_wcopy_t copy = {0};
-        if (pl_cpu_wcopy_make(&mp, 1, &copy)) /* huge pages, as a stage's weights */
+        /* huge pages, packed where a stage packs, as a stage holds its weights */
+        if (pl_cpu_wcopy_make(&mp, 1, pl_cpu_wcopy_pack_wanted(), &copy))
             return 1;
         for (int th = 0; th < n_thr; th++) {
             pl_cpu_pool_t *pool = NULL;

@@ -1,5 +1,6 @@
 /* Tests of the CPU executor's KV cache across calls: decode after prefill, batches of any
- * composition giving the same logits, a prefill chunk without logits, a freed slot. */
+ * composition giving the same logits, a prefill chunk without logits, a freed slot, a long
+ * prompt prefilled in chunks bitwise as whole. */
 #include "cpu_layer_util.h"
 
 /* Prefill 6 tokens then decode one at a time: each step's logits equal the reference over the
@@ -136,4 +137,47 @@ Test(cpu_layer, no_logits_skips_the_head_and_keeps_the_kv)
     expect_logits(logits, ref, k_gqa.vocab, "after a chunk without logits");
     exec_close(&e);
     tmodel_free(&m);
+}
+
+/* A prompt past the sgemm threshold prefilled whole and in chunks of several sizes (under the
+ * threshold, at it, past it, most dividing nothing): the hidden states come out bitwise the
+ * same, for every float weight type. Packed weights (cpu_pack.h) round as the short rows'
+ * kernels do whatever the token count (PL_CPU_WEIGHTS=packed; as stored, OpenBLAS's rounding of
+ * a long sequence depends on its length and this fails). No chunk is one token: that one takes
+ * decode's attention (pl_cpu_attention_heads), which rounds unlike the multi-token attention's
+ * sgemm. */
+Test(cpu_layer, chunked_prefill_hidden_bitwise_whole)
+{
+    static const int chunks[] = {2, 7, 31, 32, 34, 48, 64}; /* no 1-token tail: see above */
+    enum { P = 100, H = 32 };
+    cr_assert_eq(k_gqa.hidden, H);
+    setenv("PL_CPU_WEIGHTS", "packed", 1);
+    for (int dt = 0; dt < 3; dt++) {
+        shape_t s = k_gqa;
+        s.f16 = dt == 1;
+        s.bf16 = dt == 2;
+        tmodel_t m;
+        exec_t e;
+        int32_t tok[P];
+        static float whole[P * H], part[P * H];
+        tmodel_make(&m, s, 40 + (unsigned)dt);
+        for (int i = 0; i < P; i++)
+            tok[i] = (i * 7 + 3) % s.vocab;
+        cr_assert(exec_open(&e, &m, 0, s.n_layers - 1, true, false, 1, P, P) == PL_OK, "%s",
+                  pl_error_msg());
+        fwd1(&e, 0, 0, P, tok, whole);
+        for (size_t c = 0; c < sizeof(chunks) / sizeof(chunks[0]); c++) {
+            memset(part, 0, sizeof(part));
+            for (int p0 = 0; p0 < P; p0 += chunks[c])
+                fwd1(&e, 0, p0, PL_MIN(chunks[c], P - p0), tok + p0, part + (size_t)p0 * H);
+            for (int t = 0; t < P; t++)
+                cr_assert(memcmp(whole + (size_t)t * H, part + (size_t)t * H, H * 4) == 0,
+                          "dtype %d, chunks of %d: token %d's hidden state differs from the whole "
+                          "prompt's",
+                          dt, chunks[c], t);
+        }
+        exec_close(&e);
+        tmodel_free(&m);
+    }
+    unsetenv("PL_CPU_WEIGHTS");
 }

@@ -29,7 +29,7 @@ Test(cpu_wcopy, copies_exactly_aligned_and_keeps_sharing)
     pl_cpu_wmat_t *mats[] = {&m0, NULL, &empty, &m1, &tied};
     pl_cpu_wcopy_t c;
 
-    cr_assert_eq(pl_cpu_wcopy_make(mats, 5, &c), PL_OK);
+    cr_assert_eq(pl_cpu_wcopy_make(mats, 5, false, &c), PL_OK);
     cr_assert_not_null(c.base);
     cr_assert_eq((uintptr_t)c.base % (2u << 20), 0, "region on a 2 MiB boundary");
     cr_assert_neq(m0.data, a + 1);
@@ -55,7 +55,7 @@ Test(cpu_wcopy, nothing_to_copy_is_no_region)
     pl_cpu_wmat_t *mats[] = {&empty, NULL};
     pl_cpu_wcopy_t c = {.base = (void *)1};
 
-    cr_assert_eq(pl_cpu_wcopy_make(mats, 2, &c), PL_OK);
+    cr_assert_eq(pl_cpu_wcopy_make(mats, 2, false, &c), PL_OK);
     cr_assert_null(c.base);
     cr_assert_eq(c.len, 0);
 }
@@ -64,7 +64,11 @@ Test(cpu_wcopy, environment_switch)
 {
     unsetenv("PL_CPU_WEIGHTS");
     cr_assert(pl_cpu_wcopy_wanted());
+    cr_assert_not(pl_cpu_wcopy_pack_wanted());
     setenv("PL_CPU_WEIGHTS", "mapped", 1);
     cr_assert_not(pl_cpu_wcopy_wanted());
+    setenv("PL_CPU_WEIGHTS", "packed", 1);
+    cr_assert(pl_cpu_wcopy_wanted());
+    cr_assert(pl_cpu_wcopy_pack_wanted());
     unsetenv("PL_CPU_WEIGHTS");
 }

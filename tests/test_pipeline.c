@@ -140,7 +140,7 @@ static json_t *s_chunked_job(double temperature, int mb, int chunk)
 {
     json_t *job = s_job(temperature, mb, 12);
     json_t *longp = json_array();
-    for (int i = 0; i < 23; i++)
+    for (int i = 0; i < 70; i++) /* past the sgemm threshold: long-sequence products */
         json_array_append_new(longp, json_integer((i * 37 + 11) % 300));
     json_array_append_new(json_object_get(job, "prompts"), longp);
     json_object_set_new(job, "prefill_chunk", json_integer(chunk));
@@ -164,16 +164,18 @@ static json_t *s_run_n(const json_t *job, const int *counts, int n, int n_seqs,
 
 Test(pipeline, chunked_prefill_gives_the_tokens_of_whole_prefill)
 {
-    /* prompts of 4, 2, 9, 1, 3 and 23 tokens: chunks of 1 .. 7 and 64 tokens, most of them
-     * dividing no prompt; 1, 2 and 3 stages; one and three microbatches */
-    static const int sizes[] = {1, 2, 3, 4, 5, 7, 64};
+    /* prompts of 4, 2, 9, 1, 3 and 70 tokens: chunks of 1 .. 7, 40 and 64 tokens, most of them
+     * dividing no prompt; 1, 2 and 3 stages; one and three microbatches; on packed weights
+     * (PL_CPU_WEIGHTS=packed), whose long-prompt products round as the short rows' do. */
+    static const int sizes[] = {1, 2, 3, 4, 5, 7, 40, 64};
     static const int two[] = {2, 3}, three[] = {1, 1, 3};
     const int *splits[] = {NULL, two, three};
+    setenv("PL_CPU_WEIGHTS", "packed", 1);
     for (int temp = 0; temp < 2; temp++) {
         json_t *whole = s_chunked_job(temp ? 0.8 : 0, 1, 0);
         uint64_t ptok_ref, ptok;
         json_t *ref = s_run_n(whole, NULL, 1, 6, &ptok_ref);
-        cr_assert_eq(ptok_ref, 4 + 2 + 9 + 1 + 3 + 23);
+        cr_assert_eq(ptok_ref, 4 + 2 + 9 + 1 + 3 + 70);
         for (size_t c = 0; c < sizeof(sizes) / sizeof(sizes[0]); c++) {
             for (int n = 1; n <= 3; n++) {
                 json_t *job = s_chunked_job(temp ? 0.8 : 0, n == 1 ? 1 : 3, sizes[c]);
@@ -188,4 +190,5 @@ Test(pipeline, chunked_prefill_gives_the_tokens_of_whole_prefill)
         }
         json_decref(ref), json_decref(whole);
     }
+    unsetenv("PL_CPU_WEIGHTS");
 }

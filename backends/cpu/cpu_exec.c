@@ -103,7 +103,7 @@ static pl_status_t s_matrix(pl_model_t *model, const char *name, int64_t d0, int
     return st ? st : pl_cpu_wmat_from_view(name, &v, m_p);
 }
 
-/* Every matrix of the stage into anonymous huge-page memory (cpu_wcopy.h). */
+/* Every matrix of the stage into anonymous huge-page memory, float ones packed (cpu_wcopy.h). */
 static pl_status_t s_copy_weights(s_stage_t *s)
 {
     int n = 7 * s->n_layers + 2;
@@ -119,7 +119,7 @@ static pl_status_t s_copy_weights(s_stage_t *s)
     }
     mats[n - 2] = &s->embed;
     mats[n - 1] = &s->head;
-    st = pl_cpu_wcopy_make(mats, n, &s->wcopy);
+    st = pl_cpu_wcopy_make(mats, n, pl_cpu_wcopy_pack_wanted(), &s->wcopy);
     free(mats);
     return st;
 }

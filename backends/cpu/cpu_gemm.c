@@ -3,6 +3,7 @@
  * and OpenBLAS on converted tiles for whole long sequences. */
 #include "backends/cpu/cpu_gemm.h"
 #include "backends/cpu/cpu_blas_core.h"
+#include "backends/cpu/cpu_pack.h"
 #include "backends/cpu/cpu_qdot.h"
 
 #include "common/util.h"
@@ -31,9 +32,13 @@ static void s_gemm_rows(pl_cpu_pool_t *pool, const float *x, const int *rows, in
     }
 
 static const pl_cpu_wkernel_t s_kernels[PL_WT_COUNT] = {
-    [PL_WT_F32] = {.block = S_PATHS(pl_cpu_block_f32_)},
-    [PL_WT_F16] = {.block = S_PATHS(pl_cpu_block_f16_), .to_f32 = S_PATHS(pl_cpu_to_f32_f16_)},
-    [PL_WT_BF16] = {.block = S_PATHS(pl_cpu_block_bf16_), .to_f32 = S_PATHS(pl_cpu_to_f32_bf16_)},
+    [PL_WT_F32] = {.block = S_PATHS(pl_cpu_block_f32_), .pblock = S_PATHS(pl_cpu_pblock_f32_)},
+    [PL_WT_F16] = {.block = S_PATHS(pl_cpu_block_f16_),
+                   .pblock = S_PATHS(pl_cpu_pblock_f16_),
+                   .to_f32 = S_PATHS(pl_cpu_to_f32_f16_)},
+    [PL_WT_BF16] = {.block = S_PATHS(pl_cpu_block_bf16_),
+                    .pblock = S_PATHS(pl_cpu_pblock_bf16_),
+                    .to_f32 = S_PATHS(pl_cpu_to_f32_bf16_)},
 #define S_QUANT(WT, type)                                                                          \
     [WT] = {.x_bytes = pl_cpu_qx_bytes_##type,                                                     \
             .x_prep = pl_cpu_qx_prep_##type,                                                       \
@@ -163,6 +168,10 @@ pl_status_t pl_cpu_wmat_from_view(const char *name, const pl_tensor_view_t *v, p
 
 void pl_cpu_wmat_row_f32(const pl_cpu_wmat_t *w, int r, float *dst)
 {
+    if (w->packed) {
+        pl_cpu_pack_row_f32(w, r, dst);
+        return;
+    }
     pl_wtype_to_f32(w->type, (const unsigned char *)w->data + (size_t)r * w->row_bytes,
                     (size_t)w->cols, dst);
 }
@@ -323,7 +332,7 @@ static void s_gemm_rows(pl_cpu_pool_t *pool, const float *x, const int *rows, in
                        .x = x,
                        .x_row = (size_t)w[i]->cols * sizeof(float),
                        .rows = rows,
-                       .block = S_PICK(k, block, isa),
+                       .block = w[i]->packed ? S_PICK(k, pblock, isa) : S_PICK(k, block, isa),
                        .outs = n_rows == 1 && k->wide_one ? PL_CPU_BLOCK_OUTS_ONE
                                                           : PL_CPU_BLOCK_OUTS};
         if (k->x_bytes) { /* activations in the form the type's kernel reads, once per job */
@@ -394,6 +403,10 @@ void pl_cpu_gemm_seq(pl_cpu_pool_t *pool, const float *x, int n, const pl_cpu_wm
 
     if (n <= 0 || w->rows <= 0)
         return;
+    if (w->packed) { /* laid out for our own kernels at load: nothing to convert or repack */
+        s_gemm_rows(pool, x, NULL, n, &w, &y, 1);
+        return;
+    }
     if (!k->to_f32[PL_CPU_ISA_SCALAR] && w->type != PL_WT_F32) {
         s_gemm_rows(pool, x, NULL, n, &w, &y, 1); /* no tile conversion: the type's own kernel */
         return;

@@ -18,12 +18,14 @@ typedef enum {
     PL_CPU_ISA_COUNT
 } pl_cpu_isa_t;
 
-/* A [rows][cols] weight matrix as stored: row r starts at data + r * row_bytes. Borrowed. */
+/* A [rows][cols] weight matrix as stored: row r starts at data + r * row_bytes. Borrowed.
+ * packed: the rows are laid out in panels instead (cpu_pack.h), read by the type's pblock. */
 typedef struct {
     pl_wtype_t type;
     int rows, cols;
     size_t row_bytes;
     const void *data;
+    bool packed;
 } pl_cpu_wmat_t;
 
 /* Most rows and weight rows one kernel block call handles. */
@@ -49,6 +51,10 @@ typedef struct {
      * kernel for that instruction set. */
     void (*block[PL_CPU_ISA_COUNT])(const void *const *x, int nr, const void *w, size_t row_bytes,
                                     int no, int k, float *const *y);
+    /* `block` on a packed matrix (cpu_pack.h), w at the panel of its first weight row, which
+     * is a multiple of PL_CPU_PACK_ROWS; bitwise what `block` gives. NULL: no packed layout. */
+    void (*pblock[PL_CPU_ISA_COUNT])(const void *const *x, int nr, const void *w,
+                                     size_t row_bytes, int no, int k, float *const *y);
     /* Whether `block` takes up to PL_CPU_BLOCK_OUTS_ONE weight rows when nr == 1. */
     bool wide_one;
     /* Convert n weight rows of k elements (from w at stride row_bytes) to f32, dst [n][k];
@@ -80,10 +86,11 @@ void pl_cpu_gemm_rows(pl_cpu_pool_t *pool, const float *x, const int *rows, int 
 void pl_cpu_gemm_rows_n(pl_cpu_pool_t *pool, const float *x, const int *rows, int n_rows,
                         const pl_cpu_wmat_t *const *w, float *const *y, int n_w);
 
-/* y[n][w->rows] = x[n][w->cols] @ w^T for one whole sequence. Through OpenBLAS sgemm where its
- * kernels suit this CPU (pl_cpu_gemm_seq_uses_blas): f32 weights read in place, f16/bf16
- * converted PL_CPU_TILE_ROWS rows at a time into tile (PL_CPU_TILE_ROWS * w->cols floats), rows'
- * rounding then depending on n and their place; otherwise pl_cpu_gemm_rows on the pool. */
+/* y[n][w->rows] = x[n][w->cols] @ w^T for one whole sequence. A packed matrix: the packed
+ * kernels on the pool, bitwise what pl_cpu_gemm_rows gives (tile unused). Otherwise through
+ * OpenBLAS sgemm where its kernels suit this CPU (pl_cpu_gemm_seq_uses_blas): f32 weights read
+ * in place, f16/bf16 converted PL_CPU_TILE_ROWS rows at a time into tile (PL_CPU_TILE_ROWS *
+ * w->cols floats), rows' rounding then depending on n and their place; else pl_cpu_gemm_rows. */
 void pl_cpu_gemm_seq(pl_cpu_pool_t *pool, const float *x, int n, const pl_cpu_wmat_t *w,
                      float *tile, float *y);
 /* Whether pl_cpu_gemm_seq uses OpenBLAS here: not when OpenBLAS fell back to generic kernels for

@@ -50,4 +50,20 @@ static inline s_v16_t s_v_ldw_bf16(const unsigned char *p)
 #define S_TO 2
 #define S_TO1 4
 #include "backends/cpu/cpu_gemm_tmpl.h"
+
+/* The two rows of a packed bf16 pair (cpu_pack.h): each word's low half shifted up, its high
+ * half masked. */
+static inline void s_v_ldw2_bf16(const unsigned char *p, s_v16_t *a, s_v16_t *b)
+{
+    __m256i lo = _mm256_loadu_si256((const __m256i *)(const void *)p);
+    __m256i hi = _mm256_loadu_si256((const __m256i *)(const void *)(p + 32));
+    __m256i m = _mm256_set1_epi32((int)0xffff0000u);
+    a->lo = _mm256_castsi256_ps(_mm256_slli_epi32(lo, 16));
+    a->hi = _mm256_castsi256_ps(_mm256_slli_epi32(hi, 16));
+    b->lo = _mm256_castsi256_ps(_mm256_and_si256(lo, m));
+    b->hi = _mm256_castsi256_ps(_mm256_and_si256(hi, m));
+}
+
+#define S_PR 1
+#include "backends/cpu/cpu_pack_tmpl.h"
 #endif

@@ -41,4 +41,34 @@ static inline s_v16_t s_v_ldw_bf16(const unsigned char *p)
 #define S_TO 4
 #define S_TO1 8
 #include "backends/cpu/cpu_gemm_tmpl.h"
+
+/* The two rows of a packed bf16 pair (cpu_pack.h): each word's low half shifted up, its high
+ * half masked. */
+static inline void s_v_ldw2_bf16(const unsigned char *p, s_v16_t *a, s_v16_t *b)
+{
+    __m512i v = _mm512_loadu_si512(p);
+    *a = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+    *b = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32((int)0xffff0000u)));
+}
+
+/* The four sums of lane vectors a[0..3] in s_finish's order, side by side: lanes j and j + 8
+ * (two rows' halves per shuffle), then j and j + 4, then neighbours, then pairs of neighbours. */
+#define S_HAVE_RED4
+static inline void s_v_red4(s_v16_t a0, s_v16_t a1, s_v16_t a2, s_v16_t a3, float *s)
+{
+    __m512 ab =
+        _mm512_add_ps(_mm512_shuffle_f32x4(a0, a1, 0x44), _mm512_shuffle_f32x4(a0, a1, 0xee));
+    __m512 cd =
+        _mm512_add_ps(_mm512_shuffle_f32x4(a2, a3, 0x44), _mm512_shuffle_f32x4(a2, a3, 0xee));
+    __m512 u =
+        _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, 0x88), _mm512_shuffle_f32x4(ab, cd, 0xdd));
+    __m512 t = _mm512_add_ps(u, _mm512_permute_ps(u, 0xb1));
+    __m512 v = _mm512_add_ps(t, _mm512_permute_ps(t, 0x4e));
+    __m512 g =
+        _mm512_permutexvar_ps(_mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 8, 4, 0), v);
+    _mm_storeu_ps(s, _mm512_castps512_ps128(g));
+}
+
+#define S_PR 6
+#include "backends/cpu/cpu_pack_tmpl.h"
 #endif

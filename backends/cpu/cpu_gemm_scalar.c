@@ -61,3 +61,17 @@ static inline s_v16_t s_v_ldw_bf16(const unsigned char *p)
 #define S_TO 1
 #define S_TO1 1
 #include "backends/cpu/cpu_gemm_tmpl.h"
+
+/* The two rows of a packed bf16 pair (cpu_pack.h): word j's low half, then its high half. */
+static inline void s_v_ldw2_bf16(const unsigned char *p, s_v16_t *a, s_v16_t *b)
+{
+    uint32_t w[16];
+    memcpy(w, p, sizeof(w));
+    for (int j = 0; j < 16; j++) {
+        a->v[j] = pl_bf16_to_f32((uint16_t)(w[j] & 0xffffu));
+        b->v[j] = pl_bf16_to_f32((uint16_t)(w[j] >> 16));
+    }
+}
+
+#define S_PR 1
+#include "backends/cpu/cpu_pack_tmpl.h"

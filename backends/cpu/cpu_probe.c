@@ -2,6 +2,7 @@
  * sgemm rate, memory read bandwidth and decode row rate measurement. */
 #include "backends/cpu/cpu_dev.h"
 #include "backends/cpu/cpu_gemm.h"
+#include "backends/cpu/cpu_wcopy.h"
 
 #include "common/log.h"
 #include "common/util.h"
@@ -342,7 +343,12 @@ static double s_dec_gflops(pl_cpu_dev_t *dev)
             rows[r] = r;
         pl_cpu_wmat_t w = {.type = PL_WT_BF16, .rows = S_ROW_OUTS, .cols = S_ROW_COLS,
                            .row_bytes = S_ROW_COLS * sizeof(uint16_t), .data = wb};
-        double t = s_rows_time(dev, x, rows, S_ROW_MANY, &w, y);
+        pl_cpu_wmat_t *wp = &w;
+        pl_cpu_wcopy_t copy = {0}; /* laid out as a stage holds its weights */
+        double t = pl_cpu_wcopy_make(&wp, 1, pl_cpu_wcopy_pack_wanted(), &copy) == PL_OK
+                       ? s_rows_time(dev, x, rows, S_ROW_MANY, &w, y)
+                       : 0.0;
+        pl_cpu_wcopy_free(&copy);
         if (t > 0)
             gflops = 2.0 * S_ROW_MANY * (double)wn / t / 1e9;
     }
@@ -372,6 +378,10 @@ static double s_pass_gbps(pl_cpu_dev_t *dev, double gflops)
             x[i] = (float)(i % 13) * 0.125f - 0.75f;
         pl_cpu_wmat_t w = {.type = PL_WT_BF16, .rows = S_SEQ_OUTS, .cols = S_ROW_COLS,
                            .row_bytes = S_ROW_COLS * sizeof(uint16_t), .data = wb};
+        pl_cpu_wmat_t *wp = &w;
+        pl_cpu_wcopy_t copy = {0}; /* laid out as a stage holds its weights */
+        if (pl_cpu_wcopy_make(&wp, 1, pl_cpu_wcopy_pack_wanted(), &copy) != PL_OK)
+            pl_error_clear(); /* then as given */
         pl_cpu_gemm_seq(dev->pool, x, S_SEQ_TOKENS, &w, tile, y); /* warm the caches */
         for (int pass = 0; pass < 2; pass++) {
             int iters = 0;
@@ -384,6 +394,7 @@ static double s_pass_gbps(pl_cpu_dev_t *dev, double gflops)
             if (best == 0.0 || t / iters < best)
                 best = t / iters;
         }
+        pl_cpu_wcopy_free(&copy);
         double left = best - 2.0 * S_SEQ_TOKENS * (double)wn / (gflops * 1e9);
         if (left > 0)
             gbps = (double)wn * sizeof(uint16_t) / left / 1e9;
