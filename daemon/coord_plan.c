@@ -9,6 +9,7 @@
 #include "scheduler/inputs.h"
 #include "scheduler/modes.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -546,7 +547,9 @@ static void s_learn_link(pl_coord_t *c, const pl_coord_job_t *j, int s)
  * rows charged at prefill's rate once left the weight pass next to nothing and the bandwidth
  * learning nothing). Prefill's weight passes move with its GFLOP/s, as one measured time cannot
  * tell them apart; its attention keeps a lesson of its own, moved by what the prefill phase's
- * compute taught (its GFLOP/s, or decode's row rate when the phase ran on decode's kernels). */
+ * compute taught (its GFLOP/s, or decode's row rate when the phase ran on decode's kernels) to
+ * the power of attention's share of the phase's predicted compute: a 64-token prompt's lesson
+ * (attention ~1% of it) leaves the rate as it was, a long prompt's moves it in part. */
 static void s_learn_rates(pl_coord_t *c, const pl_coord_job_t *j, int s)
 {
     const pl_coord_stage_t *cs = &j->stages[s];
@@ -626,7 +629,8 @@ static void s_learn_rates(pl_coord_t *c, const pl_coord_job_t *j, int s)
     d->eff_pass_gbps = d->n_obs ? d->eff_pass_gbps + w * (pass - d->eff_pass_gbps) : pass;
     double k_pre = t->pre_rows ? (cs->used_dec_gflops > 0 ? rate[2] / cs->used_dec_gflops : 0.0)
                                : (cs->used_gflops > 0 ? rate[0] / cs->used_gflops : 0.0);
-    double attn = cs->used_attn_gflops * k_pre;
+    double a_share = t->pre_flop_s > 0 ? PL_MIN(1.0, t->pre_attn_s / t->pre_flop_s) : 0.0;
+    double attn = k_pre > 0 ? cs->used_attn_gflops * pow(k_pre, a_share) : 0.0;
     d->eff_attn_gflops = d->n_obs ? d->eff_attn_gflops + w * (attn - d->eff_attn_gflops) : attn;
     d->n_obs++;
     pl_log_info("%s %s: effective %.2f GFLOP/s, %.2f GB/s, decode rows %.2f GFLOP/s, passes "

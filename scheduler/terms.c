@@ -56,10 +56,16 @@ pl_status_t pl_sched_terms(const pl_plan_input_t *in, const pl_plan_t *plan, int
     s_rates_t flop = {d->gflops, d->dec_gflops, d->pass_gbps, d->attn_gflops, S_HUGE};
     s_rates_t mem = {S_HUGE, d->dec_gflops > 0 ? S_HUGE : 0.0, d->pass_gbps > 0 ? S_HUGE : 0.0,
                      d->attn_gflops > 0 ? S_HUGE : 0.0, d->mem_gbps};
+    /* the compute without the attention: the attention's part is the difference */
+    s_rates_t dense = flop;
+    dense.attn_gflops = d->attn_gflops > 0 ? S_HUGE : 0.0;
     bool rows;
+    double dense_s = 0.0, unused;
     if ((st = s_times(in, plan, stage, flop, &t.pre_flop_s, &t.dec_flop_s, &t.pre_rows)) ||
-        (st = s_times(in, plan, stage, mem, &t.pre_mem_s, &t.dec_mem_s, &rows)))
+        (st = s_times(in, plan, stage, mem, &t.pre_mem_s, &t.dec_mem_s, &rows)) ||
+        (d->attn_gflops > 0 && (st = s_times(in, plan, stage, dense, &dense_s, &unused, &rows))))
         return st;
+    t.pre_attn_s = d->attn_gflops > 0 && t.pre_flop_s > dense_s ? t.pre_flop_s - dense_s : 0.0;
     *terms = t;
     return PL_OK;
 }

@@ -103,6 +103,8 @@ Test(sched_attn, each_chunk_takes_its_share_of_the_attention)
     cr_assert_eq(pl_sched_terms(&in, p, 1, &t), PL_OK, "%s", pl_error_msg());
     cr_expect(!t.pre_rows);
     cr_expect(s_near(t.pre_flop_s, tc), "%g vs %g", t.pre_flop_s, tc);
+    double ta = s_attn_flops(4) / 4 / 10e9; /* the attention's part of it */
+    cr_expect(fabs(t.pre_attn_s - ta) < 1e-9 * ta, "%g vs %g", t.pre_attn_s, ta);
     cr_expect(s_near(t.pre_mem_s, 4 * S_W / 20e9), "%g", t.pre_mem_s); /* attention is compute */
     json_t *o = pl_plan_to_json_full(p, &in, PL_PLANNER_OPTIMAL);
     cr_assert_not_null(o);

@@ -33,8 +33,9 @@
 #define S_ROW_WALL_MAX_S 0.04 /* per timed pass, however little CPU the load leaves it */
 /* Prefill's probe: sequences through a [S_SEQ_OUTS x S_ROW_COLS] bf16 product (an MLP's, 5.8 MB:
  * past a core's own caches) as the stages run it, bf16 tiles converted to f32 for sgemm, at these
- * lengths (all on sgemm's path) */
+ * lengths (all on sgemm's path); the pass is read at S_SEQ_TOKENS */
 #define S_SEQ_OUTS 2816
+#define S_SEQ_TOKENS 64
 static const int s_fit_tokens[] = {32, 64, 128};
 #define S_FIT_ROUNDS 2
 /* Prefill attention's probe: one S_ATT_TOKENS-token chunk of a prompt against the S_ATT_POS0
@@ -394,8 +395,8 @@ static void s_seq_call(pl_cpu_dev_t *dev, void *arg)
     pl_cpu_gemm_seq(dev->pool, a->x, a->n, a->w, a->tile, a->y);
 }
 
-/* The intercept at 0 tokens of the least-squares line through (n[i], t[i]), i < k. */
-static double s_intercept(const int *n, const double *t, int k)
+/* The least-squares line through (n[i], t[i]), i < k, at n = at. */
+static double s_line_at(const int *n, const double *t, int k, double at)
 {
     double sn = 0, st = 0, snn = 0, snt = 0;
     for (int i = 0; i < k; i++) {
@@ -405,17 +406,22 @@ static double s_intercept(const int *n, const double *t, int k)
         snt += n[i] * t[i];
     }
     double den = k * snn - sn * sn;
-    return den > 0 ? (st * snn - sn * snt) / den : 0.0;
+    if (!(den > 0))
+        return 0.0;
+    double slope = (k * snt - sn * st) / den;
+    return (st - slope * sn) / k + slope * at;
 }
 
-/* Prefill's pass over a product's weights for each sequence (GB/s of stored bf16 bytes), from a
- * fit: one sequence of each length of s_fit_tokens through the product as a stage computes it
- * (pl_cpu_gemm_seq); its time grows with the tokens (the flops) from what a call costs whatever
- * its length (converting and packing the weights), the line's intercept. Each length keeps its
- * best of S_FIT_ROUNDS rounds, the lengths interleaved so that a busy moment touches them all.
- * Unlike the sgemm rate's difference it does not depend on a second probe's kernel or noise. 0
- * when the intercept is not positive (no pass to charge). */
-static double s_pass_fit_gbps(pl_cpu_dev_t *dev)
+/* Prefill's pass over a product's weights for each sequence (GB/s of stored bf16 bytes): what a
+ * S_SEQ_TOKENS-token call of the product as a stage computes it (pl_cpu_gemm_seq) costs beyond
+ * its flops at the sgemm rate `gflops` (the rate the planner charges them at), with that call's
+ * time read off a line fitted through one sequence of each length of s_fit_tokens, not one
+ * timing: each length keeps its best of S_FIT_ROUNDS rounds, the lengths interleaved so that a
+ * busy moment touches them all. The line's own intercept is not the pass: the product runs
+ * below the 512^3 rate at these sizes, and charged with its flops at that rate the intercept fell
+ * 1.5x short of a 1-stage prefill (8.4 GB/s, where the same call less its flops gives ~3). 0 when
+ * the call runs no slower than its flops (no pass to charge). */
+static double s_pass_fit_gbps(pl_cpu_dev_t *dev, double gflops)
 {
     enum { K = sizeof(s_fit_tokens) / sizeof(s_fit_tokens[0]) };
     int n_max = s_fit_tokens[K - 1];
@@ -425,7 +431,7 @@ static double s_pass_fit_gbps(pl_cpu_dev_t *dev)
     float *y = malloc((size_t)n_max * S_SEQ_OUTS * sizeof(float));
     float *tile = malloc((size_t)PL_CPU_TILE_ROWS * S_ROW_COLS * sizeof(float));
     double gbps = 0.0, t[K] = {0};
-    if (wb && x && y && tile) {
+    if (wb && x && y && tile && gflops > 0) {
         for (size_t i = 0; i < wn; i++)
             wb[i] = (uint16_t)(0x3c00u | (i % 61));
         for (size_t i = 0; i < (size_t)n_max * S_ROW_COLS; i++)
@@ -438,7 +444,8 @@ static double s_pass_fit_gbps(pl_cpu_dev_t *dev)
                 double ti = s_call_time(dev, s_seq_call, &a);
                 t[i] = round == 0 || ti < t[i] ? ti : t[i];
             }
-        double pass = s_intercept(s_fit_tokens, t, K);
+        double pass = s_line_at(s_fit_tokens, t, K, S_SEQ_TOKENS) -
+                      2.0 * S_SEQ_TOKENS * (double)wn / (gflops * 1e9);
         if (pass > 0)
             gbps = (double)wn * sizeof(uint16_t) / pass / 1e9;
     }
@@ -505,7 +512,7 @@ pl_status_t pl_cpu_calibrate(void *dev_v, pl_be_calib_t *calib)
     c.gflops = s_gemm_gflops(dev->threads);
     c.mem_gbps = s_read_gbps(dev->threads);
     c.dec_gflops = s_dec_gflops(dev);
-    c.pass_gbps = s_pass_fit_gbps(dev); /* 0 allowed: no pass to charge */
+    c.pass_gbps = s_pass_fit_gbps(dev, c.gflops); /* 0 allowed: no pass to charge */
     c.attn_gflops = s_attn_gflops(dev);
     if (c.gflops <= 0.0 || c.mem_gbps <= 0.0 || c.dec_gflops <= 0.0 || c.attn_gflops <= 0.0)
         return pl_error(PL_ERR_NOMEM, "cpu calibration: could not allocate its buffers");
