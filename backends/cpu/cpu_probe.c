@@ -36,8 +36,7 @@
  * lengths (all on sgemm's path); the pass is read at S_SEQ_TOKENS */
 #define S_SEQ_OUTS 2816
 #define S_SEQ_TOKENS 64
-static const int s_fit_tokens[] = {32, 64, 128};
-#define S_FIT_ROUNDS 2
+static const int s_fit_tokens[] = {32, 48, 64};
 /* Prefill attention's probe: one S_ATT_TOKENS-token chunk of a prompt against the S_ATT_POS0
  * positions cached before it, in a Llama shape of 1024 wide (16 heads of 64, 8 KV heads) */
 #define S_ATT_TOKENS 128
@@ -362,13 +361,14 @@ static double s_dec_gflops(pl_cpu_dev_t *dev)
     return gflops;
 }
 
-/* Seconds per call of fn(arg): the best of two timed runs of at least S_ROW_SECONDS of CPU time
- * (each cut at S_ROW_WALL_MAX_S of wall time), after one call that warms the caches. */
-static double s_call_time(pl_cpu_dev_t *dev, void (*fn)(pl_cpu_dev_t *, void *), void *arg)
+/* Seconds per call of fn(arg): the best of `runs` timed runs of at least S_ROW_SECONDS of CPU
+ * time, each cut at S_ROW_WALL_MAX_S of wall time. No warm-up call: the callers' inputs were just
+ * written (in cache), and OpenBLAS's buffers were made by the sgemm probe. */
+static double s_call_time(pl_cpu_dev_t *dev, void (*fn)(pl_cpu_dev_t *, void *), void *arg,
+                          int runs)
 {
     double best = 0.0;
-    fn(dev, arg);
-    for (int pass = 0; pass < 2; pass++) {
+    for (int pass = 0; pass < runs; pass++) {
         int iters = 0;
         double t0 = pl_now(), c0 = s_cpu_now(), t;
         do {
@@ -415,12 +415,12 @@ static double s_line_at(const int *n, const double *t, int k, double at)
 /* Prefill's pass over a product's weights for each sequence (GB/s of stored bf16 bytes): what a
  * S_SEQ_TOKENS-token call of the product as a stage computes it (pl_cpu_gemm_seq) costs beyond
  * its flops at the sgemm rate `gflops` (the rate the planner charges them at), with that call's
- * time read off a line fitted through one sequence of each length of s_fit_tokens, not one
- * timing: each length keeps its best of S_FIT_ROUNDS rounds, the lengths interleaved so that a
- * busy moment touches them all. The line's own intercept is not the pass: the product runs
- * below the 512^3 rate at these sizes, and charged with its flops at that rate the intercept fell
- * 1.5x short of a 1-stage prefill (8.4 GB/s, where the same call less its flops gives ~3). 0 when
- * the call runs no slower than its flops (no pass to charge). */
+ * time read off a line fitted through one timed run of each length of s_fit_tokens, not one
+ * timing (its three runs cost what the single timing's warm-up and two runs did). The line's
+ * own intercept is not the pass: the product runs below the 512^3 rate at these sizes, and with its
+ * flops charged at that rate the intercept left a 1-stage prefill 1.5x short (8.4 GB/s, where
+ * the same call less its flops gives ~3). 0 when the call runs no slower than its flops (no pass
+ * to charge). */
 static double s_pass_fit_gbps(pl_cpu_dev_t *dev, double gflops)
 {
     enum { K = sizeof(s_fit_tokens) / sizeof(s_fit_tokens[0]) };
@@ -438,12 +438,10 @@ static double s_pass_fit_gbps(pl_cpu_dev_t *dev, double gflops)
             x[i] = (float)(i % 13) * 0.125f - 0.75f;
         pl_cpu_wmat_t w = {.type = PL_WT_BF16, .rows = S_SEQ_OUTS, .cols = S_ROW_COLS,
                            .row_bytes = S_ROW_COLS * sizeof(uint16_t), .data = wb};
-        for (int round = 0; round < S_FIT_ROUNDS; round++)
-            for (int i = 0; i < K; i++) {
-                s_seq_call_t a = {x, s_fit_tokens[i], &w, tile, y};
-                double ti = s_call_time(dev, s_seq_call, &a);
-                t[i] = round == 0 || ti < t[i] ? ti : t[i];
-            }
+        for (int i = 0; i < K; i++) {
+            s_seq_call_t a = {x, s_fit_tokens[i], &w, tile, y};
+            t[i] = s_call_time(dev, s_seq_call, &a, 1);
+        }
         double pass = s_line_at(s_fit_tokens, t, K, S_SEQ_TOKENS) -
                       2.0 * S_SEQ_TOKENS * (double)wn / (gflops * 1e9);
         if (pass > 0)
@@ -489,7 +487,7 @@ static double s_attn_gflops(pl_cpu_dev_t *dev)
             v[i] = (float)(i % 7) * 0.125f - 0.375f;
         }
         s_att_call_t a = {q, k, v, scores, out};
-        double t = s_call_time(dev, s_att_call, &a);
+        double t = s_call_time(dev, s_att_call, &a, 1);
         /* positions attended: S_ATT_POS0 + 1 .. S_ATT_POS0 + S_ATT_TOKENS */
         double pairs = S_ATT_TOKENS * (S_ATT_POS0 + (S_ATT_TOKENS + 1) / 2.0);
         if (t > 0)
