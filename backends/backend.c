@@ -72,6 +72,7 @@ pl_status_t pl_be_device_calibrate(pl_be_device_t *dev, pl_be_calib_t *calib)
     c.mem_gbps /= dev->slowdown;
     c.dec_gflops /= dev->slowdown;
     c.pass_gbps /= dev->slowdown;
+    c.attn_gflops /= dev->slowdown;
     *calib = c;
     return PL_OK;
 }

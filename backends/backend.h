@@ -36,6 +36,9 @@ typedef struct {
     /* measured rate of prefill's pass over a product's stored weights per sequence (GB/s of
      * stored bytes: converting and packing them); 0: not measured (no such pass charged) */
     double pass_gbps;
+    /* measured rate of prefill's attention (GFLOP/s): a chunk's queries against a cached prefix
+     * on the kernel prefill runs; 0: not measured (attention at the phase's rate) */
+    double attn_gflops;
 } pl_be_calib_t;
 
 typedef struct {

@@ -41,6 +41,7 @@ typedef struct {
     double eff_gflops, eff_mem_gbps; /* learned from finished stages (n_obs > 0) */
     double dec_gflops, eff_dec_gflops; /* decode's row rate: calibrated, learned (0: none) */
     double pass_gbps, eff_pass_gbps;   /* prefill's weight passes: likewise */
+    double attn_gflops, eff_attn_gflops; /* prefill's attention: likewise */
     int n_obs;
     bool flagged; /* measured far below its claimed rates (the learned rates replace them) */
 } pl_coord_dev_t;
@@ -85,7 +86,7 @@ typedef struct {
     bool have_stats;
     pl_msg_stats_t stats; /* from DONE */
     double used_gflops, used_gbps; /* the device figures the plan used */
-    double used_dec_gflops, used_pass_gbps; /* and its kernels' rates (0: none) */
+    double used_dec_gflops, used_pass_gbps, used_attn_gflops; /* its kernels' rates (0: none) */
     double share; /* of them, the device's share of CPUs it shares with other stages (0: 1) */
     pl_sched_terms_t terms;        /* its predicted roofline terms per call */
     bool have_terms;

@@ -9,6 +9,7 @@
 #include "scheduler/inputs.h"
 #include "scheduler/modes.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +34,7 @@ typedef struct {
     pl_sched_link_t *links; /* n * n */
     double own_gflops[PL_SCHED_MAX_DEVICES], own_gbps[PL_SCHED_MAX_DEVICES]; /* before shares */
     double own_dec[PL_SCHED_MAX_DEVICES], own_pass[PL_SCHED_MAX_DEVICES];
+    double own_attn[PL_SCHED_MAX_DEVICES];
     pl_sched_plan_inputs_t pi; /* what the job's plan was made from */
 } s_live_t;
 
@@ -80,6 +82,7 @@ static pl_status_t s_live(pl_coord_t *c, const pl_coord_job_t *j, bool idle_only
             sd->mem_gbps = dv->n_obs ? dv->eff_mem_gbps : dv->mem_gbps;
             sd->dec_gflops = dv->n_obs ? dv->eff_dec_gflops : dv->dec_gflops;
             sd->pass_gbps = dv->n_obs ? dv->eff_pass_gbps : dv->pass_gbps;
+            sd->attn_gflops = dv->n_obs ? dv->eff_attn_gflops : dv->attn_gflops;
             sd->mem_bytes = dv->mem_bytes; /* the daemon's reserve is already taken off */
             bool usable = sd->gflops > 0 && sd->mem_gbps > 0;
             if (!usable) /* keeps the input valid; the device is no candidate */
@@ -109,6 +112,7 @@ static pl_status_t s_live(pl_coord_t *c, const pl_coord_job_t *j, bool idle_only
             calib[i].mem_gbps = dv->mem_gbps;
             calib[i].dec_gflops = dv->dec_gflops;
             calib[i].pass_gbps = dv->pass_gbps;
+            calib[i].attn_gflops = dv->attn_gflops;
         }
     }
     pl_sched_rates_equalize(lv->devs, calib, learned, lv->n, lv->cand, PL_SCHED_CALIB_BAND);
@@ -118,6 +122,7 @@ static pl_status_t s_live(pl_coord_t *c, const pl_coord_job_t *j, bool idle_only
         lv->own_gbps[i] = lv->devs[i].mem_gbps;
         lv->own_dec[i] = lv->devs[i].dec_gflops;
         lv->own_pass[i] = lv->devs[i].pass_gbps;
+        lv->own_attn[i] = lv->devs[i].attn_gflops;
     }
     lv->links = calloc((size_t)lv->n * (size_t)lv->n, sizeof(*lv->links));
     if (!lv->links)
@@ -131,29 +136,52 @@ static pl_status_t s_live(pl_coord_t *c, const pl_coord_job_t *j, bool idle_only
     return PL_OK;
 }
 
-/* Rates as the devices of used[] get them computing at once: daemons pinned to shared CPUs
- * split them (pl_sched_cpu_shares); true when a rate changed. */
-static bool s_share(const pl_coord_t *c, s_live_t *lv, const bool *used)
+/* The share of its CPUs each device gets while the devices of used[] compute, each busy[i] of
+ * the time (NULL: always): daemons pinned to shared CPUs split them (pl_sched_cpu_shares). */
+static void s_shares(const pl_coord_t *c, const s_live_t *lv, const bool *used,
+                     const double *busy, double *share)
 {
     uint64_t mask[PL_SCHED_MAX_DEVICES];
     int threads[PL_SCHED_MAX_DEVICES];
-    double share[PL_SCHED_MAX_DEVICES];
-    bool changed = false;
     for (int i = 0; i < lv->n; i++) {
         const pl_coord_dev_t *dv = &c->nodes[lv->node[i]].dev[lv->dev[i]];
         mask[i] = dv->cpu_mask;
         threads[i] = dv->cores;
     }
-    pl_sched_cpu_shares(lv->devs, lv->n, mask, threads, used, share);
+    pl_sched_cpu_shares(lv->devs, lv->n, mask, threads, used, busy, share);
+}
+
+/* The share of its own rates each device has in lv->devs now. */
+static double s_charged(const s_live_t *lv, int i)
+{
+    return lv->own_gflops[i] > 0 ? lv->devs[i].gflops / lv->own_gflops[i] : 1.0;
+}
+
+/* Each device's busy fraction in `plan` (made from lv->pi) at its own rates. */
+static void s_busy(const s_live_t *lv, const pl_plan_t *plan, double *busy)
+{
+    double share[PL_SCHED_MAX_DEVICES];
+    for (int i = 0; i < lv->n; i++)
+        share[i] = s_charged(lv, i);
+    pl_sched_plan_busy(&lv->pi.in, plan, share, busy);
+}
+
+/* Rates as the devices get them with these shares of their own; true when a rate changed. */
+static bool s_apply(s_live_t *lv, const double *share)
+{
+    bool changed = false;
     for (int i = 0; i < lv->n; i++) {
         double g = lv->own_gflops[i] * share[i], m = lv->own_gbps[i] * share[i];
         double r = lv->own_dec[i] * share[i], ps = lv->own_pass[i] * share[i];
+        double at = lv->own_attn[i] * share[i];
         changed |= g != lv->devs[i].gflops || m != lv->devs[i].mem_gbps ||
-                   r != lv->devs[i].dec_gflops || ps != lv->devs[i].pass_gbps;
+                   r != lv->devs[i].dec_gflops || ps != lv->devs[i].pass_gbps ||
+                   at != lv->devs[i].attn_gflops;
         lv->devs[i].gflops = g;
         lv->devs[i].mem_gbps = m;
         lv->devs[i].dec_gflops = r;
         lv->devs[i].pass_gbps = ps;
+        lv->devs[i].attn_gflops = at;
     }
     return changed;
 }
@@ -189,26 +217,11 @@ static pl_status_t s_plan_once(const pl_coord_job_t *j, s_live_t *lv, pl_model_c
     return st;
 }
 
-/* s_plan_once with the candidates' CPU shares; when the plan leaves out a device that shares
- * CPUs with one it uses, once more with the shares among the devices it uses (only they
- * compute), restricted to them. */
-static pl_status_t s_plan(const pl_coord_t *c, const pl_coord_job_t *j, s_live_t *lv,
-                          pl_model_config_t *cfg, pl_plan_t **plan_p)
+/* Plan j again with the rates lv->devs has now, over the candidates in used[] only; *plan_p
+ * replaced on success, else kept with what it was made from and the rates in `before`. */
+static void s_replan(const pl_coord_job_t *j, s_live_t *lv, pl_model_config_t *cfg,
+                     const bool *used, const pl_sched_device_t *before, pl_plan_t **plan_p)
 {
-    s_share(c, lv, lv->cand);
-    pl_plan_t *plan = NULL;
-    pl_status_t st = s_plan_once(j, lv, cfg, &plan);
-    if (st)
-        return st;
-    bool used[PL_SCHED_MAX_DEVICES] = {false};
-    for (int i = 0; i < plan->n_stages; i++)
-        used[plan->stages[i].device] = true;
-    pl_sched_device_t before[PL_SCHED_MAX_DEVICES];
-    memcpy(before, lv->devs, sizeof(before[0]) * (size_t)lv->n);
-    if (!s_share(c, lv, used)) {
-        *plan_p = plan;
-        return PL_OK;
-    }
     bool cand[PL_SCHED_MAX_DEVICES];
     memcpy(cand, lv->cand, sizeof(cand[0]) * (size_t)lv->n);
     for (int i = 0; i < lv->n; i++)
@@ -218,8 +231,8 @@ static pl_status_t s_plan(const pl_coord_t *c, const pl_coord_job_t *j, s_live_t
     memset(&lv->pi, 0, sizeof(lv->pi));
     if (s_plan_once(j, lv, cfg, &again) == PL_OK) {
         pl_sched_plan_inputs_clear(&first);
-        pl_plan_destroy(&plan);
-        plan = again;
+        pl_plan_destroy(plan_p);
+        *plan_p = again;
     } else { /* keep the first plan and what it was made from */
         pl_error_clear();
         pl_sched_plan_inputs_clear(&lv->pi);
@@ -227,6 +240,45 @@ static pl_status_t s_plan(const pl_coord_t *c, const pl_coord_job_t *j, s_live_t
         memcpy(lv->devs, before, sizeof(before[0]) * (size_t)lv->n);
     }
     memcpy(lv->cand, cand, sizeof(cand[0]) * (size_t)lv->n);
+}
+
+/* s_plan_once with the candidates' CPU shares as if every one computed all the time; then once
+ * more, restricted to the devices the plan uses, with the shares their stages' busy fractions
+ * in it give (daemons on one core alternate: one waits while the other computes). Shares taken
+ * from one split may flatter the next (a stage moved onto the shared core keeps it busier): when
+ * the new plan's own busy fractions give a device less than it was charged, a last plan charges
+ * each the smaller of the two. */
+static pl_status_t s_plan(const pl_coord_t *c, const pl_coord_job_t *j, s_live_t *lv,
+                          pl_model_config_t *cfg, pl_plan_t **plan_p)
+{
+    double share[PL_SCHED_MAX_DEVICES], busy[PL_SCHED_MAX_DEVICES];
+    s_shares(c, lv, lv->cand, NULL, share);
+    s_apply(lv, share);
+    pl_plan_t *plan = NULL;
+    pl_status_t st = s_plan_once(j, lv, cfg, &plan);
+    if (st)
+        return st;
+    bool used[PL_SCHED_MAX_DEVICES] = {false};
+    for (int i = 0; i < plan->n_stages; i++)
+        used[plan->stages[i].device] = true;
+    pl_sched_device_t before[PL_SCHED_MAX_DEVICES];
+    for (int round = 0; round < 2; round++) {
+        s_busy(lv, plan, busy);
+        s_shares(c, lv, used, busy, share);
+        bool less = false;
+        for (int i = 0; i < lv->n; i++) {
+            double was = s_charged(lv, i);
+            less |= used[i] && share[i] < was * (1.0 - 1e-9);
+            if (round > 0 && share[i] > was)
+                share[i] = was;
+        }
+        if (round > 0 && !less)
+            break;
+        memcpy(before, lv->devs, sizeof(before[0]) * (size_t)lv->n);
+        if (!s_apply(lv, share))
+            break;
+        s_replan(j, lv, cfg, used, before, &plan);
+    }
     *plan_p = plan;
     return PL_OK;
 }
@@ -393,6 +445,7 @@ bool pl_coord_plan_job(pl_coord_t *c, pl_coord_job_t *j)
                                  .used_gbps = lv->devs[s->device].mem_gbps,
                                  .used_dec_gflops = lv->devs[s->device].dec_gflops,
                                  .used_pass_gbps = lv->devs[s->device].pass_gbps,
+                                 .used_attn_gflops = lv->devs[s->device].attn_gflops,
                                  .share = lv->own_gflops[s->device] > 0
                                               ? lv->devs[s->device].gflops /
                                                     lv->own_gflops[s->device]
@@ -493,7 +546,10 @@ static void s_learn_link(pl_coord_t *c, const pl_coord_job_t *j, int s)
  * two overlapping terms, never prefill's GFLOP/s: the phases run different kernels (decode's
  * rows charged at prefill's rate once left the weight pass next to nothing and the bandwidth
  * learning nothing). Prefill's weight passes move with its GFLOP/s, as one measured time cannot
- * tell them apart. */
+ * tell them apart; its attention keeps a lesson of its own, moved by what the prefill phase's
+ * compute taught (its GFLOP/s, or decode's row rate when the phase ran on decode's kernels) to
+ * the power of attention's share of the phase's predicted compute: a 64-token prompt's lesson
+ * (attention ~1% of it) leaves the rate as it was, a long prompt's moves it in part. */
 static void s_learn_rates(pl_coord_t *c, const pl_coord_job_t *j, int s)
 {
     const pl_coord_stage_t *cs = &j->stages[s];
@@ -571,11 +627,18 @@ static void s_learn_rates(pl_coord_t *c, const pl_coord_job_t *j, int s)
     /* the passes move with the GFLOP/s (see above) */
     double pass = cs->used_gflops > 0 ? cs->used_pass_gbps * rate[0] / cs->used_gflops : 0.0;
     d->eff_pass_gbps = d->n_obs ? d->eff_pass_gbps + w * (pass - d->eff_pass_gbps) : pass;
+    double k_pre = t->pre_rows ? (cs->used_dec_gflops > 0 ? rate[2] / cs->used_dec_gflops : 0.0)
+                               : (cs->used_gflops > 0 ? rate[0] / cs->used_gflops : 0.0);
+    double a_share = t->pre_flop_s > 0 ? PL_MIN(1.0, t->pre_attn_s / t->pre_flop_s) : 0.0;
+    double attn = k_pre > 0 ? cs->used_attn_gflops * pow(k_pre, a_share) : 0.0;
+    d->eff_attn_gflops = d->n_obs ? d->eff_attn_gflops + w * (attn - d->eff_attn_gflops) : attn;
     d->n_obs++;
     pl_log_info("%s %s: effective %.2f GFLOP/s, %.2f GB/s, decode rows %.2f GFLOP/s, passes "
-                "%.2f GB/s after job %u (calibrated %.2f, %.2f, %.2f, %.2f)",
+                "%.2f GB/s, attention %.2f GFLOP/s after job %u (calibrated %.2f, %.2f, %.2f, "
+                "%.2f, %.2f)",
                 c->nodes[cs->node].name, d->id, d->eff_gflops, d->eff_mem_gbps, d->eff_dec_gflops,
-                d->eff_pass_gbps, j->id, d->gflops, d->mem_gbps, d->dec_gflops, d->pass_gbps);
+                d->eff_pass_gbps, d->eff_attn_gflops, j->id, d->gflops, d->mem_gbps,
+                d->dec_gflops, d->pass_gbps, d->attn_gflops);
 }
 
 void pl_coord_learn(pl_coord_t *c, const pl_coord_job_t *j)

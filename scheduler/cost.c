@@ -141,6 +141,9 @@ static pl_status_t s_check_devices(const pl_plan_input_t *in)
         if (!s_finite_nonneg(d->pass_gbps))
             return pl_error(PL_ERR_RANGE, "devices[%d].pass_gbps: %g must be >= 0 (0: none)", i,
                             d->pass_gbps);
+        if (!s_finite_nonneg(d->attn_gflops))
+            return pl_error(PL_ERR_RANGE, "devices[%d].attn_gflops: %g must be >= 0 (0: none)", i,
+                            d->attn_gflops);
     }
     if (in->links) {
         for (int i = 0; i < in->n_devices * in->n_devices; i++) {
@@ -277,7 +280,7 @@ pl_status_t pl_sched_eval_new(const pl_plan_input_t *in, int resident, int mb_si
     ev->n_dev = n;
     ev->devs = in->devices;
     ev->pw = malloc(4 * (size_t)(L + 1) * sizeof(double));
-    ev->inv_rate = malloc(5 * (size_t)n * sizeof(double));
+    ev->inv_rate = malloc(6 * (size_t)n * sizeof(double));
     ev->gbps = malloc(3 * nn * sizeof(double));
     ev->same_host = malloc(nn);
     ev->emax = malloc(nl * sizeof(int));
@@ -322,12 +325,14 @@ pl_status_t pl_sched_eval_new(const pl_plan_input_t *in, int resident, int mb_si
     ev->cap = ev->inv_bw + n;
     ev->inv_dec = ev->cap + n;
     ev->inv_pass = ev->inv_dec + n;
+    ev->inv_attn = ev->inv_pass + n;
     for (int d = 0; d < n; d++) {
         const pl_sched_device_t *dev = &in->devices[d];
         ev->inv_rate[d] = 1.0 / (dev->gflops * 1e9);
         ev->inv_bw[d] = 1.0 / (dev->mem_gbps * 1e9);
         ev->inv_dec[d] = dev->dec_gflops > 0 ? 1.0 / (dev->dec_gflops * 1e9) : 0.0;
         ev->inv_pass[d] = dev->pass_gbps > 0 ? 1.0 / (dev->pass_gbps * 1e9) : 0.0;
+        ev->inv_attn[d] = dev->attn_gflops > 0 ? 1.0 / (dev->attn_gflops * 1e9) : 0.0;
         ev->cap[d] = dev->mem_bytes > dev->reserve_bytes
                          ? (double)(dev->mem_bytes - dev->reserve_bytes)
                          : 0.0;

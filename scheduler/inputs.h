@@ -65,14 +65,25 @@ pl_status_t pl_sched_job_from_spec(const pl_job_spec_t *spec, const pl_model_con
 void pl_sched_rates_equalize(pl_sched_device_t *devs, const pl_sched_device_t *calib,
                              const bool *learned, int n, const bool *cand, double band);
 
-/* The share of its CPUs each CPU device gets while every device of used[] (NULL: all) computes
- * at once: devices of one host whose CPU sets overlap (cpu_mask[i], bit c: CPU c; 0: unknown,
- * share 1) split those CPUs among their threads (threads[i], at most one per CPU of the set,
- * spread evenly over it). share[i] = min(1, |CPUs of i| / threads wanting them); 1 for other
- * devices. Two 1-thread daemons pinned to one core get 1/2 each; three unpinned on 2 cores 2/3.
- * A pipeline keeps its stages busy at once, so a stage's device computes at share x its rate. */
+/* The share of its CPUs each CPU device gets while the devices of used[] (NULL: all) compute:
+ * devices of one host whose CPU sets overlap (cpu_mask[i], bit c: CPU c; 0: unknown, share 1)
+ * split those CPUs among their threads (threads[i], at most one per CPU of the set, spread
+ * evenly over it), each thread wanting them for busy[e] of the time (its stage's busy fraction,
+ * pl_sched_plan_busy; NULL: all of it). share[i] = min(1, |CPUs of i| / threads wanting them);
+ * 1 for other devices. Two 1-thread daemons pinned to one core whose stages are always busy get
+ * 1/2 each; three unpinned on 2 cores 2/3; two on one core whose stages are busy 1/2 and 1 (they
+ * alternate: one waits while the other computes) 2/3 each. A stage's device computes at
+ * share x its rate. */
 void pl_sched_cpu_shares(const pl_sched_device_t *devs, int n, const uint64_t *cpu_mask,
-                         const int *threads, const bool *used, double *share);
+                         const int *threads, const bool *used, const double *busy, double *share);
+
+/* Each device's busy fraction in `plan` made from `in` (in->n_devices entries; 0 for a device
+ * the plan does not use): its stage's compute over a wave (the K messages of its prefill and
+ * the max_new_tokens - 1 decode steps of each microbatch) at the device's own rate, the plan's
+ * times x share[d] (the share of its CPUs the plan charged it, NULL: 1), over the same for the
+ * busiest stage: the pipeline runs at its slowest stage's pace and the others wait. */
+void pl_sched_plan_busy(const pl_plan_input_t *in, const pl_plan_t *plan, const double *share,
+                        double *busy);
 
 /* What a plan was made from, for pl_plan_to_json_full and pl_sched_terms: `in` points into this
  * struct (model, costs, refusals) and at the caller's devices and links, so it stays in place

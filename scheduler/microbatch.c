@@ -59,7 +59,7 @@ void pl_sched_prefill_call(const pl_sched_eval_t *ev, int d, int a, int e, int n
     double K = chunks > 1 ? chunks : 1;
     double w = ev->pw[e] - ev->pw[a], f = ev->pf[e] - ev->pf[a];
     double at = ev->pa[e] - ev->pa[a], k = ev->pk[e] - ev->pk[a];
-    double fp = ev->pre_tok * f + ev->pre_pos * at;
+    double fp = ev->pre_tok * f, fa = ev->pre_pos * at;
     /* a chunk writes its own KV and reads, on average, half the prompt's cached before it */
     double kv_read = K > 1 ? ev->b * (double)ev->p_avg * (K - 1.0) / (2.0 * K) * k : 0.0;
     double bp = w + ev->pre_kv * k / K + kv_read;
@@ -72,8 +72,7 @@ void pl_sched_prefill_call(const pl_sched_eval_t *ev, int d, int a, int e, int n
     /* each sequence's share of a message: its own products, each passing over the weights once;
      * fewer tokens than PL_SCHED_ROW_TOKENS go on decode's kernels */
     bool rows = ev->inv_dec[d] > 0 && ev->p_avg / K < PL_SCHED_ROW_TOKENS;
-    *flop_s = rows ? fp / K * ev->inv_dec[d]
-                   : fp / K * ev->inv_rate[d] + ev->b * w * ev->inv_pass[d];
+    *flop_s = pl_sched_pre_flop_s(ev, d, rows, fp / K, fa / K, ev->b, w);
     *mem_s = bp * ev->inv_bw[d];
     *rows_p = rows;
     *comp_s = pl_sched_phase(rows, *flop_s, *mem_s);

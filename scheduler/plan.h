@@ -21,6 +21,9 @@
  *       - a decode step, and a prefill call of fewer than PL_SCHED_ROW_TOKENS tokens per sequence
  *         (these run on decode's kernels), take their flops at dec_gflops, and the two terms
  *         hide each other only in part: max + PL_SCHED_ROW_OVERLAP * min (pl_sched_phase).
+ *       - prefill's attention flops (b*P*(P+1)/2 * sum A: quadratic in the prompt, each chunk its
+ *         1/K share, its queries against the prefix cached before it) go at attn_gflops when
+ *         the device measured it, whichever kernels its products run on.
  *       Measured on this Xeon (1 thread, bf16 weights): sgemm 88 GFLOP/s, decode's rows 45, a
  *       sequence's pass 2.6 GB/s of weights (a 64-token prefill spends a third of its time so)
  *   transfer to the next stage's device n: latency(d,n) + act_bytes / (gbps(d,n)*1e9), with
@@ -140,6 +143,10 @@ typedef struct {
      * stored bytes): the conversion and packing its matrix products do before they compute
      * (CPUs); 0: none */
     double pass_gbps;
+    /* prefill's attention rate (GFLOP/s): a chunk's queries against the sequence's cached prefix
+     * on the kernel prefill runs (CPUs: pl_cpu_attention); 0: not measured, attention's flops
+     * then go at the phase's rate */
+    double attn_gflops;
     uint64_t mem_bytes;               /* device memory */
     uint64_t reserve_bytes;           /* kept free (runtime, fragmentation) */
 } pl_sched_device_t;
@@ -277,9 +284,9 @@ void pl_plan_print(const pl_plan_t *plan, FILE *stream);
 /* The plan as a new JSON object (every number of the table); NULL when out of memory. */
 json_t *pl_plan_to_json(const pl_plan_t *plan);
 /* pl_plan_to_json plus "planner" (the mode's name), "table" (the explained plan) and per stage
- * "device_id" (backend:index), "gflops", "mem_gbps", "dec_gflops", "pass_gbps" (the device
- * figures of `in` it used) and "compute_prefill_s", "compute_decode_s" (predicted compute per
- * call, without the transfer; a prefill call is one message of the chunked prefill).
+ * "device_id" (backend:index), "gflops", "mem_gbps", "dec_gflops", "pass_gbps", "attn_gflops"
+ * (the device figures of `in` it used) and "compute_prefill_s", "compute_decode_s" (predicted
+ * compute per call, without the transfer; a prefill call is one message of the chunked prefill).
  * What the coordinator stores and pipectl shows; NULL when out of memory. */
 json_t *pl_plan_to_json_full(const pl_plan_t *plan, const pl_plan_input_t *in, pl_planner_t mode);
 

@@ -24,6 +24,7 @@ struct pl_sched_eval {
     double *inv_rate, *inv_bw, *cap;
     double *inv_dec;  /* 1 / (dec_gflops * 1e9); 0: no decode row rate (decode's at gflops) */
     double *inv_pass; /* 1 / (pass_gbps * 1e9); 0: no pass per sequence */
+    double *inv_attn; /* 1 / (attn_gflops * 1e9); 0: prefill's attention at the phase's rate */
     /* per (from, to) device pair */
     double *gbps, *lat, *inv_link; /* inv_link: 1 / (gbps * 1e9) */
     unsigned char *same_host;
@@ -42,6 +43,18 @@ static inline double pl_sched_phase(bool rows, double flop_s, double mem_s)
 {
     double hi = flop_s > mem_s ? flop_s : mem_s, lo = flop_s > mem_s ? mem_s : flop_s;
     return rows ? hi + PL_SCHED_ROW_OVERLAP * lo : hi;
+}
+
+/* Compute time of prefill flops on device d: dense (products, head) and attention flops at the
+ * rate of the kernels they run on (decode's rows when rows, else sgemm's), attention at its own
+ * rate when the device measured one, plus `passes` sequence passes over w bytes of weights
+ * (products on sgemm only). */
+static inline double pl_sched_pre_flop_s(const struct pl_sched_eval *ev, int d, bool rows,
+                                         double dense, double attn, double passes, double w)
+{
+    double ir = rows ? ev->inv_dec[d] : ev->inv_rate[d], ia = ev->inv_attn[d];
+    double t = ia > 0 ? dense * ir + attn * ia : (dense + attn) * ir;
+    return rows ? t : t + passes * w * ev->inv_pass[d];
 }
 
 /* Prefill messages per microbatch for prompt chunks of `chunk` tokens: ceil(P_max / chunk),
@@ -73,7 +86,7 @@ static inline double pl_sched_comp(const struct pl_sched_eval *ev, int d, int a,
 {
     double w = ev->pw[e] - ev->pw[a], f = ev->pf[e] - ev->pf[a];
     double at = ev->pa[e] - ev->pa[a], k = ev->pk[e] - ev->pk[a];
-    double fp = ev->pre_tok * f + ev->pre_pos * at, fd = ev->dec_tok * f + ev->dec_pos * at;
+    double fp = ev->pre_tok * f, fa = ev->pre_pos * at, fd = ev->dec_tok * f + ev->dec_pos * at;
     double bp = w + ev->pre_kv * k, bd = w + ev->dec_kv * k;
     if (a == 0) {
         bp += ev->pre_embed;
@@ -87,7 +100,7 @@ static inline double pl_sched_comp(const struct pl_sched_eval *ev, int d, int a,
     }
     double ir = ev->inv_rate[d], ib = ev->inv_bw[d], idr = ev->inv_dec[d];
     bool rows = idr > 0 && ev->p_avg < PL_SCHED_ROW_TOKENS; /* short prompts: decode's kernels */
-    double cp = rows ? fp * idr : fp * ir + ev->b * w * ev->inv_pass[d];
+    double cp = pl_sched_pre_flop_s(ev, d, rows, fp, fa, ev->b, w);
     double tp = pl_sched_phase(rows, cp, bp * ib);
     double td = pl_sched_phase(idr > 0, fd * (idr > 0 ? idr : ir), bd * ib);
     return ev->w_pre * tp + ev->w_dec * td;

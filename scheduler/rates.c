@@ -11,17 +11,20 @@ static bool s_same_kind(const pl_sched_device_t *a, const pl_sched_device_t *b)
     return strcmp(a->backend, b->backend) == 0 && strcmp(a->name, b->name) == 0;
 }
 
-/* which: 0 GFLOP/s, 1 GB/s, 2 the decode row rate, 3 prefill's weight passes */
+/* which: 0 GFLOP/s, 1 GB/s, 2 the decode row rate, 3 prefill's weight passes, 4 prefill's
+ * attention */
+#define S_RATES 5
 static double *s_rate(pl_sched_device_t *d, int which)
 {
-    return which == 3 ? &d->pass_gbps : which == 2 ? &d->dec_gflops : which ? &d->mem_gbps
-                                                                             : &d->gflops;
+    double *r[S_RATES] = {&d->gflops, &d->mem_gbps, &d->dec_gflops, &d->pass_gbps,
+                          &d->attn_gflops};
+    return r[which];
 }
 
 static double s_key(const pl_sched_device_t *devs, const pl_sched_device_t *calib, int i, int which)
 {
-    const pl_sched_device_t *d = calib ? &calib[i] : &devs[i];
-    return which == 3 ? d->pass_gbps : which == 2 ? d->dec_gflops : which ? d->mem_gbps : d->gflops;
+    pl_sched_device_t d = calib ? calib[i] : devs[i];
+    return *s_rate(&d, which);
 }
 
 /* One rate of the devices idx[0..n) (one kind), sorted by its key (the calibration, else the
@@ -78,13 +81,13 @@ void pl_sched_rates_equalize(pl_sched_device_t *devs, const pl_sched_device_t *c
                 idx[m++] = j;
                 done[j] = true;
             }
-        for (int which = 0; which < 4; which++)
+        for (int which = 0; which < S_RATES; which++)
             s_equalize(devs, calib, learned, idx, m, which, band);
     }
 }
 
 void pl_sched_cpu_shares(const pl_sched_device_t *devs, int n, const uint64_t *cpu_mask,
-                         const int *threads, const bool *used, double *share)
+                         const int *threads, const bool *used, const double *busy, double *share)
 {
     for (int i = 0; i < n; i++) {
         share[i] = 1.0;
@@ -98,9 +101,30 @@ void pl_sched_cpu_shares(const pl_sched_device_t *devs, int n, const uint64_t *c
                 continue;
             int ce = __builtin_popcountll(cpu_mask[e]);
             int te = threads[e] < 1 ? 1 : threads[e] > ce ? ce : threads[e];
-            demand += te * (double)__builtin_popcountll(cpu_mask[e] & cpu_mask[i]) / ce;
+            double b = busy ? busy[e] : 1.0;
+            demand += te * (double)__builtin_popcountll(cpu_mask[e] & cpu_mask[i]) / ce * b;
         }
         if (demand > ci)
             share[i] = ci / demand;
     }
+}
+
+void pl_sched_plan_busy(const pl_plan_input_t *in, const pl_plan_t *plan, const double *share,
+                        double *busy)
+{
+    const pl_sched_job_t *j = &in->job;
+    int c = plan->prefill_chunk;
+    double K = c > 0 && j->prompt_max > c ? (j->prompt_max + c - 1) / c : 1;
+    double most = 0.0;
+    for (int d = 0; d < in->n_devices; d++)
+        busy[d] = 0.0;
+    for (int i = 0; i < plan->n_stages; i++) {
+        const pl_plan_stage_t *s = &plan->stages[i];
+        double work = K * (s->t_prefill_call - s->xfer_prefill_call) +
+                      (j->max_new_tokens - 1.0) * (s->t_decode - s->xfer_decode);
+        busy[s->device] = work * (share ? share[s->device] : 1.0);
+        most = busy[s->device] > most ? busy[s->device] : most;
+    }
+    for (int d = 0; d < in->n_devices; d++)
+        busy[d] = most > 0 ? busy[d] / most : 0.0;
 }

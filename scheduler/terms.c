@@ -6,9 +6,10 @@
 
 #define S_HUGE 1e12 /* GFLOP/s or GB/s that makes one roofline term vanish */
 
-/* A copy of a device's rates: compute (GFLOP/s, decode's rows, prefill's pass) and memory. */
+/* A copy of a device's rates: compute (GFLOP/s, decode's rows, prefill's pass, prefill's
+ * attention) and memory. */
 typedef struct {
-    double gflops, dec_gflops, pass_gbps, mem_gbps;
+    double gflops, dec_gflops, pass_gbps, attn_gflops, mem_gbps;
 } s_rates_t;
 
 /* Prefill and decode compute of `stage` on a copy of its device with the given rates; whether
@@ -22,6 +23,7 @@ static pl_status_t s_times(const pl_plan_input_t *in, const pl_plan_t *plan, int
     d.mem_gbps = r.mem_gbps;
     d.dec_gflops = r.dec_gflops;
     d.pass_gbps = r.pass_gbps;
+    d.attn_gflops = r.attn_gflops;
     pl_plan_input_t one = *in;
     one.devices = &d;
     one.n_devices = 1;
@@ -51,13 +53,19 @@ pl_status_t pl_sched_terms(const pl_plan_input_t *in, const pl_plan_t *plan, int
     pl_sched_terms_t t = {.dec_rows = d->dec_gflops > 0};
     pl_status_t st;
     /* the rates a device does not have stay absent (0) in both copies; the others made free */
-    s_rates_t flop = {d->gflops, d->dec_gflops, d->pass_gbps, S_HUGE};
+    s_rates_t flop = {d->gflops, d->dec_gflops, d->pass_gbps, d->attn_gflops, S_HUGE};
     s_rates_t mem = {S_HUGE, d->dec_gflops > 0 ? S_HUGE : 0.0, d->pass_gbps > 0 ? S_HUGE : 0.0,
-                     d->mem_gbps};
+                     d->attn_gflops > 0 ? S_HUGE : 0.0, d->mem_gbps};
+    /* the compute without the attention: the attention's part is the difference */
+    s_rates_t dense = flop;
+    dense.attn_gflops = d->attn_gflops > 0 ? S_HUGE : 0.0;
     bool rows;
+    double dense_s = 0.0, unused;
     if ((st = s_times(in, plan, stage, flop, &t.pre_flop_s, &t.dec_flop_s, &t.pre_rows)) ||
-        (st = s_times(in, plan, stage, mem, &t.pre_mem_s, &t.dec_mem_s, &rows)))
+        (st = s_times(in, plan, stage, mem, &t.pre_mem_s, &t.dec_mem_s, &rows)) ||
+        (d->attn_gflops > 0 && (st = s_times(in, plan, stage, dense, &dense_s, &unused, &rows))))
         return st;
+    t.pre_attn_s = d->attn_gflops > 0 && t.pre_flop_s > dense_s ? t.pre_flop_s - dense_s : 0.0;
     *terms = t;
     return PL_OK;
 }

@@ -12,6 +12,7 @@
 typedef struct {
     double pre_flop_s, pre_mem_s; /* prefill: flops / rate (+ its weight passes), bytes / bw */
     double dec_flop_s, dec_mem_s; /* one decode step (dec_rows: flops / the decode row rate) */
+    double pre_attn_s; /* of pre_flop_s, the attention's part (at attn_gflops; 0: no such rate) */
     bool pre_rows;                /* the prefill call runs on decode's kernels (short prompts) */
     bool dec_rows;                /* the device has a decode row rate (dec_gflops > 0) */
 } pl_sched_terms_t;

@@ -211,4 +211,47 @@ Test(coord_learn, a_decode_row_rate_moves_with_the_weight_pass)
     pl_coord_learn(&s_c, &s_j);
     cr_expect_eq(d->eff_dec_gflops, 0.0);
     cr_expect_eq(d->eff_pass_gbps, 0.0);
+    cr_expect_eq(d->eff_attn_gflops, 0.0);
+}
+
+/* Prefill's attention keeps a lesson of its own, moved by what the prefill phase's compute
+ * taught (its GFLOP/s on sgemm's products, decode's row rate when it ran on decode's kernels) to
+ * the power of the attention's share of that phase's predicted compute. */
+Test(coord_learn, the_attention_rate_moves_with_the_prefill_phase_s_kernels)
+{
+    s_setup(100, 20, 2.0, 1.0); /* prefill took twice its prediction, all of it attention */
+    pl_coord_stage_t *st = &s_j.stages[0];
+    st->used_attn_gflops = 25;
+    st->terms.pre_attn_s = st->terms.pre_flop_s;
+    pl_coord_learn(&s_c, &s_j);
+    const pl_coord_dev_t *d = &s_c.nodes[0].dev[0];
+    cr_expect(fabs(d->eff_gflops - 50) < 1e-9, "%g", d->eff_gflops);
+    cr_expect(fabs(d->eff_attn_gflops - 12.5) < 1e-9, "%g", d->eff_attn_gflops);
+    /* half of it attention: by sqrt(2); none (a short prompt): as it was */
+    const double part[2] = {0.5, 0.0}, want[2] = {25 / sqrt(2.0), 25};
+    for (int i = 0; i < 2; i++) {
+        s_setup(100, 20, 2.0, 1.0);
+        st = &s_j.stages[0];
+        st->used_attn_gflops = 25;
+        st->terms.pre_attn_s = part[i] * st->terms.pre_flop_s;
+        pl_coord_learn(&s_c, &s_j);
+        cr_expect(fabs(d->eff_gflops - 50) < 1e-9, "%g", d->eff_gflops);
+        cr_expect(fabs(d->eff_attn_gflops - want[i]) < 1e-9, "share %g: %g", part[i],
+                  d->eff_attn_gflops);
+    }
+    /* short chunks on decode's kernels: the row rate's lesson moves it, the GFLOP/s stays */
+    s_setup(100, 20, 2.0, 2.0);
+    st = &s_j.stages[0];
+    st->used_dec_gflops = 80;
+    st->used_attn_gflops = 25;
+    st->terms.pre_attn_s = 0.01;
+    st->terms.pre_rows = st->terms.dec_rows = true;
+    st->terms.pre_flop_s = 0.01;
+    st->stats.prefill_compute_s = 2 * 0.0104;
+    st->terms.dec_flop_s = 0.0075;
+    st->terms.dec_mem_s = 0.00625;
+    pl_coord_learn(&s_c, &s_j);
+    cr_expect(fabs(d->eff_gflops - 100) < 1e-9, "%g", d->eff_gflops);
+    cr_expect(fabs(d->eff_dec_gflops - 40) < 1e-9, "%g", d->eff_dec_gflops);
+    cr_expect(fabs(d->eff_attn_gflops - 12.5) < 1e-9, "%g", d->eff_attn_gflops);
 }

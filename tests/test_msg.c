@@ -66,6 +66,8 @@ Test(msg, hello_round_trips_devices_and_health)
                                       .gflops = 123.5,
                                       .mem_gbps = 45.25,
                                       .dec_gflops = 77.75,
+                                      .pass_gbps = 2.5,
+                                      .attn_gflops = 26.125,
                                       .cpu_mask = 0x5};
     h->devices[1] = (pl_msg_device_t){.id = "cuda:1",
                                       .backend = "cuda",
@@ -95,6 +97,8 @@ Test(msg, hello_round_trips_devices_and_health)
         cr_assert_eq(g->devices[i].gflops, h->devices[i].gflops);
         cr_assert_eq(g->devices[i].mem_gbps, h->devices[i].mem_gbps);
         cr_assert_eq(g->devices[i].dec_gflops, h->devices[i].dec_gflops); /* the GPU's: 0 */
+        cr_assert_eq(g->devices[i].pass_gbps, h->devices[i].pass_gbps);
+        cr_assert_eq(g->devices[i].attn_gflops, h->devices[i].attn_gflops);
         cr_assert_eq(g->devices[i].cpu_mask, h->devices[i].cpu_mask);
     }
     cr_assert_eq(g->n_unavailable, 1);
@@ -117,6 +121,11 @@ Test(msg, hello_round_trips_devices_and_health)
               "[{\"id\": \"cpu:0\", \"backend\": \"cpu\", \"name\": \"x\", \"cores\": 1, "
               "\"mem_bytes\": 0, \"gflops\": 1, \"mem_gbps\": 1, \"dec_gflops\": -2}]}",
               "dec_gflops");
+    tm_refused(PL_MSG_HELLO,
+              "{\"proto\": 2, \"node\": \"n\", \"host\": \"h\", \"devices\": "
+              "[{\"id\": \"cpu:0\", \"backend\": \"cpu\", \"name\": \"x\", \"cores\": 1, "
+              "\"mem_bytes\": 0, \"gflops\": 1, \"mem_gbps\": 1, \"attn_gflops\": -2}]}",
+              "attn_gflops");
     tm_refused(PL_MSG_HELLO,
               "{\"proto\": 2, \"node\": \"n\", \"host\": \"h\", \"devices\": "
               "[1,2,3,4,5,6,7,8,9]}",

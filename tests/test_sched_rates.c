@@ -247,29 +247,29 @@ Test(sched_rates, cpu_shares_of_pinned_and_unpinned_daemons)
     uint64_t mask[5] = {1, 2, 1, 1, 1};
     int threads[5] = {1, 1, 1, 1, 1};
     double share[5];
-    pl_sched_cpu_shares(d, 5, mask, threads, NULL, share);
+    pl_sched_cpu_shares(d, 5, mask, threads, NULL, NULL, share);
     const double want[5] = {0.5, 1, 0.5, 1, 1};
     for (int i = 0; i < 5; i++)
         cr_expect(fabs(share[i] - want[i]) < 1e-12, "device %d: %g, expected %g", i, share[i],
                   want[i]);
     /* only the devices a plan uses compute: node0 alone on CPU 0 */
     bool used[5] = {true, true, false, false, false};
-    pl_sched_cpu_shares(d, 5, mask, threads, used, share);
+    pl_sched_cpu_shares(d, 5, mask, threads, used, NULL, share);
     cr_expect(share[0] == 1 && share[1] == 1 && share[2] == 1);
     /* three unpinned 1-thread daemons on 2 CPUs: 2/3 each; a 2-thread daemon on both CPUs with
      * a 1-thread one pinned to CPU 1: 2 / (2 + 1) and 1 / (1 + 1) */
     uint64_t all[3] = {3, 3, 3};
-    pl_sched_cpu_shares(d, 3, all, threads, NULL, share);
+    pl_sched_cpu_shares(d, 3, all, threads, NULL, NULL, share);
     for (int i = 0; i < 3; i++)
         cr_expect(fabs(share[i] - 2.0 / 3) < 1e-12, "%g", share[i]);
     uint64_t m2[2] = {3, 2};
     int t2[2] = {2, 1};
-    pl_sched_cpu_shares(d, 2, m2, t2, NULL, share);
+    pl_sched_cpu_shares(d, 2, m2, t2, NULL, NULL, share);
     cr_expect(fabs(share[0] - 2.0 / 3) < 1e-12 && fabs(share[1] - 0.5) < 1e-12, "%g %g",
               share[0], share[1]);
     /* unknown CPUs (mask 0): nothing is assumed */
     uint64_t none[3] = {0, 0, 1};
-    pl_sched_cpu_shares(d, 3, none, threads, NULL, share);
+    pl_sched_cpu_shares(d, 3, none, threads, NULL, NULL, share);
     cr_expect(share[0] == 1 && share[1] == 1 && share[2] == 1);
 }
 
@@ -283,7 +283,7 @@ Test(sched_rates, three_daemons_on_two_cores_split_by_core)
     uint64_t mask[3] = {1, 2, 1};
     int threads[3] = {1, 1, 1};
     double share[3];
-    pl_sched_cpu_shares(d, 3, mask, threads, NULL, share);
+    pl_sched_cpu_shares(d, 3, mask, threads, NULL, NULL, share);
     for (int i = 0; i < 3; i++) {
         d[i].gflops *= share[i];
         d[i].mem_gbps *= share[i];
@@ -292,4 +292,57 @@ Test(sched_rates, three_daemons_on_two_cores_split_by_core)
     cr_assert_eq(s_split(d, 3, 64, 1, counts), 3);
     cr_expect(counts[0] == 3 && counts[1] == 6 && counts[2] == 3, "%d+%d+%d", counts[0],
               counts[1], counts[2]);
+}
+
+/* The bench's 3 stages on 2 cores (node0 and node2 on CPU 0): stages that alternate on one core
+ * (one waits while the other computes) are charged by how busy each is, not 1/2 each. */
+Test(sched_rates, daemons_sharing_a_core_split_it_by_their_busy_fractions)
+{
+    pl_sched_device_t d[3] = {dev("xeon", "h", 50, 12, 64), dev("xeon", "h", 50, 12, 64),
+                              dev("xeon", "h", 50, 12, 64)};
+    uint64_t mask[3] = {1, 2, 1};
+    int threads[3] = {1, 1, 1};
+    /* a 3+3+6 split at the devices' own rates: per microbatch 1, 1 and 2 units of compute; the
+     * pipeline goes at the 6-layer stage's pace, so the others are busy half the time */
+    pl_plan_stage_t st[3] = {{.device = 0}, {.device = 1}, {.device = 2}};
+    const double t_call[3] = {0.010, 0.010, 0.020}, t_dec[3] = {0.002, 0.002, 0.004};
+    for (int i = 0; i < 3; i++) {
+        st[i].t_prefill_call = t_call[i] + 0.001; /* a send after each, not compute */
+        st[i].xfer_prefill_call = 0.001;
+        st[i].t_decode = t_dec[i] + (i < 2 ? 0.0005 : 0.0);
+        st[i].xfer_decode = i < 2 ? 0.0005 : 0.0;
+    }
+    pl_plan_t plan = {.n_stages = 3, .stages = st, .prefill_chunk = 128};
+    pl_plan_input_t in = {.devices = d, .n_devices = 3};
+    in.job = (pl_sched_job_t){.prompt_max = 1024, .max_new_tokens = 11};
+    double busy[3], share[3];
+    pl_sched_plan_busy(&in, &plan, NULL, busy);
+    /* 8 chunks and 10 decode steps: 0.1 + 0.02 s against 0.2 + 0.04 s */
+    const double want_busy[3] = {0.5, 0.5, 1.0};
+    for (int i = 0; i < 3; i++)
+        cr_expect(fabs(busy[i] - want_busy[i]) < 1e-12, "stage %d: %g", i, busy[i]);
+    /* core 0 serves 0.5 + 1 of demand: 2/3 each, where every stage busy gave 1/2 */
+    pl_sched_cpu_shares(d, 3, mask, threads, NULL, busy, share);
+    const double want[3] = {2.0 / 3, 1, 2.0 / 3};
+    for (int i = 0; i < 3; i++)
+        cr_expect(fabs(share[i] - want[i]) < 1e-12, "device %d: %g, expected %g", i, share[i],
+                  want[i]);
+    /* at those shares the 6-layer stage takes 0.03 s a chunk: core 0's 0.01 + 0.02 s of work,
+     * as the two alternate (at 1/2 it was charged 0.04 s) */
+    cr_expect(fabs(t_call[2] / share[2] - (t_call[0] + t_call[2])) < 1e-12, "%g",
+              t_call[2] / share[2]);
+    /* times charged at shares of 1/2: the own rates are times x share, the same fractions */
+    double half[3] = {0.5, 1, 0.5};
+    for (int i = 0; i < 3; i++) {
+        st[i].t_prefill_call = t_call[i] / half[i] + 0.001;
+        st[i].t_decode = t_dec[i] / half[i] + (i < 2 ? 0.0005 : 0.0);
+    }
+    pl_sched_plan_busy(&in, &plan, half, busy);
+    for (int i = 0; i < 3; i++)
+        cr_expect(fabs(busy[i] - want_busy[i]) < 1e-12, "stage %d charged: %g", i, busy[i]);
+    /* two stages always busy on one core (a 2-stage pipeline of equal stages): 1/2 each */
+    const double full[3] = {1, 1, 1};
+    pl_sched_cpu_shares(d, 3, mask, threads, NULL, full, share);
+    cr_expect(fabs(share[0] - 0.5) < 1e-12 && fabs(share[2] - 0.5) < 1e-12, "%g %g", share[0],
+              share[2]);
 }

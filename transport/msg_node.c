@@ -116,11 +116,11 @@ pl_status_t pl_msg_hello_encode(const pl_msg_hello_t *m, json_t **body_p)
     for (int i = 0; devs && i < m->n_devices; i++) {
         const pl_msg_device_t *d = &m->devices[i];
         json_array_append_new(
-            devs, json_pack("{s:s, s:s, s:s, s:i, s:I, s:s, s:f, s:f, s:f, s:f, s:I}", "id",
+            devs, json_pack("{s:s, s:s, s:s, s:i, s:I, s:s, s:f, s:f, s:f, s:f, s:f, s:I}", "id",
                             d->id, "backend", d->backend, "name", d->name, "cores", d->cores,
                             "mem_bytes", (json_int_t)d->mem_bytes, "isa", d->isa, "gflops",
                             d->gflops, "mem_gbps", d->mem_gbps, "dec_gflops", d->dec_gflops,
-                            "pass_gbps", d->pass_gbps, "cpu_mask",
+                            "pass_gbps", d->pass_gbps, "attn_gflops", d->attn_gflops, "cpu_mask",
                             (json_int_t)(d->cpu_mask & (uint64_t)INT64_MAX)));
     }
     for (int i = 0; unav && i < m->n_unavailable; i++)
@@ -143,7 +143,8 @@ static pl_status_t s_device(const json_t *d, pl_msg_device_t *v)
     int64_t cores = 0, mem = 0, mask = 0;
     const char *isa = NULL;
     pl_status_t st;
-    v->dec_gflops = v->pass_gbps = 0; /* a daemon that does not measure them: none */
+    /* a daemon that does not measure them: none */
+    v->dec_gflops = v->pass_gbps = v->attn_gflops = 0;
     if ((st = pl_msg_int_name(d, "id", v->id, sizeof(v->id) - 1)) ||
         (st = pl_msg_int_name(d, "backend", v->backend, sizeof(v->backend) - 1)) ||
         (st = pl_json_str(d, "name", v->name, sizeof(v->name) - 1)) ||
@@ -153,6 +154,7 @@ static pl_status_t s_device(const json_t *d, pl_msg_device_t *v)
         (st = pl_json_num(d, "mem_gbps", 0, 1e7, &v->mem_gbps)) ||
         (st = pl_json_num_opt(d, "dec_gflops", 0, 1e9, &v->dec_gflops)) ||
         (st = pl_json_num_opt(d, "pass_gbps", 0, 1e7, &v->pass_gbps)) ||
+        (st = pl_json_num_opt(d, "attn_gflops", 0, 1e9, &v->attn_gflops)) ||
         (st = pl_json_str_opt(d, "isa", sizeof(v->isa) - 1, &isa)) ||
         (st = pl_json_int_opt(d, "cpu_mask", 0, INT64_MAX, &mask)))
         return st;

@@ -1,7 +1,8 @@
 /* CPU backend discovery and calibration: one device "cpu" described from /proc, and a short
- * sgemm rate, memory read bandwidth and decode row rate measurement. */
+ * sgemm rate, memory read bandwidth, decode row rate, prefill pass and attention measurement. */
 #include "backends/cpu/cpu_dev.h"
 #include "backends/cpu/cpu_gemm.h"
+#include "backends/cpu/cpu_ops.h"
 #include "backends/cpu/cpu_wcopy.h"
 
 #include "common/log.h"
@@ -31,11 +32,19 @@
 #define S_ROW_MANY 16
 #define S_ROW_SECONDS 0.02
 #define S_ROW_WALL_MAX_S 0.04 /* per timed pass, however little CPU the load leaves it */
-/* Prefill's probe: one sequence of S_SEQ_TOKENS tokens through a [S_SEQ_OUTS x S_ROW_COLS] bf16
- * product (an MLP's, 5.8 MB: past a core's own caches) as the stages run it, bf16 tiles
- * converted to f32 for sgemm */
-#define S_SEQ_TOKENS 64
+/* Prefill's probe: sequences through a [S_SEQ_OUTS x S_ROW_COLS] bf16 product (an MLP's, 5.8 MB:
+ * past a core's own caches) as the stages run it, bf16 tiles converted to f32 for sgemm, at these
+ * lengths (all on sgemm's path); the pass is read at S_SEQ_TOKENS */
 #define S_SEQ_OUTS 2816
+#define S_SEQ_TOKENS 64
+static const int s_fit_tokens[] = {32, 48, 64};
+/* Prefill attention's probe: one S_ATT_TOKENS-token chunk of a prompt against the S_ATT_POS0
+ * positions cached before it, in a Llama shape of 1024 wide (16 heads of 64, 8 KV heads) */
+#define S_ATT_TOKENS 128
+#define S_ATT_POS0 384
+#define S_ATT_HEADS 16
+#define S_ATT_KV 8
+#define S_ATT_HD 64
 
 /* Instruction-set extensions worth telling the scheduler and the user about. */
 static const char *const s_isa_flags[] = {
@@ -358,23 +367,80 @@ static double s_dec_gflops(pl_cpu_dev_t *dev)
     return gflops;
 }
 
-/* Prefill's pass over a product's weights for each sequence (GB/s of stored bf16 bytes): one
- * S_SEQ_TOKENS-token sequence through the product as a stage computes it (pl_cpu_gemm_seq),
- * less its flops at the sgemm rate `gflops`; what is left converts and packs the weights. 0 when
- * the product runs no slower than its flops (no pass to charge). Measured here: 2.6 GB/s, a
- * third of a 64-token sequence's time. */
-static double s_pass_gbps(pl_cpu_dev_t *dev, double gflops)
+/* Seconds per call of fn(arg): the best of `runs` timed runs of at least S_ROW_SECONDS of CPU
+ * time, each cut at S_ROW_WALL_MAX_S of wall time. No warm-up call: the callers' inputs were just
+ * written (in cache), and OpenBLAS's buffers were made by the sgemm probe. */
+static double s_call_time(pl_cpu_dev_t *dev, void (*fn)(pl_cpu_dev_t *, void *), void *arg,
+                          int runs)
 {
+    double best = 0.0;
+    for (int pass = 0; pass < runs; pass++) {
+        int iters = 0;
+        double t0 = pl_now(), c0 = s_cpu_now(), t;
+        do {
+            fn(dev, arg);
+            iters++;
+            t = s_busy_s(t0, c0, dev->threads);
+        } while (t < S_ROW_SECONDS && iters < 100000 && pl_now() - t0 < S_ROW_WALL_MAX_S);
+        if (best == 0.0 || t / iters < best)
+            best = t / iters;
+    }
+    return best;
+}
+
+typedef struct {
+    const float *x;
+    int n;
+    const pl_cpu_wmat_t *w;
+    float *tile, *y;
+} s_seq_call_t;
+
+static void s_seq_call(pl_cpu_dev_t *dev, void *arg)
+{
+    s_seq_call_t *a = arg;
+    pl_cpu_gemm_seq(dev->pool, a->x, a->n, a->w, a->tile, a->y);
+}
+
+/* The least-squares line through (n[i], t[i]), i < k, at n = at. */
+static double s_line_at(const int *n, const double *t, int k, double at)
+{
+    double sn = 0, st = 0, snn = 0, snt = 0;
+    for (int i = 0; i < k; i++) {
+        sn += n[i];
+        st += t[i];
+        snn += (double)n[i] * n[i];
+        snt += n[i] * t[i];
+    }
+    double den = k * snn - sn * sn;
+    if (!(den > 0))
+        return 0.0;
+    double slope = (k * snt - sn * st) / den;
+    return (st - slope * sn) / k + slope * at;
+}
+
+/* Prefill's pass over a product's weights for each sequence (GB/s of stored bf16 bytes): what a
+ * S_SEQ_TOKENS-token call of the product as a stage computes it (pl_cpu_gemm_seq) costs beyond
+ * its flops at the sgemm rate `gflops` (the rate the planner charges them at), with that call's
+ * time read off a line fitted through one timed run of each length of s_fit_tokens, not one
+ * timing (its three runs cost what the single timing's warm-up and two runs did). The line's
+ * own intercept is not the pass: the product runs below the 512^3 rate at these sizes, and with its
+ * flops charged at that rate the intercept left a 1-stage prefill 1.5x short (8.4 GB/s, where
+ * the same call less its flops gives ~3). 0 when the call runs no slower than its flops (no pass
+ * to charge). */
+static double s_pass_fit_gbps(pl_cpu_dev_t *dev, double gflops)
+{
+    enum { K = sizeof(s_fit_tokens) / sizeof(s_fit_tokens[0]) };
+    int n_max = s_fit_tokens[K - 1];
     size_t wn = (size_t)S_SEQ_OUTS * S_ROW_COLS;
     uint16_t *wb = malloc(wn * sizeof(uint16_t));
-    float *x = malloc((size_t)S_SEQ_TOKENS * S_ROW_COLS * sizeof(float));
-    float *y = malloc((size_t)S_SEQ_TOKENS * S_SEQ_OUTS * sizeof(float));
+    float *x = malloc((size_t)n_max * S_ROW_COLS * sizeof(float));
+    float *y = malloc((size_t)n_max * S_SEQ_OUTS * sizeof(float));
     float *tile = malloc((size_t)PL_CPU_TILE_ROWS * S_ROW_COLS * sizeof(float));
-    double gbps = 0.0, best = 0.0;
+    double gbps = 0.0, t[K] = {0};
     if (wb && x && y && tile && gflops > 0) {
         for (size_t i = 0; i < wn; i++)
             wb[i] = (uint16_t)(0x3c00u | (i % 61));
-        for (size_t i = 0; i < (size_t)S_SEQ_TOKENS * S_ROW_COLS; i++)
+        for (size_t i = 0; i < (size_t)n_max * S_ROW_COLS; i++)
             x[i] = (float)(i % 13) * 0.125f - 0.75f;
         pl_cpu_wmat_t w = {.type = PL_WT_BF16, .rows = S_SEQ_OUTS, .cols = S_ROW_COLS,
                            .row_bytes = S_ROW_COLS * sizeof(uint16_t), .data = wb};
@@ -382,28 +448,68 @@ static double s_pass_gbps(pl_cpu_dev_t *dev, double gflops)
         pl_cpu_wcopy_t copy = {0}; /* laid out as a stage holds its weights */
         if (pl_cpu_wcopy_make(&wp, 1, pl_cpu_wcopy_pack_wanted(), &copy) != PL_OK)
             pl_error_clear(); /* then as given */
-        pl_cpu_gemm_seq(dev->pool, x, S_SEQ_TOKENS, &w, tile, y); /* warm the caches */
-        for (int pass = 0; pass < 2; pass++) {
-            int iters = 0;
-            double t0 = pl_now(), c0 = s_cpu_now(), t;
-            do {
-                pl_cpu_gemm_seq(dev->pool, x, S_SEQ_TOKENS, &w, tile, y);
-                iters++;
-                t = s_busy_s(t0, c0, dev->threads);
-            } while (t < S_ROW_SECONDS && iters < 100000 && pl_now() - t0 < S_ROW_WALL_MAX_S);
-            if (best == 0.0 || t / iters < best)
-                best = t / iters;
+        for (int i = 0; i < K; i++) {
+            s_seq_call_t a = {x, s_fit_tokens[i], &w, tile, y};
+            t[i] = s_call_time(dev, s_seq_call, &a, 1);
         }
         pl_cpu_wcopy_free(&copy);
-        double left = best - 2.0 * S_SEQ_TOKENS * (double)wn / (gflops * 1e9);
-        if (left > 0)
-            gbps = (double)wn * sizeof(uint16_t) / left / 1e9;
+        double pass = s_line_at(s_fit_tokens, t, K, S_SEQ_TOKENS) -
+                      2.0 * S_SEQ_TOKENS * (double)wn / (gflops * 1e9);
+        if (pass > 0)
+            gbps = (double)wn * sizeof(uint16_t) / pass / 1e9;
     }
     free(wb);
     free(x);
     free(y);
     free(tile);
     return gbps;
+}
+
+typedef struct {
+    const float *q, *k, *v;
+    float *scores, *out;
+} s_att_call_t;
+
+static void s_att_call(pl_cpu_dev_t *dev, void *arg)
+{
+    (void)dev;
+    s_att_call_t *a = arg;
+    pl_cpu_attention(a->q, S_ATT_TOKENS, S_ATT_POS0, a->k, a->v, S_ATT_HEADS, S_ATT_KV, S_ATT_HD,
+                     a->scores, a->out);
+}
+
+/* Prefill attention's rate (GFLOP/s) as the planner counts its flops (4 x heads x head_dim per
+ * query and cached position it attends to, its own included): one chunk of a prompt against the
+ * prefix cached before it, on the kernel a stage's prefill runs (pl_cpu_attention). Measured
+ * here far below the sgemm rate (1,024-token prompt: attention 0.49 s of 1.70 s on 6 layers). */
+static double s_attn_gflops(pl_cpu_dev_t *dev)
+{
+    size_t pos = S_ATT_POS0 + S_ATT_TOKENS, qn = (size_t)S_ATT_TOKENS * S_ATT_HEADS * S_ATT_HD;
+    size_t kvn = pos * S_ATT_KV * S_ATT_HD;
+    float *q = malloc(qn * sizeof(float)), *out = malloc(qn * sizeof(float));
+    float *k = malloc(kvn * sizeof(float)), *v = malloc(kvn * sizeof(float));
+    float *scores = malloc((size_t)PL_CPU_ATT_ROWS * pos * sizeof(float));
+    double gflops = 0.0;
+    if (q && out && k && v && scores) {
+        for (size_t i = 0; i < qn; i++)
+            q[i] = (float)(i % 17) * 0.0625f - 0.5f;
+        for (size_t i = 0; i < kvn; i++) {
+            k[i] = (float)(i % 11) * 0.09375f - 0.5f;
+            v[i] = (float)(i % 7) * 0.125f - 0.375f;
+        }
+        s_att_call_t a = {q, k, v, scores, out};
+        double t = s_call_time(dev, s_att_call, &a, 1);
+        /* positions attended: S_ATT_POS0 + 1 .. S_ATT_POS0 + S_ATT_TOKENS */
+        double pairs = S_ATT_TOKENS * (S_ATT_POS0 + (S_ATT_TOKENS + 1) / 2.0);
+        if (t > 0)
+            gflops = 4.0 * S_ATT_HEADS * S_ATT_HD * pairs / t / 1e9;
+    }
+    free(q);
+    free(out);
+    free(k);
+    free(v);
+    free(scores);
+    return gflops;
 }
 
 pl_status_t pl_cpu_calibrate(void *dev_v, pl_be_calib_t *calib)
@@ -415,12 +521,13 @@ pl_status_t pl_cpu_calibrate(void *dev_v, pl_be_calib_t *calib)
     c.gflops = s_gemm_gflops(dev->threads);
     c.mem_gbps = s_read_gbps(dev->threads);
     c.dec_gflops = s_dec_gflops(dev);
-    c.pass_gbps = s_pass_gbps(dev, c.gflops); /* 0 allowed: no pass to charge */
-    if (c.gflops <= 0.0 || c.mem_gbps <= 0.0 || c.dec_gflops <= 0.0)
+    c.pass_gbps = s_pass_fit_gbps(dev, c.gflops); /* 0 allowed: no pass to charge */
+    c.attn_gflops = s_attn_gflops(dev);
+    if (c.gflops <= 0.0 || c.mem_gbps <= 0.0 || c.dec_gflops <= 0.0 || c.attn_gflops <= 0.0)
         return pl_error(PL_ERR_NOMEM, "cpu calibration: could not allocate its buffers");
     pl_log_debug("cpu calibration: %.1f GFLOP/s sgemm, %.1f GB/s read, %.1f GFLOP/s decode rows, "
-                 "%.2f GB/s prefill passes, %d threads", c.gflops, c.mem_gbps, c.dec_gflops,
-                 c.pass_gbps, dev->threads);
+                 "%.2f GB/s prefill passes, %.1f GFLOP/s prefill attention, %d threads", c.gflops,
+                 c.mem_gbps, c.dec_gflops, c.pass_gbps, c.attn_gflops, dev->threads);
     *calib = c;
     return PL_OK;
 }
