@@ -87,6 +87,43 @@ static inline float s_q40_half(const unsigned char *p)
     return _cvtsh_ss(h);
 }
 
+/* Blocks b..b + G - 1 (G = 16 or 8) of M weight rows at p and p + wstep into their rows'
+ * accumulators: the G scales at once, then per block pair one fmadd. */
+static inline __attribute__((always_inline)) void s_q40_group(const unsigned char *p, size_t wstep,
+                                                              int M, const s_q40_act_t *a,
+                                                              int64_t b, int G, __m512 *acc)
+{
+    const size_t bb = sizeof(pl_block_q4_0_t);
+    __m512 d[2];
+#pragma GCC unroll 2
+    for (int m = 0; m < M; m++) {
+        const unsigned char *pb = p + m * wstep + (size_t)b * bb;
+        for (int l = 0; l < (G == 16 ? 5 : 3); l++) /* the group's 288 or 144 bytes */
+            _mm_prefetch((const char *)pb + 4096 + 64 * l, _MM_HINT_T0);
+        __m256i h = _mm256_zextsi128_si256(s_q40_d8(pb));
+        if (G == 16)
+            h = _mm256_inserti128_si256(h, s_q40_d8(pb + 8 * bb), 1);
+        __m512 dx =
+            G == 16 ? _mm512_loadu_ps(a->d + b) : _mm512_castps256_ps512(_mm256_loadu_ps(a->d + b));
+        d[m] = _mm512_mul_ps(_mm512_cvtph_ps(h), dx);
+    }
+#pragma GCC unroll 8
+    for (int j = 0; j < G / 2; j++) {
+        const __m512i x = _mm512_load_si512((const void *)(a->qs + PL_QK8_0 * (b + 2 * j)));
+        const __m512i di =
+            _mm512_add_epi32(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
+                             _mm512_set1_epi32(2 * j));
+#pragma GCC unroll 2
+        for (int m = 0; m < M; m++) {
+            const unsigned char *pb = p + m * wstep + (size_t)(b + 2 * j) * bb;
+            __m512i s = _mm512_dpbusd_epi32(
+                _mm512_load_si512((const void *)(a->start + 8 * (b + 2 * j))), s_q40_pair(pb), x);
+            acc[m] =
+                _mm512_fmadd_ps(_mm512_permutexvar_ps(di, d[m]), _mm512_cvtepi32_ps(s), acc[m]);
+        }
+    }
+}
+
 /* s_q32_rows(w, wstep, M, {a->raw}, 1, n, true, out) on the layout a: M (1 or 2) weight rows at
  * w and w + wstep against one activation row. */
 static inline __attribute__((always_inline)) void
@@ -96,34 +133,11 @@ s_q40_rows(const void *w, size_t wstep, int M, const s_q40_act_t *a, int64_t n, 
     int64_t nb = n / PL_QK8_0, b = 0;
     const size_t bb = sizeof(pl_block_q4_0_t);
     __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
-    for (; b + 16 <= nb; b += 16) {
-        __m512 d[2];
-#pragma GCC unroll 2
-        for (int m = 0; m < M; m++) {
-            const unsigned char *pb = p + m * wstep + (size_t)b * bb;
-#pragma GCC unroll 5
-            for (int l = 0; l < 5; l++)
-                _mm_prefetch((const char *)pb + 4096 + 64 * l, _MM_HINT_T0);
-            __m256i h = _mm256_inserti128_si256(_mm256_castsi128_si256(s_q40_d8(pb)),
-                                                s_q40_d8(pb + 8 * bb), 1);
-            d[m] = _mm512_mul_ps(_mm512_cvtph_ps(h), _mm512_loadu_ps(a->d + b));
-        }
-#pragma GCC unroll 8
-        for (int j = 0; j < 8; j++) {
-            const __m512i x = _mm512_load_si512((const void *)(a->qs + PL_QK8_0 * (b + 2 * j)));
-            const __m512i di =
-                _mm512_add_epi32(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
-                                 _mm512_set1_epi32(2 * j));
-#pragma GCC unroll 2
-            for (int m = 0; m < M; m++) {
-                const unsigned char *pb = p + m * wstep + (size_t)(b + 2 * j) * bb;
-                __m512i s = _mm512_dpbusd_epi32(
-                    _mm512_load_si512((const void *)(a->start + 8 * (b + 2 * j))), s_q40_pair(pb),
-                    x);
-                acc[m] =
-                    _mm512_fmadd_ps(_mm512_permutexvar_ps(di, d[m]), _mm512_cvtepi32_ps(s), acc[m]);
-            }
-        }
+    for (; b + 16 <= nb; b += 16)
+        s_q40_group(p, wstep, M, a, b, 16, acc);
+    if (b + 8 <= nb) { /* 8 more (a 768-wide row: 16 + 8) */
+        s_q40_group(p, wstep, M, a, b, 8, acc);
+        b += 8;
     }
     for (; b + 2 <= nb; b += 2) {
         const __m512i x = _mm512_load_si512((const void *)(a->qs + PL_QK8_0 * b));
