@@ -400,3 +400,41 @@ Test(cpu_qdot, block_products_of_every_row_count)
         }
     }
 }
+
+/* A Q4_0 row longer than the VNNI kernel's activation layout holds (1,024 blocks) takes the
+ * 256-bit kernel instead, and a row of exactly 1,024 blocks the layout: either way each element
+ * of the block product is bitwise the scalar one-row dot (3 weight rows: a pair and a lone one). */
+Test(cpu_qdot, q4_0_rows_past_the_vnni_layout)
+{
+    enum { NO = 3 };
+    static const int lengths[] = {1024 * 32, 1041 * 32};
+    const pl_cpu_wkernel_t *k = pl_cpu_wkernel(PL_WT_Q4_0);
+    pl_cpu_qdot_fn ref = pl_cpu_qdot_fn_of(pl_cpu_qdot_table(PL_CPU_ISA_SCALAR), PL_WT_Q4_0);
+    for (size_t li = 0; li < PL_ARRAY_SIZE(lengths); li++) {
+        int K = lengths[li];
+        size_t rb;
+        cr_assert_eq(pl_wtype_row_bytes(PL_WT_Q4_0, K, &rb), PL_OK);
+        unsigned char *w = malloc(rb * NO), *qx = malloc(k->x_bytes(K));
+        float *x = malloc((size_t)K * sizeof(float));
+        cr_assert(w && qx && x);
+        qt_weights(PL_WT_Q4_0, NO * K / 32, 1, 900 + li, w);
+        for (int i = 0; i < K; i++)
+            x[i] = pl_rand_uniform(910 + li, (uint64_t)i) - 0.5f;
+        k->x_prep(x, K, qx);
+        const void *xr[1] = {qx};
+        for (int isa = 0; isa < PL_CPU_ISA_COUNT; isa++) {
+            if (!pl_cpu_qdot_table((pl_cpu_isa_t)isa) || !k->block[isa])
+                continue;
+            float y[NO], *yr[1] = {y};
+            k->block[isa](xr, 1, w, rb, NO, K, yr);
+            for (int o = 0; o < NO; o++) {
+                float want = ref(w + (size_t)o * rb, qx, K);
+                cr_assert(memcmp(&want, &y[o], 4) == 0, "%s, %d blocks: row %d: %.9g, alone %.9g",
+                          pl_cpu_isa_name((pl_cpu_isa_t)isa), K / 32, o, y[o], want);
+            }
+        }
+        free(w);
+        free(qx);
+        free(x);
+    }
+}
