@@ -334,19 +334,24 @@ Test(cpu_qdot, multi_row_dots_equal_one_row_dots_bitwise)
 /* The block products of the GEMM table for 1..9 activation rows (groups of PL_CPU_QDOT_ROWS and
  * what is left) and 1..33 weight rows, and for one activation row up to PL_CPU_BLOCK_OUTS_ONE
  * weight rows (even and odd counts: the batch-1 kernels pair row o with row no / 2 + o), rows of
- * an even and an odd block count: each element the scalar one-row dot of its pair. */
+ * an even and an odd block count, and a long row (41 blocks of 32: the VNNI Q4_0 kernel's groups
+ * of 16 blocks, its pairs after them and an odd last block): each element the scalar one-row dot
+ * of its pair. */
 Test(cpu_qdot, block_products_of_every_row_count)
 {
-    enum { KMAX = 768, NO = PL_CPU_BLOCK_OUTS_ONE, NR = 9 };
+    enum { KMAX = 41 * 32, NO = PL_CPU_BLOCK_OUTS_ONE, NR = 9 };
     static const int one_counts[] = {1, 2, 3, 4, 5, 6, 7, 8, 15, 16, 17, 31, 32, 33, 63, 64, 65,
                                      127, PL_CPU_BLOCK_OUTS_ONE};
     static unsigned char w[NO * KMAX * 2], qx[NR][KMAX * 2];
     static float x[KMAX], y[NR][NO], want[NR][NO];
-    for (size_t tk = 0; tk < 2 * PL_ARRAY_SIZE(s_types); tk++) {
-        size_t t = tk / 2;
+    for (size_t tk = 0; tk < 3 * PL_ARRAY_SIZE(s_types); tk++) {
+        size_t t = tk / 3;
         pl_wtype_t dt = s_types[t];
         int blk = pl_wtype_info(dt)->block;
-        int K = tk % 2 == 0 ? 512 : blk == 32 ? 15 * 32 : 3 * 256; /* even, odd block counts */
+        /* even, odd block counts, a long row */
+        int K = tk % 3 == 0   ? 512
+                : tk % 3 == 1 ? (blk == 32 ? 15 * 32 : 3 * 256)
+                              : (blk == 32 ? 41 * 32 : 5 * 256);
         const pl_cpu_wkernel_t *k = pl_cpu_wkernel(dt);
         pl_cpu_qdot_fn ref = pl_cpu_qdot_fn_of(pl_cpu_qdot_table(PL_CPU_ISA_SCALAR), dt);
         size_t rb;
@@ -393,5 +398,43 @@ Test(cpu_qdot, block_products_of_every_row_count)
                 }
             }
         }
+    }
+}
+
+/* A Q4_0 row longer than the VNNI kernel's activation layout holds (1,024 blocks) takes the
+ * 256-bit kernel instead, and a row of exactly 1,024 blocks the layout: either way each element
+ * of the block product is bitwise the scalar one-row dot (3 weight rows: a pair and a lone one). */
+Test(cpu_qdot, q4_0_rows_past_the_vnni_layout)
+{
+    enum { NO = 3 };
+    static const int lengths[] = {1024 * 32, 1041 * 32};
+    const pl_cpu_wkernel_t *k = pl_cpu_wkernel(PL_WT_Q4_0);
+    pl_cpu_qdot_fn ref = pl_cpu_qdot_fn_of(pl_cpu_qdot_table(PL_CPU_ISA_SCALAR), PL_WT_Q4_0);
+    for (size_t li = 0; li < PL_ARRAY_SIZE(lengths); li++) {
+        int K = lengths[li];
+        size_t rb;
+        cr_assert_eq(pl_wtype_row_bytes(PL_WT_Q4_0, K, &rb), PL_OK);
+        unsigned char *w = malloc(rb * NO), *qx = malloc(k->x_bytes(K));
+        float *x = malloc((size_t)K * sizeof(float));
+        cr_assert(w && qx && x);
+        qt_weights(PL_WT_Q4_0, NO * K / 32, 1, 900 + li, w);
+        for (int i = 0; i < K; i++)
+            x[i] = pl_rand_uniform(910 + li, (uint64_t)i) - 0.5f;
+        k->x_prep(x, K, qx);
+        const void *xr[1] = {qx};
+        for (int isa = 0; isa < PL_CPU_ISA_COUNT; isa++) {
+            if (!pl_cpu_qdot_table((pl_cpu_isa_t)isa) || !k->block[isa])
+                continue;
+            float y[NO], *yr[1] = {y};
+            k->block[isa](xr, 1, w, rb, NO, K, yr);
+            for (int o = 0; o < NO; o++) {
+                float want = ref(w + (size_t)o * rb, qx, K);
+                cr_assert(memcmp(&want, &y[o], 4) == 0, "%s, %d blocks: row %d: %.9g, alone %.9g",
+                          pl_cpu_isa_name((pl_cpu_isa_t)isa), K / 32, o, y[o], want);
+            }
+        }
+        free(w);
+        free(qx);
+        free(x);
     }
 }

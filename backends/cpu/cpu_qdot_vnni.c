@@ -9,6 +9,172 @@
 #define S_DOT_U8(u, s) _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s)
 #define S_ACC_I16(acc, a, b) _mm256_dpwssd_epi32(acc, a, b)
 #define S_TWO_CHAINS(R) ((R) >= 3) /* a lone row or two would wait on vpdpwssd */
+#include "backends/cpu/cpu_qdot.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+/* ---- batch-1 Q4_0 in 512-bit registers ----
+ * A zmm holds blocks b (lanes 0-7) and b + 1 (lanes 8-15), the reference's 16 lanes by block
+ * parity (cpu_qdot.c), so one fmadd per pair of blocks and row. The nibbles stay unsigned
+ * (0..15) for vpdpbusd, and the -8 comes off through the activations: each 4-element lane starts
+ * from -8 times the sum of its 4 activation quants, s = -8 sum x + sum q x = sum (q - 8) x,
+ * exact. Those starts, the quants side by side and the scales in a row of floats are laid out
+ * once per block product (one activation row against up to PL_CPU_BLOCK_OUTS_ONE weight rows),
+ * and 16 blocks' weight scales are picked out of their 288 bytes by two word permutes, so a
+ * block costs no scalar work: 18 bytes for 32 weights leave the 256-bit kernel's per-block
+ * sign, broadcast and scalar scale steps the bottleneck (46-48% of the read bandwidth,
+ * bench/README.md). */
+
+/* Blocks of an activation row the layout holds: k up to 32768 (above it the 256-bit kernel). */
+#define S_Q40_MAXB 1024
+
+typedef struct {
+    int32_t start[S_Q40_MAXB * 8]; /* -8 * (sum of quants 4m..4m+3) per block */
+    int8_t qs[S_Q40_MAXB * PL_QK8_0];
+    float d[S_Q40_MAXB];
+    const void *raw; /* the row as pl_cpu_qact_quantize wrote it (for an odd last block) */
+} s_q40_act_t;
+
+static _Thread_local s_q40_act_t s_q40_act __attribute__((aligned(64)));
+
+static inline const s_q40_act_t *s_q40_prep(const void *qx, int64_t n)
+{
+    const pl_q8_act_t *a = qx;
+    int64_t nb = n / PL_QK8_0;
+    s_q40_act_t *l = &s_q40_act;
+    if (nb > S_Q40_MAXB)
+        return NULL;
+    const __m256i eight = _mm256_set1_epi8(8);
+    for (int64_t b = 0; b < nb; b++) {
+        __m256i q = _mm256_loadu_si256((const __m256i *)(const void *)a[b].qs);
+        __m256i s8 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), eight, q);
+        _mm256_store_si256((__m256i *)(void *)(l->start + 8 * b),
+                           _mm256_sub_epi32(_mm256_setzero_si256(), s8));
+        _mm256_store_si256((__m256i *)(void *)(l->qs + PL_QK8_0 * b), q);
+        l->d[b] = a[b].d;
+    }
+    l->raw = qx;
+    return l;
+}
+
+/* Block pair b, b + 1 of the weight row at p: its 32 + 32 unsigned quants, element i of each
+ * block in byte i of its 256-bit half. */
+static inline __m512i s_q40_pair(const unsigned char *p)
+{
+    __m512i v = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(const void *)(p + 2)));
+    v = _mm512_mask_broadcast_i32x4(v, 0xFF00,
+                                    _mm_loadu_si128((const __m128i *)(const void *)(p + 20)));
+    v = _mm512_srlv_epi64(v, _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4));
+    return _mm512_and_si512(v, _mm512_set1_epi8(0x0F));
+}
+
+/* The scales of the 8 blocks at p (144 bytes) as f16 words 0-7: block i's at word 9 i. */
+static inline __m128i s_q40_d8(const unsigned char *p)
+{
+    /* words 0, 9, .. 63 (those of 32 and past from the second 64 bytes) */
+    const __m512i idx = _mm512_setr_epi32(0x00090000, 0x001B0012, 0x002D0024, 0x003F0036, 0, 0, 0,
+                                          0, 0, 0, 0, 0, 0, 0, 0, 0);
+    __m512i v = _mm512_permutex2var_epi16(_mm512_loadu_si512((const void *)p), idx,
+                                          _mm512_loadu_si512((const void *)(p + 64)));
+    return _mm512_castsi512_si128(v);
+}
+
+static inline float s_q40_half(const unsigned char *p)
+{
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return _cvtsh_ss(h);
+}
+
+/* Blocks b..b + G - 1 (G = 16 or 8) of M weight rows at p and p + wstep into their rows'
+ * accumulators: the G scales at once, then per block pair one fmadd. */
+static inline __attribute__((always_inline)) void s_q40_group(const unsigned char *p, size_t wstep,
+                                                              int M, const s_q40_act_t *a,
+                                                              int64_t b, int G, __m512 *acc)
+{
+    const size_t bb = sizeof(pl_block_q4_0_t);
+    __m512 d[2];
+#pragma GCC unroll 2
+    for (int m = 0; m < M; m++) {
+        const unsigned char *pb = p + m * wstep + (size_t)b * bb;
+        for (int l = 0; l < (G == 16 ? 5 : 3); l++) /* the group's 288 or 144 bytes */
+            _mm_prefetch((const char *)pb + 4096 + 64 * l, _MM_HINT_T0);
+        __m256i h = _mm256_zextsi128_si256(s_q40_d8(pb));
+        if (G == 16)
+            h = _mm256_inserti128_si256(h, s_q40_d8(pb + 8 * bb), 1);
+        __m512 dx =
+            G == 16 ? _mm512_loadu_ps(a->d + b) : _mm512_castps256_ps512(_mm256_loadu_ps(a->d + b));
+        d[m] = _mm512_mul_ps(_mm512_cvtph_ps(h), dx);
+    }
+#pragma GCC unroll 8
+    for (int j = 0; j < G / 2; j++) {
+        const __m512i x = _mm512_load_si512((const void *)(a->qs + PL_QK8_0 * (b + 2 * j)));
+        const __m512i di =
+            _mm512_add_epi32(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
+                             _mm512_set1_epi32(2 * j));
+#pragma GCC unroll 2
+        for (int m = 0; m < M; m++) {
+            const unsigned char *pb = p + m * wstep + (size_t)(b + 2 * j) * bb;
+            __m512i s = _mm512_dpbusd_epi32(
+                _mm512_load_si512((const void *)(a->start + 8 * (b + 2 * j))), s_q40_pair(pb), x);
+            acc[m] =
+                _mm512_fmadd_ps(_mm512_permutexvar_ps(di, d[m]), _mm512_cvtepi32_ps(s), acc[m]);
+        }
+    }
+}
+
+/* s_q32_rows(w, wstep, M, {a->raw}, 1, n, true, out) on the layout a: M (1 or 2) weight rows at
+ * w and w + wstep against one activation row. */
+static inline __attribute__((always_inline)) void
+s_q40_rows(const void *w, size_t wstep, int M, const s_q40_act_t *a, int64_t n, float *out)
+{
+    const unsigned char *p = w;
+    int64_t nb = n / PL_QK8_0, b = 0;
+    const size_t bb = sizeof(pl_block_q4_0_t);
+    __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+    for (; b + 16 <= nb; b += 16)
+        s_q40_group(p, wstep, M, a, b, 16, acc);
+    if (b + 8 <= nb) { /* 8 more (a 768-wide row: 16 + 8) */
+        s_q40_group(p, wstep, M, a, b, 8, acc);
+        b += 8;
+    }
+    for (; b + 2 <= nb; b += 2) {
+        const __m512i x = _mm512_load_si512((const void *)(a->qs + PL_QK8_0 * b));
+#pragma GCC unroll 2
+        for (int m = 0; m < M; m++) {
+            const unsigned char *pb = p + m * wstep + (size_t)b * bb;
+            __m512 d = _mm512_castpd_ps(_mm512_insertf64x4(
+                _mm512_castpd256_pd512(_mm256_castps_pd(_mm256_set1_ps(s_q40_half(pb) * a->d[b]))),
+                _mm256_castps_pd(_mm256_set1_ps(s_q40_half(pb + bb) * a->d[b + 1])), 1));
+            __m512i s = _mm512_dpbusd_epi32(_mm512_load_si512((const void *)(a->start + 8 * b)),
+                                            s_q40_pair(pb), x);
+            acc[m] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(s), acc[m]);
+        }
+    }
+#pragma GCC unroll 2
+    for (int m = 0; m < M; m++) {
+        if (b < nb) { /* an odd block count: the last block in scalar code, then its sum */
+            float lanes[16];
+            _mm512_storeu_ps(lanes, acc[m]);
+            pl_cpu_q32_tail(p + m * wstep, a->raw, b, nb, true, lanes);
+            out[m] = pl_cpu_q32_lanes_sum(lanes);
+            continue;
+        }
+        /* pl_cpu_q32_lanes_sum's order: v = lanes 0-7 + 8-15, then
+         * ((v0 + v4) + (v1 + v5)) + ((v2 + v6) + (v3 + v7)) */
+        __m256 v =
+            _mm256_add_ps(_mm512_castps512_ps256(acc[m]),
+                          _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[m]), 1)));
+        __m128 u = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+        u = _mm_add_ps(u, _mm_movehdup_ps(u));
+        out[m] = _mm_cvtss_f32(_mm_add_ss(u, _mm_movehl_ps(u, u)));
+    }
+}
+
+#define S_Q4_0_PREP(qx0, n) ((const void *)s_q40_prep(qx0, n))
+#define S_Q4_0_PREPPED(w, wstep, M, a1, n, out)                                                    \
+    s_q40_rows(w, wstep, M, (const s_q40_act_t *)(a1), n, out)
 #include "backends/cpu/cpu_qdot_x86_tmpl.h"
 
 const pl_cpu_qdot_table_t pl_cpu_qdot_avx512_vnni = {

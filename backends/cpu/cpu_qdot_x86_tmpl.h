@@ -165,7 +165,9 @@ static inline __attribute__((always_inline)) void s_q32_rows(const void *w, size
             y[r0][no - 1] = out[0];                                                                \
         }                                                                                          \
     }
-#define S_BLOCK_ENTRY(name, body, pair)                                                            \
+#define S_BLOCK_ENTRY(name, body, pair) S_BLOCK_ENTRY_ONE(name, body, S_BLOCK_ONE(body, pair))
+/* The same with its own statement for one activation row (`one`). */
+#define S_BLOCK_ENTRY_ONE(name, body, one)                                                         \
     void name(const void *const *x, int nr, const void *w0, size_t rb, int no, int k,             \
               float *const *y)                                                                     \
     {                                                                                              \
@@ -174,7 +176,7 @@ static inline __attribute__((always_inline)) void s_q32_rows(const void *w, size
         for (int r0 = 0; r0 < nr; r0 += PL_CPU_QDOT_ROWS) {                                        \
             const void *const *qx = x + r0;                                                        \
             switch (nr - r0) {                                                                     \
-            case 1: S_BLOCK_ONE(body, pair) break;                                                 \
+            case 1: one break;                                                                     \
             case 2: S_BLOCK_CASE(2, body) break;                                                   \
             case 3: S_BLOCK_CASE(3, body) break;                                                   \
             default: S_BLOCK_CASE(4, body) break;                                                  \
@@ -193,12 +195,33 @@ static inline __attribute__((always_inline)) void s_q32_rows(const void *w, size
         block(qx, nr < PL_CPU_QDOT_ROWS ? nr : PL_CPU_QDOT_ROWS, w, 0, 1, (int)n, y);              \
     }
 
+/* An instance's own batch-1 Q4_0 kernel, where it has one (cpu_qdot_vnni.c's): S_Q4_0_PREP(qx, n)
+ * lays one activation row out for it once per block product (NULL: it cannot, and s_q32_rows
+ * runs), S_Q4_0_PREPPED(w, wstep, M, a1, n, out) is s_q32_rows(w, wstep, M, .., 1, n, true, out)
+ * on that layout, bitwise. */
+#ifndef S_Q4_0_PREP
+#define S_Q4_0_PREP(qx0, n) ((const void *)NULL)
+#define S_Q4_0_PREPPED(w, wstep, M, a1, n, out) ((void)0)
+#endif
+
 #define S_Q8_0(R) s_q32_rows(w, 0, 1, qx, R, n, false, out)
 #define S_Q4_0(R) s_q32_rows(w, 0, 1, qx, R, n, true, out)
 #define S_Q8_0_PAIR(ws) s_q32_rows(w, ws, 2, qx, 1, n, false, out)
-#define S_Q4_0_PAIR(ws) s_q32_rows(w, ws, 2, qx, 1, n, true, out)
+#define S_Q4_0_A1(R)                                                                               \
+    if (a1)                                                                                        \
+        S_Q4_0_PREPPED(w, 0, 1, a1, n, out);                                                       \
+    else                                                                                           \
+        s_q32_rows(w, 0, 1, qx, 1, n, true, out)
+#define S_Q4_0_A1_PAIR(ws)                                                                         \
+    if (a1)                                                                                        \
+        S_Q4_0_PREPPED(w, ws, 2, a1, n, out);                                                      \
+    else                                                                                           \
+        s_q32_rows(w, ws, 2, qx, 1, n, true, out)
 S_BLOCK_ENTRY(S_NAME(pl_cpu_q8_0_block_), S_Q8_0, S_Q8_0_PAIR)
-S_BLOCK_ENTRY(S_NAME(pl_cpu_q4_0_block_), S_Q4_0, S_Q4_0_PAIR)
+S_BLOCK_ENTRY_ONE(S_NAME(pl_cpu_q4_0_block_), S_Q4_0, {
+    const void *a1 = S_Q4_0_PREP(qx[0], n);
+    S_BLOCK_ONE(S_Q4_0_A1, S_Q4_0_A1_PAIR)
+})
 S_ROWS_VIA_BLOCK(S_NAME(pl_cpu_q8_0_rows_), S_NAME(pl_cpu_q8_0_block_))
 S_ROWS_VIA_BLOCK(S_NAME(pl_cpu_q4_0_rows_), S_NAME(pl_cpu_q4_0_block_))
 
@@ -211,8 +234,8 @@ float S_NAME(pl_cpu_q8_0_dot_)(const void *w, const void *qx, int64_t n)
 
 float S_NAME(pl_cpu_q4_0_dot_)(const void *w, const void *qx, int64_t n)
 {
-    float out;
-    s_q32_rows(w, 0, 1, &qx, 1, n, true, &out);
+    float out, *y = &out;
+    S_NAME(pl_cpu_q4_0_block_)(&qx, 1, w, 0, 1, (int)n, &y);
     return out;
 }
 
