@@ -19,7 +19,6 @@
 #include <time.h>
 
 #define S_MAX_BATCH 8
-#define S_MAX_TLIST 4
 
 typedef struct {
     int threads[S_MAX_TLIST], n_threads, steps, prefill, reps;
@@ -51,15 +50,6 @@ static pl_status_t s_forward(s_bench_t *b, int n_seq, int pos0, int n_tok)
         b->ids[i] = (int32_t)(pl_rand_u64(7, (uint64_t)(pos0 * 131 + i)) % (uint64_t)b->cfg.vocab);
     return pl_be_stage_forward(b->stage, &batch, b->ids, b->out);
 }
-
-/* One decode cell: best seconds per step in wall time and in CPU time per thread (process CPU
- * seconds / threads, spinning included), and the read reference timed in the same rounds (one
- * read of its buffer before each round of steps), best of each. */
-typedef struct {
-    double step_s, step_cpu, ref_s, ref_cpu;
-    /* the pools' counters per timed step (pl_cpu_pool_stats) */
-    double jobs, wakes, waits, sleeps, wait_s;
-} s_cell_t;
 
 /* Rounds of steps at most in one cell of a --ctx run: every round goes on from where the last
  * stopped (a prefill of ctx tokens is not repeated), so the cache holds this many rounds more. */
@@ -516,69 +506,6 @@ static pl_status_t s_run_stage(pl_model_t *model, const s_opts_t *o, const s_ref
     return st;
 }
 
-/* Where a batch-1 decode step goes: the parts outside the matrix products timed alone (as the
- * stage calls them, at the cells' middle position), the pool's barrier waits counted in the
- * stage's own steps, and the products as the rest. */
-static void s_print_parts(const pl_model_config_t *c, const s_opts_t *o, const s_res_t *r)
-{
-    int pos = o->ctx > 0 ? o->ctx : o->steps / 2 + 1, L = c->n_layers;
-    printf("| a batch-1 decode step, position %d: us per token (share of the step, wall) |", pos);
-    for (int t = 0; t < o->n_threads; t++)
-        printf(" %d thread(s) |", o->threads[t]);
-    printf("\n| --- |");
-    for (int t = 0; t < o->n_threads; t++)
-        printf(" ---: |");
-    printf("\n");
-    struct {
-        const char *pre, *post;
-        int count;
-        size_t off;
-    } rows[] = {
-        {"rmsnorm (", " rows: 2 a layer + the final one)", 2 * L + 1,
-         offsetof(s_dparts_t, norm_s)},
-        {"rope (the table once, q and k in ", " layers)", L, offsetof(s_dparts_t, rope_s)},
-        {"kv cache writes (", " layers)", L, offsetof(s_dparts_t, kv_s)},
-        {"attention (", " layers, on the pool)", L, offsetof(s_dparts_t, att_s)},
-        {"swiglu (", " layers)", L, offsetof(s_dparts_t, swiglu_s)},
-        {"residual adds (", ")", 2 * L, offsetof(s_dparts_t, add_s)},
-        {"activation buffers of the quantized products (", " malloc + free)", 4 * L + 1,
-         offsetof(s_dparts_t, alloc_s)}};
-    double sum[S_MAX_TLIST] = {0};
-    for (size_t i = 0; i < PL_ARRAY_SIZE(rows); i++) {
-        printf("| %s%d%s |", rows[i].pre, rows[i].count, rows[i].post);
-        for (int t = 0; t < o->n_threads; t++) {
-            double v = *(const double *)((const char *)&r->dparts[t] + rows[i].off);
-            sum[t] += v;
-            printf(" %.1f (%.1f%%) |", v * 1e6, 100 * v / r->cell[t][0].step_s);
-        }
-        printf("\n");
-    }
-    printf("| the pool: jobs per step, and the caller's waits for a worker after its last chunk "
-           "(the barrier): waits, us in all |");
-    for (int t = 0; t < o->n_threads; t++) {
-        const s_cell_t *cl = &r->cell[t][0];
-        sum[t] += cl->wait_s;
-        printf(" %.0f jobs, %.1f waits, %.1f (%.1f%%) |", cl->jobs, cl->waits, cl->wait_s * 1e6,
-               100 * cl->wait_s / cl->step_s);
-    }
-    printf("\n| the pool: workers woken from sleep, waits that slept, per step |");
-    for (int t = 0; t < o->n_threads; t++)
-        printf(" %.2f woken, %.2f slept |", r->cell[t][0].wakes, r->cell[t][0].sleeps);
-    printf("\n| **all of the above** |");
-    for (int t = 0; t < o->n_threads; t++)
-        printf(" **%.1f (%.1f%%)** |", sum[t] * 1e6, 100 * sum[t] / r->cell[t][0].step_s);
-    printf("\n| the matrix products and the rest (the step less the above) |");
-    for (int t = 0; t < o->n_threads; t++)
-        printf(" %.1f (%.1f%%) |", (r->cell[t][0].step_s - sum[t]) * 1e6,
-               100 * (r->cell[t][0].step_s - sum[t]) / r->cell[t][0].step_s);
-    printf("\n| beside the stage, once per token: pl_sample greedy; temperature 0.8, top-k 40, "
-           "top-p 0.95 (vocab %d) |",
-           c->vocab);
-    for (int t = 0; t < o->n_threads; t++)
-        printf(" %.1f; %.1f |", r->dparts[t].greedy_s * 1e6, r->dparts[t].sample_s * 1e6);
-    printf("\n\n");
-}
-
 static void s_print(const pl_model_config_t *c, const s_opts_t *o, const s_res_t *r, double wbytes,
                     double ref_bytes, const double *best, const double *best_cpu, const char *wt)
 {
@@ -616,7 +543,11 @@ static void s_print(const pl_model_config_t *c, const s_opts_t *o, const s_res_t
                    r->cell[t][2].step_s / r->cell[t][0].step_s);
     }
     printf("\n");
-    s_print_parts(c, o, r);
+    s_cell_t b1[S_MAX_TLIST];
+    for (int t = 0; t < o->n_threads; t++)
+        b1[t] = r->cell[t][0];
+    s_print_parts(c, o->ctx > 0 ? o->ctx : o->steps / 2 + 1, o->n_threads, o->threads, r->dparts,
+                  b1);
     /* q/k/v one job, o one, gate/up one, down one; the head one */
     int jobs = 4 * c->n_layers + 1;
     printf("| pool jobs per decode step | threads | one empty job, back to back | all of a step's "

@@ -1,5 +1,6 @@
 /* Where bench_decode's prefill and decode time goes: the backend's kernels other than the matrix
- * products, called as the CPU stage calls them (one sequence of T tokens; one decode token). */
+ * products, called as the CPU stage calls them (one sequence of T tokens; one decode token), and
+ * the table of a batch-1 decode step's parts beside the step measured whole. */
 #ifndef PL_BENCH_BENCH_PARTS_H
 #define PL_BENCH_BENCH_PARTS_H
 
@@ -8,6 +9,8 @@
 #include "model/model.h"
 #include "model/sample.h"
 
+#include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -186,6 +189,82 @@ static pl_status_t s_decode_parts(const pl_model_config_t *c, int pos, pl_cpu_po
     free(inv);
     (void)sink;
     return st;
+}
+
+/* The thread counts one run compares, at most. */
+#define S_MAX_TLIST 4
+
+/* One decode cell: best seconds per step in wall time and in CPU time per thread (process CPU
+ * seconds / threads, spinning included), and the read reference timed in the same rounds (one
+ * read of its buffer before each round of steps), best of each. */
+typedef struct {
+    double step_s, step_cpu, ref_s, ref_cpu;
+    /* the pools' counters per timed step (pl_cpu_pool_stats) */
+    double jobs, wakes, waits, sleeps, wait_s;
+} s_cell_t;
+
+/* Where a batch-1 decode step goes: the parts outside the matrix products timed alone (as the
+ * stage calls them, at the cells' middle position), the pool's barrier waits counted in the
+ * stage's own steps, and the products as the rest; cell[t] the batch-1 cell of threads[t]. */
+static void s_print_parts(const pl_model_config_t *c, int pos, int n_threads, const int *threads,
+                          const s_dparts_t *dparts, const s_cell_t *cell)
+{
+    int L = c->n_layers;
+    printf("| a batch-1 decode step, position %d: us per token (share of the step, wall) |", pos);
+    for (int t = 0; t < n_threads; t++)
+        printf(" %d thread(s) |", threads[t]);
+    printf("\n| --- |");
+    for (int t = 0; t < n_threads; t++)
+        printf(" ---: |");
+    printf("\n");
+    struct {
+        const char *pre, *post;
+        int count;
+        size_t off;
+    } rows[] = {
+        {"rmsnorm (", " rows: 2 a layer + the final one)", 2 * L + 1,
+         offsetof(s_dparts_t, norm_s)},
+        {"rope (the table once, q and k in ", " layers)", L, offsetof(s_dparts_t, rope_s)},
+        {"kv cache writes (", " layers)", L, offsetof(s_dparts_t, kv_s)},
+        {"attention (", " layers, on the pool)", L, offsetof(s_dparts_t, att_s)},
+        {"swiglu (", " layers)", L, offsetof(s_dparts_t, swiglu_s)},
+        {"residual adds (", ")", 2 * L, offsetof(s_dparts_t, add_s)},
+        {"activation buffers of the quantized products (", " malloc + free)", 4 * L + 1,
+         offsetof(s_dparts_t, alloc_s)}};
+    double sum[S_MAX_TLIST] = {0};
+    for (size_t i = 0; i < PL_ARRAY_SIZE(rows); i++) {
+        printf("| %s%d%s |", rows[i].pre, rows[i].count, rows[i].post);
+        for (int t = 0; t < n_threads; t++) {
+            double v = *(const double *)((const char *)&dparts[t] + rows[i].off);
+            sum[t] += v;
+            printf(" %.1f (%.1f%%) |", v * 1e6, 100 * v / cell[t].step_s);
+        }
+        printf("\n");
+    }
+    printf("| the pool: jobs per step, and the caller's waits for a worker after its last chunk "
+           "(the barrier): waits, us in all |");
+    for (int t = 0; t < n_threads; t++) {
+        const s_cell_t *cl = &cell[t];
+        sum[t] += cl->wait_s;
+        printf(" %.0f jobs, %.1f waits, %.1f (%.1f%%) |", cl->jobs, cl->waits, cl->wait_s * 1e6,
+               100 * cl->wait_s / cl->step_s);
+    }
+    printf("\n| the pool: workers woken from sleep, waits that slept, per step |");
+    for (int t = 0; t < n_threads; t++)
+        printf(" %.2f woken, %.2f slept |", cell[t].wakes, cell[t].sleeps);
+    printf("\n| **all of the above** |");
+    for (int t = 0; t < n_threads; t++)
+        printf(" **%.1f (%.1f%%)** |", sum[t] * 1e6, 100 * sum[t] / cell[t].step_s);
+    printf("\n| the matrix products and the rest (the step less the above) |");
+    for (int t = 0; t < n_threads; t++)
+        printf(" %.1f (%.1f%%) |", (cell[t].step_s - sum[t]) * 1e6,
+               100 * (cell[t].step_s - sum[t]) / cell[t].step_s);
+    printf("\n| beside the stage, once per token: pl_sample greedy; temperature 0.8, top-k 40, "
+           "top-p 0.95 (vocab %d) |",
+           c->vocab);
+    for (int t = 0; t < n_threads; t++)
+        printf(" %.1f; %.1f |", dparts[t].greedy_s * 1e6, dparts[t].sample_s * 1e6);
+    printf("\n\n");
 }
 
 #endif

@@ -6,7 +6,7 @@
 #define PL_TESTS_GEN_UTIL_H
 
 #include "backends/backend.h"
-#include "cluster_util.h"
+#include "job_util.h"
 #include "pipeline/gen_local.h"
 #include "transport/msg.h"
 

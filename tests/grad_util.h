@@ -1,13 +1,13 @@
 /* What the CPU gradient suites share: an arena of the arrays a test makes (freed by the suite's
  * fini), a seeded generator (GRAD_SEED before the include), f32-exact random arrays, the layer's
- * ops in double (RMSNorm, matmul, RoPE, causal attention, SiLU, cross-entropy), the RoPE settings
- * the suites train with (rope_util.h), and the check of a gradient against central finite
- * differences. */
+ * ops in double (RMSNorm, matmul, RoPE, causal attention, SiLU, cross-entropy) and a whole decoder
+ * layer made of them, the RoPE settings the suites train with, and the check of a gradient
+ * against central finite differences. */
 #ifndef PL_TESTS_GRAD_UTIL_H
 #define PL_TESTS_GRAD_UTIL_H
 
+#include "backends/cpu/cpu_train_layer.h"
 #include "model/model.h"
-#include "rope_util.h"
 
 #include <criterion/criterion.h>
 #include <math.h>
@@ -17,6 +17,21 @@
 #ifndef GRAD_SEED
 #define GRAD_SEED 1
 #endif
+
+/* head_dim 4, Llama 3 scaling (which changes the frequencies at this size): the settings, and
+ * their inverse frequencies into inv_freq[2]. */
+static inline pl_model_config_t rope_train_cfg(double *inv_freq)
+{
+    pl_model_config_t cfg = {.head_dim = 4,
+                             .rope_theta = 10000.0f,
+                             .rope_scaling = PL_ROPE_LLAMA3,
+                             .rope_factor = 8.0f,
+                             .rope_low_freq_factor = 1.0f,
+                             .rope_high_freq_factor = 4.0f,
+                             .rope_orig_max_pos = 8};
+    pl_model_rope_inv_freq(&cfg, inv_freq);
+    return cfg;
+}
 
 /* Every array a test makes, freed when it ends (the sanitizer build checks for leaks). */
 static void *g_arena[256];
@@ -134,6 +149,38 @@ static inline void r_attention(const double *q, const double *k, const double *v
 static inline double r_silu(double g)
 {
     return g / (1 + exp(-g));
+}
+
+/* One decoder layer on n rows (positions 0..n-1) in double, written from its definition:
+ * y = h + W_d(silu(W_g n2) * W_u n2), h = x + W_o attn(rope(W_q n1), rope(W_k n1), W_v n1), n1 and
+ * n2 the RMSNorms of x and h; w[9] in pl_cpu_tlayer_field's order. */
+static inline void r_layer(const pl_cpu_tdims_t *d, double *const w[9], const double *x, int n,
+                           const double *inv_freq, double *y)
+{
+    int H = d->hidden, Q = d->n_heads * d->head_dim, K = d->n_kv * d->head_dim, I = d->inter;
+    double *n1 = malloc(sizeof(double) * n * (3 * H + 2 * Q + 2 * K + 2 * I));
+    cr_assert(n1);
+    double *q = n1 + n * H, *k = q + n * Q, *v = k + n * K, *att = v + n * K, *h = att + n * Q;
+    double *n2 = h + n * H, *g = n2 + n * H, *u = g + n * I;
+    r_rmsnorm(x, w[0], n, H, d->eps, n1);
+    r_matmul(n1, n, H, w[1], Q, q);
+    r_matmul(n1, n, H, w[2], K, k);
+    r_matmul(n1, n, H, w[3], K, v);
+    r_rope(q, n, d->n_heads, d->head_dim, inv_freq);
+    r_rope(k, n, d->n_kv, d->head_dim, inv_freq);
+    r_attention(q, k, v, n, d->n_heads, d->n_kv, d->head_dim, att);
+    r_matmul(att, n, Q, w[4], H, h);
+    for (int i = 0; i < n * H; i++)
+        h[i] += x[i];
+    r_rmsnorm(h, w[5], n, H, d->eps, n2);
+    r_matmul(n2, n, H, w[6], I, g);
+    r_matmul(n2, n, H, w[7], I, u);
+    for (int i = 0; i < n * I; i++)
+        g[i] = r_silu(g[i]) * u[i];
+    r_matmul(g, n, I, w[8], H, y);
+    for (int i = 0; i < n * H; i++)
+        y[i] += h[i];
+    free(n1);
 }
 
 /* sum(y * r): the suites' scalar loss of an op's output. */

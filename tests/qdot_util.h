@@ -6,6 +6,7 @@
 #include "common/util.h"
 #include "model/wtype.h"
 
+#include <criterion/criterion.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,8 +19,7 @@ static inline void qt_weights(pl_wtype_t dt, int nb, int mode, uint64_t seed, un
     size_t bb = pl_wtype_info(dt)->block_bytes;
     if (mode == 0) {
         float *x = malloc((size_t)nb * blk * sizeof(float));
-        if (!x)
-            abort();
+        cr_assert_not_null(x, "%d blocks of %s", nb, pl_wtype_info(dt)->name);
         for (int i = 0; i < nb * blk; i++)
             x[i] = (pl_rand_uniform(seed, (uint64_t)i) - 0.5f) * 0.2f;
         pl_wtype_from_f32(dt, x, (size_t)nb * blk, w);

@@ -26,6 +26,21 @@ static inline pl_sched_device_t dev(const char *name, const char *host, double g
     return d;
 }
 
+/* bench_pipeline's model: 12 equal layers of hidden 1024, a small vocabulary, bf16 weights. */
+static inline pl_sched_model_t bench_model(void)
+{
+    return (pl_sched_model_t){.n_layers = 12,
+                              .hidden = 1024,
+                              .intermediate = 2816,
+                              .n_heads = 16,
+                              .n_kv_heads = 8,
+                              .head_dim = 64,
+                              .vocab = 8192,
+                              .weight_bytes = 2,
+                              .kv_bytes = 4,
+                              .act_bytes = 4};
+}
+
 /* A 1B-parameter-ish model whose layers are ~0.11 GiB each in bf16. */
 static inline pl_sched_model_t mid_model(int layers)
 {

@@ -3,9 +3,9 @@
 #ifndef PL_TESTS_SERVE_CLUSTER_UTIL_H
 #define PL_TESTS_SERVE_CLUSTER_UTIL_H
 
-#include "cluster_util.h"
 #include "daemon/coord.h"
 #include "daemon/serve_req.h"
+#include "job_util.h"
 
 #include <criterion/criterion.h>
 #include <jansson.h>

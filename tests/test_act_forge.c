@@ -5,8 +5,8 @@
  * forged message is counted as dropped. After a re-plan (a new epoch) the old epoch's token is
  * refused as well. Beside it, with workers in this process: a forged grant adds no credit, and
  * a forged link probe gets no answer. */
-#include "cluster_util.h"
 #include "common/util.h"
+#include "job_util.h"
 #include "pipeline/exec.h"
 #include "pipeline/gen.h"
 #include "pipeline/gen_local.h"

@@ -2,7 +2,7 @@
  * pipectl, results compared with the single-process reference (pl-generate); a daemon lost
  * mid-job: the job resumes on the others (tests/test_resume*.c for every failure kind). Bad input
  * is test_cluster_errors.c's. */
-#include "cluster_util.h"
+#include "job_util.h"
 
 #include <criterion/criterion.h>
 

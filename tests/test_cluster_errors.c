@@ -1,7 +1,7 @@
 /* Integration: bad input to a real coordinator and its daemons on loopback (jobs it must refuse,
  * malformed control messages, pipectl's failures) gets a clear one-line answer, and the
  * coordinator and the daemons keep running: a good job after it all equals the reference. */
-#include "cluster_util.h"
+#include "job_util.h"
 #include "transport/ctl.h"
 
 #include <criterion/criterion.h>

@@ -1,7 +1,7 @@
 /* Integration: `pipectl generate` on 2-stage clusters of real processes prints exactly the text
  * that the results and the single-process run give, streamed while the job runs (a character
  * split over byte tokens included), and refuses bad input with one line. */
-#include "cluster_util.h"
+#include "job_util.h"
 #include "js_ref.h"
 #include "model/tokenizer.h"
 

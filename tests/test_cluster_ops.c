@@ -2,7 +2,7 @@
  * back with libyaml and compared with the JSON), the exit codes, drain keeping new stages off a
  * node (and persisting across a coordinator restart), a killed daemon turning unreachable, the
  * settings' precedence, and the progress bar under a pseudo-terminal. */
-#include "cluster_util.h"
+#include "job_util.h"
 
 #include <jansson.h>
 #include <yaml.h>

@@ -1,7 +1,7 @@
 /* Integration: text jobs (text and chat prompts, a model with a real tokenizer) through 2- and
  * 3-stage clusters of real processes give exactly the text of the single-process run; a stop
  * string ends a sequence where the unstopped run shows it; pipectl prints the text. */
-#include "cluster_util.h"
+#include "job_util.h"
 #include "js_ref.h"
 
 #include <criterion/criterion.h>

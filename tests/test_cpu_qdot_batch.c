@@ -91,8 +91,7 @@ static double s_dot_double(pl_wtype_t dt, const void *w, const float *x, int64_t
 {
     float *wd = malloc((size_t)n * sizeof(float));
     double s = 0, wabs = 0;
-    if (!wd)
-        abort();
+    cr_assert_not_null(wd, "%lld weights", (long long)n);
     pl_wtype_to_f32(dt, w, (size_t)n, wd);
     for (int64_t i = 0; i < n; i++) {
         s += (double)wd[i] * x[i];

@@ -11,8 +11,8 @@
  * answered, every flood request is answered (a refusal says why), no node is declared lost, the
  * job's tokens are the single-process reference's, and the coordinator's log grows by far fewer
  * lines than the flood has messages. */
-#include "cluster_util.h"
 #include "common/util.h"
+#include "job_util.h"
 #include "transport/keys.h"
 #include "transport/msg.h"
 #include "transport/sock.h"

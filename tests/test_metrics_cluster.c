@@ -1,6 +1,7 @@
 /* The /metrics pages of a live local cluster: counters that move while a real job runs, every
  * name the Grafana dashboard queries declared, and /readyz turning 503 when the coordinator is
  * killed; each page checked by prom_util.h's parser (and promtool where installed). */
+#include "job_util.h"
 #include "prom_util.h"
 
 static tc_cluster_t s_c;

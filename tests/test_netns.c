@@ -4,7 +4,7 @@
  * mid-job: the job resumes on the other two daemons to the undisturbed output (greedy and
  * seeded), detection and recovery times printed.
  * Needs root, `ip` and `unshare`; skipped with the reason otherwise. */
-#include "cluster_util.h"
+#include "job_util.h"
 
 #include <criterion/criterion.h>
 #include <jansson.h>

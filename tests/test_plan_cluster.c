@@ -3,7 +3,7 @@
  * live cluster and on described (what-if) clusters; a lost node is left out of the next plan
  * and a node that joins is taken back. The tests of this suite take a file lock so that they
  * never run at the same time (the timing comparison needs a quiet machine). */
-#include "cluster_util.h"
+#include "job_util.h"
 
 #include <criterion/criterion.h>
 #include <jansson.h>

@@ -1,7 +1,7 @@
 /* Integration: the coordinator's state across restarts (SQLite), job ids that never repeat,
  * assignment epochs that refuse a stale stage, and the bounds: queue, registry, placement time.
  * Real processes on loopback, results compared with the single-process reference (pl-generate). */
-#include "cluster_util.h"
+#include "job_util.h"
 #include "transport/msg.h"
 
 #include <criterion/criterion.h>

@@ -5,7 +5,7 @@
  * cannot hold the model the job waits, says so, and resumes when the daemon comes back.
  * Detection and recovery times are printed (they are figures, not assertions, beyond the
  * configured timeout). */
-#include "cluster_util.h"
+#include "job_util.h"
 #include "js_ref.h"
 
 #include <criterion/criterion.h>

@@ -233,16 +233,7 @@ Test(sched_decode, identical_devices_pool_their_row_rates)
  * row rate as without it (the weight pass and the rows both divide with the layers). */
 Test(sched_decode, equal_stages_split_evenly)
 {
-    const pl_sched_model_t m = {.n_layers = 12,
-                                .hidden = 1024,
-                                .intermediate = 2816,
-                                .n_heads = 16,
-                                .n_kv_heads = 8,
-                                .head_dim = 64,
-                                .vocab = 8192,
-                                .weight_bytes = 2,
-                                .kv_bytes = 4,
-                                .act_bytes = 4};
+    const pl_sched_model_t m = bench_model();
     pl_sched_device_t d[2] = {dev("xeon", "h", 60, 12, 64), dev("xeon", "h", 60, 12, 64)};
     for (int k = 0; k < 2; k++) {
         d[0].dec_gflops = d[1].dec_gflops = k ? 90 : 0;

@@ -11,23 +11,12 @@
 
 TestSuite(sched_rates);
 
-/* A bench-shaped model: 12 equal layers, a small vocabulary. */
-static const pl_sched_model_t s_model = {.n_layers = 12,
-                                         .hidden = 1024,
-                                         .intermediate = 2816,
-                                         .n_heads = 16,
-                                         .n_kv_heads = 8,
-                                         .head_dim = 64,
-                                         .vocab = 8192,
-                                         .weight_bytes = 2,
-                                         .kv_bytes = 4,
-                                         .act_bytes = 4};
-
 /* Layers per stage of the plan of `n` devices (the optimal planner: every device used) for a
  * 12-prompt job of `prompt` tokens and `new_tokens`, written to counts[]. */
 static int s_split(pl_sched_device_t *d, int n, int prompt, int new_tokens, int *counts)
 {
-    pl_plan_input_t in = {.model = &s_model, .devices = d, .n_devices = n};
+    pl_sched_model_t m = bench_model();
+    pl_plan_input_t in = {.model = &m, .devices = d, .n_devices = n};
     in.job = (pl_sched_job_t){.n_seqs = 12,
                               .prompt_avg = prompt,
                               .prompt_max = prompt,

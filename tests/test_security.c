@@ -1,9 +1,9 @@
 /* Integration: the control plane's authentication and authorisation with real processes —
  * refused clients (NULL, unknown key) told why on both sides, roles, forged HELLO and DONE, and
  * models.allow. The keys are the local state directory's plus keys made by pipectl keygen. */
-#include "cluster_util.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "job_util.h"
 #include "transport/msg.h"
 
 #include <criterion/criterion.h>

@@ -3,7 +3,7 @@
  * (the official openai client and the tokenizer references) and by curl for a client that
  * leaves mid-stream, for the errors and a full queue; the same conversations as batch jobs on
  * the deployment and on stages of their own; `pipectl deployments` and `undeploy`. */
-#include "cluster_util.h"
+#include "job_util.h"
 #include "js_ref.h"
 
 #include <criterion/criterion.h>

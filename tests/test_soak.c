@@ -4,7 +4,7 @@
  * done with the output of an undisturbed run of its spec (pl-generate); the daemons' and the
  * coordinator's RSS (/proc) must not grow from after the warm-up to the end. Bounded to about
  * three minutes; the figures (kills, recoveries, jobs, RSS per process) are printed. */
-#include "cluster_util.h"
+#include "job_util.h"
 
 #include <criterion/criterion.h>
 #include <jansson.h>

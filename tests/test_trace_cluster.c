@@ -4,7 +4,7 @@
  * stage and follow each microbatch from stage to stage, flow arrows into every compute fed by a
  * message; its SVG renders to a PNG of the documented size (rsvg-convert); a job with
  * `trace: false` has none; a running job's trace holds what its stages did so far. */
-#include "cluster_util.h"
+#include "job_util.h"
 #include "tools/pipectl/trace.h"
 
 #include <criterion/criterion.h>

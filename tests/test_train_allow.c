@@ -4,7 +4,7 @@
  * submit naming the key; one inside runs; and when the directory is swapped for a link out after
  * the submit, the daemons check again before they write: the job fails naming checkpoint_dir and
  * nothing is written outside. */
-#include "cluster_util.h"
+#include "job_util.h"
 
 #include <jansson.h>
 

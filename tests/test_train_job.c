@@ -4,8 +4,8 @@
  * the norm is summed in the same order); its checkpoint then generates through pipeld with the
  * same tokens as pl-generate on it; a resume from the mid-run checkpoint continues the same
  * curve to the same weights; bad training jobs are refused with the field named. */
-#include "cluster_util.h"
 #include "common/config_train.h"
+#include "job_util.h"
 #include "pipeline/train_data.h"
 #include "pipeline/train_local.h"
 #include "pipeline/train_weights.h"

@@ -1,10 +1,91 @@
 /* Tests of the in-process pipelined trainer: K steps on a tiny model give the same losses and
  * weights on 1, 2 and 3 stages under GPipe, 1F1B and ZB-H1 (bit-for-bit: the kernels see the same
- * shapes on every split), the same as a plain single-process loop written here, the measured
- * stash equals the schedule's prediction, and a tiny model learns a repetitive corpus. */
+ * shapes on every split), the same as a plain single-process loop (train_util.h), whose gradients
+ * are those of the model written in double from its definition (finite differences), the
+ * measured stash equals the schedule's prediction, and a tiny model learns a repetitive corpus. */
 #include "train_util.h"
 
 static const int g_split1[1] = {3}, g_split2[2] = {1, 2}, g_split3[3] = {1, 1, 1};
+
+/* The model in double, independent of the CPU kernels: tensors g_dp[] in model_tensors' order. */
+static double *g_dp[64];
+static const int32_t *g_tok;
+
+/* The step's mean loss over its MB microbatches: embedding, L layers, final norm, head, xent. */
+static double loss_model(void)
+{
+    double x[T * 16], y[T * 16], l[T * V];
+    double loss = 0;
+    for (int mb = 0; mb < MB; mb++) {
+        const int32_t *tk = g_tok + mb * (T + 1);
+        for (int t = 0; t < T; t++)
+            memcpy(x + t * 16, g_dp[0] + tk[t] * 16, sizeof(double) * 16);
+        for (int k = 0; k < L; k++) {
+            r_layer(&g_d, g_dp + 1 + 9 * k, x, T, g_inv_freq, y);
+            memcpy(x, y, sizeof(x));
+        }
+        r_rmsnorm(x, g_dp[1 + 9 * L], T, 16, g_d.eps, y);
+        r_matmul(y, T, 16, g_dp[2 + 9 * L], V, l);
+        loss += r_xent(l, tk + 1, T, V) / MB;
+    }
+    return loss;
+}
+
+/* One step of the plain loop: its loss, and the derivative along 3 random directions of every
+ * tensor (all 30 of them: a wrong backward kernel shows in the tensors before it), against
+ * central differences of loss_model. */
+Test(train_local, the_plain_loops_gradients_are_the_models, .fini = free_arena)
+{
+    model_t m;
+    model_make(&m, 42);
+    cfg_make(0, false);
+    float *p[64], *g[64];
+    size_t n[64];
+    bool decay[64];
+    int nt = model_tensors(&m, p, n, decay);
+    double worst = 0;
+    for (int i = 0; i < nt; i++) {
+        g[i] = track(calloc(n[i], sizeof(float)));
+        g_dp[i] = track(malloc(n[i] * sizeof(double)));
+        for (size_t j = 0; j < n[i]; j++)
+            g_dp[i][j] = p[i][j];
+    }
+    int32_t tok[MB * (T + 1)];
+    tokens_make(0, tok);
+    g_tok = tok;
+    double loss = ref_step_grads(&m, tok, g);
+    cr_assert(fabs(loss - loss_model()) <= 1e-6 * loss, "loss %.9g vs %.9g in double", loss,
+              loss_model());
+    for (int i = 0; i < nt; i++) {
+        double *keep = track(malloc(n[i] * sizeof(double))), norm = 0;
+        memcpy(keep, g_dp[i], n[i] * sizeof(double));
+        for (size_t j = 0; j < n[i]; j++)
+            norm += (double)g[i][j] * g[i][j];
+        norm = sqrt(norm);
+        cr_assert(norm > 1e-6, "tensor %d: its gradient is all zeros", i);
+        for (int r = 0; r < 3; r++) {
+            double *dir = drand(n[i], 1, 0), gv = 0, lp, lm, h = 1e-5;
+            for (size_t j = 0; j < n[i]; j++)
+                gv += dir[j] * g[i][j];
+            for (size_t j = 0; j < n[i]; j++)
+                g_dp[i][j] = keep[j] + h * dir[j];
+            lp = loss_model();
+            for (size_t j = 0; j < n[i]; j++)
+                g_dp[i][j] = keep[j] - h * dir[j];
+            lm = loss_model();
+            memcpy(g_dp[i], keep, n[i] * sizeof(double));
+            double fd = (lp - lm) / (2 * h), err = fabs(fd - gv) / (norm * sqrt((double)n[i]));
+            worst = fmax(worst, err);
+            /* |g . dir| is about |g| (dir's entries uniform in -1..1, n of them: |dir| ~ sqrt(n/3))
+             */
+            cr_assert(err <= 1e-5,
+                      "tensor %d, direction %d: g . dir %.9g, finite differences %.9g (|g| %g)", i,
+                      r, gv, fd, norm);
+        }
+    }
+    cr_log_info("worst |fd - g . dir| / (|g| sqrt(n)): %.3g (limit 1e-5)", worst);
+    model_free(&m);
+}
 
 Test(train_local, same_loss_on_1_2_3_stages_every_schedule_and_the_plain_loop)
 {

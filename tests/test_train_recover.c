@@ -5,7 +5,7 @@
  * whole checkpoint (its events say so, and this run's first step is that checkpoint's), and its
  * loss curve (steps 1..N: the part before the checkpoint comes from the state db) and its final
  * checkpoint's files are those of an undisturbed run of the same job, to the bit. */
-#include "cluster_util.h"
+#include "job_util.h"
 
 #include <jansson.h>
 #include <math.h>

@@ -1,14 +1,16 @@
-/* What the training suites share: a tiny Llama model made from a seed, its tensors in model order,
- * the trainer's settings, each step's tokens, the in-process trainer's run and a plain loop. */
+/* What the training suites share: a tiny Llama model made from a seed (grad_util.h's generator),
+ * its tensors in model order, the trainer's settings, each step's tokens, the in-process
+ * trainer's run and a plain loop on the CPU kernels, whose gradients test_train_local checks
+ * against finite differences. */
 #ifndef PL_TESTS_TRAIN_UTIL_H
 #define PL_TESTS_TRAIN_UTIL_H
 
 #include "backends/cpu/cpu_backward.h"
 #include "backends/cpu/cpu_ops.h"
 #include "backends/cpu/cpu_train_head.h"
+#include "grad_util.h" /* first: the macros below would rename its parameters */
 #include "model/model.h"
 #include "pipeline/train_local.h"
-#include "rope_util.h"
 #include "scheduler/train_sched.h"
 
 #include <criterion/criterion.h>
@@ -31,20 +33,13 @@ typedef struct {
     pl_train_weights_t w;
 } model_t;
 
-static uint64_t g_rng;
-
-static inline float rnd(void)
-{
-    g_rng = g_rng * 6364136223846793005ULL + 1442695040888963407ULL;
-    return (float)((g_rng >> 40) & 0xffffff) / 8388608.0f - 1.0f;
-}
-
+/* n values off + scale * U(-1, 1) in f32 (rnd()'s values are exact in f32). */
 static inline float *rnd_arr(size_t n, float scale, float off)
 {
     float *p = malloc(n * sizeof(float));
     cr_assert(p);
     for (size_t i = 0; i < n; i++)
-        p[i] = off + scale * rnd();
+        p[i] = off + scale * (float)rnd();
     return p;
 }
 
@@ -146,7 +141,7 @@ static inline void tokens_make(int step, int32_t *tok)
 #define K 5
 
 static inline void run_pipelined(pl_train_kind_t kind, const int *counts, int S, float clip,
-                          bool recompute, double *losses, model_t *m, bool check_stash)
+                                 bool recompute, double *losses, model_t *m, bool check_stash)
 {
     pl_train_local_cfg_t c = cfg_make(clip, recompute);
     pl_train_ops_t *sched = NULL;
@@ -178,7 +173,52 @@ static inline void run_pipelined(pl_train_kind_t kind, const int *counts, int S,
     pl_train_ops_destroy(&sched);
 }
 
-/* The plain loop: whole model forward per microbatch, loss, backward, AdamW written here. */
+/* One step's gradients of the plain loop, added to g[] (model_tensors' order): per microbatch the
+ * whole model forward, the loss, the backward on the CPU kernels. Returns the step's mean loss. */
+static inline double ref_step_grads(model_t *m, const int32_t *tok, float **g)
+{
+    pl_cpu_tlayer_t gl[L];
+    for (int l = 0; l < L; l++)
+        for (int i = 0; i < 9; i++)
+            *pl_cpu_tlayer_field(&gl[l], i) = g[1 + l * 9 + i];
+    int pos[T], nt = 1 + 9 * L + 2;
+    float ct[T * 2], st[T * 2], x[T * 16], y[T * 16];
+    for (int i = 0; i < T; i++)
+        pos[i] = i;
+    pl_cpu_rope_table(g_inv_freq, 2, pos, T, ct, st);
+    pl_cpu_tstash_t *sh[L];
+    pl_cpu_thead_t *hd = NULL;
+    for (int l = 0; l < L; l++)
+        cr_assert_eq(pl_cpu_tstash_create(&g_d, T, false, &sh[l]), PL_OK);
+    cr_assert_eq(pl_cpu_thead_create(T, 16, V, g_d.eps, &hd), PL_OK);
+    double loss = 0;
+    for (int mb = 0; mb < MB; mb++) {
+        const int32_t *tk = tok + mb * (T + 1);
+        double lm;
+        cr_assert_eq(pl_cpu_tembed_forward(m->embed, V, 16, tk, T, x), PL_OK);
+        for (int l = 0; l < L; l++) {
+            cr_assert_eq(pl_cpu_tlayer_forward(&g_d, &m->layers[l], ct, st, x, sh[l], y), PL_OK);
+            memcpy(x, y, sizeof(x));
+        }
+        cr_assert_eq(pl_cpu_thead_forward(hd, m->norm, m->head, x, tk + 1, 1.0f / (T * MB), &lm),
+                     PL_OK);
+        loss += lm;
+        cr_assert_eq(pl_cpu_thead_backward_input(hd, m->norm, m->head, x), PL_OK);
+        pl_cpu_thead_backward_weight(hd, g[nt - 2], g[nt - 1]);
+        for (int l = L - 1; l >= 0; l--) {
+            cr_assert_eq(pl_cpu_tlayer_backward_input(&g_d, &m->layers[l], ct, st, sh[l], x, x),
+                         PL_OK);
+            pl_cpu_tlayer_backward_weight(&g_d, sh[l], &gl[l]);
+        }
+        pl_cpu_embed_bwd_weight(tk, x, T, 16, g[0]);
+    }
+    for (int l = 0; l < L; l++)
+        pl_cpu_tstash_destroy(&sh[l]);
+    pl_cpu_thead_destroy(&hd);
+    return loss / (T * MB);
+}
+
+/* The plain loop: ref_step_grads each step, then AdamW written here. */
 static inline void run_reference(double *losses, model_t *m)
 {
     pl_train_local_cfg_t c = cfg_make(0, false);
@@ -192,46 +232,10 @@ static inline void run_reference(double *losses, model_t *m)
         mo[i] = calloc(n[i], sizeof(float));
         ve[i] = calloc(n[i], sizeof(float));
     }
-    pl_cpu_tlayer_t gl[L];
-    for (int l = 0; l < L; l++)
-        for (int i = 0; i < 9; i++)
-            *pl_cpu_tlayer_field(&gl[l], i) = g[1 + l * 9 + i];
-    int pos[T];
-    float ct[T * 2], st[T * 2], x[T * 16], y[T * 16];
-    for (int i = 0; i < T; i++)
-        pos[i] = i;
-    pl_cpu_rope_table(g_inv_freq, 2, pos, T, ct, st);
-    pl_cpu_tstash_t *sh[L];
-    pl_cpu_thead_t *hd = NULL;
-    for (int l = 0; l < L; l++)
-        cr_assert_eq(pl_cpu_tstash_create(&g_d, T, false, &sh[l]), PL_OK);
-    cr_assert_eq(pl_cpu_thead_create(T, 16, V, g_d.eps, &hd), PL_OK);
     for (int k = 0; k < K; k++) {
         int32_t tok[MB * (T + 1)];
         tokens_make(k, tok);
-        double loss = 0;
-        for (int mb = 0; mb < MB; mb++) {
-            const int32_t *tk = tok + mb * (T + 1);
-            double lm;
-            cr_assert_eq(pl_cpu_tembed_forward(m->embed, V, 16, tk, T, x), PL_OK);
-            for (int l = 0; l < L; l++) {
-                cr_assert_eq(pl_cpu_tlayer_forward(&g_d, &m->layers[l], ct, st, x, sh[l], y),
-                             PL_OK);
-                memcpy(x, y, sizeof(x));
-            }
-            cr_assert_eq(
-                pl_cpu_thead_forward(hd, m->norm, m->head, x, tk + 1, 1.0f / (T * MB), &lm), PL_OK);
-            loss += lm;
-            cr_assert_eq(pl_cpu_thead_backward_input(hd, m->norm, m->head, x), PL_OK);
-            pl_cpu_thead_backward_weight(hd, g[nt - 2], g[nt - 1]);
-            for (int l = L - 1; l >= 0; l--) {
-                cr_assert_eq(pl_cpu_tlayer_backward_input(&g_d, &m->layers[l], ct, st, sh[l], x, x),
-                             PL_OK);
-                pl_cpu_tlayer_backward_weight(&g_d, sh[l], &gl[l]);
-            }
-            pl_cpu_embed_bwd_weight(tk, x, T, 16, g[0]);
-        }
-        losses[k] = loss / (T * MB);
+        losses[k] = ref_step_grads(m, tok, g);
         /* AdamW, as torch.optim.AdamW (no clipping in this run) */
         const pl_adamw_cfg_t *o = &c.opt;
         int t = k + 1;
@@ -247,9 +251,6 @@ static inline void run_reference(double *losses, model_t *m)
                 g[i][j] = 0;
             }
     }
-    for (int l = 0; l < L; l++)
-        pl_cpu_tstash_destroy(&sh[l]);
-    pl_cpu_thead_destroy(&hd);
     for (int i = 0; i < nt; i++)
         free(g[i]), free(mo[i]), free(ve[i]);
 }
