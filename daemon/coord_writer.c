@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -173,7 +174,12 @@ pl_status_t pl_coord_writer_start(pl_coord_store_t *store, pl_coord_writer_t **w
         free(w);
         return st;
     }
+    /* signals go to the loop's thread, which watches the stop flag */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
     int rc = pthread_create(&w->thread, NULL, s_main, w);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (rc) {
         close(w->done_fd);
         free(w);
