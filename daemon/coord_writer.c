@@ -256,7 +256,7 @@ static uint64_t s_push(pl_coord_writer_t *w, s_op_t *o)
                             (int)(PL_COORD_WRITER_MAX_BYTES >> 20), (pl_now() - t0) * 1e3,
                             w->waits);
     }
-    o->seq = ++w->queued;
+    uint64_t seq = o->seq = ++w->queued; /* o is the thread's once the lock is released */
     if (w->tail)
         w->tail->next = o;
     else
@@ -266,7 +266,7 @@ static uint64_t s_push(pl_coord_writer_t *w, s_op_t *o)
     w->bytes += o->bytes;
     pthread_cond_signal(&w->wake);
     pthread_mutex_unlock(&w->lock);
-    return o->seq;
+    return seq;
 }
 
 static char *s_dup(const char *v, size_t *bytes, bool *bad)
