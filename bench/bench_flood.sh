@@ -16,6 +16,9 @@
 # env:   PL_BENCH_RUNS=N        runs (default 3)
 #        PL_BENCH_REF_BIN=DIR   the reference's binaries (default: none)
 #        PL_BENCH_FILTER=GLOB   criterion filter (default: both tests, '*/*')
+#        PL_BENCH_SLOW_FSYNC_MS=MS  a slow disk: every fsync of the coordinator's state db
+#                               (coord.db and its WAL, not the specs file) sleeps MS first, through
+#                               tests/slow_fsync.c (BUILD_DIR/lib/libpl_slow_fsync.so, LD_PRELOAD)
 set -euo pipefail
 
 BUILD=${1:-build}
@@ -26,17 +29,21 @@ RUNS=${PL_BENCH_RUNS:-3}
 REF=${PL_BENCH_REF_BIN:-}
 FILTER=${PL_BENCH_FILTER:-*/*}
 [ -z "$REF" ] || [ -x "$REF/pipecoord" ] || { echo "bench_flood: no $REF/pipecoord" >&2; exit 2; }
+SLOW=${PL_BENCH_SLOW_FSYNC_MS:-}
+SHIM=$(cd "$BUILD" && pwd)/lib/libpl_slow_fsync.so
+[ -z "$SLOW" ] || [ -f "$SHIM" ] || { echo "bench_flood: no $SHIM; build pl_slow_fsync" >&2; exit 2; }
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 for r in $(seq "$RUNS"); do
     for who in ${REF:+ref} new; do
         bin=$B
         [ "$who" = ref ] && bin=$(cd "$REF" && pwd)
-        PL_BIN_DIR=$bin PL_SOURCE_DIR=$(pwd) "$T" --jobs=1 --filter="$FILTER" 2>&1 |
+        env ${SLOW:+LD_PRELOAD=$SHIM PL_SLOW_FSYNC_PATH=coord.db PL_SLOW_FSYNC_MS=$SLOW} \
+            PL_BIN_DIR=$bin PL_SOURCE_DIR=$(pwd) "$T" --jobs=1 --filter="$FILTER" 2>&1 |
             grep '^flood:' | sed "s/^/$who run $r /" | tee -a "$out" >&2 || true
     done
 done
-python3 - "$out" "$RUNS" "$(nproc)" "${REF:+yes}" <<'PY'
+python3 - "$out" "$RUNS" "$(nproc)" "${REF:+yes}" "$SLOW" <<'PY'
 import re, statistics, sys
 rows, loads, big, rate = {}, [], [], {}
 for line in open(sys.argv[1]):
@@ -55,8 +62,9 @@ for line in open(sys.argv[1]):
         big.append((who,) + m.groups())
 med = lambda xs: statistics.median(xs)
 whos = ['ref', 'new'] if sys.argv[4] == 'yes' else ['new']
-print("\nbench_flood: heartbeat answer times, median of %s runs (ms); load average per run: %s; %s cores"
-      % (sys.argv[2], ", ".join(loads), sys.argv[3]))
+print("\nbench_flood: heartbeat answer times, median of %s runs (ms); load average per run: %s; %s cores%s"
+      % (sys.argv[2], ", ".join(loads), sys.argv[3],
+         "; every state-db fsync slowed by %s ms" % sys.argv[5] if sys.argv[5] else ""))
 print("| build | window | heartbeats | p50 | p99 | max | flood msg/s | p50 / quiet p50 | max / quiet max |")
 print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
 for who in whos:

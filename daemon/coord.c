@@ -9,6 +9,7 @@
 #include "daemon/coord_int.h"
 #include "daemon/coord_intake.h"
 #include "daemon/coord_train.h"
+#include "daemon/coord_writer.h"
 #include "daemon/front.h"
 #include "daemon/serve_api.h"
 #include "pipeline/trace.h"
@@ -29,10 +30,12 @@
  * on the intake's own thread) through the intake, which keeps each client's answers in order. */
 void pl_coord_reply_msg(pl_coord_t *c, const pl_tx_peer_t *to, const pl_msg_t *m)
 {
-    if (!to->sock || to->sock != c->node_router)
-        pl_coord_intake_reply(c->intake, to, m);
-    else if (pl_tx_send(to->sock, to, m))
+    if (!to->sock || to->sock != c->node_router) {
+        if (!pl_coord_hold_answer(c, to, m)) /* a request's answers wait for its end */
+            pl_coord_intake_reply(c->intake, to, m);
+    } else if (pl_tx_send(to->sock, to, m)) {
         pl_log_warn_limited("reply to '%.*s': %s", (int)to->len, to->id, pl_error_msg());
+    }
 }
 
 void pl_coord_reply(pl_coord_t *c, const pl_tx_peer_t *to, json_t *body)
@@ -63,6 +66,8 @@ void pl_coord_reply_error(pl_coord_t *c, const pl_tx_peer_t *to, pl_status_t cod
 
 void pl_coord_send_node(pl_coord_t *c, int node, const pl_msg_t *m)
 {
+    if (pl_coord_hold_node(c, node, m)) /* after the writes queued before it */
+        return;
     const char *name = c->nodes[node].name;
     pl_tx_peer_t to = {.len = strlen(name)};
     memcpy(to.id, name, to.len + 1);
@@ -357,13 +362,15 @@ static bool s_take_client(pl_coord_t *c)
     pl_coord_req_t r;
     if (!pl_coord_intake_take(c->intake, &r))
         return false;
+    pl_coord_hold_begin(c);
     if (r.job && r.msg.type == PL_MSG_PLAN)
         pl_coord_on_plan(c, &r.from, &r.job);
     else if (r.job)
         pl_coord_on_submit(c, &r.from, &r.job);
     else
         s_dispatch(c, &r.from, &r.msg);
-    pl_coord_intake_done(c->intake, &r); /* its client's answers keep their order */
+    pl_coord_req_clear(&r);
+    pl_coord_hold_end(c, &r.from); /* its answers, then its end: after what it wrote */
     return true;
 }
 
@@ -417,6 +424,9 @@ pl_status_t pl_coord_serve(const pl_cfg_cluster_t *cfg, const char *state_db, bo
     /* the state first: no message is taken before the jobs and counters are back */
     if (state_db && ((st = pl_coord_store_open(state_db, &c.store)) || (st = pl_coord_restore(&c))))
         goto out;
+    /* from here on the loop's writes are queued to a thread of their own */
+    if (c.store && (st = pl_coord_writer_start(c.store, &c.writer)))
+        goto out;
     /* the OpenAI API joins the front when coordinator.http is configured */
     pl_http_route_t api_routes[PL_SERVE_API_N_ROUTES];
     int n_api = 0;
@@ -439,11 +449,15 @@ pl_status_t pl_coord_serve(const pl_cfg_cluster_t *cfg, const char *state_db, bo
     pl_coord_deploy_publish(&c);
     bool clients_left = false; /* the last turn's budget ended with client messages taken */
     while (!*stop && !c.shutdown) {
-        int fds[2] = {pl_serve_hub_fd(hub), pl_coord_intake_fd(c.intake)};
-        bool ready, fd_ready[2];
+        int fds[3] = {pl_serve_hub_fd(hub), pl_coord_intake_fd(c.intake),
+                      c.writer ? pl_coord_writer_fd(c.writer) : -1};
+        bool ready, fd_ready[3] = {0};
         long wait_ms = clients_left ? 0 : PL_MAX(50, cfg->heartbeat_ms / 2);
-        if ((st = pl_tx_poll_fds(&c.node_router, 1, fds, 2, wait_ms, &ready, fd_ready)))
+        if ((st = pl_tx_poll_fds(&c.node_router, 1, fds, c.writer ? 3 : 2, wait_ms, &ready,
+                                 fd_ready)))
             break;
+        if (fd_ready[2]) /* commits done: what waited for them is answered */
+            pl_coord_saved(&c);
         /* every node message first; liveness only then, so that queued heartbeats count */
         for (int k = 0; k < S_NODE_DRAIN_MAX && s_take_node(&c); k++)
             ;
@@ -471,6 +485,11 @@ pl_status_t pl_coord_serve(const pl_cfg_cluster_t *cfg, const char *state_db, bo
     if (c.shutdown) /* let the SHUTDOWN replies leave before the socket closes */
         usleep(200 * 1000);
 out:
+    /* every queued write committed, then what waited for it sent, before the intake stops */
+    pl_coord_writer_stop(&c.writer);
+    c.committed = UINT64_MAX;
+    pl_coord_hold_release(&c);
+    pl_coord_hold_free(&c);
     pl_coord_intake_stop(&c.intake); /* its answers sent; it reads c, so first */
     pl_front_stop(&front); /* its threads read nothing of c, but stop them first all the same */
     pl_serve_api_destroy(&c.serve_api); /* no HTTP thread uses it now */

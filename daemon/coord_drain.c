@@ -51,12 +51,12 @@ void pl_coord_on_drain(pl_coord_t *c, const pl_tx_peer_t *from, const pl_msg_dra
         pl_coord_reply_error(c, from, PL_ERR_NOT_FOUND, "no node '%s'", m->node);
         return;
     }
-    pl_status_t st = c->store ? pl_coord_store_drain(c->store, m->node, m->drain) : PL_OK;
+    pl_status_t st = pl_coord_save_drain(c, m->node, m->drain); /* its answer waits for it */
     if (!st && m->drain)
         st = s_add(c, m->node);
     if (st) { /* nothing changed: the store and the table agree */
-        if (m->drain && c->store)
-            pl_coord_store_drain(c->store, m->node, false);
+        if (m->drain)
+            pl_coord_save_drain(c, m->node, false);
         pl_coord_reply_error(c, from, st, "cannot %s %s: %s", m->drain ? "drain" : "undrain",
                              m->node, pl_error_msg());
         return;

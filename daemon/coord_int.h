@@ -112,6 +112,7 @@ typedef struct {
      * columns only. spec_json: the bytes admission measured, kept for that first save. */
     bool stored;
     char *spec_json;
+    bool row_lost;   /* a state write found no row to update: the next save writes it whole */
     bool spec_saved; /* the intake stored the spec (specs file): the first save adds the job row */
     bool spec_missing; /* restored without its spec (coord_row.c): failed unless it had ended */
     int n_layers, max_ctx, n_seqs;
@@ -176,7 +177,16 @@ typedef struct {
     pl_coord_job_t **jobs;
     int n_jobs, cap_jobs;
     uint32_t next_job, next_epoch; /* persisted: never repeat */
-    pl_coord_store_t *store;
+    pl_coord_store_t *store; /* the writer thread's once it runs (the loop reads its path) */
+    struct pl_coord_writer *writer; /* coord_writer.c: the loop's writes off the loop; NULL: none */
+    uint64_t committed; /* every write queued up to it is done (committed or failed) */
+    /* coord_hold.c: answers and node messages held until the writes before them are committed;
+     * the answers to the client request being handled (collecting), and the job it saved */
+    struct pl_coord_held *held, *held_tail, *cur, *cur_tail;
+    int n_held;
+    uint64_t req_seq0;
+    uint32_t hold_job;
+    long held_waits; /* times the held answers hit their bound and the loop waited for the disk */
     struct pl_serve_api *serve_api; /* the OpenAI routes on the HTTP front (daemon/serve_api.h) */
     bool shutdown;
     pl_tx_zap_t *zap;  /* NULL when insecure */
@@ -306,6 +316,34 @@ void pl_coord_metrics_update(pl_coord_t *c);
 /* coord_state.c */
 /* Save j's row and the counters (a no-op without a store); logs and returns the error. */
 pl_status_t pl_coord_persist(pl_coord_t *c, pl_coord_job_t *j);
+/* The other writes of the loop, queued to the writer (or done at once before it starts, at
+ * restore): a job's row and progress deleted, progress appended, a node drained or not. An error
+ * only when it could not be queued, or (synchronous) written. */
+pl_status_t pl_coord_save_delete(pl_coord_t *c, int64_t id);
+pl_status_t pl_coord_save_progress(pl_coord_t *c, const pl_coord_chunk_t *ch, int n);
+pl_status_t pl_coord_save_progress_delete(pl_coord_t *c, int64_t job);
+pl_status_t pl_coord_save_drain(pl_coord_t *c, const char *node, bool drained);
+/* The writer said batches are done: failures handled (a new job's row that could not be
+ * written fails the job and turns its held "queued" into the refusal; others are logged as a
+ * synchronous failure was), then the answers they held released. */
+void pl_coord_saved(pl_coord_t *c);
+
+/* coord_hold.c */
+/* A client request's handling starts / ends (its END marker then follows its answers, held
+ * while the writes the request queued are not committed, and behind its client's held ones). */
+void pl_coord_hold_begin(pl_coord_t *c);
+void pl_coord_hold_end(pl_coord_t *c, const pl_tx_peer_t *from);
+/* An answer to the client request being handled: taken (true), to be sent at its end. */
+bool pl_coord_hold_answer(pl_coord_t *c, const pl_tx_peer_t *to, const pl_msg_t *m);
+/* An ASSIGN or START to a node while writes queued before it are not committed, or any message
+ * behind one held for the same node: held (true), so that a stage never hears of an epoch or a
+ * state the disk does not hold yet, and each node hears its messages in order. */
+bool pl_coord_hold_node(pl_coord_t *c, int node, const pl_msg_t *m);
+/* What c->committed now covers, sent in order. */
+void pl_coord_hold_release(pl_coord_t *c);
+/* The held answers of job id's SUBMIT become the refusal "job rejected: why". */
+void pl_coord_hold_refuse(pl_coord_t *c, uint32_t id, const char *why);
+void pl_coord_hold_free(pl_coord_t *c);
 /* Load the counters and jobs; unfinished jobs are queued again to run from the start. */
 pl_status_t pl_coord_restore(pl_coord_t *c);
 /* Append j to the job table (taken on success). */

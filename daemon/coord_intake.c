@@ -480,35 +480,51 @@ void pl_coord_intake_reply(pl_coord_intake_t *in, const pl_tx_peer_t *to, const 
         s_own_answer(in, to, m->type, enc);
         return;
     }
-    s_out_t *o = calloc(1, sizeof(*o));
     /* a tree of the intake's own: an encoding may share the loop's values (a REPLY's body, a
      * job's plan inside it), whose counts and frees must stay on one thread */
-    if (!o || pl_msg_encode(m, &enc) || !(body = json_deep_copy(enc))) {
+    if (pl_msg_encode(m, &enc) || !(body = json_deep_copy(enc))) {
         char shown[4 * 64 + 1];
         pl_log_warn_limited("reply to '%s': %s", s_shown(to, shown),
-                            o && enc ? "out of memory" : o ? pl_error_msg() : "out of memory");
+                            enc ? "out of memory" : pl_error_msg());
         json_decref(enc);
-        free(o);
         return;
     }
     json_decref(enc);
+    pl_coord_intake_reply_body(in, to, m->type, body);
+}
+
+void pl_coord_intake_reply_body(pl_coord_intake_t *in, const pl_tx_peer_t *to,
+                                pl_msg_type_t type, json_t *body)
+{
+    s_out_t *o = calloc(1, sizeof(*o));
+    if (!o) {
+        char shown[4 * 64 + 1];
+        pl_log_warn_limited("reply to '%s': out of memory", s_shown(to, shown));
+        json_decref(body);
+        return;
+    }
     o->kind = S_OUT_ANSWER;
     o->to = *to;
-    o->type = m->type;
+    o->type = type;
     o->body = body;
     s_out_push(in, o);
 }
 
-void pl_coord_intake_done(pl_coord_intake_t *in, pl_coord_req_t *req)
+void pl_coord_intake_end(pl_coord_intake_t *in, const pl_tx_peer_t *to)
 {
     s_out_t *o = calloc(1, sizeof(*o));
     if (o) {
         o->kind = S_OUT_END;
-        o->to = req->from;
+        o->to = *to;
         s_out_push(in, o);
     } else { /* what the intake holds for its client then waits until the stop */
         pl_log_warn_limited("client intake: out of memory: a client's answers held");
     }
+}
+
+void pl_coord_intake_done(pl_coord_intake_t *in, pl_coord_req_t *req)
+{
+    pl_coord_intake_end(in, &req->from);
     pl_coord_req_clear(req);
 }
 

@@ -43,8 +43,14 @@ void pl_coord_req_clear(pl_coord_req_t *req);
 /* The loop is done with req (every answer to it given): cleared, and the answers the intake
  * gave its client itself meanwhile, held so as not to overtake the loop's, may go. */
 void pl_coord_intake_done(pl_coord_intake_t *in, pl_coord_req_t *req);
+/* The same end marker for a request already cleared (its answers were held until the writes
+ * they promise were committed: coord_hold.c), in the order of the answers given before it. */
+void pl_coord_intake_end(pl_coord_intake_t *in, const pl_tx_peer_t *to);
 /* Send m to a client (`to` from a request): encoded here, sent by the intake thread. */
 void pl_coord_intake_reply(pl_coord_intake_t *in, const pl_tx_peer_t *to, const pl_msg_t *m);
+/* The same, encoded already: body (taken) a tree no other thread holds a reference into. */
+void pl_coord_intake_reply_body(pl_coord_intake_t *in, const pl_tx_peer_t *to,
+                                pl_msg_type_t type, json_t *body);
 /* A stored spec whose job has no row (the loop refused it, or deleted the row): the intake
  * deletes it from the specs file, so that the large delete is off the loop too. */
 void pl_coord_intake_drop_spec(pl_coord_intake_t *in, uint32_t id);

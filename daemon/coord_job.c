@@ -184,8 +184,9 @@ void pl_coord_on_submit(pl_coord_t *c, const pl_tx_peer_t *from, pl_coord_job_t 
     j->t_submit = j->t_queued = pl_now();
     pl_coord_event(j, "submitted", "%d sequence(s), model %s, by %s", j->n_seqs, j->spec.model,
                    j->owner[0] ? j->owner : "-");
+    c->hold_job = j->id; /* its "queued" waits for its row; a failed write refuses it */
     if ((st = pl_coord_persist(c, j)) || (st = pl_coord_add_job(c, j))) {
-        if (c->store && j->stored && pl_coord_store_delete(c->store, j->id) == PL_OK)
+        if (c->store && j->stored && pl_coord_save_delete(c, j->id) == PL_OK)
             j->stored = false; /* no row: its spec is dropped below */
         goto err;
     }
@@ -229,8 +230,7 @@ static void s_end_job(pl_coord_t *c, pl_coord_job_t *j, pl_job_state_t state, bo
                        j->t_end - j->t_submit);
     pl_coord_stream_clear(j); /* the results have the whole text */
     pl_coord_persist(c, j);
-    if (c->store) /* the results (or the end) make the progress moot */
-        pl_coord_store_progress_delete(c->store, j->id);
+    pl_coord_save_progress_delete(c, j->id); /* the results (or the end) make it moot */
 }
 
 void pl_coord_job_fail(pl_coord_t *c, pl_coord_job_t *j, const char *fmt, ...)
@@ -360,7 +360,7 @@ static void s_trim(pl_coord_t *c)
             continue;
         }
         /* the row here; the spec's large delete in its own file, on the intake's connection */
-        if (c->store && pl_coord_store_delete(c->store, j->id) == PL_OK && c->intake)
+        if (c->store && pl_coord_save_delete(c, j->id) == PL_OK && c->intake)
             pl_coord_intake_drop_spec(c->intake, j->id);
         pl_coord_trace_forget(c, j->id);
         pl_coord_job_free(j);

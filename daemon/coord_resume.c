@@ -105,7 +105,7 @@ static void s_save(pl_coord_t *c, pl_coord_job_t *j)
                                          .tokens = q->tok + q->saved,
                                          .finish = q->finish};
     }
-    if (pl_coord_store_progress_put(c->store, ch, n) == PL_OK)
+    if (pl_coord_save_progress(c, ch, n) == PL_OK) /* queued: a later failure is logged */
         for (int s = 0; s < j->n_seqs; s++)
             j->seqs[s].saved = j->seqs[s].n;
     else

@@ -5,6 +5,7 @@
 #include "daemon/coord_int.h"
 #include "daemon/coord_specs.h"
 #include "daemon/coord_train.h"
+#include "daemon/coord_writer.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,8 +55,10 @@ pl_status_t pl_coord_persist(pl_coord_t *c, pl_coord_job_t *j)
 
     if (!c->store)
         return PL_OK;
-    /* a spec the intake stored already: the first save adds the job row beside it */
-    bool add = !j->stored && j->spec_saved;
+    /* a spec the intake stored already: the first save adds the job row beside it; a row that
+     * went missing (the writer found none to update) is written whole */
+    bool add = !j->stored && j->spec_saved && !j->row_lost;
+    j->row_lost = false;
     if (!j->stored && !add && (st = s_spec_json(j, &spec_s)))
         goto out;
     if (j->n_results && (st = pl_msg_results_encode(j->results, j->n_results, &res)))
@@ -85,6 +88,15 @@ pl_status_t pl_coord_persist(pl_coord_t *c, pl_coord_job_t *j)
                         .ended_at = s_wall_from_mono(j->t_end),
                         .events = ev_s,
                         .train = tr_s};
+    if (c->writer) { /* queued: the loop goes on; what depends on it is held (coord_hold.c) */
+        st = pl_coord_writer_row(c->writer, add ? PL_COORD_W_ADD : PL_COORD_W_PUT, &r,
+                                 c->next_job, c->next_epoch)
+                 ? PL_OK
+                 : pl_error(PL_ERR_NOMEM, "out of memory");
+        if (!st)
+            j->stored = true;
+        goto out;
+    }
     st = add ? pl_coord_store_add(c->store, &r, c->next_job, c->next_epoch)
              : pl_coord_store_put(c->store, &r, c->next_job, c->next_epoch);
     if (st == PL_ERR_NOT_FOUND && (j->stored || add)) { /* the row went missing: write it whole */
@@ -108,6 +120,77 @@ out:
     json_decref(tr);
     free(tr_s);
     return st;
+}
+
+static pl_status_t s_queued(uint64_t seq)
+{
+    return seq ? PL_OK : pl_error(PL_ERR_NOMEM, "state db: out of memory");
+}
+
+pl_status_t pl_coord_save_delete(pl_coord_t *c, int64_t id)
+{
+    if (c->writer)
+        return s_queued(pl_coord_writer_delete(c->writer, PL_COORD_W_DELETE, id));
+    return c->store ? pl_coord_store_delete(c->store, id) : PL_OK;
+}
+
+pl_status_t pl_coord_save_progress(pl_coord_t *c, const pl_coord_chunk_t *ch, int n)
+{
+    if (c->writer)
+        return n > 0 ? s_queued(pl_coord_writer_progress(c->writer, ch, n)) : PL_OK;
+    return c->store ? pl_coord_store_progress_put(c->store, ch, n) : PL_OK;
+}
+
+pl_status_t pl_coord_save_progress_delete(pl_coord_t *c, int64_t job)
+{
+    if (c->writer)
+        return s_queued(pl_coord_writer_delete(c->writer, PL_COORD_W_PROGRESS_DELETE, job));
+    return c->store ? pl_coord_store_progress_delete(c->store, job) : PL_OK;
+}
+
+pl_status_t pl_coord_save_drain(pl_coord_t *c, const char *node, bool drained)
+{
+    if (c->writer)
+        return s_queued(pl_coord_writer_drain(c->writer, node, drained));
+    return c->store ? pl_coord_store_drain(c->store, node, drained) : PL_OK;
+}
+
+/* A write the writer could not do: what the loop did when a synchronous one failed. */
+static void s_on_fail(void *user, const pl_coord_wfail_t *f)
+{
+    pl_coord_t *c = user;
+    pl_coord_job_t *j = f->job ? pl_coord_find_job(c, f->job) : NULL;
+    switch (f->kind) {
+    case PL_COORD_W_ADD: /* its client was to hear "queued": it hears the refusal instead */
+        pl_log_error("job %lld: not saved: %s", (long long)f->job, f->why);
+        pl_coord_hold_refuse(c, (uint32_t)f->job, f->why);
+        if (j && !pl_coord_job_terminal(j)) {
+            j->stored = false;
+            pl_coord_job_fail(c, j, "not saved: %s", f->why);
+        }
+        break;
+    case PL_COORD_W_PUT:
+        pl_log_error("job %lld: not saved: %s", (long long)f->job, f->why);
+        if (j && f->code == PL_ERR_NOT_FOUND) { /* the row went missing: written whole */
+            j->stored = false;
+            j->row_lost = true;
+            pl_coord_persist(c, j);
+        }
+        break;
+    case PL_COORD_W_PROGRESS:
+        pl_log_error("job %lld: progress not saved: %s", (long long)f->job, f->why);
+        break;
+    default:
+        pl_log_error("state db: a write failed: %s", f->why);
+    }
+}
+
+void pl_coord_saved(pl_coord_t *c)
+{
+    if (!c->writer)
+        return;
+    c->committed = pl_coord_writer_collect(c->writer, s_on_fail, c);
+    pl_coord_hold_release(c);
 }
 
 pl_status_t pl_coord_add_job(pl_coord_t *c, pl_coord_job_t *j)

@@ -16,6 +16,7 @@ struct pl_coord_store {
     sqlite3 *db;
     char path[4096];
     bool specs; /* the specs file is attached as "sp" (pl_coord_store_specs_attach) */
+    bool batch; /* inside pl_coord_store_begin: the writes join its transaction */
 };
 
 static const char s_schema[] =
@@ -61,6 +62,46 @@ static pl_status_t s_exec(pl_coord_store_t *s, const char *sql)
         return st;
     }
     return PL_OK;
+}
+
+/* A write's own transaction, or nothing inside a batch (pl_coord_store_begin): the batch's
+ * owner commits, or rolls back every write of it. */
+static pl_status_t s_begin(pl_coord_store_t *s)
+{
+    return s->batch ? PL_OK : s_exec(s, "BEGIN IMMEDIATE");
+}
+
+static pl_status_t s_commit(pl_coord_store_t *s)
+{
+    return s->batch ? PL_OK : s_exec(s, "COMMIT");
+}
+
+static void s_rollback(pl_coord_store_t *s)
+{
+    if (!s->batch)
+        sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+}
+
+pl_status_t pl_coord_store_begin(pl_coord_store_t *s)
+{
+    pl_status_t st = s_exec(s, "BEGIN IMMEDIATE");
+    s->batch = !st;
+    return st;
+}
+
+pl_status_t pl_coord_store_commit(pl_coord_store_t *s)
+{
+    s->batch = false;
+    pl_status_t st = s_exec(s, "COMMIT");
+    if (st)
+        sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+    return st;
+}
+
+void pl_coord_store_rollback(pl_coord_store_t *s)
+{
+    s->batch = false;
+    sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
 }
 
 /* Column `name` (TEXT) of jobs, added when an older database has none. */
@@ -293,7 +334,7 @@ static pl_status_t s_put(pl_coord_store_t *s, const pl_coord_row_t *r, s_put_t h
 {
     sqlite3_stmt *q = NULL;
     pl_status_t st;
-    if ((st = s_exec(s, "BEGIN IMMEDIATE")))
+    if ((st = s_begin(s)))
         return st;
     /* a whole row with its spec in it; the state columns only of a row that exists and keeps
      * its spec; or a new row whose spec the intake stored in the specs file before it */
@@ -344,12 +385,12 @@ static pl_status_t s_put(pl_coord_store_t *s, const pl_coord_row_t *r, s_put_t h
     sqlite3_finalize(q);
     q = NULL;
     if ((st = s_put_counter(s, "next_job", next_job)) ||
-        (st = s_put_counter(s, "next_epoch", next_epoch)) || (st = s_exec(s, "COMMIT")))
+        (st = s_put_counter(s, "next_epoch", next_epoch)) || (st = s_commit(s)))
         goto err;
     return PL_OK;
 err:
     sqlite3_finalize(q);
-    sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+    s_rollback(s);
     return st;
 }
 
@@ -382,12 +423,12 @@ static pl_status_t s_delete(pl_coord_store_t *s, const char *sql, int64_t id)
 static pl_status_t s_delete_job(pl_coord_store_t *s, int64_t id)
 {
     pl_status_t st;
-    if ((st = s_exec(s, "BEGIN IMMEDIATE")))
+    if ((st = s_begin(s)))
         return st;
     if ((st = s_delete(s, "DELETE FROM jobs WHERE id = ?", id)) ||
         (st = s_delete(s, "DELETE FROM progress WHERE job = ?", id)) ||
-        (st = s_exec(s, "COMMIT"))) {
-        sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+        (st = s_commit(s))) {
+        s_rollback(s);
         return st;
     }
     return PL_OK;
@@ -411,7 +452,7 @@ static pl_status_t s_progress_put(pl_coord_store_t *s, const pl_coord_chunk_t *c
     pl_status_t st;
     if (n <= 0)
         return PL_OK;
-    if ((st = s_exec(s, "BEGIN IMMEDIATE")))
+    if ((st = s_begin(s)))
         return st;
     if (sqlite3_prepare_v2(s->db,
                            "INSERT OR REPLACE INTO progress(job, seq, at, tokens, finish)"
@@ -448,13 +489,13 @@ static pl_status_t s_progress_put(pl_coord_store_t *s, const pl_coord_chunk_t *c
     q = NULL;
     free(blob);
     blob = NULL;
-    if ((st = s_exec(s, "COMMIT")))
+    if ((st = s_commit(s)))
         goto err;
     return PL_OK;
 err:
     free(blob);
     sqlite3_finalize(q);
-    sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+    s_rollback(s);
     return st;
 }
 

@@ -80,6 +80,12 @@ pl_status_t pl_coord_store_progress_delete(pl_coord_store_t *s, int64_t job);
 pl_status_t pl_coord_store_drain(pl_coord_store_t *s, const char *node, bool drained);
 pl_status_t pl_coord_store_drained(pl_coord_store_t *s,
                                    pl_status_t (*fn)(void *user, const char *node), void *user);
+/* A batch: the writes up to commit join one durable transaction (one fsync for all of them;
+ * the writer thread's, coord_writer.c). A write that fails inside leaves the batch to be rolled
+ * back whole (pl_coord_store_rollback); commit rolls back itself when it fails. */
+pl_status_t pl_coord_store_begin(pl_coord_store_t *s);
+pl_status_t pl_coord_store_commit(pl_coord_store_t *s);
+void pl_coord_store_rollback(pl_coord_store_t *s);
 /* The path it was opened with, for messages. */
 const char *pl_coord_store_path(const pl_coord_store_t *s);
 

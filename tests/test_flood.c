@@ -332,12 +332,12 @@ static void s_load_line(void)
     free(load);
 }
 
-/* What the coordinator said of its disk: state db writes (the loop's) and spec writes (the
- * intake's) that took 100 ms or more (rate-limited lines: a lower bound of how many). */
+/* What the coordinator said of its disk: state db commits (the loop's writer thread's) and
+ * spec writes (the intake's) that took 100 ms or more (rate-limited lines: a lower bound). */
 static void s_disk_line(const tc_cluster_t *c)
 {
     char *out = NULL;
-    tc_sh(&out, "grep -o 'writing [a-z ]* took [0-9]* ms' %s/pipecoord.log | awk '{n++; if ($(NF-1) > m) "
+    tc_sh(&out, "grep -oE '(writing [a-z ]*|committing [0-9]* write.s.) took [0-9]* ms' %s/pipecoord.log | awk '{n++; if ($(NF-1) > m) "
                 "m = $(NF-1)} END {printf \"%%d, max %%d ms\", n, m}'; echo -n '; '; "
                 "grep -o 'spec ([0-9]* bytes) took [0-9]* ms' %s/pipecoord.log | awk '{n++; if ($(NF-1) > m) "
                 "m = $(NF-1)} END {printf \"%%d, max %%d ms\", n, m}'",
