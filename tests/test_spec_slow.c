@@ -8,6 +8,8 @@
 
 #include <criterion/criterion.h>
 #include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <sqlite3.h>
 #include <zmq.h>
 
@@ -23,8 +25,9 @@ static void s_teardown(void)
 
 TestSuite(spec_slow, .fini = s_teardown, .timeout = 180);
 
-/* pipecoord on s_c.ep and s_c.dir/coord.db; slow: with the slow disk under its specs file. */
-static void s_start_coord(bool slow)
+/* pipecoord on s_c.ep and s_c.dir/coord.db; slow: with the slow disk under its specs file
+ * (slow_ms per sync; 0: S_SLOW_MS). */
+static void s_start_coord_ms(bool slow, int slow_ms)
 {
     char shim[600], asan[1024];
     if (slow) {
@@ -37,7 +40,9 @@ static void s_start_coord(bool slow)
         setenv("ASAN_OPTIONS", asan, 1);
         setenv("LD_PRELOAD", shim, 1);
         setenv("PL_SLOW_FSYNC_PATH", "coord-specs.db", 1); /* and its -wal */
-        setenv("PL_SLOW_FSYNC_MS", TC_STR(S_SLOW_MS), 1);
+        char ms[32];
+        snprintf(ms, sizeof(ms), "%d", slow_ms > 0 ? slow_ms : S_SLOW_MS);
+        setenv("PL_SLOW_FSYNC_MS", ms, 1);
     }
     tc_start_coord(&s_c, s_c.ep);
     unsetenv("LD_PRELOAD"); /* pipectl and the rest run at full speed */
@@ -47,6 +52,11 @@ static void s_start_coord(bool slow)
     snprintf(pub, sizeof(pub), "%s/state/keys/coordinator.pub", s_c.dir);
     for (double end = pl_now() + 60; access(pub, R_OK) != 0 && pl_now() < end;)
         usleep(100 * 1000);
+}
+
+static void s_start_coord(bool slow)
+{
+    s_start_coord_ms(slow, 0);
 }
 
 static void s_send(void *sock, const char *type, const char *body)
@@ -180,6 +190,124 @@ Test(spec_slow, small_requests_pass_a_slow_spec_commit_and_a_kill_during_it_lose
     cr_assert_gt(s_accepted(type, body), job2);
 
     zmq_close(a);
+    zmq_close(b);
+    zmq_ctx_term(zctx);
+    s_passed = 1;
+}
+
+/* A large submitter: valid SUBMITs of about 4.6 MiB (1,200 prompts of 1,000 tokens, placed on a
+ * node that is not there), each killed once accepted, until stop. */
+typedef struct {
+    void *sock;
+    char *body;
+    atomic_bool stop;
+    long sent, accepted;
+} s_big_t;
+
+static void *s_big(void *arg)
+{
+    s_big_t *f = arg;
+    char type[32], buf[4096];
+    size_t len = strlen(f->body);
+    while (!atomic_load(&f->stop)) {
+        if (zmq_send(f->sock, "SUBMIT", 6, ZMQ_SNDMORE) < 0 || zmq_send(f->sock, f->body, len, 0) < 0)
+            break;
+        f->sent++;
+        if (!tc_recv_answer(f->sock, type, buf, sizeof(buf)) || strcmp(type, "REPLY") != 0)
+            continue;
+        const char *at = strstr(buf, "\"job\":");
+        long job = at ? strtol(at + 6, NULL, 10) : 0;
+        if (job <= 0)
+            continue;
+        f->accepted++;
+        snprintf(buf, sizeof(buf), "{" TC_PROTO "\"job\": %ld}", job);
+        if (zmq_send(f->sock, "KILL", 4, ZMQ_SNDMORE) >= 0 &&
+            zmq_send(f->sock, buf, strlen(buf), 0) >= 0)
+            tc_recv_answer(f->sock, type, buf, sizeof(buf));
+    }
+    return NULL;
+}
+
+static int s_cmp(const void *x, const void *y)
+{
+    double a = *(const double *)x, b = *(const double *)y;
+    return (a > b) - (a < b);
+}
+
+/* A small request every 20 ms for secs, each answer's time in ms; printed as a row. bad: one the
+ * intake refuses itself (a body that is not JSON), else NODES (answered by the loop). */
+static void s_window(void *sock, const char *what, double secs, bool bad)
+{
+    static double ms[4096];
+    char type[32], body[8192];
+    pl_msg_t nodes;
+    pl_msg_init(&nodes, PL_MSG_NODES);
+    int n = 0;
+    for (double end = pl_now() + secs; pl_now() < end && n < 4096;) {
+        double t = pl_now();
+        if (bad)
+            s_send(sock, "STATUS", "{");
+        else
+            tc_send_msg(sock, &nodes);
+        ms[n++] = (s_answer(sock, type, body, sizeof(body)) - t) * 1e3;
+        cr_assert_str_eq(type, bad ? "ERROR" : "REPLY", "%s", body);
+        double left = 0.020 - (pl_now() - t);
+        if (left > 0)
+            usleep((useconds_t)(left * 1e6));
+    }
+    qsort(ms, (size_t)n, sizeof(ms[0]), s_cmp);
+    double load[3] = {0};
+    getloadavg(load, 3);
+    fprintf(stderr, "spec_slow: %-12s %4d small requests  answer p50 %8.3f ms  p99 %8.3f ms  "
+                    "max %8.3f ms  (load average %.2f %.2f %.2f)\n",
+            what, n, ms[n / 2], ms[(n * 99) / 100 < n ? (n * 99) / 100 : n - 1], ms[n - 1], load[0],
+            load[1], load[2]);
+}
+
+/* The bench's (bench/bench_spec_slow.sh): a small request's answer time alone, then while a
+ * client submits large valid jobs back to back; on the real disk, or with PL_BENCH_SLOW_FSYNC_MS
+ * set, on the slow one. Every small request is answered (asserted); the times are printed. */
+Test(spec_slow, small_request_answer_times_while_large_submits_stream, .timeout = 120)
+{
+    const char *slow = getenv("PL_BENCH_SLOW_FSYNC_MS");
+    tc_cluster_init(&s_c);
+    cr_assert_eq(tc_make_model(s_c.dir, "m", ""), 0, "pl-mkmodel failed");
+    s_start_coord_ms(slow && atoi(slow) > 0, slow ? atoi(slow) : 0);
+    void *zctx = zmq_ctx_new();
+    void *b = tc_dealer_local(zctx, "asker", "admin", s_c.ep);
+    static s_big_t f;
+    f.sock = tc_dealer_local(zctx, "big", "admin", s_c.ep);
+    int rcv = 60000;
+    zmq_setsockopt(f.sock, ZMQ_RCVTIMEO, &rcv, sizeof(rcv));
+    size_t cap = (size_t)1200 * 1000 * 6 + 4096, len = 0;
+    f.body = malloc(cap);
+    cr_assert_not_null(f.body);
+    len += (size_t)snprintf(f.body, cap, "{" TC_PROTO "\"model\": \"%s/m\", \"nodes\": "
+                            "[\"elsewhere\"], \"gen\": {\"max_new_tokens\": 1, \"prompts\": [",
+                            s_c.dir);
+    for (int p = 0; p < 1200; p++) {
+        f.body[len++] = p ? ',' : '[';
+        if (p)
+            f.body[len++] = '[';
+        for (int t = 0; t < 1000; t++)
+            len += (size_t)snprintf(f.body + len, cap - len, t ? ",%d" : "%d", 100 + (p * 7 + t) % 150);
+        f.body[len++] = ']';
+    }
+    snprintf(f.body + len, cap - len, "]}}");
+    s_window(b, "warm-up", 1, false);
+    s_window(b, "quiet/NODES", 4, false);
+    s_window(b, "quiet/bad", 4, true);
+    pthread_t th;
+    pthread_create(&th, NULL, s_big, &f);
+    s_window(b, "large/NODES", 8, false);
+    s_window(b, "large/bad", 8, true);
+    atomic_store(&f.stop, true);
+    pthread_join(th, NULL);
+    fprintf(stderr, "spec_slow: large submitter: %ld SUBMITs of %.1f MiB, %ld accepted; sync %s\n",
+            f.sent, (double)strlen(f.body) / (1 << 20), f.accepted,
+            slow ? slow : "real disk");
+    free(f.body);
+    zmq_close(f.sock);
     zmq_close(b);
     zmq_ctx_term(zctx);
     s_passed = 1;
