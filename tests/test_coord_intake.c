@@ -365,7 +365,10 @@ Test(coord_intake, a_slow_spec_write_holds_only_its_own_clients_later_requests, 
     pl_coord_req_t r;
     s_take(&t, &r);
     cr_assert_eq(r.msg.type, PL_MSG_STATUS);
-    cr_assert_eq(r.msg.job_ref.job, 2, "the other client's request waited behind the spec's write");
+    cr_assert_eq(r.msg.job_ref.job, 2,
+                 "first at the loop: STATUS of job %d (1: the submitter's overtook its SUBMIT; "
+                 "none: the other client's waited behind the spec's write)",
+                 (int)r.msg.job_ref.job);
     pl_coord_reply(&t.c, &r.from, json_pack("{s:i}", "answer", 2));
     pl_coord_intake_done(t.in, &r);
     cr_assert_not(pl_coord_intake_take(t.in, &r), "the submitter's STATUS overtook its SUBMIT");
