@@ -18,7 +18,7 @@
 #        PL_BENCH_FILTER=GLOB   criterion filter (default: both tests, '*/*')
 #        PL_BENCH_SLOW_FSYNC_MS=MS  a slow disk: every fsync of the coordinator's state db
 #                               (coord.db and its WAL, not the specs file) sleeps MS first, through
-#                               tests/slow_fsync.c (BUILD_DIR/lib/libpl_slow_fsync.so, LD_PRELOAD)
+#                               tests/slow_fsync.c (BUILD_DIR/bin/libpl_slow_fsync.so, LD_PRELOAD)
 set -euo pipefail
 
 BUILD=${1:-build}
@@ -30,7 +30,7 @@ REF=${PL_BENCH_REF_BIN:-}
 FILTER=${PL_BENCH_FILTER:-*/*}
 [ -z "$REF" ] || [ -x "$REF/pipecoord" ] || { echo "bench_flood: no $REF/pipecoord" >&2; exit 2; }
 SLOW=${PL_BENCH_SLOW_FSYNC_MS:-}
-SHIM=$(cd "$BUILD" && pwd)/lib/libpl_slow_fsync.so
+SHIM=$(cd "$BUILD" && pwd)/bin/libpl_slow_fsync.so
 [ -z "$SLOW" ] || [ -f "$SHIM" ] || { echo "bench_flood: no $SHIM; build pl_slow_fsync" >&2; exit 2; }
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT

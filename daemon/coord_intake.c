@@ -1,10 +1,13 @@
 /* The coordinator's client intake thread: it owns the client socket, so that a large message's
- * receive, decoding, checks, encoding and stored spec never hold the loop that answers nodes. */
+ * receive, decoding, checks and encoding never hold the loop that answers nodes; a SUBMIT's spec
+ * is stored behind it by the spec writer (coord_spec_writer.c), so that no client waits for
+ * another's write either. */
 #include "daemon/coord_intake.h"
 
 #include "common/log.h"
-#include "daemon/coord_specs.h"
 #include "common/util.h"
+#include "daemon/coord_spec_writer.h"
+#include "daemon/coord_specs.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -24,10 +27,11 @@
  * that they are dropped, as a client pipe at its high-water mark drops them. */
 #define S_HELD_MAX 1024
 
-/* What the loop hands this thread, in its order: an answer (encoded by the loop), a stored spec
- * to drop, or the end of one request (every answer to it given). Also an answer of this
- * thread's own, held behind a client's requests at the loop. */
-typedef enum { S_OUT_ANSWER, S_OUT_DROP, S_OUT_END } s_out_kind_t;
+/* What the loop hands this thread, in its order: an answer (encoded by the loop) or the end of
+ * one request (every answer to it given). What the spec writer hands it: a request that left
+ * the writer for the loop, or one whose spec could not be stored (why: its answer, and its end).
+ * Also an answer of this thread's own, held behind a client's requests at the loop. */
+typedef enum { S_OUT_ANSWER, S_OUT_END, S_OUT_LEFT, S_OUT_FAILED } s_out_kind_t;
 
 typedef struct s_out {
     struct s_out *next;
@@ -35,9 +39,16 @@ typedef struct s_out {
     pl_tx_peer_t to;
     pl_msg_type_t type;
     json_t *body;
-    uint32_t drop_id;
+    pl_status_t code; /* S_OUT_FAILED: why, and its words */
+    char *why;
     long after; /* held: sent once this many of its client's requests have ended */
 } s_out_t;
+
+/* A request at the spec writer: where it goes once written, and the note that says so. */
+typedef struct {
+    pl_coord_req_t *req;
+    s_out_t *note;
+} s_staged_t;
 
 /* A client with requests at the loop. An answer this thread gives it itself (a refusal, "busy")
  * waits until the loop is done with every request it sent before, so that a pipelining client
@@ -45,17 +56,21 @@ typedef struct s_out {
 typedef struct {
     char id[PL_CTL_MAX_IDENTITY + 1];
     size_t len;
-    long pushed, ended; /* its requests handed to the loop, and those the loop is done with */
-    s_out_t *held, *held_tail;
+    long pushed, ended; /* its requests handed on (loop or writer), and those done with */
+    int staged;         /* of them at the spec writer: its later requests follow them there */
+    s_out_t *held, *held_tail; /* in the order of `after` */
     int n_held;
 } s_client_t;
 
 static _Thread_local bool s_on_intake; /* this thread is an intake's */
 
+static void s_out_push(pl_coord_intake_t *in, s_out_t *o);
+
 struct pl_coord_intake {
     pl_coord_t *c; /* read: what is fixed once it listens; written: the refusal atomics */
     pl_tx_sock_t *router;
-    pl_coord_specs_t *specs; /* the specs file, this thread's alone; NULL: no state db */
+    pl_coord_specs_t *specs; /* the specs file, the writer's while it runs; NULL: no state db */
+    pl_coord_spec_writer_t *writer; /* with the specs file */
     uint32_t next_job;       /* this thread's: the ids of new jobs */
     pthread_t thread;
     bool started;
@@ -107,11 +122,12 @@ static int s_client_find(const pl_coord_intake_t *in, const pl_tx_peer_t *p)
     return -1;
 }
 
-/* A client with nothing at the loop and nothing held leaves the table. */
+/* A client with nothing at the loop or the spec writer and nothing held leaves the table (one at
+ * the writer stays until its note came back, even when the loop was quicker to end it). */
 static void s_client_gc(pl_coord_intake_t *in, int k)
 {
     s_client_t *cl = &in->clients[k];
-    if (cl->pushed == cl->ended && !cl->held)
+    if (cl->pushed == cl->ended && !cl->held && !cl->staged)
         in->clients[k] = in->clients[--in->n_clients];
 }
 
@@ -153,24 +169,72 @@ static void s_own_answer(pl_coord_intake_t *in, const pl_tx_peer_t *to, pl_msg_t
     cl->n_held++;
 }
 
+/* What this thread held for client k behind requests now done goes; a held end (a request
+ * whose spec could not be stored) counts as one more request done. */
+static void s_client_release(pl_coord_intake_t *in, int k)
+{
+    s_client_t *cl = &in->clients[k];
+    while (cl->held && cl->held->after <= cl->ended) {
+        s_out_t *o = cl->held;
+        if (!(cl->held = o->next))
+            cl->held_tail = NULL;
+        cl->n_held--;
+        if (o->body)
+            s_send(in, &o->to, o->type, o->body);
+        cl->ended += o->kind == S_OUT_END;
+        json_decref(o->body);
+        free(o);
+    }
+    s_client_gc(in, k);
+}
+
 /* The loop is done with one of this client's requests: what this thread held behind it goes. */
 static void s_client_end(pl_coord_intake_t *in, const pl_tx_peer_t *to)
 {
     int k = s_client_find(in, to);
     if (k < 0)
         return;
-    s_client_t *cl = &in->clients[k];
-    cl->ended++;
-    while (cl->held && cl->held->after <= cl->ended) {
-        s_out_t *o = cl->held;
-        if (!(cl->held = o->next))
-            cl->held_tail = NULL;
-        cl->n_held--;
-        s_send(in, &o->to, o->type, o->body);
-        json_decref(o->body);
+    in->clients[k].ended++;
+    s_client_release(in, k);
+}
+
+/* A request of the client's left the spec writer: for the loop, or (failed: its spec not stored)
+ * answered here, once its client's requests before it are done, and then done itself. o taken. */
+static void s_client_unstage(pl_coord_intake_t *in, s_out_t *o)
+{
+    int k = s_client_find(in, &o->to);
+    s_client_t *cl = k < 0 ? NULL : &in->clients[k];
+    if (cl)
+        cl->staged--;
+    if (o->kind == S_OUT_LEFT || !cl) {
+        free(o->why);
         free(o);
+        if (cl)
+            s_client_gc(in, k);
+        return;
     }
-    s_client_gc(in, k);
+    pl_msg_t m;
+    pl_msg_init(&m, PL_MSG_ERROR);
+    m.error.code = o->code < 0 && o->code >= PL_MSG_MIN_CODE ? o->code : PL_ERR_IO;
+    snprintf(m.error.message, sizeof(m.error.message), "job rejected: %s",
+             o->why ? o->why : "its spec could not be stored");
+    free(o->why);
+    o->why = NULL;
+    if (pl_msg_encode(&m, &o->body))
+        o->body = NULL; /* its end still goes in its place */
+    o->kind = S_OUT_END;
+    o->type = PL_MSG_ERROR;
+    o->next = NULL;
+    /* in its place among what is held: after what came before it (after <= its own) */
+    s_out_t **at = &cl->held;
+    while (*at && (*at)->after <= o->after)
+        at = &(*at)->next;
+    o->next = *at;
+    *at = o;
+    if (!o->next)
+        cl->held_tail = o;
+    cl->n_held++;
+    s_client_release(in, k);
 }
 
 /* Answer a client from this thread: pl_coord_reply_error answers every peer but a node through
@@ -184,6 +248,12 @@ static bool s_room(pl_coord_intake_t *in, const pl_tx_peer_t *from, bool submit)
     pthread_mutex_lock(&in->lock);
     int n = in->n_reqs, queued = atomic_load(&in->unfinished) + in->n_submits;
     pthread_mutex_unlock(&in->lock);
+    if (in->writer) { /* counted before the loop's: an item leaves the writer for the loop */
+        int items, specs;
+        pl_coord_spec_writer_waiting(in->writer, &items, &specs);
+        n += items;
+        queued += specs;
+    }
     if (n < PL_COORD_INTAKE_MAX && in->n_clients == S_CLIENTS && s_client_find(in, from) < 0)
         n = PL_COORD_INTAKE_MAX; /* as many clients wait on the loop as it has requests, twice */
     if (n >= PL_COORD_INTAKE_MAX) {
@@ -204,7 +274,8 @@ static bool s_room(pl_coord_intake_t *in, const pl_tx_peer_t *from, bool submit)
     return true;
 }
 
-/* A SUBMIT made ready for the loop: validated, encoded once, given its id, its spec stored. */
+/* A SUBMIT made ready for the loop: validated, encoded once, given the next id (taken once it
+ * is handed on: an id whose spec may be stored is never given again, even when refused). */
 static pl_status_t s_prepare(pl_coord_intake_t *in, pl_msg_t *m, pl_coord_job_t **job_p)
 {
     pl_coord_job_t *j = NULL;
@@ -212,17 +283,6 @@ static pl_status_t s_prepare(pl_coord_intake_t *in, pl_msg_t *m, pl_coord_job_t 
     if (st)
         return st;
     j->id = in->next_job;
-    if (in->specs) {
-        if ((st = pl_coord_specs_put(in->specs, j->id, j->spec_json))) {
-            pl_log_error("job %u: spec not saved: %s", j->id, pl_error_msg());
-            pl_coord_job_free(j);
-            return st;
-        }
-        j->spec_saved = true;
-        free(j->spec_json); /* stored: the loop's first save adds the job row only */
-        j->spec_json = NULL;
-    }
-    in->next_job++; /* an id with a stored spec is never given again, even when refused */
     *job_p = j;
     return PL_OK;
 }
@@ -232,20 +292,95 @@ static bool s_is_submit(const pl_coord_req_t *r)
     return r->job && r->msg.type == PL_MSG_SUBMIT;
 }
 
-static void s_push(pl_coord_intake_t *in, pl_coord_req_t *r)
+/* One more request of this client's handed on (room was seen to: s_room). */
+static s_client_t *s_client_push(pl_coord_intake_t *in, const pl_tx_peer_t *from)
 {
-    int k = s_client_find(in, &r->from);
-    if (k < 0) { /* room was seen to (s_room) */
+    int k = s_client_find(in, from);
+    if (k < 0) {
         k = in->n_clients++;
-        in->clients[k] = (s_client_t){.len = r->from.len};
-        memcpy(in->clients[k].id, r->from.id, r->from.len);
+        in->clients[k] = (s_client_t){.len = from->len};
+        memcpy(in->clients[k].id, from->id, from->len);
     }
     in->clients[k].pushed++;
+    return &in->clients[k];
+}
+
+/* r to the loop (this thread or the spec writer's). */
+static void s_ring_push(pl_coord_intake_t *in, pl_coord_req_t *r)
+{
     pthread_mutex_lock(&in->lock);
     in->reqs[(in->req_head + in->n_reqs++) % PL_COORD_INTAKE_MAX] = r;
     in->n_submits += s_is_submit(r);
     pthread_mutex_unlock(&in->lock);
     s_fd_signal(in->req_fd);
+}
+
+/* The spec writer is done with a request (its thread): a SUBMIT whose spec is durable, and any
+ * request behind one of its client's, go to the loop; a SUBMIT whose spec could not be stored
+ * goes back to this thread to be answered in its client's order. */
+static void s_written(void *arg, void *tag, pl_status_t st)
+{
+    pl_coord_intake_t *in = arg;
+    s_staged_t *sg = tag;
+    pl_coord_req_t *r = sg->req;
+    s_out_t *note = sg->note;
+    free(sg);
+    if (st) {
+        note->kind = S_OUT_FAILED;
+        note->code = st;
+        note->why = strdup(pl_error_msg());
+        pl_log_error("job %u: spec not saved: %s", r->job ? r->job->id : 0,
+                     note->why ? note->why : "out of memory");
+        pl_coord_req_clear(r); /* no job: nothing of it was stored */
+        free(r);
+        s_out_push(in, note);
+        return;
+    }
+    if (s_is_submit(r)) {
+        r->job->spec_saved = true;
+        free(r->job->spec_json); /* stored: the loop's first save adds the job row only */
+        r->job->spec_json = NULL;
+    }
+    s_ring_push(in, r);
+    note->kind = S_OUT_LEFT; /* after: until it is seen, the client's next request follows here */
+    s_out_push(in, note);
+}
+
+/* Hand r on: a SUBMIT's spec to the spec writer, and behind it there every later request of
+ * the same client until those before it are at the loop, so that the client hears its answers in
+ * the order it asked; the rest straight to the loop. Without a state db, all to the loop. */
+static void s_hand_on(pl_coord_intake_t *in, pl_coord_req_t *r)
+{
+    bool submit = s_is_submit(r);
+    int k = s_client_find(in, &r->from);
+    if (!in->writer || (!submit && (k < 0 || in->clients[k].staged == 0))) {
+        in->next_job += submit;
+        s_client_push(in, &r->from);
+        s_ring_push(in, r);
+        return;
+    }
+    pl_tx_peer_t from = r->from; /* r is the writer's once put */
+    s_staged_t *sg = calloc(1, sizeof(*sg));
+    s_out_t *note = calloc(1, sizeof(*note));
+    pl_status_t st = sg && note ? PL_OK : pl_error(PL_ERR_NOMEM, "coordinator out of memory");
+    if (!st) {
+        *sg = (s_staged_t){.req = r, .note = note};
+        note->to = from;
+        note->after = k < 0 ? 0 : in->clients[k].pushed; /* answered after those before it */
+        st = pl_coord_spec_writer_put(in->writer, submit ? r->job->id : 0,
+                                      submit ? r->job->spec_json : NULL, sg);
+    }
+    if (st) {
+        s_refuse(in->c, &from, st, "%s%s", submit && st != PL_ERR_BUSY ? "job rejected: " : "",
+                 pl_error_msg());
+        free(sg);
+        free(note);
+        pl_coord_req_clear(r);
+        free(r);
+        return;
+    }
+    in->next_job += submit;
+    s_client_push(in, &from)->staged++;
 }
 
 /* One client message: decoded (transport's codecs), authorised, a SUBMIT or PLAN's model path
@@ -296,14 +431,14 @@ static bool s_take(pl_coord_intake_t *in)
     r->from.sock = NULL; /* answered through pl_coord_intake_reply */
     r->msg = m;          /* taken */
     pl_msg_init(&m, PL_MSG_NODES);
-    s_push(in, r);
+    s_hand_on(in, r);
 out:
     pl_msg_clear(&m);
     return true;
 }
 
-/* Send the loop's answers, drop the specs it refused and release what was held behind the
- * requests it is done with, in the order it gave them. */
+/* Send the loop's answers, release what was held behind the requests it is done with, in the
+ * order it gave them, and see to the requests that left the spec writer. */
 static void s_send_out(pl_coord_intake_t *in)
 {
     pthread_mutex_lock(&in->lock);
@@ -312,13 +447,15 @@ static void s_send_out(pl_coord_intake_t *in)
     pthread_mutex_unlock(&in->lock);
     while (o) {
         s_out_t *next = o->next;
+        if (o->kind == S_OUT_LEFT || o->kind == S_OUT_FAILED) {
+            s_client_unstage(in, o); /* taken */
+            o = next;
+            continue;
+        }
         if (o->kind == S_OUT_ANSWER)
             s_send(in, &o->to, o->type, o->body);
-        else if (o->kind == S_OUT_END)
+        else
             s_client_end(in, &o->to);
-        else if (in->specs && pl_coord_specs_drop(in->specs, o->drop_id))
-            pl_log_warn("job %u: its spec stays in the specs file until the next start: %s",
-                        o->drop_id, pl_error_msg());
         json_decref(o->body);
         free(o);
         o = next;
@@ -364,7 +501,10 @@ pl_status_t pl_coord_intake_start(pl_coord_t *c, const char *state_db, pl_tx_soc
     }
     char specs[4096];
     if (state_db && ((st = pl_coord_specs_path(state_db, specs, sizeof(specs))) ||
-                     (st = pl_coord_specs_open(specs, &in->specs))))
+                     (st = pl_coord_specs_open(specs, &in->specs)) ||
+                     (st = pl_coord_spec_writer_start(in->specs, PL_COORD_INTAKE_SPECS_MAX,
+                                                      PL_COORD_INTAKE_SPECS_BYTES, s_written, in,
+                                                      &in->writer))))
         goto err;
     in->router = *router_p; /* the thread's from here on (pthread_create is the barrier) */
     c->intake = in;         /* its refusals go through pl_coord_reply_msg to it */
@@ -399,9 +539,10 @@ void pl_coord_intake_stop(pl_coord_intake_t **in_p)
         s_fd_signal(in->wake_fd);
         pthread_join(in->thread, NULL);
     }
-    s_send_out(in); /* what came after its last turn: drops done, answers freed */
+    pl_coord_spec_writer_stop(&in->writer); /* its last batch handed on: specs not begun fail */
+    s_send_out(in); /* what came after its last turn: answers sent or freed */
     for (int k = 0; k < in->n_clients; k++) /* answers held behind requests never done */
-        for (s_out_t *o = in->clients[k].held, *next; o; o = next) {
+        for (s_out_t *o = in->clients[k].held, *next; o; o = next) { /* body NULL: an end */
             next = o->next;
             json_decref(o->body);
             free(o);
@@ -530,15 +671,9 @@ void pl_coord_intake_done(pl_coord_intake_t *in, pl_coord_req_t *req)
 
 void pl_coord_intake_drop_spec(pl_coord_intake_t *in, uint32_t id)
 {
-    s_out_t *o = calloc(1, sizeof(*o));
-    if (!o) {
-        pl_log_warn("job %u: its spec stays in the specs file until the next start: out of memory",
-                    id);
-        return;
-    }
-    o->kind = S_OUT_DROP;
-    o->drop_id = id;
-    s_out_push(in, o);
+    if (in->writer && pl_coord_spec_writer_drop(in->writer, id))
+        pl_log_warn("job %u: its spec stays in the specs file until the next start: %s", id,
+                    pl_error_msg());
 }
 
 void pl_coord_intake_publish(pl_coord_intake_t *in, int unfinished)

@@ -10,12 +10,16 @@
 
 /* Requests that wait for the loop at most; one more is answered "busy" (PL_ERR_BUSY). */
 #define PL_COORD_INTAKE_MAX 64
+/* SUBMITs' specs that wait for the spec writer (coord_spec_writer.h) at most, and their bytes (a
+ * spec alone is let in whatever its size); one more is answered "busy", nothing stored. */
+#define PL_COORD_INTAKE_SPECS_MAX 16
+#define PL_COORD_INTAKE_SPECS_BYTES ((size_t)64 << 20)
 
 typedef struct pl_coord_intake pl_coord_intake_t;
 
 /* One client request for the loop. from.sock is NULL: its answers go back through the intake,
  * which keeps the socket. A SUBMIT's job is validated, its spec encoded and (with a state db)
- * stored under job->id; a PLAN's job is validated (no id, nothing stored); msg.submit is empty
+ * stored durably under job->id by the spec writer before the loop sees it; a PLAN's job is validated (no id, nothing stored); msg.submit is empty
  * then. Other types: job NULL. */
 typedef struct {
     pl_tx_peer_t from;
@@ -27,8 +31,8 @@ typedef struct {
  * state: the thread reads only what is fixed once it listens (the configuration, the node
  * endpoint, security) and the refusal counters (atomics); job ids continue from c->next_job.
  * c->intake is set to it before the thread starts (its refusals go through it).
- * state_db: the state db, beside which it writes the specs file (coord_specs.h), the one writer
- * of that file (NULL: none). */
+ * state_db: the state db, beside which its spec writer thread writes the specs file
+ * (coord_specs.h), the one writer of that file (NULL: none). */
 pl_status_t pl_coord_intake_start(pl_coord_t *c, const char *state_db,
                                   pl_tx_sock_t **router_p, pl_coord_intake_t **in_p);
 /* Stop the thread after it has sent every answer queued so far; requests not taken are freed
@@ -51,8 +55,8 @@ void pl_coord_intake_reply(pl_coord_intake_t *in, const pl_tx_peer_t *to, const 
 /* The same, encoded already: body (taken) a tree no other thread holds a reference into. */
 void pl_coord_intake_reply_body(pl_coord_intake_t *in, const pl_tx_peer_t *to,
                                 pl_msg_type_t type, json_t *body);
-/* A stored spec whose job has no row (the loop refused it, or deleted the row): the intake
- * deletes it from the specs file, so that the large delete is off the loop too. */
+/* A stored spec whose job has no row (the loop refused it, or deleted the row): the spec writer
+ * deletes it from the specs file, so that the large delete is off the loop too. Any thread. */
 void pl_coord_intake_drop_spec(pl_coord_intake_t *in, uint32_t id);
 /* The loop's count of unfinished jobs, published every turn: a SUBMIT that would overfill the
  * queue (coordinator.max_queued_jobs) is refused before its spec is validated or stored. */

@@ -78,36 +78,54 @@ void pl_coord_specs_close(pl_coord_specs_t **sp_p)
     *sp_p = NULL;
 }
 
-static pl_status_t s_step(pl_coord_specs_t *sp, const char *sql, int64_t id, const char *spec,
-                          const char *what)
+static pl_status_t s_step(pl_coord_specs_t *sp, sqlite3_stmt *q, const pl_coord_spec_op_t *op)
 {
-    sqlite3_stmt *q;
-    if (sqlite3_prepare_v2(sp->db, sql, -1, &q, NULL) != SQLITE_OK)
-        return pl_error(PL_ERR_IO, "specs db %s: %s: %s", sp->path, what, sqlite3_errmsg(sp->db));
-    sqlite3_bind_int64(q, 1, id);
-    if (spec)
-        sqlite3_bind_text(q, 2, spec, -1, SQLITE_STATIC);
-    int rc = sqlite3_step(q);
-    sqlite3_finalize(q);
-    if (rc != SQLITE_DONE)
+    const char *what = op->spec ? "write spec" : "drop spec";
+    sqlite3_reset(q);
+    sqlite3_clear_bindings(q);
+    sqlite3_bind_int64(q, 1, op->id);
+    if (op->spec)
+        sqlite3_bind_text(q, 2, op->spec, -1, SQLITE_STATIC);
+    if (sqlite3_step(q) != SQLITE_DONE)
         return pl_error(PL_ERR_IO, "specs db %s: %s of job %lld: %s", sp->path, what,
-                        (long long)id, sqlite3_errmsg(sp->db));
+                        (long long)op->id, sqlite3_errmsg(sp->db));
     return PL_OK;
+}
+
+pl_status_t pl_coord_specs_write(pl_coord_specs_t *sp, const pl_coord_spec_op_t *ops, int n)
+{
+    sqlite3_stmt *put = NULL, *drop = NULL;
+    size_t bytes = 0;
+    double t0 = pl_now();
+    pl_status_t st = n > 1 ? s_exec(sp, "BEGIN IMMEDIATE") : PL_OK;
+    if (!st && (sqlite3_prepare_v2(sp->db, "INSERT OR REPLACE INTO specs(id, spec) VALUES(?, ?)",
+                                   -1, &put, NULL) != SQLITE_OK ||
+                sqlite3_prepare_v2(sp->db, "DELETE FROM specs WHERE id = ?", -1, &drop, NULL) !=
+                    SQLITE_OK))
+        st = pl_error(PL_ERR_IO, "specs db %s: %s", sp->path, sqlite3_errmsg(sp->db));
+    for (int i = 0; !st && i < n; i++) {
+        st = s_step(sp, ops[i].spec ? put : drop, &ops[i]);
+        bytes += ops[i].spec ? strlen(ops[i].spec) : 0;
+    }
+    sqlite3_finalize(put);
+    sqlite3_finalize(drop);
+    if (n > 1 && !st)
+        st = s_exec(sp, "COMMIT");
+    if (n > 1 && st && !sqlite3_get_autocommit(sp->db))
+        sqlite3_exec(sp->db, "ROLLBACK", NULL, NULL, NULL); /* the error is already st's */
+    double ms = (pl_now() - t0) * 1e3;
+    if (ms >= 100) /* clients wait on it (the spec writer's), nodes do not */
+        pl_log_info_limited("specs db %s: %d change(s), %zu bytes of specs, took %.0f ms",
+                            sp->path, n, bytes, ms);
+    return st;
 }
 
 pl_status_t pl_coord_specs_put(pl_coord_specs_t *sp, int64_t id, const char *spec)
 {
-    double t0 = pl_now();
-    pl_status_t st = s_step(sp, "INSERT OR REPLACE INTO specs(id, spec) VALUES(?, ?)", id, spec,
-                            "write spec");
-    double ms = (pl_now() - t0) * 1e3;
-    if (ms >= 100) /* clients wait on it (the intake's), nodes do not */
-        pl_log_info_limited("specs db %s: job %lld's spec (%zu bytes) took %.0f ms", sp->path,
-                            (long long)id, strlen(spec), ms);
-    return st;
+    return pl_coord_specs_write(sp, &(pl_coord_spec_op_t){.id = id, .spec = spec}, 1);
 }
 
 pl_status_t pl_coord_specs_drop(pl_coord_specs_t *sp, int64_t id)
 {
-    return s_step(sp, "DELETE FROM specs WHERE id = ?", id, NULL, "drop spec");
+    return pl_coord_specs_write(sp, &(pl_coord_spec_op_t){.id = id}, 1);
 }

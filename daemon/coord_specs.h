@@ -16,6 +16,15 @@ pl_status_t pl_coord_specs_path(const char *state_db, char *out, size_t len);
 /* Open (creating when missing, 0600) the specs file at path. */
 pl_status_t pl_coord_specs_open(const char *path, pl_coord_specs_t **sp_p);
 void pl_coord_specs_close(pl_coord_specs_t **sp_p);
+/* One change to the specs file: job id's spec stored (spec non-NULL) or deleted (spec NULL). */
+typedef struct {
+    int64_t id;
+    const char *spec;
+} pl_coord_spec_op_t;
+
+/* n changes in one transaction, durably: one sync of the file for all of them; on a failure
+ * none of them is stored. */
+pl_status_t pl_coord_specs_write(pl_coord_specs_t *sp, const pl_coord_spec_op_t *ops, int n);
 /* A SUBMIT's spec under its job id, durably (its own transaction), before the job row exists. */
 pl_status_t pl_coord_specs_put(pl_coord_specs_t *sp, int64_t id, const char *spec);
 /* A spec whose job has no row (refused, forgotten, or never taken by the loop). */

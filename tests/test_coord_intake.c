@@ -338,3 +338,90 @@ Test(coord_intake, a_plan_arrives_validated, .timeout = 60)
     pl_coord_intake_done(t.in, &r);
     s_stop(&t);
 }
+
+/* While a SUBMIT's spec waits on the disk (another connection holds the specs file's write lock),
+ * another client's request reaches the loop, the submitter's later request waits behind its
+ * SUBMIT, and both come in its order once the spec is stored. A spec that cannot be stored is
+ * answered "job rejected" after the answers to the client's earlier requests, and no job
+ * reaches the loop. */
+Test(coord_intake, a_slow_spec_write_holds_only_its_own_clients_later_requests, .timeout = 60)
+{
+    static s_t t; /* the coordinator's state is large: not on the stack */
+    char type[32], body[4096], submit[1024], path[400];
+    s_start(&t, true, 256);
+    cr_assert_eq(tc_make_model(t.dir, "m", ""), 0, "pl-mkmodel failed");
+    snprintf(submit, sizeof(submit),
+             "{" TC_PROTO "\"model\": \"%s\", \"gen\": {\"prompts\": [[1]]}}", t.model);
+    cr_assert_eq(pl_coord_specs_path(t.db, path, sizeof(path)), PL_OK);
+    sqlite3 *lock;
+    cr_assert_eq(sqlite3_open(path, &lock), SQLITE_OK);
+    cr_assert_eq(sqlite3_exec(lock, "BEGIN IMMEDIATE", NULL, NULL, NULL), SQLITE_OK, "%s",
+                 sqlite3_errmsg(lock));
+    void *other = zmq_socket(t.zctx, ZMQ_DEALER);
+    int linger = 0, rcv = 10000;
+    zmq_setsockopt(other, ZMQ_LINGER, &linger, sizeof(linger));
+    zmq_setsockopt(other, ZMQ_RCVTIMEO, &rcv, sizeof(rcv));
+    cr_assert_eq(zmq_connect(other, t.ep), 0);
+    s_send(&t, "SUBMIT", submit);
+    s_send(&t, "STATUS", "{" TC_PROTO "\"job\": 1}");
+    usleep(100 * 1000);
+    cr_assert_geq(zmq_send(other, "STATUS", 6, ZMQ_SNDMORE), 0);
+    const char *st2 = "{" TC_PROTO "\"job\": 2}";
+    cr_assert_geq(zmq_send(other, st2, strlen(st2), 0), 0);
+    pl_coord_req_t r;
+    s_take(&t, &r);
+    cr_assert_eq(r.msg.type, PL_MSG_STATUS);
+    cr_assert_eq(r.msg.job_ref.job, 2,
+                 "first at the loop: STATUS of job %d (1: the submitter's overtook its SUBMIT; "
+                 "none: the other client's waited behind the spec's write)",
+                 (int)r.msg.job_ref.job);
+    pl_coord_reply(&t.c, &r.from, json_pack("{s:i}", "answer", 2));
+    pl_coord_intake_done(t.in, &r);
+    cr_assert_not(pl_coord_intake_take(t.in, &r), "the submitter's STATUS overtook its SUBMIT");
+    cr_assert_eq(sqlite3_exec(lock, "COMMIT", NULL, NULL, NULL), SQLITE_OK); /* the disk is back */
+    cr_assert_geq(zmq_recv(other, type, sizeof(type) - 1, 0), 0);
+    zmq_recv(other, body, sizeof(body) - 1, 0);
+    s_take(&t, &r);
+    cr_assert_eq(r.msg.type, PL_MSG_SUBMIT);
+    cr_assert(r.job && r.job->spec_saved && s_spec_stored(&t, r.job->id));
+    pl_coord_reply(&t.c, &r.from, json_pack("{s:s}", "answer", "submit"));
+    pl_coord_intake_done(t.in, &r);
+    s_take(&t, &r);
+    cr_assert_eq(r.msg.type, PL_MSG_STATUS);
+    cr_assert_eq(r.msg.job_ref.job, 1);
+    pl_coord_reply(&t.c, &r.from, json_pack("{s:s}", "answer", "status"));
+    pl_coord_intake_done(t.in, &r);
+    s_answer(&t, type, body, sizeof(body));
+    cr_assert(strstr(body, "submit"), "%s", body);
+    s_answer(&t, type, body, sizeof(body));
+    cr_assert(strstr(body, "status"), "%s", body);
+
+    /* the lock held past the writer's wait: the spec is not stored */
+    cr_assert_eq(sqlite3_exec(lock, "BEGIN IMMEDIATE", NULL, NULL, NULL), SQLITE_OK);
+    s_send(&t, "STATUS", "{" TC_PROTO "\"job\": 3}");
+    s_take(&t, &r); /* at the loop, not answered yet */
+    cr_assert_eq(r.msg.job_ref.job, 3);
+    s_send(&t, "SUBMIT", submit);
+    int wait = 3000; /* past the specs file's busy timeout (2 s) */
+    zmq_setsockopt(t.client, ZMQ_RCVTIMEO, &wait, sizeof(wait));
+    cr_assert_eq(zmq_recv(t.client, type, sizeof(type) - 1, 0), -1,
+                 "the failed SUBMIT's answer overtook the answer to the request before it");
+    zmq_setsockopt(t.client, ZMQ_RCVTIMEO, &rcv, sizeof(rcv));
+    cr_assert_eq(sqlite3_exec(lock, "COMMIT", NULL, NULL, NULL), SQLITE_OK);
+    pl_coord_reply(&t.c, &r.from, json_pack("{s:i}", "answer", 3));
+    pl_coord_intake_done(t.in, &r);
+    s_answer(&t, type, body, sizeof(body));
+    cr_assert(strstr(body, "\"answer\":3"), "%s", body);
+    s_answer(&t, type, body, sizeof(body));
+    cr_assert_str_eq(type, "ERROR", "%s", body);
+    cr_assert(strstr(body, "job rejected"), "%s", body);
+    cr_assert_not(pl_coord_intake_take(t.in, &r), "a job whose spec was not stored reached the loop");
+    cr_assert_not(s_spec_stored(&t, 8), "the failed spec left a row");
+    /* the client's count of requests still agrees: its next one is answered at once */
+    s_send(&t, "STATUS", "{" TC_PROTO "\"job\": ");
+    s_answer(&t, type, body, sizeof(body));
+    cr_assert(strstr(body, "not JSON"), "%s", body);
+    zmq_close(other);
+    sqlite3_close(lock);
+    s_stop(&t);
+}

@@ -2,10 +2,13 @@
  * spec stored ahead gets its job row, orphans are pruned at start, a database of the last version
  * (specs inside it) has them moved out without loss or duplicates even after a crash half-way,
  * and a job whose spec went missing is restored failed with the reason, not a crash. */
+#include "common/util.h"
 #include "daemon/coord_int.h"
+#include "daemon/coord_spec_writer.h"
 #include "daemon/coord_specs.h"
 
 #include <criterion/criterion.h>
+#include <pthread.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -213,5 +216,102 @@ Test(coord_specs, a_job_whose_spec_is_missing_is_failed_with_the_reason)
     pl_coord_store_close(&c.store);
     cr_assert_eq(s_sql_int(f.db, "SELECT count(*) FROM jobs WHERE id = 3 AND state = 'failed'"),
                  1, "the failure is saved");
+    s_files_rm(&f);
+}
+
+/* What the spec writer handed on, in its order: each item's tag and outcome. */
+typedef struct {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int n, tags[16];
+    pl_status_t st[16];
+    char why[16][256];
+} s_done_t;
+
+static void s_done(void *arg, void *tag, pl_status_t st)
+{
+    s_done_t *d = arg;
+    pthread_mutex_lock(&d->lock);
+    d->tags[d->n] = (int)(intptr_t)tag;
+    d->st[d->n] = st;
+    snprintf(d->why[d->n], sizeof(d->why[0]), "%s", st ? pl_error_msg() : "");
+    d->n++;
+    pthread_cond_broadcast(&d->cond);
+    pthread_mutex_unlock(&d->lock);
+}
+
+static void s_done_wait(s_done_t *d, int n)
+{
+    pthread_mutex_lock(&d->lock);
+    while (d->n < n)
+        pthread_cond_wait(&d->cond, &d->lock);
+    pthread_mutex_unlock(&d->lock);
+}
+
+static long s_spec_count(const s_files_t *f, int64_t id)
+{
+    char sql[96];
+    snprintf(sql, sizeof(sql), "SELECT count(*) FROM specs WHERE id = %lld", (long long)id);
+    return s_sql_int(f->specs, sql);
+}
+
+/* The spec writer hands items on in the order put, a spec only once durable; past its bounds a
+ * put is refused "busy" with nothing queued; a spec that cannot be committed (another connection
+ * holds the file's write lock past the busy timeout) fails alone, stores nothing, and those after
+ * it are stored. */
+Test(coord_specs, the_spec_writer_keeps_order_bounds_and_fails_only_what_cannot_be_stored,
+     .timeout = 60)
+{
+    s_files_t f;
+    s_files(&f);
+    pl_coord_specs_t *sp;
+    cr_assert_eq(pl_coord_specs_open(f.specs, &sp), PL_OK, "%s", pl_error_msg());
+    sqlite3 *other;
+    cr_assert_eq(sqlite3_open(f.specs, &other), SQLITE_OK);
+    cr_assert_eq(sqlite3_exec(other, "BEGIN IMMEDIATE", NULL, NULL, NULL), SQLITE_OK,
+                 "%s", sqlite3_errmsg(other));
+    static s_done_t d = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+    pl_coord_spec_writer_t *w;
+    cr_assert_eq(pl_coord_spec_writer_start(sp, 3, 1 << 20, s_done, &d, &w), PL_OK);
+    cr_assert_eq(pl_coord_spec_writer_put(w, 1, s_spec, (void *)1), PL_OK);
+    usleep(500 * 1000); /* the writer waits on the lock for it alone; the rest gather behind */
+    cr_assert_eq(pl_coord_spec_writer_put(w, 0, NULL, (void *)2), PL_OK, "a place in the order");
+    cr_assert_eq(pl_coord_spec_writer_put(w, 3, s_spec, (void *)3), PL_OK);
+    cr_assert_eq(pl_coord_spec_writer_put(w, 4, s_spec, (void *)4), PL_OK);
+    int items, specs;
+    pl_coord_spec_writer_waiting(w, &items, &specs);
+    cr_assert(items == 4 && specs == 3, "%d items, %d specs", items, specs);
+    cr_assert_eq(pl_coord_spec_writer_put(w, 5, s_spec, (void *)5), PL_ERR_BUSY);
+    cr_assert(strstr(pl_error_msg(), "busy") && strstr(pl_error_msg(), "3 job specs"), "%s",
+              pl_error_msg());
+    s_done_wait(&d, 1); /* the first commit gave up on the lock */
+    cr_assert_eq(sqlite3_exec(other, "COMMIT", NULL, NULL, NULL), SQLITE_OK);
+    s_done_wait(&d, 4);
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(d.tags[i], i + 1, "handed on out of order: %d at %d", d.tags[i], i);
+    cr_assert_neq(d.st[0], PL_OK, "a spec not committed was handed on as stored");
+    cr_assert(strstr(d.why[0], "locked") || strstr(d.why[0], "busy"), "%s", d.why[0]);
+    cr_assert_eq(s_spec_count(&f, 1), 0, "the failed spec left a row");
+    for (int i = 1; i < 4; i++)
+        cr_assert_eq(d.st[i], PL_OK, "item %d: %s", i + 1, d.why[i]);
+    cr_assert(s_spec_count(&f, 3) == 1 && s_spec_count(&f, 4) == 1);
+    for (double end = pl_now() + 10; (items || specs) && pl_now() < end; usleep(1000))
+        pl_coord_spec_writer_waiting(w, &items, &specs);
+    cr_assert(!items && !specs, "%d items, %d specs still counted", items, specs);
+    /* a spec larger than the byte bound alone is let in; a drop is done in the next batch */
+    char *big = malloc((2 << 20) + 3);
+    memset(big, ' ', 2 << 20);
+    memcpy(big + (2 << 20), "{}", 3);
+    cr_assert_eq(pl_coord_spec_writer_put(w, 6, big, (void *)6), PL_OK, "%s", pl_error_msg());
+    cr_assert_eq(pl_coord_spec_writer_drop(w, 3), PL_OK);
+    s_done_wait(&d, 5);
+    cr_assert_eq(d.st[4], PL_OK, "%s", d.why[4]);
+    pl_coord_spec_writer_stop(&w);
+    cr_assert_null(w);
+    free(big);
+    cr_assert_eq(s_spec_count(&f, 6), 1);
+    cr_assert_eq(s_spec_count(&f, 3), 0, "dropped before the stop");
+    sqlite3_close(other);
+    pl_coord_specs_close(&sp);
     s_files_rm(&f);
 }

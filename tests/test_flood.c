@@ -339,10 +339,10 @@ static void s_disk_line(const tc_cluster_t *c)
     char *out = NULL;
     tc_sh(&out, "grep -oE '(writing [a-z ]*|committing [0-9]* write.s.) took [0-9]* ms' %s/pipecoord.log | awk '{n++; if ($(NF-1) > m) "
                 "m = $(NF-1)} END {printf \"%%d, max %%d ms\", n, m}'; echo -n '; '; "
-                "grep -o 'spec ([0-9]* bytes) took [0-9]* ms' %s/pipecoord.log | awk '{n++; if ($(NF-1) > m) "
+                "grep -o 'bytes of specs, took [0-9]* ms' %s/pipecoord.log | awk '{n++; if ($(NF-1) > m) "
                 "m = $(NF-1)} END {printf \"%%d, max %%d ms\", n, m}'",
           c->dir, c->dir);
-    fprintf(stderr, "flood: slow writes (>= 100 ms): the loop's state db %s spec writes (the intake's)\n",
+    fprintf(stderr, "flood: slow writes (>= 100 ms): the loop's state db %s spec writes (the spec writer's)\n",
             out);
     free(out);
 }
