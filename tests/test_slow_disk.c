@@ -8,6 +8,7 @@
  * "accepted" is durable when it arrives: the coordinator killed (-9) the moment a job's "queued"
  * arrives (its row queued behind another commit), then restarted, still has the job. */
 #include "cluster_util.h"
+#include "job_util.h"
 #include "common/util.h"
 #include "transport/sock.h"
 

@@ -3,6 +3,7 @@
  * while it commits, the submitter hears its answers in the order it asked, and a kill -9 during
  * the commit loses no accepted job and leaves no half job. Real processes on loopback. */
 #include "cluster_util.h"
+#include "job_util.h"
 #include "common/util.h"
 #include "transport/msg.h"
 
