@@ -485,7 +485,13 @@ pl_status_t pl_coord_serve(const pl_cfg_cluster_t *cfg, const char *state_db, bo
     if (c.shutdown) /* let the SHUTDOWN replies leave before the socket closes */
         usleep(200 * 1000);
 out:
-    /* every queued write committed, then what waited for it sent, before the intake stops */
+    /* every queued write committed, then what waited for it sent, before the intake stops; the
+     * failures so far handled first (a held "queued" of a job not saved becomes its refusal,
+     * a lost row is written again whole), then what that queued is committed by the stop */
+    if (c.writer) {
+        pl_coord_writer_wait(c.writer);
+        pl_coord_saved(&c);
+    }
     pl_coord_writer_stop(&c.writer);
     c.committed = UINT64_MAX;
     pl_coord_hold_release(&c);

@@ -245,15 +245,20 @@ static void s_client_unstage(pl_coord_intake_t *in, s_out_t *o)
  * table of clients with requests there), and for a SUBMIT in the job queue. */
 static bool s_room(pl_coord_intake_t *in, const pl_tx_peer_t *from, bool submit)
 {
-    pthread_mutex_lock(&in->lock);
-    int n = in->n_reqs, queued = atomic_load(&in->unfinished) + in->n_submits;
-    pthread_mutex_unlock(&in->lock);
-    if (in->writer) { /* counted before the loop's: an item leaves the writer for the loop */
+    int n = 0, queued = 0;
+    /* the writer's first, then the loop's: an item leaves the writer for the loop's ring before
+     * the writer's count falls, so one moving in between is counted twice, never missed (read
+     * the other way round, a full ring could take one more) */
+    if (in->writer) {
         int items, specs;
         pl_coord_spec_writer_waiting(in->writer, &items, &specs);
         n += items;
         queued += specs;
     }
+    pthread_mutex_lock(&in->lock);
+    n += in->n_reqs;
+    queued += atomic_load(&in->unfinished) + in->n_submits;
+    pthread_mutex_unlock(&in->lock);
     if (n < PL_COORD_INTAKE_MAX && in->n_clients == S_CLIENTS && s_client_find(in, from) < 0)
         n = PL_COORD_INTAKE_MAX; /* as many clients wait on the loop as it has requests, twice */
     if (n >= PL_COORD_INTAKE_MAX) {
