@@ -76,7 +76,8 @@ static void s_room(pl_coord_t *c)
         return;
     c->held_waits++;
     pl_log_warn_limited("%d answers wait for the state db's commits: the loop waits for the "
-                        "disk (%ld time(s) so far)", c->n_held, c->held_waits);
+                        "disk (%ld time(s) so far)",
+                        c->n_held, c->held_waits);
     while (c->committed < pl_coord_writer_queued(c->writer)) {
         pl_coord_saved(c); /* collects, releases */
         if (c->committed < pl_coord_writer_queued(c->writer))
@@ -100,14 +101,16 @@ bool pl_coord_hold_answer(pl_coord_t *c, const pl_tx_peer_t *to, const pl_msg_t 
     s_held_t *h = calloc(1, sizeof(*h));
     if (!h || pl_msg_encode(m, &enc) || !(body = json_deep_copy(enc))) {
         pl_log_warn_limited("reply to '%.*s': %s", (int)to->len, to->id,
-                            h && enc ? "out of memory" : h ? pl_error_msg() : "out of memory");
+                            h && enc ? "out of memory"
+                            : h      ? pl_error_msg()
+                                     : "out of memory");
         json_decref(enc);
         free(h);
         return true;
     }
     json_decref(enc);
-    *h = (s_held_t){.kind = S_ANSWER, .to = *to, .type = m->type, .body = body,
-                    .fail_job = c->hold_job};
+    *h = (s_held_t){
+        .kind = S_ANSWER, .to = *to, .type = m->type, .body = body, .fail_job = c->hold_job};
     if (c->cur_tail)
         c->cur_tail->next = h;
     else
@@ -122,7 +125,7 @@ void pl_coord_hold_end(pl_coord_t *c, const pl_tx_peer_t *from)
     s_collecting = false;
     c->cur = c->cur_tail = NULL;
     uint64_t q = c->writer ? pl_coord_writer_queued(c->writer) : 0;
-    uint64_t tag = q > c->req_seq0 ? q : 0; /* what it wrote must be on disk first */
+    uint64_t tag = q > c->req_seq0 ? q : 0;     /* what it wrote must be on disk first */
     for (s_held_t *h = c->held; h; h = h->next) /* and what its client was told before */
         if (h->kind != S_NODE && s_same(&h->to, from) && h->tag > tag)
             tag = h->tag;
@@ -168,7 +171,9 @@ bool pl_coord_hold_node(pl_coord_t *c, int node, const pl_msg_t *m)
     s_held_t *h = calloc(1, sizeof(*h));
     if (!h || pl_msg_encode(m, &enc) || !(body = json_deep_copy(enc))) {
         pl_log_warn("node %s: cannot send %s: %s", name, pl_msg_name(m->type),
-                    h && enc ? "out of memory" : h ? pl_error_msg() : "out of memory");
+                    h && enc ? "out of memory"
+                    : h      ? pl_error_msg()
+                             : "out of memory");
         json_decref(enc);
         free(h);
         return true;

@@ -57,8 +57,10 @@ static void s_commit(pl_coord_spec_writer_t *w, s_item_t *batch, int n, bool wri
     for (s_item_t *it = batch; it; it = it->next, k++) {
         st[k] = PL_OK;
         if (it->spec && !write_specs)
-            st[k] = s_fail(it, pl_error(PL_ERR_IO, "the coordinator stopped before job %lld's "
-                                                   "spec was stored", (long long)it->id));
+            st[k] = s_fail(it, pl_error(PL_ERR_IO,
+                                        "the coordinator stopped before job %lld's "
+                                        "spec was stored",
+                                        (long long)it->id));
         else if ((it->spec || it->drop) && ops)
             ops[n_ops++] = (pl_coord_spec_op_t){.id = it->id, .spec = it->spec};
     }
@@ -69,8 +71,8 @@ static void s_commit(pl_coord_spec_writer_t *w, s_item_t *batch, int n, bool wri
         if (st[k] || !(it->spec || it->drop))
             continue;
         if (alone)
-            one = pl_coord_specs_write(w->sp, &(pl_coord_spec_op_t){.id = it->id,
-                                                                   .spec = it->spec}, 1);
+            one = pl_coord_specs_write(w->sp, &(pl_coord_spec_op_t){.id = it->id, .spec = it->spec},
+                                       1);
         if (one && (alone || n_ops == 1))
             st[k] = s_fail(it, one);
         if (st[k] && it->drop)
@@ -127,6 +129,9 @@ static void *s_main(void *arg)
             n++;
         pl_status_t *st = calloc((size_t)n, sizeof(*st));
         if (!st) { /* nothing stored: every item is handed on, a spec as failed, one at a time */
+            pl_log_error("specs file: out of memory: %d waiting writes not done (a spec's client "
+                         "is told; a dropped spec is removed at the next start)",
+                         n);
             for (s_item_t *it = batch, *next; it; it = next) {
                 next = it->next;
                 it->next = NULL;
@@ -149,8 +154,8 @@ pl_status_t pl_coord_spec_writer_start(pl_coord_specs_t *sp, int max_specs, size
     pl_coord_spec_writer_t *w = calloc(1, sizeof(*w));
     if (!w)
         return pl_error(PL_ERR_NOMEM, "spec writer: out of memory");
-    *w = (pl_coord_spec_writer_t){.sp = sp, .max_specs = max_specs, .max_bytes = max_bytes,
-                                  .done = done, .arg = arg};
+    *w = (pl_coord_spec_writer_t){
+        .sp = sp, .max_specs = max_specs, .max_bytes = max_bytes, .done = done, .arg = arg};
     pthread_mutex_init(&w->lock, NULL);
     pthread_cond_init(&w->cond, NULL);
     sigset_t all, old; /* signals go to the loop's thread */

@@ -39,16 +39,16 @@ struct pl_coord_writer {
     pl_coord_store_t *store; /* the thread's */
     pthread_t thread;
     bool started;
-    int done_fd;            /* eventfd: a batch is done (the loop polls it) */
-    pthread_mutex_t lock;   /* guards what follows */
-    pthread_cond_t wake;    /* the thread: writes wait, or stop */
-    pthread_cond_t room;    /* the loop: room in the queue */
-    s_op_t *head, *tail;    /* queued */
+    int done_fd;          /* eventfd: a batch is done (the loop polls it) */
+    pthread_mutex_t lock; /* guards what follows */
+    pthread_cond_t wake;  /* the thread: writes wait, or stop */
+    pthread_cond_t room;  /* the loop: room in the queue */
+    s_op_t *head, *tail;  /* queued */
     int n_ops;
     size_t bytes;
     bool stop;
-    uint64_t queued;        /* the loop's: last seq handed out */
-    uint64_t done;          /* every write up to it is committed or failed */
+    uint64_t queued;              /* the loop's: last seq handed out */
+    uint64_t done;                /* every write up to it is committed or failed */
     s_op_t *failed, *failed_tail; /* for the loop to collect */
     long waits;
 };
@@ -77,12 +77,18 @@ static void s_op_free(s_op_t *o)
 static pl_status_t s_apply(pl_coord_store_t *s, const s_op_t *o)
 {
     switch (o->kind) {
-    case PL_COORD_W_PUT: return pl_coord_store_put(s, &o->row, o->next_job, o->next_epoch);
-    case PL_COORD_W_ADD: return pl_coord_store_add(s, &o->row, o->next_job, o->next_epoch);
-    case PL_COORD_W_DELETE: return pl_coord_store_delete(s, o->job);
-    case PL_COORD_W_PROGRESS: return pl_coord_store_progress_put(s, o->chunks, o->n_chunks);
-    case PL_COORD_W_PROGRESS_DELETE: return pl_coord_store_progress_delete(s, o->job);
-    case PL_COORD_W_DRAIN: return pl_coord_store_drain(s, o->node, o->drained);
+    case PL_COORD_W_PUT:
+        return pl_coord_store_put(s, &o->row, o->next_job, o->next_epoch);
+    case PL_COORD_W_ADD:
+        return pl_coord_store_add(s, &o->row, o->next_job, o->next_epoch);
+    case PL_COORD_W_DELETE:
+        return pl_coord_store_delete(s, o->job);
+    case PL_COORD_W_PROGRESS:
+        return pl_coord_store_progress_put(s, o->chunks, o->n_chunks);
+    case PL_COORD_W_PROGRESS_DELETE:
+        return pl_coord_store_progress_delete(s, o->job);
+    case PL_COORD_W_DRAIN:
+        return pl_coord_store_drain(s, o->node, o->drained);
     }
     return PL_ERR_INVALID;
 }
@@ -373,7 +379,10 @@ uint64_t pl_coord_writer_collect(pl_coord_writer_t *w,
     pthread_mutex_unlock(&w->lock);
     for (s_op_t *o = failed, *next; o; o = next) {
         next = o->next;
-        pl_coord_wfail_t f = {.seq = o->seq, .kind = o->kind, .job = o->job, .code = o->code,
+        pl_coord_wfail_t f = {.seq = o->seq,
+                              .kind = o->kind,
+                              .job = o->job,
+                              .code = o->code,
                               .why = o->why ? o->why : "out of memory"};
         fn(user, &f);
         s_op_free(o);

@@ -21,8 +21,8 @@
 typedef struct pl_coord_writer pl_coord_writer_t;
 
 typedef enum {
-    PL_COORD_W_PUT,   /* a job row (pl_coord_store_put) */
-    PL_COORD_W_ADD,   /* a new job's row beside its stored spec (pl_coord_store_add) */
+    PL_COORD_W_PUT, /* a job row (pl_coord_store_put) */
+    PL_COORD_W_ADD, /* a new job's row beside its stored spec (pl_coord_store_add) */
     PL_COORD_W_DELETE,
     PL_COORD_W_PROGRESS,
     PL_COORD_W_PROGRESS_DELETE,
@@ -58,8 +58,8 @@ uint64_t pl_coord_writer_drain(pl_coord_writer_t *w, const char *node, bool drai
 uint64_t pl_coord_writer_queued(const pl_coord_writer_t *w);
 /* Up to which sequence number every write is done (committed, or failed: each failure through
  * fn first, in order). */
-uint64_t pl_coord_writer_collect(pl_coord_writer_t *w, void (*fn)(void *user,
-                                 const pl_coord_wfail_t *f), void *user);
+uint64_t pl_coord_writer_collect(pl_coord_writer_t *w,
+                                 void (*fn)(void *user, const pl_coord_wfail_t *f), void *user);
 /* Wait until every write queued so far is done (the held answers' bound, coord_hold.c). */
 void pl_coord_writer_wait(pl_coord_writer_t *w);
 /* Times the loop waited for room in the queue. */

@@ -68,8 +68,8 @@ Test(coord_writer, queued_writes_land_in_order_and_a_failure_is_reported_alone)
     cr_assert_gt(pl_coord_writer_row(w, PL_COORD_W_PUT, &r, 2, 1), 0);
     const char *states[] = {"loading", "running", "running"};
     for (int k = 0; k < 3; k++) {
-        pl_coord_row_t u = {.id = 1, .state = states[k], .n_seqs = 1, .generated = 10 + k,
-                            .epoch = 1};
+        pl_coord_row_t u = {
+            .id = 1, .state = states[k], .n_seqs = 1, .generated = 10 + k, .epoch = 1};
         cr_assert_gt(pl_coord_writer_row(w, PL_COORD_W_PUT, &u, 2, 2), 0);
     }
     /* a state update of a row that is not there fails (PL_ERR_NOT_FOUND), in the same batches */

@@ -95,8 +95,7 @@ Test(sched_attn, each_chunk_takes_its_share_of_the_attention)
     pl_plan_t *p = s_plan(10, 256, 2, &in, d);
     cr_assert_eq(p->prefill_chunk, 256);
     double tc = S_P * 4 * S_F / 4 / 100e9 + s_attn_flops(4) / 4 / 10e9 + 4 * S_W / 4e9;
-    cr_expect(s_near(p->stages[1].t_prefill_call, tc), "%g vs %g", p->stages[1].t_prefill_call,
-              tc);
+    cr_expect(s_near(p->stages[1].t_prefill_call, tc), "%g vs %g", p->stages[1].t_prefill_call, tc);
     /* 4 messages through 2 stages: 5 message times */
     cr_expect(fabs(p->prefill_time - 5 * tc) < 1e-9, "%g vs %g", p->prefill_time, 5 * tc);
     pl_sched_terms_t t;
@@ -118,8 +117,7 @@ Test(sched_attn, each_chunk_takes_its_share_of_the_attention)
     p = s_plan(10, 16, 2, &in, d);
     double rows = S_P * 4 * S_F / 64 / 50e9 + s_attn_flops(4) / 64 / 10e9;
     tc = fmax(rows, 4 * S_W / 20e9) + PL_SCHED_ROW_OVERLAP * fmin(rows, 4 * S_W / 20e9);
-    cr_expect(s_near(p->stages[0].t_prefill_call, tc), "%g vs %g", p->stages[0].t_prefill_call,
-              tc);
+    cr_expect(s_near(p->stages[0].t_prefill_call, tc), "%g vs %g", p->stages[0].t_prefill_call, tc);
     pl_plan_destroy(&p);
 }
 

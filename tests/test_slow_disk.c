@@ -8,8 +8,8 @@
  * "accepted" is durable when it arrives: the coordinator killed (-9) the moment a job's "queued"
  * arrives (its row queued behind another commit), then restarted, still has the job. */
 #include "cluster_util.h"
-#include "job_util.h"
 #include "common/util.h"
+#include "job_util.h"
 #include "transport/sock.h"
 
 #include <criterion/criterion.h>
@@ -74,9 +74,14 @@ static pl_tx_sock_t *s_probe(pl_tx_ctx_t *ctx, const char *ep)
     tc_hello(&m, "probe");
     m.hello.pid = (int)getpid();
     m.hello.n_devices = 1;
-    m.hello.devices[0] = (pl_msg_device_t){.id = "cpu:0", .backend = "cpu", .name = "probe",
-                                           .isa = "scalar", .cores = 1, .mem_bytes = 1ULL << 30,
-                                           .gflops = 1, .mem_gbps = 1};
+    m.hello.devices[0] = (pl_msg_device_t){.id = "cpu:0",
+                                           .backend = "cpu",
+                                           .name = "probe",
+                                           .isa = "scalar",
+                                           .cores = 1,
+                                           .mem_bytes = 1ULL << 30,
+                                           .gflops = 1,
+                                           .mem_gbps = 1};
     cr_assert_eq(pl_tx_send(probe, NULL, &m), PL_OK);
     cr_assert_eq(pl_tx_recv(probe, 20000, NULL, NULL, &in), PL_OK, "%s", pl_error_msg());
     cr_assert_eq(in.type, PL_MSG_WELCOME, "%s", pl_msg_name(in.type));
@@ -163,8 +168,8 @@ Test(slow_disk, the_loop_answers_while_commits_crawl_and_accepted_is_durable, .t
     cr_assert_eq(pthread_create(&beat, NULL, s_beats, &p), 0);
 
     void *zctx = zmq_ctx_new();
-    void *a = tc_dealer_local(zctx, NULL, "admin", c.ep), *b = tc_dealer_local(zctx, NULL,
-                                                                                "admin", c.ep);
+    void *a = tc_dealer_local(zctx, NULL, "admin", c.ep),
+         *b = tc_dealer_local(zctx, NULL, "admin", c.ep);
     int rcv = 30000;
     zmq_setsockopt(a, ZMQ_RCVTIMEO, &rcv, sizeof(rcv));
     zmq_setsockopt(b, ZMQ_RCVTIMEO, &rcv, sizeof(rcv));
@@ -195,8 +200,8 @@ Test(slow_disk, the_loop_answers_while_commits_crawl_and_accepted_is_durable, .t
             at[slot] = pl_now();
         }
     }
-    cr_assert(na == 4 && nb == 1, "answers: %d of 4 to the first client, %d of 1 to the other",
-              na, nb);
+    cr_assert(na == 4 && nb == 1, "answers: %d of 4 to the first client, %d of 1 to the other", na,
+              nb);
     double t_first = at[0], t_other = at[4];
     cr_assert_str_eq(types[4], "REPLY", "the other client's JOBS: %s", bodies[4]);
     /* the first client: its answers in the order it asked */
@@ -216,9 +221,10 @@ Test(slow_disk, the_loop_answers_while_commits_crawl_and_accepted_is_durable, .t
     int during = 0, n = atomic_load(&p.n);
     for (int i = 0; i < n; i++)
         during += p.answered_at[i] > t_sent + 0.3 && p.answered_at[i] < t_first;
-    fprintf(stderr, "slow_disk: fsync %s ms; first \"queued\" after %.0f ms, the last answer after "
-                    "%.0f ms, the other client's JOBS %.0f ms after it asked; %d heartbeats "
-                    "answered before the first \"queued\"\n",
+    fprintf(stderr,
+            "slow_disk: fsync %s ms; first \"queued\" after %.0f ms, the last answer after "
+            "%.0f ms, the other client's JOBS %.0f ms after it asked; %d heartbeats "
+            "answered before the first \"queued\"\n",
             S_FSYNC_MS, (t_first - t_sent) * 1e3, (at[3] - t_sent) * 1e3,
             (t_other - t_sent - 0.2) * 1e3, during);
     atomic_store(&p.stop, true);

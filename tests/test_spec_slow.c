@@ -3,15 +3,15 @@
  * while it commits, the submitter hears its answers in the order it asked, and a kill -9 during
  * the commit loses no accepted job and leaves no half job. Real processes on loopback. */
 #include "cluster_util.h"
-#include "job_util.h"
 #include "common/util.h"
+#include "job_util.h"
 #include "transport/msg.h"
 
 #include <criterion/criterion.h>
 #include <poll.h>
 #include <pthread.h>
-#include <stdatomic.h>
 #include <sqlite3.h>
+#include <stdatomic.h>
 #include <zmq.h>
 
 #define S_SLOW_MS 1000 /* each sync of the specs file */
@@ -153,8 +153,9 @@ Test(spec_slow, small_requests_pass_a_slow_spec_commit_and_a_kill_during_it_lose
     s_answer(a, type, body, sizeof(body)); /* its STATUS, after its SUBMIT's answer */
     cr_assert_str_eq(type, "REPLY", "%s", body);
     cr_assert(strstr(body, "queued") || strstr(body, "state"), "not a status: %s", body);
-    fprintf(stderr, "spec_slow: each sync of the specs file %d ms: NODES of another client answered "
-                    "in %.1f ms, the SUBMIT's accepted after %.0f ms\n",
+    fprintf(stderr,
+            "spec_slow: each sync of the specs file %d ms: NODES of another client answered "
+            "in %.1f ms, the SUBMIT's accepted after %.0f ms\n",
             S_SLOW_MS, (t_b - t_ask) * 1e3, (t_a - t0) * 1e3);
 
     /* a kill -9 while a third spec commits: no answer was given, and none is lost */
@@ -211,7 +212,8 @@ static void *s_big(void *arg)
     char type[32], buf[4096];
     size_t len = strlen(f->body);
     while (!atomic_load(&f->stop)) {
-        if (zmq_send(f->sock, "SUBMIT", 6, ZMQ_SNDMORE) < 0 || zmq_send(f->sock, f->body, len, 0) < 0)
+        if (zmq_send(f->sock, "SUBMIT", 6, ZMQ_SNDMORE) < 0 ||
+            zmq_send(f->sock, f->body, len, 0) < 0)
             break;
         f->sent++;
         if (!tc_recv_answer(f->sock, type, buf, sizeof(buf)) || strcmp(type, "REPLY") != 0)
@@ -259,8 +261,9 @@ static void s_window(void *sock, const char *what, double secs, bool bad)
     qsort(ms, (size_t)n, sizeof(ms[0]), s_cmp);
     double load[3] = {0};
     getloadavg(load, 3);
-    fprintf(stderr, "spec_slow: %-12s %4d small requests  answer p50 %8.3f ms  p99 %8.3f ms  "
-                    "max %8.3f ms  (load average %.2f %.2f %.2f)\n",
+    fprintf(stderr,
+            "spec_slow: %-12s %4d small requests  answer p50 %8.3f ms  p99 %8.3f ms  "
+            "max %8.3f ms  (load average %.2f %.2f %.2f)\n",
             what, n, ms[n / 2], ms[(n * 99) / 100 < n ? (n * 99) / 100 : n - 1], ms[n - 1], load[0],
             load[1], load[2]);
 }
@@ -283,7 +286,8 @@ Test(spec_slow, small_request_answer_times_while_large_submits_stream, .timeout 
     size_t cap = (size_t)1200 * 1000 * 6 + 4096, len = 0;
     f.body = malloc(cap);
     cr_assert_not_null(f.body);
-    len += (size_t)snprintf(f.body, cap, "{" TC_PROTO "\"model\": \"%s/m\", \"nodes\": "
+    len += (size_t)snprintf(f.body, cap,
+                            "{" TC_PROTO "\"model\": \"%s/m\", \"nodes\": "
                             "[\"elsewhere\"], \"gen\": {\"max_new_tokens\": 1, \"prompts\": [",
                             s_c.dir);
     for (int p = 0; p < 1200; p++) {
@@ -291,7 +295,8 @@ Test(spec_slow, small_request_answer_times_while_large_submits_stream, .timeout 
         if (p)
             f.body[len++] = '[';
         for (int t = 0; t < 1000; t++)
-            len += (size_t)snprintf(f.body + len, cap - len, t ? ",%d" : "%d", 100 + (p * 7 + t) % 150);
+            len += (size_t)snprintf(f.body + len, cap - len, t ? ",%d" : "%d",
+                                    100 + (p * 7 + t) % 150);
         f.body[len++] = ']';
     }
     snprintf(f.body + len, cap - len, "]}}");
@@ -305,8 +310,7 @@ Test(spec_slow, small_request_answer_times_while_large_submits_stream, .timeout 
     atomic_store(&f.stop, true);
     pthread_join(th, NULL);
     fprintf(stderr, "spec_slow: large submitter: %ld SUBMITs of %.1f MiB, %ld accepted; sync %s\n",
-            f.sent, (double)strlen(f.body) / (1 << 20), f.accepted,
-            slow ? slow : "real disk");
+            f.sent, (double)strlen(f.body) / (1 << 20), f.accepted, slow ? slow : "real disk");
     free(f.body);
     zmq_close(f.sock);
     zmq_close(b);
