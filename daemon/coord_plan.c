@@ -586,6 +586,10 @@ static void s_learn_rates(pl_coord_t *c, const pl_coord_job_t *j, int s)
     }
     pl_coord_dev_t *d = &c->nodes[cs->node].dev[cs->dev];
     double rate[3] = {cs->used_gflops, cs->used_gbps, cs->used_dec_gflops};
+    /* per rate: the correction the job taught (k) and what its share was taken out by (own),
+     * so that rate = used * k / own; attention's lesson below takes the share out whole and
+     * only a part of the correction */
+    double kk[3] = {1.0, 1.0, 1.0}, own[3] = {1.0, 1.0, 1.0};
     bool flag = false;
     for (int r = 0; r < 3; r++) {
         if (meas[r] < S_LEARN_MIN_S || pred[r] <= 0)
@@ -599,7 +603,9 @@ static void s_learn_rates(pl_coord_t *c, const pl_coord_job_t *j, int s)
         /* the plan charged the device its share of CPUs shared with other stages: the lesson is
          * about the device itself, and never more than it computed while it ran (CPU time) */
         double share = cs->share > 0 ? cs->share : 1.0;
-        rate[r] = liar ? rate[r] * k : PL_MIN(rate[r] * k / share, rate[r] * k / cpu);
+        kk[r] = k;
+        own[r] = liar ? 1.0 : PL_MAX(share, cpu);
+        rate[r] = rate[r] * k / own[r];
     }
     if (cs->share > 0 && cpu > cs->share * 1.25) /* the share charged was not what it had */
         pl_log_info("%s %s: job %u charged it %.2f of its CPUs, it computed %.2f of the time: "
@@ -607,8 +613,10 @@ static void s_learn_rates(pl_coord_t *c, const pl_coord_job_t *j, int s)
                     c->nodes[cs->node].name, d->id, j->id, cs->share, cpu);
     if (cs->share > 0 && cs->share < 1) /* a resource not measured keeps the device's own rate */
         for (int r = 0; r < 3; r++)
-            if (meas[r] < S_LEARN_MIN_S || pred[r] <= 0)
+            if (meas[r] < S_LEARN_MIN_S || pred[r] <= 0) {
                 rate[r] /= cs->share;
+                own[r] = cs->share;
+            }
     if (flag) {
         pl_log_warn("%s %s: claims %.3g GFLOP/s, %.3g GB/s but its stage of job %u measured "
                     "%.3g GFLOP/s, %.3g GB/s: flagged, planning with the measured rates",
@@ -627,10 +635,14 @@ static void s_learn_rates(pl_coord_t *c, const pl_coord_job_t *j, int s)
     /* the passes move with the GFLOP/s (see above) */
     double pass = cs->used_gflops > 0 ? cs->used_pass_gbps * rate[0] / cs->used_gflops : 0.0;
     d->eff_pass_gbps = d->n_obs ? d->eff_pass_gbps + w * (pass - d->eff_pass_gbps) : pass;
-    double k_pre = t->pre_rows ? (cs->used_dec_gflops > 0 ? rate[2] / cs->used_dec_gflops : 0.0)
-                               : (cs->used_gflops > 0 ? rate[0] / cs->used_gflops : 0.0);
+    /* the prefill phase's kernel: its correction to the power of attention's share of the
+     * phase, and the share of CPUs taken out whole (the rate used was the device's times its
+     * share: a part of it left in would shrink the rate at every job on a shared core) */
+    int pk = t->pre_rows ? 2 : 0;
     double a_share = t->pre_flop_s > 0 ? PL_MIN(1.0, t->pre_attn_s / t->pre_flop_s) : 0.0;
-    double attn = k_pre > 0 ? cs->used_attn_gflops * pow(k_pre, a_share) : 0.0;
+    double attn = (t->pre_rows ? cs->used_dec_gflops : cs->used_gflops) > 0
+                      ? cs->used_attn_gflops / own[pk] * pow(kk[pk], a_share)
+                      : 0.0;
     d->eff_attn_gflops = d->n_obs ? d->eff_attn_gflops + w * (attn - d->eff_attn_gflops) : attn;
     d->n_obs++;
     pl_log_info("%s %s: effective %.2f GFLOP/s, %.2f GB/s, decode rows %.2f GFLOP/s, passes "

@@ -255,3 +255,32 @@ Test(coord_learn, the_attention_rate_moves_with_the_prefill_phase_s_kernels)
     cr_expect(fabs(d->eff_dec_gflops - 40) < 1e-9, "%g", d->eff_dec_gflops);
     cr_expect(fabs(d->eff_attn_gflops - 12.5) < 1e-9, "%g", d->eff_attn_gflops);
 }
+
+/* On a core shared by two daemons the plan charged the device half its rates: the attention
+ * rate learned is the device's own (used / share), moved only by the phase's lesson, so job
+ * after job it stays where it was rather than shrinking by a part of the share each time. */
+Test(coord_learn, a_shared_core_does_not_shrink_the_attention_rate)
+{
+    for (int job = 0; job < 4; job++) {
+        s_setup(100, 20, 1.0, 1.0); /* every time as predicted */
+        pl_coord_stage_t *st = &s_j.stages[0];
+        st->used_gflops = 50;
+        st->used_gbps = 10;
+        st->used_attn_gflops = 10; /* the device's 20, half of it charged */
+        st->share = 0.5;
+        st->terms.pre_attn_s = 0.01 * st->terms.pre_flop_s; /* a short prompt */
+        st->stats.has_overlap = true;
+        st->stats.compute_s = st->stats.prefill_compute_s + st->stats.decode_compute_s;
+        st->stats.compute_cpu_s = st->stats.compute_s / 2;
+        s_c.nodes[0].dev[0].n_obs = job;
+        if (job) { /* what the jobs before taught: the device's own rates */
+            s_c.nodes[0].dev[0].eff_gflops = 100;
+            s_c.nodes[0].dev[0].eff_mem_gbps = 20;
+            s_c.nodes[0].dev[0].eff_attn_gflops = 20;
+        }
+        pl_coord_learn(&s_c, &s_j);
+        const pl_coord_dev_t *d = &s_c.nodes[0].dev[0];
+        cr_expect(fabs(d->eff_gflops - 100) < 1e-9, "job %d: %g", job, d->eff_gflops);
+        cr_expect(fabs(d->eff_attn_gflops - 20) < 1e-9, "job %d: %g", job, d->eff_attn_gflops);
+    }
+}
