@@ -59,6 +59,23 @@ static void s_send(pl_coord_t *c, s_held_t *h)
     free(h);
 }
 
+/* A held entry with m encoded into a tree of its own (no other thread holds a reference into
+ * it), or NULL and why. */
+static s_held_t *s_held_new(const pl_msg_t *m, const char **why)
+{
+    json_t *enc = NULL;
+    s_held_t *h = calloc(1, sizeof(*h));
+    if (!h || pl_msg_encode(m, &enc) || !(h->body = json_deep_copy(enc))) {
+        *why = h && !enc ? pl_error_msg() : "out of memory";
+        json_decref(enc);
+        free(h);
+        return NULL;
+    }
+    json_decref(enc);
+    h->type = m->type;
+    return h;
+}
+
 static void s_append(pl_coord_t *c, s_held_t *h)
 {
     if (c->held_tail)
@@ -95,22 +112,17 @@ void pl_coord_hold_begin(pl_coord_t *c)
 
 bool pl_coord_hold_answer(pl_coord_t *c, const pl_tx_peer_t *to, const pl_msg_t *m)
 {
-    json_t *enc = NULL, *body = NULL;
     if (!s_collecting)
         return false;
-    s_held_t *h = calloc(1, sizeof(*h));
-    if (!h || pl_msg_encode(m, &enc) || !(body = json_deep_copy(enc))) {
-        pl_log_warn_limited("reply to '%.*s': %s", (int)to->len, to->id,
-                            h && enc ? "out of memory"
-                            : h      ? pl_error_msg()
-                                     : "out of memory");
-        json_decref(enc);
-        free(h);
+    const char *why;
+    s_held_t *h = s_held_new(m, &why);
+    if (!h) {
+        pl_log_warn_limited("reply to '%.*s': %s", (int)to->len, to->id, why);
         return true;
     }
-    json_decref(enc);
-    *h = (s_held_t){
-        .kind = S_ANSWER, .to = *to, .type = m->type, .body = body, .fail_job = c->hold_job};
+    h->kind = S_ANSWER;
+    h->to = *to;
+    h->fail_job = c->hold_job;
     if (c->cur_tail)
         c->cur_tail->next = h;
     else
@@ -154,7 +166,6 @@ void pl_coord_hold_end(pl_coord_t *c, const pl_tx_peer_t *from)
 
 bool pl_coord_hold_node(pl_coord_t *c, int node, const pl_msg_t *m)
 {
-    json_t *enc = NULL, *body = NULL;
     const char *name = c->nodes[node].name;
     pl_tx_peer_t to = {.len = strlen(name)};
     memcpy(to.id, name, to.len + 1);
@@ -168,18 +179,15 @@ bool pl_coord_hold_node(pl_coord_t *c, int node, const pl_msg_t *m)
             tag = h->tag;
     if (tag <= c->committed)
         return false; /* nothing it depends on waits for the disk: sent now */
-    s_held_t *h = calloc(1, sizeof(*h));
-    if (!h || pl_msg_encode(m, &enc) || !(body = json_deep_copy(enc))) {
-        pl_log_warn("node %s: cannot send %s: %s", name, pl_msg_name(m->type),
-                    h && enc ? "out of memory"
-                    : h      ? pl_error_msg()
-                             : "out of memory");
-        json_decref(enc);
-        free(h);
+    const char *why;
+    s_held_t *h = s_held_new(m, &why);
+    if (!h) {
+        pl_log_warn("node %s: cannot send %s: %s", name, pl_msg_name(m->type), why);
         return true;
     }
-    json_decref(enc);
-    *h = (s_held_t){.kind = S_NODE, .tag = tag, .to = to, .type = m->type, .body = body};
+    h->kind = S_NODE;
+    h->tag = tag;
+    h->to = to;
     s_append(c, h);
     return true;
 }

@@ -3,7 +3,9 @@
  * row wins, progress appended, a deletion deletes), every write is committed by stop, and a
  * write that fails inside a batch is reported alone (its code and job), while the writes batched
  * with it are committed all the same. */
+#define SCRATCH_TEMPLATE "/tmp/pl-writer-XXXXXX"
 #include "daemon/coord_writer.h"
+#include "scratch_util.h"
 
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -52,14 +54,11 @@ static void s_fail(void *user, const pl_coord_wfail_t *f)
     fs->f[fs->n++].why = NULL; /* borrowed for the call only */
 }
 
-Test(coord_writer, queued_writes_land_in_order_and_a_failure_is_reported_alone)
+Test(coord_writer, queued_writes_land_in_order_and_a_failure_is_reported_alone, .init = s_mkdir,
+     .fini = s_rmdir)
 {
-    char dir[64], path[128];
-    snprintf(dir, sizeof(dir), "/tmp/pl-writer-XXXXXX");
-    cr_assert_not_null(mkdtemp(dir));
-    snprintf(path, sizeof(path), "%s/coord.db", dir);
     pl_coord_store_t *s;
-    cr_assert_eq(pl_coord_store_open(path, &s), PL_OK, "%s", pl_error_msg());
+    cr_assert_eq(pl_coord_store_open(s_path("coord.db"), &s), PL_OK, "%s", pl_error_msg());
     pl_coord_writer_t *w;
     cr_assert_eq(pl_coord_writer_start(s, &w), PL_OK, "%s", pl_error_msg());
 
@@ -111,7 +110,4 @@ Test(coord_writer, queued_writes_land_in_order_and_a_failure_is_reported_alone)
     cr_assert_eq(pl_coord_store_counters(s, &nj, &ne), PL_OK);
     cr_assert(nj == 3 && ne == 2, "counters %u %u", nj, ne);
     pl_coord_store_close(&s);
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-    cr_assert_eq(system(cmd), 0);
 }
