@@ -183,6 +183,7 @@ Test(fail_disk, a_refused_write_is_answered_as_refused_and_undone, .timeout = 24
     cr_assert_str_eq(type, "ERROR", "a DRAIN the disk refused: %s %s", type, body);
     cr_assert(strstr(body, "cannot drain n1") && strstr(body, "n1's drained mark not saved"), "%s",
               body);
+    fprintf(stderr, "fail_disk: a refused DRAIN is answered %s\n", body);
     s_disk_fails(false);
     cr_assert(!s_draining(a), "n1 is drained, which the disk refused");
 
@@ -227,6 +228,7 @@ Test(fail_disk, a_refused_write_is_answered_as_refused_and_undone, .timeout = 24
     cr_assert(strstr(body, "is canceled, but the state db still has it") &&
                   strstr(body, "row not saved"),
               "%s", body);
+    fprintf(stderr, "fail_disk: a refused KILL is answered %s\n", body);
     /* the trim's deletion fails too (a drop not held back was sent at once) */
     int rc = 1;
     for (double end = pl_now() + 20; rc && pl_now() < end; usleep(100 * 1000))
