@@ -77,6 +77,8 @@ void pl_coord_drain_saved(pl_coord_t *c)
     int k = 0;
     while (k < c->n_drain_pend && c->drain_pend[k].seq <= c->committed)
         k++;
+    if (!k)
+        return; /* nothing committed since (or no DRAIN at all: no table) */
     memmove(c->drain_pend, c->drain_pend + k,
             (size_t)(c->n_drain_pend - k) * sizeof(*c->drain_pend));
     c->n_drain_pend -= k;

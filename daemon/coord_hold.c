@@ -41,7 +41,7 @@ typedef struct pl_coord_held {
 
 static bool s_promises(const s_held_t *h, uint64_t seq)
 {
-    for (int k = 0; k < PL_COORD_PROMISES_MAX; k++)
+    for (int k = 0; seq && k < PL_COORD_PROMISES_MAX; k++)
         if (h->promise[k] == seq)
             return true;
     return false;
@@ -141,6 +141,8 @@ void pl_coord_hold_promise(pl_coord_t *c, uint64_t seq, const char *fmt, ...)
     if (!s_collecting || !seq)
         return; /* no writer (written at once), or no client request's answer to hold */
     assert(c->n_req_promises < PL_COORD_PROMISES_MAX); /* a request promises a write or two */
+    if (c->n_req_promises == PL_COORD_PROMISES_MAX)
+        return;
     if (!c->n_req_promises) {
         va_list ap;
         va_start(ap, fmt);
@@ -256,13 +258,11 @@ void pl_coord_hold_release(pl_coord_t *c)
     }
 }
 
-int pl_coord_hold_failed(pl_coord_t *c, uint64_t seq, pl_status_t code, const char *what)
+void pl_coord_hold_failed(pl_coord_t *c, uint64_t seq, pl_status_t code, const char *what)
 {
-    int n = 0;
     for (s_held_t *h = c->held; h; h = h->next) {
         if (!s_promises(h, seq))
             continue;
-        n++;
         memset(h->promise, 0, sizeof(h->promise)); /* one refusal, the first failure's */
         if (h->kind == S_DROP) {
             pl_log_warn("job %u: its spec stays with its row: %s", h->job, what);
@@ -277,15 +277,14 @@ int pl_coord_hold_failed(pl_coord_t *c, uint64_t seq, pl_status_t code, const ch
         snprintf(m.error.message, sizeof(m.error.message), "%s: %s",
                  h->refusal ? h->refusal : "a promised write", what);
         if (pl_msg_encode(&m, &enc)) {
-            pl_log_warn("reply to '%.*s': %s (not sent: %s)", (int)h->to.len, h->to.id,
-                        m.error.message, pl_error_msg());
+            pl_log_warn("reply to '%.*s': its refusal cannot be encoded (%s): %s", (int)h->to.len,
+                        h->to.id, pl_error_msg(), m.error.message);
             continue; /* the answer stays; the log and the state say what failed */
         }
         json_decref(h->body);
         h->body = enc;
         h->type = PL_MSG_ERROR;
     }
-    return n;
 }
 
 void pl_coord_hold_moved(pl_coord_t *c, uint64_t seq, uint64_t to_seq)
@@ -308,10 +307,11 @@ void pl_coord_hold_drop_spec(pl_coord_t *c, uint32_t job, uint64_t seq)
 {
     if (!c->intake)
         return;
-    if (!seq || seq <= c->committed) { /* no writer (deleted at once), or deleted already */
+    if (!seq) { /* no writer: the row is deleted already */
         pl_coord_intake_drop_spec(c->intake, job);
         return;
     }
+    assert(seq > c->committed); /* queued just now: its outcome is not collected yet */
     s_held_t *h = calloc(1, sizeof(*h));
     if (!h) { /* kept: the next start prunes a spec whose row is gone */
         pl_log_warn("job %u: its spec stays in the specs file until the next start: out of "

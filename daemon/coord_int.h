@@ -358,8 +358,8 @@ void pl_coord_hold_release(pl_coord_t *c);
 void pl_coord_hold_promise(pl_coord_t *c, uint64_t seq, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* Write seq failed (what: "job 5's row not saved: why"): the answers that promised it become
- * their refusal, a drop that waited for it is not done. How many entries promised it. */
-int pl_coord_hold_failed(pl_coord_t *c, uint64_t seq, pl_status_t code, const char *what);
+ * their refusal, a drop that waited for it is not done. */
+void pl_coord_hold_failed(pl_coord_t *c, uint64_t seq, pl_status_t code, const char *what);
 /* Write seq is redone as to_seq (a row that went missing, written whole): its promises follow. */
 void pl_coord_hold_moved(pl_coord_t *c, uint64_t seq, uint64_t to_seq);
 /* Job id's spec dropped from the specs file once write seq (its row's deletion) is committed,
