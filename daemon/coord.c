@@ -488,14 +488,15 @@ out:
     /* every queued write committed, then what waited for it sent, before the intake stops; the
      * failures so far handled first (a held "queued" of a job not saved becomes its refusal,
      * a lost row is written again whole), then what that queued is committed by the stop */
-    if (c.writer) {
-        pl_coord_writer_wait(c.writer);
+    while (c.writer && c.committed < pl_coord_writer_queued(c.writer)) {
+        pl_coord_writer_wait(c.writer); /* handling a failure may queue a write: until none */
         pl_coord_saved(&c);
     }
     pl_coord_writer_stop(&c.writer);
     c.committed = UINT64_MAX;
     pl_coord_hold_release(&c);
     pl_coord_hold_free(&c);
+    pl_coord_drain_free(&c);
     pl_coord_intake_stop(&c.intake); /* its answers sent; it reads c, so first */
     pl_front_stop(&front); /* its threads read nothing of c, but stop them first all the same */
     pl_serve_api_destroy(&c.serve_api); /* no HTTP thread uses it now */

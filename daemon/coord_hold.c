@@ -2,12 +2,16 @@
  * (coord_writer.c): a client is told "queued" or "canceled", and a stage hears of its epoch,
  * only once the disk holds it, while heartbeats and queries that wrote nothing go at once. One
  * list in the order given; an entry goes once c->committed reaches its tag, and a client's
- * entries are tagged in non-decreasing order, so each client and the nodes hear them in order. */
+ * entries are tagged in non-decreasing order, so each client and the nodes hear them in order.
+ * An answer knows the writes it promises (pl_coord_hold_promise): when one fails, the answer
+ * becomes the refusal, in its place. A spec's drop waits here for its row's deletion. */
 #include "common/log.h"
 #include "daemon/coord_int.h"
 #include "daemon/coord_intake.h"
 #include "daemon/coord_writer.h"
 
+#include <assert.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,7 +23,7 @@
  * pass pl_coord_reply_msg too, and are never collected). */
 static _Thread_local bool s_collecting;
 
-typedef enum { S_ANSWER, S_END, S_NODE } s_kind_t;
+typedef enum { S_ANSWER, S_END, S_NODE, S_DROP } s_kind_t;
 
 typedef struct pl_coord_held {
     struct pl_coord_held *next;
@@ -27,9 +31,28 @@ typedef struct pl_coord_held {
     uint64_t tag; /* sent once c->committed >= tag */
     pl_tx_peer_t to;
     pl_msg_type_t type;
-    json_t *body;      /* a tree of its own (the intake's once handed over) */
-    uint32_t fail_job; /* an answer to this job's SUBMIT */
+    json_t *body; /* a tree of its own (the intake's once handed over) */
+    /* the writes it promises (0: none); an answer's refusal should one fail (NULL: none, or
+     * no memory for it: then "a promised write"), a drop's job (0: voided) */
+    uint64_t promise[PL_COORD_PROMISES_MAX];
+    char *refusal;
+    uint32_t job;
 } s_held_t;
+
+static bool s_promises(const s_held_t *h, uint64_t seq)
+{
+    for (int k = 0; seq && k < PL_COORD_PROMISES_MAX; k++)
+        if (h->promise[k] == seq)
+            return true;
+    return false;
+}
+
+static void s_held_free(s_held_t *h)
+{
+    json_decref(h->body);
+    free(h->refusal);
+    free(h);
+}
 
 static bool s_same(const pl_tx_peer_t *a, const pl_tx_peer_t *b)
 {
@@ -54,9 +77,12 @@ static void s_send(pl_coord_t *c, s_held_t *h)
             pl_log_warn("node %.*s: cannot send %s: %s", (int)h->to.len, h->to.id,
                         pl_msg_name(h->type), pl_error_msg());
         break;
+    case S_DROP:
+        if (h->job && c->intake)
+            pl_coord_intake_drop_spec(c->intake, h->job);
+        break;
     }
-    json_decref(h->body);
-    free(h);
+    s_held_free(h);
 }
 
 /* A held entry with m encoded into a tree of its own (no other thread holds a reference into
@@ -107,7 +133,23 @@ void pl_coord_hold_begin(pl_coord_t *c)
 {
     s_collecting = true;
     c->req_seq0 = c->writer ? pl_coord_writer_queued(c->writer) : 0;
-    c->hold_job = 0;
+    c->n_req_promises = 0;
+}
+
+void pl_coord_hold_promise(pl_coord_t *c, uint64_t seq, const char *fmt, ...)
+{
+    if (!s_collecting || !seq)
+        return; /* no writer (written at once), or no client request's answer to hold */
+    assert(c->n_req_promises < PL_COORD_PROMISES_MAX); /* a request promises a write or two */
+    if (c->n_req_promises == PL_COORD_PROMISES_MAX)
+        return;
+    if (!c->n_req_promises) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(c->req_refusal, sizeof(c->req_refusal), fmt, ap);
+        va_end(ap);
+    }
+    c->req_promises[c->n_req_promises++] = seq;
 }
 
 bool pl_coord_hold_answer(pl_coord_t *c, const pl_tx_peer_t *to, const pl_msg_t *m)
@@ -122,7 +164,6 @@ bool pl_coord_hold_answer(pl_coord_t *c, const pl_tx_peer_t *to, const pl_msg_t 
     }
     h->kind = S_ANSWER;
     h->to = *to;
-    h->fail_job = c->hold_job;
     if (c->cur_tail)
         c->cur_tail->next = h;
     else
@@ -138,8 +179,11 @@ void pl_coord_hold_end(pl_coord_t *c, const pl_tx_peer_t *from)
     c->cur = c->cur_tail = NULL;
     uint64_t q = c->writer ? pl_coord_writer_queued(c->writer) : 0;
     uint64_t tag = q > c->req_seq0 ? q : 0;     /* what it wrote must be on disk first */
+    for (int k = 0; k < c->n_req_promises; k++) /* and what it promises */
+        if (c->req_promises[k] > tag)
+            tag = c->req_promises[k];
     for (s_held_t *h = c->held; h; h = h->next) /* and what its client was told before */
-        if (h->kind != S_NODE && s_same(&h->to, from) && h->tag > tag)
+        if ((h->kind == S_ANSWER || h->kind == S_END) && s_same(&h->to, from) && h->tag > tag)
             tag = h->tag;
     if (end)
         *end = (s_held_t){.kind = S_END, .to = *from};
@@ -149,6 +193,9 @@ void pl_coord_hold_end(pl_coord_t *c, const pl_tx_peer_t *from)
         next = h->next;
         h->next = NULL;
         h->tag = tag;
+        memcpy(h->promise, c->req_promises, (size_t)c->n_req_promises * sizeof(h->promise[0]));
+        if (c->n_req_promises && !(h->refusal = strdup(c->req_refusal)))
+            pl_log_warn_limited("client intake: out of memory: a refusal's text");
         if (tag <= c->committed)
             s_send(c, h);
         else
@@ -211,35 +258,80 @@ void pl_coord_hold_release(pl_coord_t *c)
     }
 }
 
-void pl_coord_hold_refuse(pl_coord_t *c, uint32_t id, const char *why)
+void pl_coord_hold_failed(pl_coord_t *c, uint64_t seq, pl_status_t code, const char *what)
 {
     for (s_held_t *h = c->held; h; h = h->next) {
-        if (h->kind != S_ANSWER || h->fail_job != id)
+        if (!s_promises(h, seq))
             continue;
+        memset(h->promise, 0, sizeof(h->promise)); /* one refusal, the first failure's */
+        if (h->kind == S_DROP) {
+            pl_log_warn("job %u: its spec stays with its row: %s", h->job, what);
+            h->job = 0;
+            continue;
+        }
         pl_msg_t m;
         json_t *enc = NULL;
         pl_msg_init(&m, PL_MSG_ERROR);
-        m.error.code = PL_ERR_IO;
-        snprintf(m.error.message, sizeof(m.error.message), "job rejected: %s", why);
-        if (pl_msg_encode(&m, &enc))
-            continue; /* the "queued" stays; the job's status says it failed */
+        m.error.code =
+            code < 0 && code >= PL_MSG_MIN_CODE && code != PL_ERR_NOT_FOUND ? code : PL_ERR_IO;
+        snprintf(m.error.message, sizeof(m.error.message), "%s: %s",
+                 h->refusal ? h->refusal : "a promised write", what);
+        if (pl_msg_encode(&m, &enc)) {
+            pl_log_warn("reply to '%.*s': its refusal cannot be encoded (%s): %s", (int)h->to.len,
+                        h->to.id, pl_error_msg(), m.error.message);
+            continue; /* the answer stays; the log and the state say what failed */
+        }
         json_decref(h->body);
         h->body = enc;
         h->type = PL_MSG_ERROR;
     }
 }
 
+void pl_coord_hold_moved(pl_coord_t *c, uint64_t seq, uint64_t to_seq)
+{
+    for (s_held_t *h = c->held; h; h = h->next) {
+        if (h->kind != S_ANSWER || !s_promises(h, seq))
+            continue;
+        for (int k = 0; k < PL_COORD_PROMISES_MAX; k++)
+            if (h->promise[k] == seq)
+                h->promise[k] = to_seq;
+        /* it waits for the new write now, and its client's later entries behind it */
+        for (s_held_t *e = h; e; e = e->next)
+            if ((e->kind == S_ANSWER || e->kind == S_END) && s_same(&e->to, &h->to) &&
+                e->tag < to_seq)
+                e->tag = to_seq;
+    }
+}
+
+void pl_coord_hold_drop_spec(pl_coord_t *c, uint32_t job, uint64_t seq)
+{
+    if (!c->intake)
+        return;
+    if (!seq) { /* no writer: the row is deleted already */
+        pl_coord_intake_drop_spec(c->intake, job);
+        return;
+    }
+    assert(seq > c->committed); /* queued just now: its outcome is not collected yet */
+    s_held_t *h = calloc(1, sizeof(*h));
+    if (!h) { /* kept: the next start prunes a spec whose row is gone */
+        pl_log_warn("job %u: its spec stays in the specs file until the next start: out of "
+                    "memory",
+                    job);
+        return;
+    }
+    *h = (s_held_t){.kind = S_DROP, .tag = seq, .promise = {seq}, .job = job};
+    s_append(c, h); /* not s_room: the loop may be inside a scan of its jobs */
+}
+
 void pl_coord_hold_free(pl_coord_t *c)
 {
     for (s_held_t *h = c->held, *next; h; h = next) {
         next = h->next;
-        json_decref(h->body);
-        free(h);
+        s_held_free(h);
     }
     for (s_held_t *h = c->cur, *next; h; h = next) {
         next = h->next;
-        json_decref(h->body);
-        free(h);
+        s_held_free(h);
     }
     c->held = c->held_tail = c->cur = c->cur_tail = NULL;
     c->n_held = 0;

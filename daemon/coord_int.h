@@ -22,6 +22,7 @@
 #define PL_COORD_MAX_STAGES 64
 #define PL_COORD_MAX_STREAM (256u << 10) /* bytes of a running job's streamed text */
 #define PL_COORD_MAX_EVENTS 64 /* events kept per job: the first and the latest */
+#define PL_COORD_PROMISES_MAX 4 /* writes one client request's answer promises (coord_hold.c) */
 
 /* One thing that happened to a job, for `pipectl logs` (coord_event.c). */
 typedef struct {
@@ -113,6 +114,7 @@ typedef struct {
     bool stored;
     char *spec_json;
     bool row_lost;   /* a state write found no row to update: the next save writes it whole */
+    uint64_t row_seq; /* its row's last write queued (coord_writer.c); 0: none */
     bool spec_saved; /* the intake stored the spec (specs file): the first save adds the job row */
     bool spec_missing; /* restored without its spec (coord_row.c): failed unless it had ended */
     int n_layers, max_ctx, n_seqs;
@@ -185,7 +187,14 @@ typedef struct {
     struct pl_coord_held *held, *held_tail, *cur, *cur_tail;
     int n_held;
     uint64_t req_seq0;
-    uint32_t hold_job;
+    /* the writes the request being handled promises, and what its answers become if one fails */
+    uint64_t req_promises[PL_COORD_PROMISES_MAX];
+    int n_req_promises;
+    char req_refusal[256];
+    /* coord_drain.c: drained marks queued and not yet known committed, each with the mark the
+     * disk keeps if it fails */
+    struct pl_coord_drain_pend *drain_pend;
+    int n_drain_pend, cap_drain_pend;
     long held_waits; /* times the held answers hit their bound and the loop waited for the disk */
     struct pl_serve_api *serve_api; /* the OpenAI routes on the HTTP front (daemon/serve_api.h) */
     bool shutdown;
@@ -318,14 +327,16 @@ void pl_coord_metrics_update(pl_coord_t *c);
 pl_status_t pl_coord_persist(pl_coord_t *c, pl_coord_job_t *j);
 /* The other writes of the loop, queued to the writer (or done at once before it starts, at
  * restore): a job's row and progress deleted, progress appended, a node drained or not. An error
- * only when it could not be queued, or (synchronous) written. */
-pl_status_t pl_coord_save_delete(pl_coord_t *c, int64_t id);
+ * only when it could not be queued, or (synchronous) written. *seq_p (may be NULL): the write's
+ * sequence number, what an answer promises (0: written at once). */
+pl_status_t pl_coord_save_delete(pl_coord_t *c, int64_t id, uint64_t *seq_p);
 pl_status_t pl_coord_save_progress(pl_coord_t *c, const pl_coord_chunk_t *ch, int n);
 pl_status_t pl_coord_save_progress_delete(pl_coord_t *c, int64_t job);
-pl_status_t pl_coord_save_drain(pl_coord_t *c, const char *node, bool drained);
-/* The writer said batches are done: failures handled (a new job's row that could not be
- * written fails the job and turns its held "queued" into the refusal; others are logged as a
- * synchronous failure was), then the answers they held released. */
+pl_status_t pl_coord_save_drain(pl_coord_t *c, const char *node, bool drained, uint64_t *seq_p);
+/* The writer said batches are done: failures handled (the answers that promised a failed write
+ * become their refusal, coord_hold.c; a new job's row that could not be written fails the job,
+ * a drained mark that could not be written is undone; others are logged as a synchronous
+ * failure was), then the answers they held released. */
 void pl_coord_saved(pl_coord_t *c);
 
 /* coord_hold.c */
@@ -341,8 +352,20 @@ bool pl_coord_hold_answer(pl_coord_t *c, const pl_tx_peer_t *to, const pl_msg_t 
 bool pl_coord_hold_node(pl_coord_t *c, int node, const pl_msg_t *m);
 /* What c->committed now covers, sent in order. */
 void pl_coord_hold_release(pl_coord_t *c);
-/* The held answers of job id's SUBMIT become the refusal "job rejected: why". */
-void pl_coord_hold_refuse(pl_coord_t *c, uint32_t id, const char *why);
+/* The answers to the client request being handled promise write `seq` (0: none, written at
+ * once): they wait for it, and if it fails they become one ERROR "<fmt...>: <what failed>" in
+ * their place (the first promise's text; at most PL_COORD_PROMISES_MAX per request). */
+void pl_coord_hold_promise(pl_coord_t *c, uint64_t seq, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Write seq failed (what: "job 5's row not saved: why"): the answers that promised it become
+ * their refusal, a drop that waited for it is not done. */
+void pl_coord_hold_failed(pl_coord_t *c, uint64_t seq, pl_status_t code, const char *what);
+/* Write seq is redone as to_seq (a row that went missing, written whole): its promises follow. */
+void pl_coord_hold_moved(pl_coord_t *c, uint64_t seq, uint64_t to_seq);
+/* Job id's spec dropped from the specs file once write seq (its row's deletion) is committed,
+ * never if that fails (0: now), so that a crash in between leaves an orphan spec, which the
+ * next start prunes, and never a row without its spec. */
+void pl_coord_hold_drop_spec(pl_coord_t *c, uint32_t job, uint64_t seq);
 void pl_coord_hold_free(pl_coord_t *c);
 /* Load the counters and jobs; unfinished jobs are queued again to run from the start. */
 pl_status_t pl_coord_restore(pl_coord_t *c);
@@ -364,8 +387,14 @@ json_t *pl_coord_events_json(const pl_coord_job_t *j);
 pl_status_t pl_coord_events_from_json(const json_t *arr, pl_coord_job_t *j);
 
 /* coord_drain.c */
-/* DRAIN: mark a node drained or not (persisted) and answer with its state. */
+/* DRAIN: mark a node drained or not (persisted) and answer with its state; the answer promises
+ * the write, and the mark is undone if it fails (pl_coord_drain_failed). */
 void pl_coord_on_drain(pl_coord_t *c, const pl_tx_peer_t *from, const pl_msg_drain_t *m);
+/* Drained mark write seq failed: the node's mark back to what the disk keeps. */
+void pl_coord_drain_failed(pl_coord_t *c, uint64_t seq);
+/* Marks up to c->committed are on disk: forgotten. */
+void pl_coord_drain_saved(pl_coord_t *c);
+void pl_coord_drain_free(pl_coord_t *c);
 bool pl_coord_node_draining(const pl_coord_t *c, const char *name);
 /* The drained nodes from the store, at start. */
 pl_status_t pl_coord_drain_restore(pl_coord_t *c);

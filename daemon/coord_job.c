@@ -184,12 +184,14 @@ void pl_coord_on_submit(pl_coord_t *c, const pl_tx_peer_t *from, pl_coord_job_t 
     j->t_submit = j->t_queued = pl_now();
     pl_coord_event(j, "submitted", "%d sequence(s), model %s, by %s", j->n_seqs, j->spec.model,
                    j->owner[0] ? j->owner : "-");
-    c->hold_job = j->id; /* its "queued" waits for its row; a failed write refuses it */
+    uint64_t del = 0;
     if ((st = pl_coord_persist(c, j)) || (st = pl_coord_add_job(c, j))) {
-        if (c->store && j->stored && pl_coord_save_delete(c, j->id) == PL_OK)
-            j->stored = false; /* no row: its spec is dropped below */
+        if (c->store && j->stored && pl_coord_save_delete(c, j->id, &del) == PL_OK)
+            j->stored = false; /* no row: its spec is dropped below, after the deletion */
         goto err;
     }
+    /* its "queued" waits for its row; if that fails it is the refusal (and the job fails) */
+    pl_coord_hold_promise(c, j->row_seq, "job rejected");
     pl_log_info("job %u: submitted, %d sequences, model %s (%d layers)", j->id, j->n_seqs,
                 j->spec.model, j->n_layers);
     json_t *body;
@@ -202,8 +204,8 @@ err:
     pl_log_info_limited("submission from '%.*s' rejected: %s", (int)from->len, from->id,
                         pl_error_msg());
     pl_coord_reply_error(c, from, st, "job rejected: %s", pl_error_msg());
-    if (j->spec_saved && !j->stored && c->intake) /* its spec row has no job row: dropped */
-        pl_coord_intake_drop_spec(c->intake, j->id);
+    if (j->spec_saved && !j->stored) /* its spec row has no job row: dropped */
+        pl_coord_hold_drop_spec(c, j->id, del);
     pl_coord_job_free(j);
 }
 
@@ -359,9 +361,12 @@ static void s_trim(pl_coord_t *c)
             i++;
             continue;
         }
-        /* the row here; the spec's large delete in its own file, on the intake's connection */
-        if (c->store && pl_coord_save_delete(c, j->id) == PL_OK && c->intake)
-            pl_coord_intake_drop_spec(c->intake, j->id);
+        /* the row here; the spec's large delete in its own file, on the intake's connection,
+         * once the row's is committed: a crash between them leaves an orphan spec, which the
+         * next start prunes, never a row without its spec */
+        uint64_t del;
+        if (c->store && pl_coord_save_delete(c, j->id, &del) == PL_OK)
+            pl_coord_hold_drop_spec(c, j->id, del);
         pl_coord_trace_forget(c, j->id);
         pl_coord_job_free(j);
         memmove(c->jobs + i, c->jobs + i + 1, (size_t)(--c->n_jobs - i) * sizeof(*c->jobs));
@@ -549,6 +554,12 @@ void pl_coord_on_kill(pl_coord_t *c, const pl_tx_peer_t *from, const pl_msg_t *m
         snprintf(j->error, sizeof(j->error), "canceled by the user");
         s_end_job(c, j, PL_JOB_CANCELED, true);
         pl_log_info("job %u: canceled", j->id);
+        /* "canceled" waits for the row; its stages are canceled already, so if the row fails
+         * the job stays canceled here and the answer says that the disk does not know it */
+        pl_coord_hold_promise(c, j->row_seq,
+                              "job %u is canceled, but the state db still has it as it was: a "
+                              "coordinator restart would bring it back",
+                              j->id);
     }
     pl_msg_job_state_t r = {.job = j->id};
     json_t *body;

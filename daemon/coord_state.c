@@ -89,12 +89,12 @@ pl_status_t pl_coord_persist(pl_coord_t *c, pl_coord_job_t *j)
                         .events = ev_s,
                         .train = tr_s};
     if (c->writer) { /* queued: the loop goes on; what depends on it is held (coord_hold.c) */
-        st = pl_coord_writer_row(c->writer, add ? PL_COORD_W_ADD : PL_COORD_W_PUT, &r,
-                                 c->next_job, c->next_epoch)
-                 ? PL_OK
-                 : pl_error(PL_ERR_NOMEM, "out of memory");
+        uint64_t seq = pl_coord_writer_row(c->writer, add ? PL_COORD_W_ADD : PL_COORD_W_PUT, &r,
+                                           c->next_job, c->next_epoch);
+        st = seq ? PL_OK : pl_error(PL_ERR_NOMEM, "out of memory");
         if (!st)
             j->stored = true;
+        j->row_seq = seq; /* 0 when not queued: nothing of it to promise */
         goto out;
     }
     st = add ? pl_coord_store_add(c->store, &r, c->next_job, c->next_epoch)
@@ -122,66 +122,87 @@ out:
     return st;
 }
 
-static pl_status_t s_queued(uint64_t seq)
+static pl_status_t s_queued(uint64_t seq, uint64_t *seq_p)
 {
+    if (seq_p)
+        *seq_p = seq;
     return seq ? PL_OK : pl_error(PL_ERR_NOMEM, "state db: out of memory");
 }
 
-pl_status_t pl_coord_save_delete(pl_coord_t *c, int64_t id)
+pl_status_t pl_coord_save_delete(pl_coord_t *c, int64_t id, uint64_t *seq_p)
 {
+    if (seq_p)
+        *seq_p = 0;
     if (c->writer)
-        return s_queued(pl_coord_writer_delete(c->writer, PL_COORD_W_DELETE, id));
+        return s_queued(pl_coord_writer_delete(c->writer, PL_COORD_W_DELETE, id), seq_p);
     return c->store ? pl_coord_store_delete(c->store, id) : PL_OK;
 }
 
 pl_status_t pl_coord_save_progress(pl_coord_t *c, const pl_coord_chunk_t *ch, int n)
 {
     if (c->writer)
-        return n > 0 ? s_queued(pl_coord_writer_progress(c->writer, ch, n)) : PL_OK;
+        return n > 0 ? s_queued(pl_coord_writer_progress(c->writer, ch, n), NULL) : PL_OK;
     return c->store ? pl_coord_store_progress_put(c->store, ch, n) : PL_OK;
 }
 
 pl_status_t pl_coord_save_progress_delete(pl_coord_t *c, int64_t job)
 {
     if (c->writer)
-        return s_queued(pl_coord_writer_delete(c->writer, PL_COORD_W_PROGRESS_DELETE, job));
+        return s_queued(pl_coord_writer_delete(c->writer, PL_COORD_W_PROGRESS_DELETE, job), NULL);
     return c->store ? pl_coord_store_progress_delete(c->store, job) : PL_OK;
 }
 
-pl_status_t pl_coord_save_drain(pl_coord_t *c, const char *node, bool drained)
+pl_status_t pl_coord_save_drain(pl_coord_t *c, const char *node, bool drained, uint64_t *seq_p)
 {
+    if (seq_p)
+        *seq_p = 0;
     if (c->writer)
-        return s_queued(pl_coord_writer_drain(c->writer, node, drained));
+        return s_queued(pl_coord_writer_drain(c->writer, node, drained), seq_p);
     return c->store ? pl_coord_store_drain(c->store, node, drained) : PL_OK;
 }
 
-/* A write the writer could not do: what the loop did when a synchronous one failed. */
+/* A write the writer could not do: the answers that promised it hear why, in their place
+ * (coord_hold.c); then what the loop did when a synchronous one failed. */
 static void s_on_fail(void *user, const pl_coord_wfail_t *f)
 {
     pl_coord_t *c = user;
     pl_coord_job_t *j = f->job ? pl_coord_find_job(c, f->job) : NULL;
+    char what[160], msg[PL_MSG_TEXT_MAX + 1];
+    pl_coord_writer_what(f, what, sizeof(what));
+    snprintf(msg, sizeof(msg), "%s not saved: %s", what, f->why);
+    pl_log_error("%s", msg);
     switch (f->kind) {
-    case PL_COORD_W_ADD: /* its client was to hear "queued": it hears the refusal instead */
-        pl_log_error("job %lld: not saved: %s", (long long)f->job, f->why);
-        pl_coord_hold_refuse(c, (uint32_t)f->job, f->why);
+    case PL_COORD_W_ADD: /* a new job: its client hears the refusal instead of "queued" */
+        pl_coord_hold_failed(c, f->seq, f->code, msg);
         if (j && !pl_coord_job_terminal(j)) {
             j->stored = false;
             pl_coord_job_fail(c, j, "not saved: %s", f->why);
         }
         break;
     case PL_COORD_W_PUT:
-        pl_log_error("job %lld: not saved: %s", (long long)f->job, f->why);
         if (j && f->code == PL_ERR_NOT_FOUND) { /* the row went missing: written whole */
             j->stored = false;
             j->row_lost = true;
-            pl_coord_persist(c, j);
+            if (pl_coord_persist(c, j) == PL_OK && j->row_seq > f->seq) {
+                pl_coord_hold_moved(c, f->seq, j->row_seq); /* what it promised, the new write */
+                break;
+            }
         }
+        /* the state db keeps the row as it was last saved; the job here moved on (a KILL's
+         * stages are canceled already and cannot be started again): its events say so, and
+         * so does the answer that promised it */
+        pl_coord_hold_failed(c, f->seq, f->code, msg);
+        if (j)
+            pl_coord_event(j, "not saved",
+                           "%s: a coordinator restart would find it as it was last saved", f->why);
         break;
-    case PL_COORD_W_PROGRESS:
-        pl_log_error("job %lld: progress not saved: %s", (long long)f->job, f->why);
+    case PL_COORD_W_DRAIN: /* the mark back to what the disk keeps; the answer is the refusal */
+        pl_coord_hold_failed(c, f->seq, f->code, msg);
+        pl_coord_drain_failed(c, f->seq);
         break;
-    default:
-        pl_log_error("state db: a write failed: %s", f->why);
+    default: /* a deletion's spec drop is not done (the row keeps its spec); progress: a
+              * resume starts from what was saved before */
+        pl_coord_hold_failed(c, f->seq, f->code, msg);
     }
 }
 
@@ -190,6 +211,7 @@ void pl_coord_saved(pl_coord_t *c)
     if (!c->writer)
         return;
     c->committed = pl_coord_writer_collect(c->writer, s_on_fail, c);
+    pl_coord_drain_saved(c);
     pl_coord_hold_release(c);
 }
 

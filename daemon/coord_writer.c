@@ -198,9 +198,10 @@ pl_status_t pl_coord_writer_start(pl_coord_store_t *store, pl_coord_writer_t **w
 
 static void s_log_failures(void *user, const pl_coord_wfail_t *f)
 {
+    char what[160];
     (void)user;
-    pl_log_error("state db: write %llu (job %lld) failed: %s", (unsigned long long)f->seq,
-                 (long long)f->job, f->why);
+    pl_coord_writer_what(f, what, sizeof(what));
+    pl_log_error("state db: %s not saved: %s", what, f->why);
 }
 
 void pl_coord_writer_stop(pl_coord_writer_t **w_p)
@@ -382,10 +383,38 @@ uint64_t pl_coord_writer_collect(pl_coord_writer_t *w,
         pl_coord_wfail_t f = {.seq = o->seq,
                               .kind = o->kind,
                               .job = o->job,
+                              .node = o->node,
+                              .drained = o->drained,
                               .code = o->code,
                               .why = o->why ? o->why : "out of memory"};
         fn(user, &f);
         s_op_free(o);
     }
     return done;
+}
+
+void pl_coord_writer_what(const pl_coord_wfail_t *f, char *buf, size_t len)
+{
+    switch (f->kind) {
+    case PL_COORD_W_PUT:
+    case PL_COORD_W_ADD:
+        snprintf(buf, len, "job %lld's row", (long long)f->job);
+        return;
+    case PL_COORD_W_DELETE:
+        snprintf(buf, len, "job %lld's deletion", (long long)f->job);
+        return;
+    case PL_COORD_W_PROGRESS:
+        snprintf(buf, len, "job %lld's progress", (long long)f->job);
+        return;
+    case PL_COORD_W_PROGRESS_DELETE:
+        snprintf(buf, len, "job %lld's progress deletion", (long long)f->job);
+        return;
+    case PL_COORD_W_DRAIN:
+        if (f->drained)
+            snprintf(buf, len, "node %s's drained mark", f->node);
+        else
+            snprintf(buf, len, "the removal of node %s's drained mark", f->node);
+        return;
+    }
+    snprintf(buf, len, "write %llu", (unsigned long long)f->seq);
 }

@@ -8,6 +8,7 @@
 #include "daemon/coord_store.h"
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 /* Writes queued and not yet committed, at most; one more makes the loop wait for room (each
@@ -33,10 +34,15 @@ typedef enum {
 typedef struct {
     uint64_t seq;
     pl_coord_wkind_t kind;
-    int64_t job; /* the job it was for; 0: none (a drained node's) */
+    int64_t job;      /* the job it was for; 0: none (a drained node's) */
+    const char *node; /* DRAIN: the node's name, and the mark it was to write */
+    bool drained;
     pl_status_t code;
     const char *why;
 } pl_coord_wfail_t;
+
+/* What a failed write was, for messages: "job 5's row", "node n1's drained mark". */
+void pl_coord_writer_what(const pl_coord_wfail_t *f, char *buf, size_t len);
 
 /* Start the writer on store (taken: the thread's alone from here on; *store_p is kept for its
  * path, which never changes). */

@@ -1,7 +1,7 @@
 /* Helpers for tests that run programs: the binaries' directory, free loopback ports, scratch
  * directories, background processes with logs (they die with the test process:
- * PR_SET_PDEATHSIG), shell commands with their output, small files, the clock, a process's
- * resident set. */
+ * PR_SET_PDEATHSIG), a slow or failing disk under them, shell commands with their output, small
+ * files, the clock, a process's resident set. */
 #ifndef PL_TESTS_PROC_UTIL_H
 #define PL_TESTS_PROC_UTIL_H
 
@@ -77,6 +77,50 @@ static inline pid_t tc_spawn(char *const argv[], const char *log)
         _exit(127);
     }
     return pid;
+}
+
+/* The slow-disk shim (tests/slow_fsync.c, libpl_slow_fsync.so beside the binaries, LD_PRELOAD)
+ * under the programs started from here until tc_slow_disk_off: every fsync of a file whose path
+ * holds `pattern` sleeps ms first, and fails (EIO) while the file `fail_flag` exists (NULL:
+ * never). In a sanitized build the preloaded shim comes before the sanitizer's runtime, which is
+ * told so; the environment is the test's own again after tc_slow_disk_off. */
+typedef struct {
+    char *asan; /* ASAN_OPTIONS before (NULL: unset) */
+} tc_slow_disk_t;
+
+static inline void tc_slow_disk_on(tc_slow_disk_t *s, const char *pattern, int ms,
+                                   const char *fail_flag)
+{
+    char shim[600], asan[1024], ms_s[32];
+    snprintf(shim, sizeof(shim), "%s/libpl_slow_fsync.so", tc_bin());
+    cr_assert_eq(access(shim, R_OK), 0, "no %s (the target pl_slow_fsync)", shim);
+    const char *old = getenv("ASAN_OPTIONS");
+    s->asan = old ? strdup(old) : NULL;
+    snprintf(asan, sizeof(asan), "%s%sverify_asan_link_order=0", old ? old : "",
+             old && *old ? ":" : "");
+    snprintf(ms_s, sizeof(ms_s), "%d", ms);
+    setenv("ASAN_OPTIONS", asan, 1);
+    setenv("LD_PRELOAD", shim, 1);
+    setenv("PL_SLOW_FSYNC_PATH", pattern, 1);
+    setenv("PL_SLOW_FSYNC_MS", ms_s, 1);
+    if (fail_flag)
+        setenv("PL_SLOW_FSYNC_FAIL", fail_flag, 1);
+    else
+        unsetenv("PL_SLOW_FSYNC_FAIL");
+}
+
+static inline void tc_slow_disk_off(tc_slow_disk_t *s)
+{
+    unsetenv("LD_PRELOAD");
+    unsetenv("PL_SLOW_FSYNC_PATH");
+    unsetenv("PL_SLOW_FSYNC_MS");
+    unsetenv("PL_SLOW_FSYNC_FAIL");
+    if (s->asan)
+        setenv("ASAN_OPTIONS", s->asan, 1);
+    else
+        unsetenv("ASAN_OPTIONS");
+    free(s->asan);
+    s->asan = NULL;
 }
 
 /* Run a shell command; stdout into a malloc'd *out (may be NULL); returns the exit status. */

@@ -134,6 +134,74 @@ Test(msg, hello_round_trips_devices_and_health)
               "node");
 }
 
+/* A HELLO whose first device has `field` set to v (every other rate 1): decoded into *out, or
+ * refused (the error names the field). */
+static pl_status_t s_hello_rate(const char *field, double v, pl_msg_t *out)
+{
+    pl_msg_t m;
+    json_t *body;
+    pl_msg_init(&m, PL_MSG_HELLO);
+    snprintf(m.hello.node, sizeof(m.hello.node), "n");
+    snprintf(m.hello.host, sizeof(m.hello.host), "h");
+    snprintf(m.hello.health.node, sizeof(m.hello.health.node), "n");
+    m.hello.n_devices = 1;
+    m.hello.devices[0] = (pl_msg_device_t){.id = "cpu:0",
+                                           .backend = "cpu",
+                                           .name = "x",
+                                           .cores = 1,
+                                           .gflops = 1,
+                                           .mem_gbps = 1,
+                                           .dec_gflops = 1,
+                                           .pass_gbps = 1,
+                                           .attn_gflops = 1};
+    cr_assert_eq(pl_msg_encode(&m, &body), PL_OK, "%s", pl_error_msg());
+    json_t *dev = json_array_get(json_object_get(body, "devices"), 0);
+    cr_assert_eq(json_object_set_new(dev, field, json_real(v)), 0);
+    char *text = json_dumps(body, JSON_COMPACT);
+    pl_status_t st = pl_msg_decode_wire("HELLO", 5, text, strlen(text), out);
+    free(text);
+    json_decref(body);
+    return st;
+}
+
+Test(msg, hello_rates_are_zero_or_within_their_bounds)
+{
+    static const struct {
+        const char *field;
+        double max;
+    } rates[] = {{"gflops", 1e9},
+                 {"mem_gbps", 1e7},
+                 {"dec_gflops", 1e9},
+                 {"pass_gbps", 1e7},
+                 {"attn_gflops", 1e9}};
+    /* vanishing (1e-300, the smallest denormal, just under the floor), negative, past the top */
+    const double bad[] = {1e-300, 4.9406564584124654e-324, 9.99e-4, -1, 2e10};
+    for (size_t f = 0; f < sizeof(rates) / sizeof(rates[0]); f++) {
+        char needle[64];
+        pl_msg_t out;
+        snprintf(needle, sizeof(needle), "device 0: field '%s'", rates[f].field);
+        for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
+            cr_assert_eq(s_hello_rate(rates[f].field, bad[k], &out), PL_ERR_PROTOCOL,
+                         "%s = %g accepted", rates[f].field, bad[k]);
+            cr_assert(strstr(pl_error_msg(), needle), "'%s' not in '%s'", needle, pl_error_msg());
+        }
+        /* 0 (not measured), the floor and the top are taken as they are */
+        const double good[] = {0, 1e-3, rates[f].max};
+        for (size_t k = 0; k < sizeof(good) / sizeof(good[0]); k++) {
+            cr_assert_eq(s_hello_rate(rates[f].field, good[k], &out), PL_OK, "%s = %g: %s",
+                         rates[f].field, good[k], pl_error_msg());
+            const pl_msg_device_t *d = &out.hello.devices[0];
+            double got = f == 0   ? d->gflops
+                         : f == 1 ? d->mem_gbps
+                         : f == 2 ? d->dec_gflops
+                         : f == 3 ? d->pass_gbps
+                                  : d->attn_gflops;
+            cr_assert_eq(got, good[k], "%s: %g read as %g", rates[f].field, good[k], got);
+            pl_msg_clear(&out);
+        }
+    }
+}
+
 Test(msg, heartbeat_and_welcome)
 {
     pl_msg_t m, out;

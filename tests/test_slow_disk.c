@@ -16,7 +16,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
-#define S_FSYNC_MS "1500"
+#define S_FSYNC_MS 1500
 #define S_HB_EVERY_S 0.1
 #define S_MAX_BEATS 4096
 
@@ -92,31 +92,17 @@ static pl_tx_sock_t *s_probe(pl_tx_ctx_t *ctx, const char *ep)
 /* pipecoord on c->ep with its state db c->dir/coord.db; slow: through the shim. */
 static void s_coord(tc_cluster_t *c, bool slow)
 {
-    char bin[512], log[600], db[600], asan[512];
+    char bin[512], log[600], db[600];
     snprintf(bin, sizeof(bin), "%s/pipecoord", tc_bin());
     snprintf(log, sizeof(log), "%s/pipecoord.log", c->dir);
     snprintf(db, sizeof(db), "%s/coord.db", c->dir);
     char *argv[] = {bin, "--endpoint", c->ep, "--state-db", db, "--log-level", "debug", NULL};
-    const char *old_asan = getenv("ASAN_OPTIONS");
-    char *keep_asan = old_asan ? strdup(old_asan) : NULL;
-    if (slow) {
-        setenv("LD_PRELOAD", PL_SLOW_FSYNC_LIB, 1);
-        setenv("PL_SLOW_FSYNC_PATH", db, 1); /* coord.db, coord.db-wal; not the specs file */
-        setenv("PL_SLOW_FSYNC_MS", S_FSYNC_MS, 1);
-        /* a sanitized build: the shim is preloaded ahead of the sanitizer's runtime */
-        snprintf(asan, sizeof(asan), "%s%sverify_asan_link_order=0", old_asan ? old_asan : "",
-                 old_asan ? ":" : "");
-        setenv("ASAN_OPTIONS", asan, 1);
-    }
+    tc_slow_disk_t disk;
+    if (slow) /* coord.db, coord.db-wal; not the specs file */
+        tc_slow_disk_on(&disk, db, S_FSYNC_MS, NULL);
     c->coord = tc_spawn(argv, log);
-    unsetenv("LD_PRELOAD");
-    unsetenv("PL_SLOW_FSYNC_PATH");
-    unsetenv("PL_SLOW_FSYNC_MS");
-    if (keep_asan)
-        setenv("ASAN_OPTIONS", keep_asan, 1);
-    else
-        unsetenv("ASAN_OPTIONS");
-    free(keep_asan);
+    if (slow)
+        tc_slow_disk_off(&disk);
 }
 
 static void s_send(void *sock, const char *type, const char *body)
@@ -222,7 +208,7 @@ Test(slow_disk, the_loop_answers_while_commits_crawl_and_accepted_is_durable, .t
     for (int i = 0; i < n; i++)
         during += p.answered_at[i] > t_sent + 0.3 && p.answered_at[i] < t_first;
     fprintf(stderr,
-            "slow_disk: fsync %s ms; first \"queued\" after %.0f ms, the last answer after "
+            "slow_disk: fsync %d ms; first \"queued\" after %.0f ms, the last answer after "
             "%.0f ms, the other client's JOBS %.0f ms after it asked; %d heartbeats "
             "answered before the first \"queued\"\n",
             S_FSYNC_MS, (t_first - t_sent) * 1e3, (at[3] - t_sent) * 1e3,

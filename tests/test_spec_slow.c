@@ -30,24 +30,12 @@ TestSuite(spec_slow, .fini = s_teardown, .timeout = 180);
  * (slow_ms per sync; 0: S_SLOW_MS). */
 static void s_start_coord_ms(bool slow, int slow_ms)
 {
-    char shim[600], asan[1024];
-    if (slow) {
-        snprintf(shim, sizeof(shim), "%s/libpl_slow_fsync.so", tc_bin());
-        cr_assert_eq(access(shim, R_OK), 0, "no %s", shim);
-        const char *old = getenv("ASAN_OPTIONS");
-        /* a preloaded library comes before the sanitizers' runtime in a sanitized build */
-        snprintf(asan, sizeof(asan), "%s%sverify_asan_link_order=0", old ? old : "",
-                 old && *old ? ":" : "");
-        setenv("ASAN_OPTIONS", asan, 1);
-        setenv("LD_PRELOAD", shim, 1);
-        setenv("PL_SLOW_FSYNC_PATH", "coord-specs.db", 1); /* and its -wal */
-        char ms[32];
-        snprintf(ms, sizeof(ms), "%d", slow_ms > 0 ? slow_ms : S_SLOW_MS);
-        setenv("PL_SLOW_FSYNC_MS", ms, 1);
-    }
+    tc_slow_disk_t disk;
+    if (slow) /* coord-specs.db and its -wal */
+        tc_slow_disk_on(&disk, "coord-specs.db", slow_ms > 0 ? slow_ms : S_SLOW_MS, NULL);
     tc_start_coord(&s_c, s_c.ep);
-    unsetenv("LD_PRELOAD"); /* pipectl and the rest run at full speed */
-    unsetenv("PL_SLOW_FSYNC_PATH");
+    if (slow) /* pipectl and the rest run at full speed */
+        tc_slow_disk_off(&disk);
     /* its start syncs the specs file several times: the keys come after */
     char pub[600];
     snprintf(pub, sizeof(pub), "%s/state/keys/coordinator.pub", s_c.dir);

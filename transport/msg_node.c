@@ -138,6 +138,23 @@ pl_status_t pl_msg_hello_encode(const pl_msg_hello_t *m, json_t **body_p)
                            "HELLO", body_p);
 }
 
+/* A calibrated rate of a device (GFLOP/s, GB/s): 0, not measured, or within [S_RATE_MIN, max].
+ * One that all but vanishes (1e-300, a denormal) would turn the planner's times into overflows,
+ * so it is refused with the field's name. need: the field must be there. */
+#define S_RATE_MIN 1e-3
+
+static pl_status_t s_rate(const json_t *d, const char *key, double max, bool need, double *out)
+{
+    double r = 0;
+    pl_status_t st = need ? pl_json_num(d, key, 0, max, &r) : pl_json_num_opt(d, key, 0, max, &r);
+    if (!st && r != 0 && !(r >= S_RATE_MIN))
+        st = pl_error(PL_ERR_RANGE, "field '%s': %g is neither 0 (not measured) nor in [%g, %g]",
+                      key, r, S_RATE_MIN, max);
+    if (!st)
+        *out = r;
+    return st;
+}
+
 static pl_status_t s_device(const json_t *d, pl_msg_device_t *v)
 {
     int64_t cores = 0, mem = 0, mask = 0;
@@ -150,11 +167,11 @@ static pl_status_t s_device(const json_t *d, pl_msg_device_t *v)
         (st = pl_json_str(d, "name", v->name, sizeof(v->name) - 1)) ||
         (st = pl_json_int(d, "cores", 0, 1 << 20, &cores)) ||
         (st = pl_json_int(d, "mem_bytes", 0, INT64_MAX, &mem)) ||
-        (st = pl_json_num(d, "gflops", 0, 1e9, &v->gflops)) ||
-        (st = pl_json_num(d, "mem_gbps", 0, 1e7, &v->mem_gbps)) ||
-        (st = pl_json_num_opt(d, "dec_gflops", 0, 1e9, &v->dec_gflops)) ||
-        (st = pl_json_num_opt(d, "pass_gbps", 0, 1e7, &v->pass_gbps)) ||
-        (st = pl_json_num_opt(d, "attn_gflops", 0, 1e9, &v->attn_gflops)) ||
+        (st = s_rate(d, "gflops", 1e9, true, &v->gflops)) ||
+        (st = s_rate(d, "mem_gbps", 1e7, true, &v->mem_gbps)) ||
+        (st = s_rate(d, "dec_gflops", 1e9, false, &v->dec_gflops)) ||
+        (st = s_rate(d, "pass_gbps", 1e7, false, &v->pass_gbps)) ||
+        (st = s_rate(d, "attn_gflops", 1e9, false, &v->attn_gflops)) ||
         (st = pl_json_str_opt(d, "isa", sizeof(v->isa) - 1, &isa)) ||
         (st = pl_json_int_opt(d, "cpu_mask", 0, INT64_MAX, &mask)))
         return st;
