@@ -196,39 +196,17 @@ typedef struct {
 
 static void ref_orders_rec(ref_orders_t *r, int m, const double *h)
 {
-    int L = r->L, last = r->seq[m - 1];
+    int last = r->seq[m - 1];
     if (r->skip || m == r->n) { /* finish with the current last device */
-        for (int a = 0; a < L; a++) {
-            if (h[a] == INFINITY || !sched_ref_fits(r->ev, last, a, L))
-                continue;
-            double c = pl_sched_stage_cost(r->ev, last, a, L - a, -1);
-            double v = h[a] > c ? h[a] : c;
-            if (v < r->best)
-                r->best = v;
-        }
+        double v = sched_ref_last(r->ev, h, last);
+        if (v < r->best)
+            r->best = v;
     }
     for (int nx = 0; nx < r->n; nx++) {
         if (r->used[nx])
             continue;
         double h2[MAXL + 1];
-        bool any = false;
-        for (int e = 0; e <= L; e++)
-            h2[e] = INFINITY;
-        for (int a = 0; a < L; a++) {
-            if (h[a] == INFINITY)
-                continue;
-            for (int e = a + 1; e < L; e++) {
-                if (!sched_ref_fits(r->ev, last, a, e))
-                    break;
-                double c = pl_sched_stage_cost(r->ev, last, a, e - a, nx);
-                double v = h[a] > c ? h[a] : c;
-                if (v < h2[e]) {
-                    h2[e] = v;
-                    any = true;
-                }
-            }
-        }
-        if (!any)
+        if (!sched_ref_step(r->ev, h, last, nx, h2))
             continue;
         r->used[nx] = true;
         r->seq[m] = nx;
