@@ -3,6 +3,7 @@
 #include "common/util.h"
 #include "scheduler/catalog.h"
 #include "scheduler/plan.h"
+#include "tests/sched_ref.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -65,40 +66,13 @@ static void s_make(s_setup_t *s, int layers, int n_dev, pl_sched_order_t order)
         (result) = el_ / reps_;                                                                    \
     } while (0)
 
-/* The textbook O(n L^2) DP over the fixed order (every device used, no memory pruning tricks):
- * the reference the fixed-order partition is compared with. */
+/* The textbook O(n L^2) DP over the fixed order (every device used, no memory pruning tricks,
+ * tests/sched_ref.h's, as test_sched_plan checks the planner against it): the reference the
+ * fixed-order partition is compared with. */
 static double s_plain_dp(const pl_sched_eval_t *ev, const int *seq, int m)
 {
-    int L = pl_sched_eval_layers(ev);
-    double *h = malloc(sizeof(double) * (size_t)(L + 1) * 2), *h2 = h + L + 1;
-    for (int a = 0; a <= L; a++)
-        h[a] = a == 0 ? 0.0 : INFINITY;
-    for (int i = 0; i + 1 < m; i++) {
-        for (int e = 0; e <= L; e++)
-            h2[e] = INFINITY;
-        for (int a = 0; a < L; a++) {
-            if (h[a] == INFINITY)
-                continue;
-            for (int e = a + 1; e < L; e++) {
-                if (pl_sched_stage_mem(ev, seq[i], a, e - a) > pl_sched_device_usable(ev, seq[i]))
-                    break;
-                double c = pl_sched_stage_cost(ev, seq[i], a, e - a, seq[i + 1]);
-                double v = h[a] > c ? h[a] : c;
-                if (v < h2[e])
-                    h2[e] = v;
-            }
-        }
-        memcpy(h, h2, sizeof(double) * (size_t)(L + 1));
-    }
-    double best = INFINITY;
-    for (int a = 0; a < L; a++) {
-        if (h[a] == INFINITY ||
-            pl_sched_stage_mem(ev, seq[m - 1], a, L - a) > pl_sched_device_usable(ev, seq[m - 1]))
-            continue;
-        double c = pl_sched_stage_cost(ev, seq[m - 1], a, L - a, -1);
-        if ((h[a] > c ? h[a] : c) < best)
-            best = h[a] > c ? h[a] : c;
-    }
+    double *h = malloc(sizeof(double) * (size_t)(pl_sched_eval_layers(ev) + 1) * 2);
+    double best = h ? sched_ref_chain(ev, seq, m, h) : NAN;
     free(h);
     return best;
 }

@@ -14,6 +14,7 @@
 #include "model/model.h"
 #include "pipeline/train_exec.h"
 #include "scheduler/train_sched.h"
+#include "tests/train_link_util.h"
 
 #include <cblas.h>
 #include <pthread.h>
@@ -41,14 +42,7 @@ static void *s_stage_main(void *p)
     pl_ucx_t *u = NULL;
     pl_ucx_ep_t *prev = NULL, *next = NULL;
     pl_train_exec_t *x = NULL;
-    a->rc = pl_ucx_create(&u);
-    if (a->rc == PL_OK)
-        a->rc = pl_ucx_address(u, &a->addr[a->s]);
-    pthread_barrier_wait(a->bar);
-    if (a->rc == PL_OK && a->s > 0)
-        a->rc = pl_ucx_connect(u, a->addr[a->s - 1], &prev);
-    if (a->rc == PL_OK && a->s < a->S - 1)
-        a->rc = pl_ucx_connect(u, a->addr[a->s + 1], &next);
+    a->rc = tl_open(a->S, a->s, a->bar, a->addr, &u, &prev, &next);
     pl_train_link_t link = {.ucx = u, .prev = prev, .next = next, .job = 9, .timeout_ms = 120000};
     if (a->rc == PL_OK)
         a->rc = pl_train_exec_create(a->cfg, a->w, a->s, a->S, a->l0, a->l1, a->sched, &link, &x);
@@ -60,10 +54,7 @@ static void *s_stage_main(void *p)
     }
     if (a->rc != PL_OK)
         snprintf(a->err, sizeof(a->err), "%s", pl_error_msg());
-    pthread_barrier_wait(a->bar);
-    pl_train_exec_destroy(&x);
-    pthread_barrier_wait(a->bar);
-    pl_ucx_destroy(&u);
+    tl_close(a->bar, &x, &u);
     return NULL;
 }
 

@@ -5,6 +5,9 @@
 
 #include "scheduler/plan.h"
 
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -24,6 +27,45 @@ static inline pl_sched_device_t dev(const char *name, const char *host, double g
     d.mem_gbps = gbps;
     d.mem_bytes = (uint64_t)(mem_gib * GIB);
     return d;
+}
+
+/* A CPU device `name` alone on host "host-NAME" (links to every other device are the network's). */
+static inline pl_sched_device_t dev_alone(const char *name, double gflops, double gbps,
+                                          double mem_gib)
+{
+    pl_sched_device_t d = dev(name, "", gflops, gbps, mem_gib);
+    snprintf(d.host, sizeof(d.host), "host-%s", name);
+    return d;
+}
+
+/* Plan with every device used in the given order (no order search, no device left out): the
+ * hand-worked suites know each stage's device. */
+static inline void plan_fixed_order(pl_plan_input_t *in)
+{
+    in->options.field_mask |= PL_PLAN_OPT_ALLOW_SKIP | PL_PLAN_OPT_ORDER;
+    in->options.allow_skip = false;
+    in->options.order = PL_SCHED_ORDER_FIXED;
+}
+
+/* Links within a host free (1 TB/s, no latency): only the devices' own terms count. */
+static inline void plan_free_links(pl_plan_input_t *in)
+{
+    in->options.field_mask |= PL_PLAN_OPT_SAME_HOST;
+    in->options.same_host = (pl_sched_link_t){1e12, 0.0};
+}
+
+/* pl_plan(in), which must succeed. */
+static inline pl_plan_t *plan_ok(const pl_plan_input_t *in)
+{
+    pl_plan_t *p = NULL;
+    cr_assert_eq(pl_plan(in, &p), PL_OK, "%s", pl_error_msg());
+    return p;
+}
+
+/* a and b equal to within rounding (relative 1e-9 of b) */
+static inline bool s_near(double a, double b)
+{
+    return fabs(a - b) <= 1e-9 * fabs(b);
 }
 
 /* bench_pipeline's model: 12 equal layers of hidden 1024, a small vocabulary, bf16 weights. */

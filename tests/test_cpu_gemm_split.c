@@ -3,6 +3,7 @@
  * Each element against its weight row's dot computed alone on the scalar path, bitwise. */
 #include "backends/cpu/cpu_gemm.h"
 #include "backends/cpu/cpu_qdot.h"
+#include "tests/cpu_mat_util.h"
 #include "tests/qdot_util.h"
 
 #include "common/util.h"
@@ -11,13 +12,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-static void *xalloc(size_t n)
-{
-    void *p = malloc(n ? n : 1);
-    cr_assert(p);
-    return p;
-}
 
 /* n rows of k random weights of type t (a float type: converted from f32; quantized: blocks of
  * quantized random values) at byte offset mis into a new buffer. */

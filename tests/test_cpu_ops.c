@@ -3,6 +3,7 @@
 #include "backends/cpu/cpu_gemm.h"
 #include "backends/cpu/cpu_ops.h"
 #include "common/util.h"
+#include "tests/cpu_mat_util.h"
 
 #include <cblas.h>
 #include <criterion/criterion.h>
@@ -11,16 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-/* Deterministic pseudo-random values in [-1, 1). */
-static void fill(float *x, size_t n, unsigned seed)
-{
-    uint64_t s = seed * 0x9e3779b97f4a7c15ULL + 1;
-    for (size_t i = 0; i < n; i++) {
-        s = s * 6364136223846793005ULL + 1442695040888963407ULL;
-        x[i] = (float)((s >> 40) & 0xffffff) / 8388608.0f - 1.0f;
-    }
-}
 
 static float *falloc(size_t n)
 {

@@ -5,6 +5,7 @@
  * subset and thread count; and that stays within a double-precision reference. */
 #include "backends/cpu/cpu_pack.h"
 #include "backends/cpu/cpu_wcopy.h"
+#include "tests/cpu_mat_util.h"
 
 #include "common/util.h"
 
@@ -12,22 +13,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-static void fill(float *x, size_t n, unsigned seed)
-{
-    uint64_t s = seed * 0x9e3779b97f4a7c15ULL + 1;
-    for (size_t i = 0; i < n; i++) {
-        s = s * 6364136223846793005ULL + 1442695040888963407ULL;
-        x[i] = (float)((s >> 40) & 0xffffff) / 8388608.0f - 1.0f;
-    }
-}
-
-static void *xalloc(size_t n)
-{
-    void *p = calloc(n ? n : 1, 1);
-    cr_assert(p);
-    return p;
-}
 
 static const pl_wtype_t k_types[] = {PL_WT_F32, PL_WT_F16, PL_WT_BF16};
 
@@ -40,21 +25,11 @@ typedef struct {
 
 static void pmat_make(pmat_t *t, pl_wtype_t type, int n, int k, unsigned seed)
 {
-    size_t esz = type == PL_WT_F32 ? 4 : 2;
-    t->wide = xalloc((size_t)n * k * sizeof(float));
-    fill(t->wide, (size_t)n * k, seed);
-    t->buf = xalloc((size_t)n * k * esz);
-    for (size_t i = 0; i < (size_t)n * k; i++) {
-        if (type == PL_WT_F32) {
-            memcpy(t->buf + 4 * i, &t->wide[i], 4);
-        } else {
-            uint16_t h = type == PL_WT_F16 ? pl_f32_to_f16(t->wide[i]) : pl_f32_to_bf16(t->wide[i]);
-            t->wide[i] = type == PL_WT_F16 ? pl_f16_to_f32(h) : pl_bf16_to_f32(h);
-            memcpy(t->buf + 2 * i, &h, 2);
-        }
-    }
-    t->plain = (pl_cpu_wmat_t){
-        .type = type, .rows = n, .cols = k, .row_bytes = (size_t)k * esz, .data = t->buf};
+    tmat_t m;
+    tmat_make(&m, type, n, k, 0, seed);
+    t->buf = m.buf;
+    t->wide = m.wide;
+    t->plain = m.m;
     cr_assert(pl_cpu_pack_suits(&t->plain));
     t->pbuf = xalloc(pl_cpu_pack_bytes(&t->plain));
     pl_cpu_pack(&t->plain, t->pbuf);

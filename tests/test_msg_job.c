@@ -521,36 +521,27 @@ Test(msg_job, done_round_trips_stats_probe_and_results)
     pl_msg_t ok;
     cr_assert_eq(pl_msg_decode_wire("DONE", 4, j, strlen(j), &ok), PL_OK, "%s", pl_error_msg());
     pl_msg_clear(&ok);
-    snprintf(j, sizeof(j), "{\"job\": 1, \"epoch\": 1, \"stage\": 0, %s, \"wall_s\": -1}}", stats);
-    s_refused(PL_MSG_DONE, j, "wall_s"); /* duplicate keys are refused by the framing */
-    snprintf(j, sizeof(j),
-             "{\"job\": 1, \"epoch\": 1, \"stage\": 0, %s, \"probe\": {\"to_stage\": 1}}}", stats);
-    s_refused(PL_MSG_DONE, j, "probe");
-    snprintf(j, sizeof(j),
-             "{\"job\": 1, \"epoch\": 1, \"stage\": 0, %s}, \"results\": [{\"seq\": 1, "
-             "\"tokens\": [], \"finish\": \"eos\"}]}",
-             stats);
-    s_refused(PL_MSG_DONE, j, "result 0");
-    snprintf(j, sizeof(j),
-             "{\"job\": 1, \"epoch\": 1, \"stage\": 0, %s}, \"results\": [{\"seq\": 0, "
-             "\"tokens\": [1], \"finish\": \"stopped\"}]}",
-             stats);
-    s_refused(PL_MSG_DONE, j, "finish");
-    snprintf(j, sizeof(j),
-             "{\"job\": 1, \"epoch\": 1, \"stage\": 0, %s}, \"results\": [{\"seq\": 0, "
-             "\"tokens\": [1], \"text\": 7, \"finish\": \"stop\"}]}",
-             stats);
-    s_refused(PL_MSG_DONE, j, "field 'text'");
-    snprintf(j, sizeof(j),
-             "{\"job\": 1, \"epoch\": 1, \"stage\": 0, %s}, \"results\": [{\"seq\": 0, "
-             "\"tokens\": [1], \"text\": \"a\\u0000b\", \"finish\": \"stop\"}]}",
-             stats);
-    s_refused(PL_MSG_DONE, j, "not allowed"); /* jansson refuses NUL before the codec sees it */
-    snprintf(j, sizeof(j),
-             "{\"job\": 1, \"epoch\": 1, \"stage\": 0, %s}, \"results\": [{\"seq\": 0, "
-             "\"tokens\": [-3], \"finish\": \"eos\"}]}",
-             stats);
-    s_refused(PL_MSG_DONE, j, "token");
+    /* each after the good stats (their closing brace included where the tail holds it) */
+    static const struct {
+        const char *tail, *want;
+    } bad[] = {
+        /* duplicate keys are refused by the framing */
+        {", \"wall_s\": -1}}", "wall_s"},
+        {", \"probe\": {\"to_stage\": 1}}}", "probe"},
+        {"}, \"results\": [{\"seq\": 1, \"tokens\": [], \"finish\": \"eos\"}]}", "result 0"},
+        {"}, \"results\": [{\"seq\": 0, \"tokens\": [1], \"finish\": \"stopped\"}]}", "finish"},
+        {"}, \"results\": [{\"seq\": 0, \"tokens\": [1], \"text\": 7, \"finish\": \"stop\"}]}",
+         "field 'text'"},
+        /* jansson refuses NUL before the codec sees it */
+        {"}, \"results\": [{\"seq\": 0, \"tokens\": [1], \"text\": \"a\\u0000b\", "
+         "\"finish\": \"stop\"}]}",
+         "not allowed"},
+        {"}, \"results\": [{\"seq\": 0, \"tokens\": [-3], \"finish\": \"eos\"}]}", "token"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        snprintf(j, sizeof(j), "{\"job\": 1, \"epoch\": 1, \"stage\": 0, %s%s", stats, bad[i].tail);
+        s_refused(PL_MSG_DONE, j, bad[i].want);
+    }
     s_refused(PL_MSG_DONE, "{\"job\": 1, \"epoch\": 1, \"stage\": 0}", "stats");
 }
 

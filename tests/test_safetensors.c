@@ -215,50 +215,33 @@ Test(safetensors, offsets_and_shapes)
 {
     s_st_t b;
     float z[8] = {0};
-
-    s_begin(&b);
-    s_bytes(&b, z, sizeof(z));
-    s_entry(&b, "past", "F32", "[4]", 20, 36);
-    s_write(&b, s_path("f"), 0, 0);
-    s_open_fails(s_path("f"), PL_ERR_RANGE, "'past'");
-
-    s_begin(&b);
-    s_bytes(&b, z, sizeof(z));
-    s_entry(&b, "backwards", "F32", "[0]", 16, 8);
-    s_write(&b, s_path("f"), 0, 0);
-    s_open_fails(s_path("f"), PL_ERR_INVALID, "'backwards'");
-
-    s_begin(&b);
-    s_bytes(&b, z, sizeof(z));
-    s_entry(&b, "one", "F32", "[4]", 0, 16);
-    s_entry(&b, "two", "F32", "[4]", 12, 28);
-    s_write(&b, s_path("f"), 0, 0);
-    s_open_fails(s_path("f"), PL_ERR_INVALID, "overlap");
-
-    s_begin(&b);
-    s_bytes(&b, z, sizeof(z));
-    s_entry(&b, "mismatch", "F32", "[3]", 0, 16);
-    s_write(&b, s_path("f"), 0, 0);
-    s_open_fails(s_path("f"), PL_ERR_INVALID, "'mismatch'");
-
-    s_begin(&b);
-    s_bytes(&b, z, sizeof(z));
-    s_entry(&b, "halfsize", "F16", "[4]", 0, 16); /* f16 needs 8 bytes */
-    s_write(&b, s_path("f"), 0, 0);
-    s_open_fails(s_path("f"), PL_ERR_INVALID, "'halfsize'");
-
-    s_begin(&b);
-    s_bytes(&b, z, sizeof(z));
-    s_entry(&b, "five_d", "F32", "[1,1,1,1,1]", 0, 4);
-    s_write(&b, s_path("f"), 0, 0);
-    s_open_fails(s_path("f"), PL_ERR_UNSUPPORTED, "'five_d'");
-
-    /* numel * 4 wraps around 2^64 to a small number: must not be accepted */
-    s_begin(&b);
-    s_bytes(&b, z, sizeof(z));
-    s_entry(&b, "wrap", "F32", "[4611686018427387904, 4]", 0, 0);
-    s_write(&b, s_path("f"), 0, 0);
-    s_open_fails(s_path("f"), PL_ERR_RANGE, "'wrap'");
+    /* each file: 32 zero bytes and the entry (after "one" for the overlap), refused naming it */
+    static const struct {
+        const char *name, *dtype, *shape;
+        unsigned long long begin, end;
+        pl_status_t want;
+        const char *part;
+        bool after_one; /* "one" (F32 [4] at 0..16) first */
+    } bad[] = {
+        {"past", "F32", "[4]", 20, 36, PL_ERR_RANGE, "'past'", false},
+        {"backwards", "F32", "[0]", 16, 8, PL_ERR_INVALID, "'backwards'", false},
+        {"two", "F32", "[4]", 12, 28, PL_ERR_INVALID, "overlap", true},
+        {"mismatch", "F32", "[3]", 0, 16, PL_ERR_INVALID, "'mismatch'", false},
+        /* f16 needs 8 bytes */
+        {"halfsize", "F16", "[4]", 0, 16, PL_ERR_INVALID, "'halfsize'", false},
+        {"five_d", "F32", "[1,1,1,1,1]", 0, 4, PL_ERR_UNSUPPORTED, "'five_d'", false},
+        /* numel * 4 wraps around 2^64 to a small number: must not be accepted */
+        {"wrap", "F32", "[4611686018427387904, 4]", 0, 0, PL_ERR_RANGE, "'wrap'", false},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        s_begin(&b);
+        s_bytes(&b, z, sizeof(z));
+        if (bad[i].after_one)
+            s_entry(&b, "one", "F32", "[4]", 0, 16);
+        s_entry(&b, bad[i].name, bad[i].dtype, bad[i].shape, bad[i].begin, bad[i].end);
+        s_write(&b, s_path("f"), 0, 0);
+        s_open_fails(s_path("f"), bad[i].want, bad[i].part);
+    }
 
     s_begin(&b);
     s_bytes(&b, z, sizeof(z));

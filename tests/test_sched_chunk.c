@@ -1,14 +1,12 @@
 /* The planner's prefill chunk: the rule of pl_sched_prefill_chunk on hand-worked values, and whole
  * plans whose chunk follows from their own stage times, shown in the table and the JSON. */
-#include "scheduler/plan.h"
+#include "sched_util.h"
 
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define GIB (1024.0 * 1024.0 * 1024.0)
 
 TestSuite(sched_chunk);
 
@@ -63,30 +61,11 @@ Test(sched_chunk, rule_on_hand_worked_values)
     cr_assert_eq(pl_sched_prefill_chunk(0, 2, 0, 200, 200, 10.0), PL_SCHED_CHUNK_MIN);
 }
 
+/* A CPU device on the one host "h", with room for any split. */
 static pl_sched_device_t s_dev(const char *name, double gflops, double gbps)
 {
-    pl_sched_device_t d;
-    memset(&d, 0, sizeof(d));
-    snprintf(d.name, sizeof(d.name), "%s", name);
-    snprintf(d.node, sizeof(d.node), "node-%s", name);
-    snprintf(d.host, sizeof(d.host), "h");
-    snprintf(d.backend, sizeof(d.backend), "cpu");
-    d.gflops = gflops;
-    d.mem_gbps = gbps;
-    d.mem_bytes = (uint64_t)(64 * GIB);
-    return d;
+    return dev(name, "h", gflops, gbps, 64);
 }
-
-static const pl_sched_model_t s_model = {.n_layers = 16,
-                                         .hidden = 2048,
-                                         .intermediate = 8192,
-                                         .n_heads = 32,
-                                         .n_kv_heads = 8,
-                                         .head_dim = 64,
-                                         .vocab = 32000,
-                                         .weight_bytes = 2,
-                                         .kv_bytes = 2,
-                                         .act_bytes = 4};
 
 /* The chunk the rule gives for this plan, worked out from the plan's own figures. */
 static int s_expected(const pl_plan_t *p, int pmax, int pavg)
@@ -109,14 +88,12 @@ static void s_check(double gflops, double gbps, int stages, int pmax, int pavg,
 {
     pl_sched_device_t d[4] = {s_dev("a", gflops, gbps), s_dev("b", gflops, gbps),
                               s_dev("c", gflops, gbps), s_dev("d", gflops, gbps)};
-    pl_plan_input_t in = {.model = &s_model, .devices = d, .n_devices = stages};
+    pl_sched_model_t m = mid_model(16);
+    pl_plan_input_t in = {.model = &m, .devices = d, .n_devices = stages};
     in.job =
         (pl_sched_job_t){.n_seqs = 1, .prompt_avg = pavg, .prompt_max = pmax, .max_new_tokens = 4};
-    in.options.field_mask = PL_PLAN_OPT_ORDER | PL_PLAN_OPT_ALLOW_SKIP;
-    in.options.order = PL_SCHED_ORDER_FIXED;
-    in.options.allow_skip = false;
-    pl_plan_t *p = NULL;
-    cr_assert_eq(pl_plan(&in, &p), PL_OK, "%s", pl_error_msg());
+    plan_fixed_order(&in);
+    pl_plan_t *p = plan_ok(&in);
     cr_assert_eq(p->n_stages, stages);
     int want = s_expected(p, pmax, pavg);
     cr_assert_eq(p->prefill_chunk, want, "%d stages, %d tokens: chunk %d, expected %d", stages,
@@ -168,7 +145,8 @@ Test(sched_chunk, plans_choose_by_the_rule)
 Test(sched_chunk, the_jobs_own_chunk_is_kept_and_checked)
 {
     pl_sched_device_t d[2] = {s_dev("a", 100, 50), s_dev("b", 100, 50)};
-    pl_plan_input_t in = {.model = &s_model, .devices = d, .n_devices = 2};
+    pl_sched_model_t m = mid_model(16);
+    pl_plan_input_t in = {.model = &m, .devices = d, .n_devices = 2};
     in.job = (pl_sched_job_t){.n_seqs = 2,
                               .prompt_avg = 500,
                               .prompt_max = 900,

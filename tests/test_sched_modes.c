@@ -1,6 +1,7 @@
 /* The planner as the system calls it: inputs from a model config and a typed job spec, the
  * placement modes (optimal, auto, even), roofline terms, what-if clusters and the full plan JSON.
  * References are computed here by hand (layer counts, sizes, the roofline formula). */
+#include "sched_util.h"
 #include "scheduler/inputs.h"
 #include "scheduler/modes.h"
 #include "scheduler/terms.h"
@@ -12,20 +13,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define GIB (1024.0 * 1024.0 * 1024.0)
-
+/* Each device on a host of its own. */
 static pl_sched_device_t s_dev(const char *name, double gflops, double gbps, double mem_gib)
 {
-    pl_sched_device_t d;
-    memset(&d, 0, sizeof(d));
-    snprintf(d.name, sizeof(d.name), "%s", name);
-    snprintf(d.node, sizeof(d.node), "node-%s", name);
-    snprintf(d.host, sizeof(d.host), "host-%s", name);
-    snprintf(d.backend, sizeof(d.backend), "cpu");
-    d.gflops = gflops;
-    d.mem_gbps = gbps;
-    d.mem_bytes = (uint64_t)(mem_gib * GIB);
-    return d;
+    return dev_alone(name, gflops, gbps, mem_gib);
 }
 
 static const pl_sched_model_t s_model = {.n_layers = 10,

@@ -2,6 +2,7 @@
  * bottleneck as brute force, memory caps hold, and infeasible instances are reported. */
 #include "common/util.h"
 #include "scheduler/plan.h"
+#include "tests/sched_ref.h"
 
 #include <criterion/criterion.h>
 #include <math.h>
@@ -117,47 +118,11 @@ static pl_sched_eval_t *make_eval(inst_t *t)
 
 /* ---- references ------------------------------------------------------------------------- */
 
-static bool fits(const pl_sched_eval_t *ev, int d, int a, int e)
-{
-    return pl_sched_stage_mem(ev, d, a, e - a) <= pl_sched_device_usable(ev, d);
-}
-
-/* Plain dynamic programme over one device sequence where every device is used: h[a] is the
- * best bottleneck with the current device starting at a. Exact by the principle of optimality
- * for a fixed sequence; O(m L^2). */
+/* sched_ref.h's chain on a stack scratch. */
 static double ref_chain(const pl_sched_eval_t *ev, const int *seq, int m)
 {
-    int L = pl_sched_eval_layers(ev);
-    double h[MAXL + 1], h2[MAXL + 1];
-    for (int a = 0; a <= L; a++)
-        h[a] = a == 0 ? 0.0 : INFINITY;
-    for (int i = 0; i + 1 < m; i++) {
-        for (int e = 0; e <= L; e++)
-            h2[e] = INFINITY;
-        for (int a = 0; a < L; a++) {
-            if (h[a] == INFINITY)
-                continue;
-            for (int e = a + 1; e < L; e++) {
-                if (!fits(ev, seq[i], a, e))
-                    break;
-                double c = pl_sched_stage_cost(ev, seq[i], a, e - a, seq[i + 1]);
-                double v = h[a] > c ? h[a] : c;
-                if (v < h2[e])
-                    h2[e] = v;
-            }
-        }
-        memcpy(h, h2, sizeof(h));
-    }
-    double best = INFINITY;
-    for (int a = 0; a < L; a++) {
-        if (h[a] == INFINITY || !fits(ev, seq[m - 1], a, L))
-            continue;
-        double c = pl_sched_stage_cost(ev, seq[m - 1], a, L - a, -1);
-        double v = h[a] > c ? h[a] : c;
-        if (v < best)
-            best = v;
-    }
-    return best;
+    double h[2 * (MAXL + 1)];
+    return sched_ref_chain(ev, seq, m, h);
 }
 
 /* Every subsequence (or only the whole sequence) of a fixed order, each through ref_chain. */
@@ -187,14 +152,14 @@ static double ref_enum_rec(const pl_sched_eval_t *ev, const int *seq, int m, int
 {
     int L = pl_sched_eval_layers(ev);
     if (i == m - 1) {
-        if (!fits(ev, seq[i], a, L))
+        if (!sched_ref_fits(ev, seq[i], a, L))
             return INFINITY;
         double c = pl_sched_stage_cost(ev, seq[i], a, L - a, -1);
         return worst > c ? worst : c;
     }
     double best = INFINITY;
     for (int e = a + 1; e <= L - (m - 1 - i); e++) {
-        if (!fits(ev, seq[i], a, e))
+        if (!sched_ref_fits(ev, seq[i], a, e))
             break;
         double c = pl_sched_stage_cost(ev, seq[i], a, e - a, seq[i + 1]);
         double v = ref_enum_rec(ev, seq, m, i + 1, e, worst > c ? worst : c);
@@ -231,39 +196,17 @@ typedef struct {
 
 static void ref_orders_rec(ref_orders_t *r, int m, const double *h)
 {
-    int L = r->L, last = r->seq[m - 1];
+    int last = r->seq[m - 1];
     if (r->skip || m == r->n) { /* finish with the current last device */
-        for (int a = 0; a < L; a++) {
-            if (h[a] == INFINITY || !fits(r->ev, last, a, L))
-                continue;
-            double c = pl_sched_stage_cost(r->ev, last, a, L - a, -1);
-            double v = h[a] > c ? h[a] : c;
-            if (v < r->best)
-                r->best = v;
-        }
+        double v = sched_ref_last(r->ev, h, last);
+        if (v < r->best)
+            r->best = v;
     }
     for (int nx = 0; nx < r->n; nx++) {
         if (r->used[nx])
             continue;
         double h2[MAXL + 1];
-        bool any = false;
-        for (int e = 0; e <= L; e++)
-            h2[e] = INFINITY;
-        for (int a = 0; a < L; a++) {
-            if (h[a] == INFINITY)
-                continue;
-            for (int e = a + 1; e < L; e++) {
-                if (!fits(r->ev, last, a, e))
-                    break;
-                double c = pl_sched_stage_cost(r->ev, last, a, e - a, nx);
-                double v = h[a] > c ? h[a] : c;
-                if (v < h2[e]) {
-                    h2[e] = v;
-                    any = true;
-                }
-            }
-        }
-        if (!any)
+        if (!sched_ref_step(r->ev, h, last, nx, h2))
             continue;
         r->used[nx] = true;
         r->seq[m] = nx;
@@ -315,7 +258,7 @@ static void check_split(const pl_sched_eval_t *ev, const pl_sched_split_t *s, co
         }
         for (int k = 0; k < i; k++)
             cr_assert_neq(s->device[k], s->device[i]);
-        cr_assert(fits(ev, s->device[i], s->first[i], e), "stage %d exceeds memory", i);
+        cr_assert(sched_ref_fits(ev, s->device[i], s->first[i], e), "stage %d exceeds memory", i);
         int nx = i + 1 < s->n_stages ? s->device[i + 1] : -1;
         double c = pl_sched_stage_cost(ev, s->device[i], s->first[i], e - s->first[i], nx);
         if (c > worst)

@@ -22,11 +22,8 @@ static int s_split(pl_sched_device_t *d, int n, int prompt, int new_tokens, int 
                               .prompt_max = prompt,
                               .max_new_tokens = new_tokens,
                               .microbatches = n};
-    in.options.field_mask = PL_PLAN_OPT_ALLOW_SKIP | PL_PLAN_OPT_ORDER;
-    in.options.allow_skip = false;
-    in.options.order = PL_SCHED_ORDER_FIXED;
-    pl_plan_t *p = NULL;
-    cr_assert_eq(pl_plan(&in, &p), PL_OK, "%s", pl_error_msg());
+    plan_fixed_order(&in);
+    pl_plan_t *p = plan_ok(&in);
     int s = p->n_stages;
     for (int i = 0; i < s; i++)
         counts[i] = p->stages[i].n_layers;
@@ -160,13 +157,9 @@ static pl_plan_t *s_chunked(double gflops, double gbps, int stages, int seqs, in
                                .max_new_tokens = 1,
                                .microbatches = stages,
                                .prefill_chunk = chunk};
-    in->options.field_mask = PL_PLAN_OPT_ALLOW_SKIP | PL_PLAN_OPT_ORDER | PL_PLAN_OPT_SAME_HOST;
-    in->options.allow_skip = false;
-    in->options.order = PL_SCHED_ORDER_FIXED;
-    in->options.same_host = (pl_sched_link_t){1e12, 0.0};
-    pl_plan_t *p = NULL;
-    cr_assert_eq(pl_plan(in, &p), PL_OK, "%s", pl_error_msg());
-    return p;
+    plan_fixed_order(in);
+    plan_free_links(in);
+    return plan_ok(in);
 }
 
 Test(sched_rates, chunked_prefill_is_a_pipeline_of_messages)

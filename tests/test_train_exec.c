@@ -3,6 +3,7 @@
  * in-process trainer and the plain loop's losses; the stash each stage measures is the
  * schedule's prediction; bad op lists and a silent peer fail cleanly. */
 #include "pipeline/train_exec.h"
+#include "train_link_util.h"
 #include "train_util.h"
 
 #include <pthread.h>
@@ -28,14 +29,7 @@ static void *stage_main(void *p)
     pl_ucx_t *u = NULL;
     pl_ucx_ep_t *prev = NULL, *next = NULL;
     pl_train_exec_t *x = NULL;
-    a->rc = pl_ucx_create(&u);
-    if (a->rc == PL_OK)
-        a->rc = pl_ucx_address(u, &a->addr[a->s]);
-    pthread_barrier_wait(a->bar);
-    if (a->rc == PL_OK && a->s > 0)
-        a->rc = pl_ucx_connect(u, a->addr[a->s - 1], &prev);
-    if (a->rc == PL_OK && a->s < a->S - 1)
-        a->rc = pl_ucx_connect(u, a->addr[a->s + 1], &next);
+    a->rc = tl_open(a->S, a->s, a->bar, a->addr, &u, &prev, &next);
     pl_train_link_t link = {.ucx = u, .prev = prev, .next = next, .job = 5, .timeout_ms = 60000};
     if (a->rc == PL_OK)
         a->rc = pl_train_exec_create(&a->cfg, &a->m->w, a->s, a->S, a->l0, a->l1, a->sched, &link,
@@ -52,10 +46,7 @@ static void *stage_main(void *p)
     }
     if (a->rc != PL_OK)
         snprintf(a->err, sizeof(a->err), "%s", pl_error_msg());
-    pthread_barrier_wait(a->bar); /* every stage done before any closes */
-    pl_train_exec_destroy(&x);
-    pthread_barrier_wait(a->bar);
-    pl_ucx_destroy(&u);
+    tl_close(a->bar, &x, &u);
     return NULL;
 }
 

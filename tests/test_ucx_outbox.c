@@ -50,19 +50,9 @@ static void *s_sender_main(void *arg)
 static void s_receive_all(tu_link_t *l, const size_t *sizes, int n, int hold_us)
 {
     for (int i = 0; i < n; i++) {
-        const void *buf;
-        size_t len;
-        uint64_t tag;
         if (hold_us > 0)
             usleep((useconds_t)hold_us);
-        pl_status_t st = pl_ucx_inbox_recv(l->in, &buf, &len, &tag, 30000, NULL);
-        cr_assert_eq(st, PL_OK, "message %d: %s", i, pl_error_msg());
-        cr_assert_eq(len, sizes[i], "message %d", i);
-        cr_assert_eq(tag, TU_DATA_TAG | (uint64_t)(i & 0xff), "message %d: out of order", i);
-        const unsigned char *b = buf;
-        for (size_t k = 0; k < len; k++)
-            cr_assert_eq(b[k], tu_byte(k, (unsigned)i), "message %d of %zu bytes differs at %zu", i,
-                         len, k);
+        tu_take(l, sizes[i], i);
         cr_assert_eq(pl_ucx_inbox_release(l->in), PL_OK, "%s", pl_error_msg());
     }
 }

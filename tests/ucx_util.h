@@ -45,13 +45,19 @@ static inline void *tu_pattern(size_t len, unsigned seed)
     return b;
 }
 
-static inline bool tu_pattern_ok(const void *buf, size_t len, unsigned seed)
+/* The first byte of buf that is not tu_byte(i, seed); len when none. */
+static inline size_t tu_pattern_diff(const void *buf, size_t len, unsigned seed)
 {
     const unsigned char *b = buf;
     for (size_t i = 0; i < len; i++)
         if (b[i] != tu_byte(i, seed))
-            return false;
-    return true;
+            return i;
+    return len;
+}
+
+static inline bool tu_pattern_ok(const void *buf, size_t len, unsigned seed)
+{
+    return tu_pattern_diff(buf, len, seed) == len;
 }
 
 /* The large messages of the suites: rendezvous-sized on every transport. */
@@ -161,6 +167,22 @@ static inline void tu_link(tu_link_t *l, size_t bytes, int slots, int bufs, int 
     if (bufs > 0)
         cr_assert_eq(pl_ucx_outbox_create(l->a, l->ab, bytes, bufs, &l->out), PL_OK, "%s",
                      pl_error_msg());
+}
+
+/* Take message i from l's inbox and check it whole: `size` tu_byte bytes of seed i, tagged
+ * TU_DATA_TAG | i's low byte (so in order), in a 64-byte aligned slot. The caller releases it. */
+static inline void tu_take(tu_link_t *l, size_t size, int i)
+{
+    const void *buf;
+    size_t len;
+    uint64_t tag;
+    pl_status_t st = pl_ucx_inbox_recv(l->in, &buf, &len, &tag, 30000, NULL);
+    cr_assert_eq(st, PL_OK, "message %d: %s", i, pl_error_msg());
+    cr_assert_eq(len, size, "message %d", i);
+    cr_assert_eq(tag, TU_DATA_TAG | (uint64_t)(i & 0xff), "message %d: out of order", i);
+    cr_assert((uintptr_t)buf % 64 == 0, "message %d: slot not 64-byte aligned", i);
+    size_t at = tu_pattern_diff(buf, len, (unsigned)i);
+    cr_assert_eq(at, len, "message %d of %zu bytes differs at %zu", i, len, at);
 }
 
 /* Destroy the link; each destroy nulls its pointer and is safe twice. */

@@ -311,6 +311,20 @@ static double s_read_gbps(int threads)
     return best;
 }
 
+/* w laid out in *copy as a stage holds its weights (packed when PL_CPU_WEIGHTS asks), for the
+ * probes to time the kernels a stage runs; when the copy cannot be made, w stays as given and
+ * its error is cleared (a probe's failure is its rate of 0, and a message left behind would be
+ * read as the calibration's). Free *copy with pl_cpu_wcopy_free either way. */
+static void s_stage_layout(pl_cpu_wmat_t *w, pl_cpu_wcopy_t *copy)
+{
+    pl_cpu_wmat_t *wp = w;
+    *copy = (pl_cpu_wcopy_t){0};
+    if (pl_cpu_wcopy_make(&wp, 1, pl_cpu_wcopy_pack_wanted(), copy) != PL_OK) {
+        *copy = (pl_cpu_wcopy_t){0};
+        pl_error_clear();
+    }
+}
+
 /* Seconds per call of pl_cpu_gemm_rows on nr rows against w: the best of two timed runs. */
 static double s_rows_time(pl_cpu_dev_t *dev, const float *x, const int *rows, int nr,
                           const pl_cpu_wmat_t *w, float *y)
@@ -352,11 +366,9 @@ static double s_dec_gflops(pl_cpu_dev_t *dev)
             rows[r] = r;
         pl_cpu_wmat_t w = {.type = PL_WT_BF16, .rows = S_ROW_OUTS, .cols = S_ROW_COLS,
                            .row_bytes = S_ROW_COLS * sizeof(uint16_t), .data = wb};
-        pl_cpu_wmat_t *wp = &w;
-        pl_cpu_wcopy_t copy = {0}; /* laid out as a stage holds its weights */
-        double t = pl_cpu_wcopy_make(&wp, 1, pl_cpu_wcopy_pack_wanted(), &copy) == PL_OK
-                       ? s_rows_time(dev, x, rows, S_ROW_MANY, &w, y)
-                       : 0.0;
+        pl_cpu_wcopy_t copy;
+        s_stage_layout(&w, &copy);
+        double t = s_rows_time(dev, x, rows, S_ROW_MANY, &w, y);
         pl_cpu_wcopy_free(&copy);
         if (t > 0)
             gflops = 2.0 * S_ROW_MANY * (double)wn / t / 1e9;
@@ -444,10 +456,8 @@ static double s_pass_fit_gbps(pl_cpu_dev_t *dev, double gflops)
             x[i] = (float)(i % 13) * 0.125f - 0.75f;
         pl_cpu_wmat_t w = {.type = PL_WT_BF16, .rows = S_SEQ_OUTS, .cols = S_ROW_COLS,
                            .row_bytes = S_ROW_COLS * sizeof(uint16_t), .data = wb};
-        pl_cpu_wmat_t *wp = &w;
-        pl_cpu_wcopy_t copy = {0}; /* laid out as a stage holds its weights */
-        if (pl_cpu_wcopy_make(&wp, 1, pl_cpu_wcopy_pack_wanted(), &copy) != PL_OK)
-            pl_error_clear(); /* then as given */
+        pl_cpu_wcopy_t copy;
+        s_stage_layout(&w, &copy);
         for (int i = 0; i < K; i++) {
             s_seq_call_t a = {x, s_fit_tokens[i], &w, tile, y};
             t[i] = s_call_time(dev, s_seq_call, &a, 1);

@@ -34,18 +34,48 @@ float **pl_cpu_tlayer_field(pl_cpu_tlayer_t *l, int i)
     return f[i];
 }
 
-static size_t s_fwd_floats(const pl_cpu_tdims_t *d, int n)
+/* The buffers of the forward block and of B's block, in the order they are laid out: floats per
+ * token each. One table gives both a block's size and its layout. */
+enum { S_FWD_BUFS = 10, S_BWD_BUFS = 9 };
+
+static void s_fwd_widths(const pl_cpu_tdims_t *d, size_t w[S_FWD_BUFS])
 {
     size_t hd = (size_t)d->hidden, q = (size_t)d->n_heads * d->head_dim;
     size_t kv = (size_t)d->n_kv * d->head_dim, in = (size_t)d->inter;
-    return (size_t)n * (hd + q + 2 * kv + q + hd + hd + 3 * in);
+    /* xn1, q, k, v, att, h, xn2, gate, up, act */
+    size_t s[S_FWD_BUFS] = {hd, q, kv, kv, q, hd, hd, in, in, in};
+    memcpy(w, s, sizeof(s));
+}
+
+static void s_bwd_widths(const pl_cpu_tdims_t *d, size_t w[S_BWD_BUFS])
+{
+    size_t hd = (size_t)d->hidden, q = (size_t)d->n_heads * d->head_dim;
+    size_t kv = (size_t)d->n_kv * d->head_dim, in = (size_t)d->inter;
+    /* dy, dgate, dup, dxn2, dh, dq, dk, dv, dxn1 */
+    size_t s[S_BWD_BUFS] = {hd, in, in, hd, hd, q, kv, kv, hd};
+    memcpy(w, s, sizeof(s));
+}
+
+static size_t s_floats(const size_t *w, int count, int n)
+{
+    size_t t = 0;
+    for (int i = 0; i < count; i++)
+        t += w[i];
+    return (size_t)n * t;
+}
+
+static size_t s_fwd_floats(const pl_cpu_tdims_t *d, int n)
+{
+    size_t w[S_FWD_BUFS];
+    s_fwd_widths(d, w);
+    return s_floats(w, S_FWD_BUFS, n);
 }
 
 static size_t s_bwd_floats(const pl_cpu_tdims_t *d, int n)
 {
-    size_t hd = (size_t)d->hidden, q = (size_t)d->n_heads * d->head_dim;
-    size_t kv = (size_t)d->n_kv * d->head_dim, in = (size_t)d->inter;
-    return (size_t)n * (hd + 2 * in + hd + hd + q + 2 * kv + hd);
+    size_t w[S_BWD_BUFS];
+    s_bwd_widths(d, w);
+    return s_floats(w, S_BWD_BUFS, n);
 }
 
 size_t pl_cpu_tstash_f_bytes(const pl_cpu_tdims_t *d, int n_tok, bool recompute)
@@ -100,47 +130,38 @@ size_t pl_cpu_tstash_bytes(const pl_cpu_tstash_t *st)
     return sizeof(float) * ((size_t)st->n * st->d.hidden + f + b);
 }
 
+/* One block of n tokens' buffers of the given widths into *block_p, bufs[i] pointing at the i-th.
+ */
+static pl_status_t s_carve(const size_t *w, int count, int n, float **const *bufs, float **block_p,
+                           const char *what)
+{
+    float *p = malloc(sizeof(float) * s_floats(w, count, n));
+    if (!p)
+        return pl_error(PL_ERR_NOMEM, "train stash: %s", what);
+    *block_p = p;
+    for (int i = 0; i < count; i++) {
+        *bufs[i] = p;
+        p += (size_t)n * w[i];
+    }
+    return PL_OK;
+}
+
 static pl_status_t s_alloc_fwd(pl_cpu_tstash_t *st)
 {
-    const pl_cpu_tdims_t *d = &st->d;
-    size_t n = (size_t)st->n, hd = (size_t)d->hidden, q = (size_t)d->n_heads * d->head_dim;
-    size_t kv = (size_t)d->n_kv * d->head_dim, in = (size_t)d->inter;
-    float *p = malloc(sizeof(float) * s_fwd_floats(d, st->n));
-    if (!p)
-        return pl_error(PL_ERR_NOMEM, "train stash: forward activations");
-    st->fwd = p;
-    st->xn1 = p, p += n * hd;
-    st->q = p, p += n * q;
-    st->k = p, p += n * kv;
-    st->v = p, p += n * kv;
-    st->att = p, p += n * q;
-    st->h = p, p += n * hd;
-    st->xn2 = p, p += n * hd;
-    st->gate = p, p += n * in;
-    st->up = p, p += n * in;
-    st->act = p;
-    return PL_OK;
+    size_t w[S_FWD_BUFS];
+    float **const bufs[S_FWD_BUFS] = {&st->xn1, &st->q,   &st->k,    &st->v,  &st->att,
+                                      &st->h,   &st->xn2, &st->gate, &st->up, &st->act};
+    s_fwd_widths(&st->d, w);
+    return s_carve(w, S_FWD_BUFS, st->n, bufs, &st->fwd, "forward activations");
 }
 
 static pl_status_t s_alloc_bwd(pl_cpu_tstash_t *st)
 {
-    const pl_cpu_tdims_t *d = &st->d;
-    size_t n = (size_t)st->n, hd = (size_t)d->hidden, q = (size_t)d->n_heads * d->head_dim;
-    size_t kv = (size_t)d->n_kv * d->head_dim, in = (size_t)d->inter;
-    float *p = malloc(sizeof(float) * s_bwd_floats(d, st->n));
-    if (!p)
-        return pl_error(PL_ERR_NOMEM, "train stash: gradients");
-    st->bwd = p;
-    st->dy = p, p += n * hd;
-    st->dgate = p, p += n * in;
-    st->dup = p, p += n * in;
-    st->dxn2 = p, p += n * hd;
-    st->dh = p, p += n * hd;
-    st->dq = p, p += n * q;
-    st->dk = p, p += n * kv;
-    st->dv = p, p += n * kv;
-    st->dxn1 = p;
-    return PL_OK;
+    size_t w[S_BWD_BUFS];
+    float **const bufs[S_BWD_BUFS] = {&st->dy, &st->dgate, &st->dup, &st->dxn2, &st->dh,
+                                      &st->dq, &st->dk,    &st->dv,  &st->dxn1};
+    s_bwd_widths(&st->d, w);
+    return s_carve(w, S_BWD_BUFS, st->n, bufs, &st->bwd, "gradients");
 }
 
 /* The forward from st->x into st's activation buffers; y = the layer's output. */
