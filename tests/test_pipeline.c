@@ -192,3 +192,34 @@ Test(pipeline, chunked_prefill_gives_the_tokens_of_whole_prefill)
     }
     unsetenv("PL_CPU_WEIGHTS");
 }
+
+Test(pipeline, uneven_prefill_schedules_give_the_tokens_of_whole_prefill)
+{
+    /* the planner's uneven chunks (counted back from each prompt's end): larger first as it
+     * plans them, pieces that divide no prompt, 1-token pieces, a schedule longer than every
+     * prompt and one shorter than the longest (its first entry repeats in front), over a
+     * prefill_chunk they replace; 1, 2 and 3 stages, one and three microbatches */
+    static const int scheds[][5] = {{3, 40, 20, 10}, {3, 1, 1, 1}, {4, 33, 7, 64, 1},
+                                    {2, 100, 3},     {2, 9, 2},    {1, 1}};
+    static const int two[] = {2, 3}, three[] = {1, 1, 3};
+    const int *splits[] = {NULL, two, three};
+    json_t *whole = s_chunked_job(0, 1, 0);
+    uint64_t ptok_ref, ptok;
+    json_t *ref = s_run_n(whole, NULL, 1, 6, &ptok_ref);
+    for (size_t c = 0; c < sizeof(scheds) / sizeof(scheds[0]); c++) {
+        for (int n = 1; n <= 3; n++) {
+            json_t *job = s_chunked_job(0, n == 1 ? 1 : 3, 5);
+            json_t *sched = json_array();
+            for (int k = 1; k <= scheds[c][0]; k++)
+                json_array_append_new(sched, json_integer(scheds[c][k]));
+            json_object_set_new(job, "prefill_schedule", sched);
+            json_t *res = s_run_n(job, splits[n - 1], n, 6, &ptok);
+            char what[96];
+            snprintf(what, sizeof(what), "schedule %zu, %d stages", c, n);
+            s_assert_same(ref, res, what);
+            cr_assert_eq(ptok, ptok_ref, "%s: every prompt token goes in once", what);
+            json_decref(res), json_decref(job);
+        }
+    }
+    json_decref(ref), json_decref(whole);
+}
