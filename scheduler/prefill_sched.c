@@ -206,17 +206,18 @@ out:
 }
 
 void pl_sched_prefill_sched(const pl_sched_eval_t *ev, const pl_sched_split_t *s,
-                            pl_sched_pred_t *p, pl_job_chunks_t *sched, double *t_even)
+                            pl_sched_pred_t *p)
 {
+    pl_job_chunks_t *sched = &p->sched;
     sched->n = 0;
-    *t_even = 0.0;
+    p->t_even = 0.0;
     if (ev->req_chunk > 0 || p->chunk <= 0 || p->K < 2)
         return; /* the job's own chunk, or whole prompts: today's prediction stands */
     pl_job_chunks_t even = {.n = 1, .len = {p->chunk}}, un;
     double busy, t = pl_sched_chunks_time(ev, s, p->M, &even, &busy);
     if (!isfinite(t))
         return;
-    *t_even = t;
+    p->t_even = t;
     int lo = (PL_SCHED_CHUNK_MIN + ev->b - 1) / ev->b;
     lo = lo > PL_SCHED_CHUNK_MIN_TOKENS ? lo : PL_SCHED_CHUNK_MIN_TOKENS;
     lo = lo < p->chunk ? lo : p->chunk;
