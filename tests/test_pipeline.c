@@ -1,6 +1,7 @@
 /* The split does not change the answer: a job run as 1, 2 and 3 stages (in one process) gives the
  * same token ids, greedy and seeded sampling, whatever the microbatching; errors are reported. */
 #include "gen_util.h"
+#include "pipeline/gen.h"
 #include "pipeline/gen_local.h"
 
 #include <criterion/criterion.h>
@@ -222,4 +223,40 @@ Test(pipeline, uneven_prefill_schedules_give_the_tokens_of_whole_prefill)
         }
     }
     json_decref(ref), json_decref(whole);
+}
+
+/* The in-process feeder cuts by the schedule, every prompt from its own end: a microbatch of
+ * prompts of 20, 7 and 3 tokens under [8, 6, 4] goes as 4 messages (the longest's cuts 2, 8, 6,
+ * 4), the shorter prompts only in the last ones. */
+Test(pipeline, the_feeder_cuts_by_the_schedule)
+{
+    int32_t p20[20] = {0}, p7[7] = {0}, p3[3] = {0};
+    int32_t *prompts[3] = {p20, p7, p3};
+    int lens[3] = {20, 7, 3};
+    pl_gen_job_t job = {.n_seqs = 3, .microbatches = 1, .prompts = prompts, .prompt_len = lens};
+    job.gen.prefill_chunk = 5; /* replaced by the schedule */
+    job.gen.prefill_sched = (pl_job_chunks_t){.n = 3, .len = {8, 6, 4}};
+    pl_gen_feed_t *f;
+    cr_assert_eq(pl_gen_feed_create(&job, &f), PL_OK);
+    cr_assert_eq(pl_gen_feed_prefill_chunks(f, 0), 4);
+    /* per message: the entries (sequence, start, tokens) */
+    static const int want[4][3][3] = {
+        {{0, 0, 2}}, {{0, 2, 8}}, {{0, 10, 6}, {1, 0, 3}}, {{0, 16, 4}, {1, 3, 4}, {2, 0, 3}}};
+    static const int n_want[4] = {1, 1, 2, 3};
+    pl_act_hdr_t hdr;
+    pl_act_seq_t seqs[3];
+    int32_t tokens[32];
+    for (int k = 0; k < 4; k++) {
+        pl_gen_feed_prefill(f, 1, 0, k, &hdr, seqs, tokens);
+        cr_assert_eq(hdr.n_seq, (uint32_t)n_want[k], "message %d: %u entries", k, hdr.n_seq);
+        uint32_t t = 0;
+        for (int i = 0; i < n_want[k]; i++) {
+            cr_assert_eq(seqs[i].seq, (uint32_t)want[k][i][0], "message %d entry %d", k, i);
+            cr_assert_eq(seqs[i].pos0, (uint32_t)want[k][i][1], "message %d entry %d", k, i);
+            cr_assert_eq(seqs[i].n_tok, (uint32_t)want[k][i][2], "message %d entry %d", k, i);
+            t += seqs[i].n_tok;
+        }
+        cr_assert_eq(hdr.n_tokens, t);
+    }
+    pl_gen_feed_destroy(&f);
 }
