@@ -36,6 +36,10 @@ static void s_piece(const pl_sched_eval_t *ev, int d, int a, int e, int n, doubl
     }
 }
 
+/* The most pieces times stages a prediction's flow shop runs (M K S): beyond, the planner keeps
+ * the equal chunks and their closed-form prediction (plan.h), which the searches can afford. */
+#define S_FLOW_MAX 4e6
+
 static int s_stage_end(const pl_sched_eval_t *ev, const pl_sched_split_t *s, int i)
 {
     return i + 1 < s->n_stages ? s->first[i + 1] : ev->L;
@@ -150,7 +154,10 @@ double pl_sched_chunks_plan(const pl_sched_eval_t *ev, const pl_sched_split_t *s
         return INFINITY;
     M = M < ev->R ? M : ev->R;
     /* the grid: P_max and every step of `step` tokens back from it, then 0 */
-    int step = (P + PL_SCHED_GRID_MAX - 1) / PL_SCHED_GRID_MAX;
+    /* at most PL_SCHED_GRID_MAX points, fewer for many stages (the table holds N^2 S pieces) */
+    int n_max = (int)sqrt((double)(1 << 20) / s->n_stages);
+    n_max = n_max < PL_SCHED_GRID_MAX ? n_max : PL_SCHED_GRID_MAX;
+    int step = (P + n_max - 1) / n_max;
     step = step > PL_SCHED_GRID_TOKENS ? step : PL_SCHED_GRID_TOKENS;
     int G = (P - 1) / step, N = G + 2; /* points 0, P - G step, ..., P - step, P */
     int *g = malloc(sizeof(int) * ((size_t)N + 2 * ((size_t)K + 1) + (size_t)N * (K + 1)));
@@ -213,6 +220,8 @@ void pl_sched_prefill_sched(const pl_sched_eval_t *ev, const pl_sched_split_t *s
     p->t_even = 0.0;
     if (ev->req_chunk > 0 || p->chunk <= 0 || p->K < 2)
         return; /* the job's own chunk, or whole prompts: today's prediction stands */
+    if ((double)p->M * p->K * s->n_stages > S_FLOW_MAX)
+        return; /* a flow shop too large to run at every prediction: the equal chunks' formula */
     pl_job_chunks_t even = {.n = 1, .len = {p->chunk}}, un;
     double busy, t = pl_sched_chunks_time(ev, s, p->M, &even, &busy);
     if (!isfinite(t))
