@@ -380,7 +380,8 @@ typedef struct {
  *       prefix's, one weight pass per sequence, the LM head on the last piece only;
  *   prefill time: the M microbatches' pieces in order through the stages (a flow shop: a stage
  *       starts a piece once it finished the one before and the stage before sent it);
- *   the schedule: K pieces (the equal chunks' count), each in [lo, hi] tokens, boundaries on a
+ *   the schedule: K pieces (the equal chunks' count), each in [lo, hi] tokens (the first no
+ *       larger than the equal chunk, pl_sched_prefill_sched says why), boundaries on a
  *       grid of PL_SCHED_GRID_TOKENS counted back from the prompt's end (wider for prompts of
  *       more than PL_SCHED_GRID_MAX steps): the one whose slowest piece on its slowest stage is
  *       the shortest (a DP over boundaries), then single boundaries moved a grid step while the
@@ -394,11 +395,11 @@ typedef struct {
  * NAN when out of memory. */
 double pl_sched_chunks_time(const pl_sched_eval_t *ev, const pl_sched_split_t *s, int M,
                             const pl_job_chunks_t *c, double *busy_max_p);
-/* The schedule of K pieces above into *out and its predicted time; INFINITY (out->n 0) when no
- * K pieces in [lo, hi] cover the longest prompt, K is outside [2, PL_JOB_MAX_CHUNKS] or memory
- * runs out. */
+/* The schedule of K pieces above into *out and its predicted time, the first piece at most
+ * first_hi tokens; INFINITY (out->n 0) when no K pieces in [lo, hi] cover the longest prompt, K
+ * is outside [2, PL_JOB_MAX_CHUNKS] or memory runs out. */
 double pl_sched_chunks_plan(const pl_sched_eval_t *ev, const pl_sched_split_t *s, int M, int K,
-                            int lo, int hi, pl_job_chunks_t *out);
+                            int lo, int hi, int first_hi, pl_job_chunks_t *out);
 
 /* The exact optimal contiguous partition of all layers over devices order[0..n) taken in that
  * order (every used device holds at least one layer; with allow_skip some may be left out), at

@@ -276,14 +276,14 @@ Test(sched_chunk, uneven_pieces_beat_equal_chunks_in_the_model)
     cr_assert_float_eq(busy, 32896.0, 1e-3, "%f", busy);
     /* two pieces: the total 32896 plus the dearer piece; the boundary on the 16-token grid
      * back from the end that balances them best is 176 (15576 s and 17320 s): 50216 s */
-    double t = pl_sched_chunks_plan(ev, &s, 1, 2, 16, 256, &un);
+    double t = pl_sched_chunks_plan(ev, &s, 1, 2, 16, 256, 256, &un);
     cr_assert_eq(un.n, 2);
     cr_assert_eq(un.len[0], 176, "%d", un.len[0]);
     cr_assert_eq(un.len[1], 80);
     cr_assert_float_eq(t, 50216.0, 1e-3, "%f", t);
     cr_assert_float_eq(pl_sched_chunks_time(ev, &s, 1, &un, NULL), t, 1e-6);
     /* more pieces: the prompt covered exactly, larger where the prefix is short */
-    t = pl_sched_chunks_plan(ev, &s, 1, 6, 16, 256, &un);
+    t = pl_sched_chunks_plan(ev, &s, 1, 6, 16, 256, 256, &un);
     cr_assert_eq(un.n, 6);
     int sum = 0;
     for (int k = 0; k < un.n; k++) {
@@ -297,7 +297,7 @@ Test(sched_chunk, uneven_pieces_beat_equal_chunks_in_the_model)
     pl_job_chunks_t eq6 = {.n = 1, .len = {43}}; /* 6 equal-ish chunks: 41 then 5 of 43 */
     cr_assert_lt(t, pl_sched_chunks_time(ev, &s, 1, &eq6, NULL));
     /* the bounds on a piece hold: none outside [48, 80], and none fit when they cannot */
-    t = pl_sched_chunks_plan(ev, &s, 1, 4, 48, 80, &un);
+    t = pl_sched_chunks_plan(ev, &s, 1, 4, 48, 80, 80, &un);
     cr_assert(isfinite(t));
     sum = 0;
     for (int k = 0; k < un.n; k++) {
@@ -306,13 +306,18 @@ Test(sched_chunk, uneven_pieces_beat_equal_chunks_in_the_model)
     }
     cr_assert_eq(sum, 256);
     cr_assert_eq(un.len[0], 80, "the cheap front takes the most: %d", un.len[0]);
-    cr_assert(isinf(pl_sched_chunks_plan(ev, &s, 1, 2, 16, 100, &un)));
+    /* and the first piece's own bound: where attention is cheapest it would take the most */
+    t = pl_sched_chunks_plan(ev, &s, 1, 4, 16, 256, 48, &un);
+    cr_assert(isfinite(t));
+    cr_assert(un.len[0] <= 48 && un.len[0] >= 16, "%d", un.len[0]);
+    cr_assert_eq(un.len[0] + un.len[1] + un.len[2] + un.len[3], 256);
+    cr_assert(isinf(pl_sched_chunks_plan(ev, &s, 1, 2, 16, 100, 100, &un)));
     cr_assert_eq(un.n, 0);
-    cr_assert(isinf(pl_sched_chunks_plan(ev, &s, 1, 1, 16, 256, &un)));
+    cr_assert(isinf(pl_sched_chunks_plan(ev, &s, 1, 1, 16, 256, 256, &un)));
     pl_sched_eval_destroy(&ev);
     /* dense flops only: every token costs alike, so equal pieces are best */
     ev = s_eval_two(256, false, &s, d, layers, &costs);
-    t = pl_sched_chunks_plan(ev, &s, 1, 4, 16, 256, &un);
+    t = pl_sched_chunks_plan(ev, &s, 1, 4, 16, 256, 256, &un);
     for (int k = 0; k < 4; k++)
         cr_assert_eq(un.len[k], 64, "piece %d: %d", k, un.len[k]);
     cr_assert_float_eq(t, 256.0 + 64.0, 1e-3, "%f", t);
@@ -357,7 +362,9 @@ Test(sched_chunk, plans_carry_the_uneven_schedule)
             sum += p->prefill_sched.len[k];
         }
         cr_assert_eq(sum, 1024);
-        cr_assert_gt(p->prefill_sched.len[0], p->prefill_sched.len[K - 1]);
+        /* the first piece no larger than the equal chunk, the last smaller */
+        cr_assert_leq(p->prefill_sched.len[0], p->prefill_chunk);
+        cr_assert_lt(p->prefill_sched.len[K - 1], p->prefill_chunk);
         cr_assert_gt(p->prefill_time_even, 0);
         cr_assert_lt(p->prefill_time, p->prefill_time_even, "%g vs %g", p->prefill_time,
                      p->prefill_time_even);
