@@ -272,8 +272,16 @@ run() { # NAME YAML
     "$B/pipectl" -c "$EP" -o json status "$id" >"$WORK/$1.json"
     local layers
     layers=$(sed -n 's/^ *"n_layers": \([0-9]*\),*$/\1/p' "$WORK/$1.json" | paste -sd+ -)
+    local sched
+    sched=$(schedule "$WORK/$1.json")
     echo "  $1: job $id, layers per stage $layers, microbatches $(field "$WORK/$1.json" microbatches), chunk $(field "$WORK/$1.json" \
-        prefill_chunk), wall $(printf %.2f "$(tput "$WORK/$1.json" wall_s)") s" >&2
+        prefill_chunk)${sched:+ (uneven: $sched)}, wall $(printf %.2f "$(tput "$WORK/$1.json" wall_s)") s" >&2
+}
+
+schedule() { # FILE: the plan's uneven prefill chunks, comma-separated ("" when none)
+    awk '/"prefill_schedule": \[\]/ { exit } /"prefill_schedule": \[/ { f = 1; next }
+         f && /\]/ { exit } f { gsub(/[ ,]/, ""); s = s (s != "" ? "," : "") $0 }
+         END { print s }' "$1"
 }
 
 # CPU time (clock ticks) of the whole machine, and of this cluster's processes.

@@ -90,6 +90,7 @@ void pl_coord_deploy_planned(pl_coord_job_t *j, int resident, int microbatches, 
     j->microbatches = PL_MAX(PL_MAX(microbatches, j->spec.microbatches), n_stages);
     j->max_tokens = j->spec.serve.step_tokens;
     j->prefill_chunk = 0;
+    j->prefill_sched.n = 0;
     if (j->n_seqs < j->spec.serve.kv_slots)
         pl_log_info("deployment %s: %d KV slots fit the stages' memory (%d asked)",
                     j->spec.serve.name, j->n_seqs, j->spec.serve.kv_slots);

@@ -118,8 +118,9 @@ typedef struct {
     bool spec_saved; /* the intake stored the spec (specs file): the first save adds the job row */
     bool spec_missing; /* restored without its spec (coord_row.c): failed unless it had ended */
     int n_layers, max_ctx, n_seqs;
-    int microbatches, max_tokens; /* what the plan decided (with n_stages and stages[]) */
-    int prefill_chunk;            /* the plan's (the job's when it set one); in ASSIGN's spec */
+    int microbatches, max_tokens;  /* what the plan decided (with n_stages and stages[]) */
+    int prefill_chunk;             /* the plan's (the job's when it set one); in ASSIGN's spec */
+    pl_job_chunks_t prefill_sched; /* the plan's uneven chunks (n 0: none); in ASSIGN's spec */
     uint64_t prompt_tokens;
     int n_stages;
     pl_coord_stage_t stages[PL_COORD_MAX_STAGES];

@@ -264,6 +264,8 @@ static void s_assign_msg(const pl_coord_t *c, const pl_coord_job_t *j, int i,
                                   .spec = j->spec};
     if (j->prefill_chunk > 0) /* the plan's choice when the job left it open */
         m->assign.spec.gen.prefill_chunk = j->prefill_chunk;
+    /* the plan's uneven chunks, or none: the schedule is the coordinator's, never a client's */
+    m->assign.spec.gen.prefill_sched = j->prefill_sched;
     if (j->dep) /* the KV slots that fit every stage, so that all stages agree */
         m->assign.spec.serve.kv_slots = j->n_seqs;
     /* only the first stage (prefill) and the last (sampling) need where sequences stand */

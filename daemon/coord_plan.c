@@ -417,6 +417,7 @@ bool pl_coord_plan_job(pl_coord_t *c, pl_coord_job_t *j)
         }
         j->microbatches = g.microbatches;
         j->prefill_chunk = plan->prefill_chunk;
+        j->prefill_sched = plan->prefill_sched;
         j->max_tokens =
             PL_MAX(PL_MAX(pl_gen_job_max_tokens(&g), from_start), (j->n_seqs + mb - 1) / mb);
         pl_gen_job_clear(&g);

@@ -22,7 +22,7 @@ typedef struct {
 
 struct pl_batch {
     pl_batch_params_t p;
-    int chunk;       /* effective prompt chunk */
+    pl_job_chunks_t cuts; /* the effective prompt schedule: no entry above step_tokens */
     s_seq_t *slots;  /* [n_slots] */
     s_seq_t *queue;  /* ring [max_queue] of waiting sequences (slot not yet chosen) */
     int q_head, q_count;
@@ -48,11 +48,21 @@ pl_status_t pl_batch_create(const pl_batch_params_t *p, pl_batch_t **batch_p)
                         PL_BATCH_MAX_SEQS);
     if (p->chunk < 0)
         return pl_error(PL_ERR_INVALID, "batch: chunk %d below 0", p->chunk);
+    pl_status_t st = pl_job_chunks_check(&p->sched, "batch: sched");
+    if (st)
+        return st;
     pl_batch_t *b = calloc(1, sizeof(*b));
     if (!b)
         return pl_error(PL_ERR_NOMEM, "batch: out of memory");
     b->p = *p;
-    b->chunk = p->chunk > 0 ? PL_MIN(p->chunk, p->step_tokens) : p->step_tokens;
+    if (p->sched.n > 0) {
+        b->cuts = p->sched;
+        for (int i = 0; i < b->cuts.n; i++)
+            b->cuts.len[i] = PL_MIN(b->cuts.len[i], p->step_tokens);
+    } else {
+        b->cuts = (pl_job_chunks_t){
+            .n = 1, .len = {p->chunk > 0 ? PL_MIN(p->chunk, p->step_tokens) : p->step_tokens}};
+    }
     b->slots = calloc((size_t)p->n_slots, sizeof(*b->slots));
     b->queue = calloc((size_t)PL_MAX(p->max_queue, 1), sizeof(*b->queue));
     b->lane_n = calloc((size_t)p->lanes, sizeof(int));
@@ -178,9 +188,7 @@ static int s_idle(pl_batch_t *b)
 /* The size of a sequence's next prompt chunk: prompts are cut from their end backwards. */
 static int s_chunk(const pl_batch_t *b, const s_seq_t *s)
 {
-    if (s->fed == 0)
-        return (s->len - 1) % b->chunk + 1;
-    return PL_MIN(b->chunk, s->len - s->fed);
+    return pl_job_chunks_next(&b->cuts, s->len, s->fed);
 }
 
 int pl_batch_next(pl_batch_t *b, pl_act_seq_t *seqs, int32_t *tokens, pl_batch_mb_t *mb)

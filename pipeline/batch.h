@@ -4,6 +4,7 @@
 #ifndef PL_PIPELINE_BATCH_H
 #define PL_PIPELINE_BATCH_H
 
+#include "common/job_gen.h"
 #include "common/status.h"
 #include "transport/act.h"
 
@@ -22,6 +23,9 @@ typedef struct {
      * A prompt's chunks are counted back from its end, so where it is cut depends on its own
      * length only, never on what else is in the batch. */
     int chunk;
+    /* Uneven chunks (common/job_gen.h's rule, counted back from the end too) instead of chunk
+     * when n > 0; entries above step_tokens are taken as step_tokens. */
+    pl_job_chunks_t sched;
     int max_queue; /* sequences waiting for a slot at most (0: none may wait) */
 } pl_batch_params_t;
 

@@ -44,12 +44,15 @@ static pl_status_t s_emit(pl_exec_t *x, pl_gen_sink_t *sink, s_fifo_t *fifo, pl_
 
 /* The job's sequences into a batcher: a KV slot each (sequence s in slot s, the slot the last
  * stage's sink and sampler know it by), lanes as the plan's microbatches, a step as large as
- * the assignment allows, the job's prefill chunk. */
+ * the assignment allows, the job's prefill chunk (the plan's uneven ones when it has them). */
 static pl_status_t s_batch(pl_exec_t *x, pl_batch_t **b_p)
 {
     const pl_gen_job_t *job = &x->job;
-    pl_batch_params_t bp = {.n_slots = job->n_seqs, .lanes = job->microbatches,
-                            .step_tokens = x->p.max_tokens, .chunk = job->gen.prefill_chunk};
+    pl_batch_params_t bp = {.n_slots = job->n_seqs,
+                            .lanes = job->microbatches,
+                            .step_tokens = x->p.max_tokens,
+                            .chunk = job->gen.prefill_chunk,
+                            .sched = job->gen.prefill_sched};
     pl_batch_t *b;
     pl_status_t st = pl_batch_create(&bp, &b);
     /* a resumed job: finished sequences stay out; the others' prompts hold the tokens

@@ -104,10 +104,10 @@ void pl_gen_batch(const pl_act_hdr_t *hdr, const pl_act_seq_t *seqs, int *ints,
 typedef struct pl_gen_feed pl_gen_feed_t;
 pl_status_t pl_gen_feed_create(const pl_gen_job_t *job, pl_gen_feed_t **feed_p);
 void pl_gen_feed_destroy(pl_gen_feed_t **feed_p);
-/* Prefill messages of microbatch mb: its prompts cut into chunks of at most job->prefill_chunk
- * tokens per sequence (one chunk when 0), aligned on the prompts' ends, so that every sequence
- * of the microbatch ends its prompt in the last chunk (and is sampled there), while a
- * sequence's first chunk may be short. */
+/* Prefill messages of microbatch mb: its prompts cut by the job's schedule (pl_job_chunks_of:
+ * the plan's uneven chunks, else chunks of job->prefill_chunk tokens per sequence, else whole),
+ * aligned on the prompts' ends, so that every sequence of the microbatch ends its prompt in the
+ * last chunk (and is sampled there), while a sequence's first chunk may be short. */
 int pl_gen_feed_prefill_chunks(const pl_gen_feed_t *feed, int mb);
 /* Prefill chunk `chunk` (0 .. chunks - 1, in order) of microbatch mb: header, entries and the
  * prompt tokens (n_tokens). Sequences with no tokens in the chunk are left out. */

@@ -60,9 +60,8 @@ int pl_gen_feed_prefill_chunks(const pl_gen_feed_t *f, int mb)
             longest = PL_MAX(longest, job->prompt_len[s]);
     if (longest == 0) /* every sequence of it finished before a resume: nothing to send */
         return 0;
-    if (job->gen.prefill_chunk <= 0 || longest <= job->gen.prefill_chunk)
-        return 1;
-    return (longest + job->gen.prefill_chunk - 1) / job->gen.prefill_chunk;
+    pl_job_chunks_t cuts = pl_job_chunks_of(&job->gen);
+    return pl_job_chunks_count(&cuts, longest);
 }
 
 void pl_gen_feed_prefill(pl_gen_feed_t *f, uint32_t job_id, int mb, int chunk, pl_act_hdr_t *hdr,
@@ -70,14 +69,18 @@ void pl_gen_feed_prefill(pl_gen_feed_t *f, uint32_t job_id, int mb, int chunk, p
 {
     const pl_gen_job_t *job = f->job;
     int chunks = pl_gen_feed_prefill_chunks(f, mb);
+    pl_job_chunks_t cuts = pl_job_chunks_of(&job->gen);
+    /* chunk `chunk` of the longest prompt is the (chunks - 1 - chunk)-th from every prompt's end */
+    int64_t after = pl_job_chunks_tail(&cuts, chunks - 1 - chunk);
+    int64_t upto = pl_job_chunks_tail(&cuts, chunks - chunk);
     uint32_t n = 0, t = 0;
     for (int s = mb; s < job->n_seqs; s += job->microbatches) {
         int len = job->prompt_len[s], end = len, start = 0;
         if (f->finished[s])
             continue;
         if (chunks > 1) { /* counted back from the prompt's end */
-            end = len - (chunks - 1 - chunk) * job->gen.prefill_chunk;
-            start = PL_MAX(0, end - job->gen.prefill_chunk);
+            end = (int)PL_MAX(0, len - after);
+            start = (int)PL_MAX(0, len - upto);
         }
         if (end <= 0)
             continue;

@@ -123,6 +123,8 @@ pl_status_t pl_gen_job_set_gen(pl_gen_job_t *job, const pl_job_gen_t *gen)
     if (gen->prefill_chunk < 0 || gen->prefill_chunk > PL_JOB_MAX_PREFILL_CHUNK)
         return pl_error(PL_ERR_RANGE, "field 'prefill_chunk': %d not in [0, %d]",
                         gen->prefill_chunk, PL_JOB_MAX_PREFILL_CHUNK);
+    if ((st = pl_job_chunks_check(&gen->prefill_sched, "prefill_schedule")))
+        return st;
     if (gen->wire_dtype[0] && (st = pl_act_dtype_parse(gen->wire_dtype, &dt)))
         return pl_error_prefix(st, "field 'wire_dtype': ");
     job->gen = *gen;

@@ -113,6 +113,14 @@ static void s_write(const pl_plan_t *p, s_out_t *o)
         s_put(o, "prefill chunk: %d tokens per sequence and message\n", p->prefill_chunk);
     else
         s_put(o, "prefill chunk: whole prompts\n");
+    if (p->prefill_sched.n > 0) { /* what runs instead of the equal chunks */
+        s_put(o, "prefill schedule:");
+        for (int i = 0; i < p->prefill_sched.n; i++)
+            s_put(o, "%s%d", i ? ", " : " ", p->prefill_sched.len[i]);
+        s_put(o, " tokens, %s (equal chunks %s)\n",
+              pl_sched_fmt_time(p->prefill_time, t1, sizeof(t1)),
+              pl_sched_fmt_time(p->prefill_time_even, t2, sizeof(t2)));
+    }
     s_put(o, "prefill: %.1f tokens/s, %s per wave, bubble %.1f%%\n", p->prefill_tok_s,
           pl_sched_fmt_time(p->prefill_time, t1, sizeof(t1)), 100.0 * p->bubble_prefill);
     s_put(o, "decode: %.1f tokens/s, %s per step, bubble %.1f%% (ring %s)\n", p->decode_tok_s,

@@ -161,6 +161,7 @@ void pl_sched_predict(const pl_sched_eval_t *ev, const pl_sched_split_t *s, int 
     p->wave_time = p->prefill_time + (ev->n_new - 1) * p->decode_period;
     p->waves = (ev->n_seqs + ev->R - 1) / ev->R;
     p->job_time = p->waves * p->wave_time;
+    pl_sched_prefill_sched(ev, s, p); /* uneven chunks, when they beat the equal ones */
 }
 
 int pl_sched_choose_m(pl_sched_eval_t *ev, const pl_sched_split_t *s, int resident)

@@ -249,6 +249,10 @@ typedef struct pl_plan {
     double bottleneck; /* the largest stage cost */
     int n_seqs, resident_seqs, waves, microbatches, microbatch_size, ctx, max_tokens;
     int prefill_chunk; /* prompt tokens per prefill message (pl_sched_prefill_chunk); 0: whole */
+    /* the uneven chunks that replace it (pl_sched_chunks_plan; n 0: equal chunks), and the equal
+     * chunks' prefill time in the same flow shop (0: the job set its chunk, or prompts go whole) */
+    pl_job_chunks_t prefill_sched;
+    double prefill_time_even;
     double prefill_time, decode_period, ring_s, wave_time, job_time;
     double prefill_tok_s, decode_tok_s, bubble_prefill, bubble_decode;
     double even_job_time;        /* even split over every input device in input order; 0: not fit */
@@ -364,6 +368,38 @@ typedef struct {
     int first[PL_SCHED_MAX_DEVICES];  /* first layer of each stage; counts follow from the next */
     double bottleneck;                /* largest stage cost */
 } pl_sched_split_t;
+
+/* Uneven prefill chunks (TeraPipe, Li et al. 2021: token-level pipelining, slice boundaries by
+ * a dynamic program, because a slice's cost grows with its position). With equal chunks the last
+ * one, whose queries attend to the longest prefix, is the dearest, and it is also the pipeline's
+ * drain: a 1,024-token prompt on 2 CPU stages spent about one chunk's time (0.25 s of 2.0 s) so.
+ * On S identical stages a schedule of pieces t_k takes about sum_k t_k + (S - 1) max_k t_k, so
+ * for a given count the best pieces cost alike: larger where the prefix is short.
+ *   piece time on a stage: pl_sched_prefill_call's terms for one piece of the longest prompt,
+ *       its attention that of its own queries against the prefix before it, its KV read that
+ *       prefix's, one weight pass per sequence, the LM head on the last piece only;
+ *   prefill time: the M microbatches' pieces in order through the stages (a flow shop: a stage
+ *       starts a piece once it finished the one before and the stage before sent it);
+ *   the schedule: K pieces (the equal chunks' count), each in [lo, hi] tokens (the first no
+ *       larger than the equal chunk, pl_sched_prefill_sched says why), boundaries on a
+ *       grid of PL_SCHED_GRID_TOKENS counted back from the prompt's end (wider for prompts of
+ *       more than PL_SCHED_GRID_MAX steps): the one whose slowest piece on its slowest stage is
+ *       the shortest (a DP over boundaries), then single boundaries moved a grid step while the
+ *       flow shop's time falls (the stages differ: embedding, head, layers); fewer grid points
+ *       for many stages, and none of this past 4e6 pieces times stages (M K S), where the equal
+ *       chunks' closed form above stays the prediction. */
+#define PL_SCHED_GRID_TOKENS 16
+#define PL_SCHED_GRID_MAX 128
+/* Predicted prefill time of split s, M microbatches, prompts cut by schedule c (job_gen.h's
+ * rule, over the longest prompt); *busy_max_p (may be NULL): the busiest stage's compute.
+ * NAN when out of memory. */
+double pl_sched_chunks_time(const pl_sched_eval_t *ev, const pl_sched_split_t *s, int M,
+                            const pl_job_chunks_t *c, double *busy_max_p);
+/* The schedule of K pieces above into *out and its predicted time, the first piece at most
+ * first_hi tokens; INFINITY (out->n 0) when no K pieces in [lo, hi] cover the longest prompt, K
+ * is outside [2, PL_JOB_MAX_CHUNKS] or memory runs out. */
+double pl_sched_chunks_plan(const pl_sched_eval_t *ev, const pl_sched_split_t *s, int M, int K,
+                            int lo, int hi, int first_hi, pl_job_chunks_t *out);
 
 /* The exact optimal contiguous partition of all layers over devices order[0..n) taken in that
  * order (every used device holds at least one layer; with allow_skip some may be left out), at

@@ -164,10 +164,21 @@ typedef struct {
     double t_call_max, sum_call; /* one prefill message: the slowest stage's, all stages' */
     double prefill_time, decode_period, wave_time, job_time;
     double prefill_tok_s, decode_tok_s, bubble_pre, bubble_dec;
+    pl_job_chunks_t sched; /* uneven prefill chunks (pl_sched_prefill_sched; n 0: none) */
+    double t_even;         /* the equal chunks' prefill time in the same flow shop (0: none) */
 } pl_sched_pred_t;
 
 void pl_sched_predict(const struct pl_sched_eval *ev, const pl_sched_split_t *s, int M,
                       pl_sched_pred_t *p);
+/* The prefill schedule of a prediction whose chunk the planner chose (none when the job set one
+ * or prompts go whole, p unchanged then), the last step of pl_sched_predict: the uneven pieces
+ * of pl_sched_chunks_plan, as many as the equal chunks, each at least the rule's floor of rows
+ * (PL_SCHED_CHUNK_MIN over b, at least PL_SCHED_CHUNK_MIN_TOKENS) and at most twice the equal
+ * chunk, in p->sched when the flow shop predicts them faster than the equal chunks (n 0
+ * otherwise). p's prefill time, tokens/s, bubble, wave and job times become the flow shop's of
+ * what runs; p->t_even the equal chunks'. */
+void pl_sched_prefill_sched(const struct pl_sched_eval *ev, const pl_sched_split_t *s,
+                            pl_sched_pred_t *p);
 /* Whether every stage of the split fits its device under the current (R, b). */
 bool pl_sched_split_fits(const struct pl_sched_eval *ev, const pl_sched_split_t *s);
 /* The microbatch count for R resident sequences: requested (capped at R), else min(S, R)

@@ -116,6 +116,12 @@ json_t *pl_plan_to_json(const pl_plan_t *p)
     s_set(&js, o, "microbatches", json_integer(p->microbatches));
     s_set(&js, o, "microbatch_size", json_integer(p->microbatch_size));
     s_set(&js, o, "prefill_chunk", json_integer(p->prefill_chunk));
+    json_t *sched = json_array();
+    for (int i = 0; sched && i < p->prefill_sched.n; i++)
+        if (json_array_append_new(sched, json_integer(p->prefill_sched.len[i])) != 0)
+            js.ok = false;
+    s_set(&js, o, "prefill_schedule", sched);
+    s_set(&js, o, "prefill_time_even_s", s_num_or_null(p->prefill_time_even));
     s_set(&js, o, "ctx", json_integer(p->ctx));
     s_set(&js, o, "max_tokens", json_integer(p->max_tokens));
     s_set(&js, o, "prefill_time_s", json_real(p->prefill_time));

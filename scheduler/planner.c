@@ -292,6 +292,8 @@ static pl_status_t s_build(s_ctx_t *c, const pl_sched_split_t *s, int R, int M, 
     pl_sched_pred_t pr;
     pl_sched_predict(ev, s, M, &pr);
     p->prefill_chunk = pr.chunk;
+    p->prefill_sched = pr.sched;
+    p->prefill_time_even = pr.t_even;
     p->n_stages = S;
     for (int i = 0; i < S; i++)
         s_fill_stage(c, s, i, pr.K, &p->stages[i]);

@@ -38,6 +38,7 @@ static void s_spec(pl_job_spec_t *s)
                             .top_p = 0.95f,
                             .seed = UINT64_MAX,
                             .prefill_chunk = 64,
+                            .prefill_sched = {.n = 3, .len = {100, 50, 7}},
                             .wire_dtype = "bf16",
                             .n_stop = 2,
                             .stop = {"\n\n", "END"}};
@@ -61,6 +62,9 @@ static void s_spec_eq(const pl_job_spec_t *a, const pl_job_spec_t *b)
     cr_assert_eq(a->gen.max_new_tokens, b->gen.max_new_tokens);
     cr_assert_eq(a->gen.min_new_tokens, b->gen.min_new_tokens);
     cr_assert_eq(a->gen.prefill_chunk, b->gen.prefill_chunk);
+    cr_assert_eq(a->gen.prefill_sched.n, b->gen.prefill_sched.n);
+    for (int i = 0; i < a->gen.prefill_sched.n; i++)
+        cr_assert_eq(a->gen.prefill_sched.len[i], b->gen.prefill_sched.len[i]);
     cr_assert_str_eq(a->gen.wire_dtype, b->gen.wire_dtype);
     cr_assert_eq(a->gen.stop_at_eos, b->gen.stop_at_eos);
     cr_assert_eq(a->gen.temperature, b->gen.temperature);
@@ -102,6 +106,7 @@ Test(msg_job, spec_defaults_from_a_minimal_body)
     cr_assert_eq(pl_msg_decode_wire("SUBMIT", 6, j, strlen(j), &out), PL_OK, "%s", pl_error_msg());
     cr_assert_eq(out.submit.gen.max_new_tokens, 16);
     cr_assert_eq(out.submit.gen.min_new_tokens, 0);
+    cr_assert_eq(out.submit.gen.prefill_sched.n, 0); /* optional: equal chunks without it */
     cr_assert(out.submit.gen.stop_at_eos);
     cr_assert_eq(out.submit.gen.top_p, 1.0f);
     cr_assert_eq(out.submit.gen.temperature, 0.0f);
@@ -124,7 +129,8 @@ Test(msg_job, spec_wire_shape)
         "\"text\": true, \"stop\": [\"\\n\\n\", \"END\"], "
         "\"sampling\": {\"temperature\": 0.699999988079071, \"top_k\": 40, "
         "\"top_p\": 0.949999988079071, \"seed\": \"18446744073709551615\"}, "
-        "\"prefill_chunk\": 64, \"wire_dtype\": \"bf16\", \"trace\": false}, "
+        "\"prefill_chunk\": 64, \"prefill_schedule\": [100, 50, 7], \"wire_dtype\": \"bf16\", "
+        "\"trace\": false}, "
         "\"microbatches\": 3, \"stages\": 2, \"planner\": \"even\", "
         "\"nodes\": [\"node0\", \"node-1.b\"]}",
         0, NULL);
@@ -165,6 +171,15 @@ Test(msg_job, spec_bad_fields_are_named)
     s_refused(PL_MSG_SUBMIT, G("\"prompts\": [[1]], \"min_new_tokens\": -1"), "min_new_tokens");
     s_refused(PL_MSG_SUBMIT, G("\"prompts\": [[1]], \"prefill_chunk\": -1"), "prefill_chunk");
     s_refused(PL_MSG_SUBMIT, G("\"prompts\": [[1]], \"prefill_chunk\": 65537"), "prefill_chunk");
+    s_refused(PL_MSG_SUBMIT, G("\"prompts\": [[1]], \"prefill_schedule\": 64"), "prefill_schedule");
+    s_refused(PL_MSG_SUBMIT, G("\"prompts\": [[1]], \"prefill_schedule\": [64, 0]"), "entry 1");
+    s_refused(PL_MSG_SUBMIT, G("\"prompts\": [[1]], \"prefill_schedule\": [65537]"), "entry 0");
+    s_refused(PL_MSG_SUBMIT, G("\"prompts\": [[1]], \"prefill_schedule\": [\"8\"]"), "entry 0");
+    s_refused(PL_MSG_SUBMIT,
+              G("\"prompts\": [[1]], \"prefill_schedule\": [1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,"
+                "1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,"
+                "1,1,1,1,1]"),
+              "at most 64");
     s_refused(PL_MSG_SUBMIT, G("\"prompts\": [[1]], \"wire_dtype\": \"fp8\""), "wire_dtype");
     s_refused(PL_MSG_SUBMIT, G("\"prompts\": [[1]], \"wire_dtype\": 16"), "wire_dtype");
     s_refused(PL_MSG_SUBMIT, G("\"prompts\": [[1]], \"sampling\": 3"), "sampling");

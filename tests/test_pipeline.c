@@ -1,6 +1,7 @@
 /* The split does not change the answer: a job run as 1, 2 and 3 stages (in one process) gives the
  * same token ids, greedy and seeded sampling, whatever the microbatching; errors are reported. */
 #include "gen_util.h"
+#include "pipeline/gen.h"
 #include "pipeline/gen_local.h"
 
 #include <criterion/criterion.h>
@@ -191,4 +192,71 @@ Test(pipeline, chunked_prefill_gives_the_tokens_of_whole_prefill)
         json_decref(ref), json_decref(whole);
     }
     unsetenv("PL_CPU_WEIGHTS");
+}
+
+Test(pipeline, uneven_prefill_schedules_give_the_tokens_of_whole_prefill)
+{
+    /* the planner's uneven chunks (counted back from each prompt's end): larger first as it
+     * plans them, pieces that divide no prompt, 1-token pieces, a schedule longer than every
+     * prompt and one shorter than the longest (its first entry repeats in front), over a
+     * prefill_chunk they replace; 1, 2 and 3 stages, one and three microbatches */
+    static const int scheds[][5] = {{3, 40, 20, 10}, {3, 1, 1, 1}, {4, 33, 7, 64, 1},
+                                    {2, 100, 3},     {2, 9, 2},    {1, 1}};
+    static const int two[] = {2, 3}, three[] = {1, 1, 3};
+    const int *splits[] = {NULL, two, three};
+    json_t *whole = s_chunked_job(0, 1, 0);
+    uint64_t ptok_ref, ptok;
+    json_t *ref = s_run_n(whole, NULL, 1, 6, &ptok_ref);
+    for (size_t c = 0; c < sizeof(scheds) / sizeof(scheds[0]); c++) {
+        for (int n = 1; n <= 3; n++) {
+            json_t *job = s_chunked_job(0, n == 1 ? 1 : 3, 5);
+            json_t *sched = json_array();
+            for (int k = 1; k <= scheds[c][0]; k++)
+                json_array_append_new(sched, json_integer(scheds[c][k]));
+            json_object_set_new(job, "prefill_schedule", sched);
+            json_t *res = s_run_n(job, splits[n - 1], n, 6, &ptok);
+            char what[96];
+            snprintf(what, sizeof(what), "schedule %zu, %d stages", c, n);
+            s_assert_same(ref, res, what);
+            cr_assert_eq(ptok, ptok_ref, "%s: every prompt token goes in once", what);
+            json_decref(res), json_decref(job);
+        }
+    }
+    json_decref(ref), json_decref(whole);
+}
+
+/* The in-process feeder cuts by the schedule, every prompt from its own end: a microbatch of
+ * prompts of 20, 7 and 3 tokens under [8, 6, 4] goes as 4 messages (the longest's cuts 2, 8, 6,
+ * 4), the shorter prompts only in the last ones. */
+Test(pipeline, the_feeder_cuts_by_the_schedule)
+{
+    int32_t p20[20] = {0}, p7[7] = {0}, p3[3] = {0};
+    int32_t *prompts[3] = {p20, p7, p3};
+    int lens[3] = {20, 7, 3};
+    pl_gen_job_t job = {.n_seqs = 3, .microbatches = 1, .prompts = prompts, .prompt_len = lens};
+    job.gen.prefill_chunk = 5; /* replaced by the schedule */
+    job.gen.prefill_sched = (pl_job_chunks_t){.n = 3, .len = {8, 6, 4}};
+    pl_gen_feed_t *f;
+    cr_assert_eq(pl_gen_feed_create(&job, &f), PL_OK);
+    cr_assert_eq(pl_gen_feed_prefill_chunks(f, 0), 4);
+    /* per message: the entries (sequence, start, tokens) */
+    static const int want[4][3][3] = {
+        {{0, 0, 2}}, {{0, 2, 8}}, {{0, 10, 6}, {1, 0, 3}}, {{0, 16, 4}, {1, 3, 4}, {2, 0, 3}}};
+    static const int n_want[4] = {1, 1, 2, 3};
+    pl_act_hdr_t hdr;
+    pl_act_seq_t seqs[3];
+    int32_t tokens[32];
+    for (int k = 0; k < 4; k++) {
+        pl_gen_feed_prefill(f, 1, 0, k, &hdr, seqs, tokens);
+        cr_assert_eq(hdr.n_seq, (uint32_t)n_want[k], "message %d: %u entries", k, hdr.n_seq);
+        uint32_t t = 0;
+        for (int i = 0; i < n_want[k]; i++) {
+            cr_assert_eq(seqs[i].seq, (uint32_t)want[k][i][0], "message %d entry %d", k, i);
+            cr_assert_eq(seqs[i].pos0, (uint32_t)want[k][i][1], "message %d entry %d", k, i);
+            cr_assert_eq(seqs[i].n_tok, (uint32_t)want[k][i][2], "message %d entry %d", k, i);
+            t += seqs[i].n_tok;
+        }
+        cr_assert_eq(hdr.n_tokens, t);
+    }
+    pl_gen_feed_destroy(&f);
 }

@@ -165,3 +165,207 @@ Test(sched_chunk, the_jobs_own_chunk_is_kept_and_checked)
     cr_assert_eq(pl_plan(&in, &p), PL_ERR_RANGE);
     cr_assert_null(p);
 }
+
+Test(sched_chunk, a_schedule_cuts_prompts_from_their_end)
+{
+    /* [5, 3, 2]: a 10-token prompt exactly, shorter ones drop the first entries, longer ones take
+     * more of the first entry's size in front */
+    pl_job_chunks_t c = {.n = 3, .len = {5, 3, 2}};
+    static const struct {
+        int len, n, cuts[6];
+    } want[] = {
+        {10, 3, {5, 3, 2}},    {7, 3, {2, 3, 2}},          {3, 2, {1, 2}}, {2, 1, {2}}, {1, 1, {1}},
+        {14, 4, {4, 5, 3, 2}}, {21, 6, {1, 5, 5, 5, 3, 2}}};
+    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+        cr_assert_eq(pl_job_chunks_count(&c, want[i].len), want[i].n, "len %d", want[i].len);
+        int fed = 0;
+        for (int k = 0; k < want[i].n; k++) {
+            int n = pl_job_chunks_next(&c, want[i].len, fed);
+            cr_assert_eq(n, want[i].cuts[k], "len %d, cut %d: %d", want[i].len, k, n);
+            fed += n;
+            /* the cut ends where the tail of the cuts after it begins */
+            cr_assert_eq(want[i].len - fed, pl_job_chunks_tail(&c, want[i].n - 1 - k));
+        }
+        cr_assert_eq(fed, want[i].len);
+    }
+    cr_assert_eq(pl_job_chunks_tail(&c, 0), 0);
+    cr_assert_eq(pl_job_chunks_tail(&c, 2), 5);
+    cr_assert_eq(pl_job_chunks_tail(&c, 5), 20);
+    /* one entry is today's fixed chunk: (len - 1) % c + 1 first, then c */
+    pl_job_gen_t g = {.prefill_chunk = 4};
+    pl_job_chunks_t f = pl_job_chunks_of(&g);
+    cr_assert_eq(f.n, 1);
+    cr_assert_eq(pl_job_chunks_next(&f, 10, 0), 2);
+    cr_assert_eq(pl_job_chunks_next(&f, 10, 2), 4);
+    cr_assert_eq(pl_job_chunks_count(&f, 10), 3);
+    /* a schedule replaces the chunk; neither: whole prompts */
+    g.prefill_sched = c;
+    cr_assert_eq(pl_job_chunks_of(&g).n, 3);
+    g = (pl_job_gen_t){0};
+    f = pl_job_chunks_of(&g);
+    cr_assert_eq(pl_job_chunks_next(&f, 10, 3), 7);
+    cr_assert_eq(pl_job_chunks_count(&f, 10), 1);
+    /* checked: counts and sizes */
+    cr_assert_eq(pl_job_chunks_check(&c, "s"), PL_OK);
+    c.len[1] = 0;
+    cr_assert_eq(pl_job_chunks_check(&c, "s"), PL_ERR_RANGE);
+    cr_assert(strstr(pl_error_msg(), "'s': entry 1"), "%s", pl_error_msg());
+    c.len[1] = PL_JOB_MAX_PREFILL_CHUNK + 1;
+    cr_assert_eq(pl_job_chunks_check(&c, "s"), PL_ERR_RANGE);
+    c.len[1] = 3;
+    c.n = PL_JOB_MAX_CHUNKS + 1;
+    cr_assert_eq(pl_job_chunks_check(&c, "s"), PL_ERR_RANGE);
+}
+
+/* Two stages of one layer each on two alike devices (1 GFLOP/s, memory and links all but free)
+ * for one prompt of `p` tokens: with attention only (1e9 FLOPs per query and key), a piece of
+ * n tokens after s costs n s + n (n + 1) / 2 seconds; with dense flops only, n seconds. */
+static pl_sched_eval_t *s_eval_two(int p, bool attention, pl_sched_split_t *split,
+                                   pl_sched_device_t *d, pl_sched_layer_cost_t *layers,
+                                   pl_sched_costs_t *costs)
+{
+    for (int i = 0; i < 2; i++) {
+        d[i] = s_dev(i ? "b" : "a", 1.0, 1e9);
+        layers[i] = (pl_sched_layer_cost_t){.weight_bytes = 1,
+                                            .flops_per_token = attention ? 0 : 1e9,
+                                            .attn_flops_per_pos = attention ? 1e9 : 0};
+    }
+    *costs = (pl_sched_costs_t){.n_layers = 2, .layers = layers};
+    pl_plan_input_t in = {.costs = costs, .devices = d, .n_devices = 2};
+    in.job = (pl_sched_job_t){.n_seqs = 1, .prompt_avg = p, .prompt_max = p, .max_new_tokens = 4};
+    pl_sched_eval_t *ev;
+    cr_assert_eq(pl_sched_eval_new(&in, 1, 1, &ev), PL_OK, "%s", pl_error_msg());
+    *split = (pl_sched_split_t){.n_stages = 2, .device = {0, 1}, .first = {0, 1}};
+    return ev;
+}
+
+Test(sched_chunk, uneven_pieces_beat_equal_chunks_in_the_model)
+{
+    pl_sched_device_t d[2];
+    pl_sched_layer_cost_t layers[2];
+    pl_sched_costs_t costs;
+    pl_sched_split_t s;
+    pl_sched_eval_t *ev = s_eval_two(256, true, &s, d, layers, &costs);
+    /* equal chunks of 128: 8256 s and 24640 s on each stage; stage 1 ends at 8256 + 8256 +
+     * 24640 waiting for stage 0's second piece at 32896: 57536 s */
+    pl_job_chunks_t eq = {.n = 1, .len = {128}}, un;
+    double busy, t_eq = pl_sched_chunks_time(ev, &s, 1, &eq, &busy);
+    cr_assert_float_eq(t_eq, 57536.0, 1e-3, "%f", t_eq);
+    cr_assert_float_eq(busy, 32896.0, 1e-3, "%f", busy);
+    /* two pieces: the total 32896 plus the dearer piece; the boundary on the 16-token grid
+     * back from the end that balances them best is 176 (15576 s and 17320 s): 50216 s */
+    double t = pl_sched_chunks_plan(ev, &s, 1, 2, 16, 256, 256, &un);
+    cr_assert_eq(un.n, 2);
+    cr_assert_eq(un.len[0], 176, "%d", un.len[0]);
+    cr_assert_eq(un.len[1], 80);
+    cr_assert_float_eq(t, 50216.0, 1e-3, "%f", t);
+    cr_assert_float_eq(pl_sched_chunks_time(ev, &s, 1, &un, NULL), t, 1e-6);
+    /* more pieces: the prompt covered exactly, larger where the prefix is short */
+    t = pl_sched_chunks_plan(ev, &s, 1, 6, 16, 256, 256, &un);
+    cr_assert_eq(un.n, 6);
+    int sum = 0;
+    for (int k = 0; k < un.n; k++) {
+        sum += un.len[k];
+        if (k > 0)
+            cr_assert_leq(un.len[k], un.len[k - 1], "piece %d: %d after %d", k, un.len[k],
+                          un.len[k - 1]);
+    }
+    cr_assert_eq(sum, 256);
+    cr_assert_gt(un.len[0], 2 * un.len[5], "%d, %d", un.len[0], un.len[5]);
+    pl_job_chunks_t eq6 = {.n = 1, .len = {43}}; /* 6 equal-ish chunks: 41 then 5 of 43 */
+    cr_assert_lt(t, pl_sched_chunks_time(ev, &s, 1, &eq6, NULL));
+    /* the bounds on a piece hold: none outside [48, 80], and none fit when they cannot */
+    t = pl_sched_chunks_plan(ev, &s, 1, 4, 48, 80, 80, &un);
+    cr_assert(isfinite(t));
+    sum = 0;
+    for (int k = 0; k < un.n; k++) {
+        cr_assert(un.len[k] >= 48 && un.len[k] <= 80, "piece %d: %d", k, un.len[k]);
+        sum += un.len[k];
+    }
+    cr_assert_eq(sum, 256);
+    cr_assert_eq(un.len[0], 80, "the cheap front takes the most: %d", un.len[0]);
+    /* and the first piece's own bound: where attention is cheapest it would take the most */
+    t = pl_sched_chunks_plan(ev, &s, 1, 4, 16, 256, 48, &un);
+    cr_assert(isfinite(t));
+    cr_assert(un.len[0] <= 48 && un.len[0] >= 16, "%d", un.len[0]);
+    cr_assert_eq(un.len[0] + un.len[1] + un.len[2] + un.len[3], 256);
+    cr_assert(isinf(pl_sched_chunks_plan(ev, &s, 1, 2, 16, 100, 100, &un)));
+    cr_assert_eq(un.n, 0);
+    cr_assert(isinf(pl_sched_chunks_plan(ev, &s, 1, 1, 16, 256, 256, &un)));
+    pl_sched_eval_destroy(&ev);
+    /* dense flops only: every token costs alike, so equal pieces are best */
+    ev = s_eval_two(256, false, &s, d, layers, &costs);
+    t = pl_sched_chunks_plan(ev, &s, 1, 4, 16, 256, 256, &un);
+    for (int k = 0; k < 4; k++)
+        cr_assert_eq(un.len[k], 64, "piece %d: %d", k, un.len[k]);
+    cr_assert_float_eq(t, 256.0 + 64.0, 1e-3, "%f", t);
+    pl_sched_eval_destroy(&ev);
+}
+
+/* bench_pipeline.sh's model: 12 layers of hidden 1024, where a 1,024-token prompt's attention is
+ * a tenth of its flops, and more of its time at the attention's own rate */
+static const pl_sched_model_t s_pipe_model = {.n_layers = 12,
+                                              .hidden = 1024,
+                                              .intermediate = 2816,
+                                              .n_heads = 16,
+                                              .n_kv_heads = 8,
+                                              .head_dim = 64,
+                                              .vocab = 8192,
+                                              .weight_bytes = 2,
+                                              .kv_bytes = 2,
+                                              .act_bytes = 4};
+
+Test(sched_chunk, plans_carry_the_uneven_schedule)
+{
+    for (int stages = 2; stages <= 3; stages++) {
+        pl_sched_device_t d[3] = {s_dev("a", 80, 50), s_dev("b", 80, 50), s_dev("c", 80, 50)};
+        for (int i = 0; i < 3; i++) /* as this machine's CPU measured them */
+            d[i].attn_gflops = 20, d[i].pass_gbps = 8.5;
+        pl_plan_input_t in = {.model = &s_pipe_model, .devices = d, .n_devices = stages};
+        in.job = (pl_sched_job_t){
+            .n_seqs = 1, .prompt_avg = 1024, .prompt_max = 1024, .max_new_tokens = 4};
+        in.options.field_mask = PL_PLAN_OPT_ORDER | PL_PLAN_OPT_ALLOW_SKIP;
+        in.options.order = PL_SCHED_ORDER_FIXED;
+        in.options.allow_skip = false;
+        pl_plan_t *p = NULL;
+        cr_assert_eq(pl_plan(&in, &p), PL_OK, "%s", pl_error_msg());
+        int K = (1024 + p->prefill_chunk - 1) / p->prefill_chunk;
+        cr_assert_eq(K, stages == 2 ? 8 : 12, "%d stages: chunk %d", stages, p->prefill_chunk);
+        cr_assert_eq(p->prefill_sched.n, K);
+        int sum = 0;
+        for (int k = 0; k < K; k++) {
+            cr_assert(p->prefill_sched.len[k] >= PL_SCHED_CHUNK_MIN &&
+                          p->prefill_sched.len[k] <= 2 * p->prefill_chunk,
+                      "piece %d: %d", k, p->prefill_sched.len[k]);
+            sum += p->prefill_sched.len[k];
+        }
+        cr_assert_eq(sum, 1024);
+        /* the first piece no larger than the equal chunk, the last smaller */
+        cr_assert_leq(p->prefill_sched.len[0], p->prefill_chunk);
+        cr_assert_lt(p->prefill_sched.len[K - 1], p->prefill_chunk);
+        cr_assert_gt(p->prefill_time_even, 0);
+        cr_assert_lt(p->prefill_time, p->prefill_time_even, "%g vs %g", p->prefill_time,
+                     p->prefill_time_even);
+        cr_assert_float_eq(p->prefill_tok_s, 1024 / p->prefill_time, 1e-6 * p->prefill_tok_s);
+        char *table = pl_plan_explain_new(p);
+        char line[64];
+        snprintf(line, sizeof(line), "prefill schedule: %d, ", p->prefill_sched.len[0]);
+        cr_assert(strstr(table, line), "%s", table);
+        json_t *o = pl_plan_to_json(p);
+        json_t *js = json_object_get(o, "prefill_schedule");
+        cr_assert_eq(json_array_size(js), (size_t)K);
+        cr_assert_eq(json_integer_value(json_array_get(js, K - 1)), p->prefill_sched.len[K - 1]);
+        cr_assert_float_eq(json_real_value(json_object_get(o, "prefill_time_even_s")),
+                           p->prefill_time_even, 1e-12);
+        json_decref(o);
+        free(table);
+        pl_plan_destroy(&p);
+        /* the job's own chunk keeps today's equal chunks */
+        in.job.prefill_chunk = 128;
+        cr_assert_eq(pl_plan(&in, &p), PL_OK, "%s", pl_error_msg());
+        cr_assert_eq(p->prefill_chunk, 128);
+        cr_assert_eq(p->prefill_sched.n, 0);
+        cr_assert_eq(p->prefill_time_even, 0);
+        pl_plan_destroy(&p);
+    }
+}

@@ -384,3 +384,47 @@ Test(serve_batch, whole_run_against_each_sequence_alone)
     cr_assert_gt(st.mixed, 0);
     pl_batch_destroy(&b);
 }
+
+/* A plan's uneven schedule replaces the chunk: a 20-token prompt under [8, 6, 4] is cut 2, 8, 6,
+ * 4 (the first entry again in front), an entry above a budget of 5 is cut to it (1, 5, 5, 5, 4),
+ * and a bad schedule is refused. */
+Test(serve_batch, uneven_schedule_cuts_from_the_end)
+{
+    static const struct {
+        int step, want_n, want[6];
+    } cases[] = {{64, 4, {2, 8, 6, 4}}, {5, 5, {1, 5, 5, 5, 4}}};
+    for (int c = 0; c < 2; c++) {
+        pl_batch_params_t p = {.n_slots = 2,
+                               .lanes = 1,
+                               .step_tokens = cases[c].step,
+                               .chunk = 3,
+                               .sched = {.n = 3, .len = {8, 6, 4}},
+                               .max_queue = 1};
+        pl_batch_t *b = NULL;
+        cr_assert_eq(pl_batch_create(&p, &b), PL_OK, "%s", pl_error_msg());
+        int32_t prompt[20];
+        s_prompt(prompt, 20, 100);
+        cr_assert_eq(pl_batch_add(b, 1, prompt, 20, 4), PL_OK);
+        s_mb_t m;
+        int fed = 0;
+        for (int k = 0; k < cases[c].want_n; k++) {
+            cr_assert(s_next(b, &m), "step %d, cut %d", cases[c].step, k);
+            cr_assert_eq(m.n, 1);
+            cr_assert_eq(m.seqs[0].pos0, (uint32_t)fed);
+            cr_assert_eq(m.seqs[0].n_tok, (uint32_t)cases[c].want[k], "step %d, cut %d: %u",
+                         cases[c].step, k, m.seqs[0].n_tok);
+            cr_assert_eq(m.tokens[0], 100 + fed);
+            fed += cases[c].want[k];
+            cr_assert_eq(m.awaits, fed == 20, "only the prompt's end is sampled");
+        }
+        cr_assert_eq(fed, 20);
+        cr_assert_not(s_next(b, &m), "the lane awaits the sampled token");
+        pl_batch_destroy(&b);
+    }
+    pl_batch_params_t bad = {
+        .n_slots = 2, .lanes = 1, .step_tokens = 8, .sched = {.n = 2, .len = {4, 0}}};
+    pl_batch_t *b = NULL;
+    cr_assert_eq(pl_batch_create(&bad, &b), PL_ERR_RANGE);
+    cr_assert(strstr(pl_error_msg(), "entry 1"), "%s", pl_error_msg());
+    cr_assert_null(b);
+}

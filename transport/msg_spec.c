@@ -17,7 +17,7 @@ pl_status_t pl_job_gen_encode(const pl_job_gen_t *g, json_t **obj_p)
     for (int i = 0; stop && i < g->n_stop; i++)
         json_array_append_new(stop, json_string(g->stop[i]));
     snprintf(seed, sizeof(seed), "%llu", (unsigned long long)g->seed);
-    return pl_msg_int_done(
+    pl_status_t st = pl_msg_int_done(
         json_pack("{s:o, s:i, s:i, s:b, s:{s:f, s:i, s:f, s:s}, s:i, s:s, s:b}", "stop", stop,
                   "max_new_tokens", g->max_new_tokens, "min_new_tokens", g->min_new_tokens,
                   "stop_at_eos", g->stop_at_eos, "sampling", "temperature",
@@ -25,6 +25,20 @@ pl_status_t pl_job_gen_encode(const pl_job_gen_t *g, json_t **obj_p)
                   seed, "prefill_chunk", g->prefill_chunk, "wire_dtype",
                   g->wire_dtype[0] ? g->wire_dtype : "f32", "trace", g->trace),
         "gen", obj_p);
+    if (st == PL_OK && g->prefill_sched.n > 0) { /* optional: absent, a stage cuts by the chunk */
+        json_t *sched = json_array();
+        for (int i = 0; sched && i < g->prefill_sched.n; i++)
+            json_array_append_new(sched, json_integer(g->prefill_sched.len[i]));
+        bool whole = sched && json_array_size(sched) == (size_t)g->prefill_sched.n;
+        if (!whole)
+            json_decref(sched);
+        if (!whole || json_object_set_new(*obj_p, "prefill_schedule", sched) != 0) {
+            json_decref(*obj_p);
+            *obj_p = NULL;
+            return pl_error(PL_ERR_NOMEM, "gen: out of memory");
+        }
+    }
+    return st;
 }
 
 pl_status_t pl_job_spec_encode(const pl_job_spec_t *s, json_t **body_p)
@@ -115,6 +129,30 @@ static pl_status_t s_sampling(const json_t *sampling, pl_job_gen_t *g)
     return PL_OK;
 }
 
+/* The prefill schedule: at most PL_JOB_MAX_CHUNKS integers, each a chunk of 1 to
+ * PL_JOB_MAX_PREFILL_CHUNK tokens. */
+static pl_status_t s_sched(const json_t *sched, pl_job_gen_t *g)
+{
+    pl_job_chunks_t c = {0};
+    if (!sched || json_is_null(sched))
+        return PL_OK;
+    if (!json_is_array(sched) || json_array_size(sched) > PL_JOB_MAX_CHUNKS)
+        return pl_error(PL_ERR_INVALID,
+                        "field 'prefill_schedule': expected an array of at most %d integers",
+                        PL_JOB_MAX_CHUNKS);
+    for (size_t i = 0; i < json_array_size(sched); i++) {
+        json_t *v = json_array_get(sched, i);
+        json_int_t n = json_is_integer(v) ? json_integer_value(v) : 0;
+        if (n < 1 || n > PL_JOB_MAX_PREFILL_CHUNK)
+            return pl_error(PL_ERR_RANGE,
+                            "field 'prefill_schedule': entry %zu is not an integer in [1, %d]", i,
+                            PL_JOB_MAX_PREFILL_CHUNK);
+        c.len[c.n++] = (int)n;
+    }
+    g->prefill_sched = c;
+    return PL_OK;
+}
+
 /* Stop strings: at most PL_JOB_MAX_STOP non-empty strings without NUL bytes. */
 static pl_status_t s_stop(const json_t *stop, pl_job_gen_t *g)
 {
@@ -152,6 +190,7 @@ pl_status_t pl_job_gen_decode(const json_t *gen, pl_job_gen_t *out)
         (st = pl_json_bool_opt(gen, "trace", &g.trace)) ||
         (st = s_stop(json_object_get(gen, "stop"), &g)) ||
         (st = s_sampling(json_object_get(gen, "sampling"), &g)) ||
+        (st = s_sched(json_object_get(gen, "prefill_schedule"), &g)) ||
         (st = pl_json_int_opt(gen, "prefill_chunk", 0, PL_JOB_MAX_PREFILL_CHUNK, &chunk)) ||
         (st = pl_json_str_opt(gen, "wire_dtype", sizeof(g.wire_dtype) - 1, &wire)))
         return st;

@@ -7,7 +7,7 @@
  *     tests/fuzz/fuzz_gen_job.c pipeline/gen_job.c pipeline/gen_prompts.c transport/msg*.c \
  *     transport/ctl.c transport/act_dtype.c scheduler/inputs.c model/dtype.c model/config.c \
  *     model/tokenizer*.c model/chat_template*.c common/status.c common/json.c common/util.c \
- *     common/job_spec.c common/log.c $(pkg-config --cflags --libs jansson) -lzmq -lpcre2-8 \
+ *     common/job_spec.c common/job_gen.c common/log.c $(pkg-config --cflags --libs jansson) -lzmq -lpcre2-8 \
  *     -lutf8proc -lpthread -lm -o /tmp/fuzz_gen_job
  *   /tmp/fuzz_gen_job -max_total_time=60 -max_len=4096 */
 #include "pipeline/gen.h"
