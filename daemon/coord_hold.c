@@ -16,9 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Held entries at most; one more makes the loop wait for the disk (counted, warned). */
-#define S_HELD_MAX 8192
-
 /* The loop's thread is handling a client request (the intake's refusals, on its own thread,
  * pass pl_coord_reply_msg too, and are never collected). */
 static _Thread_local bool s_collecting;
@@ -115,7 +112,7 @@ static void s_append(pl_coord_t *c, s_held_t *h)
 /* The bound: the loop waits until the disk has every write queued so far, then sends. */
 static void s_room(pl_coord_t *c)
 {
-    if (c->n_held < S_HELD_MAX || !c->writer)
+    if (c->n_held < PL_COORD_HELD_MAX || !c->writer)
         return;
     c->held_waits++;
     pl_log_warn_limited("%d answers wait for the state db's commits: the loop waits for the "

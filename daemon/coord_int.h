@@ -341,6 +341,9 @@ pl_status_t pl_coord_save_drain(pl_coord_t *c, const char *node, bool drained, u
 void pl_coord_saved(pl_coord_t *c);
 
 /* coord_hold.c */
+/* Held entries at most; one more makes the loop wait for the disk (counted, warned). It bounds
+ * the clients whose requests wait only for commits too (the intake's table, coord_intake.c). */
+#define PL_COORD_HELD_MAX 8192
 /* A client request's handling starts / ends (its END marker then follows its answers, held
  * while the writes the request queued are not committed, and behind its client's held ones). */
 void pl_coord_hold_begin(pl_coord_t *c);

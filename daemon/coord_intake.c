@@ -1,11 +1,13 @@
 /* The coordinator's client intake thread: it owns the client socket, so that a large message's
- * receive, decoding, checks and encoding never hold the loop that answers nodes; a SUBMIT's spec
- * is stored behind it by the spec writer (coord_spec_writer.c), so that no client waits for
- * another's write either. */
+ * receive, decoding, checks and encoding never hold the loop that answers nodes; a large
+ * request's decoding and checks run on the decoders behind it (coord_decoder.c) and a SUBMIT's
+ * spec is stored behind them by the spec writer (coord_spec_writer.c), so that no client waits
+ * for another's large request or write either. */
 #include "daemon/coord_intake.h"
 
 #include "common/log.h"
 #include "common/util.h"
+#include "daemon/coord_decoder.h"
 #include "daemon/coord_spec_writer.h"
 #include "daemon/coord_specs.h"
 
@@ -21,17 +23,28 @@
 /* Client messages taken per turn before the answers and handshakes are seen to again. */
 #define S_TAKE_MAX 64
 #define S_POLL_MS 100
-/* Clients with requests at the loop, tracked for their answers' order; one more is "busy". */
-#define S_CLIENTS (2 * PL_COORD_INTAKE_MAX)
-/* Answers of this thread's held for one client behind its requests at the loop, at most: past
- * that they are dropped, as a client pipe at its high-water mark drops them. */
+/* Clients with requests not yet ended, tracked for their answers' order, at most; one more is
+ * "busy". A client stays until its last request's end, which the loop holds until the writes it
+ * made are committed (coord_hold.c): so beside those with requests here (PL_COORD_INTAKE_MAX at
+ * most), the clients whose requests only wait for commits, at most PL_COORD_HELD_MAX (the loop
+ * waits for the disk past it), and their ends on the way here. About 330 bytes a client, taken
+ * as needed: 2.8 MiB at most. */
+#define S_CLIENTS_MAX (PL_COORD_INTAKE_MAX + PL_COORD_HELD_MAX + 64)
+/* Answers of this thread's held for one client behind its requests at the loop, at most, and
+ * for all clients together: past that they are dropped, as a client pipe at its high-water mark
+ * drops them. */
 #define S_HELD_MAX 1024
+#define S_HELD_ALL 8192
+/* Bodies larger than this are decoded on the decoders, as every SUBMIT and PLAN is (its model is
+ * read); smaller ones here. */
+#define S_INLINE_BYTES ((size_t)64 << 10)
 
 /* What the loop hands this thread, in its order: an answer (encoded by the loop) or the end of
  * one request (every answer to it given). What the spec writer hands it: a request that left
  * the writer for the loop, or one whose spec could not be stored (why: its answer, and its end).
- * Also an answer of this thread's own, held behind a client's requests at the loop. */
-typedef enum { S_OUT_ANSWER, S_OUT_END, S_OUT_LEFT, S_OUT_FAILED } s_out_kind_t;
+ * What a decoder hands it: a request it checked. Also an answer of this thread's own, held
+ * behind a client's requests taken in before it. */
+typedef enum { S_OUT_ANSWER, S_OUT_END, S_OUT_LEFT, S_OUT_FAILED, S_OUT_DECODED } s_out_kind_t;
 
 typedef struct s_out {
     struct s_out *next;
@@ -41,8 +54,25 @@ typedef struct s_out {
     json_t *body;
     pl_status_t code; /* S_OUT_FAILED: why, and its words */
     char *why;
-    long after; /* held: sent once this many of its client's requests have ended */
+    long after;          /* held: sent once this many of its client's requests have ended */
+    struct s_wait *wait; /* S_OUT_DECODED: the request a decoder is done with */
 } s_out_t;
+
+/* A request received and not yet handed on: decoded and checked (here, or on a decoder), then
+ * handed on or refused in its client's order, behind those the client sent before it. */
+typedef struct s_wait {
+    struct s_wait *next; /* its client's next */
+    pl_tx_peer_t from;   /* as received with its frames: its decoding sets only the protocol */
+    pl_msg_type_t type;
+    pl_ctl_raw_t *raw; /* until decoded */
+    size_t bytes;      /* its body's, on a decoder (the bound's) */
+    long after;        /* its place: its client's requests before it */
+    bool done;         /* checked: req to hand on, or (req NULL) answer its refusal */
+    pl_coord_req_t *req;
+    pl_msg_type_t answer_type;
+    json_t *answer;
+    s_out_t note; /* S_OUT_DECODED, from a decoder */
+} s_wait_t;
 
 /* A request at the spec writer: where it goes once written, and the note that says so. */
 typedef struct {
@@ -50,19 +80,21 @@ typedef struct {
     s_out_t *note;
 } s_staged_t;
 
-/* A client with requests at the loop. An answer this thread gives it itself (a refusal, "busy")
- * waits until the loop is done with every request it sent before, so that a pipelining client
- * hears its answers in the order it asked. */
+/* A client with requests not yet ended. An answer this thread gives it itself (a refusal,
+ * "busy") waits until the loop is done with every request it sent before, so that a pipelining
+ * client hears its answers in the order it asked. */
 typedef struct {
     char id[PL_CTL_MAX_IDENTITY + 1];
     size_t len;
-    long pushed, ended; /* its requests handed on (loop or writer), and those done with */
+    long pushed, ended; /* its requests taken in, and those done with */
     int staged;         /* of them at the spec writer: its later requests follow them there */
     s_out_t *held, *held_tail; /* in the order of `after` */
     int n_held;
+    s_wait_t *wait, *wait_tail; /* not handed on yet, oldest first */
 } s_client_t;
 
-static _Thread_local bool s_on_intake; /* this thread is an intake's */
+static _Thread_local bool s_on_intake;     /* this thread is an intake's */
+static _Thread_local s_wait_t *s_checking; /* the request this thread checks: its refusal */
 
 static void s_out_push(pl_coord_intake_t *in, s_out_t *o);
 
@@ -71,16 +103,21 @@ struct pl_coord_intake {
     pl_tx_sock_t *router;
     pl_coord_specs_t *specs; /* the specs file, the writer's while it runs; NULL: no state db */
     pl_coord_spec_writer_t *writer; /* with the specs file */
-    uint32_t next_job;       /* this thread's: the ids of new jobs */
+    pl_coord_decoder_t *decoder;
+    uint32_t next_job; /* this thread's: the ids of new jobs */
     pthread_t thread;
     bool started;
     atomic_bool stop;
     atomic_int unfinished; /* the loop's, published every turn */
     int req_fd;            /* eventfd: requests wait (the loop polls it) */
     int wake_fd;           /* eventfd: answers wait, or stop (this thread polls it) */
-    s_client_t clients[S_CLIENTS]; /* this thread's */
-    int n_clients;
-    pthread_mutex_t lock;  /* guards what follows */
+    s_client_t *clients;   /* this thread's, from here to the lock */
+    int n_clients, cap_clients;
+    int n_wait, n_wait_submits;                /* requests not handed on yet, and of them SUBMITs */
+    size_t wait_bytes;                         /* their bodies on the decoders */
+    int n_held_all;                            /* answers held behind requests, all clients' */
+    bool stopping;                             /* decoded requests are not handed on any more */
+    pthread_mutex_t lock;                      /* guards what follows */
     pl_coord_req_t *reqs[PL_COORD_INTAKE_MAX]; /* a ring, oldest at req_head */
     int req_head, n_reqs, n_submits;
     s_out_t *out_head, *out_tail;
@@ -122,12 +159,38 @@ static int s_client_find(const pl_coord_intake_t *in, const pl_tx_peer_t *p)
     return -1;
 }
 
-/* A client with nothing at the loop or the spec writer and nothing held leaves the table (one at
- * the writer stays until its note came back, even when the loop was quicker to end it). */
+/* Client p's place in the table, a new one if need be; -1 when out of memory (s_room saw to
+ * the bound). */
+static int s_client_add(pl_coord_intake_t *in, const pl_tx_peer_t *p)
+{
+    int k = s_client_find(in, p);
+    if (k >= 0)
+        return k;
+    if (in->n_clients == in->cap_clients) {
+        int cap = in->cap_clients ? 2 * in->cap_clients : 64;
+        cap = PL_MIN(cap, S_CLIENTS_MAX);
+        s_client_t *grown = realloc(in->clients, (size_t)cap * sizeof(*grown));
+        if (!grown || cap == in->cap_clients) {
+            if (grown)
+                in->clients = grown;
+            return -1;
+        }
+        in->clients = grown;
+        in->cap_clients = cap;
+    }
+    k = in->n_clients++;
+    in->clients[k] = (s_client_t){.len = p->len};
+    memcpy(in->clients[k].id, p->id, p->len);
+    return k;
+}
+
+/* A client with nothing waiting, at the loop or at the spec writer, and nothing held leaves the
+ * table (one at the writer stays until its note came back, even when the loop was quicker to
+ * end it). */
 static void s_client_gc(pl_coord_intake_t *in, int k)
 {
     s_client_t *cl = &in->clients[k];
-    if (cl->pushed == cl->ended && !cl->held && !cl->staged)
+    if (cl->pushed == cl->ended && !cl->held && !cl->staged && !cl->wait)
         in->clients[k] = in->clients[--in->n_clients];
 }
 
@@ -140,7 +203,7 @@ static void s_send(pl_coord_intake_t *in, const pl_tx_peer_t *to, pl_msg_type_t 
 }
 
 /* An answer of this thread's own (body taken): sent now, or held behind the client's requests
- * at the loop. */
+ * taken in before it. */
 static void s_own_answer(pl_coord_intake_t *in, const pl_tx_peer_t *to, pl_msg_type_t type,
                          json_t *body)
 {
@@ -152,10 +215,11 @@ static void s_own_answer(pl_coord_intake_t *in, const pl_tx_peer_t *to, pl_msg_t
         json_decref(body);
         return;
     }
-    if (cl->n_held >= S_HELD_MAX || !(o = calloc(1, sizeof(*o)))) {
+    if (cl->n_held >= S_HELD_MAX || in->n_held_all >= S_HELD_ALL || !(o = calloc(1, sizeof(*o)))) {
         char shown[4 * 64 + 1];
-        pl_log_warn_limited("reply to '%s': dropped: %d answers wait behind its requests",
-                            s_shown(to, shown), cl->n_held);
+        pl_log_warn_limited("reply to '%s': dropped: %d answers wait behind its requests (%d "
+                            "behind all clients')",
+                            s_shown(to, shown), cl->n_held, in->n_held_all);
         json_decref(body);
         return;
     }
@@ -167,10 +231,11 @@ static void s_own_answer(pl_coord_intake_t *in, const pl_tx_peer_t *to, pl_msg_t
         cl->held = o;
     cl->held_tail = o;
     cl->n_held++;
+    in->n_held_all++;
 }
 
 /* What this thread held for client k behind requests now done goes; a held end (a request
- * whose spec could not be stored) counts as one more request done. */
+ * refused after it was taken in) counts as one more request done. */
 static void s_client_release(pl_coord_intake_t *in, int k)
 {
     s_client_t *cl = &in->clients[k];
@@ -179,6 +244,7 @@ static void s_client_release(pl_coord_intake_t *in, int k)
         if (!(cl->held = o->next))
             cl->held_tail = NULL;
         cl->n_held--;
+        in->n_held_all--;
         if (o->body)
             s_send(in, &o->to, o->type, o->body);
         cl->ended += o->kind == S_OUT_END;
@@ -198,8 +264,29 @@ static void s_client_end(pl_coord_intake_t *in, const pl_tx_peer_t *to)
     s_client_release(in, k);
 }
 
+/* A request of client k's refused after it was taken in (o taken: to, after; body, its
+ * answer, may be NULL): answered once its requests before it are done, and then done itself.
+ * Client k may leave the table. */
+static void s_client_refused(pl_coord_intake_t *in, int k, s_out_t *o)
+{
+    s_client_t *cl = &in->clients[k];
+    o->kind = S_OUT_END;
+    o->next = NULL;
+    /* in its place among what is held: after what came before it (after <= its own) */
+    s_out_t **at = &cl->held;
+    while (*at && (*at)->after <= o->after)
+        at = &(*at)->next;
+    o->next = *at;
+    *at = o;
+    if (!o->next)
+        cl->held_tail = o;
+    cl->n_held++;
+    in->n_held_all++;
+    s_client_release(in, k);
+}
+
 /* A request of the client's left the spec writer: for the loop, or (failed: its spec not stored)
- * answered here, once its client's requests before it are done, and then done itself. o taken. */
+ * answered here in its place. o taken. */
 static void s_client_unstage(pl_coord_intake_t *in, s_out_t *o)
 {
     int k = s_client_find(in, &o->to);
@@ -222,30 +309,21 @@ static void s_client_unstage(pl_coord_intake_t *in, s_out_t *o)
     o->why = NULL;
     if (pl_msg_encode(&m, &o->body))
         o->body = NULL; /* its end still goes in its place */
-    o->kind = S_OUT_END;
     o->type = PL_MSG_ERROR;
-    o->next = NULL;
-    /* in its place among what is held: after what came before it (after <= its own) */
-    s_out_t **at = &cl->held;
-    while (*at && (*at)->after <= o->after)
-        at = &(*at)->next;
-    o->next = *at;
-    *at = o;
-    if (!o->next)
-        cl->held_tail = o;
-    cl->n_held++;
-    s_client_release(in, k);
+    s_client_refused(in, k, o);
 }
 
 /* Answer a client from this thread: pl_coord_reply_error answers every peer but a node through
- * pl_coord_intake_reply, which keeps the client's order (s_own_answer). */
+ * pl_coord_intake_reply, which keeps the client's order (s_own_answer), or, for the request
+ * being checked, keeps the answer with it (s_checking). */
 #define s_refuse(c, from, code, ...) pl_coord_reply_error((c), (from), (code), __VA_ARGS__)
 
-/* Whether a request could be queued: room among the loop's requests (and for its client in the
- * table of clients with requests there), and for a SUBMIT in the job queue. */
-static bool s_room(pl_coord_intake_t *in, const pl_tx_peer_t *from, bool submit)
+/* Whether a request could be taken in: room among the requests here (waiting, at the spec writer
+ * or for the loop), for its client in the table, for a SUBMIT in the job queue, and for a body
+ * of `bytes` (0: decoded here) on the decoders. */
+static bool s_room(pl_coord_intake_t *in, const pl_tx_peer_t *from, bool submit, size_t bytes)
 {
-    int n = 0, queued = 0;
+    int n = in->n_wait, queued = in->n_wait_submits;
     /* the writer's first, then the loop's: an item leaves the writer for the loop's ring before
      * the writer's count falls, so one moving in between is counted twice, never missed (read
      * the other way round, a full ring could take one more) */
@@ -259,14 +337,25 @@ static bool s_room(pl_coord_intake_t *in, const pl_tx_peer_t *from, bool submit)
     n += in->n_reqs;
     queued += atomic_load(&in->unfinished) + in->n_submits;
     pthread_mutex_unlock(&in->lock);
-    if (n < PL_COORD_INTAKE_MAX && in->n_clients == S_CLIENTS && s_client_find(in, from) < 0)
-        n = PL_COORD_INTAKE_MAX; /* as many clients wait on the loop as it has requests, twice */
+    char shown[4 * 64 + 1];
     if (n >= PL_COORD_INTAKE_MAX) {
-        char shown[4 * 64 + 1];
         pl_log_info_limited("client '%s' (key %s): the coordinator is busy (%d requests wait)",
                             s_shown(from, shown), from->user, n);
         s_refuse(in->c, from, PL_ERR_BUSY,
                  "the coordinator is busy: %d requests wait for it; try again", n);
+        return false;
+    }
+    if (in->n_clients >= S_CLIENTS_MAX && s_client_find(in, from) < 0) {
+        pl_log_info_limited("client '%s' (key %s): the coordinator is busy (%d clients wait)",
+                            s_shown(from, shown), from->user, in->n_clients);
+        s_refuse(in->c, from, PL_ERR_BUSY,
+                 "the coordinator is busy: %d clients wait for answers; try again", in->n_clients);
+        return false;
+    }
+    if (bytes && in->wait_bytes && in->wait_bytes + bytes > PL_COORD_INTAKE_DECODE_BYTES) {
+        s_refuse(in->c, from, PL_ERR_BUSY,
+                 "the coordinator is busy: %.1f MiB of requests wait to be decoded; try again",
+                 (double)in->wait_bytes / (1 << 20));
         return false;
     }
     if (submit && queued >= in->c->cfg->max_queued_jobs) {
@@ -279,35 +368,9 @@ static bool s_room(pl_coord_intake_t *in, const pl_tx_peer_t *from, bool submit)
     return true;
 }
 
-/* A SUBMIT made ready for the loop: validated, encoded once, given the next id (taken once it
- * is handed on: an id whose spec may be stored is never given again, even when refused). */
-static pl_status_t s_prepare(pl_coord_intake_t *in, pl_msg_t *m, pl_coord_job_t **job_p)
-{
-    pl_coord_job_t *j = NULL;
-    pl_status_t st = pl_coord_submit_prepare(in->c->cfg, &m->submit, &j);
-    if (st)
-        return st;
-    j->id = in->next_job;
-    *job_p = j;
-    return PL_OK;
-}
-
 static bool s_is_submit(const pl_coord_req_t *r)
 {
     return r->job && r->msg.type == PL_MSG_SUBMIT;
-}
-
-/* One more request of this client's handed on (room was seen to: s_room). */
-static s_client_t *s_client_push(pl_coord_intake_t *in, const pl_tx_peer_t *from)
-{
-    int k = s_client_find(in, from);
-    if (k < 0) {
-        k = in->n_clients++;
-        in->clients[k] = (s_client_t){.len = from->len};
-        memcpy(in->clients[k].id, from->id, from->len);
-    }
-    in->clients[k].pushed++;
-    return &in->clients[k];
 }
 
 /* r to the loop (this thread or the spec writer's). */
@@ -351,53 +414,174 @@ static void s_written(void *arg, void *tag, pl_status_t st)
     s_out_push(in, note);
 }
 
-/* Hand r on: a SUBMIT's spec to the spec writer, and behind it there every later request of
- * the same client until those before it are at the loop, so that the client hears its answers in
- * the order it asked; the rest straight to the loop. Without a state db, all to the loop. */
-static void s_hand_on(pl_coord_intake_t *in, pl_coord_req_t *r)
+/* Hand client k's checked request w on: a SUBMIT, given the next job id, to the spec writer,
+ * and behind it there every later request of the same client until those before it are at the
+ * loop, so that the client hears its answers in the order it asked; the rest straight to the
+ * loop. Without a state db, all to the loop. False when it is refused (its answer in w). */
+static bool s_hand_on(pl_coord_intake_t *in, int k, s_wait_t *w)
 {
+    pl_coord_req_t *r = w->req;
     bool submit = s_is_submit(r);
-    int k = s_client_find(in, &r->from);
-    if (!in->writer || (!submit && (k < 0 || in->clients[k].staged == 0))) {
+    if (submit) /* ids in the order the clients' SUBMITs are handed on */
+        r->job->id = in->next_job;
+    if (!in->writer || (!submit && in->clients[k].staged == 0)) {
         in->next_job += submit;
-        s_client_push(in, &r->from);
         s_ring_push(in, r);
-        return;
+        return true;
     }
-    pl_tx_peer_t from = r->from; /* r is the writer's once put */
     s_staged_t *sg = calloc(1, sizeof(*sg));
     s_out_t *note = calloc(1, sizeof(*note));
     pl_status_t st = sg && note ? PL_OK : pl_error(PL_ERR_NOMEM, "coordinator out of memory");
     if (!st) {
         *sg = (s_staged_t){.req = r, .note = note};
-        note->to = from;
-        note->after = k < 0 ? 0 : in->clients[k].pushed; /* answered after those before it */
+        note->to = r->from;
+        note->after = w->after; /* answered after those before it */
         st = pl_coord_spec_writer_put(in->writer, submit ? r->job->id : 0,
                                       submit ? r->job->spec_json : NULL, sg);
     }
     if (st) {
-        s_refuse(in->c, &from, st, "%s%s", submit && st != PL_ERR_BUSY ? "job rejected: " : "",
+        s_checking = w;
+        s_refuse(in->c, &w->from, st, "%s%s", submit && st != PL_ERR_BUSY ? "job rejected: " : "",
                  pl_error_msg());
+        s_checking = NULL;
         free(sg);
         free(note);
         pl_coord_req_clear(r);
         free(r);
-        return;
+        w->req = NULL;
+        return false;
     }
     in->next_job += submit;
-    s_client_push(in, &from)->staged++;
+    in->clients[k].staged++;
+    return true;
 }
 
-/* One client message: decoded (transport's codecs), authorised, a SUBMIT or PLAN's model path
- * checked, a SUBMIT prepared, a PLAN's job validated; then queued for the loop. False when none
- * was waiting. */
-static bool s_take(pl_coord_intake_t *in)
+/* One request decoded (pl_tx_raw_decode), authorised, a SUBMIT or PLAN's model path checked, a
+ * SUBMIT's job validated and its spec encoded, a PLAN's job validated: w->req, else its refusal
+ * in w->answer. Here or on a decoder: reads only what the intake thread does, with w's sender,
+ * which came with its frames. */
+static void s_check(pl_coord_intake_t *in, s_wait_t *w)
 {
     pl_coord_t *c = in->c;
     pl_coord_req_t *r = NULL;
     pl_msg_t m;
+    pl_status_t st;
+    s_checking = w; /* its refusal is kept with it */
+    if ((st = pl_tx_raw_decode(&w->raw, &w->from, &m))) {
+        pl_log_warn_limited("dropped a message: %s", pl_error_msg());
+        s_refuse(c, &w->from, st, "%s", pl_error_msg());
+        s_checking = NULL;
+        return;
+    }
+    if (!pl_coord_auth_check(c, &w->from, m.type)) /* refused, counted and answered */
+        goto out;
+    if ((m.type == PL_MSG_SUBMIT || m.type == PL_MSG_PLAN) && pl_coord_auth_job(c, &m.submit)) {
+        pl_log_info_limited("job from '%s' refused: %s", w->from.user, pl_error_msg());
+        s_refuse(c, &w->from, PL_ERR_PERMISSION, "%s", pl_error_msg());
+        goto out;
+    }
+    if (!(r = calloc(1, sizeof(*r)))) {
+        s_refuse(c, &w->from, PL_ERR_NOMEM, "coordinator out of memory");
+        goto out;
+    }
+    if (m.type == PL_MSG_SUBMIT && (st = pl_coord_submit_prepare(c->cfg, &m.submit, &r->job))) {
+        char shown[4 * 64 + 1];
+        pl_log_info_limited("submission from '%s' rejected: %s", s_shown(&w->from, shown),
+                            pl_error_msg());
+        s_refuse(c, &w->from, st, "job rejected: %s", pl_error_msg());
+        free(r);
+        goto out;
+    }
+    if (m.type == PL_MSG_PLAN && (st = pl_coord_job_new(&m.submit, &r->job))) {
+        s_refuse(c, &w->from, st, "cannot plan: %s", pl_error_msg());
+        free(r);
+        goto out;
+    }
+    r->from = w->from;
+    r->from.sock = NULL; /* answered through pl_coord_intake_reply */
+    r->msg = m;          /* taken */
+    pl_msg_init(&m, PL_MSG_NODES);
+    w->req = r;
+out:
+    pl_msg_clear(&m);
+    s_checking = NULL;
+}
+
+static void s_wait_free(s_wait_t *w)
+{
+    pl_ctl_raw_free(&w->raw);
+    if (w->req) {
+        pl_coord_req_clear(w->req);
+        free(w->req);
+    }
+    json_decref(w->answer);
+    free(w);
+}
+
+/* Client k's requests checked at the head of its list go on, in its order: handed on, or
+ * refused in their place. Client k may leave the table. */
+static void s_client_drain(pl_coord_intake_t *in, int k)
+{
+    s_wait_t *w;
+    while ((w = in->clients[k].wait) && w->done) {
+        s_client_t *cl = &in->clients[k];
+        bool last = !(cl->wait = w->next);
+        if (last)
+            cl->wait_tail = NULL;
+        in->n_wait--;
+        in->n_wait_submits -= w->type == PL_MSG_SUBMIT;
+        in->wait_bytes -= w->bytes;
+        if (!w->req || !s_hand_on(in, k, w)) {
+            s_out_t *o = calloc(1, sizeof(*o));
+            if (!o) { /* its place is kept all the same: the client's count stays right */
+                pl_log_warn_limited("client intake: out of memory: an answer dropped");
+                in->clients[k].ended++;
+                s_client_release(in, k);
+            } else {
+                *o = (s_out_t){
+                    .to = w->from, .type = w->answer_type, .body = w->answer, .after = w->after};
+                w->answer = NULL;
+                s_client_refused(in, k, o);
+            }
+        }
+        w->req = NULL; /* handed on */
+        s_wait_free(w);
+        if (last)
+            break; /* the client may have left the table */
+    }
+}
+
+/* A decoder's work (its thread): w checked, then back to the intake thread. Not begun at the
+ * stop: left where it is, which the stop frees. */
+static void s_decode(void *arg, void *tag, bool stopping)
+{
+    pl_coord_intake_t *in = arg;
+    s_wait_t *w = tag;
+    if (stopping)
+        return;
+    s_check(in, w);
+    s_out_push(in, &w->note);
+}
+
+/* A decoder is done with w: its client's requests go on from it, in order. */
+static void s_decoded(pl_coord_intake_t *in, s_wait_t *w)
+{
+    w->done = true;
+    int k = in->stopping ? -1 : s_client_find(in, &w->from);
+    if (k >= 0)
+        s_client_drain(in, k);
+}
+
+/* One client message: received, its room seen to, given its place in its client's order; then
+ * checked here (s_check) or, for a SUBMIT, a PLAN or a large body, on a decoder, so that a large
+ * request never holds the other clients' small ones. False when none was waiting. */
+static bool s_take(pl_coord_intake_t *in)
+{
+    pl_coord_t *c = in->c;
+    pl_ctl_raw_t *raw = NULL;
+    pl_msg_type_t type;
     pl_tx_peer_t from = {0};
-    pl_status_t st = pl_tx_recv(in->router, 0, &from, NULL, &m);
+    pl_status_t st = pl_tx_recv_raw(in->router, &from, &type, &raw);
     if (st == PL_ERR_BUSY)
         return false;
     if (st) {
@@ -406,44 +590,42 @@ static bool s_take(pl_coord_intake_t *in)
             s_refuse(c, &from, st, "%s", pl_error_msg());
         return true;
     }
-    if (!pl_coord_auth_check(c, &from, m.type)) /* refused, counted and answered */
-        goto out;
-    if ((m.type == PL_MSG_SUBMIT || m.type == PL_MSG_PLAN) && pl_coord_auth_job(c, &m.submit)) {
-        pl_log_info_limited("job from '%s' refused: %s", from.user, pl_error_msg());
-        s_refuse(c, &from, PL_ERR_PERMISSION, "%s", pl_error_msg());
-        goto out;
+    size_t bytes = pl_ctl_raw_size(raw);
+    bool off = type == PL_MSG_SUBMIT || type == PL_MSG_PLAN || bytes > S_INLINE_BYTES;
+    s_wait_t *w = NULL;
+    int k = -1;
+    if (!s_room(in, &from, type == PL_MSG_SUBMIT, off ? bytes : 0)) {
+        pl_ctl_raw_free(&raw);
+        return true;
     }
-    if (!s_room(in, &from, m.type == PL_MSG_SUBMIT))
-        goto out;
-    if (!(r = calloc(1, sizeof(*r)))) {
+    if (!(w = calloc(1, sizeof(*w))) || (k = s_client_add(in, &from)) < 0) {
         s_refuse(c, &from, PL_ERR_NOMEM, "coordinator out of memory");
-        goto out;
+        free(w);
+        pl_ctl_raw_free(&raw);
+        return true;
     }
-    if (m.type == PL_MSG_SUBMIT && (st = s_prepare(in, &m, &r->job))) {
-        char shown[4 * 64 + 1];
-        pl_log_info_limited("submission from '%s' rejected: %s", s_shown(&from, shown),
-                            pl_error_msg());
-        s_refuse(c, &from, st, "job rejected: %s", pl_error_msg());
-        free(r);
-        goto out;
-    }
-    if (m.type == PL_MSG_PLAN && (st = pl_coord_job_new(&m.submit, &r->job))) {
-        s_refuse(c, &from, st, "cannot plan: %s", pl_error_msg());
-        free(r);
-        goto out;
-    }
-    r->from = from;
-    r->from.sock = NULL; /* answered through pl_coord_intake_reply */
-    r->msg = m;          /* taken */
-    pl_msg_init(&m, PL_MSG_NODES);
-    s_hand_on(in, r);
-out:
-    pl_msg_clear(&m);
+    s_client_t *cl = &in->clients[k];
+    *w = (s_wait_t){
+        .from = from, .type = type, .raw = raw, .bytes = off ? bytes : 0, .after = cl->pushed++};
+    w->note = (s_out_t){.kind = S_OUT_DECODED, .wait = w};
+    if (cl->wait_tail)
+        cl->wait_tail->next = w;
+    else
+        cl->wait = w;
+    cl->wait_tail = w;
+    in->n_wait++;
+    in->n_wait_submits += type == PL_MSG_SUBMIT;
+    in->wait_bytes += w->bytes;
+    if (off && in->decoder && !pl_coord_decoder_put(in->decoder, w))
+        return true;
+    s_check(in, w); /* small, or no decoder to take it */
+    w->done = true;
+    s_client_drain(in, k);
     return true;
 }
 
 /* Send the loop's answers, release what was held behind the requests it is done with, in the
- * order it gave them, and see to the requests that left the spec writer. */
+ * order it gave them, and see to the requests that left the spec writer or a decoder. */
 static void s_send_out(pl_coord_intake_t *in)
 {
     pthread_mutex_lock(&in->lock);
@@ -452,6 +634,12 @@ static void s_send_out(pl_coord_intake_t *in)
     pthread_mutex_unlock(&in->lock);
     while (o) {
         s_out_t *next = o->next;
+        if (o->kind == S_OUT_DECODED) {
+            o->next = NULL;
+            s_decoded(in, o->wait); /* o is part of it */
+            o = next;
+            continue;
+        }
         if (o->kind == S_OUT_LEFT || o->kind == S_OUT_FAILED) {
             s_client_unstage(in, o); /* taken */
             o = next;
@@ -511,6 +699,8 @@ pl_status_t pl_coord_intake_start(pl_coord_t *c, const char *state_db, pl_tx_soc
                                                       PL_COORD_INTAKE_SPECS_BYTES, s_written, in,
                                                       &in->writer))))
         goto err;
+    if ((st = pl_coord_decoder_start(PL_COORD_INTAKE_DECODERS, s_decode, in, &in->decoder)))
+        goto err;
     in->router = *router_p; /* the thread's from here on (pthread_create is the barrier) */
     c->intake = in;         /* its refusals go through pl_coord_reply_msg to it */
     /* signals go to the loop's thread, which watches the stop flag */
@@ -544,14 +734,22 @@ void pl_coord_intake_stop(pl_coord_intake_t **in_p)
         s_fd_signal(in->wake_fd);
         pthread_join(in->thread, NULL);
     }
+    in->stopping = true;
+    pl_coord_decoder_stop(&in->decoder);    /* requests begun finished, the rest left waiting */
     pl_coord_spec_writer_stop(&in->writer); /* its last batch handed on: specs not begun fail */
     s_send_out(in); /* what came after its last turn: answers sent or freed */
-    for (int k = 0; k < in->n_clients; k++) /* answers held behind requests never done */
+    for (int k = 0; k < in->n_clients; k++) { /* answers held behind requests never done */
         for (s_out_t *o = in->clients[k].held, *next; o; o = next) { /* body NULL: an end */
             next = o->next;
             json_decref(o->body);
             free(o);
         }
+        for (s_wait_t *w = in->clients[k].wait, *next; w; w = next) { /* never handed on */
+            next = w->next;
+            s_wait_free(w);
+        }
+    }
+    free(in->clients);
     for (int k = 0; k < in->n_reqs; k++) {
         pl_coord_req_t *r = in->reqs[(in->req_head + k) % PL_COORD_INTAKE_MAX];
         if (r->job && r->job->spec_saved && in->specs)
@@ -573,6 +771,14 @@ void pl_coord_intake_stop(pl_coord_intake_t **in_p)
 int pl_coord_intake_fd(const pl_coord_intake_t *in)
 {
     return in->req_fd;
+}
+
+int pl_coord_intake_waiting(pl_coord_intake_t *in)
+{
+    pthread_mutex_lock(&in->lock);
+    int n = in->n_reqs;
+    pthread_mutex_unlock(&in->lock);
+    return n;
 }
 
 static pl_coord_req_t *s_pop(pl_coord_intake_t *in)
@@ -617,6 +823,13 @@ static void s_out_push(pl_coord_intake_t *in, s_out_t *o)
 void pl_coord_intake_reply(pl_coord_intake_t *in, const pl_tx_peer_t *to, const pl_msg_t *m)
 {
     json_t *enc = NULL, *body = NULL;
+    if (s_checking) { /* the refusal of a request being checked: its first answer, kept with it */
+        if (!s_checking->answer && pl_msg_encode(m, &enc) == PL_OK) {
+            s_checking->answer = enc; /* a tree of its own: an ERROR's encoding shares nothing */
+            s_checking->answer_type = m->type;
+        }
+        return;
+    }
     if (s_on_intake) { /* a refusal of its own: no other thread shares the encoding */
         if (pl_msg_encode(m, &enc)) {
             char shown[4 * 64 + 1];

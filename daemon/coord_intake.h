@@ -1,5 +1,6 @@
-/* The coordinator's client intake: a thread that owns the client ROUTER, receives, decodes,
- * authorises and validates each client message, and hands typed requests to the loop. */
+/* The coordinator's client intake: a thread that owns the client ROUTER, receives each client
+ * message, has it decoded, authorised and validated (a large one, a SUBMIT's, a PLAN's, on its
+ * decoder threads), and hands typed requests to the loop in each client's order. */
 #ifndef PL_DAEMON_COORD_INTAKE_H
 #define PL_DAEMON_COORD_INTAKE_H
 
@@ -14,6 +15,10 @@
  * spec alone is let in whatever its size); one more is answered "busy", nothing stored. */
 #define PL_COORD_INTAKE_SPECS_MAX 16
 #define PL_COORD_INTAKE_SPECS_BYTES ((size_t)64 << 20)
+/* The decoder threads, and the bodies that wait to be decoded or, decoded, behind a request of
+ * their client's at most (a body alone is let in whatever its size); one more is "busy". */
+#define PL_COORD_INTAKE_DECODERS 2
+#define PL_COORD_INTAKE_DECODE_BYTES ((size_t)64 << 20)
 
 typedef struct pl_coord_intake pl_coord_intake_t;
 
@@ -40,6 +45,8 @@ pl_status_t pl_coord_intake_start(pl_coord_t *c, const char *state_db,
 void pl_coord_intake_stop(pl_coord_intake_t **in_p);
 /* Readable (for poll) while requests wait for the loop. */
 int pl_coord_intake_fd(const pl_coord_intake_t *in);
+/* Requests that wait for the loop now (taken by pl_coord_intake_take next). Any thread. */
+int pl_coord_intake_waiting(pl_coord_intake_t *in);
 /* The next request, oldest first (the caller clears it with pl_coord_req_clear); false when none
  * waits. The loop's thread only. */
 bool pl_coord_intake_take(pl_coord_intake_t *in, pl_coord_req_t *req);

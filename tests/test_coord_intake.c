@@ -10,6 +10,7 @@
 #include "transport/sock.h"
 
 #include <criterion/criterion.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <sqlite3.h>
 
@@ -253,7 +254,11 @@ Test(coord_intake, a_full_queue_is_answered_busy_in_the_clients_order, .timeout 
     zmq_setsockopt(other, ZMQ_LINGER, &linger, sizeof(linger));
     zmq_setsockopt(other, ZMQ_RCVTIMEO, &rcv, sizeof(rcv));
     cr_assert_eq(zmq_connect(other, t.ep), 0);
-    usleep(300 * 1000); /* the first client's requests are in: the queue is full */
+    /* the first client's requests are in: the queue is full */
+    for (double end = pl_now() + 20;
+         pl_coord_intake_waiting(t.in) < PL_COORD_INTAKE_MAX && pl_now() < end;)
+        usleep(5 * 1000);
+    cr_assert_eq(pl_coord_intake_waiting(t.in), PL_COORD_INTAKE_MAX, "the queue never filled");
     cr_assert_geq(zmq_send(other, "STATUS", 6, ZMQ_SNDMORE), 0);
     cr_assert_geq(zmq_send(other, "{" TC_PROTO "\"job\": 1}", strlen("{" TC_PROTO "\"job\": 1}"), 0), 0);
     int n = zmq_recv(other, type, sizeof(type) - 1, 0);
@@ -423,5 +428,98 @@ Test(coord_intake, a_slow_spec_write_holds_only_its_own_clients_later_requests, 
     cr_assert(strstr(body, "not JSON"), "%s", body);
     zmq_close(other);
     sqlite3_close(lock);
+    s_stop(&t);
+}
+
+/* The next request within 10 s, as s_take, but false when none came. */
+static bool s_take_within(s_t *t, pl_coord_req_t *r)
+{
+    struct pollfd p = {.fd = pl_coord_intake_fd(t->in), .events = POLLIN};
+    for (double end = pl_now() + 10; pl_now() < end; poll(&p, 1, 100))
+        if (pl_coord_intake_take(t->in, r))
+            return true;
+    return false;
+}
+
+static bool s_from(const pl_coord_req_t *r, const char *id)
+{
+    return r->from.len == strlen(id) && memcmp(r->from.id, id, r->from.len) == 0;
+}
+
+/* A SUBMIT whose checks are slow (its model's config.json a FIFO: opening it waits for this
+ * test to open the other end) holds none of the other clients' requests: another client's
+ * NODES, and its SUBMIT, reach the loop meanwhile, each with the identity it came with; the
+ * slow submitter's later STATUS waits behind its SUBMIT, and both are answered in its order once
+ * the read ends. On an intake that checks a SUBMIT on its own thread, nothing reaches the loop
+ * until then. */
+Test(coord_intake, a_slow_submit_is_checked_off_the_intake_thread_in_its_clients_order,
+     .timeout = 60)
+{
+    static s_t t; /* the coordinator's state is large: not on the stack */
+    char type[32], body[4096], slow[1024], good[1024], fifo[400];
+    s_start(&t, true, 256);
+    cr_assert_eq(tc_make_model(t.dir, "m", ""), 0, "pl-mkmodel failed");
+    snprintf(fifo, sizeof(fifo), "%s/slow/config.json", t.dir);
+    cr_assert_eq(tc_sh(NULL, "mkdir -p %s/slow && mkfifo %s", t.dir, fifo), 0);
+    snprintf(slow, sizeof(slow),
+             "{" TC_PROTO "\"model\": \"%s/slow\", \"gen\": {\"prompts\": [[1]]}}", t.dir);
+    snprintf(good, sizeof(good),
+             "{" TC_PROTO "\"model\": \"%s\", \"gen\": {\"prompts\": [[1], [2, 3]]}}", t.model);
+    s_send(&t, "SUBMIT", slow);
+    s_send(&t, "STATUS", "{" TC_PROTO "\"job\": 1}");
+    /* the other client only then: an intake that checks on its own thread is in the slow read
+     * before it reads the other's (this wait orders the broken case; the right one needs none) */
+    usleep(200 * 1000);
+    void *other = zmq_socket(t.zctx, ZMQ_DEALER);
+    int linger = 0, rcv = 10000;
+    zmq_setsockopt(other, ZMQ_LINGER, &linger, sizeof(linger));
+    zmq_setsockopt(other, ZMQ_RCVTIMEO, &rcv, sizeof(rcv));
+    zmq_setsockopt(other, ZMQ_ROUTING_ID, "asker", 5);
+    cr_assert_eq(zmq_connect(other, t.ep), 0);
+    const char *nodes = "{" TC_PROTO "\"x\": 0}";
+    cr_assert_geq(zmq_send(other, "NODES", 5, ZMQ_SNDMORE), 0);
+    cr_assert_geq(zmq_send(other, nodes, strlen(nodes), 0), 0);
+    cr_assert_geq(zmq_send(other, "SUBMIT", 6, ZMQ_SNDMORE), 0);
+    cr_assert_geq(zmq_send(other, good, strlen(good), 0), 0);
+    pl_coord_req_t r1 = {0}, r2 = {0}, r3;
+    bool got1 = s_take_within(&t, &r1);
+    bool got2 = PL_COORD_INTAKE_DECODERS < 2 || (got1 && s_take_within(&t, &r2));
+    bool overtook = pl_coord_intake_take(t.in, &r3);
+    /* the read ends (asserted after, so that a broken intake is not left in it) */
+    int wfd = -1;
+    for (double end = pl_now() + 10; wfd < 0 && pl_now() < end; usleep(5 * 1000))
+        wfd = open(fifo, O_WRONLY | O_NONBLOCK);
+    if (wfd >= 0)
+        close(wfd);
+    cr_assert(got1, "the other client's NODES waited for the slow SUBMIT's checks");
+    cr_assert_eq(r1.msg.type, PL_MSG_NODES);
+    cr_assert(s_from(&r1, "asker"), "the NODES came with another identity");
+    if (PL_COORD_INTAKE_DECODERS >= 2) {
+        cr_assert(got2, "the other client's SUBMIT waited for the slow SUBMIT's checks");
+        cr_assert_eq(r2.msg.type, PL_MSG_SUBMIT);
+        cr_assert(s_from(&r2, "asker"), "the SUBMIT came with another identity");
+        cr_assert(r2.job && r2.job->n_seqs == 2, "another client's job");
+        cr_assert_eq(r2.job->id, 7);
+        pl_coord_intake_done(t.in, &r2);
+    }
+    cr_assert_not(overtook, "the slow submitter's STATUS overtook its SUBMIT");
+    cr_assert_geq(wfd, 0, "the slow SUBMIT's model was never read");
+    pl_coord_intake_done(t.in, &r1);
+    /* the slow SUBMIT refused (its config.json is no file), then its STATUS at the loop */
+    pl_coord_req_t r;
+    s_take(&t, &r);
+    cr_assert_eq(r.msg.type, PL_MSG_STATUS);
+    cr_assert_eq(r.msg.job_ref.job, 1);
+    cr_assert_not(s_from(&r, "asker"));
+    pl_coord_reply(&t.c, &r.from, json_pack("{s:s}", "answer", "status"));
+    pl_coord_intake_done(t.in, &r);
+    s_answer(&t, type, body, sizeof(body));
+    cr_assert_str_eq(type, "ERROR", "%s", body);
+    cr_assert(strstr(body, "job rejected") && strstr(body, "config.json"), "%s", body);
+    s_answer(&t, type, body, sizeof(body));
+    cr_assert_str_eq(type, "REPLY", "%s", body);
+    cr_assert(strstr(body, "status"), "%s", body);
+    cr_assert_not(pl_coord_intake_take(t.in, &r));
+    zmq_close(other);
     s_stop(&t);
 }

@@ -149,25 +149,31 @@ out:
     return st;
 }
 
-pl_status_t pl_ctl_decode(const void *type, size_t type_len, const void *body, size_t body_len,
-                          pl_ctl_msg_t *msg)
+/* A type part: a known name (its type into *type_p). */
+static pl_status_t s_type_part(const void *type, size_t type_len, pl_msg_type_t *type_p)
 {
-    pl_msg_type_t t = PL_MSG_COUNT_;
-    json_error_t jerr;
-    json_t *root;
-    pl_status_t st;
-
     if (type_len > PL_CTL_MAX_TYPE) {
         char shown[4 * PL_CTL_MAX_TYPE + 1];
         pl_ctl_escape(type, PL_CTL_MAX_TYPE, shown, sizeof(shown));
         return pl_error(PL_ERR_PROTOCOL, "type name of %zu bytes ('%s...')", type_len, shown);
     }
-    if ((st = pl_msg_parse_name(type, type_len, &t)) != PL_OK)
-        return st;
+    return pl_msg_parse_name(type, type_len, type_p);
+}
+
+static pl_status_t s_body_size(pl_msg_type_t t, size_t body_len)
+{
     if (body_len > PL_CTL_MAX_BODY)
         return pl_error(PL_ERR_PROTOCOL, "%s: body of %zu bytes exceeds %u", s_names[t], body_len,
                         PL_CTL_MAX_BODY);
-    root = json_loadb(body, body_len, JSON_REJECT_DUPLICATES, &jerr);
+    return PL_OK;
+}
+
+/* A body part of type t, its size checked: one JSON object without duplicate keys. */
+static pl_status_t s_body_part(pl_msg_type_t t, const void *body, size_t body_len,
+                               pl_ctl_msg_t *msg)
+{
+    json_error_t jerr;
+    json_t *root = json_loadb(body, body_len, JSON_REJECT_DUPLICATES, &jerr);
     if (!root)
         return pl_error(PL_ERR_PROTOCOL, "%s: body is not JSON: %s (offset %d)", s_names[t],
                         jerr.text, jerr.position);
@@ -180,7 +186,34 @@ pl_status_t pl_ctl_decode(const void *type, size_t type_len, const void *body, s
     return PL_OK;
 }
 
-pl_status_t pl_ctl_recv(void *sock, bool with_identity, int flags, pl_ctl_msg_t *msg)
+pl_status_t pl_ctl_decode(const void *type, size_t type_len, const void *body, size_t body_len,
+                          pl_ctl_msg_t *msg)
+{
+    pl_msg_type_t t = PL_MSG_COUNT_;
+    pl_status_t st;
+    if ((st = s_type_part(type, type_len, &t)) || (st = s_body_size(t, body_len)))
+        return st;
+    return s_body_part(t, body, body_len, msg);
+}
+
+struct pl_ctl_raw {
+    pl_msg_type_t type;
+    zmq_msg_t body; /* the received part itself: no copy */
+};
+
+static void s_prefix(const pl_ctl_msg_t *msg, bool with_identity, pl_status_t st)
+{
+    if (with_identity) {
+        char shown[4 * PL_CTL_MAX_IDENTITY + 1];
+        pl_ctl_escape(msg->identity, msg->identity_len, shown, sizeof(shown));
+        pl_error_prefix(st, "control message from '%s': ", shown);
+    } else {
+        pl_error_prefix(st, "control message: ");
+    }
+}
+
+pl_status_t pl_ctl_recv_raw(void *sock, bool with_identity, int flags, pl_ctl_msg_t *msg,
+                            pl_ctl_raw_t **raw_p)
 {
     zmq_msg_t parts[PL_CTL_MAX_PARTS];
     int n_kept = 0, n_parts = 0, expected = with_identity ? 3 : 2;
@@ -189,6 +222,7 @@ pl_status_t pl_ctl_recv(void *sock, bool with_identity, int flags, pl_ctl_msg_t 
     pl_status_t st = PL_OK;
 
     memset(msg, 0, sizeof(*msg));
+    *raw_p = NULL;
     /* Receive every part of the message first, so nothing is left queued on any error. */
     do {
         zmq_msg_t part;
@@ -228,23 +262,60 @@ pl_status_t pl_ctl_recv(void *sock, bool with_identity, int flags, pl_ctl_msg_t 
             snprintf(msg->user_id, sizeof(msg->user_id), "%s", uid);
         first = 1;
     }
+    pl_msg_type_t t = PL_MSG_COUNT_;
+    pl_ctl_raw_t *raw = NULL;
     if (n_parts != expected)
         st = pl_error(PL_ERR_PROTOCOL, "%d parts (expected %d)", n_parts, expected);
-    else
-        st = pl_ctl_decode(zmq_msg_data(&parts[first]), zmq_msg_size(&parts[first]),
-                           zmq_msg_data(&parts[first + 1]), zmq_msg_size(&parts[first + 1]), msg);
-    if (st != PL_OK) {
-        if (with_identity) {
-            char shown[4 * PL_CTL_MAX_IDENTITY + 1];
-            pl_ctl_escape(msg->identity, msg->identity_len, shown, sizeof(shown));
-            pl_error_prefix(st, "control message from '%s': ", shown);
-        } else {
-            pl_error_prefix(st, "control message: ");
-        }
+    else if (!(st = s_type_part(zmq_msg_data(&parts[first]), zmq_msg_size(&parts[first]), &t)) &&
+             !(st = s_body_size(t, zmq_msg_size(&parts[first + 1]))) &&
+             !(raw = malloc(sizeof(*raw))))
+        st = pl_error(PL_ERR_NOMEM, "%s: out of memory", s_names[t]);
+    if (st) {
+        s_prefix(msg, with_identity, st);
+        goto out;
     }
+    raw->type = t;
+    zmq_msg_init(&raw->body);
+    zmq_msg_move(&raw->body, &parts[first + 1]);
+    msg->type = t;
+    *raw_p = raw;
 out:
     for (int i = 0; i < n_kept; i++)
         zmq_msg_close(&parts[i]);
+    return st;
+}
+
+size_t pl_ctl_raw_size(const pl_ctl_raw_t *raw)
+{
+    return zmq_msg_size(&raw->body);
+}
+
+pl_status_t pl_ctl_raw_decode(pl_ctl_raw_t **raw_p, pl_ctl_msg_t *msg)
+{
+    pl_ctl_raw_t *raw = *raw_p;
+    pl_status_t st =
+        s_body_part(raw->type, zmq_msg_data(&raw->body), zmq_msg_size(&raw->body), msg);
+    pl_ctl_raw_free(raw_p);
+    return st;
+}
+
+void pl_ctl_raw_free(pl_ctl_raw_t **raw_p)
+{
+    if (!raw_p || !*raw_p)
+        return;
+    zmq_msg_close(&(*raw_p)->body);
+    free(*raw_p);
+    *raw_p = NULL;
+}
+
+pl_status_t pl_ctl_recv(void *sock, bool with_identity, int flags, pl_ctl_msg_t *msg)
+{
+    pl_ctl_raw_t *raw;
+    pl_status_t st = pl_ctl_recv_raw(sock, with_identity, flags, msg, &raw);
+    if (st)
+        return st;
+    if ((st = pl_ctl_raw_decode(&raw, msg)))
+        s_prefix(msg, with_identity, st);
     return st;
 }
 

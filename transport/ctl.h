@@ -78,6 +78,20 @@ typedef struct {
 pl_status_t pl_ctl_recv(void *sock, bool with_identity, int flags, pl_ctl_msg_t *msg);
 void pl_ctl_msg_clear(pl_ctl_msg_t *msg);
 
+/* A message's body part as received, not parsed yet: so that a large body's parse can run on
+ * another thread than the socket's (any one thread at a time). */
+typedef struct pl_ctl_raw pl_ctl_raw_t;
+/* pl_ctl_recv in two halves: pl_ctl_recv_raw checks the framing, the type and the body's size
+ * (msg: identity, user id and type; body NULL) and keeps the body part in *raw_p (no copy);
+ * pl_ctl_raw_decode parses it into msg->body as pl_ctl_recv would (errors without the "control
+ * message from" prefix) and frees it. */
+pl_status_t pl_ctl_recv_raw(void *sock, bool with_identity, int flags, pl_ctl_msg_t *msg,
+                            pl_ctl_raw_t **raw_p);
+size_t pl_ctl_raw_size(const pl_ctl_raw_t *raw);
+pl_status_t pl_ctl_raw_decode(pl_ctl_raw_t **raw_p, pl_ctl_msg_t *msg);
+/* Safe on NULL and *raw_p NULL; *raw_p NULL. */
+void pl_ctl_raw_free(pl_ctl_raw_t **raw_p);
+
 /* Validate a type part and a body part (the socket-free half of pl_ctl_recv): the type must be a
  * known name, the body at most PL_CTL_MAX_BODY bytes of JSON holding one object without
  * duplicate keys. Sets msg->type and msg->body only on success; PL_ERR_PROTOCOL otherwise. */

@@ -244,12 +244,66 @@ pl_status_t pl_tx_send_body(pl_tx_sock_t *s, const pl_tx_peer_t *to, pl_msg_type
     return pl_ctl_send(s->z, to ? to->id : NULL, to ? to->len : 0, type, body);
 }
 
+/* Who sent raw, as pl_tx_peer_t says. */
+static void s_peer(pl_tx_sock_t *s, const pl_ctl_msg_t *raw, pl_tx_peer_t *from)
+{
+    memcpy(from->id, raw->identity, raw->identity_len);
+    from->id[raw->identity_len] = '\0';
+    from->len = raw->identity_len;
+    from->role = PL_TX_ROLE_NONE;
+    from->user[0] = '\0';
+    from->sock = s;
+    from->proto = 0;
+    const char *colon = strchr(raw->user_id, ':');
+    if (colon) {
+        char role[16];
+        snprintf(role, sizeof(role), "%.*s", (int)(colon - raw->user_id), raw->user_id);
+        if (pl_tx_role_parse(role, &from->role) == PL_OK)
+            snprintf(from->user, sizeof(from->user), "%s", colon + 1);
+        else
+            from->role = PL_TX_ROLE_NONE;
+    }
+}
+
+pl_status_t pl_tx_recv_raw(pl_tx_sock_t *s, pl_tx_peer_t *from, pl_msg_type_t *type_p,
+                           pl_ctl_raw_t **raw_p)
+{
+    pl_ctl_msg_t hdr;
+    if (type_p)
+        *type_p = PL_MSG_COUNT_;
+    pl_status_t st = pl_ctl_recv_raw(s->z, s->kind == PL_TX_ROUTER, ZMQ_DONTWAIT, &hdr, raw_p);
+    if (from && st != PL_ERR_BUSY)
+        s_peer(s, &hdr, from);
+    if (!st && type_p)
+        *type_p = hdr.type;
+    return st;
+}
+
+pl_status_t pl_tx_raw_decode(pl_ctl_raw_t **raw_p, pl_tx_peer_t *from, pl_msg_t *msg)
+{
+    pl_ctl_msg_t raw = {0};
+    pl_status_t st = pl_ctl_raw_decode(raw_p, &raw);
+    if (!st) {
+        st = pl_msg_decode(raw.type, raw.body, msg);
+        pl_ctl_msg_clear(&raw);
+    }
+    if (!st && from)
+        from->proto = msg->proto;
+    if (st && from && from->sock && from->sock->kind == PL_TX_ROUTER) {
+        char shown[4 * PL_CTL_MAX_IDENTITY + 1];
+        pl_ctl_escape(from->id, from->len, shown, sizeof(shown));
+        pl_error_prefix(st, "control message from '%s': ", shown);
+    } else if (st) {
+        pl_error_prefix(st, "control message: ");
+    }
+    return st;
+}
+
 pl_status_t pl_tx_recv(pl_tx_sock_t *s, int timeout_ms, pl_tx_peer_t *from, pl_msg_type_t *type_p,
                        pl_msg_t *msg)
 {
-    pl_ctl_msg_t raw;
-    bool router = s->kind == PL_TX_ROUTER;
-    pl_status_t st;
+    pl_tx_peer_t who;
+    pl_ctl_raw_t *raw;
     if (type_p)
         *type_p = PL_MSG_COUNT_;
     if (timeout_ms != 0) {
@@ -260,41 +314,10 @@ pl_status_t pl_tx_recv(pl_tx_sock_t *s, int timeout_ms, pl_tx_peer_t *from, pl_m
         if (rc <= 0)
             return pl_error(PL_ERR_BUSY, "receive: nothing waiting");
     }
-    st = pl_ctl_recv(s->z, router, ZMQ_DONTWAIT, &raw);
-    if (from) {
-        memcpy(from->id, raw.identity, raw.identity_len);
-        from->id[raw.identity_len] = '\0';
-        from->len = raw.identity_len;
-        from->role = PL_TX_ROLE_NONE;
-        from->user[0] = '\0';
-        from->sock = s;
-        from->proto = 0;
-        const char *colon = strchr(raw.user_id, ':');
-        if (colon) {
-            char role[16];
-            snprintf(role, sizeof(role), "%.*s", (int)(colon - raw.user_id), raw.user_id);
-            if (pl_tx_role_parse(role, &from->role) == PL_OK)
-                snprintf(from->user, sizeof(from->user), "%s", colon + 1);
-            else
-                from->role = PL_TX_ROLE_NONE;
-        }
-    }
+    pl_status_t st = pl_tx_recv_raw(s, from ? from : &who, type_p, &raw);
     if (st)
         return st;
-    if (type_p)
-        *type_p = raw.type;
-    st = pl_msg_decode(raw.type, raw.body, msg);
-    pl_ctl_msg_clear(&raw);
-    if (!st && from)
-        from->proto = msg->proto;
-    if (st && router) {
-        char shown[4 * PL_CTL_MAX_IDENTITY + 1];
-        pl_ctl_escape(raw.identity, raw.identity_len, shown, sizeof(shown));
-        pl_error_prefix(st, "control message from '%s': ", shown);
-    } else if (st) {
-        pl_error_prefix(st, "control message: ");
-    }
-    return st;
+    return pl_tx_raw_decode(&raw, from ? from : &who, msg);
 }
 
 pl_status_t pl_tx_poll(pl_tx_sock_t *const *socks, int n, long timeout_ms, bool *ready)

@@ -84,6 +84,15 @@ pl_status_t pl_tx_send_body(pl_tx_sock_t *s, const pl_tx_peer_t *to, pl_msg_type
 pl_status_t pl_tx_recv(pl_tx_sock_t *s, int timeout_ms, pl_tx_peer_t *from, pl_msg_type_t *type_p,
                        pl_msg_t *msg);
 
+/* pl_tx_recv in two halves, so that a large body's parse and typed decode can run on another
+ * thread than the socket's: pl_tx_recv_raw takes what is queued (PL_ERR_BUSY: nothing), its
+ * framing, type and size checked, *from as pl_tx_recv sets it (also on a protocol error), the
+ * body not parsed yet in *raw_p; pl_tx_raw_decode (any thread; raw freed) parses and decodes it
+ * into *msg (the caller clears it) and sets from->proto, with pl_tx_recv's errors. */
+pl_status_t pl_tx_recv_raw(pl_tx_sock_t *s, pl_tx_peer_t *from, pl_msg_type_t *type_p,
+                           pl_ctl_raw_t **raw_p);
+pl_status_t pl_tx_raw_decode(pl_ctl_raw_t **raw_p, pl_tx_peer_t *from, pl_msg_t *msg);
+
 /* Wait until one of n sockets has a message or timeout_ms passes (-1: forever); ready[i] says
  * which. A signal is not an error (nothing ready). */
 pl_status_t pl_tx_poll(pl_tx_sock_t *const *socks, int n, long timeout_ms, bool *ready);

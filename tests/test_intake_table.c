@@ -1,0 +1,158 @@
+/* Integration: the intake's table of clients never locks new clients out while the state db's
+ * commits crawl (issue 13). A client stays in the table until its last request's end, which the
+ * loop holds until the job row it wrote is committed: 140 one-shot submitters inside one slow
+ * fsync (tests/slow_fsync.c preloaded into pipecoord) are more than the 128 entries the table
+ * had, and a new client's JOBS is still answered, not "busy"; its pipelined SUBMIT and JOBS are
+ * answered in its order; every submitter hears its "queued". Real processes on loopback. */
+#include "cluster_util.h"
+#include "common/util.h"
+#include "job_util.h"
+#include "transport/msg.h"
+
+#include <criterion/criterion.h>
+#include <zmq.h>
+
+#define S_SUBMITTERS 140 /* the table had 2 * PL_COORD_INTAKE_MAX = 128 entries */
+#define S_FSYNC_MS "3000"
+
+static tc_cluster_t s_c;
+static int s_passed;
+
+static void s_teardown(void)
+{
+    tc_cluster_end(&s_c, s_passed);
+}
+
+TestSuite(intake_table, .fini = s_teardown, .timeout = 240);
+
+/* pipecoord with every sync of its state db (coord.db and its -wal, not the specs file) slowed.
+ * The shim's set-up copied from test_slow_disk.c (one helper for both is rel8a's, session 8). */
+static void s_start_slow_coord(void)
+{
+    char shim[600], db[600], asan[1024];
+    snprintf(shim, sizeof(shim), "%s/libpl_slow_fsync.so", tc_bin());
+    cr_assert_eq(access(shim, R_OK), 0, "no %s", shim);
+    snprintf(db, sizeof(db), "%s/coord.db", s_c.dir);
+    const char *old = getenv("ASAN_OPTIONS");
+    snprintf(asan, sizeof(asan), "%s%sverify_asan_link_order=0", old ? old : "",
+             old && *old ? ":" : "");
+    setenv("ASAN_OPTIONS", asan, 1);
+    setenv("LD_PRELOAD", shim, 1);
+    setenv("PL_SLOW_FSYNC_PATH", db, 1);
+    setenv("PL_SLOW_FSYNC_MS", S_FSYNC_MS, 1);
+    tc_start_coord(&s_c, s_c.ep);
+    unsetenv("LD_PRELOAD"); /* the clients run at full speed */
+    unsetenv("PL_SLOW_FSYNC_PATH");
+    unsetenv("PL_SLOW_FSYNC_MS");
+    /* its start syncs the state db several times: the keys come after */
+    char pub[600];
+    snprintf(pub, sizeof(pub), "%s/state/keys/coordinator.pub", s_c.dir);
+    for (double end = pl_now() + 90; access(pub, R_OK) != 0 && pl_now() < end;)
+        usleep(100 * 1000);
+}
+
+static void s_send(void *sock, const char *type, const char *body)
+{
+    cr_assert_geq(zmq_send(sock, type, strlen(type), ZMQ_SNDMORE), 0);
+    cr_assert_geq(zmq_send(sock, body, strlen(body), 0), 0);
+}
+
+static bool s_busy(const char *type, const char *body)
+{
+    return strcmp(type, "ERROR") == 0 && strstr(body, "busy");
+}
+
+Test(intake_table, a_new_client_is_served_while_many_submitters_wait_for_their_commits)
+{
+    char type[32], body[8192], submit[1024];
+    tc_cluster_init(&s_c);
+    cr_assert_eq(tc_make_model(s_c.dir, "m", ""), 0, "pl-mkmodel failed");
+    /* placed on a node that is not there: it stays queued, no daemon needed */
+    snprintf(submit, sizeof(submit),
+             "{" TC_PROTO "\"model\": \"%s/m\", \"nodes\": [\"elsewhere\"], "
+             "\"gen\": {\"max_new_tokens\": 1, \"prompts\": [[1, 2, 3]]}}",
+             s_c.dir);
+    s_start_slow_coord();
+    void *zctx = zmq_ctx_new();
+    static void *sub[S_SUBMITTERS];
+    static bool queued[S_SUBMITTERS];
+    for (int i = 0; i < S_SUBMITTERS; i++)
+        sub[i] = tc_dealer_local(zctx, NULL, "admin", s_c.ep);
+    void *late = tc_dealer_local(zctx, "late", "admin", s_c.ep);
+
+    /* every submitter's SUBMIT in; one refused "busy" (the specs file's writer has a bound of
+     * its own) is sent again, so that all wait for the slow commits together */
+    for (int i = 0; i < S_SUBMITTERS; i++) {
+        s_send(sub[i], "SUBMIT", submit);
+        usleep(2 * 1000);
+    }
+    int resent = 0, early = 0;
+    for (double end = pl_now() + 0.5; pl_now() < end; usleep(20 * 1000))
+        for (int i = 0; i < S_SUBMITTERS; i++) {
+            int n = zmq_recv(sub[i], type, sizeof(type) - 1, ZMQ_DONTWAIT);
+            if (n < 0)
+                continue;
+            type[n] = '\0';
+            n = zmq_recv(sub[i], body, sizeof(body) - 1, 0);
+            body[n < 0 ? 0 : n] = '\0';
+            if (s_busy(type, body)) {
+                s_send(sub[i], "SUBMIT", submit);
+                resent++;
+            } else {
+                early++; /* answered before the commits: it no longer waits */
+                queued[i] = strstr(body, "queued") != NULL;
+            }
+        }
+
+    /* a client the coordinator has not seen: its JOBS is answered at once (it wrote nothing) */
+    s_send(late, "JOBS", "{" TC_PROTO "\"x\": 0}");
+    cr_assert(tc_recv_answer(late, type, body, sizeof(body)), "no answer to the new JOBS");
+    bool late_busy = s_busy(type, body);
+    static char late_type[32], late_body[8192];
+    snprintf(late_type, sizeof(late_type), "%s", type);
+    snprintf(late_body, sizeof(late_body), "%s", body);
+    /* and its pipelined SUBMIT, JOBS come back in its order: "queued" after the commit first */
+    s_send(late, "SUBMIT", submit);
+    s_send(late, "JOBS", "{" TC_PROTO "\"x\": 0}");
+    int rcv = 60000;
+    zmq_setsockopt(late, ZMQ_RCVTIMEO, &rcv, sizeof(rcv));
+    static char types[2][32], bodies[2][8192];
+    for (int k = 0; k < 2; k++)
+        cr_assert(tc_recv_answer(late, types[k], bodies[k], sizeof(bodies[k])),
+                  "no answer %d to the pipelined requests", k);
+
+    /* every submitter hears its "queued" once the commits land */
+    for (int i = 0; i < S_SUBMITTERS; i++) {
+        zmq_setsockopt(sub[i], ZMQ_RCVTIMEO, &rcv, sizeof(rcv));
+        while (!queued[i]) {
+            cr_assert(tc_recv_answer(sub[i], type, body, sizeof(body)),
+                      "submitter %d: no answer in 60 s", i);
+            if (s_busy(type, body)) { /* refused after the window above: once more */
+                s_send(sub[i], "SUBMIT", submit);
+                resent++;
+                continue;
+            }
+            cr_assert_str_eq(type, "REPLY", "submitter %d: %s", i, body);
+            cr_assert(strstr(body, "queued"), "submitter %d: %s", i, body);
+            queued[i] = true;
+        }
+    }
+    fprintf(stderr,
+            "intake_table: %d submitters, %d answered before the new client's JOBS, %d SUBMITs "
+            "sent again after a busy; the new client's JOBS: %s\n",
+            S_SUBMITTERS, early, resent, late_type);
+    cr_assert_lt(early, S_SUBMITTERS - 128,
+                 "%d submitters were answered before the commits: the table was never full", early);
+    cr_assert_not(late_busy, "the new client's JOBS was answered busy: %s", late_body);
+    cr_assert_str_eq(late_type, "REPLY", "the new client's JOBS: %s", late_body);
+    cr_assert_str_eq(types[0], "REPLY", "first pipelined answer: %s", bodies[0]);
+    cr_assert(strstr(bodies[0], "queued"), "first pipelined answer: %s", bodies[0]);
+    cr_assert_str_eq(types[1], "REPLY", "second pipelined answer: %s", bodies[1]);
+    cr_assert(strstr(bodies[1], "\"jobs\""), "second pipelined answer: %s", bodies[1]);
+
+    for (int i = 0; i < S_SUBMITTERS; i++)
+        zmq_close(sub[i]);
+    zmq_close(late);
+    zmq_ctx_term(zctx);
+    s_passed = 1;
+}
