@@ -13,7 +13,7 @@
 #include <zmq.h>
 
 #define S_SUBMITTERS 140 /* the table had 2 * PL_COORD_INTAKE_MAX = 128 entries */
-#define S_FSYNC_MS "3000"
+#define S_FSYNC_MS 3000
 
 static tc_cluster_t s_c;
 static int s_passed;
@@ -25,25 +25,16 @@ static void s_teardown(void)
 
 TestSuite(intake_table, .fini = s_teardown, .timeout = 240);
 
-/* pipecoord with every sync of its state db (coord.db and its -wal, not the specs file) slowed.
- * The shim's set-up copied from test_slow_disk.c (one helper for both is rel8a's, session 8). */
+/* pipecoord with every sync of its state db (coord.db and its -wal, not the specs file) slowed;
+ * the clients run at full speed. */
 static void s_start_slow_coord(void)
 {
-    char shim[600], db[600], asan[1024];
-    snprintf(shim, sizeof(shim), "%s/libpl_slow_fsync.so", tc_bin());
-    cr_assert_eq(access(shim, R_OK), 0, "no %s", shim);
+    char db[600];
+    tc_slow_disk_t slow;
     snprintf(db, sizeof(db), "%s/coord.db", s_c.dir);
-    const char *old = getenv("ASAN_OPTIONS");
-    snprintf(asan, sizeof(asan), "%s%sverify_asan_link_order=0", old ? old : "",
-             old && *old ? ":" : "");
-    setenv("ASAN_OPTIONS", asan, 1);
-    setenv("LD_PRELOAD", shim, 1);
-    setenv("PL_SLOW_FSYNC_PATH", db, 1);
-    setenv("PL_SLOW_FSYNC_MS", S_FSYNC_MS, 1);
+    tc_slow_disk_on(&slow, db, S_FSYNC_MS, NULL);
     tc_start_coord(&s_c, s_c.ep);
-    unsetenv("LD_PRELOAD"); /* the clients run at full speed */
-    unsetenv("PL_SLOW_FSYNC_PATH");
-    unsetenv("PL_SLOW_FSYNC_MS");
+    tc_slow_disk_off(&slow);
     /* its start syncs the state db several times: the keys come after */
     char pub[600];
     snprintf(pub, sizeof(pub), "%s/state/keys/coordinator.pub", s_c.dir);
