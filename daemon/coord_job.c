@@ -349,6 +349,24 @@ static void s_check_loading(pl_coord_t *c, pl_coord_job_t *j, double now)
                       limit, missing);
 }
 
+void pl_coord_job_forget(pl_coord_t *c, pl_coord_job_t *j)
+{
+    pl_log_warn("job %u: rejected (its row was not saved): forgotten", j->id);
+    pl_coord_hold_forget_job(c, j->id); /* a stage has heard nothing: they waited for it */
+    for (int i = 0; i < j->n_stages; i++)
+        if (c->nodes[j->stages[i].node].busy_job == j->id)
+            c->nodes[j->stages[i].node].busy_job = 0;
+    if (j->spec_saved) /* no row has it: dropped now */
+        pl_coord_hold_drop_spec(c, j->id, 0);
+    pl_coord_trace_forget(c, j->id);
+    for (int i = 0; i < c->n_jobs; i++)
+        if (c->jobs[i] == j) {
+            memmove(c->jobs + i, c->jobs + i + 1, (size_t)(--c->n_jobs - i) * sizeof(*c->jobs));
+            break;
+        }
+    pl_coord_job_free(j);
+}
+
 /* Forget the oldest finished jobs beyond results_kept (a job that waits blocks nothing). */
 static void s_trim(pl_coord_t *c)
 {
