@@ -318,7 +318,16 @@ static void s_assign(pl_coord_t *c, pl_coord_job_t *j)
         pl_coord_event(j, "planned", "%d stage(s) on %s", j->n_stages, where);
         pl_coord_event(j, "loading", "epoch %u", j->epoch);
     }
-    pl_coord_persist(c, j); /* the epoch is durable before a stage hears of it */
+    /* the epoch is durable before a stage hears of it: each ASSIGN waits for this write, and
+     * is not sent if it fails (coord_state.c); one not even queued, nobody hears of */
+    if (pl_coord_persist(c, j)) {
+        char why[PL_MSG_TEXT_MAX + 1];
+        snprintf(why, sizeof(why), "its epoch %u was not saved (%s)", j->epoch, pl_error_msg());
+        free(m);
+        pl_msg_results_free(resume, n_resume);
+        pl_coord_job_interrupt(c, j, why);
+        return;
+    }
     for (int i = 0; i < j->n_stages; i++) {
         pl_coord_stage_t *s = &j->stages[i];
         c->nodes[s->node].busy_job = j->id;
