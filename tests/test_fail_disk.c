@@ -244,6 +244,10 @@ Test(fail_disk, a_refused_write_is_answered_as_refused_and_undone, .timeout = 24
     /* gone, as a SUBMIT refused at once is: its client was told so */
     cr_assert(!s_listed(a, rejected), "JOBS lists job %d, whose SUBMIT was rejected", rejected);
     cr_assert_null(tc_status_json(&s_c, rejected), "STATUS shows job %d, rejected", rejected);
+    bool spec_gone = false; /* no row has it: the intake drops it */
+    for (double end = pl_now() + 20; !spec_gone && pl_now() < end; usleep(100 * 1000))
+        spec_gone = !s_has_spec(rejected);
+    cr_assert(spec_gone, "job %d, rejected, keeps its spec", rejected);
 
     /* KILL refused: the job stays canceled here (its stages are told already) and the answer
      * says the disk still has it; the trim it causes cannot delete the first job's row, so
