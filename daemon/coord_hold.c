@@ -4,7 +4,8 @@
  * list in the order given; an entry goes once c->committed reaches its tag, and a client's
  * entries are tagged in non-decreasing order, so each client and the nodes hear them in order.
  * An answer knows the writes it promises (pl_coord_hold_promise): when one fails, the answer
- * becomes the refusal, in its place. A spec's drop waits here for its row's deletion. */
+ * becomes the refusal, in its place. A spec's drop waits here for its row's deletion, and an
+ * ASSIGN for the row that holds its epoch: never sent if that write fails. */
 #include "common/log.h"
 #include "daemon/coord_int.h"
 #include "daemon/coord_intake.h"
