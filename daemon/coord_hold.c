@@ -4,7 +4,8 @@
  * list in the order given; an entry goes once c->committed reaches its tag, and a client's
  * entries are tagged in non-decreasing order, so each client and the nodes hear them in order.
  * An answer knows the writes it promises (pl_coord_hold_promise): when one fails, the answer
- * becomes the refusal, in its place. A spec's drop waits here for its row's deletion. */
+ * becomes the refusal, in its place. A spec's drop waits here for its row's deletion, and an
+ * ASSIGN for the row that holds its epoch: never sent if that write fails. */
 #include "common/log.h"
 #include "daemon/coord_int.h"
 #include "daemon/coord_intake.h"
@@ -30,10 +31,11 @@ typedef struct pl_coord_held {
     pl_msg_type_t type;
     json_t *body; /* a tree of its own (the intake's once handed over) */
     /* the writes it promises (0: none); an answer's refusal should one fail (NULL: none, or
-     * no memory for it: then "a promised write"), a drop's job (0: voided) */
+     * no memory for it: then "a promised write"), a drop's job (0: voided), an ASSIGN's job
+     * and epoch (job 0: voided, never sent: the disk lacks its epoch) */
     uint64_t promise[PL_COORD_PROMISES_MAX];
     char *refusal;
-    uint32_t job;
+    uint32_t job, epoch;
 } s_held_t;
 
 static bool s_promises(const s_held_t *h, uint64_t seq)
@@ -70,6 +72,8 @@ static void s_send(pl_coord_t *c, s_held_t *h)
             pl_coord_intake_end(c->intake, &h->to);
         break;
     case S_NODE:
+        if (h->type == PL_MSG_ASSIGN && !h->job)
+            break; /* its epoch's write failed: the job was queued again or failed */
         if (pl_tx_send_body(c->node_router, &h->to, h->type, h->body))
             pl_log_warn("node %.*s: cannot send %s: %s", (int)h->to.len, h->to.id,
                         pl_msg_name(h->type), pl_error_msg());
@@ -232,6 +236,13 @@ bool pl_coord_hold_node(pl_coord_t *c, int node, const pl_msg_t *m)
     h->kind = S_NODE;
     h->tag = tag;
     h->to = to;
+    if (m->type == PL_MSG_ASSIGN) { /* it promises the row write that holds its epoch */
+        const pl_coord_job_t *j = pl_coord_find_job(c, m->assign.job);
+        h->job = m->assign.job;
+        h->epoch = m->assign.epoch;
+        if (j && j->row_seq > c->committed)
+            h->promise[0] = j->row_seq;
+    }
     s_append(c, h);
     return true;
 }
@@ -255,12 +266,20 @@ void pl_coord_hold_release(pl_coord_t *c)
     }
 }
 
-void pl_coord_hold_failed(pl_coord_t *c, uint64_t seq, pl_status_t code, const char *what)
+uint32_t pl_coord_hold_failed(pl_coord_t *c, uint64_t seq, pl_status_t code, const char *what)
 {
+    uint32_t epoch = 0;
     for (s_held_t *h = c->held; h; h = h->next) {
         if (!s_promises(h, seq))
             continue;
         memset(h->promise, 0, sizeof(h->promise)); /* one refusal, the first failure's */
+        if (h->kind == S_NODE) { /* an ASSIGN: a stage never hears of an epoch the disk lacks */
+            pl_log_warn("node %.*s: job %u's ASSIGN at epoch %u not sent: %s", (int)h->to.len,
+                        h->to.id, h->job, h->epoch, what);
+            epoch = h->epoch;
+            h->job = 0;
+            continue;
+        }
         if (h->kind == S_DROP) {
             pl_log_warn("job %u: its spec stays with its row: %s", h->job, what);
             h->job = 0;
@@ -282,20 +301,30 @@ void pl_coord_hold_failed(pl_coord_t *c, uint64_t seq, pl_status_t code, const c
         h->body = enc;
         h->type = PL_MSG_ERROR;
     }
+    return epoch;
+}
+
+void pl_coord_hold_forget_job(pl_coord_t *c, uint32_t job)
+{
+    for (s_held_t *h = c->held; h; h = h->next)
+        if (h->kind == S_NODE && h->type == PL_MSG_ASSIGN && h->job == job) {
+            memset(h->promise, 0, sizeof(h->promise));
+            h->job = 0;
+        }
 }
 
 void pl_coord_hold_moved(pl_coord_t *c, uint64_t seq, uint64_t to_seq)
 {
     for (s_held_t *h = c->held; h; h = h->next) {
-        if (h->kind != S_ANSWER || !s_promises(h, seq))
+        if ((h->kind != S_ANSWER && h->kind != S_NODE) || !s_promises(h, seq))
             continue;
         for (int k = 0; k < PL_COORD_PROMISES_MAX; k++)
             if (h->promise[k] == seq)
                 h->promise[k] = to_seq;
-        /* it waits for the new write now, and its client's later entries behind it */
+        /* it waits for the new write now, and its client's (or node's) later entries behind it */
         for (s_held_t *e = h; e; e = e->next)
-            if ((e->kind == S_ANSWER || e->kind == S_END) && s_same(&e->to, &h->to) &&
-                e->tag < to_seq)
+            if ((h->kind == S_NODE ? e->kind == S_NODE : e->kind == S_ANSWER || e->kind == S_END) &&
+                s_same(&e->to, &h->to) && e->tag < to_seq)
                 e->tag = to_seq;
     }
 }

@@ -259,6 +259,10 @@ void pl_coord_on_kill(pl_coord_t *c, const pl_tx_peer_t *from, const pl_msg_t *m
 void pl_coord_schedule(pl_coord_t *c);
 void pl_coord_node_lost(pl_coord_t *c, int node, const char *why);
 void pl_coord_job_free(pl_coord_job_t *j);
+/* Job j's new row was refused (its client heard "job rejected"): forgotten as a SUBMIT refused
+ * at once is (not listed, never written again, its held ASSIGNs never sent, its spec dropped);
+ * only where no scan of c->jobs is under way (the loop's top, a request's end). */
+void pl_coord_job_forget(pl_coord_t *c, pl_coord_job_t *j);
 
 /* coord_resume.c */
 /* The job's per-sequence progress, empty (after validation set n_seqs). */
@@ -362,9 +366,13 @@ void pl_coord_hold_release(pl_coord_t *c);
 void pl_coord_hold_promise(pl_coord_t *c, uint64_t seq, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* Write seq failed (what: "job 5's row not saved: why"): the answers that promised it become
- * their refusal, a drop that waited for it is not done. */
-void pl_coord_hold_failed(pl_coord_t *c, uint64_t seq, pl_status_t code, const char *what);
-/* Write seq is redone as to_seq (a row that went missing, written whole): its promises follow. */
+ * their refusal, a drop that waited for it is not done, an ASSIGN that waited for it (the row
+ * with its epoch) is never sent. The epoch of such an ASSIGN, else 0. */
+uint32_t pl_coord_hold_failed(pl_coord_t *c, uint64_t seq, pl_status_t code, const char *what);
+/* Job's held ASSIGNs are never sent (its new row was refused: the job is gone). */
+void pl_coord_hold_forget_job(pl_coord_t *c, uint32_t job);
+/* Write seq is redone as to_seq (a row that went missing, written whole): its promises (an
+ * answer's, an ASSIGN's) follow. */
 void pl_coord_hold_moved(pl_coord_t *c, uint64_t seq, uint64_t to_seq);
 /* Job id's spec dropped from the specs file once write seq (its row's deletion) is committed,
  * never if that fails (0: now), so that a crash in between leaves an orphan spec, which the

@@ -320,7 +320,16 @@ static void s_assign(pl_coord_t *c, pl_coord_job_t *j)
         pl_coord_event(j, "planned", "%d stage(s) on %s", j->n_stages, where);
         pl_coord_event(j, "loading", "epoch %u", j->epoch);
     }
-    pl_coord_persist(c, j); /* the epoch is durable before a stage hears of it */
+    /* the epoch is durable before a stage hears of it: each ASSIGN waits for this write, and
+     * is not sent if it fails (coord_state.c); one not even queued, nobody hears of */
+    if (pl_coord_persist(c, j)) {
+        char why[PL_MSG_TEXT_MAX + 1];
+        snprintf(why, sizeof(why), "its epoch %u was not saved (%s)", j->epoch, pl_error_msg());
+        free(m);
+        pl_msg_results_free(resume, n_resume);
+        pl_coord_job_interrupt(c, j, why);
+        return;
+    }
     for (int i = 0; i < j->n_stages; i++) {
         pl_coord_stage_t *s = &j->stages[i];
         c->nodes[s->node].busy_job = j->id;
@@ -349,6 +358,24 @@ static void s_check_loading(pl_coord_t *c, pl_coord_job_t *j, double now)
                       "loading took longer than %.1f s (coordinator.load_timeout_ms); "
                       "not ready: stage %s",
                       limit, missing);
+}
+
+void pl_coord_job_forget(pl_coord_t *c, pl_coord_job_t *j)
+{
+    pl_log_warn("job %u: rejected (its row was not saved): forgotten", j->id);
+    pl_coord_hold_forget_job(c, j->id); /* a stage has heard nothing: they waited for it */
+    for (int i = 0; i < j->n_stages; i++)
+        if (c->nodes[j->stages[i].node].busy_job == j->id)
+            c->nodes[j->stages[i].node].busy_job = 0;
+    if (j->spec_saved) /* no row has it: dropped now */
+        pl_coord_hold_drop_spec(c, j->id, 0);
+    pl_coord_trace_forget(c, j->id);
+    for (int i = 0; i < c->n_jobs; i++)
+        if (c->jobs[i] == j) {
+            memmove(c->jobs + i, c->jobs + i + 1, (size_t)(--c->n_jobs - i) * sizeof(*c->jobs));
+            break;
+        }
+    pl_coord_job_free(j);
 }
 
 /* Forget the oldest finished jobs beyond results_kept (a job that waits blocks nothing). */

@@ -172,12 +172,11 @@ static void s_on_fail(void *user, const pl_coord_wfail_t *f)
     snprintf(msg, sizeof(msg), "%s not saved: %s", what, f->why);
     pl_log_error("%s", msg);
     switch (f->kind) {
-    case PL_COORD_W_ADD: /* a new job: its client hears the refusal instead of "queued" */
+    case PL_COORD_W_ADD: /* a new job: its client hears the refusal instead of "queued", and
+                          * the job is gone, as one refused at once is */
         pl_coord_hold_failed(c, f->seq, f->code, msg);
-        if (j && !pl_coord_job_terminal(j)) {
-            j->stored = false;
-            pl_coord_job_fail(c, j, "not saved: %s", f->why);
-        }
+        if (j)
+            pl_coord_job_forget(c, j);
         break;
     case PL_COORD_W_PUT:
         if (j && f->code == PL_ERR_NOT_FOUND) { /* the row went missing: written whole */
@@ -191,10 +190,17 @@ static void s_on_fail(void *user, const pl_coord_wfail_t *f)
         /* the state db keeps the row as it was last saved; the job here moved on (a KILL's
          * stages are canceled already and cannot be started again): its events say so, and
          * so does the answer that promised it */
-        pl_coord_hold_failed(c, f->seq, f->code, msg);
+        uint32_t epoch = pl_coord_hold_failed(c, f->seq, f->code, msg);
         if (j)
             pl_coord_event(j, "not saved",
                            "%s: a coordinator restart would find it as it was last saved", f->why);
+        /* the row with a new epoch: its ASSIGNs are not sent (above), so the job plans again,
+         * at a new epoch (the counter here never goes back) */
+        if (j && epoch && epoch == j->epoch && j->state == PL_JOB_LOADING) {
+            char why[PL_MSG_TEXT_MAX + 1];
+            snprintf(why, sizeof(why), "its epoch %u was not saved (%s)", epoch, f->why);
+            pl_coord_job_interrupt(c, j, why);
+        }
         break;
     case PL_COORD_W_DRAIN: /* the mark back to what the disk keeps; the answer is the refusal */
         pl_coord_hold_failed(c, f->seq, f->code, msg);
@@ -258,8 +264,7 @@ static pl_status_t s_requeue(pl_coord_t *c, pl_coord_job_t **jp)
     char from[64] = "";
     if (old->state != PL_JOB_QUEUED && old->train && /* from its last whole checkpoint */
         pl_coord_train_rewind(j, &old->train, from, sizeof(from))) {
-        snprintf(old->error, sizeof(old->error), "after a coordinator restart: %s",
-                 pl_error_msg());
+        snprintf(old->error, sizeof(old->error), "after a coordinator restart: %s", pl_error_msg());
         old->state = PL_JOB_FAILED;
         old->t_end = pl_now();
         pl_log_warn("job %u failed: %s", old->id, old->error);

@@ -7,9 +7,15 @@
  * was not saved comes back after a restart as the answer said; a trimmed job whose row deletion
  * failed keeps its spec. Then with every fsync of coord.db slowed to 1.5 s: while a trimmed
  * job's row deletion is not committed its spec is still in the specs file, and it goes once the
- * deletion is. */
+ * deletion is. A refused SUBMIT's job is gone: not in JOBS nor STATUS, then or after a restart.
+ * A job assigned while the disk fails: the row with its epoch is refused, so its stage never
+ * hears of that epoch (the daemon's log shows no assignment), and it plans again once the disk
+ * works, and runs to the end. A write that lands after a refused one may carry lower counters
+ * than the disk has (the intake's and the loop's writes, or a write queued before the refusal):
+ * the counters on disk only move forward. */
 #include "cluster_util.h"
 #include "common/util.h"
+#include "daemon/coord_store.h"
 #include "job_util.h"
 #include "transport/msg.h"
 
@@ -116,6 +122,24 @@ static bool s_draining(void *sock)
     return draining;
 }
 
+/* Whether JOBS lists job id (asked on sock, answered next). */
+static bool s_listed(void *sock, int id)
+{
+    char type[32], body[16384];
+    pl_msg_t m;
+    pl_msg_init(&m, PL_MSG_JOBS);
+    tc_send_msg(sock, &m);
+    s_answer(sock, type, body, sizeof(body), "JOBS");
+    cr_assert_str_eq(type, "REPLY", "JOBS: %s", body);
+    json_t *v = json_loads(body, 0, NULL), *jobs = json_object_get(v, "jobs");
+    cr_assert(json_is_array(jobs), "JOBS: %s", body);
+    bool found = false;
+    for (size_t i = 0; i < json_array_size(jobs); i++)
+        found |= json_integer_value(json_object_get(json_array_get(jobs, i), "job")) == id;
+    json_decref(v);
+    return found;
+}
+
 /* A SUBMIT accepted: its job id. */
 static int s_queued(void *sock)
 {
@@ -212,7 +236,18 @@ Test(fail_disk, a_refused_write_is_answered_as_refused_and_undone, .timeout = 24
     s_answer(a, type, body, sizeof(body), "the SUBMIT");
     cr_assert_str_eq(type, "ERROR", "a SUBMIT the disk refused: %s", body);
     cr_assert(strstr(body, "job rejected") && strstr(body, "row not saved"), "%s", body);
+    const char *at = strstr(body, "job rejected: job ");
+    cr_assert_not_null(at, "the refusal names no job: %s", body);
+    int rejected = (int)strtol(at + strlen("job rejected: job "), NULL, 10);
+    cr_assert_gt(rejected, 0, "%s", body);
     s_disk_fails(false);
+    /* gone, as a SUBMIT refused at once is: its client was told so */
+    cr_assert(!s_listed(a, rejected), "JOBS lists job %d, whose SUBMIT was rejected", rejected);
+    cr_assert_null(tc_status_json(&s_c, rejected), "STATUS shows job %d, rejected", rejected);
+    bool spec_gone = false; /* no row has it: the intake drops it */
+    for (double end = pl_now() + 20; !spec_gone && pl_now() < end; usleep(100 * 1000))
+        spec_gone = !s_has_spec(rejected);
+    cr_assert(spec_gone, "job %d, rejected, keeps its spec", rejected);
 
     /* KILL refused: the job stays canceled here (its stages are told already) and the answer
      * says the disk still has it; the trim it causes cannot delete the first job's row, so
@@ -252,6 +287,7 @@ Test(fail_disk, a_refused_write_is_answered_as_refused_and_undone, .timeout = 24
     s_start(S_SLOW_MS);
     a = s_client(&zctx);
     cr_assert(s_draining(a), "n1 drained after the restart");
+    cr_assert(!s_listed(a, rejected), "job %d, rejected, is back after a restart", rejected);
     st = tc_status_json(&s_c, second);
     cr_assert_not_null(st, "the job whose cancel was refused");
     cr_assert_str_eq(tc_status_state(st), "queued", "the job whose cancel the disk refused");
@@ -279,4 +315,70 @@ Test(fail_disk, a_refused_write_is_answered_as_refused_and_undone, .timeout = 24
     cr_assert(gone, "the first job's spec stayed after its row's deletion");
     s_client_end(a, zctx);
     s_passed = 1;
+}
+
+Test(fail_disk, an_epoch_the_disk_refused_is_never_assigned, .timeout = 240)
+{
+    tc_cluster_init(&s_c);
+    cr_assert_eq(tc_make_model(s_c.dir, "m", ""), 0, "pl-mkmodel failed");
+    snprintf(s_flag, sizeof(s_flag), "%s/the-disk-fails", s_c.dir);
+    snprintf(s_submit, sizeof(s_submit),
+             "{" TC_PROTO "\"model\": \"%s/m\", \"nodes\": [\"n1\"], \"gen\": "
+             "{\"max_new_tokens\": 2, \"prompts\": [[1, 2, 3]]}}",
+             s_c.dir);
+    s_start(S_FIRST_MS);
+    void *zctx, *a = s_client(&zctx);
+    int id = s_queued(a); /* n1 not there yet: it waits, its row saved */
+    /* the disk fails, then n1 comes: the job is planned, and the row with its epoch refused */
+    s_disk_fails(true);
+    tc_start_node(&s_c, "n1", 1, NULL);
+    int rc = 1;
+    for (double end = pl_now() + 60; rc && pl_now() < end; usleep(100 * 1000))
+        rc = tc_sh(NULL, "grep -q \"job %d's row not saved\" %s/pipecoord.log", id, s_c.dir);
+    cr_assert_eq(rc, 0, "job %d's row (its epoch) was not refused", id);
+    usleep(1500 * 1000); /* what was sent would have reached n1 by now */
+    cr_assert_neq(tc_sh(NULL, "grep -q 'job %d: stage' %s/n1.log", id, s_c.dir), 0,
+                  "n1 was assigned job %d at an epoch the disk refused", id);
+    s_disk_fails(false);
+    /* planned again at a new epoch, now saved: it runs to the end */
+    json_t *st = NULL;
+    for (double end = pl_now() + 60; pl_now() < end; usleep(200 * 1000)) {
+        json_decref(st);
+        st = tc_status_json(&s_c, id);
+        if (st && !strcmp(tc_status_state(st), "done"))
+            break;
+    }
+    cr_assert_not_null(st);
+    char *events = json_dumps(json_object_get(st, "events"), 0);
+    fprintf(stderr, "fail_disk: job %d's events: %s\n", id, events);
+    cr_assert_str_eq(tc_status_state(st), "done", "%s", events);
+    cr_assert(events && strstr(events, "was not saved"), "no note of the refused epoch: %s",
+              events);
+    free(events);
+    json_decref(st);
+    cr_assert_eq(tc_sh(NULL, "grep -q 'job %d: stage' %s/n1.log", id, s_c.dir), 0,
+                 "n1 never heard of job %d", id);
+    s_client_end(a, zctx);
+    s_passed = 1;
+}
+
+Test(fail_disk, the_counters_on_disk_only_move_forward)
+{
+    char dir[] = "/tmp/pl-fail-disk-XXXXXX", path[64];
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(path, sizeof(path), "%s/coord.db", dir);
+    pl_coord_store_t *s;
+    cr_assert_eq(pl_coord_store_open(path, &s), PL_OK, "%s", pl_error_msg());
+    pl_coord_row_t r = {.id = 8, .state = "loading", .spec = "{}", .n_seqs = 1, .epoch = 11};
+    cr_assert_eq(pl_coord_store_put(s, &r, 9, 12), PL_OK, "%s", pl_error_msg());
+    r = (pl_coord_row_t){.id = 2, .state = "queued", .spec = "{}", .n_seqs = 1};
+    cr_assert_eq(pl_coord_store_put(s, &r, 3, 4), PL_OK, "%s", pl_error_msg());
+    pl_coord_store_close(&s);
+    cr_assert_eq(pl_coord_store_open(path, &s), PL_OK, "%s", pl_error_msg());
+    uint32_t nj = 0, ne = 0;
+    cr_assert_eq(pl_coord_store_counters(s, &nj, &ne), PL_OK, "%s", pl_error_msg());
+    pl_coord_store_close(&s);
+    cr_assert(nj == 9 && ne == 12, "a later write set the counters back: next job %u, epoch %u", nj,
+              ne);
+    tc_sh(NULL, "rm -rf %s", dir);
 }
