@@ -1,5 +1,6 @@
 /* CPU backend discovery and calibration: one device "cpu" described from /proc, and a short
- * sgemm rate, memory read bandwidth, decode row rate, prefill pass and attention measurement. */
+ * sgemm rate, memory read bandwidth (the device's and its host's), decode row rate, prefill pass
+ * and attention measurement. */
 #include "backends/cpu/cpu_dev.h"
 #include "backends/cpu/cpu_gemm.h"
 #include "backends/cpu/cpu_ops.h"
@@ -10,11 +11,13 @@
 
 #include <cblas.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -25,6 +28,8 @@
 #define S_READ_BYTES ((size_t)128 << 20) /* larger than any one last-level cache */
 #define S_READ_CHUNK ((size_t)8 << 20)
 #define S_READ_MAX_THREADS 16
+#define S_READ_LOCK "/tmp/pipeld-calib-read.lock" /* one host's daemons read one at a time */
+#define S_READ_HOST_S 0.1
 /* The decode rows' probe: bf16 weights small enough to stay in a core's caches, so that what
  * it times is the rows' work, not the pass over the weights (the bandwidth's part) */
 #define S_ROW_OUTS 512
@@ -253,48 +258,51 @@ typedef struct {
     const float *data;
     size_t n;
     float sum;
+    int cpu; /* the CPU this reader runs on; -1: wherever the process may */
 } s_read_job_t;
 
 static void *s_read_thread(void *arg)
 {
     s_read_job_t *job = arg;
+    if (job->cpu >= 0) { /* the host's figure: one reader per CPU, not all on the daemon's own */
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(job->cpu, &set);
+        (void)pthread_setaffinity_np(pthread_self(), sizeof(set), &set); /* else where it may */
+    }
     job->sum = cblas_sasum((int)job->n, job->data, 1);
     return NULL;
 }
 
-/* Read bandwidth of a buffer larger than any cache, split across `threads` readers. */
-static double s_read_gbps(int threads)
+/* Read bandwidth of the n floats of buf (larger than any cache), split across `threads`
+ * readers: the device's own (host false: the first reader on this thread, the others where the
+ * process may run), or the host's (one reader on each of the first `threads` online CPUs, the
+ * best of as many passes as fit in S_READ_HOST_S: a core woken from idle reads slowly at first). */
+static double s_read_time_gbps(const float *buf, size_t n, int threads, bool host)
 {
-    size_t n = 0, chunk = S_READ_CHUNK / sizeof(float);
-    float *buf = malloc(S_READ_BYTES);
+    double start = pl_now();
     s_read_job_t jobs[S_READ_MAX_THREADS];
     pthread_t tids[S_READ_MAX_THREADS];
-    double best = 0.0, t_fill = pl_now();
+    double best = 0.0;
     volatile float sink = 0.0f;
-
-    if (!buf)
-        return 0.0;
-    /* Fault the pages in before timing. Not zeros: malloc + memset 0 may become calloc, whose
-     * untouched pages all map the one shared zero page and read at cache speed. Where page
-     * faults are slow (some VMs) stop early and measure a smaller buffer. */
-    while (n < S_READ_BYTES / sizeof(float) && (n < 2 * chunk || pl_now() - t_fill < 0.1)) {
-        memset(buf + n, 0x3c, chunk * sizeof(float));
-        n += chunk;
-    }
     threads = PL_MAX(1, PL_MIN(threads, S_READ_MAX_THREADS));
-    for (int pass = 0; pass < 2; pass++) {
+    for (int pass = 0; pass < 2 || (host && pass < 100 && pl_now() - start < S_READ_HOST_S);
+         pass++) {
         int started = 0;
         double t0 = pl_now(), c0 = s_cpu_now();
         for (int i = 0; i < threads; i++) {
             jobs[i].data = buf + n / threads * i;
             jobs[i].n = i == threads - 1 ? n - n / threads * i : n / threads;
-            if (i == 0 || pthread_create(&tids[i], NULL, s_read_thread, &jobs[i]) != 0)
+            jobs[i].cpu = host ? i : -1;
+            if ((i == 0 && !host) || pthread_create(&tids[i], NULL, s_read_thread, &jobs[i]) != 0)
                 continue; /* job 0 (and any thread that failed to start) runs here below */
             started |= 1 << i;
         }
         for (int i = 0; i < threads; i++)
-            if (!(started & (1 << i)))
+            if (!(started & (1 << i))) {
+                jobs[i].cpu = -1; /* this thread's own CPU stays as it is */
                 s_read_thread(&jobs[i]);
+            }
         for (int i = 0; i < threads; i++)
             if (started & (1 << i))
                 pthread_join(tids[i], NULL);
@@ -307,8 +315,41 @@ static double s_read_gbps(int threads)
             break;
     }
     (void)sink;
-    free(buf);
     return best;
+}
+
+/* The device's read bandwidth (`threads` readers) and the host's (a reader on every online
+ * CPU, at most S_READ_MAX_THREADS) over one buffer larger than any cache. Daemons on one host
+ * that start together take turns here (a lock file): one's figure read while another streams
+ * would be a fraction of it, and the host's is only what one reader set alone gets. */
+static void s_read_gbps(int threads, double *dev_gbps, double *host_gbps)
+{
+    size_t n = 0, chunk = S_READ_CHUNK / sizeof(float);
+    float *buf = malloc(S_READ_BYTES);
+    double t_fill = pl_now();
+    *dev_gbps = *host_gbps = 0.0;
+    if (!buf)
+        return;
+    /* Fault the pages in before timing. Not zeros: malloc + memset 0 may become calloc, whose
+     * untouched pages all map the one shared zero page and read at cache speed. Where page
+     * faults are slow (some VMs) stop early and measure a smaller buffer. */
+    while (n < S_READ_BYTES / sizeof(float) && (n < 2 * chunk || pl_now() - t_fill < 0.1)) {
+        memset(buf + n, 0x3c, chunk * sizeof(float));
+        n += chunk;
+    }
+    int lock = open(S_READ_LOCK, O_RDONLY | O_CREAT | O_CLOEXEC, 0644);
+    if (lock >= 0 && flock(lock, LOCK_EX) != 0) { /* no lock: measure all the same */
+        close(lock);
+        lock = -1;
+    }
+    *dev_gbps = s_read_time_gbps(buf, n, threads, false);
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    openblas_set_num_threads(1); /* one BLAS thread per reader, however many the device has */
+    *host_gbps = s_read_time_gbps(buf, n, cpus > 0 ? (int)cpus : 1, true);
+    openblas_set_num_threads(threads);
+    if (lock >= 0)
+        close(lock); /* and the lock with it */
+    free(buf);
 }
 
 /* Seconds per call of pl_cpu_gemm_rows on nr rows against w: the best of two timed runs. */
@@ -519,15 +560,17 @@ pl_status_t pl_cpu_calibrate(void *dev_v, pl_be_calib_t *calib)
 
     openblas_set_num_threads(dev->threads);
     c.gflops = s_gemm_gflops(dev->threads);
-    c.mem_gbps = s_read_gbps(dev->threads);
+    s_read_gbps(dev->threads, &c.mem_gbps, &c.host_gbps);
     c.dec_gflops = s_dec_gflops(dev);
     c.pass_gbps = s_pass_fit_gbps(dev, c.gflops); /* 0 allowed: no pass to charge */
     c.attn_gflops = s_attn_gflops(dev);
     if (c.gflops <= 0.0 || c.mem_gbps <= 0.0 || c.dec_gflops <= 0.0 || c.attn_gflops <= 0.0)
         return pl_error(PL_ERR_NOMEM, "cpu calibration: could not allocate its buffers");
-    pl_log_debug("cpu calibration: %.1f GFLOP/s sgemm, %.1f GB/s read, %.1f GFLOP/s decode rows, "
-                 "%.2f GB/s prefill passes, %.1f GFLOP/s prefill attention, %d threads", c.gflops,
-                 c.mem_gbps, c.dec_gflops, c.pass_gbps, c.attn_gflops, dev->threads);
+    pl_log_debug("cpu calibration: %.1f GFLOP/s sgemm, %.1f GB/s read (host %.1f), %.1f GFLOP/s "
+                 "decode rows, %.2f GB/s prefill passes, %.1f GFLOP/s prefill attention, %d "
+                 "threads",
+                 c.gflops, c.mem_gbps, c.host_gbps, c.dec_gflops, c.pass_gbps, c.attn_gflops,
+                 dev->threads);
     *calib = c;
     return PL_OK;
 }
