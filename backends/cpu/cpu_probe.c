@@ -29,7 +29,9 @@
 #define S_READ_CHUNK ((size_t)8 << 20)
 #define S_READ_MAX_THREADS 16
 #define S_READ_LOCK "/tmp/pipeld-calib-read.lock" /* one host's daemons read one at a time */
-#define S_READ_HOST_S 0.1
+#define S_READ_HOST_S 0.15
+#define S_READ_FILL_S 0.25 /* the host's buffer: at most this long faulting it in */
+#define S_READ_PER_READER ((size_t)64 << 20) /* the host's: past a core complex's own L3 */
 /* The decode rows' probe: bf16 weights small enough to stay in a core's caches, so that what
  * it times is the rows' work, not the pass over the weights (the bandwidth's part) */
 #define S_ROW_OUTS 512
@@ -258,8 +260,16 @@ typedef struct {
     const float *data;
     size_t n;
     float sum;
-    int cpu; /* the CPU this reader runs on; -1: wherever the process may */
+    int cpu;              /* the CPU this reader runs on; -1: wherever the process may */
+    double t0, t1, cpu_s; /* its read: wall clock at start and end, its thread's CPU seconds */
 } s_read_job_t;
+
+static double s_thread_cpu_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
 
 static void *s_read_thread(void *arg)
 {
@@ -270,14 +280,39 @@ static void *s_read_thread(void *arg)
         CPU_SET(job->cpu, &set);
         (void)pthread_setaffinity_np(pthread_self(), sizeof(set), &set); /* else where it may */
     }
+    double c0 = s_thread_cpu_now();
+    job->t0 = pl_now();
     job->sum = cblas_sasum((int)job->n, job->data, 1);
+    job->t1 = pl_now();
+    job->cpu_s = s_thread_cpu_now() - c0;
     return NULL;
+}
+
+/* The wall time of a pass of the host's readers jobs[0..threads) when they all read at once:
+ * each ran on its CPU for 90% of its read and for 90% of the pass's span; else 0 (not timed). */
+static double s_host_pass(const s_read_job_t *jobs, int threads)
+{
+    double lo = jobs[0].t0, hi = jobs[0].t1;
+    for (int i = 1; i < threads; i++) {
+        lo = PL_MIN(lo, jobs[i].t0);
+        hi = PL_MAX(hi, jobs[i].t1);
+    }
+    for (int i = 0; i < threads; i++) {
+        double own = jobs[i].t1 - jobs[i].t0;
+        if (!(own > 0) || jobs[i].cpu_s < 0.9 * own || own < 0.9 * (hi - lo))
+            return 0.0;
+    }
+    return hi - lo;
 }
 
 /* Read bandwidth of the n floats of buf (larger than any cache), split across `threads`
  * readers: the device's own (host false: the first reader on this thread, the others where the
  * process may run), or the host's (one reader on each of the first `threads` online CPUs, the
- * best of as many passes as fit in S_READ_HOST_S: a core woken from idle reads slowly at first). */
+ * best of as many passes as fit in S_READ_HOST_S: a core woken from idle reads slowly at first).
+ * The host's is timed on the wall clock over passes whose readers all ran at once, each on its
+ * CPU nearly all of the span (s_host_pass): the process's CPU time, which the device's figure
+ * is divided by, would credit readers that a loaded machine ran one after another with the
+ * sum of their single rates (142 GB/s on 2 cores that give 50). 0 when no pass was so. */
 static double s_read_time_gbps(const float *buf, size_t n, int threads, bool host)
 {
     double start = pl_now();
@@ -306,7 +341,7 @@ static double s_read_time_gbps(const float *buf, size_t n, int threads, bool hos
         for (int i = 0; i < threads; i++)
             if (started & (1 << i))
                 pthread_join(tids[i], NULL);
-        double t = s_busy_s(t0, c0, threads);
+        double t = host ? s_host_pass(jobs, threads) : s_busy_s(t0, c0, threads);
         for (int i = 0; i < threads; i++)
             sink += jobs[i].sum;
         if (t > 0 && (double)n * sizeof(float) / t / 1e9 > best)
@@ -319,13 +354,17 @@ static double s_read_time_gbps(const float *buf, size_t n, int threads, bool hos
 }
 
 /* The device's read bandwidth (`threads` readers) and the host's (a reader on every online
- * CPU, at most S_READ_MAX_THREADS) over one buffer larger than any cache. Daemons on one host
+ * CPU, at most S_READ_MAX_THREADS, over S_READ_PER_READER each) over one buffer larger than any
+ * cache. Daemons on one host
  * that start together take turns here (a lock file): one's figure read while another streams
  * would be a fraction of it, and the host's is only what one reader set alone gets. */
 static void s_read_gbps(int threads, double *dev_gbps, double *host_gbps)
 {
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    int readers = (int)PL_MAX(1, PL_MIN(cpus, S_READ_MAX_THREADS));
     size_t n = 0, chunk = S_READ_CHUNK / sizeof(float);
-    float *buf = malloc(S_READ_BYTES);
+    size_t all = PL_MAX(S_READ_BYTES, (size_t)readers * S_READ_PER_READER) / sizeof(float);
+    float *buf = malloc(all * sizeof(float));
     double t_fill = pl_now();
     *dev_gbps = *host_gbps = 0.0;
     if (!buf)
@@ -337,15 +376,28 @@ static void s_read_gbps(int threads, double *dev_gbps, double *host_gbps)
         memset(buf + n, 0x3c, chunk * sizeof(float));
         n += chunk;
     }
+    /* the host's readers each past any one cache: a reader of a part that fits its core's L3
+     * reads at its speed (a 16-32 MB buffer gave 84-142 GB/s on 2 cores that give 50); where
+     * the faults are too slow for that, fewer readers, and with fewer than 2 none */
+    size_t n_all = n;
+    while (n_all < all && pl_now() - t_fill < S_READ_FILL_S) {
+        memset(buf + n_all, 0x3c, PL_MIN(chunk, all - n_all) * sizeof(float));
+        n_all += PL_MIN(chunk, all - n_all);
+    }
+    readers = (int)PL_MIN((size_t)readers, n_all * sizeof(float) / S_READ_PER_READER);
     int lock = open(S_READ_LOCK, O_RDONLY | O_CREAT | O_CLOEXEC, 0644);
     if (lock >= 0 && flock(lock, LOCK_EX) != 0) { /* no lock: measure all the same */
         close(lock);
         lock = -1;
     }
     *dev_gbps = s_read_time_gbps(buf, n, threads, false);
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     openblas_set_num_threads(1); /* one BLAS thread per reader, however many the device has */
-    *host_gbps = s_read_time_gbps(buf, n, cpus > 0 ? (int)cpus : 1, true);
+    *host_gbps = readers >= 2 ? s_read_time_gbps(buf, n_all, readers, true) : 0.0;
+    pl_log_debug("cpu calibration: host read bandwidth %.1f GB/s, %d readers over %.0f MB%s",
+                 *host_gbps, readers, n_all * sizeof(float) / 1048576.0,
+                 readers < 2      ? " (too few: not measured)"
+                 : *host_gbps > 0 ? ""
+                                  : " (no pass had every reader on its CPU: not measured)");
     openblas_set_num_threads(threads);
     if (lock >= 0)
         close(lock); /* and the lock with it */
