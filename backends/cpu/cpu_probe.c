@@ -29,8 +29,9 @@
 #define S_READ_CHUNK ((size_t)8 << 20)
 #define S_READ_MAX_THREADS 16
 #define S_READ_LOCK "/tmp/pipeld-calib-read.lock" /* one host's daemons read one at a time */
-#define S_READ_HOST_S 0.15
-#define S_READ_FILL_S 0.25 /* the host's buffer: at most this long faulting it in */
+#define S_READ_HOST_S 0.08   /* the host's passes, at most (the calibration stays short) */
+#define S_READ_HOST_PASSES 3 /* and no more than this many that qualify */
+#define S_READ_FILL_S 0.15   /* the host's buffer: at most this long faulting it in */
 #define S_READ_PER_READER ((size_t)64 << 20) /* the host's: past a core complex's own L3 */
 /* The decode rows' probe: bf16 weights small enough to stay in a core's caches, so that what
  * it times is the rows' work, not the pass over the weights (the bandwidth's part) */
@@ -308,7 +309,7 @@ static double s_host_pass(const s_read_job_t *jobs, int threads)
 /* Read bandwidth of the n floats of buf (larger than any cache), split across `threads`
  * readers: the device's own (host false: the first reader on this thread, the others where the
  * process may run), or the host's (one reader on each of the first `threads` online CPUs, the
- * best of as many passes as fit in S_READ_HOST_S: a core woken from idle reads slowly at first).
+ * best of S_READ_HOST_PASSES within S_READ_HOST_S: a core woken from idle reads slowly at first).
  * The host's is timed on the wall clock over passes whose readers all ran at once, each on its
  * CPU nearly all of the span (s_host_pass): the process's CPU time, which the device's figure
  * is divided by, would credit readers that a loaded machine ran one after another with the
@@ -320,8 +321,10 @@ static double s_read_time_gbps(const float *buf, size_t n, int threads, bool hos
     pthread_t tids[S_READ_MAX_THREADS];
     double best = 0.0;
     volatile float sink = 0.0f;
+    int timed = 0; /* the host's passes that qualified */
     threads = PL_MAX(1, PL_MIN(threads, S_READ_MAX_THREADS));
-    for (int pass = 0; pass < 2 || (host && pass < 100 && pl_now() - start < S_READ_HOST_S);
+    for (int pass = 0;
+         pass < 2 || (host && timed < S_READ_HOST_PASSES && pl_now() - start < S_READ_HOST_S);
          pass++) {
         int started = 0;
         double t0 = pl_now(), c0 = s_cpu_now();
@@ -342,6 +345,7 @@ static double s_read_time_gbps(const float *buf, size_t n, int threads, bool hos
             if (started & (1 << i))
                 pthread_join(tids[i], NULL);
         double t = host ? s_host_pass(jobs, threads) : s_busy_s(t0, c0, threads);
+        timed += host && t > 0;
         for (int i = 0; i < threads; i++)
             sink += jobs[i].sum;
         if (t > 0 && (double)n * sizeof(float) / t / 1e9 > best)
