@@ -73,6 +73,7 @@ pl_status_t pl_be_device_calibrate(pl_be_device_t *dev, pl_be_calib_t *calib)
     c.dec_gflops /= dev->slowdown;
     c.pass_gbps /= dev->slowdown;
     c.attn_gflops /= dev->slowdown;
+    /* the host's memory is not slowed: a slowed device only asks less of it (its mem_gbps) */
     *calib = c;
     return PL_OK;
 }

@@ -39,6 +39,10 @@ typedef struct {
     /* measured rate of prefill's attention (GFLOP/s): a chunk's queries against a cached prefix
      * on the kernel prefill runs; 0: not measured (attention at the phase's rate) */
     double attn_gflops;
+    /* measured read bandwidth of the whole host, a reader on every online CPU (GB/s; CPUs):
+     * what the stages of daemons on one host share while they stream at once (mem_gbps is one
+     * device's threads alone); 0: not measured */
+    double host_gbps;
 } pl_be_calib_t;
 
 typedef struct {

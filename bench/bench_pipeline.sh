@@ -554,7 +554,7 @@ echo
 # Each stage's compute per call (a prefill message, a decode step) as the run's plan predicted
 # it (its device's rates beside) and as the stage measured it: its compute over its calls, in
 # wall time and in the CPU time it had (other processes do not inflate the second).
-echo "| job | rates used per stage: GFLOP/s, GB/s, decode rows GFLOP/s, prefill passes GB/s, prefill attention GFLOP/s | prefill ms per call: planned, measured (CPU) | decode ms per step: planned, measured (CPU) |"
+echo "| job | rates used per stage: GFLOP/s, GB/s, decode rows GFLOP/s, prefill passes GB/s, prefill attention GFLOP/s, host GB/s (GB/s is after the shares of CPUs and of the host's bandwidth) | prefill ms per call: planned, measured (CPU) | decode ms per step: planned, measured (CPU) |"
 echo "| --- | --- | --- | --- |"
 for j in $JOBS; do
     for s in $STAGES; do
@@ -567,10 +567,10 @@ for j in $JOBS; do
             <(stage_nums "$f" prefill_compute_s) <(stage_nums "$f" prefill_calls) \
             <(stage_nums "$f" decode_compute_s) <(stage_nums "$f" decode_calls) \
             <(stage_nums "$f" compute_s) <(stage_nums "$f" compute_cpu_s) \
-            <(plan_nums "$f" attn_gflops) |
+            <(plan_nums "$f" attn_gflops) <(plan_nums "$f" host_gbps) |
             awk '{ c = ($11 > 0 && $12 > 0 && $12 < $11 ? $12 / $11 : 1)
-                   r = r (NR > 1 ? "; " : "") sprintf("%.1f, %.2f, %.1f, %.2f, %.1f", $1, $2, $3,
-                       $4, $13)
+                   r = r (NR > 1 ? "; " : "") sprintf("%.1f, %.2f, %.1f, %.2f, %.1f, %.1f", $1, $2,
+                       $3, $4, $13, $14)
                    p = p (NR > 1 ? "; " : "") sprintf("%.1f, %.1f (%.1f)", 1e3 * $5,
                        ($8 > 0 ? 1e3 * $7 / $8 : 0), ($8 > 0 ? 1e3 * c * $7 / $8 : 0))
                    d = d (NR > 1 ? "; " : "") sprintf("%.2f, %.2f (%.2f)", 1e3 * $6,

@@ -180,6 +180,7 @@ static void s_on_hello(pl_coord_t *c, const pl_tx_peer_t *from, const pl_msg_hel
         cd->dec_gflops = v->dec_gflops;
         cd->pass_gbps = v->pass_gbps;
         cd->attn_gflops = v->attn_gflops;
+        cd->host_gbps = v->host_gbps;
     }
     tmp.n_unavailable = h->n_unavailable;
     memcpy(tmp.unavailable, h->unavailable, sizeof(tmp.unavailable));

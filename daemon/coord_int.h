@@ -43,6 +43,7 @@ typedef struct {
     double dec_gflops, eff_dec_gflops; /* decode's row rate: calibrated, learned (0: none) */
     double pass_gbps, eff_pass_gbps;   /* prefill's weight passes: likewise */
     double attn_gflops, eff_attn_gflops; /* prefill's attention: likewise */
+    double host_gbps, eff_host_gbps;     /* its host's all-core read bandwidth: likewise */
     int n_obs;
     bool flagged; /* measured far below its claimed rates (the learned rates replace them) */
 } pl_coord_dev_t;
@@ -89,6 +90,9 @@ typedef struct {
     double used_gflops, used_gbps; /* the device figures the plan used */
     double used_dec_gflops, used_pass_gbps, used_attn_gflops; /* its kernels' rates (0: none) */
     double share; /* of them, the device's share of CPUs it shares with other stages (0: 1) */
+    /* of used_gbps, the share of its host's bandwidth the plan charged it (0: 1) beside that of
+     * its CPUs, and the host bandwidth it was charged against (0: none) */
+    double bw_share, used_host_gbps;
     pl_sched_terms_t terms;        /* its predicted roofline terms per call */
     bool have_terms;
     double busy_s;     /* compute so far, from heartbeats */

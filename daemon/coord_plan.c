@@ -35,7 +35,9 @@ typedef struct {
     double own_gflops[PL_SCHED_MAX_DEVICES], own_gbps[PL_SCHED_MAX_DEVICES]; /* before shares */
     double own_dec[PL_SCHED_MAX_DEVICES], own_pass[PL_SCHED_MAX_DEVICES];
     double own_attn[PL_SCHED_MAX_DEVICES];
-    pl_sched_plan_inputs_t pi; /* what the job's plan was made from */
+    double bw[PL_SCHED_MAX_DEVICES]; /* the share of its host's bandwidth each is charged now */
+    pl_sched_device_t scratch[PL_SCHED_MAX_DEVICES]; /* the devices before that share (s_bw) */
+    pl_sched_plan_inputs_t pi;                       /* what the job's plan was made from */
 } s_live_t;
 
 static bool s_allowed(const pl_coord_job_t *j, const char *node)
@@ -83,6 +85,7 @@ static pl_status_t s_live(pl_coord_t *c, const pl_coord_job_t *j, bool idle_only
             sd->dec_gflops = dv->n_obs ? dv->eff_dec_gflops : dv->dec_gflops;
             sd->pass_gbps = dv->n_obs ? dv->eff_pass_gbps : dv->pass_gbps;
             sd->attn_gflops = dv->n_obs ? dv->eff_attn_gflops : dv->attn_gflops;
+            sd->host_gbps = dv->n_obs ? dv->eff_host_gbps : dv->host_gbps;
             sd->mem_bytes = dv->mem_bytes; /* the daemon's reserve is already taken off */
             bool usable = sd->gflops > 0 && sd->mem_gbps > 0;
             if (!usable) /* keeps the input valid; the device is no candidate */
@@ -113,6 +116,7 @@ static pl_status_t s_live(pl_coord_t *c, const pl_coord_job_t *j, bool idle_only
             calib[i].dec_gflops = dv->dec_gflops;
             calib[i].pass_gbps = dv->pass_gbps;
             calib[i].attn_gflops = dv->attn_gflops;
+            calib[i].host_gbps = dv->host_gbps;
         }
     }
     pl_sched_rates_equalize(lv->devs, calib, learned, lv->n, lv->cand, PL_SCHED_CALIB_BAND);
@@ -123,6 +127,7 @@ static pl_status_t s_live(pl_coord_t *c, const pl_coord_job_t *j, bool idle_only
         lv->own_dec[i] = lv->devs[i].dec_gflops;
         lv->own_pass[i] = lv->devs[i].pass_gbps;
         lv->own_attn[i] = lv->devs[i].attn_gflops;
+        lv->bw[i] = 1.0;
     }
     lv->links = calloc((size_t)lv->n * (size_t)lv->n, sizeof(*lv->links));
     if (!lv->links)
@@ -166,12 +171,27 @@ static void s_busy(const s_live_t *lv, const pl_plan_t *plan, double *busy)
     pl_sched_plan_busy(&lv->pi.in, plan, share, busy);
 }
 
-/* Rates as the devices get them with these shares of their own; true when a rate changed. */
-static bool s_apply(s_live_t *lv, const double *share)
+/* The share of its host's read bandwidth each device gets with these shares of its CPUs, while
+ * the devices of used[] compute, each busy[i] of the time (NULL: always); pl_sched_host_bw_shares
+ * over the devices' read rates at those CPU shares. */
+static void s_bw(s_live_t *lv, const double *share, const bool *used, const double *busy,
+                 double *bw)
+{
+    memcpy(lv->scratch, lv->devs, sizeof(lv->devs[0]) * (size_t)lv->n);
+    for (int i = 0; i < lv->n; i++)
+        lv->scratch[i].mem_gbps = lv->own_gbps[i] * share[i];
+    pl_sched_host_bw_shares(lv->scratch, lv->n, used, busy, bw);
+}
+
+/* Rates as the devices get them with these shares of their own CPUs and (read bandwidth only)
+ * of their host's bandwidth; true when a rate changed. */
+static bool s_apply(s_live_t *lv, const double *share, const double *bw)
 {
     bool changed = false;
     for (int i = 0; i < lv->n; i++) {
-        double g = lv->own_gflops[i] * share[i], m = lv->own_gbps[i] * share[i];
+        double g = lv->own_gflops[i] * share[i], m = lv->own_gbps[i] * share[i] * bw[i];
+        changed |= bw[i] != lv->bw[i];
+        lv->bw[i] = bw[i];
         double r = lv->own_dec[i] * share[i], ps = lv->own_pass[i] * share[i];
         double at = lv->own_attn[i] * share[i];
         changed |= g != lv->devs[i].gflops || m != lv->devs[i].mem_gbps ||
@@ -218,9 +238,11 @@ static pl_status_t s_plan_once(const pl_coord_job_t *j, s_live_t *lv, pl_model_c
 }
 
 /* Plan j again with the rates lv->devs has now, over the candidates in used[] only; *plan_p
- * replaced on success, else kept with what it was made from and the rates in `before`. */
+ * replaced on success, else kept with what it was made from, the rates in `before` and the
+ * bandwidth shares in before_bw. */
 static void s_replan(const pl_coord_job_t *j, s_live_t *lv, pl_model_config_t *cfg,
-                     const bool *used, const pl_sched_device_t *before, pl_plan_t **plan_p)
+                     const bool *used, const pl_sched_device_t *before, const double *before_bw,
+                     pl_plan_t **plan_p)
 {
     bool cand[PL_SCHED_MAX_DEVICES];
     memcpy(cand, lv->cand, sizeof(cand[0]) * (size_t)lv->n);
@@ -238,6 +260,7 @@ static void s_replan(const pl_coord_job_t *j, s_live_t *lv, pl_model_config_t *c
         pl_sched_plan_inputs_clear(&lv->pi);
         lv->pi = first;
         memcpy(lv->devs, before, sizeof(before[0]) * (size_t)lv->n);
+        memcpy(lv->bw, before_bw, sizeof(before_bw[0]) * (size_t)lv->n);
     }
     memcpy(lv->cand, cand, sizeof(cand[0]) * (size_t)lv->n);
 }
@@ -247,13 +270,15 @@ static void s_replan(const pl_coord_job_t *j, s_live_t *lv, pl_model_config_t *c
  * in it give (daemons on one core alternate: one waits while the other computes). Shares taken
  * from one split may flatter the next (a stage moved onto the shared core keeps it busier): when
  * the new plan's own busy fractions give a device less than it was charged, a last plan charges
- * each the smaller of the two. */
+ * each the smaller of the two. The shares of a host's read bandwidth (s_bw) follow the same
+ * steps, from the same busy fractions. */
 static pl_status_t s_plan(const pl_coord_t *c, const pl_coord_job_t *j, s_live_t *lv,
                           pl_model_config_t *cfg, pl_plan_t **plan_p)
 {
-    double share[PL_SCHED_MAX_DEVICES], busy[PL_SCHED_MAX_DEVICES];
+    double share[PL_SCHED_MAX_DEVICES], busy[PL_SCHED_MAX_DEVICES], bw[PL_SCHED_MAX_DEVICES];
     s_shares(c, lv, lv->cand, NULL, share);
-    s_apply(lv, share);
+    s_bw(lv, share, lv->cand, NULL, bw);
+    s_apply(lv, share, bw);
     pl_plan_t *plan = NULL;
     pl_status_t st = s_plan_once(j, lv, cfg, &plan);
     if (st)
@@ -262,6 +287,7 @@ static pl_status_t s_plan(const pl_coord_t *c, const pl_coord_job_t *j, s_live_t
     for (int i = 0; i < plan->n_stages; i++)
         used[plan->stages[i].device] = true;
     pl_sched_device_t before[PL_SCHED_MAX_DEVICES];
+    double before_bw[PL_SCHED_MAX_DEVICES];
     for (int round = 0; round < 2; round++) {
         s_busy(lv, plan, busy);
         s_shares(c, lv, used, busy, share);
@@ -272,12 +298,19 @@ static pl_status_t s_plan(const pl_coord_t *c, const pl_coord_job_t *j, s_live_t
             if (round > 0 && share[i] > was)
                 share[i] = was;
         }
+        s_bw(lv, share, used, busy, bw);
+        for (int i = 0; i < lv->n; i++) {
+            less |= used[i] && bw[i] < lv->bw[i] * (1.0 - 1e-9);
+            if (round > 0 && bw[i] > lv->bw[i])
+                bw[i] = lv->bw[i];
+        }
         if (round > 0 && !less)
             break;
         memcpy(before, lv->devs, sizeof(before[0]) * (size_t)lv->n);
-        if (!s_apply(lv, share))
+        memcpy(before_bw, lv->bw, sizeof(before_bw[0]) * (size_t)lv->n);
+        if (!s_apply(lv, share, bw))
             break;
-        s_replan(j, lv, cfg, used, before, &plan);
+        s_replan(j, lv, cfg, used, before, before_bw, &plan);
     }
     *plan_p = plan;
     return PL_OK;
@@ -447,6 +480,8 @@ bool pl_coord_plan_job(pl_coord_t *c, pl_coord_job_t *j)
                                  .used_dec_gflops = lv->devs[s->device].dec_gflops,
                                  .used_pass_gbps = lv->devs[s->device].pass_gbps,
                                  .used_attn_gflops = lv->devs[s->device].attn_gflops,
+                                 .bw_share = lv->bw[s->device],
+                                 .used_host_gbps = lv->devs[s->device].host_gbps,
                                  .share = lv->own_gflops[s->device] > 0
                                               ? lv->devs[s->device].gflops /
                                                     lv->own_gflops[s->device]
@@ -550,7 +585,11 @@ static void s_learn_link(pl_coord_t *c, const pl_coord_job_t *j, int s)
  * tell them apart; its attention keeps a lesson of its own, moved by what the prefill phase's
  * compute taught (its GFLOP/s, or decode's row rate when the phase ran on decode's kernels) to
  * the power of attention's share of the phase's predicted compute: a 64-token prompt's lesson
- * (attention ~1% of it) leaves the rate as it was, a long prompt's moves it in part. */
+ * (attention ~1% of it) leaves the rate as it was, a long prompt's moves it in part. A stage the
+ * plan charged less than its read rate because its host's streams shared the host's bandwidth
+ * (bw_share < 1: that total bound it, not the device) teaches the host's bandwidth instead, and
+ * its own read rate stays what it was (the share taken out): the lesson moved into the device's
+ * rate would be cut away again by the same share at the next plan, and stay unlearned. */
 static void s_learn_rates(pl_coord_t *c, const pl_coord_job_t *j, int s)
 {
     const pl_coord_stage_t *cs = &j->stages[s];
@@ -586,7 +625,10 @@ static void s_learn_rates(pl_coord_t *c, const pl_coord_job_t *j, int s)
         meas[r] += took[p];
     }
     pl_coord_dev_t *d = &c->nodes[cs->node].dev[cs->dev];
-    double rate[3] = {cs->used_gflops, cs->used_gbps, cs->used_dec_gflops};
+    /* the host's share taken out of the read rate: the device's at its share of CPUs */
+    double bw = cs->bw_share > 0 && cs->bw_share < 1 ? cs->bw_share : 1.0;
+    double rate[3] = {cs->used_gflops, cs->used_gbps / bw, cs->used_dec_gflops};
+    double host = cs->used_host_gbps; /* what the host's bandwidth was taken as */
     /* per rate: the correction the job taught (k) and what its share was taken out by (own),
      * so that rate = used * k / own; attention's lesson below takes the share out whole and
      * only a part of the correction */
@@ -600,12 +642,18 @@ static void s_learn_rates(pl_coord_t *c, const pl_coord_job_t *j, int s)
         if (liar) { /* the measured rate, unclamped */
             k = pred[r] / meas[r];
             flag = true;
+            if (r == 1)
+                rate[1] = cs->used_gbps;
         }
         /* the plan charged the device its share of CPUs shared with other stages: the lesson is
          * about the device itself, and never more than it computed while it ran (CPU time) */
         double share = cs->share > 0 ? cs->share : 1.0;
         kk[r] = k;
         own[r] = liar ? 1.0 : PL_MAX(share, cpu);
+        if (r == 1 && bw < 1 && !liar) { /* the host's total bound it: the lesson is the host's */
+            host *= k;
+            k = 1.0;
+        }
         rate[r] = rate[r] * k / own[r];
     }
     if (cs->share > 0 && cpu > cs->share * 1.25) /* the share charged was not what it had */
@@ -633,6 +681,7 @@ static void s_learn_rates(pl_coord_t *c, const pl_coord_job_t *j, int s)
     d->eff_gflops = d->n_obs ? d->eff_gflops + w * (rate[0] - d->eff_gflops) : rate[0];
     d->eff_mem_gbps = d->n_obs ? d->eff_mem_gbps + w * (rate[1] - d->eff_mem_gbps) : rate[1];
     d->eff_dec_gflops = d->n_obs ? d->eff_dec_gflops + w * (rate[2] - d->eff_dec_gflops) : rate[2];
+    d->eff_host_gbps = d->n_obs ? d->eff_host_gbps + w * (host - d->eff_host_gbps) : host;
     /* the passes move with the GFLOP/s (see above) */
     double pass = cs->used_gflops > 0 ? cs->used_pass_gbps * rate[0] / cs->used_gflops : 0.0;
     d->eff_pass_gbps = d->n_obs ? d->eff_pass_gbps + w * (pass - d->eff_pass_gbps) : pass;
@@ -647,11 +696,11 @@ static void s_learn_rates(pl_coord_t *c, const pl_coord_job_t *j, int s)
     d->eff_attn_gflops = d->n_obs ? d->eff_attn_gflops + w * (attn - d->eff_attn_gflops) : attn;
     d->n_obs++;
     pl_log_info("%s %s: effective %.2f GFLOP/s, %.2f GB/s, decode rows %.2f GFLOP/s, passes "
-                "%.2f GB/s, attention %.2f GFLOP/s after job %u (calibrated %.2f, %.2f, %.2f, "
-                "%.2f, %.2f)",
+                "%.2f GB/s, attention %.2f GFLOP/s, host %.2f GB/s after job %u (calibrated "
+                "%.2f, %.2f, %.2f, %.2f, %.2f, %.2f)",
                 c->nodes[cs->node].name, d->id, d->eff_gflops, d->eff_mem_gbps, d->eff_dec_gflops,
-                d->eff_pass_gbps, d->eff_attn_gflops, j->id, d->gflops, d->mem_gbps,
-                d->dec_gflops, d->pass_gbps, d->attn_gflops);
+                d->eff_pass_gbps, d->eff_attn_gflops, d->eff_host_gbps, j->id, d->gflops,
+                d->mem_gbps, d->dec_gflops, d->pass_gbps, d->attn_gflops, d->host_gbps);
 }
 
 void pl_coord_learn(pl_coord_t *c, const pl_coord_job_t *j)

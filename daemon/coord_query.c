@@ -165,16 +165,17 @@ static json_t *s_node_json(const pl_coord_t *c, int i)
                                "mem_gbps", v->mem_gbps, "dec_gflops", v->dec_gflops);
         json_object_set_new(dj, "pass_gbps", json_real(v->pass_gbps));
         json_object_set_new(dj, "attn_gflops", json_real(v->attn_gflops));
+        json_object_set_new(dj, "host_gbps", json_real(v->host_gbps));
         if (v->flagged)
             json_object_set_new(dj, "flagged", json_string("measured far below its claimed "
                                                            "rates"));
         if (v->n_obs) /* what the planner uses once stages have run on the device */
             json_object_set_new(dj, "learned",
-                                json_pack("{s:f, s:f, s:f, s:f, s:f, s:i}", "gflops",
-                                          v->eff_gflops, "mem_gbps", v->eff_mem_gbps,
-                                          "dec_gflops", v->eff_dec_gflops, "pass_gbps",
-                                          v->eff_pass_gbps, "attn_gflops", v->eff_attn_gflops,
-                                          "jobs", v->n_obs));
+                                json_pack("{s:f, s:f, s:f, s:f, s:f, s:f, s:i}", "gflops",
+                                          v->eff_gflops, "mem_gbps", v->eff_mem_gbps, "dec_gflops",
+                                          v->eff_dec_gflops, "pass_gbps", v->eff_pass_gbps,
+                                          "attn_gflops", v->eff_attn_gflops, "host_gbps",
+                                          v->eff_host_gbps, "jobs", v->n_obs));
         json_array_append_new(devs, dj);
     }
     json_t *unav = json_array(), *hb = NULL, *stages = json_array(), *tls = json_array();

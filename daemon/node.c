@@ -156,6 +156,7 @@ static void s_hello(s_node_t *n)
         v->dec_gflops = d->calib.dec_gflops;
         v->pass_gbps = d->calib.pass_gbps;
         v->attn_gflops = d->calib.attn_gflops;
+        v->host_gbps = d->calib.host_gbps;
         if (!strcmp(d->info.backend, "cpu"))
             v->cpu_mask = s_cpu_mask();
     }

@@ -83,10 +83,11 @@ pl_status_t pl_node_devs_discover(const pl_cfg_node_t *cfg, pl_node_devs_t *n)
             memcpy(dv->id, id, sizeof(id));
             pl_log_info("device %s: %s, %d cores, %.1f GiB usable, %.1f GFLOP/s, %.1f GB/s, "
                         "decode rows %.1f GFLOP/s, prefill passes %.2f GB/s, attention %.1f "
-                        "GFLOP/s (calibrated in %.2f s)",
+                        "GFLOP/s, host %.1f GB/s (calibrated in %.2f s)",
                         dv->id, dv->info.name, dv->info.cores, dv->info.mem_bytes / 1073741824.0,
                         dv->calib.gflops, dv->calib.mem_gbps, dv->calib.dec_gflops,
-                        dv->calib.pass_gbps, dv->calib.attn_gflops, pl_now() - t0);
+                        dv->calib.pass_gbps, dv->calib.attn_gflops, dv->calib.host_gbps,
+                        pl_now() - t0);
             n->n_devs++;
         }
     }

@@ -144,6 +144,9 @@ static pl_status_t s_check_devices(const pl_plan_input_t *in)
         if (!s_finite_nonneg(d->attn_gflops))
             return pl_error(PL_ERR_RANGE, "devices[%d].attn_gflops: %g must be >= 0 (0: none)", i,
                             d->attn_gflops);
+        if (!s_finite_nonneg(d->host_gbps))
+            return pl_error(PL_ERR_RANGE, "devices[%d].host_gbps: %g must be >= 0 (0: none)", i,
+                            d->host_gbps);
     }
     if (in->links) {
         for (int i = 0; i < in->n_devices * in->n_devices; i++) {

@@ -77,6 +77,16 @@ void pl_sched_rates_equalize(pl_sched_device_t *devs, const pl_sched_device_t *c
 void pl_sched_cpu_shares(const pl_sched_device_t *devs, int n, const uint64_t *cpu_mask,
                          const int *threads, const bool *used, const double *busy, double *share);
 
+/* The share of its read bandwidth (mem_gbps, as devs[] has it: after its CPU share) each CPU
+ * device gets while the devices of used[] (NULL: all) compute, each streaming busy[e] of the time
+ * (NULL: always): the CPU devices of one host with a host bandwidth (host_gbps > 0; the host's
+ * figure is the largest of theirs) draw on that total, share[i] = min(1, host_gbps / sum_e
+ * mem_gbps[e] * busy[e]), the same for all of them: each stream slows alike when their sum is
+ * more than the host gives. 1 for other devices. Two stages at 37 GB/s each, always busy, on a
+ * host of 50: 50 / 74 each; one of them alone: 1. A stage's decode reads at share x mem_gbps. */
+void pl_sched_host_bw_shares(const pl_sched_device_t *devs, int n, const bool *used,
+                             const double *busy, double *share);
+
 /* Each device's busy fraction in `plan` made from `in` (in->n_devices entries; 0 for a device
  * the plan does not use): its stage's compute over a wave (the K messages of its prefill and
  * the max_new_tokens - 1 decode steps of each microbatch) at the device's own rate, the plan's

@@ -14,7 +14,9 @@
  *   decode step of one microbatch (average context c = P + N/2):
  *       flops = b*sum F + b*c*sum A               (+ b*head_flops on the last stage)
  *       bytes = sum W + b*(c+1)*sum K             (+ embed rows / head weights as above)
- *   roofline of a phase on device d: max(flops / (gflops*1e9), bytes / (mem_gbps*1e9)). A device
+ *   roofline of a phase on device d: max(flops / (gflops*1e9), bytes / (mem_gbps*1e9)), where
+ *       the caller gives mem_gbps as the device gets it: CPU stages of daemons on one host that
+ *       stream at once share the host's bandwidth (host_gbps, pl_sched_host_bw_shares). A device
  *       that measured the rates of its kernels (CPUs) is charged as they run:
  *       - prefill adds, to its flops' time, one pass over the stage's weights per sequence of the
  *         call, b * sum W / (pass_gbps*1e9) (the conversion and packing of each product);
@@ -149,6 +151,10 @@ typedef struct {
     double attn_gflops;
     uint64_t mem_bytes;               /* device memory */
     uint64_t reserve_bytes;           /* kept free (runtime, fragmentation) */
+    /* the read bandwidth of the device's whole host with every core streaming (GB/s; CPUs):
+     * what the decode weight streams of the stages that run on one host at once share
+     * (pl_sched_host_bw_shares); 0: not measured, no such limit */
+    double host_gbps;
 } pl_sched_device_t;
 
 typedef struct {
@@ -288,8 +294,9 @@ void pl_plan_print(const pl_plan_t *plan, FILE *stream);
 /* The plan as a new JSON object (every number of the table); NULL when out of memory. */
 json_t *pl_plan_to_json(const pl_plan_t *plan);
 /* pl_plan_to_json plus "planner" (the mode's name), "table" (the explained plan) and per stage
- * "device_id" (backend:index), "gflops", "mem_gbps", "dec_gflops", "pass_gbps", "attn_gflops"
- * (the device figures of `in` it used) and "compute_prefill_s", "compute_decode_s" (predicted
+ * "device_id" (backend:index), "gflops", "mem_gbps", "dec_gflops", "pass_gbps", "attn_gflops",
+ * "host_gbps" (the device figures of `in` it used; mem_gbps after the shares of CPUs and of the
+ * host's bandwidth the caller charged) and "compute_prefill_s", "compute_decode_s" (predicted
  * compute per call, without the transfer; a prefill call is one message of the chunked prefill).
  * What the coordinator stores and pipectl shows; NULL when out of memory. */
 json_t *pl_plan_to_json_full(const pl_plan_t *plan, const pl_plan_input_t *in, pl_planner_t mode);

@@ -171,6 +171,7 @@ json_t *pl_plan_to_json_full(const pl_plan_t *plan, const pl_plan_input_t *in, p
              json_object_set_new(js, "dec_gflops", json_real(d->dec_gflops)) == 0 &&
              json_object_set_new(js, "pass_gbps", json_real(d->pass_gbps)) == 0 &&
              json_object_set_new(js, "attn_gflops", json_real(d->attn_gflops)) == 0 &&
+             json_object_set_new(js, "host_gbps", json_real(d->host_gbps)) == 0 &&
              json_object_set_new(js, "compute_prefill_s",
                                  json_real(s->t_prefill_call - s->xfer_prefill_call)) == 0 &&
              json_object_set_new(js, "compute_decode_s",

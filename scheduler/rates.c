@@ -12,12 +12,12 @@ static bool s_same_kind(const pl_sched_device_t *a, const pl_sched_device_t *b)
 }
 
 /* which: 0 GFLOP/s, 1 GB/s, 2 the decode row rate, 3 prefill's weight passes, 4 prefill's
- * attention */
-#define S_RATES 5
+ * attention, 5 the host's all-core read bandwidth */
+#define S_RATES 6
 static double *s_rate(pl_sched_device_t *d, int which)
 {
-    double *r[S_RATES] = {&d->gflops, &d->mem_gbps, &d->dec_gflops, &d->pass_gbps,
-                          &d->attn_gflops};
+    double *r[S_RATES] = {&d->gflops,    &d->mem_gbps,    &d->dec_gflops,
+                          &d->pass_gbps, &d->attn_gflops, &d->host_gbps};
     return r[which];
 }
 
@@ -106,6 +106,33 @@ void pl_sched_cpu_shares(const pl_sched_device_t *devs, int n, const uint64_t *c
         }
         if (demand > ci)
             share[i] = ci / demand;
+    }
+}
+
+/* A device whose host streams from the shared memory: a CPU with a host bandwidth. */
+static bool s_streams(const pl_sched_device_t *d, const bool *used, int i)
+{
+    return (!used || used[i]) && d->host_gbps > 0 && strcmp(d->backend, "cpu") == 0;
+}
+
+void pl_sched_host_bw_shares(const pl_sched_device_t *devs, int n, const bool *used,
+                             const double *busy, double *share)
+{
+    for (int i = 0; i < n; i++) {
+        share[i] = 1.0;
+        if (!s_streams(&devs[i], used, i))
+            continue;
+        /* the host's bandwidth: the best of its devices' measurements (one taken while another
+         * daemon calibrated reads low), against what its streams want on average */
+        double host = 0.0, demand = 0.0;
+        for (int e = 0; e < n; e++) {
+            if (!s_streams(&devs[e], used, e) || strcmp(devs[e].host, devs[i].host) != 0)
+                continue;
+            host = devs[e].host_gbps > host ? devs[e].host_gbps : host;
+            demand += devs[e].mem_gbps * (busy ? busy[e] : 1.0);
+        }
+        if (demand > host)
+            share[i] = host / demand;
     }
 }
 

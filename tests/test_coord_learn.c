@@ -284,3 +284,42 @@ Test(coord_learn, a_shared_core_does_not_shrink_the_attention_rate)
         cr_expect(fabs(d->eff_attn_gflops - 20) < 1e-9, "job %d: %g", job, d->eff_attn_gflops);
     }
 }
+
+/* Two stages on one host whose reads the plan cut to half (bw_share 1/2: the host's 40 GB/s
+ * against two streams of 40) and that ran at half that again: the host gives 20, not 40, and
+ * the device's own rate stays 20 / 1/2 = 40 (moved into it, the lesson would be cut away by the
+ * same share at the next plan). A stage the host did not bind learns its own rate, as before. */
+Test(coord_learn, a_stage_bound_by_its_hosts_bandwidth_teaches_the_host)
+{
+    s_setup(100, 40, 1.0, 2.0);
+    pl_coord_stage_t *st = &s_j.stages[0];
+    st->used_gbps = 20; /* its 40 x the host's share 1/2 */
+    st->bw_share = 0.5;
+    st->used_host_gbps = 40;
+    pl_coord_learn(&s_c, &s_j);
+    const pl_coord_dev_t *d = &s_c.nodes[0].dev[0];
+    cr_assert(!d->flagged);
+    cr_expect(fabs(d->eff_host_gbps - 20) < 1e-9, "host %g", d->eff_host_gbps);
+    cr_expect(fabs(d->eff_mem_gbps - 40) < 1e-9, "own %g", d->eff_mem_gbps);
+    cr_expect(fabs(d->eff_gflops - 100) < 1e-9, "%g", d->eff_gflops);
+    /* the same stage alone on its host: its own rate learns, the host's figure stays */
+    s_setup(100, 40, 1.0, 2.0);
+    s_j.stages[0].used_host_gbps = 50;
+    pl_coord_learn(&s_c, &s_j);
+    cr_expect(fabs(d->eff_host_gbps - 50) < 1e-9, "host %g", d->eff_host_gbps);
+    cr_expect(fabs(d->eff_mem_gbps - 20) < 1e-9, "own %g", d->eff_mem_gbps);
+    /* on a shared core too (CPU share 1/2 and the host's 1/2): each share taken out once */
+    s_setup(100, 40, 1.0, 1.0);
+    st->used_gflops = 50;
+    st->used_gbps = 10; /* 40 x 1/2 x 1/2 */
+    st->share = 0.5;
+    st->bw_share = 0.5;
+    st->used_host_gbps = 40;
+    st->stats.has_overlap = true; /* it had its CPU half the time, as charged */
+    st->stats.compute_s = st->stats.prefill_compute_s + st->stats.decode_compute_s;
+    st->stats.compute_cpu_s = st->stats.compute_s / 2;
+    pl_coord_learn(&s_c, &s_j);
+    cr_expect(fabs(d->eff_mem_gbps - 40) < 1e-9, "own %g", d->eff_mem_gbps);
+    cr_expect(fabs(d->eff_host_gbps - 40) < 1e-9, "host %g", d->eff_host_gbps);
+    cr_expect(fabs(d->eff_gflops - 100) < 1e-9, "%g", d->eff_gflops);
+}

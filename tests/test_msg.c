@@ -68,6 +68,7 @@ Test(msg, hello_round_trips_devices_and_health)
                                       .dec_gflops = 77.75,
                                       .pass_gbps = 2.5,
                                       .attn_gflops = 26.125,
+                                      .host_gbps = 61.5,
                                       .cpu_mask = 0x5};
     h->devices[1] = (pl_msg_device_t){.id = "cuda:1",
                                       .backend = "cuda",
@@ -99,6 +100,7 @@ Test(msg, hello_round_trips_devices_and_health)
         cr_assert_eq(g->devices[i].dec_gflops, h->devices[i].dec_gflops); /* the GPU's: 0 */
         cr_assert_eq(g->devices[i].pass_gbps, h->devices[i].pass_gbps);
         cr_assert_eq(g->devices[i].attn_gflops, h->devices[i].attn_gflops);
+        cr_assert_eq(g->devices[i].host_gbps, h->devices[i].host_gbps); /* the GPU's: 0 */
         cr_assert_eq(g->devices[i].cpu_mask, h->devices[i].cpu_mask);
     }
     cr_assert_eq(g->n_unavailable, 1);
@@ -126,6 +128,17 @@ Test(msg, hello_round_trips_devices_and_health)
               "[{\"id\": \"cpu:0\", \"backend\": \"cpu\", \"name\": \"x\", \"cores\": 1, "
               "\"mem_bytes\": 0, \"gflops\": 1, \"mem_gbps\": 1, \"attn_gflops\": -2}]}",
               "attn_gflops");
+    /* the host's bandwidth: 0 or absent is "not measured", a tiny or huge figure a fault */
+    const char *bad_host[] = {"-2", "1e-9", "1e8"};
+    for (size_t i = 0; i < sizeof(bad_host) / sizeof(bad_host[0]); i++) {
+        char body[512];
+        snprintf(body, sizeof(body),
+                 "{\"proto\": 2, \"node\": \"n\", \"host\": \"h\", \"devices\": "
+                 "[{\"id\": \"cpu:0\", \"backend\": \"cpu\", \"name\": \"x\", \"cores\": 1, "
+                 "\"mem_bytes\": 0, \"gflops\": 1, \"mem_gbps\": 1, \"host_gbps\": %s}]}",
+                 bad_host[i]);
+        tm_refused(PL_MSG_HELLO, body, "host_gbps");
+    }
     tm_refused(PL_MSG_HELLO,
               "{\"proto\": 2, \"node\": \"n\", \"host\": \"h\", \"devices\": "
               "[1,2,3,4,5,6,7,8,9]}",

@@ -248,7 +248,8 @@ Test(cpu_device, probe_open_calibrate)
     double t0 = pl_now();
     cr_assert(pl_be_device_calibrate(dev, &c) == PL_OK, "%s", pl_error_msg());
     double t = pl_now() - t0;
-    cr_expect(t < 1.0, "calibration took %.2f s", t);
+    /* reported, not asserted: its time is the machine's load as much as ours */
+    cr_log_info("calibration took %.2f s", t);
     cr_expect(c.gflops > 0.1 && c.gflops < 1e6, "gflops %g", c.gflops);
     cr_expect(c.mem_gbps > 0.1 && c.mem_gbps < 1e5, "mem %g GB/s", c.mem_gbps);
     pl_be_device_close(&dev);

@@ -33,6 +33,7 @@ typedef struct {
     double gflops, mem_gbps;
     double dec_gflops, pass_gbps; /* perf8h: pl_be_calib_t's kernel rates; 0: not measured */
     double attn_gflops;           /* perf8j: prefill attention's rate; 0: not measured */
+    double host_gbps;             /* perf8l: the host's all-core read bandwidth; 0: not measured */
     /* perf8d: the CPUs a CPU device's threads may run on (bit i: CPU i, for i < 63; the
      * daemon's affinity), so that the planner sees daemons pinned to one core; 0: unknown */
     uint64_t cpu_mask;

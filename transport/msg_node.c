@@ -115,13 +115,15 @@ pl_status_t pl_msg_hello_encode(const pl_msg_hello_t *m, json_t **body_p)
     pl_status_t st;
     for (int i = 0; devs && i < m->n_devices; i++) {
         const pl_msg_device_t *d = &m->devices[i];
-        json_array_append_new(
-            devs, json_pack("{s:s, s:s, s:s, s:i, s:I, s:s, s:f, s:f, s:f, s:f, s:f, s:I}", "id",
-                            d->id, "backend", d->backend, "name", d->name, "cores", d->cores,
-                            "mem_bytes", (json_int_t)d->mem_bytes, "isa", d->isa, "gflops",
-                            d->gflops, "mem_gbps", d->mem_gbps, "dec_gflops", d->dec_gflops,
-                            "pass_gbps", d->pass_gbps, "attn_gflops", d->attn_gflops, "cpu_mask",
-                            (json_int_t)(d->cpu_mask & (uint64_t)INT64_MAX)));
+        json_t *dj = json_pack("{s:s, s:s, s:s, s:i, s:I, s:s, s:f, s:f, s:f, s:f, s:f, s:I}", "id",
+                               d->id, "backend", d->backend, "name", d->name, "cores", d->cores,
+                               "mem_bytes", (json_int_t)d->mem_bytes, "isa", d->isa, "gflops",
+                               d->gflops, "mem_gbps", d->mem_gbps, "dec_gflops", d->dec_gflops,
+                               "pass_gbps", d->pass_gbps, "attn_gflops", d->attn_gflops, "cpu_mask",
+                               (json_int_t)(d->cpu_mask & (uint64_t)INT64_MAX));
+        if (dj && d->host_gbps > 0) /* not measured: absent, as an older daemon sends it */
+            json_object_set_new(dj, "host_gbps", json_real(d->host_gbps));
+        json_array_append_new(devs, dj);
     }
     for (int i = 0; unav && i < m->n_unavailable; i++)
         json_array_append_new(unav, json_pack("{s:s, s:s}", "backend", m->unavailable[i].backend,
@@ -161,7 +163,7 @@ static pl_status_t s_device(const json_t *d, pl_msg_device_t *v)
     const char *isa = NULL;
     pl_status_t st;
     /* a daemon that does not measure them: none */
-    v->dec_gflops = v->pass_gbps = v->attn_gflops = 0;
+    v->dec_gflops = v->pass_gbps = v->attn_gflops = v->host_gbps = 0;
     if ((st = pl_msg_int_name(d, "id", v->id, sizeof(v->id) - 1)) ||
         (st = pl_msg_int_name(d, "backend", v->backend, sizeof(v->backend) - 1)) ||
         (st = pl_json_str(d, "name", v->name, sizeof(v->name) - 1)) ||
@@ -172,6 +174,7 @@ static pl_status_t s_device(const json_t *d, pl_msg_device_t *v)
         (st = s_rate(d, "dec_gflops", 1e9, false, &v->dec_gflops)) ||
         (st = s_rate(d, "pass_gbps", 1e7, false, &v->pass_gbps)) ||
         (st = s_rate(d, "attn_gflops", 1e9, false, &v->attn_gflops)) ||
+        (st = s_rate(d, "host_gbps", 1e7, false, &v->host_gbps)) ||
         (st = pl_json_str_opt(d, "isa", sizeof(v->isa) - 1, &isa)) ||
         (st = pl_json_int_opt(d, "cpu_mask", 0, INT64_MAX, &mask)))
         return st;

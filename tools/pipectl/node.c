@@ -122,9 +122,12 @@ static void s_health_of(FILE *f, const json_t *r, bool detail)
             if (!strcmp(S_STR(x, "id"), S_STR(v, "id")))
                 h = x;
         }
-        fprintf(f, "device:     %s  %s, %d cores, %.2f GiB, %.1f GFLOP/s, %.1f GB/s\n",
+        fprintf(f, "device:     %s  %s, %d cores, %.2f GiB, %.1f GFLOP/s, %.1f GB/s",
                 S_STR(v, "id"), S_STR(v, "name"), (int)S_NUM(v, "cores"),
                 S_NUM(v, "mem_bytes") / 1073741824.0, S_NUM(v, "gflops"), S_NUM(v, "mem_gbps"));
+        if (S_NUM(v, "host_gbps") > 0) /* what the stages of daemons on its host share */
+            fprintf(f, " (host %.1f GB/s)", S_NUM(v, "host_gbps"));
+        fputc('\n', f);
         if (h)
             fprintf(f,
                     "            memory %s / %s GiB used, utilisation %s%%, %s C, %s W, "
