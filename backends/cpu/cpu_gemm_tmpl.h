@@ -19,6 +19,7 @@
 #include "common/util.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #define S_CAT2(a, b) a##b
@@ -152,7 +153,7 @@ static void s_block(pl_wtype_t wt, const s_tiles_t *t, const void *const *xv, in
                     const void *wv, size_t rb, int no, int k, float *const *y)
 {
     const float *const *x = (const float *const *)xv;
-    const unsigned char *wr[PL_CPU_BLOCK_OUTS];
+    const unsigned char *wr[PL_CPU_BLOCK_OUTS_ONE];
     float *acc = pl_cpu_gemm_acc();
     int k16 = k & ~15;
     /* Blocking the inner dimension keeps the rows of x cached while the weights pass; when they
@@ -168,8 +169,18 @@ static void s_block(pl_wtype_t wt, const s_tiles_t *t, const void *const *xv, in
         size_t pf_thin = bk >= k16 ? S_TO1 * rb : 0, pf_main = bk >= k16 ? S_TO * rb : 0;
         if (S_PAIR_ONE && nr == 1) { /* rows o and h + o: two streams, each its own prefetches */
             int h = no / 2;
+            /* the second stream's prefetches run on into the next block's first rows, the
+             * first's into rows already read: so the first S_PAIR_PF bytes of the next block's
+             * second stream (a block of the same size, as all but a chunk's last are) go here,
+             * spread over the pairs (an integer: past a matrix's end, where a prefetch is
+             * harmless but pointer arithmetic is not) */
+            uintptr_t next = (uintptr_t)wv + (size_t)(no + h) * rb;
+            int lines = h > 0 ? (S_PAIR_PF / 64 + h - 1) / h : 0;
             for (; o < h; o++) {
                 const unsigned char *pw[2] = {wr[o], wr[h + o]};
+                if (bk >= k16)
+                    for (int l = o * lines; l < (o + 1) * lines && l < S_PAIR_PF / 64; l++)
+                        __builtin_prefetch((const void *)(next + 64 * (size_t)l));
                 t->pair(acc + (size_t)o * 16, h, x, pw, kb, ke, bk >= k16 ? S_PAIR_PF : 0);
             }
             o = 2 * h;
