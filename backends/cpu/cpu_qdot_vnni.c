@@ -230,11 +230,10 @@ s_k45_pair(const void *w, size_t wstep, const void *qx0, int64_t n, bool five, f
             _mm_prefetch((const char *)q + S_PF + l, S_PF_HINT);
         }
         __m512i qh = five ? s_join256(p + 16, q + 16) : _mm512_setzero_si512();
-        __m128i scp = s_k_scales(p + 4), scq = s_k_scales(q + 4);
-        /* 128-bit lanes: the first row's 8 scales as words twice, then the second's */
-        __m512i sc2 = _mm512_inserti64x4(
-            _mm512_castsi256_si512(_mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(scp))),
-            _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(scq)), 1);
+        /* words, by 128-bit lane: the first row's 8 scales, its 8 mins, the second's */
+        __m512i scm = _mm512_cvtepu8_epi16(_mm256_inserti128_si256(
+            _mm256_castsi128_si256(s_k_scales(p + 4)), s_k_scales(q + 4), 1));
+        __m512i sc2 = _mm512_shuffle_i64x2(scm, scm, 0xA0); /* scales: lanes 0 0 2 2 */
         __m512i isum = _mm512_setzero_si512();
 #pragma GCC unroll 4
         for (int c = 0; c < 4; c++) {
@@ -252,15 +251,23 @@ s_k45_pair(const void *w, size_t wstep, const void *qx0, int64_t n, bool five, f
             isum =
                 _mm512_add_epi32(isum, _mm512_dpwssd_epi32(p0, _mm512_maddubs_epi16(hi, x1), s1));
         }
-        /* m0 m0 m1 m1 .. of each row, times the bsums of pairs of sub-blocks */
-        __m512i mn2 = _mm512_inserti64x4(
-            _mm512_castsi256_si512(_mm256_cvtepu8_epi16(_mm_unpackhi_epi8(scp, scp))),
-            _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(scq, scq)), 1);
+        /* m0 m0 m1 m1 .. of each row (its mins, lanes 1 1 3 3, each word twice), times the
+         * bsums of pairs of sub-blocks */
+        __m512i mins = _mm512_shuffle_i64x2(scm, scm, 0xF5);
+        __m512i mn2 = _mm512_mask_blend_epi64(0xCC, _mm512_unpacklo_epi16(mins, mins),
+                                              _mm512_unpackhi_epi16(mins, mins));
         __m512i ms = _mm512_madd_epi16(mn2, s_bcast256(a->bsums));
-        __m512 dd = _mm512_mask_mov_ps(_mm512_set1_ps(a->d * s_half(p)), 0xFF00,
-                                       _mm512_set1_ps(a->d * s_half(q)));
-        __m512 dm = _mm512_mask_mov_ps(_mm512_set1_ps(a->d * s_half(p + 2)), 0xFF00,
-                                       _mm512_set1_ps(a->d * s_half(q + 2)));
+        /* d and dmin of both rows times the activations' d, each over its row's half */
+        uint32_t hp, hq;
+        memcpy(&hp, p, 4);
+        memcpy(&hq, q, 4);
+        __m512 f = _mm512_castps128_ps512(_mm_mul_ps(
+            _mm_cvtph_ps(_mm_insert_epi32(_mm_cvtsi32_si128((int)hp), (int)hq, 1)),
+            _mm_set1_ps(a->d)));
+        __m512 dd = _mm512_permutexvar_ps(
+            _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2), f);
+        __m512 dm = _mm512_permutexvar_ps(
+            _mm512_setr_epi32(1, 1, 1, 1, 1, 1, 1, 1, 3, 3, 3, 3, 3, 3, 3, 3), f);
         acc = _mm512_fnmadd_ps(dm, _mm512_cvtepi32_ps(ms),
                                _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(isum), acc));
     }
