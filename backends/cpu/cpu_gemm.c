@@ -32,12 +32,16 @@ static void s_gemm_rows(pl_cpu_pool_t *pool, const float *x, const int *rows, in
     }
 
 static const pl_cpu_wkernel_t s_kernels[PL_WT_COUNT] = {
-    [PL_WT_F32] = {.block = S_PATHS(pl_cpu_block_f32_), .pblock = S_PATHS(pl_cpu_pblock_f32_)},
+    [PL_WT_F32] = {.block = S_PATHS(pl_cpu_block_f32_),
+                   .pblock = S_PATHS(pl_cpu_pblock_f32_),
+                   .wide_one = true},
     [PL_WT_F16] = {.block = S_PATHS(pl_cpu_block_f16_),
                    .pblock = S_PATHS(pl_cpu_pblock_f16_),
+                   .wide_one = true,
                    .to_f32 = S_PATHS(pl_cpu_to_f32_f16_)},
     [PL_WT_BF16] = {.block = S_PATHS(pl_cpu_block_bf16_),
                     .pblock = S_PATHS(pl_cpu_pblock_bf16_),
+                    .wide_one = true,
                     .to_f32 = S_PATHS(pl_cpu_to_f32_bf16_)},
 #define S_QUANT(WT, type)                                                                          \
     [WT] = {.x_bytes = pl_cpu_qx_bytes_##type,                                                     \

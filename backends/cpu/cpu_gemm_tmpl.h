@@ -9,6 +9,9 @@
  * matrix gives bitwise what its f32 widening gives. Required before inclusion:
  *   S_ISA              the name suffix (scalar, avx2, avx512)
  *   S_TR, S_TO         rows x weight rows of the main tile; S_TO1 weight rows of a one-row tile
+ *   S_PAIR_ONE         optional, 1: one activation row takes its weight rows in pairs o, no / 2 + o
+ *                      (two streams far apart) instead of S_TO1 side by side, each prefetched
+ *                      S_PAIR_PF bytes ahead
  *   s_v16_t            16 floats; s_v_ld (f32, any alignment), s_v_st, s_v_fma(x, w, acc),
  *                      s_v_ldw_f32 / _f16 / _bf16 (16 stored elements at any alignment) */
 #include "backends/cpu/cpu_gemm.h"
@@ -16,6 +19,7 @@
 #include "common/util.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #define S_CAT2(a, b) a##b
@@ -24,6 +28,10 @@
 
 #define S_L2_BYTES (256 * 1024) /* rows of x that stay cached without blocking the inner dim */
 #define S_BLOCK_K 512           /* inner positions per pass when they do not */
+#ifndef S_PAIR_ONE
+#define S_PAIR_ONE 0
+#define S_PAIR_PF 0
+#endif
 
 /* The calling thread's accumulators: PL_CPU_BLOCK_ROWS * PL_CPU_BLOCK_OUTS * 16 floats. */
 float *pl_cpu_gemm_acc(void);
@@ -47,28 +55,29 @@ static inline __attribute__((always_inline)) float s_elem(pl_wtype_t wt, const u
 }
 
 /* Add positions [k0, k1) (multiples of 16) of R rows times O weight rows to their lane
- * accumulators acc + (r * ast + o) * 16. pf > 0: also prefetch the same positions pf bytes
- * further on, the rows of the next tile, whose short rows the hardware prefetcher would meet
- * cold (a decode step streams each weight row once). */
+ * accumulators acc + (r * ast + o * os) * 16. pf > 0: also prefetch the same positions pf bytes
+ * further on (once per 64-byte line), the rows of the next tile, whose short rows the hardware
+ * prefetcher would meet cold (a decode step streams each weight row once). */
 static inline __attribute__((always_inline)) void s_tile(pl_wtype_t wt, int R, int O, float *acc,
-                                                         int ast, const float *const *x,
+                                                         int ast, int os, const float *const *x,
                                                          const unsigned char *const *w, int k0,
                                                          int k1, size_t pf)
 {
-    s_v16_t a[S_TR > 1 ? S_TR : 1][S_TO1 > S_TO ? S_TO1 : S_TO], xv[S_TR > 1 ? S_TR : 1];
+    s_v16_t a[S_TR > 1 ? S_TR : 1][S_TO1 > S_TO ? (S_TO1 > 2 ? S_TO1 : 2) : (S_TO > 2 ? S_TO : 2)],
+        xv[S_TR > 1 ? S_TR : 1];
     size_t esz = wt == PL_WT_F32 ? 4 : 2;
 #pragma GCC unroll 8
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 8
         for (int o = 0; o < O; o++)
-            a[r][o] = s_v_ld(acc + (size_t)(r * ast + o) * 16);
+            a[r][o] = s_v_ld(acc + (size_t)(r * ast + o * os) * 16);
     for (int i = k0; i < k1; i += 16) {
 #pragma GCC unroll 8
         for (int r = 0; r < R; r++)
             xv[r] = s_v_ld(x[r] + i);
 #pragma GCC unroll 8
         for (int o = 0; o < O; o++) {
-            if (pf)
+            if (pf && (esz == 4 || (i & 16) == 0))
                 __builtin_prefetch(w[o] + (size_t)i * esz + pf);
             s_v16_t wv = s_ldw(wt, w[o] + (size_t)i * esz);
 #pragma GCC unroll 8
@@ -80,7 +89,7 @@ static inline __attribute__((always_inline)) void s_tile(pl_wtype_t wt, int R, i
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 8
         for (int o = 0; o < O; o++)
-            s_v_st(acc + (size_t)(r * ast + o) * 16, a[r][o]);
+            s_v_st(acc + (size_t)(r * ast + o * os) * 16, a[r][o]);
 }
 
 static float s_finish(pl_wtype_t wt, const float *l, const float *x, const unsigned char *w,
@@ -103,27 +112,33 @@ typedef void (*s_tile_fn)(float *acc, int ast, const float *const *x, const unsi
     static void s_tile_##T##_main(float *acc, int ast, const float *const *x,                      \
                                   const unsigned char *const *w, int k0, int k1, size_t pf)        \
     {                                                                                              \
-        s_tile(WT, S_TR, S_TO, acc, ast, x, w, k0, k1, pf);                                        \
+        s_tile(WT, S_TR, S_TO, acc, ast, 1, x, w, k0, k1, pf);                                     \
     }                                                                                              \
     static void s_tile_##T##_row(float *acc, int ast, const float *const *x,                       \
                                  const unsigned char *const *w, int k0, int k1, size_t pf)         \
     {                                                                                              \
-        s_tile(WT, 1, S_TO, acc, ast, x, w, k0, k1, pf);                                           \
+        s_tile(WT, 1, S_TO, acc, ast, 1, x, w, k0, k1, pf);                                        \
     }                                                                                              \
     static void s_tile_##T##_col(float *acc, int ast, const float *const *x,                       \
                                  const unsigned char *const *w, int k0, int k1, size_t pf)         \
     {                                                                                              \
-        s_tile(WT, S_TR, 1, acc, ast, x, w, k0, k1, pf);                                           \
+        s_tile(WT, S_TR, 1, acc, ast, 1, x, w, k0, k1, pf);                                        \
     }                                                                                              \
     static void s_tile_##T##_thin(float *acc, int ast, const float *const *x,                      \
                                   const unsigned char *const *w, int k0, int k1, size_t pf)        \
     {                                                                                              \
-        s_tile(WT, 1, S_TO1, acc, ast, x, w, k0, k1, pf);                                          \
+        s_tile(WT, 1, S_TO1, acc, ast, 1, x, w, k0, k1, pf);                                       \
     }                                                                                              \
     static void s_tile_##T##_one(float *acc, int ast, const float *const *x,                       \
                                  const unsigned char *const *w, int k0, int k1, size_t pf)         \
     {                                                                                              \
-        s_tile(WT, 1, 1, acc, ast, x, w, k0, k1, pf);                                              \
+        s_tile(WT, 1, 1, acc, ast, 1, x, w, k0, k1, pf);                                           \
+    }                                                                                              \
+    /* two weight rows whose accumulators lie ast slots apart */                                   \
+    static void s_tile_##T##_pair(float *acc, int ast, const float *const *x,                      \
+                                  const unsigned char *const *w, int k0, int k1, size_t pf)        \
+    {                                                                                              \
+        s_tile(WT, 1, 2, acc, 0, ast, x, w, k0, k1, pf);                                           \
     }
 
 S_TILES(f32, PL_WT_F32)
@@ -131,14 +146,14 @@ S_TILES(f16, PL_WT_F16)
 S_TILES(bf16, PL_WT_BF16)
 
 typedef struct {
-    s_tile_fn main, row, col, thin, one;
+    s_tile_fn main, row, col, thin, one, pair;
 } s_tiles_t;
 
 static void s_block(pl_wtype_t wt, const s_tiles_t *t, const void *const *xv, int nr,
                     const void *wv, size_t rb, int no, int k, float *const *y)
 {
     const float *const *x = (const float *const *)xv;
-    const unsigned char *wr[PL_CPU_BLOCK_OUTS];
+    const unsigned char *wr[PL_CPU_BLOCK_OUTS_ONE];
     float *acc = pl_cpu_gemm_acc();
     int k16 = k & ~15;
     /* Blocking the inner dimension keeps the rows of x cached while the weights pass; when they
@@ -152,7 +167,24 @@ static void s_block(pl_wtype_t wt, const s_tiles_t *t, const void *const *xv, in
         int ke = PL_MIN(kb + bk, k16), o = 0;
         /* the first pass over a tile's weight rows prefetches the next tile's */
         size_t pf_thin = bk >= k16 ? S_TO1 * rb : 0, pf_main = bk >= k16 ? S_TO * rb : 0;
-        if (nr < S_TR) { /* a few rows: more weight rows at once */
+        if (S_PAIR_ONE && nr == 1) { /* rows o and h + o: two streams, each its own prefetches */
+            int h = no / 2;
+            /* the second stream's prefetches run on into the next block's first rows, the
+             * first's into rows already read: so the first S_PAIR_PF bytes of the next block's
+             * second stream (a block of the same size, as all but a chunk's last are) go here,
+             * spread over the pairs (an integer: past a matrix's end, where a prefetch is
+             * harmless but pointer arithmetic is not) */
+            uintptr_t next = (uintptr_t)wv + (size_t)(no + h) * rb;
+            int lines = h > 0 ? (S_PAIR_PF / 64 + h - 1) / h : 0;
+            for (; o < h; o++) {
+                const unsigned char *pw[2] = {wr[o], wr[h + o]};
+                if (bk >= k16)
+                    for (int l = o * lines; l < (o + 1) * lines && l < S_PAIR_PF / 64; l++)
+                        __builtin_prefetch((const void *)(next + 64 * (size_t)l));
+                t->pair(acc + (size_t)o * 16, h, x, pw, kb, ke, bk >= k16 ? S_PAIR_PF : 0);
+            }
+            o = 2 * h;
+        } else if (nr < S_TR) { /* a few rows: more weight rows at once */
             for (; o + S_TO1 <= no; o += S_TO1)
                 for (int r = 0; r < nr; r++)
                     t->thin(acc + (size_t)(r * no + o) * 16, no, x + r, wr + o, kb, ke,
@@ -185,7 +217,7 @@ static void s_block(pl_wtype_t wt, const s_tiles_t *t, const void *const *xv, in
                                    int k, float *const *y)                                         \
     {                                                                                              \
         static const s_tiles_t tiles = {s_tile_##T##_main, s_tile_##T##_row, s_tile_##T##_col,     \
-                                        s_tile_##T##_thin, s_tile_##T##_one};                      \
+                                        s_tile_##T##_thin, s_tile_##T##_one, s_tile_##T##_pair};   \
         s_block(WT, &tiles, x, nr, w, rb, no, k, y);                                               \
     }
 

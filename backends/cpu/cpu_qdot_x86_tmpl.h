@@ -359,8 +359,16 @@ static inline __attribute__((always_inline)) void s_k45_rows(const void *w, size
 
 #define S_Q4_K(R) s_k45_rows(w, 0, 1, qx, R, n, false, out)
 #define S_Q5_K(R) s_k45_rows(w, 0, 1, qx, R, n, true, out)
+/* An instance's own kernel for a pair of weight rows against one activation row, where it has
+ * one (cpu_qdot_vnni.c's, in 512-bit registers): S_K45_PAIR(w, wstep, qx0, n, five, out) is
+ * s_k45_rows(w, wstep, 2, &qx0, 1, n, five, out), bitwise. */
+#ifdef S_K45_PAIR
+#define S_Q4_K_PAIR(ws) S_K45_PAIR(w, ws, qx[0], n, false, out)
+#define S_Q5_K_PAIR(ws) S_K45_PAIR(w, ws, qx[0], n, true, out)
+#else
 #define S_Q4_K_PAIR(ws) s_k45_rows(w, ws, 2, qx, 1, n, false, out)
 #define S_Q5_K_PAIR(ws) s_k45_rows(w, ws, 2, qx, 1, n, true, out)
+#endif
 S_BLOCK_ENTRY(S_NAME(pl_cpu_q4_k_block_), S_Q4_K, S_Q4_K_PAIR)
 S_BLOCK_ENTRY(S_NAME(pl_cpu_q5_k_block_), S_Q5_K, S_Q5_K_PAIR)
 S_ROWS_VIA_BLOCK(S_NAME(pl_cpu_q4_k_rows_), S_NAME(pl_cpu_q4_k_block_))
