@@ -272,8 +272,11 @@ static void s_client_refused(pl_coord_intake_t *in, int k, s_out_t *o)
     s_client_t *cl = &in->clients[k];
     o->kind = S_OUT_END;
     o->next = NULL;
-    /* in its place among what is held: after what came before it (after <= its own) */
+    /* in its place among what is held: after what came before it (after <= its own); at the
+     * tail in one step where it belongs there, as it does when refused in arrival order */
     s_out_t **at = &cl->held;
+    if (cl->held_tail && cl->held_tail->after <= o->after)
+        at = &cl->held_tail->next;
     while (*at && (*at)->after <= o->after)
         at = &(*at)->next;
     o->next = *at;
@@ -350,6 +353,20 @@ static bool s_room(pl_coord_intake_t *in, const pl_tx_peer_t *from, bool submit,
                             s_shown(from, shown), from->user, in->n_clients);
         s_refuse(in->c, from, PL_ERR_BUSY,
                  "the coordinator is busy: %d clients wait for answers; try again", in->n_clients);
+        return false;
+    }
+    /* a client with requests unfinished whose answers already fill what may wait behind them:
+     * a request taken in now would hold one more (its refusal or end), unbounded */
+    int k = s_client_find(in, from);
+    const s_client_t *cl = k < 0 ? NULL : &in->clients[k];
+    if (cl && cl->pushed > cl->ended &&
+        (cl->n_held >= S_HELD_MAX || in->n_held_all >= S_HELD_ALL)) {
+        pl_log_info_limited("client '%s' (key %s): the coordinator is busy (%d answers wait "
+                            "behind its requests, %d behind all clients')",
+                            s_shown(from, shown), from->user, cl->n_held, in->n_held_all);
+        s_refuse(in->c, from, PL_ERR_BUSY,
+                 "the coordinator is busy: %d answers wait behind your requests; try again",
+                 cl->n_held);
         return false;
     }
     if (bytes && in->wait_bytes && in->wait_bytes + bytes > PL_COORD_INTAKE_DECODE_BYTES) {

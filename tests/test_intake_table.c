@@ -147,3 +147,53 @@ Test(intake_table, a_new_client_is_served_while_many_submitters_wait_for_their_c
     zmq_ctx_term(zctx);
     s_passed = 1;
 }
+
+/* A client with a request unfinished (its SUBMIT's row waits for the slow commit) cannot pile up
+ * answers behind it: past the intake's bound for one client (1,024 held) its further requests
+ * are refused "busy" at once — an answer that itself is dropped while the others wait — instead
+ * of each holding one more refusal. Every answer it does get comes in its order, "queued" first. */
+Test(intake_table, a_client_cannot_pile_up_refusals_behind_an_unfinished_request)
+{
+    enum { S_BAD = 1500, S_HELD_BOUND = 1024 };
+    char type[32], body[8192], submit[1024];
+    tc_cluster_init(&s_c);
+    cr_assert_eq(tc_make_model(s_c.dir, "m", ""), 0, "pl-mkmodel failed");
+    snprintf(submit, sizeof(submit),
+             "{" TC_PROTO "\"model\": \"%s/m\", \"nodes\": [\"elsewhere\"], "
+             "\"gen\": {\"max_new_tokens\": 1, \"prompts\": [[1, 2, 3]]}}",
+             s_c.dir);
+    s_start_slow_coord();
+    void *zctx = zmq_ctx_new();
+    void *a = tc_dealer_local(zctx, "flooder", "admin", s_c.ep);
+    int hwm = 0;
+    zmq_setsockopt(a, ZMQ_SNDHWM, &hwm, sizeof(hwm));
+    zmq_setsockopt(a, ZMQ_RCVHWM, &hwm, sizeof(hwm));
+    s_send(a, "SUBMIT", submit);
+    for (int i = 0; i < S_BAD; i++)
+        s_send(a, "JOBS", "{not json"); /* refused by the intake, after it was taken in */
+    int rcv = 60000, n = 0, errors = 0;
+    zmq_setsockopt(a, ZMQ_RCVTIMEO, &rcv, sizeof(rcv));
+    cr_assert(tc_recv_answer(a, type, body, sizeof(body)), "no answer to the SUBMIT in 60 s");
+    cr_assert_str_eq(type, "REPLY", "first answer: %s", body);
+    cr_assert(strstr(body, "queued"), "first answer: %s", body);
+    rcv = 3000; /* the rest come at once behind it */
+    zmq_setsockopt(a, ZMQ_RCVTIMEO, &rcv, sizeof(rcv));
+    while (tc_recv_answer(a, type, body, sizeof(body))) {
+        n++;
+        errors += strcmp(type, "ERROR") == 0;
+    }
+    fprintf(stderr,
+            "intake_table: %d bad requests behind an unfinished SUBMIT: %d answers after "
+            "its \"queued\" (%d errors)\n",
+            S_BAD, n, errors);
+    cr_assert_eq(errors, n, "an answer to a bad request that is not an error");
+    cr_assert_leq(n, S_HELD_BOUND, "%d answers were held behind one client's request", n);
+    cr_assert_geq(n, S_HELD_BOUND / 2, "only %d of the bad requests were answered", n);
+    /* and the coordinator still serves the client once its request is done */
+    s_send(a, "JOBS", "{" TC_PROTO "\"x\": 0}");
+    cr_assert(tc_recv_answer(a, type, body, sizeof(body)), "no answer to JOBS afterwards");
+    cr_assert_str_eq(type, "REPLY", "JOBS afterwards: %s", body);
+    zmq_close(a);
+    zmq_ctx_term(zctx);
+    s_passed = 1;
+}
