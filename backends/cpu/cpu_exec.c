@@ -51,7 +51,7 @@ typedef struct {
     int *pos;
     int *short_rows, n_short; /* this call's rows of sequences shorter than S_SGEMM_MIN_TOKENS */
     int *head_rows;           /* 0, 1, 2, ...: the gathered last tokens */
-    pl_cpu_att_row_t *dec_rows; /* this call's one-token sequences */
+    pl_cpu_att_row_t *att_rows; /* this call's query rows, for attention on the pool */
 } s_stage_t;
 
 /* *acc *= v, or false when it would overflow. */
@@ -243,11 +243,11 @@ static pl_status_t s_alloc(s_stage_t *s)
     s->pos = malloc(T * sizeof(int));
     s->short_rows = malloc(T * sizeof(int));
     s->head_rows = malloc(T * sizeof(int));
-    s->dec_rows = malloc((size_t)s->p.max_seqs * sizeof(*s->dec_rows));
+    s->att_rows = malloc((size_t)s->p.max_tokens * sizeof(*s->att_rows));
     s->slot_len = calloc((size_t)s->p.max_seqs, sizeof(int));
     s->seen = calloc((size_t)s->p.max_seqs, 1);
     s->inv_freq = malloc(PL_MAX(half, 1) * sizeof(double));
-    if (!s->pos || !s->short_rows || !s->head_rows || !s->dec_rows || !s->slot_len ||
+    if (!s->pos || !s->short_rows || !s->head_rows || !s->att_rows || !s->slot_len ||
         !s->seen || !s->inv_freq)
         return pl_error(PL_ERR_NOMEM, "cpu stage: out of memory");
     for (size_t i = 0; i < T; i++)
@@ -306,9 +306,10 @@ pl_status_t pl_cpu_stage_load(void *dev, pl_model_t *model, const pl_be_stage_pa
     /* long sequences' sgemm reads f32 weights in place and converts the others by tiles */
     if (params->max_tokens >= S_SGEMM_MIN_TOKENS) {
         int k = PL_MAX(PL_MAX(s->cfg.hidden, s->q_dim), s->cfg.intermediate);
-        s->tile = malloc((size_t)PL_CPU_TILE_ROWS * (size_t)k * sizeof(float));
+        int n = pl_cpu_pool_size(s->dev->pool); /* a tile per thread */
+        s->tile = malloc((size_t)n * PL_CPU_TILE_ROWS * (size_t)k * sizeof(float));
         if (!s->tile) {
-            st = pl_error(PL_ERR_NOMEM, "cpu stage: out of memory for a %d x %d weight tile",
+            st = pl_error(PL_ERR_NOMEM, "cpu stage: out of memory for %d %d x %d weight tiles", n,
                           PL_CPU_TILE_ROWS, k);
             goto err_free;
         }
@@ -415,8 +416,8 @@ static void s_linear(s_stage_t *s, const pl_be_batch_t *b, const float *x, const
     s_linear_n(s, b, x, &w, &none, &y, 1);
 }
 
-/* Attention for every sequence of the call: the one-token ones together (decode: one job on
- * the pool where it pays), the others one by one. */
+/* Attention for every query row of the call as one job on the pool, by (row, head): a row's
+ * bits are its own whatever the chunking, the batch or the thread count. */
 static void s_attention(s_stage_t *s, int l, const pl_be_batch_t *b)
 {
     const pl_model_config_t *c = &s->cfg;
@@ -424,15 +425,13 @@ static void s_attention(s_stage_t *s, int l, const pl_be_batch_t *b)
 
     for (int i = 0, t0 = 0; i < b->n_seq; t0 += b->n_tok[i], i++) {
         const float *kc = s_cache(s, l, 0, b->slot[i]), *vc = s_cache(s, l, 1, b->slot[i]);
-        float *q = s->q + (size_t)t0 * s->q_dim, *out = s->att + (size_t)t0 * s->q_dim;
-        if (b->n_tok[i] == 1)
-            s->dec_rows[n++] = (pl_cpu_att_row_t){
-                .q = q, .k = kc, .v = vc, .out = out, .pos = b->pos0[i]};
-        else
-            pl_cpu_attention(q, b->n_tok[i], b->pos0[i], kc, vc, c->n_heads, c->n_kv_heads,
-                             c->head_dim, s->scores, out);
+        for (int j = 0; j < b->n_tok[i]; j++) {
+            size_t at = (size_t)(t0 + j) * s->q_dim;
+            s->att_rows[n++] = (pl_cpu_att_row_t){
+                .q = s->q + at, .k = kc, .v = vc, .out = s->att + at, .pos = b->pos0[i] + j};
+        }
     }
-    pl_cpu_attention_decode(s->dev->pool, s->dec_rows, n, c->n_heads, c->n_kv_heads, c->head_dim,
+    pl_cpu_attention_decode(s->dev->pool, s->att_rows, n, c->n_heads, c->n_kv_heads, c->head_dim,
                             s->scores, s->p.max_ctx);
 }
 
@@ -483,9 +482,10 @@ pl_status_t pl_cpu_stage_forward(void *stage, const pl_be_batch_t *b, const void
 
     if (st)
         return st;
-    /* OpenBLAS's thread count is process-wide: the last device to run sets it. */
-    if (openblas_get_num_threads() != s->dev->threads)
-        openblas_set_num_threads(s->dev->threads);
+    /* OpenBLAS on one thread (process-wide): the pool splits its products in a fixed way, where
+     * OpenBLAS's own threads would split them by their number and round the edges otherwise */
+    if (openblas_get_num_threads() != 1)
+        openblas_set_num_threads(1);
     if (s->p.has_embed)
         pl_cpu_embed(&s->embed, in, b->n_tokens, s->x);
     else
@@ -556,7 +556,7 @@ void pl_cpu_stage_unload(void *stage)
     free(s->pos);
     free(s->short_rows);
     free(s->head_rows);
-    free(s->dec_rows);
+    free(s->att_rows);
     free(s->slot_len);
     free(s->seen);
     free(s->inv_freq);

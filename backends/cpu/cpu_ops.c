@@ -68,8 +68,7 @@ void pl_cpu_rope_apply(float *x, int n_rows, int row_stride, int n_heads, int he
     }
 }
 
-/* Softmax of the first n_valid of n columns in place; the rest become exact zeros so the
- * following GEMM adds nothing for them. */
+/* Softmax of the first n_valid of n columns in place; the rest become exact zeros. */
 static void s_softmax_row(float *row, int n_valid, int n)
 {
     float mx = row[0];
@@ -186,30 +185,10 @@ void pl_cpu_attention(const float *q, int n_tok, int pos0, const float *k_cache,
                       const float *v_cache, int n_heads, int n_kv, int head_dim, float *scores,
                       float *out)
 {
-    int q_stride = n_heads * head_dim, kv_stride = n_kv * head_dim, group = n_heads / n_kv;
-    float scale = 1.0f / sqrtf((float)head_dim);
-
-    if (n_tok == 1) {
-        pl_cpu_attention_heads(q, pos0, k_cache, v_cache, n_heads, n_kv, head_dim, 0, n_heads,
-                               scores, out);
-        return;
-    }
-    for (int h = 0; h < n_heads; h++) {
-        const float *kh = k_cache + (size_t)(h / group) * head_dim;
-        const float *vh = v_cache + (size_t)(h / group) * head_dim;
-        for (int r0 = 0; r0 < n_tok; r0 += PL_CPU_ATT_ROWS) {
-            int rows = PL_MIN(PL_CPU_ATT_ROWS, n_tok - r0);
-            int cols = pos0 + r0 + rows; /* the last row's position + 1 */
-            const float *qh = q + (size_t)r0 * q_stride + (size_t)h * head_dim;
-            float *oh = out + (size_t)r0 * q_stride + (size_t)h * head_dim;
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, head_dim, scale, qh,
-                        q_stride, kh, kv_stride, 0.0f, scores, cols);
-            for (int r = 0; r < rows; r++)
-                s_softmax_row(scores + (size_t)r * cols, pos0 + r0 + r + 1, cols);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, head_dim, cols, 1.0f,
-                        scores, cols, vh, kv_stride, 0.0f, oh, q_stride);
-        }
-    }
+    size_t q_stride = (size_t)n_heads * head_dim;
+    for (int r = 0; r < n_tok; r++)
+        pl_cpu_attention_heads(q + r * q_stride, pos0 + r, k_cache, v_cache, n_heads, n_kv,
+                               head_dim, 0, n_heads, scores, out + r * q_stride);
 }
 
 void pl_cpu_swiglu_scalar(float *gate, const float *up, size_t n)

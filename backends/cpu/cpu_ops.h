@@ -10,7 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Query rows scored together in one attention GEMM; bounds the score scratch. */
+/* Chunks an attention job on the pool is cut into at most, each scoring into its own row of
+ * scratch; bounds the score scratch. */
 #define PL_CPU_ATT_ROWS 32
 
 
@@ -70,7 +71,9 @@ void pl_cpu_rope_apply(float *x, int n_rows, int row_stride, int n_heads, int he
 /* Causal GQA attention of one sequence: n_tok queries q [n_tok][n_heads*head_dim] at positions
  * pos0 .. pos0+n_tok-1 attend to cache rows 0..their position of k_cache / v_cache
  * ([max_ctx][n_kv*head_dim], already holding every needed position); out like q.
- * scores holds at least PL_CPU_ATT_ROWS * (pos0 + n_tok) floats. */
+ * scores holds at least pos0 + n_tok floats. Row by row through pl_cpu_attention_heads, so a
+ * row's bits depend on its own position and cache alone: the same whole, in chunks of any size
+ * or as a decode step (a GEMM over a block of rows rounds a row by the block's shape). */
 void pl_cpu_attention(const float *q, int n_tok, int pos0, const float *k_cache,
                       const float *v_cache, int n_heads, int n_kv, int head_dim, float *scores,
                       float *out);
@@ -102,7 +105,8 @@ typedef struct {
     int pos;
 } pl_cpu_att_row_t;
 
-/* Decode's attention for n one-token sequences as one job on the pool: their (row, head) pairs
+/* pl_cpu_attention for n query rows (decode's one-token sequences, a prefill's rows) as one job
+ * on the pool: their (row, head) pairs
  * cut into at most PL_CPU_ATT_ROWS chunks, chunk c scoring into scores + c * scores_stride
  * (scores_stride > every pos). On the caller alone where the products are too small to be worth
  * waking a worker. Every head gives the bits pl_cpu_attention gives it, whatever the split. */
