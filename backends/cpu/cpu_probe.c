@@ -492,21 +492,13 @@ typedef struct {
 static void s_att_call(pl_cpu_dev_t *dev, void *arg)
 {
     s_att_call_t *a = arg;
-    pl_cpu_att_row_t rows[S_ATT_TOKENS];
-    size_t q_dim = (size_t)S_ATT_HEADS * S_ATT_HD;
-    for (int r = 0; r < S_ATT_TOKENS; r++)
-        rows[r] = (pl_cpu_att_row_t){.q = a->q + r * q_dim,
-                                     .k = a->k,
-                                     .v = a->v,
-                                     .out = a->out + r * q_dim,
-                                     .pos = S_ATT_POS0 + r};
-    pl_cpu_attention_decode(dev->pool, rows, S_ATT_TOKENS, S_ATT_HEADS, S_ATT_KV, S_ATT_HD,
-                            a->scores, S_ATT_POS0 + S_ATT_TOKENS);
+    pl_cpu_attention_seq(dev->pool, a->q, S_ATT_TOKENS, S_ATT_POS0, a->k, a->v, S_ATT_HEADS,
+                         S_ATT_KV, S_ATT_HD, a->scores, a->out);
 }
 
 /* Prefill attention's rate (GFLOP/s) as the planner counts its flops (4 x heads x head_dim per
  * query and cached position it attends to, its own included): one chunk of a prompt against the
- * prefix cached before it, as a stage's prefill runs it (pl_cpu_attention_decode). Measured
+ * prefix cached before it, as a stage's prefill runs it (pl_cpu_attention_seq). Measured
  * here far below the sgemm rate (1,024-token prompt: attention 0.49 s of 1.70 s on 6 layers). */
 static double s_attn_gflops(pl_cpu_dev_t *dev)
 {
@@ -514,7 +506,7 @@ static double s_attn_gflops(pl_cpu_dev_t *dev)
     size_t kvn = pos * S_ATT_KV * S_ATT_HD;
     float *q = malloc(qn * sizeof(float)), *out = malloc(qn * sizeof(float));
     float *k = malloc(kvn * sizeof(float)), *v = malloc(kvn * sizeof(float));
-    float *scores = malloc((size_t)PL_CPU_ATT_ROWS * pos * sizeof(float));
+    float *scores = malloc((size_t)dev->threads * PL_CPU_ATT_ROWS * pos * sizeof(float));
     double gflops = 0.0;
     if (q && out && k && v && scores) {
         for (size_t i = 0; i < qn; i++)
