@@ -660,6 +660,7 @@ int main(int argc, char **argv)
     if (o.prefill > 0) {
         openblas_set_num_threads(o.threads[o.n_threads - 1]);
         r.ideal_s = s_prefill_sgemm_ideal(c, o.prefill, o.reps, &r.ideal_flops);
+        openblas_set_num_threads(1); /* as a stage runs the parts: pool threads, one BLAS each */
         pl_cpu_pool_t *pool = NULL;
         if (pl_cpu_pool_create(o.threads[o.n_threads - 1], &pool))
             goto err;

@@ -198,19 +198,20 @@ static pl_status_t s_alloc(s_stage_t *s)
     size_t T = (size_t)s->p.max_tokens, half = (size_t)c->head_dim / 2;
     float **bufs[S_N_SCRATCH] = {&s->x,    &s->xn, &s->q,      &s->k,       &s->v,      &s->att,
                                  &s->gate, &s->up, &s->scores, &s->cos_tab, &s->sin_tab};
+    /* the attention GEMM's score rows, a block of them per thread */
+    size_t att = (size_t)PL_CPU_ATT_ROWS * pl_cpu_pool_size(s->dev->pool);
     /* rows x floats per row of each buffer */
-    size_t dims[S_N_SCRATCH][2] = {
-        {T, (size_t)c->hidden},
-        {T, (size_t)c->hidden},
-        {T, (size_t)s->q_dim},
-        {T, (size_t)s->kv_dim},
-        {T, (size_t)s->kv_dim},
-        {T, (size_t)s->q_dim},
-        {T, (size_t)c->intermediate},
-        {T, (size_t)c->intermediate},
-        {(size_t)PL_CPU_ATT_ROWS * pl_cpu_pool_size(s->dev->pool), (size_t)s->p.max_ctx},
-        {T, half},
-        {T, half}};
+    size_t dims[S_N_SCRATCH][2] = {{T, (size_t)c->hidden},
+                                   {T, (size_t)c->hidden},
+                                   {T, (size_t)s->q_dim},
+                                   {T, (size_t)s->kv_dim},
+                                   {T, (size_t)s->kv_dim},
+                                   {T, (size_t)s->q_dim},
+                                   {T, (size_t)c->intermediate},
+                                   {T, (size_t)c->intermediate},
+                                   {att, (size_t)s->p.max_ctx},
+                                   {T, half},
+                                   {T, half}};
     size_t sizes[S_N_SCRATCH], kv = sizeof(float), scratch = 0;
     uint64_t avail = 0;
     bool ok = s_mul(&kv, (size_t)s->n_layers) && s_mul(&kv, 2) &&
@@ -420,8 +421,8 @@ static void s_linear(s_stage_t *s, const pl_be_batch_t *b, const float *x, const
 /* Attention for every sequence of the call: the one-token ones (decode) in one job on the pool
  * by (row, head), with every row of the others where the weights are packed (a packed stage's
  * prefill rounds alike in chunks of any size, cpu_pack.h, and so must its attention); else the
- * longer ones by sgemm per head, the heads shared out on the pool (1.7x faster per row than the
- * row kernels at 1,024 tokens, measured: bench/README.md). */
+ * longer ones by sgemm per head, the heads shared out on the pool (the row kernels took 1.7x
+ * its time on a 1,024-token prefill, one thread: bench/README.md). */
 static void s_attention(s_stage_t *s, int l, const pl_be_batch_t *b)
 {
     const pl_model_config_t *c = &s->cfg;
