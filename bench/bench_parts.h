@@ -18,7 +18,10 @@ typedef struct {
     double att_s, swiglu_s, norm_s, rope_s; /* all layers, best of reps */
 } s_parts_t;
 
-static pl_status_t s_prefill_parts(const pl_model_config_t *c, int T, int reps, s_parts_t *r)
+/* The parts of a T-token prefill outside the matrix products, attention on the pool as a stage
+ * with weights as stored runs it (pl_cpu_attention_seq), the rest on the caller. */
+static pl_status_t s_prefill_parts(const pl_model_config_t *c, int T, int reps, pl_cpu_pool_t *pool,
+                                   s_parts_t *r)
 {
     size_t q_dim = (size_t)c->n_heads * c->head_dim, kv_dim = (size_t)c->n_kv_heads * c->head_dim;
     size_t TI = (size_t)T * c->intermediate, half = (size_t)c->head_dim / 2;
@@ -26,7 +29,7 @@ static pl_status_t s_prefill_parts(const pl_model_config_t *c, int T, int reps, 
                       T * kv_dim,
                       T * kv_dim,
                       T * q_dim,
-                      (size_t)PL_CPU_ATT_ROWS * T,
+                      (size_t)pl_cpu_pool_size(pool) * PL_CPU_ATT_ROWS * T,
                       TI,
                       TI,
                       TI,
@@ -62,8 +65,8 @@ static pl_status_t s_prefill_parts(const pl_model_config_t *c, int T, int reps, 
             pl_cpu_rope_apply(buf[1], T, (int)kv_dim, c->n_kv_heads, c->head_dim, buf[9], buf[10]);
             rope += pl_now() - t0;
             t0 = pl_now();
-            pl_cpu_attention(buf[0], T, 0, buf[1], buf[2], c->n_heads, c->n_kv_heads, c->head_dim,
-                             buf[4], buf[3]);
+            pl_cpu_attention_seq(pool, buf[0], T, 0, buf[1], buf[2], c->n_heads, c->n_kv_heads,
+                                 c->head_dim, buf[4], buf[3]);
             att += pl_now() - t0;
             t0 = pl_now();
             pl_cpu_rmsnorm(buf[8], buf[6], T, c->hidden, c->rms_eps, buf[8]);

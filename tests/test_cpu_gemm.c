@@ -151,6 +151,33 @@ Test(cpu_gemm, seq_matches_reference)
     pl_cpu_gemm_seq_force(-1);
 }
 
+/* A long sequence's OpenBLAS product on a 2-thread pool: bitwise what one thread gives (the
+ * tiles are single-threaded sgemm calls of the same shapes whoever runs them), for weights read
+ * in place and converted alike; OpenBLAS on one thread, as a stage sets it. */
+Test(cpu_gemm, seq_threads_agree_bitwise)
+{
+    int m = 300, k = 96, n = 3 * PL_CPU_TILE_ROWS + 37;
+    pl_cpu_pool_t *pool = NULL;
+    float *x = xalloc((size_t)m * k * 4), *y1 = xalloc((size_t)m * n * 4);
+    float *y2 = xalloc((size_t)m * n * 4), *tile = xalloc((size_t)2 * PL_CPU_TILE_ROWS * k * 4);
+    cr_assert_eq(pl_cpu_pool_create(2, &pool), PL_OK);
+    pl_cpu_gemm_seq_force(1);
+    fill(x, (size_t)m * k, 7);
+    for (size_t ti = 0; ti < PL_ARRAY_SIZE(k_types); ti++) {
+        tmat_t t;
+        tmat_make(&t, k_types[ti], n, k, 0, 9);
+        openblas_set_num_threads(1);
+        pl_cpu_gemm_seq(NULL, x, m, &t.m, tile, y1);
+        pl_cpu_gemm_seq(pool, x, m, &t.m, tile, y2);
+        cr_expect(memcmp(y1, y2, (size_t)m * n * 4) == 0, "%s: 2 threads differ from 1",
+                  pl_wtype_name(k_types[ti]));
+        tmat_free(&t);
+    }
+    pl_cpu_gemm_seq_force(-1);
+    pl_cpu_pool_destroy(&pool);
+    free(x), free(y1), free(y2), free(tile);
+}
+
 /* Half-precision rows to f32 on every instruction set equal the scalar conversion. */
 Test(cpu_gemm, row_conversion_exact)
 {

@@ -143,12 +143,12 @@ Test(cpu_layer, no_logits_skips_the_head_and_keeps_the_kv)
  * threshold, at it, past it, most dividing nothing): the hidden states come out bitwise the
  * same, for every float weight type. Packed weights (cpu_pack.h) round as the short rows'
  * kernels do whatever the token count (PL_CPU_WEIGHTS=packed; as stored, OpenBLAS's rounding of
- * a long sequence depends on its length and this fails). No chunk is one token: that one takes
- * decode's attention (pl_cpu_attention_heads), which rounds unlike the multi-token attention's
- * sgemm. */
+ * a long sequence depends on its length and this fails), and attention goes row by row (a GEMM
+ * over a block of query rows rounds a row by the block's shape), so 1-token chunks, which take
+ * decode's path, round alike too. */
 Test(cpu_layer, chunked_prefill_hidden_bitwise_whole)
 {
-    static const int chunks[] = {2, 7, 31, 32, 34, 48, 64}; /* no 1-token tail: see above */
+    static const int chunks[] = {1, 2, 7, 31, 32, 34, 48, 64};
     enum { P = 100, H = 32 };
     cr_assert_eq(k_gqa.hidden, H);
     setenv("PL_CPU_WEIGHTS", "packed", 1);

@@ -237,7 +237,8 @@ Test(cpu_qdot, gemm_through_the_weight_type_table)
 {
     enum { OUT = 70, K = 512, NR = 5 };
     static unsigned char w[OUT * K * 2];
-    static float x[NR * K], y[NR * OUT], ys[NR * OUT], yseq[NR * OUT], tile[PL_CPU_TILE_ROWS * K];
+    static float x[NR * K], y[NR * OUT], ys[NR * OUT], yseq[NR * OUT],
+        tile[2 * PL_CPU_TILE_ROWS * K];
     static unsigned char qx[K * 2];
     pl_cpu_pool_t *pool = NULL;
     cr_assert_eq(pl_cpu_pool_create(2, &pool), PL_OK);

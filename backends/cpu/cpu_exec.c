@@ -51,7 +51,7 @@ typedef struct {
     int *pos;
     int *short_rows, n_short; /* this call's rows of sequences shorter than S_SGEMM_MIN_TOKENS */
     int *head_rows;           /* 0, 1, 2, ...: the gathered last tokens */
-    pl_cpu_att_row_t *dec_rows; /* this call's one-token sequences */
+    pl_cpu_att_row_t *att_rows; /* this call's query rows, for attention on the pool */
 } s_stage_t;
 
 /* *acc *= v, or false when it would overflow. */
@@ -198,6 +198,8 @@ static pl_status_t s_alloc(s_stage_t *s)
     size_t T = (size_t)s->p.max_tokens, half = (size_t)c->head_dim / 2;
     float **bufs[S_N_SCRATCH] = {&s->x,    &s->xn, &s->q,      &s->k,       &s->v,      &s->att,
                                  &s->gate, &s->up, &s->scores, &s->cos_tab, &s->sin_tab};
+    /* the attention GEMM's score rows, a block of them per thread */
+    size_t att = (size_t)PL_CPU_ATT_ROWS * pl_cpu_pool_size(s->dev->pool);
     /* rows x floats per row of each buffer */
     size_t dims[S_N_SCRATCH][2] = {{T, (size_t)c->hidden},
                                    {T, (size_t)c->hidden},
@@ -207,7 +209,7 @@ static pl_status_t s_alloc(s_stage_t *s)
                                    {T, (size_t)s->q_dim},
                                    {T, (size_t)c->intermediate},
                                    {T, (size_t)c->intermediate},
-                                   {PL_CPU_ATT_ROWS, (size_t)s->p.max_ctx},
+                                   {att, (size_t)s->p.max_ctx},
                                    {T, half},
                                    {T, half}};
     size_t sizes[S_N_SCRATCH], kv = sizeof(float), scratch = 0;
@@ -243,11 +245,11 @@ static pl_status_t s_alloc(s_stage_t *s)
     s->pos = malloc(T * sizeof(int));
     s->short_rows = malloc(T * sizeof(int));
     s->head_rows = malloc(T * sizeof(int));
-    s->dec_rows = malloc((size_t)s->p.max_seqs * sizeof(*s->dec_rows));
+    s->att_rows = malloc((size_t)s->p.max_tokens * sizeof(*s->att_rows));
     s->slot_len = calloc((size_t)s->p.max_seqs, sizeof(int));
     s->seen = calloc((size_t)s->p.max_seqs, 1);
     s->inv_freq = malloc(PL_MAX(half, 1) * sizeof(double));
-    if (!s->pos || !s->short_rows || !s->head_rows || !s->dec_rows || !s->slot_len ||
+    if (!s->pos || !s->short_rows || !s->head_rows || !s->att_rows || !s->slot_len ||
         !s->seen || !s->inv_freq)
         return pl_error(PL_ERR_NOMEM, "cpu stage: out of memory");
     for (size_t i = 0; i < T; i++)
@@ -306,9 +308,10 @@ pl_status_t pl_cpu_stage_load(void *dev, pl_model_t *model, const pl_be_stage_pa
     /* long sequences' sgemm reads f32 weights in place and converts the others by tiles */
     if (params->max_tokens >= S_SGEMM_MIN_TOKENS) {
         int k = PL_MAX(PL_MAX(s->cfg.hidden, s->q_dim), s->cfg.intermediate);
-        s->tile = malloc((size_t)PL_CPU_TILE_ROWS * (size_t)k * sizeof(float));
+        int n = pl_cpu_pool_size(s->dev->pool); /* a tile per thread */
+        s->tile = malloc((size_t)n * PL_CPU_TILE_ROWS * (size_t)k * sizeof(float));
         if (!s->tile) {
-            st = pl_error(PL_ERR_NOMEM, "cpu stage: out of memory for a %d x %d weight tile",
+            st = pl_error(PL_ERR_NOMEM, "cpu stage: out of memory for %d %d x %d weight tiles", n,
                           PL_CPU_TILE_ROWS, k);
             goto err_free;
         }
@@ -415,24 +418,30 @@ static void s_linear(s_stage_t *s, const pl_be_batch_t *b, const float *x, const
     s_linear_n(s, b, x, &w, &none, &y, 1);
 }
 
-/* Attention for every sequence of the call: the one-token ones together (decode: one job on
- * the pool where it pays), the others one by one. */
+/* Attention for every sequence of the call: the one-token ones (decode) in one job on the pool
+ * by (row, head), with every row of the others where the weights are packed (a packed stage's
+ * prefill rounds alike in chunks of any size, cpu_pack.h, and so must its attention); else the
+ * longer ones by sgemm per head, the heads shared out on the pool (the row kernels took 1.7x
+ * its time on a 1,024-token prefill, one thread: bench/README.md). */
 static void s_attention(s_stage_t *s, int l, const pl_be_batch_t *b)
 {
     const pl_model_config_t *c = &s->cfg;
+    bool by_row = s->layers[l].wq.packed;
     int n = 0;
 
     for (int i = 0, t0 = 0; i < b->n_seq; t0 += b->n_tok[i], i++) {
         const float *kc = s_cache(s, l, 0, b->slot[i]), *vc = s_cache(s, l, 1, b->slot[i]);
-        float *q = s->q + (size_t)t0 * s->q_dim, *out = s->att + (size_t)t0 * s->q_dim;
-        if (b->n_tok[i] == 1)
-            s->dec_rows[n++] = (pl_cpu_att_row_t){
-                .q = q, .k = kc, .v = vc, .out = out, .pos = b->pos0[i]};
-        else
-            pl_cpu_attention(q, b->n_tok[i], b->pos0[i], kc, vc, c->n_heads, c->n_kv_heads,
-                             c->head_dim, s->scores, out);
+        size_t at = (size_t)t0 * s->q_dim;
+        if (b->n_tok[i] > 1 && !by_row) {
+            pl_cpu_attention_seq(s->dev->pool, s->q + at, b->n_tok[i], b->pos0[i], kc, vc,
+                                 c->n_heads, c->n_kv_heads, c->head_dim, s->scores, s->att + at);
+            continue;
+        }
+        for (int j = 0; j < b->n_tok[i]; j++, at += (size_t)s->q_dim)
+            s->att_rows[n++] = (pl_cpu_att_row_t){
+                .q = s->q + at, .k = kc, .v = vc, .out = s->att + at, .pos = b->pos0[i] + j};
     }
-    pl_cpu_attention_decode(s->dev->pool, s->dec_rows, n, c->n_heads, c->n_kv_heads, c->head_dim,
+    pl_cpu_attention_decode(s->dev->pool, s->att_rows, n, c->n_heads, c->n_kv_heads, c->head_dim,
                             s->scores, s->p.max_ctx);
 }
 
@@ -483,9 +492,10 @@ pl_status_t pl_cpu_stage_forward(void *stage, const pl_be_batch_t *b, const void
 
     if (st)
         return st;
-    /* OpenBLAS's thread count is process-wide: the last device to run sets it. */
-    if (openblas_get_num_threads() != s->dev->threads)
-        openblas_set_num_threads(s->dev->threads);
+    /* OpenBLAS on one thread (process-wide): the pool splits its products in a fixed way, where
+     * OpenBLAS's own threads would split them by their number and round the edges otherwise */
+    if (openblas_get_num_threads() != 1)
+        openblas_set_num_threads(1);
     if (s->p.has_embed)
         pl_cpu_embed(&s->embed, in, b->n_tokens, s->x);
     else
@@ -556,7 +566,7 @@ void pl_cpu_stage_unload(void *stage)
     free(s->pos);
     free(s->short_rows);
     free(s->head_rows);
-    free(s->dec_rows);
+    free(s->att_rows);
     free(s->slot_len);
     free(s->seen);
     free(s->inv_freq);

@@ -398,12 +398,48 @@ bool pl_cpu_gemm_seq_uses_blas(void)
     return pl_cpu_isa() == PL_CPU_ISA_SCALAR || pl_cpu_blas_core_tuned();
 }
 
+/* One sequence's OpenBLAS product, cut into PL_CPU_TILE_ROWS weight rows that the pool's parts
+ * take in turn: each tile one single-threaded sgemm of the same shape whatever the thread count
+ * (OpenBLAS's own threads split a product by their number, and its edge tiles round otherwise). */
+typedef struct {
+    const float *x;
+    int n, K;
+    const pl_cpu_wmat_t *w;
+    void (*conv)(const void *, size_t, int, int, float *);
+    bool in_place; /* f32 weights read where they are */
+    float *tile;   /* one PL_CPU_TILE_ROWS x K tile per part */
+    float *y;
+    int n_tiles, next; /* next: atomic, the next tile to take */
+} s_seq_job_t;
+
+static void s_seq_part(void *arg, int part, int n_parts)
+{
+    s_seq_job_t *j = arg;
+    const pl_cpu_wmat_t *w = j->w;
+    float *tile = j->in_place ? NULL : j->tile + (size_t)part * PL_CPU_TILE_ROWS * (size_t)j->K;
+    int t;
+    (void)n_parts;
+    while ((t = __atomic_fetch_add(&j->next, 1, __ATOMIC_RELAXED)) < j->n_tiles) {
+        int o0 = t * PL_CPU_TILE_ROWS, no = PL_MIN(PL_CPU_TILE_ROWS, w->rows - o0);
+        const unsigned char *src = (const unsigned char *)w->data + (size_t)o0 * w->row_bytes;
+        const float *b = tile;
+        if (j->in_place)
+            b = (const float *)src;
+        else if (j->conv)
+            j->conv(src, w->row_bytes, no, j->K, tile);
+        else
+            for (int r = 0; r < no; r++)
+                pl_wtype_to_f32(w->type, src + (size_t)r * w->row_bytes, (size_t)j->K,
+                                tile + (size_t)r * j->K);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, j->n, no, j->K, 1.0f, j->x, j->K, b,
+                    j->K, 0.0f, j->y + o0, w->rows);
+    }
+}
+
 void pl_cpu_gemm_seq(pl_cpu_pool_t *pool, const float *x, int n, const pl_cpu_wmat_t *w,
                      float *tile, float *y)
 {
     const pl_cpu_wkernel_t *k = pl_cpu_wkernel(w->type);
-    void (*conv)(const void *, size_t, int, int, float *) = S_PICK(k, to_f32, pl_cpu_isa());
-    int K = w->cols;
 
     if (n <= 0 || w->rows <= 0)
         return;
@@ -419,20 +455,14 @@ void pl_cpu_gemm_seq(pl_cpu_pool_t *pool, const float *x, int n, const pl_cpu_wm
         s_gemm_rows(pool, x, NULL, n, &w, &y, 1);
         return;
     }
-    if (w->type == PL_WT_F32 && ((uintptr_t)w->data & 3) == 0) {
-        pl_cpu_matmul(x, n, K, w->data, w->rows, y);
-        return;
-    }
-    for (int o0 = 0; o0 < w->rows; o0 += PL_CPU_TILE_ROWS) {
-        int no = PL_MIN(PL_CPU_TILE_ROWS, w->rows - o0);
-        const unsigned char *src = (const unsigned char *)w->data + (size_t)o0 * w->row_bytes;
-        if (conv)
-            conv(src, w->row_bytes, no, K, tile);
-        else
-            for (int r = 0; r < no; r++)
-                pl_wtype_to_f32(w->type, src + (size_t)r * w->row_bytes, (size_t)K,
-                                tile + (size_t)r * K);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, no, K, 1.0f, x, K, tile, K, 0.0f,
-                    y + o0, w->rows);
-    }
+    s_seq_job_t j = {.x = x,
+                     .n = n,
+                     .K = w->cols,
+                     .w = w,
+                     .conv = S_PICK(k, to_f32, pl_cpu_isa()),
+                     .in_place = w->type == PL_WT_F32 && ((uintptr_t)w->data & 3) == 0,
+                     .tile = tile,
+                     .y = y,
+                     .n_tiles = (w->rows + PL_CPU_TILE_ROWS - 1) / PL_CPU_TILE_ROWS};
+    pl_cpu_pool_run(j.n_tiles > 1 ? pool : NULL, s_seq_part, &j);
 }

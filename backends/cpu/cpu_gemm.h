@@ -88,9 +88,13 @@ void pl_cpu_gemm_rows_n(pl_cpu_pool_t *pool, const float *x, const int *rows, in
 
 /* y[n][w->rows] = x[n][w->cols] @ w^T for one whole sequence. A packed matrix: the packed
  * kernels on the pool, bitwise what pl_cpu_gemm_rows gives (tile unused). Otherwise through
- * OpenBLAS sgemm where its kernels suit this CPU (pl_cpu_gemm_seq_uses_blas): f32 weights read
- * in place, f16/bf16 converted PL_CPU_TILE_ROWS rows at a time into tile (PL_CPU_TILE_ROWS *
- * w->cols floats), rows' rounding then depending on n and their place; else pl_cpu_gemm_rows. */
+ * OpenBLAS sgemm where its kernels suit this CPU (pl_cpu_gemm_seq_uses_blas): one
+ * single-threaded sgemm per PL_CPU_TILE_ROWS weight rows, the tiles shared out on the pool, so
+ * the bits do not depend on its thread count (with OpenBLAS itself on 1 thread, as the stage
+ * and the calibration set it);
+ * f32 weights read in place (tile unused), f16/bf16 converted into tile, which holds
+ * pl_cpu_pool_size(pool) * PL_CPU_TILE_ROWS * w->cols floats (one tile per thread); rows'
+ * rounding then depending on n and their place; else pl_cpu_gemm_rows. */
 void pl_cpu_gemm_seq(pl_cpu_pool_t *pool, const float *x, int n, const pl_cpu_wmat_t *w,
                      float *tile, float *y);
 /* Whether pl_cpu_gemm_seq uses OpenBLAS here: not when OpenBLAS fell back to generic kernels for

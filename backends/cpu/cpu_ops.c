@@ -182,19 +182,16 @@ void pl_cpu_attention_decode(pl_cpu_pool_t *pool, const pl_cpu_att_row_t *rows, 
     pl_cpu_pool_chunks(work < (1 << 16) ? NULL : pool, j.n_chunks, s_dec_chunk, &j);
 }
 
-void pl_cpu_attention(const float *q, int n_tok, int pos0, const float *k_cache,
-                      const float *v_cache, int n_heads, int n_kv, int head_dim, float *scores,
-                      float *out)
+/* Heads h0..h1-1 of one sequence's multi-token attention: per head, blocks of PL_CPU_ATT_ROWS
+ * queries scored and summed by OpenBLAS (its own single-threaded call on each block). */
+static void s_attention_gemm(const float *q, int n_tok, int pos0, const float *k_cache,
+                             const float *v_cache, int n_heads, int n_kv, int head_dim, int h0,
+                             int h1, float *scores, float *out)
 {
     int q_stride = n_heads * head_dim, kv_stride = n_kv * head_dim, group = n_heads / n_kv;
     float scale = 1.0f / sqrtf((float)head_dim);
 
-    if (n_tok == 1) {
-        pl_cpu_attention_heads(q, pos0, k_cache, v_cache, n_heads, n_kv, head_dim, 0, n_heads,
-                               scores, out);
-        return;
-    }
-    for (int h = 0; h < n_heads; h++) {
+    for (int h = h0; h < h1; h++) {
         const float *kh = k_cache + (size_t)(h / group) * head_dim;
         const float *vh = v_cache + (size_t)(h / group) * head_dim;
         for (int r0 = 0; r0 < n_tok; r0 += PL_CPU_ATT_ROWS) {
@@ -210,6 +207,57 @@ void pl_cpu_attention(const float *q, int n_tok, int pos0, const float *k_cache,
                         scores, cols, vh, kv_stride, 0.0f, oh, q_stride);
         }
     }
+}
+
+void pl_cpu_attention(const float *q, int n_tok, int pos0, const float *k_cache,
+                      const float *v_cache, int n_heads, int n_kv, int head_dim, float *scores,
+                      float *out)
+{
+    if (n_tok == 1)
+        pl_cpu_attention_heads(q, pos0, k_cache, v_cache, n_heads, n_kv, head_dim, 0, n_heads,
+                               scores, out);
+    else
+        s_attention_gemm(q, n_tok, pos0, k_cache, v_cache, n_heads, n_kv, head_dim, 0, n_heads,
+                         scores, out);
+}
+
+typedef struct {
+    const float *q, *k, *v;
+    float *scores, *out;
+    int n_tok, pos0, n_heads, n_kv, head_dim;
+    int next; /* atomic: the next head to take */
+} s_seq_att_t;
+
+static void s_seq_att_part(void *arg, int part, int n_parts)
+{
+    s_seq_att_t *j = arg;
+    float *scores = j->scores + (size_t)part * PL_CPU_ATT_ROWS * (size_t)(j->pos0 + j->n_tok);
+    int h;
+    (void)n_parts;
+    while ((h = __atomic_fetch_add(&j->next, 1, __ATOMIC_RELAXED)) < j->n_heads)
+        s_attention_gemm(j->q, j->n_tok, j->pos0, j->k, j->v, j->n_heads, j->n_kv, j->head_dim, h,
+                         h + 1, scores, j->out);
+}
+
+void pl_cpu_attention_seq(pl_cpu_pool_t *pool, const float *q, int n_tok, int pos0,
+                          const float *k_cache, const float *v_cache, int n_heads, int n_kv,
+                          int head_dim, float *scores, float *out)
+{
+    s_seq_att_t j = {.q = q,
+                     .k = k_cache,
+                     .v = v_cache,
+                     .scores = scores,
+                     .out = out,
+                     .n_tok = n_tok,
+                     .pos0 = pos0,
+                     .n_heads = n_heads,
+                     .n_kv = n_kv,
+                     .head_dim = head_dim};
+    if (n_tok == 1) {
+        pl_cpu_attention(q, n_tok, pos0, k_cache, v_cache, n_heads, n_kv, head_dim, scores, out);
+        return;
+    }
+    pl_cpu_pool_run(pool, s_seq_att_part, &j);
 }
 
 void pl_cpu_swiglu_scalar(float *gate, const float *up, size_t n)

@@ -10,7 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Query rows scored together in one attention GEMM; bounds the score scratch. */
+/* Query rows scored together in one attention GEMM, and the chunks of pl_cpu_attention_decode
+ * (one score row of scratch each); bounds the score scratch. */
 #define PL_CPU_ATT_ROWS 32
 
 
@@ -70,10 +71,19 @@ void pl_cpu_rope_apply(float *x, int n_rows, int row_stride, int n_heads, int he
 /* Causal GQA attention of one sequence: n_tok queries q [n_tok][n_heads*head_dim] at positions
  * pos0 .. pos0+n_tok-1 attend to cache rows 0..their position of k_cache / v_cache
  * ([max_ctx][n_kv*head_dim], already holding every needed position); out like q.
- * scores holds at least PL_CPU_ATT_ROWS * (pos0 + n_tok) floats. */
+ * scores holds at least PL_CPU_ATT_ROWS * (pos0 + n_tok) floats. Per head, blocks of
+ * PL_CPU_ATT_ROWS queries through OpenBLAS sgemm: fast, but a row rounds by its block's shape,
+ * so a prompt in chunks rounds unlike the whole (pl_cpu_attention_decode on every row does not);
+ * one row takes pl_cpu_attention_heads. */
 void pl_cpu_attention(const float *q, int n_tok, int pos0, const float *k_cache,
                       const float *v_cache, int n_heads, int n_kv, int head_dim, float *scores,
                       float *out);
+/* pl_cpu_attention with its heads shared out on the pool, bitwise the same for any thread count
+ * (with OpenBLAS on one thread); scores holds pl_cpu_pool_size(pool) * PL_CPU_ATT_ROWS *
+ * (pos0 + n_tok) floats. */
+void pl_cpu_attention_seq(pl_cpu_pool_t *pool, const float *q, int n_tok, int pos0,
+                          const float *k_cache, const float *v_cache, int n_heads, int n_kv,
+                          int head_dim, float *scores, float *out);
 
 /* Decode's attention for one query row and head, per instruction set (the scalar one always,
  * AVX2 on x86-64): scores[j] = scale * q . k[j] for the n cache rows k + j * kv_stride, and
@@ -102,7 +112,10 @@ typedef struct {
     int pos;
 } pl_cpu_att_row_t;
 
-/* Decode's attention for n one-token sequences as one job on the pool: their (row, head) pairs
+/* Attention for n query rows (decode's one-token sequences; every row of a prefill whose bits
+ * must not depend on its chunking) as one job on the pool, each row and head by
+ * pl_cpu_attention_heads, so a row's bits depend on its position and cache alone: their
+ * (row, head) pairs
  * cut into at most PL_CPU_ATT_ROWS chunks, chunk c scoring into scores + c * scores_stride
  * (scores_stride > every pos). On the caller alone where the products are too small to be worth
  * waking a worker. Every head gives the bits pl_cpu_attention gives it, whatever the split. */

@@ -223,7 +223,13 @@ static double s_busy_s(double wall0, double cpu0, int threads)
     return cpu > 1e-6 && cpu < wall ? cpu : wall;
 }
 
-static double s_gemm_gflops(int threads)
+/* The f32 product as a stage's prefill runs it (pl_cpu_gemm_seq: OpenBLAS tiles on the pool). */
+static void s_gemm_call(pl_cpu_dev_t *dev, const float *a, const pl_cpu_wmat_t *b, float *c)
+{
+    pl_cpu_gemm_seq(dev->pool, a, S_GEMM_N, b, NULL, c);
+}
+
+static double s_gemm_gflops(pl_cpu_dev_t *dev)
 {
     size_t n = S_GEMM_N, bytes = n * n * sizeof(float);
     float *a = malloc(bytes), *b = malloc(bytes), *c = malloc(bytes);
@@ -234,9 +240,13 @@ static double s_gemm_gflops(int threads)
             a[i] = (float)(i % 7) * 0.25f;
             b[i] = (float)(i % 5) * 0.5f;
         }
-        /* The first call pays for OpenBLAS's thread start-up and buffer allocation. */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, S_GEMM_N, S_GEMM_N, S_GEMM_N, 1.0f, a,
-                    S_GEMM_N, b, S_GEMM_N, 0.0f, c, S_GEMM_N);
+        pl_cpu_wmat_t bm = {.type = PL_WT_F32,
+                            .rows = S_GEMM_N,
+                            .cols = S_GEMM_N,
+                            .row_bytes = S_GEMM_N * sizeof(float),
+                            .data = b};
+        /* The first call pays for OpenBLAS's buffer allocation. */
+        s_gemm_call(dev, a, &bm, c);
         /* the best of a few passes: a pass that shared its core's caches with a neighbour's
          * burst reads low even in CPU time */
         double start = pl_now();
@@ -244,10 +254,9 @@ static double s_gemm_gflops(int threads)
             int iters = 0;
             double t0 = pl_now(), c0 = s_cpu_now(), t;
             do {
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, S_GEMM_N, S_GEMM_N, S_GEMM_N,
-                            1.0f, a, S_GEMM_N, b, S_GEMM_N, 0.0f, c, S_GEMM_N);
+                s_gemm_call(dev, a, &bm, c);
                 iters++;
-                t = s_busy_s(t0, c0, threads);
+                t = s_busy_s(t0, c0, dev->threads);
             } while (t < S_GEMM_SECONDS && iters < 1000 && pl_now() - start < S_CALIB_WALL_MAX_S);
             gflops = PL_MAX(gflops, 2.0 * (double)n * n * n * iters / t / 1e9);
         }
@@ -418,14 +427,12 @@ static void s_read_gbps(int threads, double *dev_gbps, double *host_gbps)
         usleep(5000);
     }
     *dev_gbps = s_read_time_gbps(buf, n, threads, false);
-    openblas_set_num_threads(1); /* one BLAS thread per reader, however many the device has */
     *host_gbps = readers >= 2 ? s_read_time_gbps(buf, n_all, readers, true) : 0.0;
     pl_log_debug("cpu calibration: host read bandwidth %.1f GB/s, %d readers over %.0f MB%s",
                  *host_gbps, readers, n_all * sizeof(float) / 1048576.0,
                  readers < 2      ? " (too few: not measured)"
                  : *host_gbps > 0 ? ""
                                   : " (no pass had every reader on its CPU: not measured)");
-    openblas_set_num_threads(threads);
     if (lock >= 0)
         close(lock); /* and the lock with it */
     free(buf);
@@ -553,7 +560,7 @@ static double s_pass_fit_gbps(pl_cpu_dev_t *dev, double gflops)
     uint16_t *wb = malloc(wn * sizeof(uint16_t));
     float *x = malloc((size_t)n_max * S_ROW_COLS * sizeof(float));
     float *y = malloc((size_t)n_max * S_SEQ_OUTS * sizeof(float));
-    float *tile = malloc((size_t)PL_CPU_TILE_ROWS * S_ROW_COLS * sizeof(float));
+    float *tile = malloc((size_t)dev->threads * PL_CPU_TILE_ROWS * S_ROW_COLS * sizeof(float));
     double gbps = 0.0, t[K] = {0};
     if (wb && x && y && tile && gflops > 0) {
         for (size_t i = 0; i < wn; i++)
@@ -588,15 +595,14 @@ typedef struct {
 
 static void s_att_call(pl_cpu_dev_t *dev, void *arg)
 {
-    (void)dev;
     s_att_call_t *a = arg;
-    pl_cpu_attention(a->q, S_ATT_TOKENS, S_ATT_POS0, a->k, a->v, S_ATT_HEADS, S_ATT_KV, S_ATT_HD,
-                     a->scores, a->out);
+    pl_cpu_attention_seq(dev->pool, a->q, S_ATT_TOKENS, S_ATT_POS0, a->k, a->v, S_ATT_HEADS,
+                         S_ATT_KV, S_ATT_HD, a->scores, a->out);
 }
 
 /* Prefill attention's rate (GFLOP/s) as the planner counts its flops (4 x heads x head_dim per
  * query and cached position it attends to, its own included): one chunk of a prompt against the
- * prefix cached before it, on the kernel a stage's prefill runs (pl_cpu_attention). Measured
+ * prefix cached before it, as a stage's prefill runs it (pl_cpu_attention_seq). Measured
  * here far below the sgemm rate (1,024-token prompt: attention 0.49 s of 1.70 s on 6 layers). */
 static double s_attn_gflops(pl_cpu_dev_t *dev)
 {
@@ -604,7 +610,7 @@ static double s_attn_gflops(pl_cpu_dev_t *dev)
     size_t kvn = pos * S_ATT_KV * S_ATT_HD;
     float *q = malloc(qn * sizeof(float)), *out = malloc(qn * sizeof(float));
     float *k = malloc(kvn * sizeof(float)), *v = malloc(kvn * sizeof(float));
-    float *scores = malloc((size_t)PL_CPU_ATT_ROWS * pos * sizeof(float));
+    float *scores = malloc((size_t)dev->threads * PL_CPU_ATT_ROWS * pos * sizeof(float));
     double gflops = 0.0;
     if (q && out && k && v && scores) {
         for (size_t i = 0; i < qn; i++)
@@ -633,8 +639,8 @@ pl_status_t pl_cpu_calibrate(void *dev_v, pl_be_calib_t *calib)
     pl_cpu_dev_t *dev = dev_v;
     pl_be_calib_t c;
 
-    openblas_set_num_threads(dev->threads);
-    c.gflops = s_gemm_gflops(dev->threads);
+    openblas_set_num_threads(1); /* as a stage runs it: the tiles split on the pool */
+    c.gflops = s_gemm_gflops(dev);
     s_read_gbps(dev->threads, &c.mem_gbps, &c.host_gbps);
     c.dec_gflops = s_dec_gflops(dev);
     c.pass_gbps = s_pass_fit_gbps(dev, c.gflops); /* 0 allowed: no pass to charge */
