@@ -645,6 +645,9 @@ pl_status_t pl_cpu_calibrate(void *dev_v, pl_be_calib_t *calib)
     c.dec_gflops = s_dec_gflops(dev);
     c.pass_gbps = s_pass_fit_gbps(dev, c.gflops); /* 0 allowed: no pass to charge */
     c.attn_gflops = s_attn_gflops(dev);
+    /* left at the device's threads for the training products (cblas on the caller's thread, no
+     * pool); an inference stage's forward sets 1 again for itself before it uses the pool */
+    openblas_set_num_threads(dev->threads);
     if (c.gflops <= 0.0 || c.mem_gbps <= 0.0 || c.dec_gflops <= 0.0 || c.attn_gflops <= 0.0)
         return pl_error(PL_ERR_NOMEM, "cpu calibration: could not allocate its buffers");
     pl_log_debug("cpu calibration: %.1f GFLOP/s sgemm, %.1f GB/s read (host %.1f), %.1f GFLOP/s "
