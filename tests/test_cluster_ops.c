@@ -552,9 +552,12 @@ Test(cluster_ops, progress_bar_under_a_terminal)
         tc_sh(&out, "%s/pipectl -c %s --timeout 5 status 1 --watch 2>&1", tc_bin(), s_c.ep), 0);
     cr_assert(!strstr(out, "\033[K") && strstr(out, "job 1 done"), "%s", out);
     free(out);
-    /* a job that ends without results (canceled while followed): exit 1 */
+    /* a job that ends without results (canceled while followed): exit 1. Placed on a node that
+     * is not there, it waits queued for the cancel (a job that runs could finish first) */
+    tc_job(&s_c, "stuck", "m",
+           "max_new_tokens: 4\nstop_at_eos: false\nplacement:\n  nodes: [elsewhere]\n");
     cr_assert_eq(tc_sh(&out,
-                       "%s/pipectl -c %s --timeout 5 submit %s/job.yaml --wait >/dev/null "
+                       "%s/pipectl -c %s --timeout 5 submit %s/stuck.yaml --wait >/dev/null "
                        "2>%s/w.err & p=$!; sleep 1; %s/pipectl -c %s cancel 2 >/dev/null; "
                        "wait $p; echo $?",
                        tc_bin(), s_c.ep, s_c.dir, s_c.dir, tc_bin(), s_c.ep),

@@ -176,7 +176,7 @@ static void s_kill_case(int stage, double temperature, int sig, const char *what
     char extra[160];
     s_start(NULL);
     snprintf(extra, sizeof(extra),
-             "max_new_tokens: 400\nstop_at_eos: false\nsampling:\n  temperature: %.2f\n"
+             "max_new_tokens: 1600\nstop_at_eos: false\nsampling:\n  temperature: %.2f\n"
              "  seed: 99\n",
              temperature);
     tc_job(&s_c, "long", "m", extra);
@@ -227,7 +227,7 @@ Test(resume, coordinator_restart_mid_job_seeded)
 {
     s_start(NULL);
     tc_job(&s_c, "long", "m",
-           "max_new_tokens: 200\nstop_at_eos: false\nsampling:\n  temperature: 0.7\n  seed: 3\n");
+           "max_new_tokens: 1000\nstop_at_eos: false\nsampling:\n  temperature: 0.7\n  seed: 3\n");
     char *ref = tc_reference(&s_c, "long");
     int job = s_submit_nowait("long");
     json_t *st = s_wait(job, NULL, 60, 60);
