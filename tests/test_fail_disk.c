@@ -364,8 +364,8 @@ Test(fail_disk, an_epoch_the_disk_refused_is_never_assigned, .timeout = 240)
 
 Test(fail_disk, the_counters_on_disk_only_move_forward)
 {
-    char dir[] = "/tmp/pl-fail-disk-XXXXXX", path[64];
-    cr_assert_not_null(mkdtemp(dir));
+    char dir[64], path[96];
+    tc_mkdtemp(dir, sizeof(dir));
     snprintf(path, sizeof(path), "%s/coord.db", dir);
     pl_coord_store_t *s;
     cr_assert_eq(pl_coord_store_open(path, &s), PL_OK, "%s", pl_error_msg());

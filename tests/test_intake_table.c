@@ -48,6 +48,15 @@ static void s_send(void *sock, const char *type, const char *body)
     cr_assert_geq(zmq_send(sock, body, strlen(body), 0), 0);
 }
 
+/* A SUBMIT of model m placed on a node that is not there: it stays queued, no daemon needed. */
+static void s_submit_body(char *out, size_t cap)
+{
+    snprintf(out, cap,
+             "{" TC_PROTO "\"model\": \"%s/m\", \"nodes\": [\"elsewhere\"], "
+             "\"gen\": {\"max_new_tokens\": 1, \"prompts\": [[1, 2, 3]]}}",
+             s_c.dir);
+}
+
 static bool s_busy(const char *type, const char *body)
 {
     return strcmp(type, "ERROR") == 0 && strstr(body, "busy");
@@ -58,11 +67,7 @@ Test(intake_table, a_new_client_is_served_while_many_submitters_wait_for_their_c
     char type[32], body[8192], submit[1024];
     tc_cluster_init(&s_c);
     cr_assert_eq(tc_make_model(s_c.dir, "m", ""), 0, "pl-mkmodel failed");
-    /* placed on a node that is not there: it stays queued, no daemon needed */
-    snprintf(submit, sizeof(submit),
-             "{" TC_PROTO "\"model\": \"%s/m\", \"nodes\": [\"elsewhere\"], "
-             "\"gen\": {\"max_new_tokens\": 1, \"prompts\": [[1, 2, 3]]}}",
-             s_c.dir);
+    s_submit_body(submit, sizeof(submit));
     s_start_slow_coord();
     void *zctx = zmq_ctx_new();
     static void *sub[S_SUBMITTERS];
@@ -158,10 +163,7 @@ Test(intake_table, a_client_cannot_pile_up_refusals_behind_an_unfinished_request
     char type[32], body[8192], submit[1024];
     tc_cluster_init(&s_c);
     cr_assert_eq(tc_make_model(s_c.dir, "m", ""), 0, "pl-mkmodel failed");
-    snprintf(submit, sizeof(submit),
-             "{" TC_PROTO "\"model\": \"%s/m\", \"nodes\": [\"elsewhere\"], "
-             "\"gen\": {\"max_new_tokens\": 1, \"prompts\": [[1, 2, 3]]}}",
-             s_c.dir);
+    s_submit_body(submit, sizeof(submit));
     s_start_slow_coord();
     void *zctx = zmq_ctx_new();
     void *a = tc_dealer_local(zctx, "flooder", "admin", s_c.ep);
